@@ -1,0 +1,38 @@
+# Two commands do all set-up on a fresh machine:
+#   make serve   - create .venv, install hightide, start a broker on 127.0.0.1:9092
+#   make test    - create .venv, install hightide with test extras (and kcat), run every test
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: serve test venv lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+kcat:
+	@command -v kcat >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null) || \
+	  echo "kcat not installed; kcat tests will be skipped")
+
+serve: $(STAMP)
+	$(BIN)/hightide serve $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/lint-imports
+
+test: $(STAMP) kcat
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/produce_consume.py
+
+clean:
+	rm -rf $(VENV) hightide-data

@@ -1,0 +1,92 @@
+"""The ``hightide`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+
+from . import __version__
+
+
+def _parse_hostport(value: str, default_port: int = 9092) -> tuple[str, int]:
+    value = value.strip()
+    if "://" in value:
+        value = value.split("://", 1)[1]
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.lstrip(":")
+    else:
+        host, _, port = value.rpartition(":")
+        if not host:
+            host, port = value, ""
+    try:
+        return host, int(port) if port else default_port
+    except ValueError:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}") from None
+
+
+@click.group()
+@click.version_option(__version__, prog_name="hightide")
+def main() -> None:
+    """hightide: a Kafka-compatible streaming log that knows its own lag."""
+
+
+@main.command()
+@click.option("--data-dir", default="./hightide-data", show_default=True, help="Where logs are stored.")
+@click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on.")
+@click.option("--advertised-listener", default=None, help="HOST:PORT clients are told to connect to.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="TOML file of Kafka config names, e.g. num.partitions = 3.")
+@click.option("--node-id", type=int, default=None, help="This broker's node.id.")
+@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override one config (repeatable).")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def serve(data_dir: str, listen: str, advertised_listener: str | None, config_file: str | None,
+          node_id: int | None, overrides: tuple[str, ...], log_level: str) -> None:
+    """Run a broker until SIGINT or SIGTERM."""
+    from .config import BrokerConfig, ConfigError
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    extra = {}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--set")
+        extra[name.strip()] = value.strip()
+    if node_id is not None:
+        extra["node.id"] = node_id
+    try:
+        config = BrokerConfig.load(config_file, extra)
+    except (ConfigError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    listen_addr = _parse_hostport(listen)
+    advertised = _parse_hostport(advertised_listener) if advertised_listener else None
+    _run(_serve(config, data_dir, listen_addr, advertised))
+
+
+async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> None:
+    from .server.broker import Broker
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    broker = Broker(config, data_dir=data_dir, listen=listen, advertised=advertised)
+    await broker.start()
+    try:
+        await stop.wait()
+        logging.getLogger("hightide.broker").info("shutdown requested")
+    finally:
+        await broker.stop()
+
+
+def _run(coro) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+        asyncio.run(coro)
+        return
+    uvloop.run(coro)

@@ -1,0 +1,235 @@
+"""The controller's sans-IO core: validates admin requests against the metadata image
+and returns (results, metadata records). It never mutates the image; the runtime
+appends the records to the metadata log and then applies them.
+
+Error codes follow Apache Kafka's controller (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
+INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION, ...).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from kio.schema.errors import ErrorCode
+
+from ..config import TOPIC_CONFIGS, BrokerConfig, ConfigError, effective_topic_config, validate_topic_configs
+from .image import MetadataImage, TopicImage
+from .records import TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord, ProducerIdsRecord, RemoveTopicRecord, TopicRecord
+
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+PRODUCER_ID_BLOCK = 1000
+
+
+@dataclass
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: dict[int, list[int]] = field(default_factory=dict)
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class TopicResult:
+    name: str
+    error_code: ErrorCode = ErrorCode.none
+    message: str | None = None
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)  # overrides as given
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why ``name`` is not a legal topic name, or None."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}"
+    if not _LEGAL.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than "
+                "ASCII alphanumerics, '.', '_' and '-'")
+    return None
+
+
+class Controller:
+    """Validates cluster-metadata changes. ``node_ids`` are the live brokers."""
+
+    def __init__(self, config: BrokerConfig, node_ids: Sequence[int]) -> None:
+        self.config = config
+        self.node_ids = list(node_ids)
+
+    # -- topics ---------------------------------------------------------------------
+    def create_topics(self, image: MetadataImage, topics: Iterable[NewTopic],
+                      validate_only: bool = False) -> tuple[list[TopicResult], list[MetadataRecord]]:
+        results: list[TopicResult] = []
+        records: list[MetadataRecord] = []
+        topics = list(topics)
+        seen: dict[str, int] = {}
+        for t in topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        created: set[str] = set()
+        for t in topics:
+            if seen[t.name] > 1:
+                results.append(TopicResult(t.name, ErrorCode.invalid_request,
+                                           f"Found multiple entries for topic {t.name}."))
+                continue
+            res, recs = self._create_one(image, t, created)
+            results.append(res)
+            if res.error_code == ErrorCode.none:
+                created.add(t.name)
+                if not validate_only:
+                    records.extend(recs)
+        return results, records
+
+    def _create_one(self, image: MetadataImage, t: NewTopic,
+                    created: set[str]) -> tuple[TopicResult, list[MetadataRecord]]:
+        err = topic_name_error(t.name)
+        if err:
+            return TopicResult(t.name, ErrorCode.invalid_topic_exception, err), []
+        if t.name in image.topics:
+            return TopicResult(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."), []
+        collision = _collision(t.name, list(image.topics) + list(created))
+        if collision:
+            return TopicResult(t.name, ErrorCode.invalid_topic_exception,
+                               f"Topic '{t.name}' collides with existing topic: {collision}"), []
+        if t.assignments:
+            n = len(t.assignments)
+            rf = len(next(iter(t.assignments.values())))
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                return TopicResult(t.name, ErrorCode.invalid_request,
+                                   "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                   "Both cannot be used at the same time."), []
+            bad = [b for reps in t.assignments.values() for b in reps if b not in self.node_ids]
+            if bad:
+                return TopicResult(t.name, ErrorCode.invalid_replica_assignment,
+                                   f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered."), []
+        else:
+            n = self.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+            rf = self.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
+        if n <= 0:
+            return TopicResult(t.name, ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."), []
+        if rf <= 0:
+            return TopicResult(t.name, ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0, or -1 to use the default value."), []
+        if rf > len(self.node_ids):
+            return TopicResult(t.name, ErrorCode.invalid_replication_factor,
+                               f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
+                               f"cannot be reached because only {len(self.node_ids)} broker(s) are registered."), []
+        try:
+            validate_topic_configs(t.configs)
+        except ConfigError as exc:
+            return TopicResult(t.name, ErrorCode.invalid_config, str(exc)), []
+        tid = uuid.uuid4()
+        recs: list[MetadataRecord] = [TopicRecord(t.name, str(tid))]
+        recs += self._partition_records(tid, range(n), rf)
+        recs += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
+        return TopicResult(t.name, ErrorCode.none, None, tid, n, rf, dict(t.configs)), recs
+
+    def _partition_records(self, tid: uuid.UUID, parts: Iterable[int], rf: int) -> list[MetadataRecord]:
+        out: list[MetadataRecord] = []
+        nodes = self.node_ids
+        for p in parts:
+            replicas = tuple(nodes[(p + i) % len(nodes)] for i in range(rf))
+            out.append(PartitionRecord(str(tid), p, replicas[0], 0, replicas))
+        return out
+
+    def delete_topics(self, image: MetadataImage, names: Iterable[str | None],
+                      ids: Iterable[uuid.UUID] = ()) -> tuple[list[tuple[str | None, uuid.UUID | None, ErrorCode, str | None]], list[MetadataRecord]]:
+        """Results are (name, topic_id, error, message) in request order."""
+        out = []
+        records: list[MetadataRecord] = []
+        if not self.config["delete.topic.enable"]:
+            return [(n, None, ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.") for n in names], []
+        targets: list[tuple[str | None, uuid.UUID | None, TopicImage | None]] = \
+            [(n, None, image.topics.get(n) if n else None) for n in names] + \
+            [(None, i, image.topic_by_id(i)) for i in ids]
+        done: set[uuid.UUID] = set()
+        for name, tid, t in targets:
+            if t is None:
+                code = ErrorCode.unknown_topic_id if tid is not None else ErrorCode.unknown_topic_or_partition
+                out.append((name, tid, code, "This server does not host this topic ID." if tid else
+                            "This server does not host this topic-partition."))
+                continue
+            if t.topic_id not in done:
+                records.append(RemoveTopicRecord(str(t.topic_id)))
+                done.add(t.topic_id)
+            out.append((t.name, t.topic_id, ErrorCode.none, None))
+        return out, records
+
+    def create_partitions(self, image: MetadataImage, name: str, count: int,
+                          assignments: list[list[int]] | None) -> tuple[ErrorCode, str | None, list[MetadataRecord]]:
+        t = image.topics.get(name)
+        if t is None:
+            return ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.", []
+        cur = len(t.partitions)
+        if count < cur:
+            return ErrorCode.invalid_partitions, f"The topic {name} currently has {cur} partition(s); {count} would not be an increase.", []
+        if count == cur:
+            return ErrorCode.invalid_partitions, f"Topic already has {cur} partition(s).", []
+        if assignments is not None and len(assignments) != count - cur:
+            return ErrorCode.invalid_replica_assignment, \
+                f"Attempted to add {count - cur} additional partition(s), but only {len(assignments)} assignment(s) were specified.", []
+        rf = len(next(iter(t.partitions.values())).replicas) if t.partitions else 1
+        return ErrorCode.none, None, self._partition_records(t.topic_id, range(cur, count), rf)
+
+    # -- configs --------------------------------------------------------------------
+    def alter_topic_configs(self, image: MetadataImage, name: str,
+                            ops: Sequence[tuple[str, int, str | None]]) -> tuple[ErrorCode, str | None, list[MetadataRecord]]:
+        """IncrementalAlterConfigs on a topic. ops: (name, op, value) with op 0 SET,
+        1 DELETE, 2 APPEND, 3 SUBTRACT (list configs only)."""
+        t = image.topics.get(name)
+        if t is None:
+            return ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.", []
+        current = dict(t.configs)
+        keys = [k for k, _, _ in ops]
+        if len(set(keys)) != len(keys):
+            return ErrorCode.invalid_request, "Error due to duplicate config keys", []
+        for key, op, value in ops:
+            d = TOPIC_CONFIGS.get(key)
+            if d is None:
+                return ErrorCode.invalid_config, f"Unknown topic config name: {key}", []
+            if op == 0:
+                current[key] = value if value is not None else ""
+            elif op == 1:
+                current.pop(key, None)
+            elif op in (2, 3):
+                if d.type != "list":
+                    return ErrorCode.invalid_config, f"Config value append/subtract is not allowed for config key {key}", []
+                base = list(d.parse(current.get(key, d.render(effective_topic_config(self.config, {})[key]))))
+                items = [x.strip() for x in (value or "").split(",") if x.strip()]
+                if op == 2:
+                    base += [x for x in items if x not in base]
+                else:
+                    base = [x for x in base if x not in items]
+                current[key] = ",".join(base)
+            else:
+                return ErrorCode.invalid_request, f"Unknown config operation {op}", []
+        try:
+            validate_topic_configs(current)
+        except ConfigError as exc:
+            return ErrorCode.invalid_config, str(exc), []
+        recs: list[MetadataRecord] = []
+        for key in sorted(set(current) | set(t.configs)):
+            if current.get(key) != t.configs.get(key):
+                recs.append(ConfigRecord(TOPIC_RESOURCE, name, key, current.get(key)))
+        return ErrorCode.none, None, recs
+
+    # -- producer ids ---------------------------------------------------------------
+    def allocate_producer_ids(self, image: MetadataImage) -> tuple[int, list[MetadataRecord]]:
+        """Reserve a block of producer ids; returns (first id, records)."""
+        first = image.next_producer_id
+        return first, [ProducerIdsRecord(first + PRODUCER_ID_BLOCK)]
+
+
+def _collision(name: str, existing: Iterable[str]) -> str | None:
+    norm = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == norm:
+            return other
+    return None

@@ -1,0 +1,79 @@
+"""The in-memory metadata image: what every handler reads.
+
+It changes only through :meth:`MetadataImage.apply` of metadata records, in log order,
+so replaying the metadata log at start-up rebuilds exactly the state that was served.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from .records import (BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord,
+                      ProducerIdsRecord, RemoveTopicRecord, TopicRecord)
+
+
+@dataclass
+class PartitionImage:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+
+
+@dataclass
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionImage] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name.startswith("__")
+
+
+@dataclass
+class MetadataImage:
+    topics: dict[str, TopicImage] = field(default_factory=dict)
+    topics_by_id: dict[uuid.UUID, TopicImage] = field(default_factory=dict)
+    broker_configs: dict[str, str] = field(default_factory=dict)
+    next_producer_id: int = 0
+    offset: int = -1  # metadata log offset of the last applied record
+
+    def apply(self, record: MetadataRecord, offset: int) -> None:
+        """Apply one record (the only mutator)."""
+        match record:
+            case TopicRecord(name=name, topic_id=tid):
+                t = TopicImage(name, uuid.UUID(tid))
+                self.topics[name] = t
+                self.topics_by_id[t.topic_id] = t
+            case PartitionRecord():
+                t = self.topics_by_id[uuid.UUID(record.topic_id)]
+                t.partitions[record.partition] = PartitionImage(
+                    record.partition, record.leader, record.leader_epoch, tuple(record.replicas))
+            case RemoveTopicRecord(topic_id=tid):
+                t = self.topics_by_id.pop(uuid.UUID(tid), None)
+                if t is not None:
+                    self.topics.pop(t.name, None)
+            case ConfigRecord(resource_type=rt, resource_name=rn, name=n, value=v):
+                target = self._config_target(rt, rn)
+                if target is not None:
+                    if v is None:
+                        target.pop(n, None)
+                    else:
+                        target[n] = v
+            case ProducerIdsRecord(next_producer_id=nxt):
+                self.next_producer_id = max(self.next_producer_id, nxt)
+        self.offset = offset
+
+    def _config_target(self, resource_type: int, name: str) -> dict[str, str] | None:
+        if resource_type == TOPIC_RESOURCE:
+            t = self.topics.get(name)
+            return t.configs if t else None
+        if resource_type == BROKER_RESOURCE:
+            return self.broker_configs
+        return None
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
+        return self.topics_by_id.get(topic_id)

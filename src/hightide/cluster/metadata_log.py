@@ -1,0 +1,66 @@
+"""The metadata log runtime: ``__cluster_metadata-0`` on disk, replayed into a
+:class:`MetadataImage` at start-up, appended to (and fsynced) for every change.
+
+Single node: this process is the controller (combined mode, as Kafka's KRaft). In
+cluster mode brokers will follow this same log from the controller; handlers only ever
+read the image, so nothing above this module changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Sequence
+
+from ..log.config import LogConfig
+from ..log.partition_log import PartitionLog
+from ..protocol.records import build_batch, decode_records, validate_batches
+from .image import MetadataImage
+from .records import MetadataRecord, decode, encode
+
+METADATA_TOPIC = "__cluster_metadata"
+log = logging.getLogger("hightide.metadata")
+
+
+class MetadataLog:
+    def __init__(self, data_dir: str, now_ms: int, clean_shutdown: bool) -> None:
+        path = os.path.join(data_dir, f"{METADATA_TOPIC}-0")
+        cfg = LogConfig(retention_ms=-1, retention_bytes=-1, flush_interval_messages=1)
+        self.log = PartitionLog.open(path, cfg, now_ms, clean_shutdown=clean_shutdown)
+        self.image = MetadataImage()
+        self._replay()
+
+    def _replay(self) -> None:
+        offset = self.log.log_start_offset
+        count = 0
+        while offset < self.log.log_end_offset:
+            chunk = self.log.read(offset, 1 << 20)
+            if not chunk.data:
+                break
+            for header in validate_batches(chunk.data):
+                batch = memoryview(chunk.data)[header.position:header.position + header.size]
+                for rec in decode_records(batch):
+                    if rec.offset >= offset and rec.value is not None:
+                        self.image.apply(decode(rec.value), rec.offset)
+                        count += 1
+                offset = header.last_offset + 1
+        log.info("metadata image loaded: %d records, %d topics", count, len(self.image.topics))
+
+    def commit(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
+        """Append ``records`` as one batch, fsync, apply to the image; return the last offset.
+
+        The image changes only after the batch is durable, so nothing observes metadata
+        that a crash could take back.
+        """
+        if not records:
+            return self.image.offset
+        batch = build_batch([(None, encode(r), [], now_ms) for r in records])
+        headers = validate_batches(batch)
+        result = self.log.append(batch, headers, now_ms)
+        self.log.flush()
+        for i, r in enumerate(records):
+            self.image.apply(r, result.base_offset + i)
+        return result.last_offset
+
+    def close(self) -> None:
+        self.log.close()

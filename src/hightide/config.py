@@ -1,0 +1,230 @@
+"""Configuration: Kafka's config names, types and defaults.
+
+Broker configs come from defaults, then a TOML file (``--config``; keys are Kafka
+names, e.g. ``num.partitions = 3`` or nested tables ``[log] retention.ms = ...``),
+then command-line overrides. Topic configs (``retention.ms``, ``segment.bytes``, ...)
+override their broker-level synonym (``log.retention.ms``, ``log.segment.bytes``).
+Values are kept as Kafka strings at the edges and parsed by :meth:`ConfigDef.parse`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A config name is unknown or its value is invalid; the message says which."""
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: str  # "int" | "long" | "bool" | "string" | "list" | "double"
+    default: Any
+    doc: str = ""
+    valid: Callable[[Any], bool] | None = None
+    valid_doc: str = ""
+    synonym: str | None = None  # broker-level name a topic config inherits from
+    sensitive: bool = False
+
+    def parse(self, value: Any) -> Any:
+        """Parse a string (or TOML value) into this config's type; raise ConfigError."""
+        try:
+            v = _PARSERS[self.type](value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"Invalid value {value!r} for configuration {self.name}: "
+                              f"expected {self.type}") from exc
+        if self.valid is not None and v is not None and not self.valid(v):
+            raise ConfigError(f"Invalid value {value!r} for configuration {self.name}: "
+                              f"{self.valid_doc}")
+        return v
+
+    def render(self, value: Any) -> str | None:
+        """Kafka string form of a parsed value."""
+        if value is None:
+            return None
+        if self.type == "bool":
+            return "true" if value else "false"
+        if self.type == "list":
+            return ",".join(value)
+        return str(value)
+
+
+def _parse_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise ValueError(v)
+
+
+def _parse_int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError(v)
+    return int(str(v).strip())
+
+
+def _parse_list(v: Any) -> tuple[str, ...]:
+    if isinstance(v, (list, tuple)):
+        return tuple(str(x) for x in v)
+    return tuple(x.strip() for x in str(v).split(",") if x.strip())
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "int": _parse_int, "long": _parse_int, "bool": _parse_bool,
+    "string": lambda v: None if v is None else str(v), "list": _parse_list,
+    "double": lambda v: float(v),
+}
+
+_nonneg = (lambda v: v >= 0, "must be >= 0")
+_pos = (lambda v: v >= 1, "must be >= 1")
+_ms_or_unlimited = (lambda v: v >= -1, "must be >= -1 (-1 = unlimited)")
+
+
+def _d(name: str, type_: str, default: Any, doc: str = "", valid: tuple | None = None,
+       synonym: str | None = None) -> ConfigDef:
+    v, vd = valid if valid else (None, "")
+    return ConfigDef(name, type_, default, doc, v, vd, synonym)
+
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
+    _d("node.id", "int", 1, "This broker's id.", _nonneg),
+    _d("num.partitions", "int", 1, "Default partition count for auto-created topics.", _pos),
+    _d("default.replication.factor", "int", 1, "Default replication factor.", _pos),
+    _d("auto.create.topics.enable", "bool", True, "Create topics on Metadata/Produce for unknown names."),
+    _d("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
+    _d("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", _pos),
+    _d("queued.max.requests", "int", 500, "Requests in flight per connection before reading pauses.", _pos),
+    _d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this long.", _ms_or_unlimited),
+    _d("message.max.bytes", "int", 1048588, "Largest record batch accepted.", _nonneg),
+    _d("log.segment.bytes", "int", 1073741824, "Segment size before rolling.", (lambda v: v >= 14, "must be >= 14")),
+    _d("log.roll.ms", "long", 604800000, "Segment age before rolling.", _pos),
+    _d("log.retention.ms", "long", 604800000, "Time retention (-1 = unlimited).", _ms_or_unlimited),
+    _d("log.retention.bytes", "long", -1, "Size retention per partition (-1 = unlimited).", _ms_or_unlimited),
+    _d("log.retention.check.interval.ms", "long", 300000, "How often retention runs.", _pos),
+    _d("log.index.interval.bytes", "int", 4096, "Bytes between offset index entries.", _nonneg),
+    _d("log.flush.interval.messages", "long", LONG_MAX, "fsync after this many messages (1 = before every ack).", _pos),
+    _d("log.flush.interval.ms", "long", 1000, "fsync at least this often (hightide default 1000; Kafka's is unset).", _nonneg),
+    _d("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
+       (lambda v: v in ("CreateTime", "LogAppendTime"), "must be CreateTime or LogAppendTime")),
+    _d("log.cleanup.policy", "list", ("delete",), "delete and/or compact."),
+    _d("compression.type", "string", "producer", "Topic compression (only 'producer' is honoured: batches are stored as sent).",
+       (lambda v: v in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "invalid compression type")),
+    _d("min.insync.replicas", "int", 1, "Minimum in-sync replicas for acks=all.", _pos),
+    _d("offset.metadata.max.bytes", "int", 4096, "Largest offset commit metadata.", _nonneg),
+]}
+
+# Topic config name -> broker synonym (None: no broker-level synonym).
+TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
+    _d("cleanup.policy", "list", ("delete",), synonym="log.cleanup.policy",
+       valid=(lambda v: set(v) <= {"delete", "compact"}, "must be a subset of [delete, compact]")),
+    _d("compression.type", "string", "producer", synonym="compression.type",
+       valid=(BROKER_CONFIGS["compression.type"].valid, BROKER_CONFIGS["compression.type"].valid_doc)),
+    _d("delete.retention.ms", "long", 86400000, valid=_nonneg),
+    _d("file.delete.delay.ms", "long", 60000, valid=_nonneg),
+    _d("flush.messages", "long", LONG_MAX, synonym="log.flush.interval.messages", valid=_pos),
+    _d("flush.ms", "long", 1000, synonym="log.flush.interval.ms", valid=_nonneg),
+    _d("index.interval.bytes", "int", 4096, synonym="log.index.interval.bytes", valid=_nonneg),
+    _d("max.compaction.lag.ms", "long", LONG_MAX, valid=_pos),
+    _d("max.message.bytes", "int", 1048588, synonym="message.max.bytes", valid=_nonneg),
+    _d("message.timestamp.type", "string", "CreateTime", synonym="log.message.timestamp.type",
+       valid=(BROKER_CONFIGS["log.message.timestamp.type"].valid, "must be CreateTime or LogAppendTime")),
+    _d("message.timestamp.before.max.ms", "long", LONG_MAX, valid=_nonneg),
+    _d("message.timestamp.after.max.ms", "long", LONG_MAX, valid=_nonneg),
+    _d("min.cleanable.dirty.ratio", "double", 0.5, valid=(lambda v: 0 <= v <= 1, "must be in [0, 1]")),
+    _d("min.compaction.lag.ms", "long", 0, valid=_nonneg),
+    _d("min.insync.replicas", "int", 1, synonym="min.insync.replicas", valid=_pos),
+    _d("retention.bytes", "long", -1, synonym="log.retention.bytes", valid=_ms_or_unlimited),
+    _d("retention.ms", "long", 604800000, synonym="log.retention.ms", valid=_ms_or_unlimited),
+    _d("segment.bytes", "int", 1073741824, synonym="log.segment.bytes", valid=(lambda v: v >= 14, "must be >= 14")),
+    _d("segment.index.bytes", "int", 10485760, valid=(lambda v: v >= 8, "must be >= 8")),
+    _d("segment.ms", "long", 604800000, synonym="log.roll.ms", valid=_pos),
+    _d("unclean.leader.election.enable", "bool", False),
+]}
+
+# Legacy broker names folded into the canonical *.ms name (Kafka's precedence: ms > minutes > hours).
+_TIME_ALIASES = {
+    "log.retention.minutes": ("log.retention.ms", 60_000),
+    "log.retention.hours": ("log.retention.ms", 3_600_000),
+    "log.roll.hours": ("log.roll.ms", 3_600_000),
+}
+
+
+@dataclass
+class BrokerConfig:
+    """Parsed broker configuration. ``values`` maps Kafka names to parsed values."""
+
+    values: dict[str, Any] = field(default_factory=lambda: {k: d.default for k, d in BROKER_CONFIGS.items()})
+    explicit: set[str] = field(default_factory=set)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def set(self, name: str, value: Any) -> None:
+        """Set a broker config by Kafka name; raise ConfigError for unknown/invalid."""
+        if name in _TIME_ALIASES:
+            target, factor = _TIME_ALIASES[name]
+            if target in self.explicit:
+                return  # the *.ms form wins
+            value, name = _parse_int(value) * factor, target
+        elif name not in BROKER_CONFIGS:
+            raise ConfigError(f"Unknown broker configuration {name!r}")
+        self.values[name] = BROKER_CONFIGS[name].parse(value)
+        self.explicit.add(name)
+
+    @classmethod
+    def load(cls, toml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> "BrokerConfig":
+        cfg = cls()
+        items: list[tuple[str, Any]] = []
+        if toml_path:
+            with open(toml_path, "rb") as f:
+                items.extend(_flatten(tomllib.load(f)))
+        items.extend((overrides or {}).items())
+        # *.ms names first so aliases see them as explicit.
+        for name, value in sorted(items, key=lambda kv: kv[0] in _TIME_ALIASES):
+            cfg.set(name, value)
+        return cfg
+
+    def topic_default(self, topic_name: str) -> Any:
+        """Default of a topic config: its broker synonym's value, else its own default."""
+        d = TOPIC_CONFIGS[topic_name]
+        if d.synonym and d.synonym in self.values:
+            return self.values[d.synonym]
+        return d.default
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.extend(_flatten(v, name + "."))
+        else:
+            out.append((name, v))
+    return out
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse topic config overrides; raise ConfigError naming the bad one."""
+    parsed = {}
+    for name, value in configs.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        if value is None:
+            raise ConfigError(f"Null value not supported for topic configs: {name}")
+        parsed[name] = d.parse(value)
+    return parsed
+
+
+def effective_topic_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
+    """All topic configs: overrides parsed, the rest from broker synonyms or defaults."""
+    out = {name: broker.topic_default(name) for name in TOPIC_CONFIGS}
+    out.update(validate_topic_configs(overrides))
+    return out

@@ -1,0 +1,116 @@
+"""Per-partition log configuration, named after Kafka's topic-level configs."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["LogConfig"]
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Settings of one partition log. Defaults are Kafka's broker defaults."""
+
+    #: log.segment.bytes / topic ``segment.bytes``: roll when the active segment would exceed it.
+    segment_bytes: int = 1024 * 1024 * 1024
+    #: log.roll.ms / ``segment.ms``: roll when the active segment's first append is older.
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    #: log.retention.ms / ``retention.ms``; -1 = unlimited.
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    #: log.retention.bytes / ``retention.bytes``; -1 = unlimited.
+    retention_bytes: int = -1
+    #: log.index.interval.bytes / ``index.interval.bytes``.
+    index_interval_bytes: int = 4096
+    #: message.max.bytes / ``max.message.bytes``: the largest batch accepted.
+    max_message_bytes: int = 1048588
+    #: log.flush.interval.messages / ``flush.messages``; None = never by count (Kafka: Long.MAX).
+    flush_interval_messages: int | None = None
+    #: log.flush.interval.ms / ``flush.ms``; hightide flushes every second by default.
+    flush_interval_ms: int | None = 1000
+    #: log.message.timestamp.type / ``message.timestamp.type``.
+    message_timestamp_type: str = "CreateTime"
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes < 14:
+            raise ValueError(f"segment.bytes must be at least 14, got {self.segment_bytes}")
+        if self.segment_ms < 1:
+            raise ValueError(f"segment.ms must be at least 1, got {self.segment_ms}")
+        if self.retention_ms < -1:
+            raise ValueError(f"retention.ms must be -1 (unlimited) or >= 0, got {self.retention_ms}")
+        if self.retention_bytes < -1:
+            raise ValueError(f"retention.bytes must be -1 (unlimited) or >= 0, got {self.retention_bytes}")
+        if self.index_interval_bytes < 0:
+            raise ValueError(f"index.interval.bytes must be >= 0, got {self.index_interval_bytes}")
+        if self.max_message_bytes < 0:
+            raise ValueError(f"max.message.bytes must be >= 0, got {self.max_message_bytes}")
+        if self.flush_interval_messages is not None and self.flush_interval_messages < 1:
+            raise ValueError(f"flush.messages must be >= 1, got {self.flush_interval_messages}")
+        if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
+            raise ValueError(f"flush.ms must be >= 0, got {self.flush_interval_ms}")
+        if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
+            raise ValueError(
+                f"message.timestamp.type must be CreateTime or LogAppendTime, got {self.message_timestamp_type!r}"
+            )
+
+    @property
+    def log_append_time(self) -> bool:
+        """True when the broker stamps batches with its own clock (LogAppendTime)."""
+        return self.message_timestamp_type == "LogAppendTime"
+
+    def replace(self, **changes: object) -> LogConfig:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_kafka(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
+        """Build a config from Kafka topic-level names, starting from ``base`` (defaults).
+
+        Unknown keys are ignored (topic configs also hold cleanup.policy etc.). Raises
+        ValueError naming the config when a value is not a number or is out of range.
+        ``flush.messages`` / ``flush.ms`` at Long.MAX_VALUE mean "never".
+        """
+        base = base or cls()
+        out: dict[str, object] = {}
+
+        def num(name: str, lo: int, hi: int) -> int:
+            raw = props[name]
+            try:
+                v = int(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"Invalid value {raw!r} for configuration {name}: not a number") from None
+            if not lo <= v <= hi:
+                raise ValueError(f"Invalid value {v} for configuration {name}: must be in [{lo}, {hi}]")
+            return v
+
+        if "segment.bytes" in props:
+            out["segment_bytes"] = num("segment.bytes", 14, _INT32_MAX)
+        if "segment.ms" in props:
+            out["segment_ms"] = num("segment.ms", 1, _INT64_MAX)
+        if "retention.ms" in props:
+            out["retention_ms"] = num("retention.ms", -1, _INT64_MAX)
+        if "retention.bytes" in props:
+            out["retention_bytes"] = num("retention.bytes", -1, _INT64_MAX)
+        if "index.interval.bytes" in props:
+            out["index_interval_bytes"] = num("index.interval.bytes", 0, _INT32_MAX)
+        if "max.message.bytes" in props:
+            out["max_message_bytes"] = num("max.message.bytes", 0, _INT32_MAX)
+        if "flush.messages" in props:
+            v = num("flush.messages", 1, _INT64_MAX)
+            out["flush_interval_messages"] = None if v == _INT64_MAX else v
+        if "flush.ms" in props:
+            v = num("flush.ms", 0, _INT64_MAX)
+            out["flush_interval_ms"] = None if v == _INT64_MAX else v
+        if "message.timestamp.type" in props:
+            v = str(props["message.timestamp.type"]).strip()
+            if v not in ("CreateTime", "LogAppendTime"):
+                raise ValueError(
+                    f"Invalid value {v!r} for configuration message.timestamp.type: "
+                    "must be CreateTime or LogAppendTime"
+                )
+            out["message_timestamp_type"] = v
+        return dataclasses.replace(base, **out)  # type: ignore[arg-type]

@@ -1,0 +1,83 @@
+"""All partition logs of one data directory (Kafka's LogManager).
+
+Directory names are ``<topic>-<partition>``; a ``.hightide_cleanshutdown`` marker is
+written after every log has been flushed and closed, and removed at start-up, so the
+next start knows whether full recovery is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any, Callable, Iterator
+
+from .config import LogConfig
+from .partition_log import PartitionLog
+
+CLEAN_SHUTDOWN = ".hightide_cleanshutdown"
+log = logging.getLogger("hightide.log")
+
+TopicPartition = tuple[str, int]
+
+
+def parse_dir_name(name: str) -> TopicPartition | None:
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+class LogManager:
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = data_dir
+        os.makedirs(data_dir, exist_ok=True)
+        marker = os.path.join(data_dir, CLEAN_SHUTDOWN)
+        self.clean_shutdown = os.path.exists(marker)
+        if self.clean_shutdown:
+            os.unlink(marker)
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+
+    def existing_dirs(self) -> list[TopicPartition]:
+        out = []
+        for name in os.listdir(self.data_dir):
+            tp = parse_dir_name(name)
+            if tp is not None and os.path.isdir(os.path.join(self.data_dir, name)):
+                out.append(tp)
+        return out
+
+    def get(self, tp: TopicPartition) -> PartitionLog | None:
+        return self.logs.get(tp)
+
+    def open(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open (recovering) or create the log for ``tp``."""
+        plog = self.logs.get(tp)
+        if plog is None:
+            path = os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}")
+            plog = PartitionLog.open(path, config, now_ms, clean_shutdown=self.clean_shutdown)
+            self.logs[tp] = plog
+        return plog
+
+    def delete(self, tp: TopicPartition) -> None:
+        plog = self.logs.pop(tp, None)
+        if plog is not None:
+            plog.delete()
+        else:
+            shutil.rmtree(os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}"), ignore_errors=True)
+
+    def __iter__(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
+        return iter(list(self.logs.items()))
+
+    def close(self) -> None:
+        """Flush and close every log, then write the clean-shutdown marker."""
+        failed = False
+        for tp, plog in list(self.logs.items()):
+            try:
+                plog.close()
+            except OSError:
+                failed = True
+                log.exception("closing log %s-%d failed", *tp)
+        self.logs.clear()
+        if not failed:
+            with open(os.path.join(self.data_dir, CLEAN_SHUTDOWN), "w"):
+                pass

@@ -1,0 +1,659 @@
+"""The log of one partition: a directory of segments (Kafka's on-disk layout).
+
+Synchronous, single-threaded, plain file IO. Append and read never look inside batches
+beyond their 61-byte headers; only the timestamp lookups decode one batch.
+
+Files in ``<data-dir>/<topic>-<partition>/``:
+
+* ``<20-digit base offset>.log`` / ``.index`` / ``.timeindex`` per segment;
+* ``log-start-offset``: text, the log start offset (written when it changes);
+* ``recovery-point``: text, the offset up to which everything was fsynced;
+* ``producer-state.snapshot``: JSON producer state at the LEO, written by ``close()``
+  and consumed (deleted) by ``open()``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import struct
+from bisect import bisect_right
+from typing import NamedTuple
+
+from hightide.protocol.records import (
+    RECORD_LIST_TOO_LARGE,
+    BatchHeader,
+    InvalidRecords,
+    decode_records,
+)
+
+from .config import LogConfig
+from .index import IndexCorrupt
+from .producer_state import Duplicate, ProducerStateError, ProducerStateManager, Rejected
+from .segment import LogSegment, SegmentCorrupt
+
+__all__ = [
+    "PartitionLog",
+    "AppendResult",
+    "ReadResult",
+    "FileSlice",
+    "OffsetOutOfRange",
+    "partition_dir",
+    "LOG_START_OFFSET_FILE",
+    "RECOVERY_POINT_FILE",
+    "PRODUCER_SNAPSHOT_FILE",
+]
+
+log = logging.getLogger("hightide.log")
+
+LOG_START_OFFSET_FILE = "log-start-offset"
+RECOVERY_POINT_FILE = "recovery-point"
+PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
+OFFSET_OUT_OF_RANGE = 1
+_INT32_MAX = 2**31 - 1
+_LEN = struct.Struct(">i")
+
+
+class OffsetOutOfRange(Exception):
+    """Requested offset outside [log start offset, log end offset] (Kafka error 1)."""
+
+    error_code = OFFSET_OUT_OF_RANGE
+
+
+class AppendResult(NamedTuple):
+    """Outcome of :meth:`PartitionLog.append`. ``duplicate`` is True when an idempotent
+    producer re-sent a batch: the offsets are the original ones and nothing was written
+    (``log_append_time_ms`` is then the original batch timestamp, as Kafka answers)."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class ReadResult(NamedTuple):
+    """Whole batches read from the log; ``first_offset`` is the base offset of the first
+    batch (-1 when ``data`` is empty)."""
+
+    data: bytes
+    first_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+class FileSlice(NamedTuple):
+    """A byte range of a segment file holding whole batches (for ``os.sendfile``).
+    ``fd`` stays valid until the segment is deleted by retention/truncation/close."""
+
+    fd: int
+    position: int
+    size: int
+    first_offset: int
+
+
+def partition_dir(data_dir: str, topic: str, partition: int) -> str:
+    """Kafka's partition directory name ``<data-dir>/<topic>-<partition>``."""
+    return os.path.join(data_dir, f"{topic}-{partition}")
+
+
+def _write_small_file(path: str, text: str, *, sync: bool = True) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _read_int_file(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class PartitionLog:
+    """One partition's log. Invariant: log_start_offset <= high_watermark <= log_end_offset.
+
+    Create with :meth:`open`. Not thread-safe; never blocks on anything but file IO.
+    """
+
+    def __init__(self, path: str, config: LogConfig, segments: list[LogSegment], now_ms: int) -> None:
+        self.path = path
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start = segments[0].base_offset
+        self._leo = segments[-1].next_offset
+        self._hw = self._leo
+        self._recovery_point = 0
+        self.producer_state = ProducerStateManager()
+        self.unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self._dir_dirty = False
+        self._closed = False
+
+    # ================================================================== opening
+
+    @classmethod
+    def open(cls, path: str, config: LogConfig, now_ms: int, *, clean_shutdown: bool) -> PartitionLog:
+        """Open (creating if needed) the partition directory ``path`` and recover it.
+
+        The last segment is always scanned with CRC checks; after an unclean shutdown so
+        is every segment past the recovery point. Invalid tails are truncated (WARNING
+        on ``hightide.log``); an invalid batch inside an older segment also deletes all
+        later segments. Missing or inconsistent index files are rebuilt. Producer state
+        comes from the snapshot written by ``close()`` plus the batches after it, or
+        from replaying all batch headers.
+        """
+        os.makedirs(path, exist_ok=True)
+        start_ckpt = _read_int_file(os.path.join(path, LOG_START_OFFSET_FILE))
+        recovery_point = _read_int_file(os.path.join(path, RECOVERY_POINT_FILE)) or 0
+        bases: list[int] = []
+        for name in os.listdir(path):
+            stem, _, ext = name.partition(".")
+            if name.endswith((".deleted", ".cleaned", ".swap", ".tmp")):
+                os.unlink(os.path.join(path, name))
+            elif ext == "log" and len(stem) == 20 and stem.isdigit():
+                bases.append(int(stem))
+        bases.sort()
+        for name in os.listdir(path):  # orphan index files
+            stem, _, ext = name.partition(".")
+            if ext in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
+                os.unlink(os.path.join(path, name))
+        interval = config.index_interval_bytes
+        if not bases:
+            bases = [start_ckpt or 0]
+        segments: list[LogSegment] = []
+        recovered_any = False
+        for i, base in enumerate(bases):
+            seg = LogSegment(path, base, interval)
+            segments.append(seg)
+            is_last = i == len(bases) - 1
+            next_base = bases[i + 1] if not is_last else None
+            must_recover = is_last or (not clean_shutdown and (next_base is None or next_base > recovery_point))
+            if not must_recover:
+                try:
+                    seg.load()
+                    continue
+                except (IndexCorrupt, SegmentCorrupt) as e:
+                    log.info("rebuilding indexes of %s: %s", seg.log_path, e)
+            truncated, reason = seg.recover()
+            recovered_any = True
+            if truncated:
+                log.warning(
+                    "truncated %d invalid bytes (%s) at offset %d of %s",
+                    truncated,
+                    reason,
+                    seg.next_offset,
+                    seg.log_path,
+                )
+                if not is_last:
+                    for later in bases[i + 1 :]:
+                        dropped = LogSegment(path, later, interval)
+                        log.warning("deleting segment %s after the corrupt one", dropped.log_path)
+                        dropped.delete()
+                    break
+        self = cls(path, config, segments, now_ms)
+        self._recovery_point = min(recovery_point, self._leo)
+        start = max(start_ckpt or 0, segments[0].base_offset)
+        if start > self._leo:
+            log.warning("%s: log start offset %d is past the log end %d; emptying the log", path, start, self._leo)
+            for seg in segments:
+                seg.delete()
+            self._segments = [LogSegment(path, start, interval)]
+            self._bases = [start]
+            self._leo = self._hw = self._recovery_point = start
+        self._log_start = start
+        self._delete_segments_below_start()
+        if self._segments[-1].size:
+            self._segments[-1].first_append_ms = now_ms
+        if start_ckpt != start:
+            self._persist_log_start()
+        self._load_producer_state(clean_shutdown)
+        if recovered_any and not clean_shutdown:
+            self.flush(now_ms)
+        return self
+
+    def _load_producer_state(self, clean_shutdown: bool) -> None:
+        snap_path = os.path.join(self.path, PRODUCER_SNAPSHOT_FILE)
+        from_offset = self._segments[0].base_offset
+        try:
+            with open(snap_path, encoding="utf-8") as f:
+                data = json.load(f)
+            snap_offset = int(data["offset"])
+            if clean_shutdown and snap_offset <= self._leo:
+                self.producer_state = ProducerStateManager.from_json(data["state"])
+                from_offset = snap_offset
+        except FileNotFoundError:
+            pass
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("ignoring unreadable producer state snapshot %s: %s", snap_path, e)
+        try:
+            os.unlink(snap_path)  # valid only until the log changes
+        except FileNotFoundError:
+            pass
+        self._replay_producer_state(from_offset)
+
+    def _replay_producer_state(self, from_offset: int) -> None:
+        ps = self.producer_state
+        for seg in self._segments:
+            if seg.next_offset <= from_offset:
+                continue
+            start = seg.offset_index.lookup(from_offset) if from_offset > seg.base_offset else 0
+            for h in seg.iter_headers(start):
+                if h.producer_id >= 0 and h.base_offset >= from_offset:
+                    ps.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
+
+    # ================================================================== properties
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to be assigned (LEO)."""
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        """Set by replication later; clamped to [log start offset, LEO]."""
+        self._hw = max(self._log_start, min(value, self._leo))
+
+    @property
+    def last_stable_offset(self) -> int:
+        """LSO; equals the high watermark until transactions are implemented."""
+        return self._hw
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    # ================================================================== append
+
+    def append(
+        self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int, leader_epoch: int = 0
+    ) -> AppendResult:
+        """Append already validated batches (``headers`` from ``validate_batches(buf)``).
+
+        Checks idempotent producers first (raises ProducerStateError; a duplicate returns
+        the original offsets with ``duplicate=True`` and writes nothing). Raises
+        InvalidRecords(RECORD_LIST_TOO_LARGE) if the batches exceed segment.bytes. Rolls
+        the active segment when full or older than segment.ms, assigns consecutive
+        offsets and the leader epoch, stamps LogAppendTime if the topic uses it, and
+        writes everything with one ``pwritev`` (page cache only). Advances the HW to the
+        new LEO (single node).
+        """
+        if not headers:
+            raise ValueError("append needs at least one batch")
+        total = 0
+        count = 0
+        for h in headers:
+            total += h.length + 12
+            count += h.records_count
+        cfg = self.config
+        if total > cfg.segment_bytes:
+            raise InvalidRecords(
+                RECORD_LIST_TOO_LARGE, f"{total} bytes of batches exceed segment.bytes {cfg.segment_bytes}"
+            )
+        log_append_ms = now_ms if cfg.log_append_time else None
+        first = self._leo
+        offset = first
+        txn = None
+        for h in headers:
+            last = offset + h.last_offset_delta
+            if h.producer_id >= 0:
+                if txn is None:
+                    txn = self.producer_state.begin()
+                r = txn.check(h)
+                if type(r) is Duplicate:
+                    return AppendResult(r.first_offset, r.last_offset, r.timestamp, self._log_start, True)
+                if type(r) is Rejected:
+                    raise ProducerStateError(r.error_code, r.message)
+                txn.update(h, offset, last, h.max_timestamp if log_append_ms is None else log_append_ms)
+            offset = last + 1
+        seg = self._segments[-1]
+        if seg.size > 0 and (
+            seg.size + total > cfg.segment_bytes
+            or (seg.first_append_ms is not None and now_ms - seg.first_append_ms > cfg.segment_ms)
+            or offset - 1 - seg.base_offset > _INT32_MAX
+        ):
+            seg = self.roll(now_ms)
+        mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+        seg.append(mv, headers, first, leader_epoch, log_append_ms)
+        if seg.first_append_ms is None:
+            seg.first_append_ms = now_ms
+        if txn is not None:
+            txn.commit()
+        self._leo = offset
+        self._hw = offset
+        self.unflushed_messages += count
+        return AppendResult(first, offset - 1, -1 if log_append_ms is None else log_append_ms, self._log_start)
+
+    # ================================================================== reads
+
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect_right(self._bases, offset) - 1, 0)
+
+    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSlice | None:
+        """Locate whole batches from the one containing ``offset``, up to ``max_bytes``
+        (at least one batch), stopping before any batch at/after ``max_offset``
+        (default: LEO). None when there is nothing to return (offset == LEO or
+        offset >= max_offset). Raises OffsetOutOfRange outside [log start, LEO].
+        Reads stay within one segment, like Kafka's.
+        """
+        if offset < self._log_start or offset > self._leo:
+            raise OffsetOutOfRange(
+                f"offset {offset} is out of range [{self._log_start}, {self._leo}] for {self.path}"
+            )
+        limit = self._leo if max_offset is None else min(max_offset, self._leo)
+        if offset >= limit:
+            return None
+        i = self._segment_index(offset)
+        while i < len(self._segments):
+            seg = self._segments[i]
+            h = seg.find_batch(offset) if seg.next_offset > offset else None
+            if h is None:
+                i += 1
+                continue
+            if h.base_offset >= limit:
+                return None
+            start = h.position
+            first_size = h.length + 12
+            max_pos = seg.size
+            if limit < seg.next_offset:
+                hb = seg.find_batch(limit)
+                if hb is not None:
+                    max_pos = hb.position
+            end = min(start + max(max_bytes, first_size), max_pos)
+            if end < max_pos:
+                end = self._batch_boundary(seg, start, end)
+            return FileSlice(seg.fd, start, end - start, h.base_offset)
+        return None
+
+    @staticmethod
+    def _batch_boundary(seg: LogSegment, start: int, end: int) -> int:
+        """Largest batch end <= ``end``, starting from a batch boundary >= ``start``."""
+        pos = max(seg.offset_index.floor_position(end), start)
+        fd = seg.fd
+        while True:
+            (length,) = _LEN.unpack(os.pread(fd, 4, pos + 8))
+            nxt = pos + length + 12
+            if nxt > end:
+                return pos
+            pos = nxt
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
+        """Like :meth:`read_slice` but returns the bytes (one ``os.pread``)."""
+        sl = self.read_slice(offset, max_bytes, max_offset=max_offset)
+        if sl is None:
+            return ReadResult(b"", -1, self._hw, self._log_start)
+        return ReadResult(os.pread(sl.fd, sl.size, sl.position), sl.first_offset, self._hw, self._log_start)
+
+    # ================================================================== timestamps
+
+    def offset_for_timestamp(self, ts: int, *, max_offset: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at/after the log start offset whose
+        timestamp is >= ``ts``; None if there is none (or it lies at/after ``max_offset``).
+
+        Segment = first whose max timestamp is >= ts; the time index gives where to start
+        walking batch headers; the first batch with MaxTimestamp >= ts is decoded.
+        """
+        start_off = self._log_start
+        for seg in self._segments:
+            if seg.max_timestamp < ts or seg.next_offset <= start_off:
+                continue
+            before = seg.time_index.lookup_before(ts)
+            pos = seg.offset_index.lookup(max(before if before is not None else -1, start_off))
+            for h in seg.iter_headers(pos):
+                if h.max_timestamp < ts or h.base_offset + h.last_offset_delta < start_off:
+                    continue
+                for r in decode_records(seg.read_at(h.position, h.length + 12)):
+                    if r.timestamp >= ts and r.offset >= start_off:
+                        if max_offset is not None and r.offset >= max_offset:
+                            return None
+                        return r.offset, r.timestamp
+        return None
+
+    def max_timestamp_offset(self, *, max_offset: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp: the segment with
+        the greatest max timestamp (first wins ties), its first batch whose MaxTimestamp
+        equals it, the first record in that batch with that timestamp. None if the log
+        has no timestamped records (or the record is at/after ``max_offset``). Like
+        Kafka, records below the log start offset are not excluded.
+        """
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp > (best.max_timestamp if best is not None else -1):
+                best = seg
+        if best is None:
+            return None
+        ts = best.max_timestamp
+        h = best.find_batch(best.max_timestamp_offset)
+        if h is None or h.max_timestamp != ts:
+            h = next((b for b in best.iter_headers(0) if b.max_timestamp == ts), None)
+            if h is None:
+                return None
+        result = (h.base_offset + h.last_offset_delta, ts)
+        for r in decode_records(best.read_at(h.position, h.length + 12)):
+            if r.timestamp == ts:
+                result = (r.offset, ts)
+                break
+        if max_offset is not None and result[0] >= max_offset:
+            return None
+        return result
+
+    # ================================================================== segments
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the LEO (no-op if the active one is empty)."""
+        active = self._segments[-1]
+        if active.size == 0:
+            return active
+        active.on_roll()
+        seg = LogSegment(self.path, self._leo, self.config.index_interval_bytes)
+        seg.truncate_to_position(0)  # a leftover file at this offset would be stale
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        return seg
+
+    def maybe_roll_by_time(self, now_ms: int) -> bool:
+        """Roll if the non-empty active segment's first append is older than segment.ms."""
+        seg = self._segments[-1]
+        if seg.size > 0 and seg.first_append_ms is not None and now_ms - seg.first_append_ms > self.config.segment_ms:
+            self.roll(now_ms)
+            return True
+        return False
+
+    def _persist_log_start(self) -> None:
+        _write_small_file(os.path.join(self.path, LOG_START_OFFSET_FILE), f"{self._log_start}\n")
+
+    def _delete_segments(self, n: int) -> int:
+        """Delete the ``n`` oldest segments (never all); returns bytes freed."""
+        freed = 0
+        for seg in self._segments[:n]:
+            freed += seg.size
+            seg.delete()
+        del self._segments[:n]
+        del self._bases[:n]
+        self._dir_dirty = True
+        return freed
+
+    def _delete_segments_below_start(self) -> int:
+        n = 0
+        while n + 1 < len(self._segments) and self._segments[n + 1].base_offset <= self._log_start:
+            n += 1
+        return self._delete_segments(n) if n else 0
+
+    def _advance_log_start(self, new_start: int) -> None:
+        if new_start > self._log_start:
+            self._log_start = new_start
+            self._persist_log_start()
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` (-1 = high watermark) the new log start offset if
+        it is larger, delete segments wholly below it (never the active one) and persist
+        it. Raises OffsetOutOfRange for offset > HW or a negative offset other than -1.
+        Returns the resulting log start offset (the partition's low watermark).
+        """
+        if offset == -1:
+            offset = self._hw
+        if offset < 0 or offset > self._hw:
+            raise OffsetOutOfRange(f"cannot delete records before {offset}: high watermark is {self._hw}")
+        self._advance_log_start(offset)
+        self._delete_segments_below_start()
+        return self._log_start
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old segments by retention.ms then retention.bytes, like Kafka's
+        retention thread: oldest first, stopping at the first segment that is kept, only
+        segments wholly below the HW, never an empty active segment; if every segment is
+        deletable a new active segment is rolled first. The log start offset advances to
+        the first remaining segment. Returns the bytes deleted.
+        """
+        cfg = self.config
+        freed = 0
+        if cfg.retention_ms >= 0:
+            freed += self._delete_while(lambda s: now_ms - s.largest_timestamp() > cfg.retention_ms, now_ms)
+        if cfg.retention_bytes >= 0:
+            diff = self.size_bytes - cfg.retention_bytes
+            if diff > 0:
+
+                def by_size(s: LogSegment) -> bool:
+                    nonlocal diff
+                    if diff - s.size >= 0:
+                        diff -= s.size
+                        return True
+                    return False
+
+                freed += self._delete_while(by_size, now_ms)
+        return freed
+
+    def _delete_while(self, predicate: object, now_ms: int) -> int:
+        segs = self._segments
+        n = 0
+        for i, seg in enumerate(segs):
+            is_last = i == len(segs) - 1
+            if is_last and seg.size == 0:
+                break
+            upper = self._leo if is_last else segs[i + 1].base_offset
+            if self._hw >= upper and predicate(seg):  # type: ignore[operator]
+                n += 1
+            else:
+                break
+        if n == 0:
+            return 0
+        if n == len(segs):
+            self.roll(now_ms)
+        freed = self._delete_segments(n)
+        self._advance_log_start(self._segments[0].base_offset)
+        return freed
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at offsets >= ``offset`` (whole batches: a batch containing
+        ``offset`` goes entirely). Truncating at or below the first segment empties the
+        log and restarts it at ``offset``. Producer state is rebuilt."""
+        if offset >= self._leo:
+            return
+        interval = self.config.index_interval_bytes
+        if offset <= self._segments[0].base_offset:
+            for seg in self._segments:
+                seg.delete()
+            self._segments = [LogSegment(self.path, offset, interval)]
+            self._segments[0].recover()
+            self._bases = [offset]
+            self._log_start = offset
+            self._persist_log_start()
+        else:
+            while self._segments[-1].base_offset >= offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+            seg = self._segments[-1]
+            h = seg.find_batch(offset)
+            if h is not None:
+                seg.truncate_to_position(h.position)
+        self._dir_dirty = True
+        self._leo = self._segments[-1].next_offset
+        self._log_start = min(self._log_start, self._leo)
+        self._hw = min(self._hw, self._leo)
+        self._recovery_point = min(self._recovery_point, self._leo)
+        self.producer_state = ProducerStateManager()
+        self._replay_producer_state(self._segments[0].base_offset)
+
+    # ================================================================== durability
+
+    def needs_flush(self, now_ms: int) -> bool:
+        """True when flush.messages or flush.ms says unflushed data must be fsynced."""
+        if self.unflushed_messages <= 0 and self._recovery_point >= self._leo:
+            return False
+        n = self.config.flush_interval_messages
+        if n is not None and self.unflushed_messages >= n:
+            return True
+        ms = self.config.flush_interval_ms
+        return ms is not None and now_ms - self._last_flush_ms >= ms
+
+    def flush(self, now_ms: int | None = None) -> int:
+        """fsync dirty segments and indexes, then persist the recovery point (= LEO).
+        Returns the flushed offset."""
+        for seg in self._segments:
+            seg.flush()  # no-op unless something was written since the last flush
+        if self._dir_dirty:
+            dfd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            self._dir_dirty = False
+        if self._recovery_point != self._leo or not os.path.exists(os.path.join(self.path, RECOVERY_POINT_FILE)):
+            self._recovery_point = self._leo
+            _write_small_file(os.path.join(self.path, RECOVERY_POINT_FILE), f"{self._leo}\n")
+        self.unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+        return self._recovery_point
+
+    def close(self) -> None:
+        """Flush, write the producer state snapshot and close all files."""
+        if self._closed:
+            return
+        self.flush()
+        if self.producer_state.producers:
+            snap = {"offset": self._leo, "state": self.producer_state.to_json()}
+            _write_small_file(os.path.join(self.path, PRODUCER_SNAPSHOT_FILE), json.dumps(snap))
+        for seg in self._segments:
+            seg.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory (DeleteTopics)."""
+        for seg in self._segments:
+            seg.close()
+        self._closed = True
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.path!r}, start={self._log_start}, hw={self._hw}, "
+            f"leo={self._leo}, segments={len(self._segments)})"
+        )

@@ -1,0 +1,325 @@
+"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+
+The segment owns its file descriptors and the in-memory indexes. It never parses
+records: appends write opaque batch bytes (with the 16-byte prefix patched), reads use
+``os.pread``, recovery walks batch headers and checks CRCs.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator, Sequence
+
+from crc32c import crc32c
+
+from hightide.protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    scan_batches,
+)
+
+from .index import IndexCorrupt, OffsetIndex, TimeIndex
+
+__all__ = ["LogSegment", "segment_name", "SegmentCorrupt"]
+
+_unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
+_PREFIX = struct.Struct(">qii")
+_TAIL = struct.Struct(">hiqqqhii")
+_HEAD21 = struct.Struct(">qiibI")
+_LOG_APPEND_TIME_BIT = 0x08
+_IOV_MAX = 1024
+READ_CHUNK = 4 * 1024 * 1024
+
+
+class SegmentCorrupt(Exception):
+    """The segment's structure is broken; run :meth:`LogSegment.recover`."""
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's 20-digit zero-padded file stem for a segment base offset."""
+    return f"{base_offset:020d}"
+
+
+class LogSegment:
+    """A segment of a partition log.
+
+    Attributes maintained for the log: ``size`` (bytes in ``.log``), ``next_offset``
+    (offset after the last batch, ``base_offset`` when empty), ``max_timestamp`` /
+    ``max_timestamp_offset`` (largest batch MaxTimestamp, strict ``>`` so the first batch
+    reaching it wins, and that batch's last offset; -1/-1 when none), ``first_append_ms``
+    (wall-clock time of the first append, for ``segment.ms``).
+    """
+
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        stem = os.path.join(directory, segment_name(base_offset))
+        self.log_path = stem + ".log"
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.offset_index = OffsetIndex(stem + ".index", base_offset)
+        self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.max_timestamp_offset = -1
+        self.first_append_ms: int | None = None
+        self.bytes_since_last_index_entry = 0
+        self.dirty = False
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Load a segment that is trusted to be intact (flushed before a clean shutdown).
+
+        Reads the index files and walks the batch headers after the last offset-index
+        entry to find ``next_offset`` and the max timestamp. Raises IndexCorrupt when the
+        index files are inconsistent, SegmentCorrupt when the tail walk does not end
+        exactly at the end of the file; the caller then rebuilds via :meth:`recover`.
+        """
+        self.size = os.fstat(self.fd).st_size
+        self.offset_index.load(self.size)
+        self.time_index.load()
+        last = self.time_index.last_entry()
+        max_ts, max_off = last if last is not None else (-1, -1)
+        start = self.offset_index.last_position()
+        next_offset = self.offset_index.offsets[-1] + 1 if len(self.offset_index) else self.base_offset
+        pos = start
+        for h in self.iter_headers(start):
+            if h.magic != 2 or h.base_offset < self.base_offset or h.last_offset_delta < 0:
+                raise SegmentCorrupt(f"{self.log_path}: bad batch header at {h.position}")
+            if h.max_timestamp > max_ts:
+                max_ts, max_off = h.max_timestamp, h.base_offset + h.last_offset_delta
+            next_offset = h.base_offset + h.last_offset_delta + 1
+            pos = h.position + h.length + LOG_OVERHEAD
+        if pos != self.size:
+            raise SegmentCorrupt(f"{self.log_path}: batches end at {pos}, file has {self.size} bytes")
+        if last is not None and last[1] >= next_offset:
+            raise IndexCorrupt(f"{self.time_index.path}: entry beyond the end of the segment")
+        self.next_offset = next_offset
+        self.max_timestamp, self.max_timestamp_offset = max_ts, max_off
+        self.bytes_since_last_index_entry = self.size - start if len(self.offset_index) else self.size
+
+    def recover(self) -> tuple[int, str | None]:
+        """Scan every batch checking CRCs, truncate an invalid tail, rebuild both indexes.
+
+        Returns (bytes truncated, reason or None). Index entries are placed exactly as
+        :meth:`append` would have placed them.
+        """
+        file_size = os.fstat(self.fd).st_size
+        interval = self.index_interval_bytes
+        off_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        max_ts, max_off = -1, -1
+        since = 0
+        next_offset = self.base_offset
+        pos = 0
+        reason: str | None = None
+        while pos < file_size:
+            chunk = os.pread(self.fd, min(READ_CHUNK, file_size - pos), pos)
+            if len(chunk) >= LOG_OVERHEAD:
+                # make sure the first batch fits in the chunk
+                length = struct.unpack_from(">i", chunk, 8)[0]
+                need = length + LOG_OVERHEAD
+                if length >= MIN_BATCH_LENGTH and len(chunk) < need <= file_size - pos:
+                    chunk = os.pread(self.fd, need, pos)
+            res = scan_batches(chunk, base_offset_at_least=next_offset, position_base=pos)
+            for h in res.headers:
+                last = h.base_offset + h.last_offset_delta
+                if h.max_timestamp > max_ts:
+                    max_ts, max_off = h.max_timestamp, last
+                if since > interval:
+                    off_entries.append((last, h.position))
+                    if not time_entries or max_ts > time_entries[-1][0]:
+                        time_entries.append((max_ts, max_off))
+                    since = 0
+                since += h.length + LOG_OVERHEAD
+                next_offset = last + 1
+            pos += res.valid_bytes
+            if res.error is not None:
+                end_of_chunk = pos - res.valid_bytes + len(chunk)
+                if end_of_chunk < file_size and res.valid_bytes > 0:
+                    continue  # the failing batch was cut by the chunk boundary; re-read
+                reason = res.error
+                break
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(self.fd, pos)
+            self.dirty = True
+        self.size = pos
+        self.next_offset = next_offset
+        self.max_timestamp, self.max_timestamp_offset = max_ts, max_off
+        self.bytes_since_last_index_entry = since
+        self.offset_index.reset(off_entries)
+        self.time_index.reset(time_entries)
+        return truncated, reason
+
+    # ------------------------------------------------------------------ append
+
+    def append(
+        self,
+        buf: memoryview,
+        headers: Sequence[BatchHeader],
+        first_offset: int,
+        leader_epoch: int,
+        log_append_time_ms: int | None,
+    ) -> int:
+        """Write ``headers``' batches from ``buf`` with consecutive offsets from ``first_offset``.
+
+        Only the 16-byte prefix (BaseOffset, BatchLength, PartitionLeaderEpoch) is
+        replaced, unless ``log_append_time_ms`` is given: then the header is rebuilt
+        with the LogAppendTime bit, MaxTimestamp = that time and a recomputed CRC.
+        Record bytes are passed to ``os.pwritev`` as memoryviews, never copied.
+        Returns the offset following the last batch.
+        """
+        pieces: list[bytes | memoryview] = []
+        pos = self.size
+        offset = first_offset
+        interval = self.index_interval_bytes
+        since = self.bytes_since_last_index_entry
+        max_ts, max_off = self.max_timestamp, self.max_timestamp_offset
+        pack_prefix = _PREFIX.pack
+        for h in headers:
+            start = h.position
+            size = h.length + LOG_OVERHEAD
+            if log_append_time_ms is None:
+                pieces.append(pack_prefix(offset, h.length, leader_epoch))
+                pieces.append(buf[start + 16 : start + size])
+                batch_max = h.max_timestamp
+            else:
+                batch_max = log_append_time_ms
+                tail = _TAIL.pack(
+                    h.attributes | _LOG_APPEND_TIME_BIT,
+                    h.last_offset_delta,
+                    h.base_timestamp,
+                    batch_max,
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    h.records_count,
+                )
+                body = buf[start + HEADER_SIZE : start + size]
+                crc = crc32c(body, crc32c(tail))
+                pieces.append(_HEAD21.pack(offset, h.length, leader_epoch, 2, crc) + tail)
+                pieces.append(body)
+            last = offset + h.last_offset_delta
+            if batch_max > max_ts:
+                max_ts, max_off = batch_max, last
+            if since > interval:
+                self.offset_index.append(last, pos)
+                self.time_index.maybe_append(max_ts, max_off)
+                since = 0
+            since += size
+            pos += size
+            offset = last + 1
+        self._write(pieces, self.size, pos - self.size)
+        self.size = pos
+        self.next_offset = offset
+        self.max_timestamp, self.max_timestamp_offset = max_ts, max_off
+        self.bytes_since_last_index_entry = since
+        self.dirty = True
+        return offset
+
+    def _write(self, pieces: list[bytes | memoryview], position: int, total: int) -> None:
+        written = 0
+        for i in range(0, len(pieces), _IOV_MAX):
+            group = pieces[i : i + _IOV_MAX]
+            n = os.pwritev(self.fd, group, position + written)
+            expected = sum(len(p) for p in group)
+            if n != expected:  # short write (disk full, signal): finish it the slow way
+                rest = b"".join(bytes(p) for p in group)[n:]
+                while rest:
+                    m = os.pwrite(self.fd, rest, position + written + n)
+                    n += m
+                    rest = rest[m:]
+            written += n
+        assert written == total
+
+    # ------------------------------------------------------------------ reading
+
+    def read_at(self, position: int, size: int) -> bytes:
+        """``os.pread`` of ``size`` bytes at ``position``."""
+        return os.pread(self.fd, size, position)
+
+    def iter_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Yield batch headers (file positions) from ``start`` (a batch start) to ``end``.
+
+        Reads in chunks; no CRC check. Stops at a structurally impossible header.
+        """
+        end = self.size if end is None else end
+        pos = start
+        while end - pos >= HEADER_SIZE:
+            chunk = os.pread(self.fd, min(READ_CHUNK, end - pos), pos)
+            clen = len(chunk)
+            cpos = 0
+            while clen - cpos >= HEADER_SIZE:
+                fields = _unpack_header(chunk, cpos)
+                length = fields[1]
+                if length < MIN_BATCH_LENGTH or pos + cpos + length + LOG_OVERHEAD > end:
+                    return
+                yield BatchHeader(*fields, pos + cpos)
+                cpos += length + LOG_OVERHEAD
+            if cpos == 0:
+                return
+            pos += cpos
+
+    def find_batch(self, offset: int) -> BatchHeader | None:
+        """Header of the first batch whose last offset is >= ``offset`` (None if none)."""
+        for h in self.iter_headers(self.offset_index.lookup(offset)):
+            if h.base_offset + h.last_offset_delta >= offset:
+                return h
+        return None
+
+    def largest_timestamp(self) -> int:
+        """Max timestamp, or the file's mtime when no batch has a timestamp (Kafka's rule)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def on_roll(self) -> None:
+        """Becoming inactive: record the final max timestamp in the time index."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.max_timestamp_offset)
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def flush(self) -> None:
+        """fsync the log and both indexes if anything was written since the last flush."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+        if self.dirty:
+            os.fsync(self.fd)
+            self.dirty = False
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop bytes from ``position`` (a batch boundary) on and rebuild the indexes."""
+        os.ftruncate(self.fd, position)
+        self.dirty = True
+        self.recover()
+
+    def close(self) -> None:
+        """Write pending index entries and close the files (no fsync)."""
+        if self.fd >= 0:
+            self.offset_index.close()
+            self.time_index.close()
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        """Close and unlink the segment's files."""
+        self.close()
+        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"

@@ -1,0 +1,161 @@
+"""Request/response codec: Kafka request headers, kio payloads, response frames.
+
+* :func:`parse_header` reads the request header by hand (it is on every request).
+* :func:`decode_request` uses kio's native reader and falls back to
+  :mod:`.tolerant` when a message carries tagged fields kio does not know.
+* :func:`encode_response` returns a complete frame (size prefix included).
+  ApiVersions responses always use response header v0, as Kafka requires.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from .errors import ErrorCode, PeerProtocolError
+from .tolerant import Unknown, read_tolerant
+
+API_VERSIONS_KEY = 18
+_HDR = struct.Struct(">hhih")
+_SIZE = struct.Struct(">i")
+_CORR = struct.Struct(">ii")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@cache
+def request_schema(api_key: int, version: int) -> type | None:
+    """The kio request class for (api_key, version), or None if kio has none."""
+    try:
+        return load_request_schema(api_key, version)
+    except Exception:
+        return None
+
+
+@cache
+def response_schema(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+def parse_header(frame: memoryview | bytes) -> tuple[RequestHeader, int]:
+    """Parse the request header; return it and the offset of the request body.
+
+    Header v1 (api key, version, correlation id, nullable int16 client id) is common to
+    all requests; flexible versions (header v2) add a tagged-field section, which we
+    skip. Raises :class:`PeerProtocolError` (close the connection) on a truncated header.
+    """
+    if len(frame) < 10:
+        raise PeerProtocolError(f"request header truncated ({len(frame)} bytes)")
+    api_key, version, corr, client_len = _HDR.unpack_from(frame, 0)
+    pos = 10
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise PeerProtocolError("request header client_id truncated")
+        client_id = bytes(frame[pos:pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    header = RequestHeader(api_key, version, corr, client_id)
+    schema = request_schema(api_key, version)
+    if schema is not None and schema.__flexible__:
+        pos = _skip_tagged_fields(frame, pos)
+    return header, pos
+
+
+def _read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise PeerProtocolError("malformed varint in request header")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _skip_tagged_fields(buf: Any, pos: int) -> int:
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise PeerProtocolError("request header tagged fields truncated")
+    return pos
+
+
+def decode_request(header: RequestHeader, frame: memoryview | bytes, offset: int,
+                   unknown_tags: Unknown | None = None) -> Any:
+    """Decode the request body. Raises :class:`PeerProtocolError` on malformed input.
+
+    Unknown tagged fields do not fail the decode; they are collected in
+    ``unknown_tags`` (see :func:`hightide.protocol.tolerant.read_tolerant`).
+    """
+    schema = request_schema(header.api_key, header.api_version)
+    if schema is None:
+        raise PeerProtocolError(
+            f"no schema for api_key={header.api_key} v{header.api_version}",
+            ErrorCode.unsupported_version)
+    try:
+        entity, _ = entity_reader(schema)(frame, offset)
+        return entity
+    except KeyError as exc:
+        if "tag" not in str(exc):
+            raise PeerProtocolError(f"malformed {schema.__name__}: {exc!r}") from exc
+    except Exception as exc:
+        raise PeerProtocolError(f"malformed {schema.__name__} v{header.api_version}: {exc!r}") from exc
+    try:
+        entity, _ = read_tolerant(schema, frame, offset, unknown_tags)
+        return entity
+    except Exception as exc:
+        raise PeerProtocolError(f"malformed {schema.__name__} v{header.api_version}: {exc!r}") from exc
+
+
+def response_header_bytes(api_key: int, version: int, correlation_id: int) -> bytes:
+    """Response header: v1 (with an empty tag section) for flexible responses, except
+    ApiVersions which always answers with header v0."""
+    flexible = api_key != API_VERSIONS_KEY and response_schema(api_key, version).__flexible__
+    return correlation_id.to_bytes(4, "big", signed=True) + (b"\x00" if flexible else b"")
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, response: Any) -> bytes:
+    """Encode ``response`` as a complete frame: size, response header, body."""
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(response_header_bytes(api_key, version, correlation_id))
+    entity_writer(type(response))(buf, response)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   request: Any) -> bytes:
+    """Encode a request frame (used by hightide's own client and tests)."""
+    flexible = type(request).__flexible__
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    cid = b"" if client_id is None else client_id.encode()
+    buf.write(_HDR.pack(api_key, version, correlation_id, -1 if client_id is None else len(cid)))
+    buf.write(cid)
+    if flexible:
+        buf.write(b"\x00")
+    entity_writer(type(request))(buf, request)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()

@@ -1,0 +1,126 @@
+"""A hand-written Fetch response encoder (versions 4 to 17).
+
+Fetch responses carry the bulk of the bytes a broker sends, so they are built as a
+list of buffers: small encoded headers interleaved with the record bytes exactly as
+read from the segment files, which go to the socket with ``writelines`` and are never
+copied again. The layout matches kio's generated encoder byte for byte (a unit test
+checks every version).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PART_FIXED = struct.Struct(">ihq")  # partition, error, high watermark
+_Q = struct.Struct(">q")
+
+
+@dataclass(slots=True)
+class PartitionData:
+    partition: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
+    preferred_read_replica: int = -1
+    records: bytes | memoryview | None = None
+    current_leader: tuple[int, int] | None = None  # (leader id, epoch), tagged field 1 (v12+)
+
+
+@dataclass(slots=True)
+class TopicData:
+    name: str | None
+    topic_id: uuid.UUID | None
+    partitions: list[PartitionData] = field(default_factory=list)
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _array_len(n: int, flexible: bool) -> bytes:
+    return _uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def _string(s: str, flexible: bool) -> bytes:
+    b = s.encode()
+    return (_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
+
+
+def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicData], *,
+                          throttle_ms: int = 0, error_code: int = 0, session_id: int = 0,
+                          node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
+                          ) -> tuple[list[bytes | memoryview], int]:
+    """Return (buffers, total size) of the response frame *without* the 4-byte size
+    prefix (header + body). ``version`` must be 4..17."""
+    flexible = version >= 12
+    out: list[bytes | memoryview] = []
+    head = bytearray(_I32.pack(correlation_id))
+    if flexible:
+        head += b"\x00"  # response header v1 tag section
+    head += _I32.pack(throttle_ms)
+    if version >= 7:
+        head += _I16.pack(error_code) + _I32.pack(session_id)
+    head += _array_len(len(topics), flexible)
+    cur = head
+    for t in topics:
+        if version >= 13:
+            cur += (t.topic_id or uuid.UUID(int=0)).bytes
+        else:
+            cur += _string(t.name or "", flexible)
+        cur += _array_len(len(t.partitions), flexible)
+        for p in t.partitions:
+            cur += _PART_FIXED.pack(p.partition, p.error_code, p.high_watermark)
+            cur += _Q.pack(p.last_stable_offset)
+            if version >= 5:
+                cur += _Q.pack(p.log_start_offset)
+            if p.aborted is None:
+                cur += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            else:
+                cur += _array_len(len(p.aborted), flexible)
+                for pid, first in p.aborted:
+                    cur += struct.pack(">qq", pid, first)
+                    if flexible:
+                        cur += b"\x00"
+            if version >= 11:
+                cur += _I32.pack(p.preferred_read_replica)
+            rec = p.records
+            if rec is None:
+                cur += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            else:
+                cur += _uvarint(len(rec) + 1) if flexible else _I32.pack(len(rec))
+                if len(rec):
+                    out.append(bytes(cur))
+                    out.append(rec)
+                    cur = bytearray()
+            if flexible:
+                if p.current_leader is not None:
+                    tag = _I32.pack(p.current_leader[0]) + _I32.pack(p.current_leader[1]) + b"\x00"
+                    cur += b"\x01" + _uvarint(1) + _uvarint(len(tag)) + tag
+                else:
+                    cur += b"\x00"
+        if flexible:
+            cur += b"\x00"
+    if flexible:
+        if version >= 16 and node_endpoints:
+            body = bytearray(_array_len(len(node_endpoints), True))
+            for node_id, host, port, rack in node_endpoints:
+                body += _I32.pack(node_id) + _string(host, True) + _I32.pack(port)
+                body += b"\x00" if rack is None else _string(rack, True)
+                body += b"\x00"
+            cur += b"\x01" + _uvarint(0) + _uvarint(len(body)) + body
+        else:
+            cur += b"\x00"
+    if cur:
+        out.append(bytes(cur))
+    return out, sum(len(b) for b in out)

@@ -1,0 +1,100 @@
+"""Sans-IO framing of the Kafka wire protocol (4-byte big-endian size + payload).
+
+Theory of operation: the IO shell asks :meth:`FrameReader.get_buffer` for a writable
+memoryview, receives straight into it, and reports the byte count to
+:meth:`FrameReader.buffer_updated`, which returns the complete frames found. Small
+frames are parsed out of one rolling buffer; a frame larger than that buffer gets a
+dedicated ``bytearray`` of exactly its size, allocated only after the size has been
+checked against ``max_frame_bytes`` — a frame announcing a huge size never allocates.
+Frames are returned as ``memoryview`` objects valid until the next
+:meth:`FrameReader.get_buffer` call: decode (or copy) them before receiving more.
+"""
+
+from __future__ import annotations
+
+from .errors import PeerProtocolError
+
+_DEFAULT_CHUNK = 256 * 1024
+
+
+class FrameTooLarge(PeerProtocolError):
+    """A frame announced a size above ``socket.request.max.bytes``."""
+
+
+class FrameReader:
+    """Splits a byte stream into frames. No IO, no clock.
+
+    ``max_frame_bytes`` bounds a single frame (Kafka's ``socket.request.max.bytes``).
+    Raises :class:`FrameTooLarge` from :meth:`buffer_updated` when a frame announces
+    more, and :class:`PeerProtocolError` for a negative size.
+    """
+
+    def __init__(self, max_frame_bytes: int, chunk_bytes: int = _DEFAULT_CHUNK) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._chunk = chunk_bytes
+        self._buf = bytearray(chunk_bytes)
+        self._start = 0  # first unconsumed byte in _buf
+        self._end = 0  # end of received data in _buf
+        self._big: bytearray | None = None  # dedicated buffer for a large frame
+        self._big_filled = 0
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Return the memoryview the next received bytes must be written into."""
+        if self._big is not None:
+            return memoryview(self._big)[self._big_filled:]
+        if self._end == len(self._buf):
+            self._compact()
+        return memoryview(self._buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> list[memoryview]:
+        """Account for ``nbytes`` written into the last buffer; return complete frames."""
+        if self._big is not None:
+            self._big_filled += nbytes
+            if self._big_filled < len(self._big):
+                return []
+            frame = memoryview(self._big)
+            self._big = None
+            return [frame]
+        self._end += nbytes
+        return self._split()
+
+    def _split(self) -> list[memoryview]:
+        frames: list[memoryview] = []
+        buf, start, end = self._buf, self._start, self._end
+        while end - start >= 4:
+            size = int.from_bytes(buf[start:start + 4], "big", signed=True)
+            if size < 0:
+                raise PeerProtocolError(f"negative frame size {size}")
+            if size > self.max_frame_bytes:
+                raise FrameTooLarge(
+                    f"frame of {size} bytes exceeds socket.request.max.bytes="
+                    f"{self.max_frame_bytes}")
+            if end - start - 4 >= size:
+                frames.append(memoryview(buf)[start + 4:start + 4 + size])
+                start += 4 + size
+                continue
+            if size + 4 > len(buf):
+                # Too big for the rolling buffer: move what we have to a dedicated one.
+                have = end - start - 4
+                big = bytearray(size)
+                big[:have] = buf[start + 4:end]
+                self._big, self._big_filled = big, have
+                start = end
+            break
+        if start == end:
+            start = end = 0  # frames returned stay intact: new data lands at 0 later
+        self._start, self._end = start, end
+        return frames
+
+    def _compact(self) -> None:
+        if self._start:
+            rest = self._buf[self._start:self._end]
+            self._buf[:len(rest)] = rest
+            self._start, self._end = 0, len(rest)
+        else:  # full buffer holding one partial frame header+body smaller than chunk
+            self._buf.extend(bytes(self._chunk))
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return (self._end - self._start) + (self._big_filled if self._big is not None else 0)

@@ -1,0 +1,236 @@
+"""The broker process: wires the metadata log, the partition logs and the listener.
+
+``Broker`` is an async context manager, so tests and applications can embed it::
+
+    async with Broker(BrokerConfig(), data_dir="/tmp/ht", listen=("127.0.0.1", 0)) as b:
+        print(b.port)
+
+Shutdown order (``stop``): stop accepting, let in-flight requests finish (bounded),
+close connections, flush and close every log, write the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any, Iterable
+
+from ..cluster.controller import Controller
+from ..cluster.image import MetadataImage, TopicImage
+from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
+from ..cluster.records import MetadataRecord
+from ..config import BrokerConfig, effective_topic_config
+from ..log.config import LogConfig
+from ..log.manager import LogManager, TopicPartition
+from ..log.partition_log import PartitionLog
+from . import handlers  # noqa: F401  (registers routes)
+from .connection import KafkaConnection
+from .flusher import Flusher
+from .waiters import AppendWaiters
+
+log = logging.getLogger("hightide.broker")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig | None = None, *, data_dir: str = "./hightide-data",
+                 listen: tuple[str, int] = ("127.0.0.1", 9092),
+                 advertised: tuple[str, int] | None = None, cluster_id: str | None = None) -> None:
+        self.config = config or BrokerConfig()
+        self.node_id: int = self.config["node.id"]
+        self.data_dir = os.path.abspath(data_dir)
+        self.listen = listen
+        self._advertised = advertised
+        self.connections: set[KafkaConnection] = set()
+        self.server: asyncio.base_events.Server | None = None
+        self.logs: LogManager | None = None
+        self.metadata: MetadataLog | None = None
+        self.controller = Controller(self.config, [self.node_id])
+        self.waiters = AppendWaiters()
+        self.flusher = Flusher(self)
+        self._tasks: list[asyncio.Task] = []
+        self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
+        self.cluster_id = cluster_id
+        self.started_at = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def __aenter__(self) -> "Broker":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        t0 = time.monotonic()
+        self.logs = LogManager(self.data_dir)
+        self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown)
+        self.cluster_id = self.cluster_id or self._load_cluster_id()
+        self._open_logs()
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: KafkaConnection(self), self.listen[0], self.listen[1],
+                                               reuse_address=True, backlog=1024)
+        self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
+        self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+        self.started_at = time.monotonic()
+        log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
+                 self.node_id, self.host, self.port, *self.advertised, self.data_dir,
+                 (time.monotonic() - t0) * 1000)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self.server is not None:
+            self.server.close()
+        deadline = time.monotonic() + grace_s
+        while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for c in list(self.connections):
+            c.close("broker shutting down", level=logging.DEBUG)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        self.waiters.wake_all()
+        if self.metadata is not None:
+            self.metadata.close()
+            self.metadata = None
+        if self.logs is not None:
+            self.logs.close()
+            self.logs = None
+        log.info("hightide node %d stopped cleanly", self.node_id)
+
+    def _load_cluster_id(self) -> str:
+        import base64
+        import uuid
+        path = os.path.join(self.data_dir, "meta.properties")
+        props: dict[str, str] = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    if "=" in line and not line.startswith("#"):
+                        k, v = line.strip().split("=", 1)
+                        props[k] = v
+        if "cluster.id" not in props:
+            props = {"version": "1", "cluster.id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
+                     "node.id": str(self.node_id)}
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        return props["cluster.id"]
+
+    # -- addresses --------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        assert self.server is not None
+        return self.server.sockets[0].getsockname()[0]
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.sockets[0].getsockname()[1]
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        if self._advertised is not None:
+            host, port = self._advertised
+            return (_ipv4_for_localhost(host), port or self.port)
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return (_ipv4_for_localhost(host), self.port)
+
+    # -- metadata ---------------------------------------------------------------------
+    @property
+    def image(self) -> MetadataImage:
+        assert self.metadata is not None
+        return self.metadata.image
+
+    def commit_metadata(self, records: Iterable[MetadataRecord]) -> None:
+        """Make metadata changes durable, apply them, and open/delete partition logs."""
+        assert self.metadata is not None
+        records = list(records)
+        if not records:
+            return
+        self.metadata.commit(records, now_ms())
+        self._open_logs()
+
+    def topic_log_config(self, topic: TopicImage) -> LogConfig:
+        return LogConfig.from_kafka({k: str(v) if not isinstance(v, tuple) else ",".join(v)
+                                     for k, v in effective_topic_config(self.config, topic.configs).items()})
+
+    def _open_logs(self) -> None:
+        assert self.logs is not None
+        wanted: dict[TopicPartition, TopicImage] = {}
+        for t in self.image.topics.values():
+            for p in t.partitions:
+                wanted[(t.name, p)] = t
+        ts = now_ms()
+        for tp, t in wanted.items():
+            plog = self.logs.get(tp)
+            if plog is None:
+                self.logs.open(tp, self.topic_log_config(t), ts)
+        for tp in self.logs.existing_dirs():
+            if tp not in wanted and tp[0] != METADATA_TOPIC:
+                log.info("deleting log of removed topic partition %s-%d", *tp)
+                self.logs.delete(tp)
+                self.waiters.wake(tp)
+
+    def refresh_topic_config(self, topic: TopicImage) -> None:
+        cfg = self.topic_log_config(topic)
+        assert self.logs is not None
+        for p in topic.partitions:
+            plog = self.logs.get((topic.name, p))
+            if plog is not None:
+                plog.config = cfg
+
+    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        assert self.logs is not None
+        return self.logs.get((topic, partition))
+
+    def next_producer_id(self) -> int:
+        nxt, end = self._producer_ids
+        if nxt >= end:
+            first, records = self.controller.allocate_producer_ids(self.image)
+            self.commit_metadata(records)
+            nxt, end = first, self.image.next_producer_id
+        self._producer_ids = (nxt + 1, end)
+        return nxt
+
+    # -- background -----------------------------------------------------------------
+    async def _retention_loop(self) -> None:
+        interval = self.config["log.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.run_retention()
+
+    def run_retention(self) -> None:
+        assert self.logs is not None
+        ts = now_ms()
+        for tp, plog in self.logs:
+            if tp[0] == METADATA_TOPIC:
+                continue
+            try:
+                freed = plog.apply_retention(ts)
+                if freed:
+                    log.info("retention deleted %d bytes from %s-%d", freed, *tp)
+            except OSError:
+                log.exception("retention failed for %s-%d", *tp)
+
+    def api_versions_fallback(self, header: Any) -> bytes:
+        from .handlers.api_versions import unsupported_version_response
+        return unsupported_version_response(header)
+
+
+def _ipv4_for_localhost(host: str) -> str:
+    return "127.0.0.1" if host in ("localhost", "::1", "ip6-localhost") else host

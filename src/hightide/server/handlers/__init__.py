@@ -1,0 +1,15 @@
+"""Per-API request handlers. Importing this package registers every route."""
+
+from . import (  # noqa: F401
+    admin_configs,
+    admin_topics,
+    api_versions,
+    delete_records,
+    describe_cluster,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    offset_for_leader_epoch,
+    produce,
+)

@@ -1,0 +1,94 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
+
+Validation lives in the sans-IO :class:`~hightide.cluster.controller.Controller`; these
+handlers translate kio requests into controller calls, commit the resulting metadata
+records, and describe the outcome in the version the client asked for.
+"""
+
+from __future__ import annotations
+
+from kio.index import load_response_schema
+
+from ...cluster.controller import NewTopic
+from ...config import TOPIC_CONFIGS, effective_topic_config
+from ...protocol.build import materialize
+from ...protocol.errors import ErrorCode
+from ..registry import handles
+
+DEFAULT_CONFIG = 5  # ConfigSource.DEFAULT_CONFIG
+STATIC_BROKER_CONFIG = 4
+DYNAMIC_TOPIC_CONFIG = 1
+
+
+def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
+    """Every topic config with its value and source, as CreateTopics v5+ reports it."""
+    eff = effective_topic_config(broker.config, overrides)
+    out = []
+    for name, d in sorted(TOPIC_CONFIGS.items()):
+        if name in overrides:
+            source = DYNAMIC_TOPIC_CONFIG
+        elif d.synonym and d.synonym in broker.config.explicit:
+            source = STATIC_BROKER_CONFIG
+        else:
+            source = DEFAULT_CONFIG
+        out.append({"name": name, "value": d.render(eff[name]), "read_only": False,
+                    "config_source": source, "is_sensitive": False})
+    return out
+
+
+@handles(19, 2, 7)
+def create_topics(ctx, req):
+    b = ctx.broker
+    specs = []
+    for t in req.topics:
+        specs.append(NewTopic(
+            name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+            assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
+            configs={c.name: c.value for c in t.configs}))
+    results, records = b.controller.create_topics(b.image, specs, validate_only=req.validate_only)
+    b.commit_metadata(records)
+    topics = []
+    for r in results:
+        ok = r.error_code == ErrorCode.none
+        topics.append({
+            "name": r.name, "topic_id": r.topic_id if (ok and not req.validate_only) else None,
+            "error_code": r.error_code, "error_message": r.message,
+            "num_partitions": r.num_partitions if ok else -1,
+            "replication_factor": r.replication_factor if ok else -1,
+            "configs": topic_config_entries(b, r.configs) if ok else None,
+        })
+    return materialize(load_response_schema(19, ctx.version), {"throttle_time": 0, "topics": topics})
+
+
+@handles(20, 1, 6)
+def delete_topics(ctx, req):
+    b = ctx.broker
+    if ctx.version >= 6:
+        names = [t.name for t in req.topics if t.name is not None]
+        ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
+    else:
+        names, ids = list(req.topic_names), []
+    results, records = b.controller.delete_topics(b.image, names, ids)
+    b.commit_metadata(records)
+    responses = [{"name": n, "topic_id": tid, "error_code": code, "error_message": msg}
+                 for n, tid, code, msg in results]
+    return materialize(load_response_schema(20, ctx.version), {"throttle_time": 0, "responses": responses})
+
+
+@handles(37, 0, 3)
+def create_partitions(ctx, req):
+    b = ctx.broker
+    results = []
+    seen: set[str] = set()
+    for t in req.topics:
+        if t.name in seen:
+            results.append({"name": t.name, "error_code": ErrorCode.invalid_request,
+                            "error_message": "Duplicate topic in request."})
+            continue
+        seen.add(t.name)
+        assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+        code, msg, records = b.controller.create_partitions(b.image, t.name, t.count, assignments)
+        if code == ErrorCode.none and not req.validate_only:
+            b.commit_metadata(records)
+        results.append({"name": t.name, "error_code": code, "error_message": msg})
+    return materialize(load_response_schema(37, ctx.version), {"throttle_time": 0, "results": results})

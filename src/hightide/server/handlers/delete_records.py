@@ -1,0 +1,33 @@
+"""DeleteRecords (key 21): advance the log start offset (offset -1 means the high
+watermark); whole segments below it are deleted."""
+
+from __future__ import annotations
+
+from kio.index import load_response_schema
+
+from ...log.partition_log import OffsetOutOfRange
+from ...protocol.build import materialize
+from ...protocol.errors import ErrorCode
+from ..registry import handles
+from .common import resolve_partition
+
+
+@handles(21, 0, 2)
+def handle(ctx, req):
+    b = ctx.broker
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            plog, err = resolve_partition(b, t.name, p.partition_index)
+            low = -1
+            if err == ErrorCode.none:
+                try:
+                    low = plog.delete_records_before(p.offset)
+                except OffsetOutOfRange:
+                    err = ErrorCode.offset_out_of_range
+                except OSError:
+                    err = ErrorCode.kafka_storage_error
+            parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": err})
+        topics.append({"name": t.name, "partitions": parts})
+    return materialize(load_response_schema(21, ctx.version), {"throttle_time": 0, "topics": topics})

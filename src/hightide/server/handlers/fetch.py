@@ -1,0 +1,133 @@
+"""Fetch (key 1), versions 4-17: long-poll with max wait and min bytes, partition and
+response byte limits, topic ids from v13.
+
+Record bytes go from ``os.pread`` of the segment straight into the response buffers
+(:mod:`hightide.protocol.fetch_response`); they are never decoded. Fetch sessions
+(KIP-227) are answered the way Kafka answers when its session cache is full: session
+id 0, i.e. every fetch is a full fetch, which every client supports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ...log.partition_log import OffsetOutOfRange
+from ...protocol.errors import ErrorCode
+from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
+from ..registry import RawResponse, handles
+from .common import check_leader_epoch
+
+FINAL_EPOCH = -1
+
+
+def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, bool, list]:
+    """One pass over the requested partitions. Returns (topics, bytes, any error, keys)."""
+    b = ctx.broker
+    image = b.image
+    remaining = req.max_bytes if ctx.version >= 3 else 2**31 - 1
+    total = 0
+    errors = False
+    keys = []
+    out: list[TopicData] = []
+    for t in req.topics:
+        if ctx.version >= 13:
+            timg = image.topic_by_id(t.topic_id)
+            name = timg.name if timg else None
+        else:
+            name = t.topic
+            timg = image.topics.get(name)
+        td = TopicData(name, t.topic_id if ctx.version >= 13 else None, [])
+        for p in t.partitions:
+            pd = PartitionData(p.partition)
+            td.partitions.append(pd)
+            if timg is None or p.partition not in timg.partitions:
+                pd.error_code = (ErrorCode.unknown_topic_id if ctx.version >= 13 else ErrorCode.unknown_topic_or_partition)
+                errors = True
+                continue
+            plog = b.partition_log(timg.name, p.partition)
+            if plog is None:
+                pd.error_code = ErrorCode.unknown_topic_or_partition
+                errors = True
+                continue
+            keys.append((timg.name, p.partition))
+            err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            pd.high_watermark = plog.high_watermark
+            pd.last_stable_offset = plog.last_stable_offset
+            pd.log_start_offset = plog.log_start_offset
+            pd.aborted = [] if read_committed else None
+            if err != ErrorCode.none:
+                pd.error_code = err
+                errors = True
+                continue
+            limit = min(p.partition_max_bytes, remaining)
+            if limit <= 0:
+                pd.records = b""
+                continue
+            max_offset = plog.last_stable_offset if read_committed else plog.high_watermark
+            try:
+                result = plog.read(p.fetch_offset, limit, max_offset=max_offset)
+            except OffsetOutOfRange:
+                pd.error_code = ErrorCode.offset_out_of_range
+                errors = True
+                continue
+            except OSError:
+                pd.error_code = ErrorCode.kafka_storage_error
+                errors = True
+                continue
+            data = result.data
+            if total and len(data) > limit:
+                data = b""  # only the first partition with data may exceed the limits (KIP-74)
+            pd.records = data
+            n = len(data)
+            total += n
+            remaining -= n
+        out.append(td)
+    return out, total, errors, keys
+
+
+async def _long_poll(ctx, req, read_committed: bool, deadline: float, keys: list):
+    b = ctx.broker
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        await b.waiters.wait(keys, left)
+        topics, total, errors, keys = _read_all(ctx, req, read_committed)
+        if total >= req.min_bytes or errors or time.monotonic() >= deadline or b.server is None:
+            return _respond(ctx, topics)
+    topics, _, _, _ = _read_all(ctx, req, read_committed)
+    return _respond(ctx, topics)
+
+
+def _respond(ctx, topics: list[TopicData], error: int = 0) -> RawResponse:
+    b = ctx.broker
+    host, port = b.advertised
+    buffers, _ = encode_fetch_response(ctx.version, ctx.header.correlation_id, topics, error_code=error,
+                                       session_id=0, node_endpoints=[(b.node_id, host, port, None)])
+    return RawResponse(buffers)
+
+
+@handles(1, 4, 17)
+def handle(ctx, req):
+    session_id = getattr(req, "session_id", 0)
+    if session_id != 0:
+        # We never hand out sessions, so any id a client names is unknown to us.
+        return _respond(ctx, [], ErrorCode.fetch_session_id_not_found)
+    read_committed = getattr(req, "isolation_level", 0) == 1
+    topics, total, errors, keys = _read_all(ctx, req, read_committed)
+    max_wait_ms = req.max_wait.total_seconds() * 1000
+    if total >= req.min_bytes or errors or max_wait_ms <= 0 or not keys:
+        if not keys and max_wait_ms > 0 and not errors and not req.topics:
+            return _sleep_then_respond(ctx, max_wait_ms)
+        return _respond(ctx, topics)
+    deadline = time.monotonic() + max_wait_ms / 1000
+    return _long_poll(ctx, req, read_committed, deadline, keys)
+
+
+async def _sleep_then_respond(ctx, max_wait_ms: float):
+    # An empty fetch (no partitions) waits out max_wait like Kafka, so idle clients
+    # do not spin.
+    await asyncio.sleep(max_wait_ms / 1000)
+    return _respond(ctx, [])
+

@@ -1,0 +1,75 @@
+"""ListOffsets (key 2), versions 1-9, with Kafka's exact semantics:
+
+* -2 EARLIEST: log start offset; -1 LATEST: high watermark (LSO for read_committed);
+* -3 MAX_TIMESTAMP (v7+; lower versions get UNSUPPORTED_VERSION for that partition):
+  the record with the largest timestamp, exact record offset even inside a compressed
+  batch, the earliest batch on ties;
+* -4 EARLIEST_LOCAL (v8+): the local log start offset (no tiered storage: the log start);
+* -5 EARLIEST_PENDING_UPLOAD (v9+): -1, as Kafka answers without remote storage;
+* T >= 0: the first offset whose timestamp >= T, with that record's timestamp.
+Anything at or past the fetchable end (HW, or LSO for read_committed) answers -1/-1.
+"""
+
+from __future__ import annotations
+
+from kio.index import load_response_schema
+
+from ...protocol.build import materialize
+from ...protocol.errors import ErrorCode
+from ..registry import handles
+from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+
+
+def lookup(plog, timestamp: int, version: int, read_committed: bool) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) for one partition."""
+    end = plog.last_stable_offset if read_committed else plog.high_watermark
+    if timestamp == EARLIEST or timestamp == EARLIEST_LOCAL and version >= 8:
+        return ErrorCode.none, -1, plog.log_start_offset
+    if timestamp == LATEST:
+        return ErrorCode.none, -1, end
+    if timestamp == MAX_TIMESTAMP:
+        if version < 7:
+            return ErrorCode.unsupported_version, -1, -1
+        found = plog.max_timestamp_offset()
+    elif timestamp == EARLIEST_PENDING_UPLOAD and version >= 9:
+        return ErrorCode.none, -1, -1
+    else:
+        found = plog.offset_for_timestamp(timestamp)
+    if found is None:
+        return ErrorCode.none, -1, -1
+    offset, ts = found
+    if offset >= end or offset < plog.log_start_offset:
+        return ErrorCode.none, -1, -1
+    return ErrorCode.none, ts, offset
+
+
+@handles(2, 1, 9)
+def handle(ctx, req):
+    b = ctx.broker
+    read_committed = getattr(req, "isolation_level", 0) == 1
+    topics = []
+    for t in req.topics:
+        seen: dict[int, int] = {}
+        for p in t.partitions:
+            seen[p.partition_index] = seen.get(p.partition_index, 0) + 1
+        parts = []
+        for p in t.partitions:
+            entry = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1,
+                     "old_style_offsets": []}
+            if seen[p.partition_index] > 1:
+                entry["error_code"] = ErrorCode.invalid_request
+                parts.append(entry)
+                continue
+            plog, err = resolve_partition(b, t.name, p.partition_index)
+            if err == ErrorCode.none:
+                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            if err == ErrorCode.none:
+                err, ts, off = lookup(plog, p.timestamp, ctx.version, read_committed)
+                if err == ErrorCode.none:
+                    entry.update(timestamp=ts, offset=off, leader_epoch=LEADER_EPOCH if off >= 0 else -1)
+            entry["error_code"] = err
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return materialize(load_response_schema(2, ctx.version), {"throttle_time": 0, "topics": topics})

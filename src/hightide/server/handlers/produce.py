@@ -1,0 +1,123 @@
+"""Produce (key 0), versions 3-11.
+
+Per partition: resolve the topic, validate the batch header and CRC (never the records
+themselves), check the idempotent producer's sequence, append the batch as opaque bytes
+with its offsets assigned, wake long-polling fetches, and answer according to ``acks``:
+
+* ``acks=0``: no response; if any partition failed the connection is closed, which is
+  how Kafka tells a fire-and-forget producer something went wrong;
+* ``acks=1`` / ``acks=-1``: answered once the batch is in the page cache, or once it is
+  fsynced when the topic's ``flush.messages`` asks for it (e.g. 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from kio.index import load_response_schema
+
+from ...log.producer_state import ProducerStateError
+from ...protocol.build import materialize
+from ...protocol.errors import ErrorCode
+from ...protocol.records import InvalidRecords, validate_batches
+from ..registry import CloseConnection, handles
+from .common import LEADER_EPOCH
+
+
+def _append_partition(ctx, topic: str, partition: int, records) -> tuple[dict, object | None]:
+    """Returns (partition response dict, log needing a durable ack or None)."""
+    b = ctx.broker
+    resp = {"index": partition, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
+            "log_start_offset": -1, "record_errors": [], "error_message": None}
+    timg = b.image.topics.get(topic)
+    plog = b.partition_log(topic, partition) if timg is not None and partition in timg.partitions else None
+    if plog is None:
+        resp["error_code"] = ErrorCode.unknown_topic_or_partition
+        return resp, None
+    if records is None:
+        resp["error_code"] = ErrorCode.invalid_record
+        resp["error_message"] = "records must not be null"
+        return resp, None
+    try:
+        headers = validate_batches(records, plog.config.max_message_bytes)
+    except InvalidRecords as exc:
+        resp["error_code"] = ErrorCode(exc.error_code)
+        resp["error_message"] = str(exc)
+        if exc.error_code == ErrorCode.invalid_record:
+            resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
+        return resp, None
+    h = headers[0]
+    if h.is_transactional:
+        resp["error_code"] = ErrorCode.invalid_txn_state
+        resp["error_message"] = "transactions are not supported by this hightide version"
+        return resp, None
+    try:
+        result = plog.append(records, headers, ctx.now_ms, LEADER_EPOCH)
+    except ProducerStateError as exc:
+        resp["error_code"] = ErrorCode(exc.error_code)
+        resp["error_message"] = str(exc)
+        return resp, None
+    except InvalidRecords as exc:
+        resp["error_code"] = ErrorCode(exc.error_code)
+        resp["error_message"] = str(exc)
+        return resp, None
+    except OSError as exc:
+        resp["error_code"] = ErrorCode.kafka_storage_error
+        resp["error_message"] = f"append failed: {exc.strerror or exc}"
+        return resp, None
+    if result.duplicate:
+        resp.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset,
+                    log_append_time=result.log_append_time_ms if plog.config.log_append_time else -1)
+        return resp, None
+    b.waiters.wake((topic, partition))
+    resp.update(base_offset=result.base_offset, log_append_time=result.log_append_time_ms,
+                log_start_offset=result.log_start_offset)
+    needs_fsync = plog.config.flush_interval_messages is not None and plog.unflushed_messages >= plog.config.flush_interval_messages
+    return resp, plog if needs_fsync else None
+
+
+@handles(0, 3, 11)
+def handle(ctx, req):
+    b = ctx.broker
+    responses = []
+    durable = []
+    failed = False
+    acks = req.acks
+    for t in req.topic_data:
+        parts = []
+        for p in t.partition_data:
+            if acks not in (0, 1, -1):
+                resp = {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
+                        "log_append_time": -1, "log_start_offset": -1, "record_errors": [], "error_message": None}
+                plog = None
+            else:
+                resp, plog = _append_partition(ctx, t.name, p.index, p.records)
+            failed |= resp["error_code"] != ErrorCode.none
+            if plog is not None:
+                durable.append(plog)
+            parts.append(resp)
+        responses.append({"name": t.name, "partition_responses": parts})
+    if acks == 0:
+        if failed:
+            errs = sorted({p["error_code"].name for t in responses for p in t["partition_responses"]
+                           if p["error_code"] != ErrorCode.none})
+            raise CloseConnection(f"acks=0 produce failed ({', '.join(errs)}); closing so the client notices")
+        for plog in durable:
+            b.flusher.durable(plog)
+        return None
+    response = {"responses": responses, "throttle_time": 0}
+    if durable:
+        return _after_fsync(ctx, durable, response)
+    return materialize(load_response_schema(0, ctx.version), response)
+
+
+async def _after_fsync(ctx, logs, response):
+    futures = [ctx.broker.flusher.durable(plog) for plog in logs]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    if any(isinstance(r, BaseException) for r in results):
+        for t in response["responses"]:
+            for p in t["partition_responses"]:
+                if p["error_code"] == ErrorCode.none:
+                    p["error_code"] = ErrorCode.kafka_storage_error
+                    p["error_message"] = "fsync failed"
+    return materialize(load_response_schema(0, ctx.version), response)

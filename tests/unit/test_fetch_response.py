@@ -1,0 +1,44 @@
+"""The hand-written Fetch encoder must match kio's generated encoder byte for byte."""
+
+import uuid
+
+import pytest
+from kio.index import load_response_schema
+
+from hightide.protocol.build import materialize
+from hightide.protocol.codec import encode_response
+from hightide.protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
+
+TID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+
+def _topics():
+    return [
+        TopicData("orders", TID, [
+            PartitionData(0, 0, 42, 42, 3, [], -1, b"\x01" * 70),
+            PartitionData(1, 1, 7, 7, 0, None, -1, None),
+            PartitionData(2, 0, 9, 8, 1, [(77, 5)], -1, b""),
+        ]),
+        TopicData("b", uuid.UUID(int=5), []),
+    ]
+
+
+def _as_dict(t: TopicData) -> dict:
+    return {"topic": t.name, "topic_id": t.topic_id, "partitions": [
+        {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
+         "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
+         "aborted_transactions": None if p.aborted is None else
+         [{"producer_id": a, "first_offset": b} for a, b in p.aborted],
+         "preferred_read_replica": p.preferred_read_replica, "records": p.records}
+        for p in t.partitions]}
+
+
+@pytest.mark.parametrize("version", range(4, 18))
+def test_matches_kio(version):
+    topics = _topics()
+    mine, size = encode_fetch_response(version, 99, topics, throttle_ms=0, error_code=0, session_id=0)
+    expected = encode_response(1, version, 99, materialize(load_response_schema(1, version), {
+        "throttle_time": 0, "error_code": 0, "session_id": 0, "responses": [_as_dict(t) for t in topics]}))
+    got = b"".join(bytes(b) for b in mine)
+    assert size == len(got)
+    assert expected[4:] == got
