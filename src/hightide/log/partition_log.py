@@ -31,7 +31,13 @@ from hightide.protocol.records import (
 
 from .config import LogConfig
 from .index import IndexCorrupt
-from .producer_state import Duplicate, ProducerStateError, ProducerStateManager, Rejected
+from .producer_state import (
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    Duplicate,
+    ProducerStateError,
+    ProducerStateManager,
+    Rejected,
+)
 from .segment import LogSegment, SegmentCorrupt
 
 __all__ = [
@@ -296,8 +302,10 @@ class PartitionLog:
     ) -> AppendResult:
         """Append already validated batches (``headers`` from ``validate_batches(buf)``).
 
-        Checks idempotent producers first (raises ProducerStateError; a duplicate returns
-        the original offsets with ``duplicate=True`` and writes nothing). Raises
+        Checks idempotent producers first, batch by batch against the state left by the
+        earlier ones (raises ProducerStateError). A single re-sent batch returns the
+        original offsets with ``duplicate=True`` and writes nothing; a duplicate inside a
+        multi-batch append is rejected as OUT_OF_ORDER_SEQUENCE_NUMBER. Raises
         InvalidRecords(RECORD_LIST_TOO_LARGE) if the batches exceed segment.bytes. Rolls
         the active segment when full or older than segment.ms, assigns consecutive
         offsets and the leader epoch, stamps LogAppendTime if the topic uses it, and
@@ -327,7 +335,11 @@ class PartitionLog:
                     txn = self.producer_state.begin()
                 r = txn.check(h)
                 if type(r) is Duplicate:
-                    return AppendResult(r.first_offset, r.last_offset, r.timestamp, self._log_start, True)
+                    if len(headers) == 1:
+                        return AppendResult(r.first_offset, r.last_offset, r.timestamp, self._log_start, True)
+                    raise ProducerStateError(
+                        OUT_OF_ORDER_SEQUENCE_NUMBER, "duplicate batch inside a multi-batch append"
+                    )
                 if type(r) is Rejected:
                     raise ProducerStateError(r.error_code, r.message)
                 txn.update(h, offset, last, h.max_timestamp if log_append_ms is None else log_append_ms)

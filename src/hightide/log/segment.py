@@ -60,6 +60,7 @@ class LogSegment:
         stem = os.path.join(directory, segment_name(base_offset))
         self.log_path = stem + ".log"
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.index_files_missing = not (os.path.exists(stem + ".index") and os.path.exists(stem + ".timeindex"))
         self.offset_index = OffsetIndex(stem + ".index", base_offset)
         self.time_index = TimeIndex(stem + ".timeindex", base_offset)
         self.size = 0
@@ -81,6 +82,8 @@ class LogSegment:
         exactly at the end of the file; the caller then rebuilds via :meth:`recover`.
         """
         self.size = os.fstat(self.fd).st_size
+        if self.index_files_missing and self.size:
+            raise IndexCorrupt(f"{self.log_path}: index files missing")
         self.offset_index.load(self.size)
         self.time_index.load()
         last = self.time_index.last_entry()

@@ -57,6 +57,7 @@ class Broker:
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
         self.started_at = 0.0
+        self._bound: tuple[str, int] = listen
 
     # -- lifecycle ------------------------------------------------------------------
     async def __aenter__(self) -> "Broker":
@@ -75,6 +76,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: KafkaConnection(self), self.listen[0], self.listen[1],
                                                reuse_address=True, backlog=1024)
+        self._bound = self.server.sockets[0].getsockname()[:2]
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self.started_at = time.monotonic()
@@ -132,13 +134,11 @@ class Broker:
     # -- addresses --------------------------------------------------------------------
     @property
     def host(self) -> str:
-        assert self.server is not None
-        return self.server.sockets[0].getsockname()[0]
+        return self._bound[0]
 
     @property
     def port(self) -> int:
-        assert self.server is not None
-        return self.server.sockets[0].getsockname()[1]
+        return self._bound[1]
 
     @property
     def advertised(self) -> tuple[str, int]:
