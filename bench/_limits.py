@@ -149,7 +149,7 @@ def machine() -> dict:
         pass
     try:
         import confluent_kafka
-        info["confluent_kafka"] = confluent_kafka.version()[0]
+        info["confluent_kafka"] = getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version())
         info["librdkafka"] = confluent_kafka.libversion()[0]
     except ImportError:
         pass

@@ -5,7 +5,8 @@
   the record with the largest timestamp, exact record offset even inside a compressed
   batch, the earliest batch on ties;
 * -4 EARLIEST_LOCAL (v8+): the local log start offset (no tiered storage: the log start);
-* -5 EARLIEST_PENDING_UPLOAD (v9+): -1, as Kafka answers without remote storage;
+* -5 LATEST_TIERED (v9+): -1, as Kafka answers without remote storage;
+  (-3, -4, -5 below the version that introduced them: UNSUPPORTED_VERSION);
 * T >= 0: the first offset whose timestamp >= T, with that record's timestamp.
 Anything at or past the fetchable end (HW, or LSO for read_committed) answers -1/-1.
 """
@@ -19,28 +20,29 @@ from ...protocol.errors import ErrorCode
 from ..registry import handles
 from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
 def lookup(plog, timestamp: int, version: int, read_committed: bool) -> tuple[ErrorCode, int, int]:
     """(error, timestamp, offset) for one partition."""
     end = plog.last_stable_offset if read_committed else plog.high_watermark
-    if timestamp == EARLIEST or timestamp == EARLIEST_LOCAL and version >= 8:
+    if version < _MIN_VERSION.get(timestamp, 0):
+        return ErrorCode.unsupported_version, -1, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.none, -1, plog.log_start_offset
     if timestamp == LATEST:
         return ErrorCode.none, -1, end
-    if timestamp == MAX_TIMESTAMP:
-        if version < 7:
-            return ErrorCode.unsupported_version, -1, -1
-        found = plog.max_timestamp_offset()
-    elif timestamp == EARLIEST_PENDING_UPLOAD and version >= 9:
+    if timestamp == LATEST_TIERED:
         return ErrorCode.none, -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp_offset(max_offset=end)
     else:
-        found = plog.offset_for_timestamp(timestamp)
+        found = plog.offset_for_timestamp(timestamp, max_offset=end)
     if found is None:
         return ErrorCode.none, -1, -1
     offset, ts = found
-    if offset >= end or offset < plog.log_start_offset:
+    if offset >= end:
         return ErrorCode.none, -1, -1
     return ErrorCode.none, ts, offset
 
