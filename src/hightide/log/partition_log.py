@@ -20,17 +20,21 @@ import os
 import shutil
 import struct
 from bisect import bisect_right
-from typing import NamedTuple
 
 from hightide.protocol.records import (
     RECORD_LIST_TOO_LARGE,
     BatchHeader,
     InvalidRecords,
-    decode_records,
 )
 
 from .config import LogConfig
-from .index import IndexCorrupt
+from .loader import (
+    LOG_START_OFFSET_FILE,
+    PRODUCER_SNAPSHOT_FILE,
+    RECOVERY_POINT_FILE,
+    load_segments,
+    write_small_file,
+)
 from .producer_state import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     Duplicate,
@@ -38,7 +42,8 @@ from .producer_state import (
     ProducerStateManager,
     Rejected,
 )
-from .segment import LogSegment, SegmentCorrupt
+from .results import AppendResult, FileSlice, OffsetOutOfRange, ReadResult, partition_dir
+from .segment import LogSegment
 
 __all__ = [
     "PartitionLog",
@@ -54,75 +59,8 @@ __all__ = [
 
 log = logging.getLogger("hightide.log")
 
-LOG_START_OFFSET_FILE = "log-start-offset"
-RECOVERY_POINT_FILE = "recovery-point"
-PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
-OFFSET_OUT_OF_RANGE = 1
 _INT32_MAX = 2**31 - 1
 _LEN = struct.Struct(">i")
-
-
-class OffsetOutOfRange(Exception):
-    """Requested offset outside [log start offset, log end offset] (Kafka error 1)."""
-
-    error_code = OFFSET_OUT_OF_RANGE
-
-
-class AppendResult(NamedTuple):
-    """Outcome of :meth:`PartitionLog.append`. ``duplicate`` is True when an idempotent
-    producer re-sent a batch: the offsets are the original ones and nothing was written
-    (``log_append_time_ms`` is then the original batch timestamp, as Kafka answers)."""
-
-    base_offset: int
-    last_offset: int
-    log_append_time_ms: int
-    log_start_offset: int
-    duplicate: bool = False
-
-
-class ReadResult(NamedTuple):
-    """Whole batches read from the log; ``first_offset`` is the base offset of the first
-    batch (-1 when ``data`` is empty)."""
-
-    data: bytes
-    first_offset: int
-    high_watermark: int
-    log_start_offset: int
-
-
-class FileSlice(NamedTuple):
-    """A byte range of a segment file holding whole batches (for ``os.sendfile``).
-    ``fd`` stays valid until the segment is deleted by retention/truncation/close."""
-
-    fd: int
-    position: int
-    size: int
-    first_offset: int
-
-
-def partition_dir(data_dir: str, topic: str, partition: int) -> str:
-    """Kafka's partition directory name ``<data-dir>/<topic>-<partition>``."""
-    return os.path.join(data_dir, f"{topic}-{partition}")
-
-
-def _write_small_file(path: str, text: str, *, sync: bool = True) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, text.encode())
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def _read_int_file(path: str) -> int | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            return int(f.read().strip())
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 class PartitionLog:
@@ -159,54 +97,10 @@ class PartitionLog:
         comes from the snapshot written by ``close()`` plus the batches after it, or
         from replaying all batch headers.
         """
-        os.makedirs(path, exist_ok=True)
-        start_ckpt = _read_int_file(os.path.join(path, LOG_START_OFFSET_FILE))
-        recovery_point = _read_int_file(os.path.join(path, RECOVERY_POINT_FILE)) or 0
-        bases: list[int] = []
-        for name in os.listdir(path):
-            stem, _, ext = name.partition(".")
-            if name.endswith((".deleted", ".cleaned", ".swap", ".tmp")):
-                os.unlink(os.path.join(path, name))
-            elif ext == "log" and len(stem) == 20 and stem.isdigit():
-                bases.append(int(stem))
-        bases.sort()
-        for name in os.listdir(path):  # orphan index files
-            stem, _, ext = name.partition(".")
-            if ext in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
-                os.unlink(os.path.join(path, name))
+        loaded = load_segments(path, config, clean_shutdown=clean_shutdown)
+        segments, start_ckpt, recovery_point = loaded.segments, loaded.log_start_checkpoint, loaded.recovery_point
+        recovered_any = loaded.recovered_any
         interval = config.index_interval_bytes
-        if not bases:
-            bases = [start_ckpt or 0]
-        segments: list[LogSegment] = []
-        recovered_any = False
-        for i, base in enumerate(bases):
-            seg = LogSegment(path, base, interval)
-            segments.append(seg)
-            is_last = i == len(bases) - 1
-            next_base = bases[i + 1] if not is_last else None
-            must_recover = is_last or (not clean_shutdown and (next_base is None or next_base > recovery_point))
-            if not must_recover:
-                try:
-                    seg.load()
-                    continue
-                except (IndexCorrupt, SegmentCorrupt) as e:
-                    log.info("rebuilding indexes of %s: %s", seg.log_path, e)
-            truncated, reason = seg.recover()
-            recovered_any = True
-            if truncated:
-                log.warning(
-                    "truncated %d invalid bytes (%s) at offset %d of %s",
-                    truncated,
-                    reason,
-                    seg.next_offset,
-                    seg.log_path,
-                )
-                if not is_last:
-                    for later in bases[i + 1 :]:
-                        dropped = LogSegment(path, later, interval)
-                        log.warning("deleting segment %s after the corrupt one", dropped.log_path)
-                        dropped.delete()
-                    break
         self = cls(path, config, segments, now_ms)
         self._recovery_point = min(recovery_point, self._leo)
         start = max(start_ckpt or 0, segments[0].base_offset)
@@ -435,16 +329,11 @@ class PartitionLog:
         for seg in self._segments:
             if seg.max_timestamp < ts or seg.next_offset <= start_off:
                 continue
-            before = seg.time_index.lookup_before(ts)
-            pos = seg.offset_index.lookup(max(before if before is not None else -1, start_off))
-            for h in seg.iter_headers(pos):
-                if h.max_timestamp < ts or h.base_offset + h.last_offset_delta < start_off:
-                    continue
-                for r in decode_records(seg.read_at(h.position, h.length + 12)):
-                    if r.timestamp >= ts and r.offset >= start_off:
-                        if max_offset is not None and r.offset >= max_offset:
-                            return None
-                        return r.offset, r.timestamp
+            found = seg.find_offset_by_timestamp(ts, start_off)
+            if found is not None:
+                if max_offset is not None and found[0] >= max_offset:
+                    return None
+                return found
         return None
 
     def max_timestamp_offset(self, *, max_offset: int | None = None) -> tuple[int, int] | None:
@@ -460,18 +349,8 @@ class PartitionLog:
                 best = seg
         if best is None:
             return None
-        ts = best.max_timestamp
-        h = best.find_batch(best.max_timestamp_offset)
-        if h is None or h.max_timestamp != ts:
-            h = next((b for b in best.iter_headers(0) if b.max_timestamp == ts), None)
-            if h is None:
-                return None
-        result = (h.base_offset + h.last_offset_delta, ts)
-        for r in decode_records(best.read_at(h.position, h.length + 12)):
-            if r.timestamp == ts:
-                result = (r.offset, ts)
-                break
-        if max_offset is not None and result[0] >= max_offset:
+        result = best.max_timestamp_record()
+        if result is None or (max_offset is not None and result[0] >= max_offset):
             return None
         return result
 
@@ -499,7 +378,7 @@ class PartitionLog:
         return False
 
     def _persist_log_start(self) -> None:
-        _write_small_file(os.path.join(self.path, LOG_START_OFFSET_FILE), f"{self._log_start}\n")
+        write_small_file(os.path.join(self.path, LOG_START_OFFSET_FILE), f"{self._log_start}\n")
 
     def _delete_segments(self, n: int) -> int:
         """Delete the ``n`` oldest segments (never all); returns bytes freed."""
@@ -639,7 +518,7 @@ class PartitionLog:
             self._dir_dirty = False
         if self._recovery_point != self._leo or not os.path.exists(os.path.join(self.path, RECOVERY_POINT_FILE)):
             self._recovery_point = self._leo
-            _write_small_file(os.path.join(self.path, RECOVERY_POINT_FILE), f"{self._leo}\n")
+            write_small_file(os.path.join(self.path, RECOVERY_POINT_FILE), f"{self._leo}\n")
         self.unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
@@ -652,7 +531,7 @@ class PartitionLog:
         self.flush()
         if self.producer_state.producers:
             snap = {"offset": self._leo, "state": self.producer_state.to_json()}
-            _write_small_file(os.path.join(self.path, PRODUCER_SNAPSHOT_FILE), json.dumps(snap))
+            write_small_file(os.path.join(self.path, PRODUCER_SNAPSHOT_FILE), json.dumps(snap))
         for seg in self._segments:
             seg.close()
         self._closed = True

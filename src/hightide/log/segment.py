@@ -18,6 +18,7 @@ from hightide.protocol.records import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
+    decode_records,
     scan_batches,
 )
 
@@ -275,6 +276,43 @@ class LogSegment:
             if h.base_offset + h.last_offset_delta >= offset:
                 return h
         return None
+
+    def find_offset_by_timestamp(self, ts: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``ts`` and offset >=
+        ``start_offset`` in this segment, or None.
+
+        The time index gives the last offset whose records are all < ``ts``; batch headers
+        are walked from there to the first batch with MaxTimestamp >= ``ts``, which is
+        decoded (the only per-record work).
+        """
+        before = self.time_index.lookup_before(ts)
+        pos = self.offset_index.lookup(max(before if before is not None else -1, start_offset))
+        for h in self.iter_headers(pos):
+            if h.max_timestamp < ts or h.base_offset + h.last_offset_delta < start_offset:
+                continue
+            for r in decode_records(self.read_at(h.position, h.length + LOG_OVERHEAD)):
+                if r.timestamp >= ts and r.offset >= start_offset:
+                    return r.offset, r.timestamp
+        return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the segment's max timestamp:
+        the first batch whose MaxTimestamp equals it, then the first record in it with
+        that timestamp (decompressing). Falls back to the batch's last offset if no record
+        matches the header (a producer that lied). None if the segment has no timestamps.
+        """
+        ts = self.max_timestamp
+        if ts < 0:
+            return None
+        h = self.find_batch(self.max_timestamp_offset)
+        if h is None or h.max_timestamp != ts:
+            h = next((b for b in self.iter_headers(0) if b.max_timestamp == ts), None)
+            if h is None:
+                return None
+        for r in decode_records(self.read_at(h.position, h.length + LOG_OVERHEAD)):
+            if r.timestamp == ts:
+                return r.offset, ts
+        return h.base_offset + h.last_offset_delta, ts
 
     def largest_timestamp(self) -> int:
         """Max timestamp, or the file's mtime when no batch has a timestamp (Kafka's rule)."""

@@ -1,0 +1,118 @@
+"""Loading a partition directory's segments at start-up (recovery included)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import NamedTuple
+
+from .config import LogConfig
+from .index import IndexCorrupt
+from .segment import LogSegment, SegmentCorrupt
+
+__all__ = [
+    "LOG_START_OFFSET_FILE",
+    "RECOVERY_POINT_FILE",
+    "PRODUCER_SNAPSHOT_FILE",
+    "LoadedSegments",
+    "load_segments",
+    "write_small_file",
+    "read_int_file",
+]
+
+log = logging.getLogger("hightide.log")
+
+LOG_START_OFFSET_FILE = "log-start-offset"
+RECOVERY_POINT_FILE = "recovery-point"
+PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
+
+
+def write_small_file(path: str, text: str, *, sync: bool = True) -> None:
+    """Atomically replace ``path`` with ``text`` (write a temp file, fsync, rename)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_int_file(path: str) -> int | None:
+    """The integer in a small text file, None if missing or unreadable."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class LoadedSegments(NamedTuple):
+    segments: list[LogSegment]
+    log_start_checkpoint: int | None
+    recovery_point: int
+    recovered_any: bool
+
+
+def load_segments(path: str, config: LogConfig, *, clean_shutdown: bool) -> LoadedSegments:
+    """Open every segment of the partition directory ``path`` (created if missing).
+
+    Removes stray ``.deleted``/``.cleaned``/``.swap``/``.tmp`` files and orphan index
+    files. The last segment is always recovered (CRC scan, torn tail truncated, indexes
+    rebuilt); after an unclean shutdown so is every segment that ends past the
+    recovery point. Other segments are loaded from their index files, rebuilt when
+    those are missing or inconsistent. A truncated segment that is not the last one
+    causes all later segments to be deleted. Truncations are logged as WARNINGs.
+    There is always at least one segment.
+    """
+    os.makedirs(path, exist_ok=True)
+    start_ckpt = read_int_file(os.path.join(path, LOG_START_OFFSET_FILE))
+    recovery_point = read_int_file(os.path.join(path, RECOVERY_POINT_FILE)) or 0
+    bases: list[int] = []
+    for name in os.listdir(path):
+        stem, _, ext = name.partition(".")
+        if name.endswith((".deleted", ".cleaned", ".swap", ".tmp")):
+            os.unlink(os.path.join(path, name))
+        elif ext == "log" and len(stem) == 20 and stem.isdigit():
+            bases.append(int(stem))
+    bases.sort()
+    for name in os.listdir(path):  # orphan index files
+        stem, _, ext = name.partition(".")
+        if ext in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
+            os.unlink(os.path.join(path, name))
+    interval = config.index_interval_bytes
+    if not bases:
+        bases = [start_ckpt or 0]
+    segments: list[LogSegment] = []
+    recovered_any = False
+    for i, base in enumerate(bases):
+        seg = LogSegment(path, base, interval)
+        segments.append(seg)
+        is_last = i == len(bases) - 1
+        next_base = bases[i + 1] if not is_last else None
+        must_recover = is_last or (not clean_shutdown and (next_base is None or next_base > recovery_point))
+        if not must_recover:
+            try:
+                seg.load()
+                continue
+            except (IndexCorrupt, SegmentCorrupt) as e:
+                log.info("rebuilding indexes of %s: %s", seg.log_path, e)
+        truncated, reason = seg.recover()
+        recovered_any = True
+        if truncated:
+            log.warning(
+                "truncated %d invalid bytes (%s) at offset %d of %s",
+                truncated,
+                reason,
+                seg.next_offset,
+                seg.log_path,
+            )
+            if not is_last:
+                for later in bases[i + 1 :]:
+                    dropped = LogSegment(path, later, interval)
+                    log.warning("deleting segment %s after the corrupt one", dropped.log_path)
+                    dropped.delete()
+                break
+    return LoadedSegments(segments, start_ckpt, recovery_point, recovered_any)
