@@ -99,11 +99,7 @@ INVALID_RECORD = 87
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LENGTH = struct.Struct(">qi")  # BaseOffset, BatchLength
-_PREFIX = struct.Struct(">qii")  # BaseOffset, BatchLength, PartitionLeaderEpoch
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U32 = struct.Struct(">I")
-_I16 = struct.Struct(">h")
 _unpack_header = _HEADER.unpack_from
 _unpack_length = _LENGTH.unpack_from
 
