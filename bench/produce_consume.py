@@ -302,17 +302,12 @@ def _consume_worker(bootstrap: str, topic: str, partitions: list[int], expected:
 
 def run_consumers(bootstrap: str, topic: str, expected: int, procs: int, timeout: float, on_start=None) -> dict:
     ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(procs + 1)
-    results = ctx.Queue()
     groups = [list(range(PARTITIONS))] if procs == 1 else [[p] for p in range(PARTITIONS)]
-    per = [expected if procs == 1 else None] * len(groups)
-    workers = []
-    for parts, exp in zip(groups, per):
-        # Per-partition consumers stop at partition EOF (their share of ``expected`` is unknown).
-        workers.append(ctx.Process(target=_consume_worker,
-                                   args=(bootstrap, topic, parts, exp or expected, timeout, barrier, results),
-                                   daemon=True))
-    barrier = barrier
+    barrier = ctx.Barrier(len(groups) + 1)
+    results = ctx.Queue()
+    share = -(-expected // len(groups))  # a per-partition consumer also stops at its partition's EOF
+    workers = [ctx.Process(target=_consume_worker, args=(bootstrap, topic, parts, share, timeout, barrier, results),
+                           daemon=True) for parts in groups]
     for w in workers:
         w.start()
     barrier.wait(90)
@@ -348,7 +343,7 @@ def run_consumers(bootstrap: str, topic: str, expected: int, procs: int, timeout
 def run_kcat_consumer(bootstrap: str, topic: str, expected: int, size: int, timeout: float) -> dict:
     if not shutil.which("kcat"):
         return {"client": "kcat", "skipped": "kcat not installed"}
-    cmd = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "x\n",
+    cmd = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-c", str(expected), "-q", "-f", "x\n",
            "-X", "fetch.max.bytes=52428800", "-X", "max.partition.fetch.bytes=16777216",
            "-X", "queued.max.messages.kbytes=262144", "-X", "fetch.wait.max.ms=100"]
     t0 = time.time()
@@ -434,6 +429,32 @@ def run_latency(bootstrap: str, topic: str, size: int, rate: float, duration: fl
 
 # --------------------------------------------------------------------------- profiling
 
+class CpuMeter:
+    """Broker CPU use (user+system, % of one core) between ``start()`` and ``stop()``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.t0 = self.c0 = None
+
+    def _cpu(self) -> float | None:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / self.tick
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def start(self) -> None:
+        self.t0, self.c0 = time.monotonic(), self._cpu()
+
+    def stop(self) -> float | None:
+        c1 = self._cpu()
+        if self.c0 is None or c1 is None:
+            return None
+        return round(100 * (c1 - self.c0) / max(time.monotonic() - self.t0, 1e-9), 1)
+
+
 class Profiler:
     """``py-spy record`` attached to the broker for one phase (optional)."""
 
@@ -444,23 +465,24 @@ class Profiler:
         self.path: Path | None = None
         self.exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 
-    def start(self, name: str, seconds: float) -> None:
+    def start(self, name: str) -> None:
         if self.dir is None:
             return
         self.path = self.dir / f"{name}.collapsed.txt"
         self.proc = subprocess.Popen(
             [self.exe, "record", "--pid", str(self.pid), "--rate", "200", "--format", "raw", "--nolineno",
-             "--idle", "--duration", str(max(1, int(seconds))), "-o", str(self.path)],
+             "--idle", "-o", str(self.path)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def finish(self) -> dict | None:
         if self.proc is None:
             return None
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGINT)
-            self.proc.wait(10)
+            self.proc.kill()
+            self.proc.wait()
         self.proc = None
         if not self.path or not self.path.exists():
             return {"error": "py-spy produced no output"}
@@ -551,6 +573,7 @@ def main() -> None:
         out["broker"] = {"bootstrap": broker.bootstrap, "pid": broker.proc.pid,
                          "command": "python -m hightide serve (defaults: log.flush.interval.ms=1000)"}
         prof = Profiler(args.profile_dir, broker.proc.pid)
+        cpu = CpuMeter(broker.proc.pid)
         profiles: dict = {}
 
         log("producing")
@@ -561,8 +584,13 @@ def main() -> None:
                 topic = f"bench-p-{size}-{procs}"
                 create_topics(broker.bootstrap, [topic])
                 profile_this = procs == procs_list[-1]
-                r = run_producers(broker.bootstrap, topic, size, procs, prod_s,
-                                  on_start=(lambda s=size: prof.start(f"produce-{s}B", prod_s)) if profile_this else None)
+
+                def on_start(s=size, prof_it=profile_this):
+                    cpu.start()
+                    if prof_it:
+                        prof.start(f"produce_{s}B_{procs}proc")
+                r = run_producers(broker.bootstrap, topic, size, procs, prod_s, on_start=on_start)
+                r["broker_cpu_pct"] = cpu.stop()
                 if profile_this:
                     p = prof.finish()
                     if p:
@@ -587,21 +615,30 @@ def main() -> None:
             # Read back the biggest topic of this size.
             topic = max(topics[size], key=lambda t: data_size(broker.bootstrap, t))
             expected = data_size(broker.bootstrap, topic)
+            if size == 100:
+                # 100 B consume is client-bound (~0.4 M records/s per client); read a prefix.
+                expected = min(expected, 1_000_000 if quick else 2_000_000)
             configs = [1, "kcat"] if quick and size == 100 else [1, PARTITIONS, "kcat"]
             if quick and size == 10_000:
                 configs = [1, "kcat"]
             for cfg in configs:
-                profile_this = cfg == 1 and size == 10_000
+                profile_this = size == 10_000 and cfg in (1, "kcat")
+                name = f"consume_{size}B_{'kcat' if cfg == 'kcat' else f'{cfg}proc'}"
+
+                def on_start(prof_it=profile_this, name=name):
+                    cpu.start()
+                    if prof_it:
+                        prof.start(name)
                 if cfg == "kcat":
+                    on_start()
                     r = run_kcat_consumer(broker.bootstrap, topic, expected, size, cons_timeout)
                 else:
-                    r = run_consumers(broker.bootstrap, topic, expected, cfg, cons_timeout,
-                                      on_start=(lambda: prof.start("consume-10000B", 4 if quick else 6))
-                                      if profile_this else None)
-                    if profile_this:
-                        p = prof.finish()
-                        if p:
-                            profiles["consume_10000B_1proc"] = p
+                    r = run_consumers(broker.bootstrap, topic, expected, cfg, cons_timeout, on_start=on_start)
+                r["broker_cpu_pct"] = cpu.stop()
+                if profile_this:
+                    p = prof.finish()
+                    if p:
+                        profiles[name] = p
                 r["record_bytes"] = size
                 r["topic"] = topic
                 if r.get("mb_per_s") is not None:
@@ -612,7 +649,9 @@ def main() -> None:
 
         log("measuring produce latency at 20 MB/s")
         create_topics(broker.bootstrap, ["bench-latency"])
+        cpu.start()
         out["produce_latency"] = run_latency(broker.bootstrap, "bench-latency", 10_000, 2000, lat_s)
+        out["produce_latency"]["broker_cpu_pct"] = cpu.stop()
         log(f"  p50 {out['produce_latency']['p50_ms']} ms, p99 {out['produce_latency']['p99_ms']} ms")
         if profiles:
             out["profiles"] = profiles

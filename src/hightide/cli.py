@@ -48,6 +48,9 @@ def main() -> None:
 def serve(data_dir: str, listen: str, advertised_listener: str | None, config_file: str | None,
           node_id: int | None, overrides: tuple[str, ...], log_level: str) -> None:
     """Run a broker until SIGINT or SIGTERM."""
+    # kio registers hypothesis strategies when hypothesis is importable; the broker
+    # never needs them, and skipping that import saves ~150 ms of start-up.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     from .config import BrokerConfig, ConfigError
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -57,6 +57,7 @@ class Broker:
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
         self.started_at = 0.0
+        self.stopping = False
         self._bound: tuple[str, int] = listen
 
     # -- lifecycle ------------------------------------------------------------------
@@ -85,8 +86,10 @@ class Broker:
                  (time.monotonic() - t0) * 1000)
 
     async def stop(self, grace_s: float = 5.0) -> None:
+        self.stopping = True
         if self.server is not None:
             self.server.close()
+        self.waiters.wake_all()  # long-polls answer now with what they have
         deadline = time.monotonic() + grace_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

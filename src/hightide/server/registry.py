@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..protocol.codec import request_schema
+from kio.index import api_key_map
+from kio.schema.index import schema_name_map
 
 HandlerFn = Callable[["Any", Any], Any]
 
@@ -30,9 +31,10 @@ def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handl
     The handler returns a kio response entity, a :class:`RawResponse`, ``None`` (no
     response, e.g. acks=0 Produce), or an awaitable of one of those.
     """
-    for v in range(min_version, max_version + 1):
-        if request_schema(api_key, v) is None:
-            raise RuntimeError(f"kio has no schema for api {api_key} v{v}")
+    versions = schema_name_map.get(api_key_map.get(api_key, ""), {})
+    missing = [v for v in range(min_version, max_version + 1) if v not in versions]
+    if missing:  # checked without importing the schema modules (start-up time)
+        raise RuntimeError(f"kio has no schema for api {api_key} versions {missing}")
 
     def register(fn: HandlerFn) -> HandlerFn:
         ROUTES[api_key] = Route(api_key, min_version, max_version, fn, fn.__module__.rsplit(".", 1)[-1])

@@ -94,7 +94,7 @@ async def _long_poll(ctx, req, read_committed: bool, deadline: float, keys: list
             break
         await b.waiters.wait(keys, left)
         topics, total, errors, keys = _read_all(ctx, req, read_committed)
-        if total >= req.min_bytes or errors or time.monotonic() >= deadline or b.server is None:
+        if total >= req.min_bytes or errors or time.monotonic() >= deadline or b.stopping:
             return _respond(ctx, topics)
     topics, _, _, _ = _read_all(ctx, req, read_committed)
     return _respond(ctx, topics)
