@@ -11,7 +11,7 @@ from ..registry import handles
 CLUSTER_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-@handles(60, 0, 1)
+@handles(60, 0, 2)
 def handle(ctx, req):
     b = ctx.broker
     host, port = b.advertised
@@ -25,6 +25,6 @@ def handle(ctx, req):
     return materialize(load_response_schema(60, ctx.version), {
         "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
         "endpoint_type": 1, "cluster_id": b.cluster_id, "controller_id": b.node_id,
-        "brokers": [{"broker_id": b.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": [{"broker_id": b.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}],
         "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS_OMITTED,
     })
