@@ -10,8 +10,6 @@ import uuid
 
 import pytest
 
-from kio.index import load_response_schema
-from kio.serial import entity_reader
 
 from hightide.protocol.codec import encode_request
 from hightide.protocol.build import materialize

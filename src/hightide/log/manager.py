@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 from .config import LogConfig
 from .partition_log import PartitionLog
