@@ -138,3 +138,22 @@ def _still_serving_after_extra(server, acked):
     topic, recs = acked
     got = CONSUME["confluent"](server.bootstrap, topic, 2, len(recs) + 1)
     assert len(got) == len(recs) + 1
+
+
+def test_acks_zero(server, acked):
+    topic, _ = acked
+    good = build_batch([(b"k", b"fire-and-forget", [], 1_700_000_000_000)])
+    with RawClient(server.bootstrap) as c:
+        body = {"transactional_id": None, "acks": 0, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": good}]}]}
+        c.request(0, 9, body, expect_response=False)  # no response for acks=0
+        r = c.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                              "include_topic_authorized_operations": False})
+        assert r.cluster_id  # the next response is the metadata one
+        body["topic_data"][0]["partition_data"][0]["index"] = 99  # unknown partition
+        c.request(0, 9, body, expect_response=False)
+        assert c.is_closed(), "a failed acks=0 produce closes the connection"
+    with RawClient(server.bootstrap) as c:
+        body = {"transactional_id": None, "acks": 2, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": good}]}]}
+        assert _err(c.request(0, 9, body)) == 21  # INVALID_REQUIRED_ACKS
