@@ -116,11 +116,17 @@ def fdatasync_write(directory: str, seconds: float = 1.0, chunk: int = MiB) -> d
 
 
 def measure(directory: str, seconds: float = 1.0) -> dict:
-    """All limits, in MB/s."""
+    """All limits, in MB/s.
+
+    Appending to a fresh file is noisy on VMs: the first touch of guest memory that the
+    host has not backed yet is slow, so three runs are reported and the median is used.
+    """
     sync = fdatasync_write(directory, seconds)
+    pc = [round(page_cache_write(directory, seconds / 2), 1) for _ in range(3)]
     return {
         "loopback_tcp_mb_per_s": round(loopback_tcp(seconds), 1),
-        "page_cache_write_mb_per_s": round(page_cache_write(directory, seconds), 1),
+        "page_cache_write_mb_per_s": sorted(pc)[1],
+        "page_cache_write_runs_mb_per_s": pc,
         "page_cache_pread_mb_per_s": round(page_cache_read(directory, seconds=seconds), 1),
         "fdatasync_write_mb_per_s": round(sync["mb_per_s"], 1),
         "fdatasyncs_per_s_1mib": round(sync["fdatasyncs_per_s"], 1),

@@ -86,7 +86,9 @@ def free_port() -> int:
 
 
 class Broker:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, env: dict | None = None, sets: list[str] | None = None) -> None:
+        self.env = env or {}
+        self.sets = sets or []
         self.port = free_port()
         self.data_dir = workdir / "data"
         self.log_path = workdir / "broker.log"
@@ -100,7 +102,9 @@ class Broker:
         self._log = open(self.log_path, "ab")
         cmd = [sys.executable, "-m", "hightide", "serve", "--data-dir", str(self.data_dir),
                "--listen", self.bootstrap, "--log-level", "INFO"]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        for item in self.sets:
+            cmd += ["--set", item]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -527,6 +531,8 @@ def summarize_collapsed(path: Path, top: int = 15) -> dict:
         return [{"frame": f, "pct": round(100 * n / total, 1)} for f, n in c.most_common(top)]
 
     incl_ht = Counter({f: n for f, n in incl.items() if "hightide/" in f})
+    # "in_event_loop_c": samples whose innermost Python frame is the loop itself: idle in
+    # epoll, or uvloop's C code (socket recv into our buffer, callbacks' C parts).
     return {"samples": total, "in_event_loop_c_pct": round(100 * idle / max(total, 1), 1),
             "top_self": pct(self_c), "top_hightide_innermost": pct(hightide_self),
             "top_hightide_inclusive": pct(incl_ht)}
@@ -539,7 +545,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="short run (~40 s)")
     ap.add_argument("--profile-dir", type=Path, default=None,
                     help="attach py-spy to the broker during the heaviest produce/consume runs")
+    ap.add_argument("--broker-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="extra environment for the broker process, e.g. MALLOC_MMAP_THRESHOLD_=33554432 (A/B runs)")
+    ap.add_argument("--broker-set", action="append", default=[], metavar="NAME=VALUE",
+                    help="broker config override passed as `hightide serve --set NAME=VALUE` (A/B runs)")
     args = ap.parse_args()
+    broker_env = dict(item.split("=", 1) for item in args.broker_env)
     quick = args.quick
     limit_s = 0.5 if quick else 1.0
     mock_s = 1.0 if quick else 2.0
@@ -553,7 +564,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="hightide-bench-"))
     out: dict = {"benchmark": "produce_consume", "mode": "quick" if quick else "full",
                  "units": "MB = 10**6 bytes; latency in ms", "machine": _limits.machine()}
-    broker = Broker(workdir)
+    broker = Broker(workdir, broker_env, args.broker_set)
     try:
         log("measuring physical limits")
         out["physical_limits"] = _limits.measure(str(workdir), limit_s)
@@ -570,7 +581,7 @@ def main() -> None:
 
         log("starting broker")
         broker.start()
-        out["broker"] = {"bootstrap": broker.bootstrap, "pid": broker.proc.pid,
+        out["broker"] = {"bootstrap": broker.bootstrap, "pid": broker.proc.pid, "extra_env": broker_env, "extra_set": args.broker_set,
                          "command": "python -m hightide serve (defaults: log.flush.interval.ms=1000)"}
         prof = Profiler(args.profile_dir, broker.proc.pid)
         cpu = CpuMeter(broker.proc.pid)
@@ -583,7 +594,7 @@ def main() -> None:
             for procs in procs_list:
                 topic = f"bench-p-{size}-{procs}"
                 create_topics(broker.bootstrap, [topic])
-                profile_this = procs == procs_list[-1]
+                profile_this = procs == procs_list[0]
 
                 def on_start(s=size, prof_it=profile_this):
                     cpu.start()
@@ -650,8 +661,12 @@ def main() -> None:
         log("measuring produce latency at 20 MB/s")
         create_topics(broker.bootstrap, ["bench-latency"])
         cpu.start()
+        prof.start("latency_20MBps")
         out["produce_latency"] = run_latency(broker.bootstrap, "bench-latency", 10_000, 2000, lat_s)
         out["produce_latency"]["broker_cpu_pct"] = cpu.stop()
+        p = prof.finish()
+        if p:
+            profiles["latency_20MBps"] = p
         log(f"  p50 {out['produce_latency']['p50_ms']} ms, p99 {out['produce_latency']['p99_ms']} ms")
         if profiles:
             out["profiles"] = profiles

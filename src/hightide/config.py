@@ -154,6 +154,7 @@ _TIME_ALIASES = {
     "log.retention.hours": ("log.retention.ms", 3_600_000),
     "log.roll.hours": ("log.roll.ms", 3_600_000),
 }
+_ALIAS_RANK = {name: rank for rank, name in enumerate(_TIME_ALIASES, 1)}  # minutes before hours
 
 
 @dataclass
@@ -172,7 +173,12 @@ class BrokerConfig:
             target, factor = _TIME_ALIASES[name]
             if target in self.explicit:
                 return  # the *.ms form wins
-            value, name = _parse_int(value) * factor, target
+            try:
+                n = _parse_int(value)
+            except ValueError:
+                raise ConfigError(f"Invalid value {value!r} for configuration {name}: expected int") from None
+            # Kafka: a negative retention in any unit means unlimited (-1).
+            value, name = (-1 if n < 0 and target == "log.retention.ms" else n * factor), target
         elif name not in BROKER_CONFIGS:
             raise ConfigError(f"Unknown broker configuration {name!r}")
         self.values[name] = BROKER_CONFIGS[name].parse(value)
@@ -186,8 +192,8 @@ class BrokerConfig:
             with open(toml_path, "rb") as f:
                 items.extend(_flatten(tomllib.load(f)))
         items.extend((overrides or {}).items())
-        # *.ms names first so aliases see them as explicit.
-        for name, value in sorted(items, key=lambda kv: kv[0] in _TIME_ALIASES):
+        # *.ms names first so aliases see them as explicit, then minutes before hours.
+        for name, value in sorted(items, key=lambda kv: _ALIAS_RANK.get(kv[0], 0)):
             cfg.set(name, value)
         return cfg
 

@@ -20,7 +20,7 @@ from .image import MetadataImage, TopicImage
 from .records import TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord, ProducerIdsRecord, RemoveTopicRecord, TopicRecord
 
 MAX_TOPIC_NAME = 249
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -52,7 +52,7 @@ def topic_name_error(name: str) -> str | None:
         return "Topic name cannot be \".\" or \"..\""
     if len(name) > MAX_TOPIC_NAME:
         return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}"
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):  # match() would let "$" accept a trailing newline
         return (f"Topic name \"{name}\" is illegal, it contains a character other than "
                 "ASCII alphanumerics, '.', '_' and '-'")
     return None
@@ -145,7 +145,8 @@ class Controller:
         out = []
         records: list[MetadataRecord] = []
         if not self.config["delete.topic.enable"]:
-            return [(n, None, ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.") for n in names], []
+            off = (ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+            return [(n, None, *off) for n in names] + [(None, i, *off) for i in ids], []
         targets: list[tuple[str | None, uuid.UUID | None, TopicImage | None]] = \
             [(n, None, image.topics.get(n) if n else None) for n in names] + \
             [(None, i, image.topic_by_id(i)) for i in ids]
@@ -175,6 +176,10 @@ class Controller:
         if assignments is not None and len(assignments) != count - cur:
             return ErrorCode.invalid_replica_assignment, \
                 f"Attempted to add {count - cur} additional partition(s), but only {len(assignments)} assignment(s) were specified.", []
+        bad = [b for reps in assignments or () for b in reps if b not in self.node_ids]
+        if bad:
+            return ErrorCode.invalid_replica_assignment, \
+                f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered.", []
         rf = len(next(iter(t.partitions.values())).replicas) if t.partitions else 1
         return ErrorCode.none, None, self._partition_records(t.topic_id, range(cur, count), rf)
 

@@ -74,6 +74,8 @@ def _entity_reader(entity_type: type, nullable: bool) -> _Reader:
                 pos += n
                 size, n = read_unsigned_varint(buf, pos)
                 pos += n
+                if pos + size > len(buf):
+                    raise ValueError(f"tagged field {tag} of {size} bytes runs past the end of the buffer")
                 if tag in tagged:
                     name, reader = tagged[tag]
                     values[name], _ = reader(buf, pos, unknown)

@@ -174,6 +174,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         slot = _Slot()
         slot.data = data
         self.slots.append(slot)
+        self._check_backpressure()  # answered but waiting behind a slow one: still in flight
 
     def _flush(self) -> None:
         slots = self.slots
