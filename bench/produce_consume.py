@@ -304,12 +304,15 @@ def _consume_worker(bootstrap: str, topic: str, partitions: list[int], expected:
         results.put({"exception": repr(exc)})
 
 
-def run_consumers(bootstrap: str, topic: str, expected: int, procs: int, timeout: float, on_start=None) -> dict:
+def run_consumers(bootstrap: str, topic: str, expected: int, procs: int, timeout: float, on_start=None,
+                  capped: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     groups = [list(range(PARTITIONS))] if procs == 1 else [[p] for p in range(PARTITIONS)]
     barrier = ctx.Barrier(len(groups) + 1)
     results = ctx.Queue()
-    share = -(-expected // len(groups))  # a per-partition consumer also stops at its partition's EOF
+    # A per-partition consumer stops at its partition's EOF; when only a prefix of the
+    # topic is read (``capped``) it also stops after its share of ``expected``.
+    share = -(-expected // len(groups)) if capped else expected
     workers = [ctx.Process(target=_consume_worker, args=(bootstrap, topic, parts, share, timeout, barrier, results),
                            daemon=True) for parts in groups]
     for w in workers:
@@ -540,6 +543,19 @@ def summarize_collapsed(path: Path, top: int = 15) -> dict:
 
 # --------------------------------------------------------------------------- main
 
+def git_revision() -> str | None:
+    """The commit the broker code was measured at (``+dirty`` with local changes)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+        return (rev + ("+dirty" if dirty else "")) or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short run (~40 s)")
@@ -549,6 +565,8 @@ def main() -> None:
                     help="extra environment for the broker process, e.g. MALLOC_MMAP_THRESHOLD_=33554432 (A/B runs)")
     ap.add_argument("--broker-set", action="append", default=[], metavar="NAME=VALUE",
                     help="broker config override passed as `hightide serve --set NAME=VALUE` (A/B runs)")
+    ap.add_argument("--no-fsync-ab", action="store_true",
+                    help="skip the A/B produce run against a broker without the periodic fsync (full mode)")
     args = ap.parse_args()
     broker_env = dict(item.split("=", 1) for item in args.broker_env)
     quick = args.quick
@@ -563,7 +581,8 @@ def main() -> None:
     t_begin = time.time()
     workdir = Path(tempfile.mkdtemp(prefix="hightide-bench-"))
     out: dict = {"benchmark": "produce_consume", "mode": "quick" if quick else "full",
-                 "units": "MB = 10**6 bytes; latency in ms", "machine": _limits.machine()}
+                 "units": "MB = 10**6 bytes; latency in ms", "machine": _limits.machine(),
+                 "git": git_revision()}
     broker = Broker(workdir, broker_env, args.broker_set)
     try:
         log("measuring physical limits")
@@ -644,7 +663,8 @@ def main() -> None:
                     on_start()
                     r = run_kcat_consumer(broker.bootstrap, topic, expected, size, cons_timeout)
                 else:
-                    r = run_consumers(broker.bootstrap, topic, expected, cfg, cons_timeout, on_start=on_start)
+                    r = run_consumers(broker.bootstrap, topic, expected, cfg, cons_timeout, on_start=on_start,
+                                      capped=size == 100)
                 r["broker_cpu_pct"] = cpu.stop()
                 if profile_this:
                     p = prof.finish()
@@ -677,7 +697,39 @@ def main() -> None:
     finally:
         if broker.proc is not None:
             out.setdefault("broker", {}).update(broker.stop())
-        shutil.rmtree(workdir, ignore_errors=True)
+
+    if not quick and not args.no_fsync_ab and "error" not in out:
+        # A/B: the same produce load against a broker that never fsyncs on a timer
+        # (Kafka's default: flush.ms unset). Shows what the 1 s periodic fsync costs.
+        log("A/B: broker with log.flush.interval.ms=3600000 (no periodic fsync)")
+        ab_dir = workdir / "ab"
+        ab_dir.mkdir()
+        b2 = Broker(ab_dir, broker_env, [*args.broker_set, "log.flush.interval.ms=3600000"])
+        ab: dict = {"broker_set": "log.flush.interval.ms=3600000"}
+        try:
+            b2.start()
+            cpu2 = CpuMeter(b2.proc.pid)
+            rows = []
+            for procs in (1, 2):
+                create_topics(b2.bootstrap, [f"ab-p-10000-{procs}"])
+                r = run_producers(b2.bootstrap, f"ab-p-10000-{procs}", 10_000, procs, prod_s, on_start=cpu2.start)
+                r["broker_cpu_pct"] = cpu2.stop()
+                rows.append(r)
+                log(f"  produce 10000 B x{procs}: {r.get('mb_per_s')} MB/s")
+            ab["produce"] = rows
+            create_topics(b2.bootstrap, ["ab-latency"])
+            cpu2.start()
+            ab["produce_latency"] = run_latency(b2.bootstrap, "ab-latency", 10_000, 2000, lat_s / 2)
+            ab["produce_latency"]["broker_cpu_pct"] = cpu2.stop()
+            log(f"  p50 {ab['produce_latency']['p50_ms']} ms, p99 {ab['produce_latency']['p99_ms']} ms")
+        except Exception as exc:
+            ab["error"] = repr(exc)
+            log(f"ERROR (A/B): {exc!r}")
+        finally:
+            if b2.proc is not None:
+                ab["broker"] = b2.stop()
+        out["ab_no_periodic_fsync"] = ab
+    shutil.rmtree(workdir, ignore_errors=True)
 
     # Targets
     best = lambda rows, size, key: max((r.get(key) or 0 for r in rows if r.get("record_bytes") == size), default=0)  # noqa: E731

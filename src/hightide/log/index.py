@@ -56,6 +56,18 @@ class _IndexFile:
             self._pending.clear()
             self._dirty = True
 
+    def take_dirty_fd(self) -> int | None:
+        """Write pending entries; if the file needs an fsync, return a dup of its fd
+        (the caller fsyncs and closes it, possibly on another thread) and mark it clean."""
+        self.write_pending()
+        if not self._dirty:
+            return None
+        self._dirty = False
+        return os.dup(self._fd)
+
+    def mark_dirty(self) -> None:
+        self._dirty = True
+
     def fsync(self) -> None:
         self.write_pending()
         if self._dirty:

@@ -28,6 +28,7 @@ from hightide.protocol.records import (
 )
 
 from .config import LogConfig
+from .flush import FlushJob, run_flush
 from .loader import (
     LOG_START_OFFSET_FILE,
     PRODUCER_SNAPSHOT_FILE,
@@ -81,6 +82,7 @@ class PartitionLog:
         self.producer_state = ProducerStateManager()
         self.unflushed_messages = 0
         self._last_flush_ms = now_ms
+        self._recovery_file_written = False
         self._dir_dirty = False
         self._closed = False
 
@@ -506,23 +508,45 @@ class PartitionLog:
 
     def flush(self, now_ms: int | None = None) -> int:
         """fsync dirty segments and indexes, then persist the recovery point (= LEO).
-        Returns the flushed offset."""
+        Returns the flushed offset. Blocking; the broker uses the three-step form
+        (:meth:`begin_flush`, :func:`run_flush` on a worker thread, :meth:`end_flush`)."""
+        job = self.begin_flush(now_ms)
+        try:
+            run_flush(job)
+        except OSError:
+            self.end_flush(job, ok=False)
+            raise
+        self.end_flush(job, ok=True)
+        return self._recovery_point
+
+    def begin_flush(self, now_ms: int | None = None) -> FlushJob:
+        """On the thread that owns the log: write pending index entries and capture what
+        must be fsynced (dup'd fds, so a segment deleted meanwhile cannot invalidate
+        them) together with the LEO they cover. Appends after this call are not
+        covered by the job's offset (but may be made durable by it anyway)."""
+        fds: list[int] = []
         for seg in self._segments:
-            seg.flush()  # no-op unless something was written since the last flush
-        if self._dir_dirty:
-            dfd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-            self._dir_dirty = False
-        if self._recovery_point != self._leo or not os.path.exists(os.path.join(self.path, RECOVERY_POINT_FILE)):
-            self._recovery_point = self._leo
-            write_small_file(os.path.join(self.path, RECOVERY_POINT_FILE), f"{self._leo}\n")
+            fds.extend(seg.take_dirty_fds())
+        dir_path = self.path if self._dir_dirty else None
+        self._dir_dirty = False
+        write_rp = self._recovery_point != self._leo or not self._recovery_file_written
         self.unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
-        return self._recovery_point
+        return FlushJob(fds, dir_path, self._leo,
+                        os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None)
+
+    def end_flush(self, job: FlushJob, *, ok: bool) -> None:
+        """On the owning thread, after :func:`run_flush`: advance the recovery point, or
+        after a failed fsync mark everything dirty so the next flush retries it all."""
+        if ok:
+            self._recovery_point = max(self._recovery_point, min(job.offset, self._leo))
+            if job.recovery_file is not None:
+                self._recovery_file_written = True
+        else:
+            for seg in self._segments:
+                seg.mark_dirty()
+            self._dir_dirty = True
 
     def close(self) -> None:
         """Flush, write the producer state snapshot and close all files."""

@@ -329,6 +329,25 @@ class LogSegment:
         self.offset_index.write_pending()
         self.time_index.write_pending()
 
+    def take_dirty_fds(self) -> list[int]:
+        """Dups of the fds (log, indexes) that need an fsync; marks them clean. The
+        caller must fsync and close them; see :meth:`PartitionLog.begin_flush`."""
+        fds = []
+        if self.dirty:
+            fds.append(os.dup(self.fd))
+            self.dirty = False
+        for idx in (self.offset_index, self.time_index):
+            fd = idx.take_dirty_fd()
+            if fd is not None:
+                fds.append(fd)
+        return fds
+
+    def mark_dirty(self) -> None:
+        """An fsync failed: everything must be fsynced again."""
+        self.dirty = True
+        self.offset_index.mark_dirty()
+        self.time_index.mark_dirty()
+
     def flush(self) -> None:
         """fsync the log and both indexes if anything was written since the last flush."""
         self.offset_index.write_pending()

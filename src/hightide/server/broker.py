@@ -103,6 +103,7 @@ class Broker:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
+        await self.flusher.close()
         self.waiters.wake_all()
         if self.metadata is not None:
             self.metadata.close()

@@ -1,7 +1,13 @@
 """The flush policy: fsync partition logs on ``log.flush.interval.ms`` (and
 ``flush.ms`` per topic), when ``log.flush.interval.messages`` is reached, and on demand
-for acks that must wait for durability. Requests for durability that arrive together
-share one fsync per log (group commit).
+for acks that must wait for durability.
+
+fsync never runs on the event loop: each round captures what to flush on the loop
+(:meth:`PartitionLog.begin_flush`), fsyncs on one dedicated worker thread
+(:func:`run_flush`; fsync releases the GIL, so the loop keeps serving), and completes on
+the loop (:meth:`PartitionLog.end_flush`). Rounds never overlap, so a log is never
+flushed twice at once; durability requests that arrive during a round share the next
+one (group commit).
 """
 
 from __future__ import annotations
@@ -9,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
+
+from ..log.flush import FlushJob, run_flush
 
 if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog
@@ -24,9 +33,12 @@ class Flusher:
         self.broker = broker
         self._requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]] = {}
         self._wakeup: asyncio.Event | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="hightide-fsync")
+        self._round: asyncio.Future | None = None
 
     def durable(self, plog: "PartitionLog") -> asyncio.Future:
-        """A future resolved once everything appended to ``plog`` so far is fsynced."""
+        """A future resolved once everything appended to ``plog`` so far is fsynced
+        (or failed with the OSError of the fsync)."""
         fut = asyncio.get_running_loop().create_future()
         entry = self._requested.setdefault(id(plog), (plog, []))
         entry[1].append(fut)
@@ -42,27 +54,51 @@ class Flusher:
             except asyncio.TimeoutError:
                 pass
             self._wakeup.clear()
-            self.flush_due()
+            self._round = asyncio.ensure_future(self.flush_due())
+            await asyncio.shield(self._round)
 
-    def flush_due(self) -> None:
+    async def close(self) -> None:
+        """Wait for a round in progress, then stop the worker thread."""
+        if self._round is not None and not self._round.done():
+            try:
+                await self._round
+            except Exception:
+                pass
+        self._executor.shutdown(wait=True)
+
+    async def flush_due(self) -> None:
         requested, self._requested = self._requested, {}
         logs = self.broker.logs
         now = int(time.time() * 1000)
-        targets = {id(p): p for p, _ in requested.values()}
+        targets = {key: plog for key, (plog, _) in requested.items()}
         if logs is not None:
             for _, plog in logs:
-                if plog.needs_flush(now):
+                if id(plog) not in targets and plog.needs_flush(now):
                     targets[id(plog)] = plog
-        for key, plog in targets.items():
-            err: BaseException | None = None
-            try:
-                plog.flush(now)
-            except OSError as exc:
-                log.error("fsync failed for %s: %s", getattr(plog, "path", plog), exc)
-                err = exc
+        if not targets:
+            return
+        jobs = [(key, plog, plog.begin_flush(now)) for key, plog in targets.items()]
+        outcomes = await asyncio.get_running_loop().run_in_executor(
+            self._executor, _run_all, [job for _, _, job in jobs])
+        for (key, plog, job), err in zip(jobs, outcomes):
+            plog.end_flush(job, ok=err is None)
+            if err is not None:
+                log.error("fsync failed for %s: %s", getattr(plog, "path", plog), err)
             for fut in requested.get(key, (None, []))[1]:
-                if not fut.done():
-                    if err is None:
-                        fut.set_result(None)
-                    else:
-                        fut.set_exception(err)
+                if fut.done():
+                    continue
+                if err is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(err)
+
+
+def _run_all(jobs: list[FlushJob]) -> list[OSError | None]:
+    out: list[OSError | None] = []
+    for job in jobs:
+        try:
+            run_flush(job)
+            out.append(None)
+        except OSError as exc:
+            out.append(exc)
+    return out

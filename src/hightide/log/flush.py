@@ -1,0 +1,52 @@
+"""Flushing a partition log off the owning thread.
+
+:meth:`PartitionLog.begin_flush` (owner thread) captures dup'd file descriptors and the
+offset they cover; :func:`run_flush` (any thread) fsyncs them; :meth:`PartitionLog.end_flush`
+(owner thread) advances the recovery point.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from .loader import write_small_file
+
+
+class FlushJob(NamedTuple):
+    """What :func:`run_flush` must make durable."""
+
+    fds: list[int]
+    dir_path: str | None
+    offset: int
+    recovery_file: str | None
+
+
+def run_flush(job: FlushJob) -> None:
+    """fsync the job's files (releases the GIL while blocked), then record the recovery
+    point. Always closes the job's fds. Raises OSError if an fsync fails."""
+    error: OSError | None = None
+    for fd in job.fds:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            error = error or exc
+        finally:
+            os.close(fd)
+    if error is not None:
+        raise error
+    if job.dir_path is not None:
+        try:
+            dfd = os.open(job.dir_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # the partition was deleted meanwhile
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    if job.recovery_file is not None:
+        # Not fsynced: a stale or missing recovery point only means more recovery work.
+        try:
+            write_small_file(job.recovery_file, f"{job.offset}\n", sync=False)
+        except FileNotFoundError:
+            pass
