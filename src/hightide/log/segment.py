@@ -33,6 +33,7 @@ _HEAD21 = struct.Struct(">qiibI")
 _LOG_APPEND_TIME_BIT = 0x08
 _IOV_MAX = 1024
 READ_CHUNK = 4 * 1024 * 1024
+HEADER_CHUNK = 64 * 1024  # header walks: the index puts the target within a few KiB
 
 
 class SegmentCorrupt(Exception):
@@ -256,7 +257,7 @@ class LogSegment:
         end = self.size if end is None else end
         pos = start
         while end - pos >= HEADER_SIZE:
-            chunk = os.pread(self.fd, min(READ_CHUNK, end - pos), pos)
+            chunk = os.pread(self.fd, min(HEADER_CHUNK, end - pos), pos)
             clen = len(chunk)
             cpos = 0
             while clen - cpos >= HEADER_SIZE:

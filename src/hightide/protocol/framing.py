@@ -4,8 +4,10 @@ Theory of operation: the IO shell asks :meth:`FrameReader.get_buffer` for a writ
 memoryview, receives straight into it, and reports the byte count to
 :meth:`FrameReader.buffer_updated`, which returns the complete frames found. Small
 frames are parsed out of one rolling buffer; a frame larger than that buffer gets a
-dedicated ``bytearray`` of exactly its size, allocated only after the size has been
-checked against ``max_frame_bytes`` — a frame announcing a huge size never allocates.
+dedicated ``bytearray`` of at least its size, allocated only after the size has been
+checked against ``max_frame_bytes`` — a frame announcing a huge size never allocates —
+and kept for the next large frame (up to ``_SPARE_MAX``), so a producer sending 1 MiB
+requests does not allocate (and page-fault) 1 MiB per request.
 Frames are returned as ``memoryview`` objects valid until the next
 :meth:`FrameReader.get_buffer` call: decode (or copy) them before receiving more.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 from .errors import PeerProtocolError
 
 _DEFAULT_CHUNK = 256 * 1024
+_SPARE_MAX = 16 * 1024 * 1024
 
 
 class FrameTooLarge(PeerProtocolError):
@@ -36,12 +39,14 @@ class FrameReader:
         self._start = 0  # first unconsumed byte in _buf
         self._end = 0  # end of received data in _buf
         self._big: bytearray | None = None  # dedicated buffer for a large frame
+        self._big_size = 0  # size of the large frame being received into _big
         self._big_filled = 0
+        self._spare: bytearray | None = None  # the last large-frame buffer, reused
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Return the memoryview the next received bytes must be written into."""
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled:]
+            return memoryview(self._big)[self._big_filled:self._big_size]
         if self._end == len(self._buf):
             self._compact()
         return memoryview(self._buf)[self._end:]
@@ -50,9 +55,10 @@ class FrameReader:
         """Account for ``nbytes`` written into the last buffer; return complete frames."""
         if self._big is not None:
             self._big_filled += nbytes
-            if self._big_filled < len(self._big):
+            if self._big_filled < self._big_size:
                 return []
-            frame = memoryview(self._big)
+            frame = memoryview(self._big)[:self._big_size]
+            self._spare = self._big if self._big_size <= _SPARE_MAX else None
             self._big = None
             return [frame]
         self._end += nbytes
@@ -76,9 +82,10 @@ class FrameReader:
             if size + 4 > len(buf):
                 # Too big for the rolling buffer: move what we have to a dedicated one.
                 have = end - start - 4
-                big = bytearray(size)
-                big[:have] = buf[start + 4:end]
-                self._big, self._big_filled = big, have
+                big = self._spare if self._spare is not None and len(self._spare) >= size else bytearray(size)
+                self._spare = None
+                big[:have] = memoryview(buf)[start + 4:end]
+                self._big, self._big_size, self._big_filled = big, size, have
                 start = end
             break
         if start == end:

@@ -3,7 +3,7 @@ reads). Sources and synonyms follow Kafka's DescribeConfigs semantics."""
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...cluster.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from ...config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef
@@ -79,7 +79,7 @@ def describe_configs(ctx, req):
                    "error_message": f"Unsupported resource type {r.resource_type}", "configs": []}
         res.update(resource_type=r.resource_type, resource_name=r.resource_name)
         results.append(res)
-    return materialize(load_response_schema(32, ctx.version), {"throttle_time": 0, "results": results})
+    return materialize(response_schema(32, ctx.version), {"throttle_time": 0, "results": results})
 
 
 @handles(44, 0, 1)
@@ -99,4 +99,4 @@ def incremental_alter_configs(ctx, req):
             code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
         responses.append({"error_code": code, "error_message": msg, "resource_type": r.resource_type,
                           "resource_name": r.resource_name})
-    return materialize(load_response_schema(44, ctx.version), {"throttle_time": 0, "responses": responses})
+    return materialize(response_schema(44, ctx.version), {"throttle_time": 0, "responses": responses})

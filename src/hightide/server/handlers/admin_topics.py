@@ -7,7 +7,7 @@ records, and describe the outcome in the version the client asked for.
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...cluster.controller import NewTopic
 from ...config import TOPIC_CONFIGS, effective_topic_config
@@ -57,7 +57,7 @@ def create_topics(ctx, req):
             "replication_factor": r.replication_factor if ok else -1,
             "configs": topic_config_entries(b, r.configs) if ok else None,
         })
-    return materialize(load_response_schema(19, ctx.version), {"throttle_time": 0, "topics": topics})
+    return materialize(response_schema(19, ctx.version), {"throttle_time": 0, "topics": topics})
 
 
 @handles(20, 1, 6)
@@ -72,7 +72,7 @@ def delete_topics(ctx, req):
     b.commit_metadata(records)
     responses = [{"name": n, "topic_id": tid, "error_code": code, "error_message": msg}
                  for n, tid, code, msg in results]
-    return materialize(load_response_schema(20, ctx.version), {"throttle_time": 0, "responses": responses})
+    return materialize(response_schema(20, ctx.version), {"throttle_time": 0, "responses": responses})
 
 
 @handles(37, 0, 3)
@@ -91,4 +91,4 @@ def create_partitions(ctx, req):
         if code == ErrorCode.none and not req.validate_only:
             b.commit_metadata(records)
         results.append({"name": t.name, "error_code": code, "error_message": msg})
-    return materialize(load_response_schema(37, ctx.version), {"throttle_time": 0, "results": results})
+    return materialize(response_schema(37, ctx.version), {"throttle_time": 0, "results": results})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.codec import RequestHeader, encode_response
@@ -17,13 +17,13 @@ def api_keys() -> list[dict]:
 
 @handles(18, 0, 4)
 def handle(ctx, req):
-    return materialize(load_response_schema(18, ctx.version),
+    return materialize(response_schema(18, ctx.version),
                        {"error_code": ErrorCode.none, "api_keys": api_keys(), "throttle_time": 0})
 
 
 def unsupported_version_response(header: RequestHeader) -> bytes:
     """Kafka answers an ApiVersions request of an unknown version with a v0 response
     carrying UNSUPPORTED_VERSION and the supported ranges, so the client can retry."""
-    body = materialize(load_response_schema(18, 0),
+    body = materialize(response_schema(18, 0),
                        {"error_code": ErrorCode.unsupported_version, "api_keys": api_keys()})
     return encode_response(18, 0, header.correlation_id, body)

@@ -3,7 +3,7 @@ watermark); whole segments below it are deleted."""
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...log.partition_log import OffsetOutOfRange
 from ...protocol.build import materialize
@@ -30,4 +30,4 @@ def handle(ctx, req):
                     err = ErrorCode.kafka_storage_error
             parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": err})
         topics.append({"name": t.name, "partitions": parts})
-    return materialize(load_response_schema(21, ctx.version), {"throttle_time": 0, "topics": topics})
+    return materialize(response_schema(21, ctx.version), {"throttle_time": 0, "topics": topics})

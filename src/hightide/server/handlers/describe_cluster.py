@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
@@ -17,12 +17,12 @@ def handle(ctx, req):
     host, port = b.advertised
     endpoint_type = getattr(req, "endpoint_type", 1)
     if endpoint_type not in (1,):
-        return materialize(load_response_schema(60, ctx.version), {
+        return materialize(response_schema(60, ctx.version), {
             "throttle_time": 0, "error_code": ErrorCode.unsupported_endpoint_type,
             "error_message": "The endpoint type is not supported", "endpoint_type": endpoint_type,
             "cluster_id": b.cluster_id, "controller_id": -1, "brokers": [],
             "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS_OMITTED})
-    return materialize(load_response_schema(60, ctx.version), {
+    return materialize(response_schema(60, ctx.version), {
         "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
         "endpoint_type": 1, "cluster_id": b.cluster_id, "controller_id": b.node_id,
         "brokers": [{"broker_id": b.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}],

@@ -3,7 +3,7 @@ transactional id is answered with COORDINATOR_NOT_AVAILABLE (see docs/compatibil
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
@@ -15,9 +15,9 @@ def handle(ctx, req):
     if req.transactional_id is not None:
         # No transaction coordinator yet: say so rather than hand out a producer id
         # whose transactional guarantees we could not honour.
-        return materialize(load_response_schema(22, ctx.version), {
+        return materialize(response_schema(22, ctx.version), {
             "throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
             "producer_id": -1, "producer_epoch": -1})
     pid = ctx.broker.next_producer_id()
-    return materialize(load_response_schema(22, ctx.version), {
+    return materialize(response_schema(22, ctx.version), {
         "throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0})

@@ -13,7 +13,7 @@ Anything at or past the fetchable end (HW, or LSO for read_committed) answers -1
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
@@ -74,4 +74,4 @@ def handle(ctx, req):
             entry["error_code"] = err
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
-    return materialize(load_response_schema(2, ctx.version), {"throttle_time": 0, "topics": topics})
+    return materialize(response_schema(2, ctx.version), {"throttle_time": 0, "topics": topics})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...cluster.controller import NewTopic, topic_name_error
 from ...cluster.image import TopicImage
@@ -73,7 +73,7 @@ def handle(ctx, req):
             else:
                 topics.append(error_entry(rt.name, ErrorCode.unknown_topic_or_partition))
     host, port = b.advertised
-    return materialize(load_response_schema(3, ctx.version), {
+    return materialize(response_schema(3, ctx.version), {
         "throttle_time": 0,
         "brokers": [{"node_id": b.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": b.cluster_id, "controller_id": b.node_id, "topics": topics,

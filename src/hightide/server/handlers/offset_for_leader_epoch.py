@@ -3,7 +3,7 @@ partition, so epoch 0 ends at the log end offset and any other epoch is undefine
 
 from __future__ import annotations
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
@@ -28,4 +28,4 @@ def handle(ctx, req):
             entry["error_code"] = err
             parts.append(entry)
         topics.append({"topic": t.topic, "partitions": parts})
-    return materialize(load_response_schema(23, ctx.version), {"throttle_time": 0, "topics": topics})
+    return materialize(response_schema(23, ctx.version), {"throttle_time": 0, "topics": topics})

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kio.index import load_response_schema
+from ...protocol.codec import response_schema
 
 from ...log.producer_state import ProducerStateError
 from ...protocol.build import materialize
@@ -108,7 +108,7 @@ def handle(ctx, req):
     response = {"responses": responses, "throttle_time": 0}
     if durable:
         return _after_fsync(ctx, durable, response)
-    return materialize(load_response_schema(0, ctx.version), response)
+    return materialize(response_schema(0, ctx.version), response)
 
 
 async def _after_fsync(ctx, logs, response):
@@ -120,4 +120,4 @@ async def _after_fsync(ctx, logs, response):
                 if p["error_code"] == ErrorCode.none:
                     p["error_code"] = ErrorCode.kafka_storage_error
                     p["error_message"] = "fsync failed"
-    return materialize(load_response_schema(0, ctx.version), response)
+    return materialize(response_schema(0, ctx.version), response)
