@@ -114,8 +114,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
        (lambda v: v in ("CreateTime", "LogAppendTime"), "must be CreateTime or LogAppendTime")),
     _d("log.cleanup.policy", "list", ("delete",), "delete and/or compact."),
-    _d("compression.type", "string", "producer", "Topic compression (only 'producer' is honoured: batches are stored as sent).",
-       (lambda v: v in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "invalid compression type")),
+    _d("compression.type", "string", "producer", "Batches are stored exactly as the producer compressed them.",
+       (lambda v: v == "producer", "hightide stores record batches exactly as produced and does not recompress; "
+        "only 'producer' is supported")),
     _d("min.insync.replicas", "int", 1, "Minimum in-sync replicas for acks=all.", _pos),
     _d("offset.metadata.max.bytes", "int", 4096, "Largest offset commit metadata.", _nonneg),
 ]}

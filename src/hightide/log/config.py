@@ -34,6 +34,12 @@ class LogConfig:
     flush_interval_ms: int | None = 1000
     #: log.message.timestamp.type / ``message.timestamp.type``.
     message_timestamp_type: str = "CreateTime"
+    #: ``message.timestamp.before.max.ms``: oldest CreateTime accepted, relative to now; None = any.
+    timestamp_before_max_ms: int | None = None
+    #: ``message.timestamp.after.max.ms``: furthest future CreateTime accepted; None = any.
+    timestamp_after_max_ms: int | None = None
+    #: ``min.insync.replicas``: acks=all produces need this many in-sync replicas.
+    min_insync_replicas: int = 1
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 14:
@@ -105,6 +111,13 @@ class LogConfig:
         if "flush.ms" in props:
             v = num("flush.ms", 0, _INT64_MAX)
             out["flush_interval_ms"] = None if v == _INT64_MAX else v
+        for name, attr in (("message.timestamp.before.max.ms", "timestamp_before_max_ms"),
+                           ("message.timestamp.after.max.ms", "timestamp_after_max_ms")):
+            if name in props:
+                v = num(name, 0, _INT64_MAX)
+                out[attr] = None if v == _INT64_MAX else v
+        if "min.insync.replicas" in props:
+            out["min_insync_replicas"] = num("min.insync.replicas", 1, _INT32_MAX)
         if "message.timestamp.type" in props:
             v = str(props["message.timestamp.type"]).strip()
             if v not in ("CreateTime", "LogAppendTime"):

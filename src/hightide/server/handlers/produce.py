@@ -19,12 +19,37 @@ from ...protocol.codec import response_schema
 from ...log.producer_state import ProducerStateError
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
-from ...protocol.records import InvalidRecords, validate_batches
+from ...protocol.records import InvalidRecords, decode_records, validate_batches
 from ..registry import CloseConnection, handles
 from .common import LEADER_EPOCH
 
 
-def _append_partition(ctx, topic: str, partition: int, records) -> tuple[dict, object | None]:
+def _policy_error(cfg, h, records, now_ms: int, acks: int) -> tuple[ErrorCode, str] | None:
+    """Topic policies Kafka enforces before appending: min.insync.replicas for acks=all
+    (a single node has an ISR of 1) and the CreateTime bounds
+    message.timestamp.before/after.max.ms. The future bound needs only the header's
+    MaxTimestamp; the past bound decodes the batch (opt-in, off by default)."""
+    if acks == -1 and cfg.min_insync_replicas > 1:
+        return (ErrorCode.not_enough_replicas,
+                f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement "
+                f"of {cfg.min_insync_replicas}")
+    if cfg.log_append_time:
+        return None
+    after, before = cfg.timestamp_after_max_ms, cfg.timestamp_before_max_ms
+    if after is not None and h.max_timestamp > now_ms + after:
+        return ErrorCode.invalid_timestamp, (
+            f"Timestamp {h.max_timestamp} of a record is more than {after} ms after the broker's time "
+            "(message.timestamp.after.max.ms)")
+    if before is not None:
+        oldest = min((r.timestamp for r in decode_records(records)), default=now_ms)
+        if oldest < now_ms - before:
+            return ErrorCode.invalid_timestamp, (
+                f"Timestamp {oldest} of a record is more than {before} ms before the broker's time "
+                "(message.timestamp.before.max.ms)")
+    return None
+
+
+def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tuple[dict, object | None]:
     """Returns (partition response dict, log needing a durable ack or None)."""
     b = ctx.broker
     resp = {"index": partition, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
@@ -47,6 +72,12 @@ def _append_partition(ctx, topic: str, partition: int, records) -> tuple[dict, o
             resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
         return resp, None
     h = headers[0]
+    policy = _policy_error(plog.config, h, records, ctx.now_ms, acks)
+    if policy is not None:
+        resp["error_code"], resp["error_message"] = policy
+        if policy[0] == ErrorCode.invalid_timestamp:
+            resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": policy[1]}]
+        return resp, None
     if h.is_transactional:
         resp["error_code"] = ErrorCode.invalid_txn_state
         resp["error_message"] = "transactions are not supported by this hightide version"
@@ -91,7 +122,7 @@ def handle(ctx, req):
                         "log_append_time": -1, "log_start_offset": -1, "record_errors": [], "error_message": None}
                 plog = None
             else:
-                resp, plog = _append_partition(ctx, t.name, p.index, p.records)
+                resp, plog = _append_partition(ctx, t.name, p.index, p.records, acks)
             failed |= resp["error_code"] != ErrorCode.none
             if plog is not None:
                 durable.append(plog)
