@@ -112,11 +112,14 @@ def test_time_retention_and_flush_every_message(fresh_server, topic_name):
     srv = fresh_server("--set", "log.retention.check.interval.ms=200", "--set", "log.flush.interval.messages=1")
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": srv.bootstrap})
-    admin.create_topics([NewTopic(topic_name, 1, 1, config={"retention.ms": "60000", "segment.bytes": "2000"})])[
-        topic_name].result(10)
+    compact = topic_name + "-compact"
+    for name, policy in ((topic_name, "delete"), (compact, "compact")):
+        admin.create_topics([NewTopic(name, 1, 1, config={"retention.ms": "60000", "segment.bytes": "2000",
+                                                          "cleanup.policy": policy})])[name].result(10)
     old = 1_000_000_000_000  # 2001: far past retention
-    confluent_produce(srv.bootstrap, topic_name, [Rec(0, None, b"o" * 500, (), old + i) for i in range(12)],
-                      extra={"linger.ms": 0, "batch.size": 600})
+    for name in (topic_name, compact):
+        confluent_produce(srv.bootstrap, name, [Rec(0, b"k", b"o" * 500, (), old + i) for i in range(12)],
+                          extra={"linger.ms": 0, "batch.size": 600})
     now = int(time.time() * 1000)
     confluent_produce(srv.bootstrap, topic_name, [Rec(0, None, b"n" * 500, (), now)] * 3,
                       extra={"linger.ms": 0, "batch.size": 600})
@@ -131,4 +134,7 @@ def test_time_retention_and_flush_every_message(fresh_server, topic_name):
         assert start >= 12, "old segments must be deleted by time retention"
         body["topics"][0]["partitions"][0]["timestamp"] = -1
         assert c.request(2, 7, body).topics[0].partitions[0].offset == 15
+        body["topics"][0]["name"] = compact  # compact-only: retention never deletes
+        body["topics"][0]["partitions"][0]["timestamp"] = -2
+        assert c.request(2, 7, body).topics[0].partitions[0].offset == 0
     assert "retention deleted" in srv.output()

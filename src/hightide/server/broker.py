@@ -170,8 +170,13 @@ class Broker:
         self._open_logs()
 
     def topic_log_config(self, topic: TopicImage) -> LogConfig:
-        return LogConfig.from_kafka({k: str(v) if not isinstance(v, tuple) else ",".join(v)
-                                     for k, v in effective_topic_config(self.config, topic.configs).items()})
+        """The topic's effective log config. Without ``delete`` in ``cleanup.policy``
+        (compact-only topics) nothing is ever deleted by time or size, as in Kafka."""
+        eff = effective_topic_config(self.config, topic.configs)
+        props = {k: str(v) if not isinstance(v, tuple) else ",".join(v) for k, v in eff.items()}
+        if "delete" not in eff["cleanup.policy"]:
+            props["retention.ms"] = props["retention.bytes"] = "-1"
+        return LogConfig.from_kafka(props)
 
     def _open_logs(self) -> None:
         assert self.logs is not None
