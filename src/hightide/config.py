@@ -119,6 +119,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
         "only 'producer' is supported")),
     _d("min.insync.replicas", "int", 1, "Minimum in-sync replicas for acks=all.", _pos),
     _d("offset.metadata.max.bytes", "int", 4096, "Largest offset commit metadata.", _nonneg),
+    _d("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets (fixed once created).", _pos),
+    _d("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", (lambda v: v >= 14, "must be >= 14")),
+    _d("offsets.retention.minutes", "int", 10080, "Offsets of groups without members expire after this long.", _pos),
+    _d("offsets.retention.check.interval.ms", "long", 600000, "How often expired offsets are removed.", _pos),
 ]}
 
 # Topic config name -> broker synonym (None: no broker-level synonym).

@@ -157,6 +157,10 @@ class Controller:
                 out.append((name, tid, code, "This server does not host this topic ID." if tid else
                             "This server does not host this topic-partition."))
                 continue
+            if t.internal:
+                out.append((t.name, t.topic_id, ErrorCode.invalid_request,
+                            f"Topic {t.name} is an internal topic and cannot be deleted."))
+                continue
             if t.topic_id not in done:
                 records.append(RemoveTopicRecord(str(t.topic_id)))
                 done.add(t.topic_id)

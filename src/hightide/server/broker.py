@@ -28,6 +28,7 @@ from ..log.partition_log import PartitionLog
 from . import handlers  # noqa: F401  (registers routes)
 from .connection import KafkaConnection
 from .flusher import Flusher
+from .group_runtime import GroupRuntime
 from .waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
@@ -53,6 +54,7 @@ class Broker:
         self.controller = Controller(self.config, [self.node_id])
         self.waiters = AppendWaiters()
         self.flusher = Flusher(self)
+        self.groups = GroupRuntime(self)
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
@@ -74,12 +76,14 @@ class Broker:
         self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown)
         self.cluster_id = self.cluster_id or self._load_cluster_id()
         self._open_logs()
+        self.groups.start()
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: KafkaConnection(self), self.listen[0], self.listen[1],
                                                reuse_address=True, backlog=1024)
         self._bound = self.server.sockets[0].getsockname()[:2]
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+        self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
         self.started_at = time.monotonic()
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
@@ -222,6 +226,12 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.run_retention()
+
+    async def _group_timers(self) -> None:
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.groups.poll(now_ms())
 
     def run_retention(self) -> None:
         assert self.logs is not None

@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     delete_records,
     describe_cluster,
     fetch,
+    group_offsets,
     init_producer_id,
     list_offsets,
     metadata,

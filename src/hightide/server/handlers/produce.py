@@ -59,6 +59,10 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
     if plog is None:
         resp["error_code"] = ErrorCode.unknown_topic_or_partition
         return resp, None
+    if timg.internal:
+        resp["error_code"] = ErrorCode.invalid_topic_exception
+        resp["error_message"] = f"Cannot append to internal topic {topic}"
+        return resp, None
     if records is None:
         resp["error_code"] = ErrorCode.invalid_record
         resp["error_message"] = "records must not be null"

@@ -1,0 +1,268 @@
+"""One TCP connection to one Kafka-protocol broker, with pipelined requests.
+
+Theory of operation: :meth:`BrokerConnection.connect` opens the socket, starts a reader
+task and performs the ApiVersions handshake. :meth:`BrokerConnection.request` encodes a
+request with a fresh correlation id, registers a future under that id, writes the frame
+and awaits the future; any number of requests may be in flight at once. The reader task
+reads frames, matches each to its future by correlation id (so responses may arrive in
+any order) and decodes the body there. A response whose correlation id is unknown (its
+request timed out) is dropped. When the connection breaks, every pending request fails
+with :class:`KafkaConnectionError` and the connection stays closed; callers open a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from typing import Any
+
+from kio.serial import entity_reader
+
+from .. import __version__
+from ..protocol.build import materialize
+from ..protocol.codec import API_VERSIONS_KEY, encode_request, request_schema, response_schema
+from ..protocol.tolerant import Unknown, read_tolerant
+from .errors import (ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError,
+                     UnsupportedVersionError)
+
+__all__ = ["BrokerConnection", "decode_response"]
+
+_API_VERSIONS_MAX = 3
+_SIZE = struct.Struct(">i")
+_MAX_FRAME = 100 * 1024 * 1024
+
+
+def decode_response(api_key: int, version: int, frame: bytes | memoryview,
+                    unknown_tags: Unknown | None = None) -> tuple[int, Any]:
+    """Decode a response frame (without its size prefix); return (correlation id, body).
+
+    Tagged fields kio does not know are skipped, not fatal: they land in
+    ``unknown_tags[id(entity)]`` as raw bytes (see :mod:`hightide.protocol.tolerant`).
+    An ApiVersions response whose error code is UNSUPPORTED_VERSION is decoded as v0,
+    because that is how brokers answer a version they do not know.
+    Raises :class:`KafkaError` (CORRUPT_MESSAGE) on a malformed frame.
+    """
+    if len(frame) < 4:
+        raise KafkaError(ErrorCode.corrupt_message, "response shorter than its header")
+    corr = _SIZE.unpack_from(frame, 0)[0]
+    if api_key == API_VERSIONS_KEY:
+        if len(frame) >= 6 and struct.unpack_from(">h", frame, 4)[0] == ErrorCode.unsupported_version:
+            version = 0
+        cls, offset = response_schema(api_key, version), 4
+    else:
+        cls = response_schema(api_key, version)
+        offset = 5 if cls.__flexible__ else 4
+    try:
+        if unknown_tags is None:
+            try:
+                return corr, entity_reader(cls)(frame, offset)[0]
+            except KeyError as exc:
+                if "tag" not in str(exc):
+                    raise
+        return corr, read_tolerant(cls, frame, offset, {} if unknown_tags is None else unknown_tags)[0]
+    except KafkaError:
+        raise
+    except Exception as exc:
+        raise KafkaError(ErrorCode.corrupt_message,
+                         f"malformed {cls.__name__} v{version}: {exc!r}") from exc
+
+
+class BrokerConnection:
+    """A connection to ``host:port``. Use :meth:`connect` (or ``async with``) first.
+
+    ``request_timeout_s`` bounds each request (connect and handshake included);
+    ``api_versions`` maps api key → (min, max) as the broker advertised them.
+    Not thread-safe; safe for any number of concurrent requests from one event loop.
+    """
+
+    def __init__(self, host: str, port: int, client_id: str | None = "hightide-admin", *,
+                 request_timeout_s: float = 30.0, node_id: int | None = None) -> None:
+        self.host, self.port, self.client_id = host, port, client_id
+        self.node_id = node_id
+        self.request_timeout_s = request_timeout_s
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self.api_versions_version: int | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, int, Unknown | None]] = {}
+        self._corr = itertools.count(1)
+        self._closed_error: KafkaError | None = None
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
+
+    @property
+    def connected(self) -> bool:
+        """True between a successful :meth:`connect` and the connection breaking or closing."""
+        return self._writer is not None and self._closed_error is None
+
+    async def __aenter__(self) -> "BrokerConnection":
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Open the socket and negotiate API versions.
+
+        Raises :class:`KafkaConnectionError` if the socket cannot be opened,
+        :class:`KafkaTimeoutError` on timeout, :class:`KafkaError` if the broker answers
+        ApiVersions with an error other than UNSUPPORTED_VERSION.
+        """
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.request_timeout_s)
+        except asyncio.TimeoutError:
+            raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
+        except OSError as exc:
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        try:
+            await self._handshake()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _handshake(self) -> None:
+        version = _API_VERSIONS_MAX
+        for _ in range(3):
+            resp = await self.request(API_VERSIONS_KEY, version, {
+                "client_software_name": "hightide", "client_software_version": __version__})
+            if resp.error_code == ErrorCode.unsupported_version:
+                ours = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+                # Fall back to what the broker advertises for ApiVersions, else to v0.
+                broker_max = ours.get(API_VERSIONS_KEY, (0, -1))[1]
+                version = broker_max if 0 <= broker_max < version else 0
+                continue
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, f"ApiVersions v{version} failed")
+            self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
+                                 for k in resp.api_keys}
+            self.api_versions_version = version
+            return
+        raise UnsupportedVersionError(ErrorCode.unsupported_version,
+                                      "broker refused every ApiVersions version")
+
+    def supports(self, api_key: int, version: int | None = None) -> bool:
+        """True if the broker advertises ``api_key`` (at ``version``, if given)."""
+        rng = self.api_versions.get(api_key)
+        return rng is not None and (version is None or rng[0] <= version <= rng[1])
+
+    def pick_version(self, api_key: int, wanted_max: int, our_min: int = 0) -> int:
+        """The highest version ``v`` with ``our_min <= v <= wanted_max``, within the
+        broker's advertised range and known to kio.
+
+        Raises :class:`UnsupportedVersionError` when there is none (or the broker does not
+        advertise ``api_key`` at all).
+        """
+        rng = self.api_versions.get(api_key)
+        if rng is not None:
+            for v in range(min(wanted_max, rng[1]), max(our_min, rng[0]) - 1, -1):
+                if request_schema(api_key, v) is not None:
+                    return v
+        raise UnsupportedVersionError(
+            ErrorCode.unsupported_version,
+            f"api {api_key}: broker {self.host}:{self.port} supports {rng}, "
+            f"client needs {our_min}..{wanted_max}")
+
+    async def request(self, api_key: int, version: int, body: Any, *,
+                      timeout_s: float | None = None, unknown_tags: Unknown | None = None) -> Any:
+        """Send one request and return the decoded response entity.
+
+        ``body`` is a kio request entity or a plain dict (built with
+        :func:`hightide.protocol.build.materialize` for this version). Pass a dict as
+        ``unknown_tags`` to collect tagged fields kio does not know (extensions).
+        Error codes inside the response are *not* raised here. Raises
+        :class:`KafkaTimeoutError` after ``timeout_s`` (default ``request_timeout_s``)
+        and :class:`KafkaConnectionError` when the connection is or becomes closed.
+        """
+        if self._closed_error is not None:
+            raise KafkaConnectionError(f"{self!r} is closed: {self._closed_error.message}")
+        if self._writer is None:
+            raise KafkaConnectionError(f"{self!r} is not connected")
+        if isinstance(body, dict):
+            cls = request_schema(api_key, version)
+            if cls is None:
+                raise UnsupportedVersionError(ErrorCode.unsupported_version,
+                                              f"no schema for api {api_key} v{version}")
+            body = materialize(cls, body)
+        corr = next(self._corr) & 0x7FFFFFFF
+        frame = encode_request(api_key, version, corr, self.client_id, body)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[corr] = (fut, api_key, version, unknown_tags)
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+            return await asyncio.wait_for(fut, timeout_s or self.request_timeout_s)
+        except asyncio.TimeoutError:
+            raise KafkaTimeoutError(
+                f"api {api_key} v{version} to {self.host}:{self.port} timed out") from None
+        except (ConnectionError, OSError) as exc:
+            self._fail_all(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}"))
+            raise KafkaConnectionError(str(exc)) from exc
+        finally:
+            self._pending.pop(corr, None)
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reason = "connection closed by broker"
+        try:
+            while True:
+                head = await self._reader.readexactly(4)
+                size = _SIZE.unpack(head)[0]
+                if size < 4 or size > _MAX_FRAME:
+                    reason = f"bad response frame size {size}"
+                    break
+                self._dispatch(await self._reader.readexactly(size))
+        except asyncio.IncompleteReadError:
+            pass
+        except (ConnectionError, OSError) as exc:
+            reason = f"connection lost: {exc}"
+        except asyncio.CancelledError:
+            reason = "connection closed"
+            raise
+        finally:
+            self._fail_all(KafkaConnectionError(f"{self.host}:{self.port}: {reason}"))
+
+    def _dispatch(self, frame: bytes) -> None:
+        corr = _SIZE.unpack_from(frame, 0)[0]
+        entry = self._pending.pop(corr, None)
+        if entry is None:
+            return  # its request timed out or was cancelled
+        fut, api_key, version, unknown = entry
+        if fut.done():
+            return
+        try:
+            fut.set_result(decode_response(api_key, version, frame, unknown)[1])
+        except KafkaError as exc:
+            fut.set_exception(exc)
+
+    def _fail_all(self, error: KafkaError) -> None:
+        if self._closed_error is None:
+            self._closed_error = error
+        pending, self._pending = self._pending, {}
+        for fut, *_ in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def close(self) -> None:
+        """Close the socket; pending requests fail with :class:`KafkaConnectionError`.
+        Idempotent."""
+        self._fail_all(KafkaConnectionError(f"{self.host}:{self.port}: connection closed"))
+        task, self._read_task = self._read_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        writer = self._writer
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass

@@ -1,0 +1,130 @@
+"""Committed offsets of every group in one ``__consumer_offsets`` partition (sans-IO).
+
+State changes only through :meth:`OffsetStore.replay`; the request methods validate and
+return the records to append. Validation of *who* may commit (generation, member) is the
+group's business (see :mod:`.shard`); this module knows offsets, metadata limits and
+expiry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from kio.schema.errors import ErrorCode
+
+from .records import OffsetKey, OffsetValue
+
+TopicPartition = tuple[str, int]
+Record = tuple[object, object | None]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    expected_offset: int | None = None  # hightide extension: commit only if stored == expected
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    error_code: ErrorCode = ErrorCode.none
+
+
+class OffsetStore:
+    def __init__(self, metadata_max_bytes: int = 4096) -> None:
+        self.metadata_max_bytes = metadata_max_bytes
+        self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+
+    # -- reads ------------------------------------------------------------------------
+    def fetch(self, group: str, partitions: Iterable[TopicPartition] | None) -> list[FetchedOffset]:
+        """Committed offsets; an unknown group or partition answers -1 with no error (as
+        Kafka does). ``partitions=None`` means every partition the group committed."""
+        committed = self.offsets.get(group, {})
+        if partitions is None:
+            partitions = sorted(committed)
+        out = []
+        for tp in partitions:
+            v = committed.get(tp)
+            if v is None:
+                out.append(FetchedOffset(tp[0], tp[1], -1, -1, ""))
+            else:
+                out.append(FetchedOffset(tp[0], tp[1], v.offset, v.leader_epoch, v.metadata))
+        return out
+
+    def has_offsets(self, group: str) -> bool:
+        return bool(self.offsets.get(group))
+
+    # -- writes (return records; never mutate) ------------------------------------------
+    def commit(self, group: str, commits: Iterable[CommitRequest], now_ms: int,
+               partition_exists: Callable[[str, int], bool]) -> tuple[dict[TopicPartition, ErrorCode], list[Record]]:
+        """Validate commits; return per-partition errors and the records to append.
+
+        Per partition: OFFSET_METADATA_TOO_LARGE (metadata longer than
+        ``offset.metadata.max.bytes``); UNKNOWN_TOPIC_OR_PARTITION (no such partition: a
+        commit nobody could ever consume from is refused, as Kafka's KafkaApis does);
+        :data:`EXPECTED_OFFSET_MISMATCH` when the ExpectedOffset extension is set and
+        the stored offset (-1 if none) differs. Other partitions still commit."""
+        errors: dict[TopicPartition, ErrorCode] = {}
+        records: list[Record] = []
+        current = self.offsets.get(group, {})
+        for c in commits:
+            tp = (c.topic, c.partition)
+            metadata = c.metadata if c.metadata is not None else ""
+            if len(metadata.encode()) > self.metadata_max_bytes:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            elif not partition_exists(c.topic, c.partition):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            elif c.expected_offset is not None and \
+                    (current[tp].offset if tp in current else -1) != c.expected_offset:
+                errors[tp] = EXPECTED_OFFSET_MISMATCH
+            else:
+                errors[tp] = ErrorCode.none
+                records.append((OffsetKey(group, c.topic, c.partition),
+                                OffsetValue(c.offset, c.leader_epoch, metadata, now_ms)))
+        return errors, records
+
+    def delete(self, group: str, partitions: Iterable[TopicPartition]) -> list[Record]:
+        """Tombstones for the committed offsets among ``partitions``."""
+        committed = self.offsets.get(group, {})
+        return [(OffsetKey(group, t, p), None) for t, p in partitions if (t, p) in committed]
+
+    def delete_group(self, group: str) -> list[Record]:
+        return [(OffsetKey(group, t, p), None) for t, p in sorted(self.offsets.get(group, {}))]
+
+    def expired(self, group: str, now_ms: int, retention_ms: int, since_ms: int | None) -> list[Record]:
+        """Tombstones for offsets past ``offsets.retention.minutes``: measured from the
+        time the group became empty (``since_ms``) or, for groups without members and
+        state, from each commit's timestamp (Kafka ≥ 2.1)."""
+        out: list[Record] = []
+        for (t, p), v in sorted(self.offsets.get(group, {}).items()):
+            base = since_ms if since_ms is not None and since_ms > 0 else v.commit_timestamp
+            if v.expire_timestamp >= 0 and now_ms >= v.expire_timestamp or now_ms - base >= retention_ms:
+                out.append((OffsetKey(group, t, p), None))
+        return out
+
+    # -- the only mutator -------------------------------------------------------------
+    def replay(self, key: OffsetKey, value: OffsetValue | None) -> None:
+        tp = (key.topic, key.partition)
+        if value is None:
+            group = self.offsets.get(key.group)
+            if group is not None:
+                group.pop(tp, None)
+                if not group:
+                    del self.offsets[key.group]
+        else:
+            self.offsets.setdefault(key.group, {})[tp] = value
+
+
+# The ExpectedOffset extension's error: the stored offset differs from the one the
+# client expected (someone else committed in between). OFFSET_NOT_AVAILABLE is the
+# closest existing code ("not available at this offset"); docs/offsets.md explains.
+EXPECTED_OFFSET_MISMATCH = ErrorCode.offset_not_available

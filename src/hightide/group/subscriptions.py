@@ -1,0 +1,30 @@
+"""Decoding the consumer protocol's subscription metadata (ConsumerProtocolSubscription)
+carried in classic JoinGroup requests and group metadata records."""
+
+from __future__ import annotations
+
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as _V0
+from kio.serial import entity_reader
+
+from .records import GroupValue
+
+
+def decode_subscription(data: bytes) -> list[str]:
+    """Topic names of a ``consumer`` protocol subscription (any version: the topics come
+    first after the int16 version in every version). Returns [] if undecodable."""
+    if len(data) < 2:
+        return []
+    try:
+        sub, _ = entity_reader(_V0)(data, 2)
+    except Exception:
+        return []
+    return list(sub.topics)
+
+
+def subscribed_topics(group: GroupValue) -> set[str]:
+    if group.protocol_type != "consumer":
+        return set()
+    out: set[str] = set()
+    for m in group.members:
+        out.update(decode_subscription(m.subscription))
+    return out

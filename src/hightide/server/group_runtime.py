@@ -1,0 +1,141 @@
+"""The coordinator runtime: runs :class:`GroupCoordinatorShard` s over the partitions of
+``__consumer_offsets``.
+
+For a request it picks the group's shard, calls the shard (which returns records and a
+response without changing state), appends the records as one batch to the partition's
+log, replays them into the shard, and only then returns the response. A failed append
+replays nothing, so readers only ever see state that is in the log. At start-up (and
+when the topic is created) each partition's log is replayed into a fresh shard.
+
+The topic is created on first use, like Kafka's, with ``cleanup.policy=compact``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..cluster.controller import NewTopic
+from ..group.records import OFFSETS_TOPIC, decode_key, decode_value, encode_key, encode_value, partition_for
+from ..group.shard import CoordinatorResult, GroupConfig, GroupCoordinatorShard
+from ..protocol.records import build_batch, decode_records, validate_batches
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("hightide.group")
+
+
+class CoordinatorUnavailable(Exception):
+    """The coordinator cannot serve (the offsets log failed); answer COORDINATOR_NOT_AVAILABLE."""
+
+
+class GroupRuntime:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.num_partitions: int = cfg["offsets.topic.num.partitions"]
+        self.group_config = GroupConfig(
+            offset_metadata_max_bytes=cfg["offset.metadata.max.bytes"],
+            offsets_retention_ms=cfg["offsets.retention.minutes"] * 60_000)
+        self.shards: dict[int, GroupCoordinatorShard] = {}
+
+    # -- loading --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load the shards if the topic exists (it is created on first use)."""
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        if topic is not None:
+            self.num_partitions = len(topic.partitions)
+            self._load_all()
+
+    def ensure_topic(self) -> None:
+        if self.shards:
+            return
+        image = self.broker.image
+        if OFFSETS_TOPIC not in image.topics:
+            cfg = self.broker.config
+            spec = NewTopic(OFFSETS_TOPIC, self.num_partitions, 1, configs={
+                "cleanup.policy": "compact", "segment.bytes": str(cfg["offsets.topic.segment.bytes"])})
+            results, records = self.broker.controller.create_topics(image, [spec])
+            if results[0].error_code:
+                raise CoordinatorUnavailable(f"cannot create {OFFSETS_TOPIC}: {results[0].message}")
+            self.broker.commit_metadata(records)
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+        self.num_partitions = len(self.broker.image.topics[OFFSETS_TOPIC].partitions)
+        self._load_all()
+
+    def _load_all(self) -> None:
+        for p in range(self.num_partitions):
+            self.shards[p] = self._load(p)
+
+    def _load(self, partition: int) -> GroupCoordinatorShard:
+        shard = GroupCoordinatorShard(self.group_config)
+        plog = self.broker.partition_log(OFFSETS_TOPIC, partition)
+        if plog is None:
+            return shard
+        offset, count = plog.log_start_offset, 0
+        while offset < plog.high_watermark:
+            chunk = plog.read(offset, 1 << 20, max_offset=plog.high_watermark)
+            if not chunk.data:
+                break
+            for h in validate_batches(chunk.data, client_origin=False):
+                batch = memoryview(chunk.data)[h.position:h.position + h.size]
+                if not h.is_control:
+                    for rec in decode_records(batch):
+                        if rec.offset >= offset and rec.key is not None:
+                            count += self._replay(shard, rec.key, rec.value)
+                offset = h.last_offset + 1
+        if count:
+            log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
+        return shard
+
+    @staticmethod
+    def _replay(shard: GroupCoordinatorShard, key_bytes: bytes, value_bytes: bytes | None) -> int:
+        key = decode_key(key_bytes)
+        if key is None:
+            return 0  # a record type hightide does not interpret (written by another broker)
+        shard.replay(key, decode_value(key, value_bytes))
+        return 1
+
+    # -- running requests -------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def shard_for(self, group_id: str) -> GroupCoordinatorShard:
+        self.ensure_topic()
+        return self.shards[self.partition_for(group_id)]
+
+    def execute(self, group_id: str, fn: Callable[[GroupCoordinatorShard], CoordinatorResult], now_ms: int) -> Any:
+        """Run ``fn`` on the group's shard; append and replay its records; return the
+        response. Raises :class:`CoordinatorUnavailable` if the append fails."""
+        shard = self.shard_for(group_id)
+        result = fn(shard)
+        if result.records:
+            self.append(self.partition_for(group_id), result.records, now_ms)
+        return result.response
+
+    def append(self, partition: int, records: list[tuple[Any, Any]], now_ms: int) -> None:
+        plog = self.broker.partition_log(OFFSETS_TOPIC, partition)
+        if plog is None:
+            raise CoordinatorUnavailable(f"{OFFSETS_TOPIC}-{partition} is not available")
+        encoded = [(encode_key(k), encode_value(v)) for k, v in records]
+        batch = build_batch([(k, v, [], now_ms) for k, v in encoded])
+        try:
+            plog.append(batch, validate_batches(batch, client_origin=False), now_ms)
+        except OSError as exc:
+            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
+            raise CoordinatorUnavailable(str(exc)) from exc
+        shard = self.shards[partition]
+        for k, v in records:
+            shard.replay(k, v)
+        self.broker.waiters.wake((OFFSETS_TOPIC, partition))
+
+    def poll(self, now_ms: int) -> None:
+        """Timers: offsets expiry. (The classic protocol's session timers join here.)"""
+        for p, shard in self.shards.items():
+            result = shard.expire_offsets(now_ms)
+            if result.records:
+                try:
+                    self.append(p, result.records, now_ms)
+                except CoordinatorUnavailable:
+                    pass

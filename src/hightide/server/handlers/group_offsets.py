@@ -1,0 +1,136 @@
+"""FindCoordinator (10), OffsetCommit (8), OffsetFetch (9), OffsetDelete (47).
+
+The logic lives in the sans-IO shard (:mod:`hightide.group.shard`); these handlers
+translate requests, run them through the coordinator runtime, and encode the answer.
+OffsetFetch responses carry hightide's extension tags (high watermark, log start
+offset, last stable offset per partition; docs/protocol-extensions.md) on v6+, and
+OffsetCommit requests may carry ``ExpectedOffset`` (tag 10000 per partition).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ...group.offsets import CommitRequest
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ...protocol.offset_fetch_response import GroupOffsets, PartitionOffset, encode_offset_fetch_response
+from ..group_runtime import CoordinatorUnavailable
+from ..registry import RawResponse, handles
+
+GROUP_KEY, TXN_KEY = 0, 1
+TAG_EXPECTED_OFFSET = 10000
+
+
+# -- FindCoordinator ------------------------------------------------------------------------
+@handles(10, 0, 6)
+def find_coordinator(ctx, req):
+    b = ctx.broker
+    key_type = getattr(req, "key_type", GROUP_KEY)
+    keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
+    host, port = b.advertised
+    entries = []
+    for key in keys:
+        code, msg = ErrorCode.none, None
+        if key_type == TXN_KEY:
+            code, msg = ErrorCode.coordinator_not_available, "transactions are not supported yet"
+        elif key_type != GROUP_KEY:
+            code, msg = ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
+        elif not key:
+            code, msg = ErrorCode.invalid_request, "the group id must not be empty"
+        else:
+            try:
+                b.groups.ensure_topic()
+            except CoordinatorUnavailable as exc:
+                code, msg = ErrorCode.coordinator_not_available, str(exc)
+        ok = code == ErrorCode.none
+        entries.append({"key": key, "node_id": b.node_id if ok else -1, "host": host if ok else "",
+                        "port": port if ok else -1, "error_code": code, "error_message": msg})
+    if ctx.version >= 4:
+        body = {"throttle_time": 0, "coordinators": entries}
+    else:
+        body = {"throttle_time": 0, **{k: v for k, v in entries[0].items() if k != "key"}}
+    return materialize(response_schema(10, ctx.version), body)
+
+
+# -- OffsetCommit ---------------------------------------------------------------------------
+def _expected_offset(ctx, partition) -> int | None:
+    raw = ctx.unknown_tags.get(id(partition), {}).get(TAG_EXPECTED_OFFSET)
+    return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
+
+
+@handles(8, 2, 9)
+def offset_commit(ctx, req):
+    b = ctx.broker
+    commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
+                             getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
+                             _expected_offset(ctx, p))
+               for t in req.topics for p in t.partitions]
+
+    def exists(topic: str, partition: int) -> bool:
+        t = b.image.topics.get(topic)
+        return t is not None and partition in t.partitions
+
+    try:
+        group_error, errors = b.groups.execute(
+            req.group_id, lambda shard: shard.commit_offsets(
+                req.group_id, req.generation_id_or_member_epoch, req.member_id, commits, ctx.now_ms, exists),
+            ctx.now_ms)
+    except CoordinatorUnavailable:
+        group_error, errors = ErrorCode.coordinator_not_available, {}
+    topics = [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index,
+         "error_code": errors.get((t.name, p.partition_index), group_error)} for p in t.partitions]}
+        for t in req.topics]
+    return materialize(response_schema(8, ctx.version), {"throttle_time": 0, "topics": topics})
+
+
+# -- OffsetFetch ----------------------------------------------------------------------------
+def _fetch_group(ctx, group_id: str, topics) -> GroupOffsets:
+    b = ctx.broker
+    try:
+        shard = b.groups.shard_for(group_id)
+    except CoordinatorUnavailable:
+        return GroupOffsets(group_id, ErrorCode.coordinator_not_available, [])
+    partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    fetched = shard.fetch_offsets(group_id, partitions)
+    extend = ctx.version >= 6
+    by_topic: dict[str, list[PartitionOffset]] = {}
+    for f in fetched:
+        po = PartitionOffset(f.partition, f.offset, f.leader_epoch, f.metadata, f.error_code)
+        plog = b.partition_log(f.topic, f.partition) if extend else None
+        if plog is not None:
+            po.high_watermark = plog.high_watermark
+            po.log_start_offset = plog.log_start_offset
+            po.last_stable_offset = plog.last_stable_offset
+        by_topic.setdefault(f.topic, []).append(po)
+    return GroupOffsets(group_id, ErrorCode.none, list(by_topic.items()))
+
+
+@handles(9, 1, 9)
+def offset_fetch(ctx, req):
+    if ctx.version >= 8:
+        groups = [_fetch_group(ctx, g.group_id, g.topics) for g in req.groups]
+    else:
+        groups = [_fetch_group(ctx, req.group_id, req.topics)]
+    frame = encode_offset_fetch_response(ctx.version, ctx.header.correlation_id, groups)
+    return RawResponse([memoryview(frame)[4:]])
+
+
+# -- OffsetDelete ---------------------------------------------------------------------------
+@handles(47, 0, 0)
+def offset_delete(ctx, req):
+    b = ctx.broker
+    partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    try:
+        group_error, errors = b.groups.execute(
+            req.group_id, lambda shard: shard.delete_offsets(req.group_id, partitions,
+                                                             shard.subscribed_topics(req.group_id)),
+            ctx.now_ms)
+    except CoordinatorUnavailable:
+        group_error, errors = ErrorCode.coordinator_not_available, {}
+    topics = [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "error_code": errors.get((t.name, p.partition_index), ErrorCode.none)}
+        for p in t.partitions]} for t in req.topics] if group_error == ErrorCode.none else []
+    return materialize(response_schema(47, 0), {"error_code": group_error, "throttle_time": 0, "topics": topics})
