@@ -1,0 +1,35 @@
+"""A small async Kafka admin client on kio, for hightide's CLI, exporter and Spark parts.
+
+It speaks the plain Kafka protocol (negotiating versions with ApiVersions), so it works
+against hightide and any Kafka-compatible broker or cluster, and uses hightide's
+protocol extensions (OffsetFetch high watermark tags) when a broker sends them.
+
+    async with AdminClient("127.0.0.1:9092") as admin:
+        md = await admin.metadata()
+        lag = await admin.lag("my-group")
+"""
+
+from .admin import AdminClient, parse_servers
+from .connection import BrokerConnection
+from .errors import (CoordinatorError, CoordinatorLoadInProgressError,
+                     CoordinatorNotAvailableError, ErrorCode, GroupIdNotFoundError, KafkaConnectionError,
+                     KafkaError, KafkaTimeoutError, NonEmptyGroupError, NotControllerError,
+                     NotCoordinatorError, NotLeaderOrFollowerError, TopicAlreadyExistsError,
+                     UnknownTopicOrPartitionError, UnsupportedVersionError, error_for)
+from .types import (EARLIEST, LATEST, MAX_TIMESTAMP, BrokerMetadata, ClusterMetadata, Coordinator,
+                    GroupDescription, GroupListing, ListOffsetsResult, MemberDescription, NewTopic,
+                    OffsetAndMetadata, OffsetSpec, PartitionLag, PartitionMetadata, TopicMetadata,
+                    TopicPartition)
+
+__all__ = [
+    "AdminClient", "BrokerConnection", "parse_servers",
+    "KafkaError", "KafkaConnectionError", "KafkaTimeoutError", "UnsupportedVersionError",
+    "CoordinatorError", "NotCoordinatorError", "CoordinatorNotAvailableError",
+    "CoordinatorLoadInProgressError", "UnknownTopicOrPartitionError", "TopicAlreadyExistsError",
+    "NotLeaderOrFollowerError", "NotControllerError", "GroupIdNotFoundError", "NonEmptyGroupError",
+    "ErrorCode", "error_for",
+    "TopicPartition", "BrokerMetadata", "PartitionMetadata", "TopicMetadata", "ClusterMetadata",
+    "NewTopic", "OffsetSpec", "EARLIEST", "LATEST", "MAX_TIMESTAMP", "ListOffsetsResult",
+    "OffsetAndMetadata", "Coordinator", "GroupListing", "MemberDescription", "GroupDescription",
+    "PartitionLag",
+]

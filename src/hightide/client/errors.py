@@ -129,6 +129,10 @@ COORDINATOR_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator
                                 ErrorCode.coordinator_load_in_progress})
 
 
+class _Retry(KafkaError):
+    """Internal signal: some items of a batch must be retried (their errors are kept)."""
+
+
 def error_for(code: ErrorCode | int, message: str | None = None) -> KafkaError:
     """The most specific :class:`KafkaError` subclass instance for ``code``."""
     c = int(code)

@@ -178,6 +178,14 @@ class PartitionLag:
     metadata: str | None = None
     source: str = "list_offsets"
     error: ErrorCode = ErrorCode.none
+    """Why the end offsets are unknown (e.g. UNKNOWN_TOPIC_OR_PARTITION), else NONE."""
+    read_committed: bool = False
+    """True: the end offset is ``last_stable_offset`` (and ``high_watermark`` may be None)."""
+
+    @property
+    def end_offset(self) -> int | None:
+        """The offset lag is measured to: LSO for read_committed, else the high watermark."""
+        return self.last_stable_offset if self.read_committed else self.high_watermark
 
     @property
     def anomalies(self) -> tuple[str, ...]:
@@ -186,7 +194,7 @@ class PartitionLag:
         out = []
         if self.committed is None:
             out.append("no_commit")
-        if self.high_watermark is None:
+        if self.end_offset is None:
             out.append("end_unknown")
         elif self.committed is not None:
             if self.lag is not None and self.lag < 0:

@@ -37,7 +37,7 @@ class MetadataLog:
             chunk = self.log.read(offset, 1 << 20)
             if not chunk.data:
                 break
-            for header in validate_batches(chunk.data):
+            for header in validate_batches(chunk.data, client_origin=False):
                 batch = memoryview(chunk.data)[header.position:header.position + header.size]
                 for rec in decode_records(batch):
                     if rec.offset >= offset and rec.value is not None:
@@ -55,7 +55,7 @@ class MetadataLog:
         if not records:
             return self.image.offset
         batch = build_batch([(None, encode(r), [], now_ms) for r in records])
-        headers = validate_batches(batch)
+        headers = validate_batches(batch, client_origin=False)
         result = self.log.append(batch, headers, now_ms)
         self.log.flush()
         for i, r in enumerate(records):

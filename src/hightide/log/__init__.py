@@ -1,5 +1,6 @@
 """Partition log: segments, offset and time indexes, recovery, retention, producer state."""
 
+from .cleaner import CleanResult, clean, validate_compacted_batch
 from .config import LogConfig
 from .partition_log import AppendResult, FileSlice, OffsetOutOfRange, PartitionLog, ReadResult, partition_dir
 from .producer_state import (
@@ -12,6 +13,9 @@ from .producer_state import (
 )
 
 __all__ = [
+    "clean",
+    "CleanResult",
+    "validate_compacted_batch",
     "LogConfig",
     "PartitionLog",
     "AppendResult",

@@ -6,6 +6,7 @@ import logging
 import os
 from typing import NamedTuple
 
+from .cleaner_files import complete_swaps
 from .config import LogConfig
 from .index import IndexCorrupt
 from .segment import LogSegment, SegmentCorrupt
@@ -59,9 +60,10 @@ class LoadedSegments(NamedTuple):
 def load_segments(path: str, config: LogConfig, *, clean_shutdown: bool) -> LoadedSegments:
     """Open every segment of the partition directory ``path`` (created if missing).
 
-    Removes stray ``.deleted``/``.cleaned``/``.swap``/``.tmp`` files and orphan index
-    files. The last segment is always recovered (CRC scan, torn tail truncated, indexes
-    rebuilt); after an unclean shutdown so is every segment that ends past the
+    First completes log-cleaner swaps interrupted by a crash (``<base>.log.<end>.swap``,
+    see :mod:`.cleaner_files`), then removes stray ``.deleted``/``.cleaned``/``.swap``/
+    ``.tmp`` files and orphan index files. The last segment is always recovered (CRC
+    scan, torn tail truncated, indexes rebuilt); after an unclean shutdown so is every segment that ends past the
     recovery point. Other segments are loaded from their index files, rebuilt when
     those are missing or inconsistent. A truncated segment that is not the last one
     causes all later segments to be deleted. Truncations are logged as WARNINGs.
@@ -70,6 +72,7 @@ def load_segments(path: str, config: LogConfig, *, clean_shutdown: bool) -> Load
     os.makedirs(path, exist_ok=True)
     start_ckpt = read_int_file(os.path.join(path, LOG_START_OFFSET_FILE))
     recovery_point = read_int_file(os.path.join(path, RECOVERY_POINT_FILE)) or 0
+    complete_swaps(path)
     bases: list[int] = []
     for name in os.listdir(path):
         stem, _, ext = name.partition(".")

@@ -27,6 +27,7 @@ from hightide.protocol.records import (
     InvalidRecords,
 )
 
+from .cleaner_files import truncate_cleaner_checkpoint
 from .config import LogConfig
 from .flush import FlushJob, run_flush
 from .loader import (
@@ -491,8 +492,27 @@ class PartitionLog:
         self._log_start = min(self._log_start, self._leo)
         self._hw = min(self._hw, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
+        truncate_cleaner_checkpoint(self.path, self._leo)
         self.producer_state = ProducerStateManager()
         self._replay_producer_state(self._segments[0].base_offset)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Log cleaner hook: put ``new`` in place of ``old`` in the segment list.
+
+        ``old`` must be a consecutive run of non-active segments and ``new`` must start at
+        ``old[0]``'s base offset and hold no offset at/after the next segment's base. The
+        caller handles the files (see :mod:`.cleaner_files`); offsets, the log start
+        offset, HW and LEO are unchanged.
+        """
+        i = self._segments.index(old[0])
+        j = i + len(old)
+        if self._segments[i:j] != old or j >= len(self._segments):
+            raise ValueError("replace_segments needs a consecutive run of non-active segments")
+        if new.base_offset != old[0].base_offset or new.next_offset > self._segments[j].base_offset:
+            raise ValueError("the replacement segment does not fit in place of the old ones")
+        self._segments[i:j] = [new]
+        self._bases[i:j] = [new.base_offset]
+        self._dir_dirty = True
 
     # ================================================================== durability
 

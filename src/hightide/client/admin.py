@@ -1,0 +1,397 @@
+"""AdminClient: cluster metadata, topics and offsets over per-broker connections.
+
+Connections are opened lazily, one per broker id, and reused; a broken connection is
+replaced on next use. Requests that go to a particular broker (partition leaders,
+group coordinators, the controller) are routed from the latest metadata; retriable
+errors (leadership moves, NOT_CONTROLLER, lost connections, coordinator moves) refresh
+the routing and retry with exponential backoff until ``request_timeout_s`` has passed.
+Group APIs live in :mod:`.groups`, lag in :mod:`.lag`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
+
+from .connection import BrokerConnection
+from .errors import (ErrorCode, KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError,
+                     _Retry, error_for)
+from .groups import GroupsMixin
+from .types import (BrokerMetadata, ClusterMetadata, ListOffsetsResult, NewTopic,
+                    OffsetSpec, PartitionMetadata, TopicMetadata, TopicPartition, spec_timestamp)
+
+__all__ = ["AdminClient", "parse_servers"]
+
+T = TypeVar("T")
+_ISOLATION = {"read_uncommitted": 0, "read_committed": 1, 0: 0, 1: 1}
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def parse_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
+    """``"h1:9092,h2:9092"``, ``"[::1]:9092"`` or a list of those → [(host, port)].
+    Raises ValueError on an entry without a port or an empty list."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for item in (s.strip() for s in items):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} must be HOST:PORT")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("no bootstrap servers given")
+    return out
+
+
+class AdminClient(GroupsMixin):
+    """An async Kafka admin client that works with hightide and any Kafka cluster.
+
+    Use as ``async with AdminClient("host:9092") as admin: ...``. Every method raises
+    :class:`~hightide.client.errors.KafkaError` (or a subclass) on failure. Methods that
+    act on several items return ``{item: KafkaError | None}`` and, with
+    ``raise_on_error=True`` (the default), raise the first error instead.
+    ``use_extensions=False`` ignores hightide's protocol extensions (lag then always
+    takes the two-call path), e.g. to compare both paths.
+    """
+
+    def __init__(self, bootstrap_servers: str | list[str], client_id: str = "hightide-admin",
+                 request_timeout_s: float = 30.0, *, retry_backoff_s: float = 0.1,
+                 max_backoff_s: float = 1.0, use_extensions: bool = True) -> None:
+        self.bootstrap_servers = parse_servers(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.retry_backoff_s = retry_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.use_extensions = use_extensions
+        self._bootstrap_conn: BrokerConnection | None = None
+        self._conns: dict[int, BrokerConnection] = {}
+        self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._addrs: dict[int, tuple[str, int]] = {}
+        self._cluster: ClusterMetadata | None = None
+        GroupsMixin.__init__(self)
+
+    async def __aenter__(self) -> "AdminClient":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect to the first reachable bootstrap server and load cluster metadata.
+        Raises :class:`KafkaConnectionError` if none is reachable."""
+        await self._bootstrap()
+        await self.metadata(topics=[])
+
+    async def close(self) -> None:
+        """Close every connection. Idempotent."""
+        conns = {id(c): c for c in [*self._conns.values(), self._bootstrap_conn] if c is not None}
+        self._conns.clear()
+        self._bootstrap_conn = None
+        await asyncio.gather(*(c.close() for c in conns.values()))
+
+    # -- connections ---------------------------------------------------------------------
+    async def _bootstrap(self) -> BrokerConnection:
+        errors = []
+        for host, port in self.bootstrap_servers:
+            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s)
+            try:
+                await conn.connect()
+            except KafkaError as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                continue
+            self._bootstrap_conn = conn
+            return conn
+        raise KafkaConnectionError("no bootstrap server reachable: " + "; ".join(errors))
+
+    async def _any_conn(self) -> BrokerConnection:
+        """A live connection to some broker (an existing one if possible)."""
+        for conn in self._conns.values():
+            if conn.connected:
+                return conn
+        if self._bootstrap_conn is not None and self._bootstrap_conn.connected:
+            return self._bootstrap_conn
+        for node_id in list(self._addrs):
+            try:
+                return await self._conn_for_node(node_id)
+            except KafkaConnectionError:
+                continue
+        return await self._bootstrap()
+
+    async def _conn_for_node(self, node_id: int) -> BrokerConnection:
+        """The connection to broker ``node_id``, opened if needed. Raises
+        :class:`KafkaConnectionError` if the broker is unknown or unreachable."""
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.connected:
+            return conn
+        async with self._locks[node_id]:
+            conn = self._conns.get(node_id)
+            if conn is not None and conn.connected:
+                return conn
+            if node_id not in self._addrs:
+                await self.metadata(topics=[])
+            if node_id not in self._addrs:
+                raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
+            host, port = self._addrs[node_id]
+            boot = self._bootstrap_conn
+            if boot is not None and boot.connected and (boot.host, boot.port) == (host, port) \
+                    and boot not in self._conns.values():
+                conn = boot  # adopt the bootstrap connection: same broker
+            else:
+                conn = BrokerConnection(host, port, self.client_id,
+                                        request_timeout_s=self.request_timeout_s)
+                await conn.connect()
+            conn.node_id = node_id
+            self._conns[node_id] = conn
+            return conn
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]],
+                            retry_if: Callable[[KafkaError], bool] | None = None,
+                            on_retry: Callable[[KafkaError], Awaitable[None]] | None = None) -> T:
+        """Run ``attempt`` until it succeeds, retrying errors for which ``retry_if`` is true
+        (default: ``err.retriable``) with exponential backoff within ``request_timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_s
+        delay = self.retry_backoff_s
+        while True:
+            try:
+                return await attempt()
+            except KafkaError as exc:
+                ok = retry_if(exc) if retry_if is not None else exc.retriable
+                if not ok or loop.time() + delay > deadline:
+                    raise
+                if on_retry is not None:
+                    await on_retry(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff_s)
+
+    # -- metadata ------------------------------------------------------------------------
+    async def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
+        """Metadata for ``topics`` (None: all topics; []: brokers only). Never creates
+        topics. Topics the broker does not know appear with ``error`` set."""
+        async def attempt() -> ClusterMetadata:
+            conn = await self._any_conn()
+            v = conn.pick_version(3, 12, 1)
+            body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
+                    "include_cluster_authorized_operations": False}
+            return self._remember(_parse_metadata(await conn.request(3, v, body)))
+        return await self._with_retries(attempt)
+
+    def _remember(self, md: ClusterMetadata) -> ClusterMetadata:
+        for b in md.brokers.values():
+            self._addrs[b.node_id] = (b.host, b.port)
+        self._cluster = md
+        return md
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Sorted names of all topics (internal ones such as ``__consumer_offsets`` only
+        with ``include_internal``)."""
+        md = await self.metadata()
+        return sorted(n for n, t in md.topics.items() if include_internal or not t.is_internal)
+
+    async def describe_topics(self, names: list[str]) -> dict[str, TopicMetadata]:
+        """Metadata of each named topic. Raises the topic's error (e.g.
+        :class:`UnknownTopicOrPartitionError`) if any topic has one."""
+        md = await self.metadata(list(names))
+        for name in names:
+            t = md.topics.get(name)
+            if t is None:
+                raise UnknownTopicOrPartitionError(ErrorCode.unknown_topic_or_partition, name)
+            if t.error != ErrorCode.none:
+                raise error_for(t.error, name)
+        return {n: md.topics[n] for n in names}
+
+    # -- topic admin ---------------------------------------------------------------------
+    async def create_topics(self, topics: list[NewTopic | str], *, timeout_s: float = 30.0,
+                            validate_only: bool = False,
+                            raise_on_error: bool = True) -> dict[str, KafkaError | None]:
+        """Create topics (a bare name uses the broker's defaults); sent to the controller."""
+        new = {t.name: t for t in (NewTopic(x) if isinstance(x, str) else x for x in topics)}
+
+        def body(names: list[str]) -> dict[str, Any]:
+            return {"topics": [_creatable(new[n]) for n in names],
+                    "timeout": int(timeout_s * 1000), "validate_only": validate_only}
+        return await self._controller_batch(19, 7, 2, list(new), body,
+                                            lambda r: [(t.name, t.error_code, t.error_message) for t in r.topics],
+                                            raise_on_error)
+
+    async def delete_topics(self, names: list[str], *, timeout_s: float = 30.0,
+                            raise_on_error: bool = True) -> dict[str, KafkaError | None]:
+        """Delete topics by name; sent to the controller."""
+        def body(ns: list[str]) -> dict[str, Any]:
+            return {"topic_names": ns, "topics": [{"name": n, "topic_id": None} for n in ns],
+                    "timeout": int(timeout_s * 1000)}
+        return await self._controller_batch(
+            20, 6, 1, list(names), body,
+            lambda r: [(x.name, x.error_code, getattr(x, "error_message", None)) for x in r.responses],
+            raise_on_error)
+
+    async def create_partitions(self, new_totals: dict[str, int], *, timeout_s: float = 30.0,
+                                validate_only: bool = False,
+                                raise_on_error: bool = True) -> dict[str, KafkaError | None]:
+        """Grow each topic to ``new_totals[topic]`` partitions; sent to the controller."""
+        def body(ns: list[str]) -> dict[str, Any]:
+            return {"topics": [{"name": n, "count": new_totals[n], "assignments": None} for n in ns],
+                    "timeout": int(timeout_s * 1000), "validate_only": validate_only}
+        return await self._controller_batch(
+            37, 3, 0, list(new_totals), body,
+            lambda r: [(x.name, x.error_code, x.error_message) for x in r.results], raise_on_error)
+
+    async def _controller_batch(self, api_key: int, wanted_max: int, our_min: int, keys: list[str],
+                                body: Callable[[list[str]], dict[str, Any]],
+                                results: Callable[[Any], list[tuple[str, int, str | None]]],
+                                raise_on_error: bool) -> dict[str, KafkaError | None]:
+        out: dict[str, KafkaError | None] = {}
+        remaining = keys
+
+        async def attempt() -> None:
+            nonlocal remaining
+            conn = await self._controller_conn()
+            v = conn.pick_version(api_key, wanted_max, our_min)
+            resp = await conn.request(api_key, v, body(remaining))
+            retry = []
+            for name, code, msg in results(resp):
+                if code == ErrorCode.not_controller:
+                    retry.append(name)
+                out[name] = None if code == 0 else error_for(code, f"{name}: {msg or ''}".rstrip(": "))
+            remaining = retry
+            if retry:
+                raise _Retry(ErrorCode.not_controller, f"retry {retry}")
+
+        async def refresh(_: KafkaError) -> None:
+            await self.metadata(topics=[])
+        try:
+            await self._with_retries(attempt, on_retry=refresh)
+        except _Retry:
+            pass  # deadline passed: the per-item errors are in ``out``
+        return _finish(out, keys, raise_on_error)
+
+    async def _controller_conn(self) -> BrokerConnection:
+        md = self._cluster
+        if md is not None and md.controller_id in md.brokers:
+            try:
+                return await self._conn_for_node(md.controller_id)
+            except KafkaConnectionError:
+                pass
+        return await self._any_conn()
+
+    # -- offsets -------------------------------------------------------------------------
+    async def list_offsets(self, specs: dict[TopicPartition, OffsetSpec], *,
+                           isolation_level: str | int = "read_uncommitted",
+                           raise_on_error: bool = True
+                           ) -> dict[TopicPartition, ListOffsetsResult | KafkaError]:
+        """``(offset, timestamp)`` per partition, asked of each partition's leader.
+
+        Specs: ``"earliest"``, ``"latest"`` (HW; LSO with ``read_committed``),
+        ``"max_timestamp"`` (needs ListOffsets v7; an older broker yields
+        UNSUPPORTED_VERSION for those partitions) or a timestamp in ms. No match: (-1, -1).
+        With ``raise_on_error`` (default) the first partition error is raised; otherwise
+        failed partitions map to their :class:`KafkaError`.
+        """
+        stamps = {TopicPartition(*tp): spec_timestamp(s) for tp, s in specs.items()}
+        iso = _ISOLATION[isolation_level]
+        results: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
+        remaining = dict(stamps)
+
+        async def attempt() -> None:
+            nonlocal remaining
+            md = await self.metadata(sorted({tp.topic for tp in remaining}))
+            by_leader: defaultdict[int, dict[TopicPartition, int]] = defaultdict(dict)
+            retry: dict[TopicPartition, int] = {}
+            for tp, ts in remaining.items():
+                leader = md.leader_for(tp)
+                t = md.topics.get(tp.topic)
+                if t is None or t.error == ErrorCode.unknown_topic_or_partition \
+                        or (t.error == ErrorCode.none and tp.partition not in t.partitions):
+                    results[tp] = UnknownTopicOrPartitionError(ErrorCode.unknown_topic_or_partition,
+                                                               f"{tp.topic}-{tp.partition}")
+                elif leader < 0:
+                    retry[tp] = ts
+                    results[tp] = error_for(ErrorCode.leader_not_available, f"{tp.topic}-{tp.partition}")
+                else:
+                    by_leader[leader][tp] = ts
+            groups = list(by_leader.items())
+            outs = await asyncio.gather(*(self._list_offsets_on(n, p, iso) for n, p in groups),
+                                        return_exceptions=True)
+            for (_, parts), got in zip(groups, outs):
+                if isinstance(got, KafkaError):
+                    got = {tp: got for tp in parts}
+                elif isinstance(got, BaseException):
+                    raise got
+                for tp, r in got.items():
+                    results[tp] = r
+                    if isinstance(r, KafkaError) and r.retriable:
+                        retry[tp] = parts[tp]
+            remaining = retry
+            if retry:
+                raise _Retry(ErrorCode.not_leader_or_follower, "retry")
+        try:
+            await self._with_retries(attempt)
+        except _Retry:
+            pass  # the per-partition errors are in results
+        return _finish(results, list(stamps), raise_on_error)  # type: ignore[return-value]
+
+    async def _list_offsets_on(self, node_id: int, parts: dict[TopicPartition, int], iso: int
+                               ) -> dict[TopicPartition, ListOffsetsResult | KafkaError]:
+        conn = await self._conn_for_node(node_id)
+        out: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
+        if not conn.supports(2) or conn.api_versions[2][1] < 7:
+            for tp in [tp for tp, ts in parts.items() if ts == -3]:
+                out[tp] = error_for(ErrorCode.unsupported_version, "max_timestamp needs ListOffsets v7")
+                parts = {k: v for k, v in parts.items() if k != tp}
+        if not parts:
+            return out
+        need = 7 if -3 in parts.values() else (2 if iso else 1)
+        v = conn.pick_version(2, 10, need)
+        by_topic: defaultdict[str, list[dict[str, int]]] = defaultdict(list)
+        for tp, ts in parts.items():
+            by_topic[tp.topic].append({"partition_index": tp.partition, "current_leader_epoch": -1,
+                                       "timestamp": ts})
+        resp = await conn.request(2, v, {
+            "replica_id": -1, "isolation_level": iso, "timeout": int(self.request_timeout_s * 1000),
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                out[tp] = (ListOffsetsResult(int(p.offset), int(p.timestamp)) if p.error_code == 0
+                           else error_for(p.error_code, f"{t.name}-{p.partition_index}"))
+        for tp in parts:
+            out.setdefault(tp, KafkaError(ErrorCode.unknown_server_error, f"{tp} missing in response"))
+        return out
+
+
+def _finish(results: dict[Any, Any], keys: list[Any], raise_on_error: bool) -> dict[Any, Any]:
+    if raise_on_error:
+        for k in keys:
+            if isinstance(results.get(k), KafkaError):
+                raise results[k]
+    return results
+
+
+def _creatable(t: NewTopic) -> dict[str, Any]:
+    assignments = [{"partition_index": p, "broker_ids": b} for p, b in (t.assignments or {}).items()]
+    return {"name": t.name, "num_partitions": -1 if assignments else t.num_partitions,
+            "replication_factor": -1 if assignments else t.replication_factor,
+            "assignments": assignments,
+            "configs": [{"name": k, "value": v} for k, v in t.configs.items()]}
+
+
+def _parse_metadata(resp: Any) -> ClusterMetadata:
+    brokers = {int(b.node_id): BrokerMetadata(int(b.node_id), b.host, int(b.port), b.rack)
+               for b in resp.brokers}
+    topics = {}
+    for t in resp.topics:
+        parts = {int(p.partition_index): PartitionMetadata(
+            int(p.partition_index), int(p.leader_id), int(getattr(p, "leader_epoch", -1)),
+            tuple(int(x) for x in p.replica_nodes), tuple(int(x) for x in p.isr_nodes),
+            tuple(int(x) for x in getattr(p, "offline_replicas", ())), ErrorCode(p.error_code))
+            for p in t.partitions}
+        tid = getattr(t, "topic_id", None)
+        topics[t.name] = TopicMetadata(t.name, parts, None if tid in (None, _ZERO_UUID) else tid,
+                                       bool(t.is_internal), ErrorCode(t.error_code))
+    return ClusterMetadata(brokers, topics, int(getattr(resp, "controller_id", -1)),
+                           getattr(resp, "cluster_id", None))

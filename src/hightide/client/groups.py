@@ -1,0 +1,340 @@
+"""Consumer-group half of :class:`hightide.client.AdminClient` (a mixin).
+
+Group requests go to the group's coordinator, found with FindCoordinator (batched keys,
+v4+, when the broker supports it) and cached per group. A coordinator error
+(NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: forget the cached coordinator;
+COORDINATOR_LOAD_IN_PROGRESS: keep it), an UNSTABLE_OFFSET_COMMIT or a lost connection
+is retried with exponential backoff until ``request_timeout_s`` has passed; then the
+last error is raised (or reported per group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+
+from .errors import (COORDINATOR_ERRORS, ErrorCode, KafkaConnectionError, KafkaError,
+                     KafkaTimeoutError, _Retry, error_for, raise_for_code)
+from .types import (Coordinator, GroupDescription, GroupListing, MemberDescription,
+                    OffsetAndMetadata, PartitionLag, TopicPartition)
+
+if TYPE_CHECKING:
+    from .connection import BrokerConnection
+
+__all__ = ["GroupsMixin"]
+
+# Per-group results worth another round: the coordinator moved or is busy.
+_RETRY_GROUP = COORDINATOR_ERRORS | {ErrorCode.unstable_offset_commit}
+_FORGET = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
+EXT_HIGH_WATERMARK, EXT_LOG_START_OFFSET, EXT_LAST_STABLE_OFFSET = 10000, 10001, 10002
+
+Send = Callable[["BrokerConnection", list[str]], Awaitable[dict[str, Any]]]
+
+
+class GroupsMixin:
+    """Group APIs. Needs the connection and retry helpers of ``AdminClient``."""
+
+    # provided by AdminClient
+    request_timeout_s: float
+    retry_backoff_s: float
+    max_backoff_s: float
+    _addrs: dict[int, tuple[str, int]]
+    if TYPE_CHECKING:
+        async def _any_conn(self) -> BrokerConnection: ...
+        async def _conn_for_node(self, node_id: int) -> BrokerConnection: ...
+        async def _with_retries(self, attempt: Any, retry_if: Any = None, on_retry: Any = None) -> Any: ...
+        async def metadata(self, topics: list[str] | None = None) -> Any: ...
+        async def list_offsets(self, specs: Any, **kw: Any) -> Any: ...
+
+    def __init__(self) -> None:
+        self._coordinators: dict[tuple[int, str], Coordinator] = {}
+
+    # -- coordinators --------------------------------------------------------------------
+    async def find_coordinator(self, group_id: str, key_type: int = 0) -> Coordinator:
+        """The coordinator of ``group_id`` (key_type 0: group, 1: transaction, 2: share),
+        cached until a request to it fails with a coordinator error."""
+        return (await self.find_coordinators([group_id], key_type))[group_id]
+
+    async def find_coordinators(self, keys: Iterable[str], key_type: int = 0) -> dict[str, Coordinator]:
+        """Coordinators of several keys: one FindCoordinator v4+ request for all uncached
+        keys, or one v0–v3 request per key on older brokers. Retries coordinator errors
+        with backoff; raises the last error when ``request_timeout_s`` has passed."""
+        keys = list(dict.fromkeys(keys))
+        out = {k: self._coordinators[(key_type, k)] for k in keys if (key_type, k) in self._coordinators}
+        missing = [k for k in keys if k not in out]
+
+        async def attempt() -> None:
+            nonlocal missing
+            conn = await self._any_conn()
+            v = conn.pick_version(10, 6, 1 if key_type else 0)
+            if v >= 4:
+                resp = await conn.request(10, v, {"key_type": key_type, "coordinator_keys": missing})
+                answers = [(c.key, c.error_code, c.error_message, c) for c in resp.coordinators]
+            else:
+                resps = await asyncio.gather(*(conn.request(10, v, {"key": k, "key_type": key_type})
+                                               for k in missing))
+                answers = [(k, r.error_code, getattr(r, "error_message", None), r)
+                           for k, r in zip(missing, resps)]
+            retry, last = [], None
+            for key, code, msg, c in answers:
+                if code == ErrorCode.none:
+                    coord = Coordinator(int(c.node_id), c.host, int(c.port))
+                    self._addrs.setdefault(coord.node_id, (coord.host, coord.port))
+                    self._coordinators[(key_type, key)] = out[key] = coord
+                elif code in COORDINATOR_ERRORS:
+                    retry.append(key)
+                    last = error_for(code, f"{key}: {msg or ''}")
+                else:
+                    raise error_for(code, f"FindCoordinator {key!r}: {msg or ''}")
+            missing = retry
+            if last is not None:
+                raise last
+        if missing:
+            await self._with_retries(attempt)
+        return out
+
+    def _forget_coordinator(self, group_id: str, key_type: int = 0) -> None:
+        self._coordinators.pop((key_type, group_id), None)
+
+    async def _per_coordinator(self, group_ids: list[str], send: Send) -> dict[str, Any]:
+        """Run ``send(conn, groups)`` once per coordinator for its groups; retry the groups
+        whose result is a retriable coordinator error. Returns group → result or error."""
+        results: dict[str, Any] = {}
+        remaining = list(dict.fromkeys(group_ids))
+
+        async def attempt() -> None:
+            nonlocal remaining
+            coords = await self.find_coordinators(remaining)
+            by_node: defaultdict[int, list[str]] = defaultdict(list)
+            for g in remaining:
+                by_node[coords[g].node_id].append(g)
+            batches = list(by_node.items())
+            outs = await asyncio.gather(*(self._send_to(n, gs, send) for n, gs in batches),
+                                        return_exceptions=True)
+            retry = []
+            for (_, gs), got in zip(batches, outs):
+                if isinstance(got, (KafkaConnectionError, KafkaTimeoutError)):
+                    got = {g: error_for(ErrorCode.coordinator_not_available, str(got)) for g in gs}
+                elif isinstance(got, BaseException):
+                    raise got
+                for g in gs:
+                    r = got.get(g, KafkaError(ErrorCode.unknown_server_error, f"{g} missing in response"))
+                    results[g] = r
+                    if isinstance(r, KafkaError) and r.code in _RETRY_GROUP:
+                        retry.append(g)
+                        if r.code in _FORGET:
+                            self._forget_coordinator(g)
+            remaining = retry
+            if retry:
+                raise _Retry(ErrorCode.coordinator_not_available, f"retry {retry}")
+        try:
+            await self._with_retries(attempt)
+        except _Retry:
+            pass
+        return results
+
+    async def _send_to(self, node_id: int, groups: list[str], send: Send) -> dict[str, Any]:
+        return await send(await self._conn_for_node(node_id), groups)
+
+    async def _coordinator_call(self, group_id: str,
+                                fn: Callable[["BrokerConnection"], Awaitable[Any]]) -> Any:
+        """``fn(conn)`` against ``group_id``'s coordinator; ``fn`` raises group-level
+        errors, coordinator errors are retried. Raises the final error."""
+        async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
+            try:
+                return {group_id: await fn(conn)}
+            except KafkaError as exc:
+                if exc.code in _RETRY_GROUP:
+                    return {group_id: exc}
+                raise
+        r = (await self._per_coordinator([group_id], send))[group_id]
+        if isinstance(r, KafkaError):
+            raise r
+        return r
+
+    # -- committed offsets ---------------------------------------------------------------
+    async def list_consumer_group_offsets(self, group_id: str,
+                                          partitions: Iterable[TopicPartition] | None = None,
+                                          *, require_stable: bool = False
+                                          ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of ``group_id`` (OffsetFetch; v8+ groups form when offered).
+
+        ``partitions=None``: every partition with a commit. Otherwise every requested
+        partition is in the result, with offset -1 where the group has no commit. The
+        hightide extension fields (high watermark, log start, LSO) are filled when the
+        broker sends them. Raises the group-level error (e.g. GROUP_AUTHORIZATION_FAILED).
+        """
+        wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+
+        async def fetch(conn: BrokerConnection) -> dict[TopicPartition, OffsetAndMetadata]:
+            our_min = 7 if require_stable else (2 if wanted is None else 1)
+            v = conn.pick_version(9, 9, our_min)
+            topics = None
+            if wanted is not None:
+                by_topic: defaultdict[str, list[int]] = defaultdict(list)
+                for tp in wanted:
+                    by_topic[tp.topic].append(tp.partition)
+                topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+            body: dict[str, Any] = {"group_id": group_id, "topics": topics, "require_stable": require_stable,
+                                    "groups": [{"group_id": group_id, "topics": topics}]}
+            unknown: dict[int, dict[int, bytes]] = {}
+            resp = await conn.request(9, v, body, unknown_tags=unknown)
+            return _parse_offset_fetch(resp, v, group_id, unknown, wanted)
+        return await self._coordinator_call(group_id, fetch)
+
+    async def alter_consumer_group_offsets(
+            self, group_id: str, offsets: dict[TopicPartition, int | tuple[int, str | None]], *,
+            raise_on_error: bool = True) -> dict[TopicPartition, KafkaError | None]:
+        """Commit offsets as an admin ("simple" commit: generation -1, member id ""), which
+        Kafka accepts only while the group has no active members. ``offsets`` values are
+        an offset or ``(offset, metadata)``."""
+        def entry(tp: TopicPartition, val: int | tuple[int, str | None]) -> dict[str, Any]:
+            off, meta = (val, "") if isinstance(val, int) else val
+            return {"partition_index": tp.partition, "committed_offset": off,
+                    "committed_leader_epoch": -1, "committed_metadata": meta}
+
+        async def commit(conn: BrokerConnection) -> dict[TopicPartition, KafkaError | None]:
+            v = conn.pick_version(8, 9, 2)
+            by_topic: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
+            for tp, val in offsets.items():
+                by_topic[tp[0]].append(entry(TopicPartition(*tp), val))
+            resp = await conn.request(8, v, {
+                "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "retention_time": -1,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+            return _partition_errors(resp.topics, group_id)
+        out = await self._coordinator_call(group_id, commit)
+        return _finish(out, raise_on_error)
+
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
+                                            *, raise_on_error: bool = True
+                                            ) -> dict[TopicPartition, KafkaError | None]:
+        """Delete committed offsets (OffsetDelete). Kafka refuses partitions of topics the
+        group is subscribed to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        by_topic: defaultdict[str, list[dict[str, int]]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp[0]].append({"partition_index": tp[1]})
+
+        async def delete(conn: BrokerConnection) -> dict[TopicPartition, KafkaError | None]:
+            v = conn.pick_version(47, 0, 0)
+            resp = await conn.request(47, v, {"group_id": group_id, "topics": [
+                {"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+            raise_for_code(resp.error_code, f"OffsetDelete {group_id!r}")
+            return _partition_errors(resp.topics, group_id)
+        return _finish(await self._coordinator_call(group_id, delete), raise_on_error)
+
+    # -- groups --------------------------------------------------------------------------
+    async def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        """Groups known to any broker (ListGroups is asked of every broker), sorted by id.
+        ``states`` filters by state (e.g. ``["Stable", "Empty"]``; needs ListGroups v4)."""
+        states = list(states or [])
+        md = await self.metadata(topics=[])
+
+        async def one(node_id: int) -> list[GroupListing]:
+            async def attempt() -> list[GroupListing]:
+                conn = await self._conn_for_node(node_id)
+                v = conn.pick_version(16, 5, 4 if states else 0)
+                resp = await conn.request(16, v, {"states_filter": states, "types_filter": []})
+                raise_for_code(resp.error_code, f"ListGroups on broker {node_id}")
+                return [GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", None),
+                                     getattr(g, "group_type", None)) for g in resp.groups]
+            return await self._with_retries(attempt)
+        found = await asyncio.gather(*(one(n) for n in md.brokers))
+        merged = {g.group_id: g for gs in found for g in gs}
+        return [merged[k] for k in sorted(merged)]
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """Describe classic groups, batched per coordinator. A group that does not exist
+        is reported by Kafka as state ``Dead`` with no members. Raises the first
+        group-level error."""
+        async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
+            v = conn.pick_version(15, 6, 0)
+            resp = await conn.request(15, v, {"groups": gs, "include_authorized_operations": False})
+            return {g.group_id: _describe(g, conn.node_id) for g in resp.groups}
+        res = await self._per_coordinator(list(group_ids), send)
+        return _finish(res, True)
+
+    async def delete_groups(self, group_ids: Iterable[str], *, raise_on_error: bool = True
+                            ) -> dict[str, KafkaError | None]:
+        """Delete groups (they must be empty: NON_EMPTY_GROUP otherwise)."""
+        async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
+            v = conn.pick_version(42, 2, 0)
+            resp = await conn.request(42, v, {"groups_names": gs})
+            return {r.group_id: None if r.error_code == 0 else error_for(r.error_code, r.group_id)
+                    for r in resp.results}
+        return _finish(await self._per_coordinator(list(group_ids), send), raise_on_error)
+
+    async def lag(self, group_id: str, *, isolation_level: str = "read_uncommitted"
+                  ) -> dict[TopicPartition, PartitionLag]:
+        """Per-partition lag of ``group_id``; see :func:`hightide.client.lag.group_lag`."""
+        from .lag import group_lag
+        return await group_lag(self, group_id, isolation_level=isolation_level)
+
+
+def _finish(results: dict[Any, Any], raise_on_error: bool) -> dict[Any, Any]:
+    if raise_on_error:
+        for r in results.values():
+            if isinstance(r, KafkaError):
+                raise r
+    return results
+
+
+def _partition_errors(topics: Any, group_id: str) -> dict[TopicPartition, KafkaError | None]:
+    """Per-partition results; a coordinator error on any partition (older brokers put
+    group errors there) is raised so the whole call is retried."""
+    out: dict[TopicPartition, KafkaError | None] = {}
+    for t in topics:
+        for p in t.partitions:
+            if p.error_code in _RETRY_GROUP:
+                raise error_for(p.error_code, group_id)
+            out[TopicPartition(t.name, int(p.partition_index))] = (
+                None if p.error_code == 0 else error_for(p.error_code, f"{t.name}-{p.partition_index}"))
+    return out
+
+
+def _int64_tag(tags: dict[int, bytes], tag: int) -> int | None:
+    raw = tags.get(tag)
+    return int.from_bytes(raw, "big", signed=True) if raw is not None and len(raw) == 8 else None
+
+
+def _parse_offset_fetch(resp: Any, version: int, group_id: str, unknown: dict[int, dict[int, bytes]],
+                        wanted: list[TopicPartition] | None) -> dict[TopicPartition, OffsetAndMetadata]:
+    if version >= 8:
+        group = next((g for g in resp.groups if g.group_id == group_id), None)
+        if group is None:
+            raise KafkaError(ErrorCode.unknown_server_error, f"OffsetFetch: no answer for {group_id!r}")
+        code, topics = group.error_code, group.topics
+    else:
+        code, topics = getattr(resp, "error_code", ErrorCode.none), resp.topics
+    raise_for_code(code, f"OffsetFetch {group_id!r}")
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for t in topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, int(p.partition_index))
+            if p.error_code in _RETRY_GROUP:
+                raise error_for(p.error_code, f"{group_id} {tp}")
+            if p.error_code not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+                raise error_for(p.error_code, f"OffsetFetch {group_id!r} {tp.topic}-{tp.partition}")
+            tags = unknown.get(id(p), {})
+            offset = int(p.committed_offset) if p.error_code == ErrorCode.none else -1
+            if wanted is None and offset < 0:
+                continue
+            out[tp] = OffsetAndMetadata(
+                offset, p.metadata, int(getattr(p, "committed_leader_epoch", -1)),
+                _int64_tag(tags, EXT_HIGH_WATERMARK), _int64_tag(tags, EXT_LOG_START_OFFSET),
+                _int64_tag(tags, EXT_LAST_STABLE_OFFSET))
+    for tp in wanted or ():
+        out.setdefault(tp, OffsetAndMetadata(-1))
+    return out
+
+
+def _describe(g: Any, node_id: int | None) -> GroupDescription | KafkaError:
+    if g.error_code != ErrorCode.none:
+        return error_for(g.error_code, f"{g.group_id}: {getattr(g, 'error_message', None) or ''}")
+    members = tuple(MemberDescription(m.member_id, m.client_id, m.client_host,
+                                      getattr(m, "group_instance_id", None),
+                                      bytes(m.member_metadata), bytes(m.member_assignment))
+                    for m in g.members)
+    return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members,
+                            -1 if node_id is None else node_id)

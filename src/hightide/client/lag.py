@@ -1,0 +1,93 @@
+"""Consumer-group lag from committed offsets and partition end offsets.
+
+Two paths, chosen per partition:
+
+* **one call** (hightide): the OffsetFetch response carries, per partition, the tagged
+  fields 10000 HighWatermark, 10001 LogStartOffset and 10002 LastStableOffset (see
+  ``docs/protocol-extensions.md``); no ListOffsets is needed for those partitions.
+* **two calls** (any Kafka broker): OffsetFetch, *then* ListOffsets ``latest`` (high
+  watermark, or LSO for read_committed) and ``earliest`` (log start offset).
+
+Why OffsetFetch first. Both the committed offset ``C`` and the end offset ``E`` only
+grow. Reading ``C`` at time t1 and ``E`` at a later t2 gives
+``E(t2) - C(t1) >= E(t) - C(t)`` for every t in [t1, t2]: the reported lag is never
+smaller than the true lag at any instant of the measurement, and never negative while
+consumers commit at most the end offset. The opposite order, ``E(t1) - C(t2)``, lets a
+commit made between the two reads exceed the stale end offset, so it under-reports
+lag — a consumer can look caught up, or even ahead (negative lag), while it is not.
+For monitoring, an occasional over-estimate by the records produced during one round
+trip is harmless; a false "no lag" is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from .errors import ErrorCode, KafkaError
+from .types import ListOffsetsResult, OffsetAndMetadata, PartitionLag, TopicPartition
+
+if TYPE_CHECKING:
+    from .admin import AdminClient
+
+__all__ = ["group_lag", "partition_lag"]
+
+
+async def group_lag(client: "AdminClient", group_id: str, *,
+                    isolation_level: str = "read_uncommitted") -> dict[TopicPartition, PartitionLag]:
+    """Lag of every partition ``group_id`` has committed offsets for.
+
+    Reads committed offsets first, then end offsets (see the module docstring for why this
+    order never under-reports). Partitions whose end offsets cannot be read (deleted
+    topic, no leader) are reported with ``high_watermark=None``, ``lag=None`` and the
+    error code, never dropped. Raises :class:`KafkaError` for group-level failures.
+    """
+    committed = await client.list_consumer_group_offsets(group_id)
+    read_committed = isolation_level in ("read_committed", 1)
+    use_ext = getattr(client, "use_extensions", True)
+    missing = [tp for tp, om in committed.items()
+               if not (use_ext and _has_extension(om, read_committed))]
+    latest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
+    earliest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
+    if missing:
+        latest, earliest = await asyncio.gather(
+            client.list_offsets({tp: "latest" for tp in missing}, isolation_level=isolation_level,
+                                raise_on_error=False),
+            client.list_offsets({tp: "earliest" for tp in missing}, raise_on_error=False))
+    return {tp: partition_lag(om if use_ext else OffsetAndMetadata(om.offset, om.metadata, om.leader_epoch),
+                              read_committed, latest.get(tp), earliest.get(tp))
+            for tp, om in sorted(committed.items())}
+
+
+def _has_extension(om: OffsetAndMetadata, read_committed: bool) -> bool:
+    if om.high_watermark is None or om.log_start_offset is None:
+        return False
+    return not read_committed or om.last_stable_offset is not None
+
+
+def partition_lag(om: OffsetAndMetadata, read_committed: bool,
+                  latest: ListOffsetsResult | KafkaError | None = None,
+                  earliest: ListOffsetsResult | KafkaError | None = None) -> PartitionLag:
+    """One partition's :class:`PartitionLag` from its commit and either the extension
+    fields in ``om`` (preferred when complete) or the ListOffsets answers."""
+    committed = om.offset if om.offset >= 0 else None
+    if latest is None and _has_extension(om, read_committed):
+        end = om.last_stable_offset if read_committed else om.high_watermark
+        return PartitionLag(committed, om.high_watermark, om.log_start_offset,
+                            None if committed is None or end is None else end - committed,
+                            om.last_stable_offset, om.metadata, "extension",
+                            read_committed=read_committed)
+    error = ErrorCode.none
+    end = start = None
+    if isinstance(latest, KafkaError):
+        error = latest.code
+    elif latest is not None and latest.offset >= 0:
+        end = latest.offset
+    if isinstance(earliest, ListOffsetsResult) and earliest.offset >= 0:
+        start = earliest.offset
+    elif isinstance(earliest, KafkaError) and error == ErrorCode.none:
+        error = earliest.code
+    return PartitionLag(committed, None if read_committed else end, start,
+                        None if committed is None or end is None else end - committed,
+                        end if read_committed else None, om.metadata, "list_offsets", error,
+                        read_committed)
