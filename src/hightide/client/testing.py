@@ -22,7 +22,7 @@ from ..protocol.build import materialize
 from ..protocol.codec import RequestHeader, decode_request, encode_response, parse_header, response_schema
 from ..protocol.errors import ErrorCode
 
-__all__ = ["FakeBroker", "NO_RESPONSE", "CLOSE", "metadata_body"]
+__all__ = ["FakeBroker", "FakeCluster", "NO_RESPONSE", "CLOSE", "metadata_body", "list_offsets_answer"]
 
 NO_RESPONSE = object()
 CLOSE = object()
@@ -170,3 +170,74 @@ def metadata_body(brokers: list[tuple[int, str, int]], topics: dict[str, dict[in
             "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648}
            for n in unknown],
     }
+
+
+class FakeCluster:
+    """Fake brokers 1..n sharing one Metadata answer: ``topics`` maps name →
+    {partition: leader}; ``controller`` is the controller id. ``log`` records
+    (node id, api key) of every request answered through :meth:`on`, in arrival order.
+    Leaving the ``async with`` asserts no handler raised."""
+
+    DEFAULT_VERSIONS = {3: (1, 12), 2: (1, 9), 19: (2, 7), 20: (1, 6), 37: (0, 3), 10: (0, 6),
+                        9: (1, 9), 8: (2, 9), 47: (0, 0), 16: (0, 5), 15: (0, 6), 42: (0, 2)}
+
+    def __init__(self, n: int = 2, versions: dict | None = None,
+                 topics: dict[str, dict[int, int]] | None = None) -> None:
+        self.brokers = [FakeBroker(dict(versions or self.DEFAULT_VERSIONS), node_id=i + 1) for i in range(n)]
+        self.topics = topics or {}
+        self.controller = 1
+        self.log: list[tuple[int, int]] = []  # (node id, api key) in arrival order
+
+    async def __aenter__(self) -> "FakeCluster":
+        for b in self.brokers:
+            await b.start()
+            b.on(3, self._metadata)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for b in self.brokers:
+            await b.close()
+            assert not b.errors, b.errors
+
+    def _metadata(self, header, req):
+        names = None if req.topics is None else [t.name for t in req.topics]
+        topics = {k: v for k, v in self.topics.items() if names is None or k in names}
+        unknown = tuple(n for n in names or () if n not in self.topics)
+        return metadata_body([(b.node_id, "127.0.0.1", b.port) for b in self.brokers], topics,
+                             controller_id=self.controller, unknown=unknown)
+
+    def on(self, api_key: int, handler: Callable[[int, RequestHeader, Any], Any]) -> None:
+        """Install ``handler(node_id, header, req)`` on every broker."""
+        for b in self.brokers:
+            def wrapped(header, req, _b=b):
+                self.log.append((_b.node_id, api_key))
+                return handler(_b.node_id, header, req)
+            b.on(api_key, wrapped)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.brokers[0].bootstrap
+
+    def broker(self, node_id: int) -> FakeBroker:
+        return self.brokers[node_id - 1]
+
+
+def list_offsets_answer(values: Callable[[int, str, int, int], tuple[int, int] | int]
+                        ) -> Callable[[int, RequestHeader, Any], dict[str, Any]]:
+    """A ListOffsets handler for :meth:`FakeCluster.on`: ``values(node, topic, partition,
+    timestamp)`` returns ``(offset, timestamp)`` or an error code for that partition."""
+    def handler(node, header, req):
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                v = values(node, t.name, p.partition_index, p.timestamp)
+                if isinstance(v, int):
+                    parts.append({"partition_index": p.partition_index, "error_code": v,
+                                  "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                else:
+                    parts.append({"partition_index": p.partition_index, "error_code": 0,
+                                  "timestamp": v[1], "offset": v[0], "leader_epoch": 0})
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+    return handler

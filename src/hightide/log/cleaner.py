@@ -27,9 +27,10 @@
   MaxTimestamp is recomputed (CreateTime). A batch left without records is dropped,
   unless it is the last data batch of its producer id in the log: then an empty batch
   header is kept so the producer's sequence state survives a restart.
-* Consecutive cleaned segments are merged while the result stays within
-  ``segment.bytes`` (sizes before cleaning, like Kafka) and they share the same
-  first-cleaned time (so merging never delays a tombstone's removal).
+* Consecutive cleaned segments are merged while the cleaned bytes so far plus the next
+  segment's size before cleaning fit in ``segment.bytes`` (Kafka sums sizes before
+  cleaning only, so it merges less per pass) and they share the same first-cleaned
+  time (so merging never delays a tombstone's removal).
 * Crash safety: a group is written to ``<base>.log.cleaned``, fsynced, renamed to a
   swap file (the commit point) and installed by :func:`.cleaner_files.complete_swap`,
   which ``PartitionLog.open`` also runs for a swap left by a crash.
@@ -255,89 +256,106 @@ def _producer_last_batches(segments: tuple[LogSegment, ...]) -> dict[int, int]:
     return out
 
 
-class _Group(NamedTuple):
-    segments: list[LogSegment]
-    end: int  # base offset of the segment after the group
-    cleaned_ms: int
-    drop_tombstones: list[bool]  # per segment
+class _GroupWriter:
+    """Writes consecutive cleaned segments into one ``.cleaned`` file and installs it.
 
+    A segment may join the open group when it has the same first-cleaned time and the
+    bytes written so far plus its size *before* cleaning fit in ``segment.bytes`` (so
+    the result fits whatever survives), with relative offsets within int32.
+    """
 
-def _plan_groups(
-    segs: list[LogSegment], ends: list[int], times: list[int], drops: list[bool], segment_bytes: int
-) -> list[_Group]:
-    groups: list[_Group] = []
-    cur: list[int] = []
-    size = 0
-    for k, seg in enumerate(segs):
-        if cur and (
-            times[k] == times[cur[0]]
-            and size + seg.size <= segment_bytes
-            and ends[k] - 1 - segs[cur[0]].base_offset <= _INT32_MAX
-        ):
-            cur.append(k)
-            size += seg.size
-            continue
-        if cur:
-            groups.append(_Group([segs[i] for i in cur], ends[cur[-1]], times[cur[0]], [drops[i] for i in cur]))
-        cur, size = [k], seg.size
-    if cur:
-        groups.append(_Group([segs[i] for i in cur], ends[cur[-1]], times[cur[0]], [drops[i] for i in cur]))
-    return groups
+    def __init__(self, plog: PartitionLog, offset_map: Mapping[bytes, int], producer_last: Mapping[int, int]) -> None:
+        self.plog = plog
+        self.offset_map = offset_map
+        self.producer_last = producer_last
+        self.segments: list[LogSegment] = []
+        self.cleaned_ms = 0
+        self.fd = -1
+        self.tmp = ""
+        self.size = 0
+        self.changed = False
+        self.tombstones = False
+        self.removed = 0
+        #: base offset -> (first-cleaned ms, tombstones) of every segment produced
+        self.produced: dict[int, SegmentCleanInfo] = {}
 
+    def fits(self, seg: LogSegment, end: int, cleaned_ms: int) -> bool:
+        return (
+            cleaned_ms == self.cleaned_ms
+            and self.size + seg.size <= self.plog.config.segment_bytes
+            and end - 1 - self.segments[0].base_offset <= _INT32_MAX
+        )
 
-def _clean_group(
-    plog: PartitionLog,
-    g: _Group,
-    offset_map: Mapping[bytes, int],
-    producer_last: Mapping[int, int],
-) -> tuple[LogSegment, int, bool]:
-    """Rewrite one group; returns (segment now in the log, records removed, tombstones left)."""
-    base = g.segments[0].base_offset
-    tmp = cleaned_path(plog.path, base)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    removed = 0
-    tombstones = False
-    changed = len(g.segments) > 1
-    try:
+    def add(self, seg: LogSegment, end: int, cleaned_ms: int, drop_tombstones: bool) -> None:
+        """Clean ``seg`` (covering offsets up to ``end``) into the open group or a new one."""
+        if self.segments and not self.fits(seg, end, cleaned_ms):
+            self.finish(seg.base_offset)
+        if not self.segments:
+            self.tmp = cleaned_path(self.plog.path, seg.base_offset)
+            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.cleaned_ms, self.size, self.tombstones = cleaned_ms, 0, False
+        else:
+            self.changed = True  # merging
+        self.segments.append(seg)
         pending: list[bytes] = []
         pending_size = 0
-        for seg, drop in zip(g.segments, g.drop_tombstones):
-            for h, raw in _read_batches(seg):
-                f = _filter_batch(h, raw, offset_map, drop, producer_last)
-                removed += f.removed
-                changed = changed or f.changed
-                tombstones = tombstones or f.tombstones
-                if f.data is not None:
-                    pending.append(f.data)
-                    pending_size += len(f.data)
-                    if pending_size >= 1 << 20:
-                        os.write(fd, b"".join(pending))
-                        pending, pending_size = [], 0
-        if pending:
-            os.write(fd, b"".join(pending))
-        if changed:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    if not changed:
-        os.unlink(tmp)
-        return g.segments[0], 0, tombstones
-    _crash_hook("cleaned")
-    os.rename(tmp, swap_path(plog.path, base, g.end))
-    fsync_dir(plog.path)
-    _crash_hook("swap")
-    for seg in g.segments:
-        seg.close()
-    complete_swap(plog.path, base, g.end)
-    new = LogSegment(plog.path, base, plog.config.index_interval_bytes)
-    new.recover()
-    new.on_roll()
-    new.flush()
-    plog.replace_segments(g.segments, new)
-    return new, removed, tombstones
+        for h, raw in _read_batches(seg):
+            f = _filter_batch(h, raw, self.offset_map, drop_tombstones, self.producer_last)
+            self.removed += f.removed
+            self.changed = self.changed or f.changed
+            self.tombstones = self.tombstones or f.tombstones
+            if f.data is not None:
+                pending.append(f.data)
+                pending_size += len(f.data)
+                if pending_size >= 1 << 20:
+                    self._write(pending)
+                    pending, pending_size = [], 0
+        self._write(pending)
+
+    def _write(self, pieces: list[bytes]) -> None:
+        data = b"".join(pieces)
+        while data:
+            n = os.write(self.fd, data)
+            self.size += n
+            data = data[n:]
+
+    def finish(self, end: int) -> None:
+        """Install the open group as the segment for [its base, ``end``) (no-op if none).
+        A single segment that lost nothing is left alone."""
+        if not self.segments:
+            return
+        segs, base = self.segments, self.segments[0].base_offset
+        self.segments = []
+        try:
+            if self.changed:
+                os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+        self.produced[base] = SegmentCleanInfo(self.cleaned_ms, self.tombstones)
+        if not self.changed:
+            os.unlink(self.tmp)
+            return
+        self.changed = False
+        path = self.plog.path
+        _crash_hook("cleaned")
+        os.rename(self.tmp, swap_path(path, base, end))
+        fsync_dir(path)
+        _crash_hook("swap")
+        for seg in segs:
+            seg.close()
+        complete_swap(path, base, end)
+        new = LogSegment(path, base, self.plog.config.index_interval_bytes)
+        new.recover()
+        new.on_roll()
+        new.flush()
+        self.plog.replace_segments(segs, new)
+
+    def abort(self) -> None:
+        """After an error: drop the open group's ``.cleaned`` file."""
+        if self.segments:
+            self.segments = []
+            os.close(self.fd)
+            os.unlink(self.tmp)
 
 
 # ------------------------------------------------------------------ entry point
@@ -397,13 +415,16 @@ def clean(
 
     offset_map = _build_offset_map([s for s, d in zip(cleanable, dirty) if d], first_dirty)
     producer_last = _producer_last_batches(plog.segments)
-    groups = _plan_groups(cleanable, ends, times, drops, plog.config.segment_bytes)
-    new_ckpt = CleanerCheckpoint(up_to, {})
-    removed = 0
-    for g in groups:
-        seg, r, tombstones = _clean_group(plog, g, offset_map, producer_last)
-        removed += r
-        new_ckpt.segments[seg.base_offset] = SegmentCleanInfo(g.cleaned_ms, tombstones)
+    writer = _GroupWriter(plog, offset_map, producer_last)
+    try:
+        for k, seg in enumerate(cleanable):
+            writer.add(seg, ends[k], times[k], drops[k])
+        writer.finish(ends[-1])
+    except BaseException:
+        writer.abort()
+        raise
+    removed = writer.removed
+    new_ckpt = CleanerCheckpoint(up_to, writer.produced)
     write_cleaner_checkpoint(plog.path, new_ckpt)
     after = sum(s.size for s in plog.segments if s.base_offset < up_to)
     log.info(
