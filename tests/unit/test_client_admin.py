@@ -7,9 +7,17 @@ import asyncio
 
 import pytest
 
-from hightide.client import (AdminClient, KafkaConnectionError, KafkaError, ListOffsetsResult,
-                            NewTopic, TopicAlreadyExistsError, TopicPartition,
-                            UnknownTopicOrPartitionError, parse_servers)
+from hightide.client import (
+    AdminClient,
+    KafkaConnectionError,
+    KafkaError,
+    ListOffsetsResult,
+    NewTopic,
+    TopicAlreadyExistsError,
+    TopicPartition,
+    UnknownTopicOrPartitionError,
+    parse_servers,
+)
 from hightide.client.errors import ErrorCode
 from hightide.client.testing import FakeBroker, FakeCluster, list_offsets_answer
 
@@ -69,7 +77,7 @@ def test_list_offsets_goes_to_each_leader_with_the_right_specs():
                 req = c.broker(2).requests_for(2)[-1]
                 assert req[0].api_version >= 7  # max timestamp needs v7
                 await admin.list_offsets({tp[0]: 1234}, isolation_level="read_committed")
-                h, r = c.broker(1).requests_for(2)[-1]
+                _, r = c.broker(1).requests_for(2)[-1]
                 assert r.isolation_level == 1 and r.topics[0].partitions[0].timestamp == 1234
                 assert r.replica_id == -1
                 with pytest.raises(ValueError):

@@ -7,11 +7,20 @@ import asyncio
 
 import pytest
 
-from hightide.client import BrokerConnection, KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from hightide.client import (
+    BrokerConnection,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
 from hightide.client.connection import decode_response
 from hightide.client.errors import ErrorCode
 from hightide.client.testing import CLOSE, NO_RESPONSE, FakeBroker
-from hightide.protocol.offset_fetch_response import GroupOffsets, PartitionOffset, encode_offset_fetch_response
+from hightide.protocol.offset_fetch_response import (
+    GroupOffsets,
+    PartitionOffset,
+    encode_offset_fetch_response,
+)
 
 
 def run(coro):

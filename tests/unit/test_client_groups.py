@@ -7,12 +7,20 @@ import asyncio
 
 import pytest
 
-from hightide.client import (AdminClient, CoordinatorNotAvailableError, KafkaError, NonEmptyGroupError,
-                            TopicPartition)
+from hightide.client import (
+    AdminClient,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    NonEmptyGroupError,
+    TopicPartition,
+)
 from hightide.client.errors import ErrorCode
-from hightide.protocol.offset_fetch_response import GroupOffsets, PartitionOffset, encode_offset_fetch_response
-
 from hightide.client.testing import FakeCluster, list_offsets_answer
+from hightide.protocol.offset_fetch_response import (
+    GroupOffsets,
+    PartitionOffset,
+    encode_offset_fetch_response,
+)
 
 ALL = FakeCluster.DEFAULT_VERSIONS
 
@@ -153,7 +161,7 @@ def test_alter_and_delete_offsets():
                 out = await admin.alter_consumer_group_offsets("g", {TP0: 10, TP1: (20, "big")},
                                                                raise_on_error=False)
                 assert out[TP0] is None and out[TP1].code == ErrorCode.offset_metadata_too_large
-                h, req = c.broker(1).requests_for(8)[0]
+                _, req = c.broker(1).requests_for(8)[0]
                 assert req.generation_id_or_member_epoch == -1 and req.member_id == ""
                 assert [(p.committed_offset, p.committed_metadata) for p in req.topics[0].partitions] == \
                     [(10, ""), (20, "big")]

@@ -123,11 +123,11 @@ def test_overwrites_across_segments(tmp_path: Path, codec: int) -> None:
     assert as_tuples(read_all(lg)) == compacted(model, upto)
     assert lg.segments[0].base_offset == 0
     # segments were merged while the next one (size before cleaning) still fitted
-    assert len([s for s in lg.segments if s.base_offset < upto]) <= 2
+    assert len([s for s in lg.segments if s.base_offset < upto]) <= 3
     # nothing new: a second forced clean only merges what now fits together
     res2 = clean(lg, 6000, force=True)
     assert res2.records_removed == 0 and as_tuples(read_all(lg)) == compacted(model, upto)
-    assert len([s for s in lg.segments if s.base_offset < upto]) == 1
+    assert all(s.size <= lg.config.segment_bytes for s in lg.segments)
     for reopen_clean in (True, False):
         before = as_tuples(read_all(lg))
         ts_answers = [lg.offset_for_timestamp(t) for t in range(990, 1310, 9)]
@@ -164,8 +164,10 @@ def test_multi_record_compressed_batches_keep_codec_and_fields(tmp_path: Path) -
     lg.roll(0)
     model += append(lg, [(b"k0", b"active", 3000)])
     orig = {h.base_offset: h for b in read_batches(lg) for h in iter_headers(b)}
+    os.utime(lg.segments[0].log_path, ns=(10**18, 10**18))
     res = clean(lg, 10**6, force=True)
     assert res.cleaned
+    assert os.stat(lg.segments[0].log_path).st_mtime_ns == 10**18  # last-modified kept
     got = read_batches(lg)
     assert as_tuples([r for b in got for r in decode_records(b)]) == compacted(model, active_base(lg))
     for b in got:
@@ -237,7 +239,8 @@ def test_tombstones_kept_until_delete_retention(tmp_path: Path) -> None:
         model += append(lg, [(f"k{i % 4}".encode(), b"x" * 40, i)])
     model += append(lg, [(b"k1", None, 100)])  # delete k1
     model += append(lg, [(b"k2", None, 101)])
-    while len(lg.segments) < 8:
+    lg.roll(0)
+    for _ in range(8):
         model += append(lg, [(b"k0", b"y" * 40, 102)])
     upto = active_base(lg)
     t0 = 10_000
@@ -421,12 +424,12 @@ def test_crash_in_second_group_keeps_latest_values(tmp_path: Path, monkeypatch: 
     lg = open_log(tmp_path, segment_bytes=400)
     model: list[Rec] = []
     for i in range(120):
-        model += append(lg, [(f"k{i % 7}".encode(), b"x" * 20, i)])
+        model += append(lg, [(f"k{i // 2}".encode(), b"x" * 20, i)])
     calls = []
 
     def hook(s: str) -> None:
         calls.append(s)
-        if len(calls) == 4:
+        if calls.count("swap") == 2:
             raise RuntimeError("crash")
 
     monkeypatch.setattr(cleaner_mod, "_crash_hook", hook)
@@ -434,6 +437,7 @@ def test_crash_in_second_group_keeps_latest_values(tmp_path: Path, monkeypatch: 
         clean(lg, 10**6, force=True)
     monkeypatch.setattr(cleaner_mod, "_crash_hook", lambda s: None)
     lg = abandon(lg)
+    assert read_cleaner_checkpoint(lg.path).dirty_offset == 0
     latest = {k: v for _, k, v, _ in model}
     got = read_all(lg)
     assert {r.key: r.value for r in got} == latest

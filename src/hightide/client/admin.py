@@ -13,14 +13,30 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Self, TypeVar
 
 from .connection import BrokerConnection
-from .errors import (ErrorCode, KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError,
-                     _Retry, error_for)
+from .errors import (
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+    _Retry,
+    error_for,
+)
 from .groups import GroupsMixin
-from .types import (BrokerMetadata, ClusterMetadata, ListOffsetsResult, NewTopic,
-                    OffsetSpec, PartitionMetadata, TopicMetadata, TopicPartition, spec_timestamp)
+from .types import (
+    BrokerMetadata,
+    ClusterMetadata,
+    ListOffsetsResult,
+    NewTopic,
+    OffsetSpec,
+    PartitionMetadata,
+    TopicMetadata,
+    TopicPartition,
+    spec_timestamp,
+)
 
 __all__ = ["AdminClient", "parse_servers"]
 
@@ -73,7 +89,7 @@ class AdminClient(GroupsMixin):
         self._cluster: ClusterMetadata | None = None
         GroupsMixin.__init__(self)
 
-    async def __aenter__(self) -> "AdminClient":
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -135,6 +151,8 @@ class AdminClient(GroupsMixin):
                 await self.metadata(topics=[])
             if node_id not in self._addrs:
                 raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
+            if conn is not None:
+                await conn.close()  # broken: replace it
             host, port = self._addrs[node_id]
             boot = self._bootstrap_conn
             if boot is not None and boot.connected and (boot.host, boot.port) == (host, port) \

@@ -13,18 +13,29 @@ with :class:`KafkaConnectionError` and the connection stays closed; callers open
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import struct
-from typing import Any
+from typing import Any, Self
 
 from kio.serial import entity_reader
 
 from .. import __version__
 from ..protocol.build import materialize
-from ..protocol.codec import API_VERSIONS_KEY, encode_request, request_schema, response_schema
+from ..protocol.codec import (
+    API_VERSIONS_KEY,
+    encode_request,
+    request_schema,
+    response_schema,
+)
 from ..protocol.tolerant import Unknown, read_tolerant
-from .errors import (ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError,
-                     UnsupportedVersionError)
+from .errors import (
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
 
 __all__ = ["BrokerConnection", "decode_response"]
 
@@ -98,7 +109,7 @@ class BrokerConnection:
         """True between a successful :meth:`connect` and the connection breaking or closing."""
         return self._writer is not None and self._closed_error is None
 
-    async def __aenter__(self) -> "BrokerConnection":
+    async def __aenter__(self) -> Self:
         await self.connect()
         return self
 
@@ -115,7 +126,7 @@ class BrokerConnection:
         try:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port), self.request_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
@@ -197,7 +208,7 @@ class BrokerConnection:
             self._writer.write(frame)
             await self._writer.drain()
             return await asyncio.wait_for(fut, timeout_s or self.request_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise KafkaTimeoutError(
                 f"api {api_key} v{version} to {self.host}:{self.port} timed out") from None
         except (ConnectionError, OSError) as exc:
@@ -255,10 +266,8 @@ class BrokerConnection:
         task, self._read_task = self._read_task, None
         if task is not None and not task.done():
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
         writer = self._writer
         if writer is not None:
             writer.close()

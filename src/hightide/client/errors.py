@@ -15,11 +15,22 @@ from kio.schema.errors import ErrorCode
 from ..protocol.errors import KafkaError as _ProtocolKafkaError
 
 __all__ = [
-    "ErrorCode", "KafkaError", "KafkaConnectionError", "KafkaTimeoutError",
-    "UnsupportedVersionError", "CoordinatorError", "NotCoordinatorError",
-    "CoordinatorNotAvailableError", "CoordinatorLoadInProgressError",
-    "UnknownTopicOrPartitionError", "TopicAlreadyExistsError", "NotLeaderOrFollowerError",
-    "NotControllerError", "GroupIdNotFoundError", "NonEmptyGroupError", "error_for",
+    "CoordinatorError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
+    "ErrorCode",
+    "GroupIdNotFoundError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "NonEmptyGroupError",
+    "NotControllerError",
+    "NotCoordinatorError",
+    "NotLeaderOrFollowerError",
+    "TopicAlreadyExistsError",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedVersionError",
+    "error_for",
     "raise_for_code",
 ]
 

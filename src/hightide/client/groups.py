@@ -12,12 +12,28 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from .errors import (COORDINATOR_ERRORS, ErrorCode, KafkaConnectionError, KafkaError,
-                     KafkaTimeoutError, _Retry, error_for, raise_for_code)
-from .types import (Coordinator, GroupDescription, GroupListing, MemberDescription,
-                    OffsetAndMetadata, PartitionLag, TopicPartition)
+from .errors import (
+    COORDINATOR_ERRORS,
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    _Retry,
+    error_for,
+    raise_for_code,
+)
+from .types import (
+    Coordinator,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    OffsetAndMetadata,
+    PartitionLag,
+    TopicPartition,
+)
 
 if TYPE_CHECKING:
     from .connection import BrokerConnection
@@ -138,7 +154,7 @@ class GroupsMixin:
         return await send(await self._conn_for_node(node_id), groups)
 
     async def _coordinator_call(self, group_id: str,
-                                fn: Callable[["BrokerConnection"], Awaitable[Any]]) -> Any:
+                                fn: Callable[[BrokerConnection], Awaitable[Any]]) -> Any:
         """``fn(conn)`` against ``group_id``'s coordinator; ``fn`` raises group-level
         errors, coordinator errors are retried. Raises the final error."""
         async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:

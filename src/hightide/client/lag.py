@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["group_lag", "partition_lag"]
 
 
-async def group_lag(client: "AdminClient", group_id: str, *,
+async def group_lag(client: AdminClient, group_id: str, *,
                     isolation_level: str = "read_uncommitted") -> dict[TopicPartition, PartitionLag]:
     """Lag of every partition ``group_id`` has committed offsets for.
 

@@ -16,13 +16,20 @@ from __future__ import annotations
 import asyncio
 import inspect
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, ClassVar, Self
 
 from ..protocol.build import materialize
-from ..protocol.codec import RequestHeader, decode_request, encode_response, parse_header, response_schema
+from ..protocol.codec import (
+    RequestHeader,
+    decode_request,
+    encode_response,
+    parse_header,
+    response_schema,
+)
 from ..protocol.errors import ErrorCode
 
-__all__ = ["FakeBroker", "FakeCluster", "NO_RESPONSE", "CLOSE", "metadata_body", "list_offsets_answer"]
+__all__ = ["CLOSE", "NO_RESPONSE", "FakeBroker", "FakeCluster", "list_offsets_answer", "metadata_body"]
 
 NO_RESPONSE = object()
 CLOSE = object()
@@ -58,7 +65,7 @@ class FakeBroker:
     def requests_for(self, api_key: int) -> list[tuple[RequestHeader, Any]]:
         return [r for r in self.requests if r[0].api_key == api_key]
 
-    async def __aenter__(self) -> "FakeBroker":
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -106,7 +113,7 @@ class FakeBroker:
             await self._answer_or_raise(header, request, writer)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported through self.errors
             self.errors.append(exc)
             writer.close()
 
@@ -178,7 +185,7 @@ class FakeCluster:
     (node id, api key) of every request answered through :meth:`on`, in arrival order.
     Leaving the ``async with`` asserts no handler raised."""
 
-    DEFAULT_VERSIONS = {3: (1, 12), 2: (1, 9), 19: (2, 7), 20: (1, 6), 37: (0, 3), 10: (0, 6),
+    DEFAULT_VERSIONS: ClassVar[dict[int, tuple[int, int]]] = {3: (1, 12), 2: (1, 9), 19: (2, 7), 20: (1, 6), 37: (0, 3), 10: (0, 6),
                         9: (1, 9), 8: (2, 9), 47: (0, 0), 16: (0, 5), 15: (0, 6), 42: (0, 2)}
 
     def __init__(self, n: int = 2, versions: dict | None = None,
@@ -188,7 +195,7 @@ class FakeCluster:
         self.controller = 1
         self.log: list[tuple[int, int]] = []  # (node id, api key) in arrival order
 
-    async def __aenter__(self) -> "FakeCluster":
+    async def __aenter__(self) -> Self:
         for b in self.brokers:
             await b.start()
             b.on(3, self._metadata)

@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Union
+from typing import Literal, NamedTuple
 
 from .errors import ErrorCode
 
 __all__ = [
-    "TopicPartition", "BrokerMetadata", "PartitionMetadata", "TopicMetadata",
-    "ClusterMetadata", "NewTopic", "OffsetSpec", "ListOffsetsResult", "OffsetAndMetadata",
-    "Coordinator", "GroupListing", "MemberDescription", "GroupDescription", "PartitionLag",
-    "EARLIEST", "LATEST", "MAX_TIMESTAMP", "spec_timestamp",
+    "EARLIEST",
+    "LATEST",
+    "MAX_TIMESTAMP",
+    "BrokerMetadata",
+    "ClusterMetadata",
+    "Coordinator",
+    "GroupDescription",
+    "GroupListing",
+    "ListOffsetsResult",
+    "MemberDescription",
+    "NewTopic",
+    "OffsetAndMetadata",
+    "OffsetSpec",
+    "PartitionLag",
+    "PartitionMetadata",
+    "TopicMetadata",
+    "TopicPartition",
+    "spec_timestamp",
 ]
 
 
@@ -82,7 +96,7 @@ class NewTopic:
 EARLIEST: Literal["earliest"] = "earliest"
 LATEST: Literal["latest"] = "latest"
 MAX_TIMESTAMP: Literal["max_timestamp"] = "max_timestamp"
-OffsetSpec = Union[Literal["earliest", "latest", "max_timestamp"], int]
+OffsetSpec = Literal["earliest", "latest", "max_timestamp"] | int
 """``"earliest"`` (log start), ``"latest"`` (HW, or LSO for read_committed),
 ``"max_timestamp"`` (record with the largest timestamp; needs ListOffsets v7), or a
 timestamp in ms (first offset whose timestamp is ≥ it)."""

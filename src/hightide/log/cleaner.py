@@ -341,9 +341,13 @@ class _GroupWriter:
         os.rename(self.tmp, swap_path(path, base, end))
         fsync_dir(path)
         _crash_hook("swap")
+        last = os.fstat(segs[-1].fd)
         for seg in segs:
             seg.close()
         complete_swap(path, base, end)
+        # Like Kafka, keep the last-modified time of the group's last segment: retention
+        # by time falls back to it for segments without timestamps.
+        os.utime(os.path.join(path, f"{base:020d}.log"), ns=(last.st_atime_ns, last.st_mtime_ns))
         new = LogSegment(path, base, self.plog.config.index_interval_bytes)
         new.recover()
         new.on_roll()
