@@ -491,8 +491,8 @@ def test_property_latest_values_preserved(segment_bytes: int, ops: list[tuple]) 
             assert set(got) <= set(model)
             want = {k: v for _, k, v, _ in model}
             have = {k: v for _, k, v, _ in got}
-            for k in want:
-                assert have.get(k) == want[k] or (want[k] is None and k not in have), k
+            for k, v in want.items():
+                assert have.get(k) == v or (v is None and k not in have), k
             assert set(have) <= set(want)
             # the active segment is never touched
             base = active_base(lg)

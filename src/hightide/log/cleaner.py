@@ -75,7 +75,7 @@ from .cleaner_files import (
 from .partition_log import PartitionLog
 from .segment import LogSegment
 
-__all__ = ["CleanResult", "clean", "validate_compacted_batch", "DEFAULT_DELETE_RETENTION_MS"]
+__all__ = ["DEFAULT_DELETE_RETENTION_MS", "CleanResult", "clean", "validate_compacted_batch"]
 
 log = logging.getLogger("hightide.log")
 
@@ -394,9 +394,12 @@ def clean(
     limit = min(active.base_offset, plog.last_stable_offset)
     n = 0  # segments[:n] are cleanable: each wholly below ``limit``
     while n + 1 < len(segs) and segs[n + 1].base_offset <= limit:
-        if min_compaction_lag_ms > 0 and segs[n + 1].base_offset > first_dirty:
-            if segs[n].largest_timestamp() > now_ms - min_compaction_lag_ms:
-                break
+        if (
+            min_compaction_lag_ms > 0
+            and segs[n + 1].base_offset > first_dirty  # Kafka applies the lag to dirty segments
+            and segs[n].largest_timestamp() > now_ms - min_compaction_lag_ms
+        ):
+            break
         n += 1
     cleanable = segs[:n]
     ends = [s.base_offset for s in segs[1 : n + 1]]

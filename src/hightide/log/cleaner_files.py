@@ -33,16 +33,16 @@ from typing import NamedTuple
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
-    "SegmentCleanInfo",
     "CleanerCheckpoint",
-    "read_cleaner_checkpoint",
-    "write_cleaner_checkpoint",
-    "truncate_cleaner_checkpoint",
+    "SegmentCleanInfo",
     "cleaned_path",
-    "swap_path",
     "complete_swap",
     "complete_swaps",
     "fsync_dir",
+    "read_cleaner_checkpoint",
+    "swap_path",
+    "truncate_cleaner_checkpoint",
+    "write_cleaner_checkpoint",
 ]
 
 log = logging.getLogger("hightide.log")

@@ -9,7 +9,9 @@ Files in ``<data-dir>/<topic>-<partition>/``:
 * ``log-start-offset``: text, the log start offset (written when it changes);
 * ``recovery-point``: text, the offset up to which everything was fsynced;
 * ``producer-state.snapshot``: JSON producer state at the LEO, written by ``close()``
-  and consumed (deleted) by ``open()``.
+  and consumed (deleted) by ``open()``;
+* ``cleaner-offset-checkpoint``: log compaction progress, see :mod:`.cleaner_files`
+  (compaction itself lives in :mod:`.cleaner`).
 """
 
 from __future__ import annotations
