@@ -261,3 +261,21 @@ def test_lag_uses_offset_fetch_extension_and_skips_list_offsets():
                 plain = await admin.lag("g")
                 assert plain[TP0].source == "list_offsets" and plain[TP0].lag == 3
     run(main())
+
+
+def test_load_in_progress_retries_the_same_coordinator():
+    async def main():
+        async with FakeCluster(2) as c:
+            c.on(10, fix_ports(c, coordinator_answer(lambda k: 2)))
+            answers = [ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_load_in_progress, 0]
+
+            def groups_for(node, gid):
+                code = answers.pop(0)
+                return GroupOffsets(gid, code, [] if code else [("t", [PartitionOffset(1, 9)])])
+            c.on(9, offset_fetch_raw(groups_for))
+            async with AdminClient(c.bootstrap, retry_backoff_s=0.01) as admin:
+                got = await admin.list_consumer_group_offsets("g")
+                assert got[TP1].offset == 9
+                # FindCoordinator once: a loading coordinator is still the coordinator
+                assert [k for _, k in c.log] == [10, 9, 9, 9]
+    run(main())

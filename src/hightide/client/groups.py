@@ -25,6 +25,7 @@ from .errors import (
     error_for,
     raise_for_code,
 )
+from .lag import group_lag
 from .types import (
     Coordinator,
     GroupDescription,
@@ -284,7 +285,6 @@ class GroupsMixin:
     async def lag(self, group_id: str, *, isolation_level: str = "read_uncommitted"
                   ) -> dict[TopicPartition, PartitionLag]:
         """Per-partition lag of ``group_id``; see :func:`hightide.client.lag.group_lag`."""
-        from .lag import group_lag
         return await group_lag(self, group_id, isolation_level=isolation_level)
 
 

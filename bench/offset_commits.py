@@ -1,0 +1,251 @@
+"""Offset commit throughput and OffsetFetch latency of a real ``hightide serve``.
+
+Run:  .venv/bin/python bench/offset_commits.py [--quick]
+
+1. **Sustained commits**: C asyncio connections, each owning G groups, pipeline
+   OffsetCommit v9 requests of P partitions (simple commits, metadata of 32 bytes) for
+   S seconds. Reported as partition commits per second; every commit is in
+   ``__consumer_offsets`` before its answer. Run twice: with the default flush policy and
+   with ``log.flush.interval.messages=1`` (an fsync before every answer, shared by the
+   requests that arrive together).
+2. **Persistence check**: the broker is killed with SIGKILL and restarted; the last
+   committed offset of every (group, partition) must read back.
+3. **OffsetFetch latency** for a group committed on 1,000 partitions: one call with
+   hightide's extension (committed + high watermark together) vs the two-call path
+   (OffsetFetch + ListOffsets), p50/p99 over repeated runs.
+
+Prints one JSON document (progress on stderr), with the same-run physical limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _limits  # noqa: E402
+from produce_consume import Broker  # noqa: E402
+
+from hightide.protocol.build import materialize  # noqa: E402
+from hightide.protocol.codec import encode_request, request_schema, response_schema  # noqa: E402
+from hightide.protocol.offset_commit_request import CommitPartition, encode_offset_commit_request  # noqa: E402
+from hightide.protocol.tolerant import read_tolerant  # noqa: E402
+from kio.serial import entity_reader  # noqa: E402
+
+TARGET_COMMITS_PER_S = 20_000
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Conn:
+    """A pipelining raw Kafka connection (asyncio streams)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.r, self.w, self.corr = reader, writer, 0
+
+    @classmethod
+    async def open(cls, bootstrap: str) -> "Conn":
+        host, port = bootstrap.rsplit(":", 1)
+        return cls(*await asyncio.open_connection(host, int(port)))
+
+    def send(self, frame: bytes) -> None:
+        self.w.write(frame)
+
+    async def recv(self) -> bytes:
+        size = struct.unpack(">i", await self.r.readexactly(4))[0]
+        return await self.r.readexactly(size)
+
+    async def request(self, api_key: int, version: int, body: dict):
+        self.corr += 1
+        self.send(encode_request(api_key, version, self.corr, "bench", materialize(request_schema(api_key, version), body)))
+        frame = await self.recv()
+        cls = response_schema(api_key, version)
+        # tolerant: hightide's OffsetFetch responses carry extension tags kio refuses
+        return read_tolerant(cls, frame, 4 + (1 if cls.__flexible__ else 0))[0]
+
+    async def close(self) -> None:
+        self.w.close()
+
+
+async def create_topic(c: Conn, name: str, partitions: int) -> None:
+    r = await c.request(19, 7, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                            "assignments": [], "configs": []}], "timeout": 30000, "validate_only": False})
+    assert r.topics[0].error_code in (0, 36), r
+
+
+async def commit_load(bootstrap: str, topic: str, partitions: int, conns: int, groups_per_conn: int,
+                      per_request: int, seconds: float, depth: int) -> dict:
+    cs = [await Conn.open(bootstrap) for _ in range(conns)]
+    last: dict[tuple[str, int], int] = {}
+    counts = [0] * conns
+    errors = [0] * conns
+    stop_at = time.monotonic() + seconds
+
+    async def worker(i: int) -> None:
+        c = cs[i]
+        seq = 0
+        inflight = 0
+
+        def send_one() -> None:
+            nonlocal seq
+            seq += 1
+            group = f"bench-g{i}-{seq % groups_per_conn}"
+            start = (seq * per_request) % partitions
+            parts = [CommitPartition((start + k) % partitions, seq, -1, "m" * 32) for k in range(per_request)]
+            c.corr += 1
+            c.send(encode_offset_commit_request(9, c.corr, "bench", group, -1, "", None, [(topic, parts)]))
+            for p in parts:
+                last[(group, p.partition)] = seq
+
+        while time.monotonic() < stop_at or inflight:
+            while inflight < depth and time.monotonic() < stop_at:
+                send_one()
+                inflight += 1
+            frame = await c.recv()
+            inflight -= 1
+            cls = response_schema(8, 9)
+            resp = entity_reader(cls)(frame, 5)[0]
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        errors[i] += 1
+                    else:
+                        counts[i] += 1
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker(i) for i in range(conns)))
+    elapsed = time.monotonic() - t0
+    for c in cs:
+        await c.close()
+    total = sum(counts)
+    return {"connections": conns, "groups": conns * groups_per_conn, "partitions_per_request": per_request,
+            "pipeline_depth": depth, "seconds": round(elapsed, 2), "partition_commits": total,
+            "errors": sum(errors), "partition_commits_per_s": round(total / elapsed),
+            "requests_per_s": round(total / per_request / elapsed), "_last": last}
+
+
+async def verify(bootstrap: str, topic: str, last: dict) -> dict:
+    c = await Conn.open(bootstrap)
+    by_group: dict[str, dict[int, int]] = {}
+    for (g, p), v in last.items():
+        by_group.setdefault(g, {})[p] = v
+    wrong = 0
+    for g, parts in by_group.items():
+        r = await c.request(9, 8, {"groups": [{"group_id": g, "topics": None}], "require_stable": False})
+        got = {p.partition_index: p.committed_offset for t in r.groups[0].topics for p in t.partitions}
+        wrong += sum(1 for p, v in parts.items() if got.get(p) != v)
+    await c.close()
+    return {"groups_checked": len(by_group), "partitions_checked": len(last), "mismatches": wrong}
+
+
+async def fetch_latency(bootstrap: str, topic: str, partitions: int, rounds: int) -> dict:
+    c = await Conn.open(bootstrap)
+    parts = [CommitPartition(p, p * 10, -1, "") for p in range(partitions)]
+    c.corr += 1
+    c.send(encode_offset_commit_request(9, c.corr, "bench", "bench-big", -1, "", None, [(topic, parts)]))
+    await c.recv()
+    one, two = [], []
+    fetch_body = {"groups": [{"group_id": "bench-big", "member_id": None, "member_epoch": -1,
+                              "topics": [{"name": topic, "partition_indexes": list(range(partitions))}]}],
+                  "require_stable": False}
+    lo_body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+        {"partition_index": p, "timestamp": -1, "current_leader_epoch": -1} for p in range(partitions)]}]}
+    fetch_frame_cls = response_schema(9, 9)
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        c.corr += 1
+        c.send(encode_request(9, 9, c.corr, "bench", materialize(request_schema(9, 9), fetch_body)))
+        frame = await c.recv()
+        unknown: dict = {}
+        resp, _ = read_tolerant(fetch_frame_cls, frame, 5, unknown)
+        lag1 = sum(struct.unpack(">q", unknown[id(p)][10000])[0] - p.committed_offset
+                   for p in resp.groups[0].topics[0].partitions)
+        one.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        await c.request(2, 7, lo_body)
+        resp2 = await c.request(9, 8, {"groups": [{"group_id": "bench-big", "topics": [
+            {"name": topic, "partition_indexes": list(range(partitions))}]}], "require_stable": False})
+        two.append(time.perf_counter() - t0)
+        assert lag1 is not None and resp2 is not None
+    await c.close()
+
+    def pct(xs, q):
+        xs = sorted(xs)
+        return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 2)
+
+    return {"partitions": partitions, "rounds": rounds,
+            "one_call_with_extension_ms": {"p50": pct(one, 0.5), "p99": pct(one, 0.99), "round_trips": 1},
+            "two_calls_offsetfetch_listoffsets_ms": {"p50": pct(two, 0.5), "p99": pct(two, 0.99), "round_trips": 2},
+            "speedup_p50": round(statistics.median(two) / statistics.median(one), 2)}
+
+
+def run_mode(workdir: Path, sets: list[str], quick: bool) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker = Broker(workdir, sets=sets)
+    broker.start()
+    try:
+        async def main():
+            c = await Conn.open(broker.bootstrap)
+            await create_topic(c, "bench-offsets", 100)
+            await c.close()
+            return await commit_load(broker.bootstrap, "bench-offsets", 100, conns=4, groups_per_conn=50,
+                                     per_request=50, seconds=3 if quick else 8, depth=8)
+        res = asyncio.run(main())
+        last = res.pop("_last")
+        broker.proc.kill()
+        broker.proc.wait()
+        t0 = time.monotonic()
+        broker.start()
+        res["restart_seconds"] = round(time.monotonic() - t0, 2)
+        res["after_kill9"] = asyncio.run(verify(broker.bootstrap, "bench-offsets", last))
+        return res
+    finally:
+        broker.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ht-bench-offsets-") as tmp:
+        tmp_path = Path(tmp)
+        out: dict = {"benchmark": "offset_commits", "machine": _limits.machine(),
+                     "physical_limits": _limits.measure(tmp, seconds=0.5)}
+        log("commit load, default flush policy")
+        out["commits_default_flush"] = run_mode(tmp_path / "a", [], args.quick)
+        log(f"  {out['commits_default_flush']['partition_commits_per_s']} partition commits/s")
+        log("commit load, fsync before every answer")
+        out["commits_fsync_each"] = run_mode(tmp_path / "b", ["log.flush.interval.messages=1"], args.quick)
+        log(f"  {out['commits_fsync_each']['partition_commits_per_s']} partition commits/s")
+        (tmp_path / "c").mkdir()
+        broker = Broker(tmp_path / "c")
+        broker.start()
+        try:
+            async def fl():
+                c = await Conn.open(broker.bootstrap)
+                await create_topic(c, "bench-wide", 1000)
+                await c.close()
+                return await fetch_latency(broker.bootstrap, "bench-wide", 1000, 20 if args.quick else 100)
+            out["offset_fetch_1000_partitions"] = asyncio.run(fl())
+        finally:
+            broker.stop()
+        best = max(out["commits_default_flush"]["partition_commits_per_s"],
+                   out["commits_fsync_each"]["partition_commits_per_s"])
+        out["targets"] = {"partition_commits_per_s": {
+            "target": TARGET_COMMITS_PER_S, "measured_default": out["commits_default_flush"]["partition_commits_per_s"],
+            "measured_fsync_each": out["commits_fsync_each"]["partition_commits_per_s"],
+            "pass": best >= TARGET_COMMITS_PER_S}}
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
