@@ -40,6 +40,14 @@ class LogConfig:
     timestamp_after_max_ms: int | None = None
     #: ``min.insync.replicas``: acks=all produces need this many in-sync replicas.
     min_insync_replicas: int = 1
+    #: ``cleanup.policy`` contains ``compact``: the cleaner compacts the log, keys are required.
+    compact: bool = False
+    #: ``delete.retention.ms``: how long tombstones survive compaction.
+    delete_retention_ms: int = 86_400_000
+    #: ``min.compaction.lag.ms``: records younger than this are not compacted.
+    min_compaction_lag_ms: int = 0
+    #: ``min.cleanable.dirty.ratio``: compact when dirty bytes / cleanable bytes reach it.
+    min_cleanable_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 14:
@@ -116,6 +124,20 @@ class LogConfig:
             if name in props:
                 v = num(name, 0, _INT64_MAX)
                 out[attr] = None if v == _INT64_MAX else v
+        if "cleanup.policy" in props:
+            out["compact"] = "compact" in [x.strip() for x in str(props["cleanup.policy"]).split(",")]
+        if "delete.retention.ms" in props:
+            out["delete_retention_ms"] = num("delete.retention.ms", 0, _INT64_MAX)
+        if "min.compaction.lag.ms" in props:
+            out["min_compaction_lag_ms"] = num("min.compaction.lag.ms", 0, _INT64_MAX)
+        if "min.cleanable.dirty.ratio" in props:
+            try:
+                ratio = float(props["min.cleanable.dirty.ratio"])
+            except ValueError:
+                raise ValueError("Invalid value for configuration min.cleanable.dirty.ratio: not a number") from None
+            if not 0 <= ratio <= 1:
+                raise ValueError(f"Invalid value {ratio} for configuration min.cleanable.dirty.ratio: must be in [0, 1]")
+            out["min_cleanable_ratio"] = ratio
         if "min.insync.replicas" in props:
             out["min_insync_replicas"] = num("min.insync.replicas", 1, _INT32_MAX)
         if "message.timestamp.type" in props:

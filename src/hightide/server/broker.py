@@ -22,6 +22,7 @@ from ..cluster.image import MetadataImage, TopicImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
 from ..config import BrokerConfig, effective_topic_config
+from ..log.cleaner import clean
 from ..log.config import LogConfig
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
@@ -84,6 +85,8 @@ class Broker:
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
+        if self.config["log.cleaner.enable"]:
+            self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
         self.started_at = time.monotonic()
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
@@ -232,6 +235,30 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.groups.poll(now_ms())
+
+    async def _cleaner_loop(self) -> None:
+        interval = self.config["log.cleaner.backoff.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.run_cleaner()
+
+    def run_cleaner(self) -> None:
+        """Compact the logs of compacted topics (on the loop thread: the cleaner must
+        never run alongside an append to the same log)."""
+        assert self.logs is not None
+        ts = now_ms()
+        for tp, plog in self.logs:
+            cfg = plog.config
+            if not cfg.compact or tp[0] == METADATA_TOPIC:
+                continue
+            try:
+                r = clean(plog, ts, delete_retention_ms=cfg.delete_retention_ms,
+                          min_compaction_lag_ms=cfg.min_compaction_lag_ms, min_cleanable_ratio=cfg.min_cleanable_ratio)
+                if r.cleaned:
+                    log.info("cleaned %s-%d: %d -> %d bytes, %d records removed", *tp, r.bytes_before,
+                             r.bytes_after, r.records_removed)
+            except OSError:
+                log.exception("log cleaner failed for %s-%d", *tp)
 
     def run_retention(self) -> None:
         assert self.logs is not None

@@ -16,6 +16,7 @@ import asyncio
 
 from ...protocol.codec import response_schema
 
+from ...log.cleaner import validate_compacted_batch
 from ...log.producer_state import ProducerStateError
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
@@ -82,6 +83,12 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
         if policy[0] == ErrorCode.invalid_timestamp:
             resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": policy[1]}]
         return resp, None
+    if plog.config.compact:
+        problem = validate_compacted_batch(records)
+        if problem is not None:
+            resp["error_code"], resp["error_message"] = ErrorCode.invalid_record, problem
+            resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": problem}]
+            return resp, None
     if h.is_transactional:
         resp["error_code"] = ErrorCode.invalid_txn_state
         resp["error_message"] = "transactions are not supported by this hightide version"
