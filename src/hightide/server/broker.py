@@ -34,6 +34,8 @@ from .waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
 
+GROUP_TIMER_INTERVAL_S = 0.1
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -97,6 +99,7 @@ class Broker:
         if self.server is not None:
             self.server.close()
         self.waiters.wake_all()  # long-polls answer now with what they have
+        self.groups.close()  # parked JoinGroup/SyncGroup answer NOT_COORDINATOR
         deadline = time.monotonic() + grace_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -231,10 +234,19 @@ class Broker:
             self.run_retention()
 
     async def _group_timers(self) -> None:
-        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        """Classic group timers every 100 ms; offsets expiry on its own interval."""
+        expiry_interval = self.config["offsets.retention.check.interval.ms"]
+        next_expiry = now_ms() + expiry_interval
         while True:
-            await asyncio.sleep(interval)
-            self.groups.poll(now_ms())
+            await asyncio.sleep(GROUP_TIMER_INTERVAL_S)
+            ts = now_ms()
+            try:
+                self.groups.poll(ts)
+                if ts >= next_expiry:
+                    next_expiry = ts + expiry_interval
+                    self.groups.expire_offsets(ts)
+            except Exception:
+                log.exception("group timers failed")
 
     async def _cleaner_loop(self) -> None:
         interval = self.config["log.cleaner.backoff.ms"] / 1000

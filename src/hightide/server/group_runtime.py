@@ -7,16 +7,25 @@ log, replays them into the shard, and only then returns the response. A failed a
 replays nothing, so readers only ever see state that is in the log. At start-up (and
 when the topic is created) each partition's log is replayed into a fresh shard.
 
+Parked requests (a JoinGroup waiting for the rebalance, a follower's SyncGroup waiting
+for the leader) stay sans-IO: :meth:`GroupRuntime.park` gives a handler an opaque handle
+and an asyncio future; the handle goes into the shard call, and whenever a shard result
+(of any request or timer) carries a completion for it, after that result's records are
+durable, the future is resolved with the response.
+
 The topic is created on first use, like Kafka's, with ``cleanup.policy=compact``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..cluster.controller import NewTopic
 from ..group.records import OFFSETS_TOPIC, decode_key, decode_value, encode_key, encode_value, partition_for
+from ..group.classic import GroupLimits
 from ..group.shard import CoordinatorResult, GroupConfig, GroupCoordinatorShard
 from ..protocol.records import build_batch, decode_records, validate_batches
 
@@ -37,8 +46,15 @@ class GroupRuntime:
         self.num_partitions: int = cfg["offsets.topic.num.partitions"]
         self.group_config = GroupConfig(
             offset_metadata_max_bytes=cfg["offset.metadata.max.bytes"],
-            offsets_retention_ms=cfg["offsets.retention.minutes"] * 60_000)
+            offsets_retention_ms=cfg["offsets.retention.minutes"] * 60_000,
+            classic=GroupLimits(
+                initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"],
+                min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
+                max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
+                max_size=cfg["group.max.size"]))
         self.shards: dict[int, GroupCoordinatorShard] = {}
+        self._parked: dict[int, asyncio.Future] = {}
+        self._handles = itertools.count(1)
 
     # -- loading --------------------------------------------------------------------------
     def start(self) -> None:
@@ -106,13 +122,43 @@ class GroupRuntime:
         return self.shards[self.partition_for(group_id)]
 
     def execute(self, group_id: str, fn: Callable[[GroupCoordinatorShard], CoordinatorResult], now_ms: int) -> Any:
-        """Run ``fn`` on the group's shard; append and replay its records; return the
-        response. Raises :class:`CoordinatorUnavailable` if the append fails."""
+        """Run ``fn`` on the group's shard; append and replay its records, install its
+        live state, resolve its completions; return the response. Raises
+        :class:`CoordinatorUnavailable` if the append fails (nothing is applied then)."""
         shard = self.shard_for(group_id)
         result = fn(shard)
-        if result.records:
-            self.append(self.partition_for(group_id), result.records, now_ms)
+        self._apply(self.partition_for(group_id), result, now_ms)
         return result.response
+
+    def _apply(self, partition: int, result: CoordinatorResult, now_ms: int) -> None:
+        if result.records:
+            self.append(partition, result.records, now_ms)
+        shard = self.shards[partition]
+        for k, v in result.live:
+            shard.replay(k, v)
+        for handle, response in result.completions:
+            fut = self._parked.pop(handle, None)
+            if fut is not None and not fut.done():
+                fut.set_result(response)
+
+    # -- parked requests ---------------------------------------------------------------------
+    def park(self) -> tuple[int, asyncio.Future]:
+        """A handle for a shard call whose answer may come later, and the future it resolves."""
+        handle = next(self._handles)
+        fut = asyncio.get_running_loop().create_future()
+        self._parked[handle] = fut
+        return handle, fut
+
+    def forget(self, handle: int) -> None:
+        self._parked.pop(handle, None)
+
+    def close(self) -> None:
+        """Shutting down: parked requests fail with CoordinatorUnavailable (answered
+        NOT_COORDINATOR, so clients find the coordinator again)."""
+        for fut in self._parked.values():
+            if not fut.done():
+                fut.set_exception(CoordinatorUnavailable("the coordinator is shutting down"))
+        self._parked.clear()
 
     def append(self, partition: int, records: list[tuple[Any, Any]], now_ms: int) -> None:
         plog = self.broker.partition_log(OFFSETS_TOPIC, partition)
@@ -131,7 +177,16 @@ class GroupRuntime:
         self.broker.waiters.wake((OFFSETS_TOPIC, partition))
 
     def poll(self, now_ms: int) -> None:
-        """Timers: offsets expiry. (The classic protocol's session timers join here.)"""
+        """Classic group timers (sessions, rebalance and initial delays, pending syncs)."""
+        for p, shard in self.shards.items():
+            if shard.groups:
+                try:
+                    self._apply(p, shard.poll(now_ms), now_ms)
+                except CoordinatorUnavailable:
+                    pass
+
+    def expire_offsets(self, now_ms: int) -> None:
+        """Offsets of groups without members past ``offsets.retention.minutes``."""
         for p, shard in self.shards.items():
             result = shard.expire_offsets(now_ms)
             if result.records:
