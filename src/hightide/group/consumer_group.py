@@ -1,0 +1,621 @@
+"""One KIP-848 consumer group: the ConsumerGroupHeartbeat state machine (sans-IO).
+
+Theory of operation
+-------------------
+Like Kafka's ``ConsumerGroup`` driven by ``GroupMetadataManager``: :meth:`heartbeat`,
+:meth:`poll` and the validators read the group and never change it; they return a
+:class:`Result` — the response, the records to append (keys and values of
+:mod:`.consumer_records`) and *live* records (:class:`TimersKey` → :class:`Timers`, the
+session and rebalance deadlines, which are never appended). :meth:`replay` is the only
+mutator: the runtime replays the records once they are durable, then the live records,
+and replays ``__consumer_offsets`` the same way at start-up (then calls
+:meth:`loaded_timers`).
+
+A heartbeat (1) creates or updates the member — a new member, a changed subscription or
+changed metadata of the subscribed topics bumps the *group epoch*; (2) if the group epoch
+is ahead of the *assignment epoch*, recomputes the target assignment with the group's
+server assignor; (3) reconciles the heartbeating member towards its target
+(:func:`.consumer_member.reconcile`): revocations first, then partitions no one else
+owns. Leaving, session expiry and rebalance timeouts *fence* the member (tombstones) and
+bump the group epoch; the next heartbeat of another member recomputes the target.
+
+Time is an argument (``now_ms``); the topic metadata is a :class:`TopicsView`.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .assignor import (
+    ASSIGNORS,
+    Assignment,
+    GroupSpec,
+    MemberSpec,
+    PartitionAssignor,
+    compile_regex,
+    resolve_subscription,
+)
+from .consumer_api import (
+    ConsumerGroupConfig,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    ImageTopics,
+    Record,
+    Result,
+    StaticTopics,
+    Timers,
+    TimersKey,
+    TopicsView,
+)
+from .consumer_member import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    FencedMember,
+    Member,
+    MemberState,
+    from_wire,
+    is_subset,
+    reconcile,
+    to_wire,
+)
+from .consumer_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    TopicMetadata,
+)
+
+__all__ = [
+    "ConsumerGroup",
+    "ConsumerGroupConfig",
+    "ConsumerGroups",
+    "HeartbeatError",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "ImageTopics",
+    "MemberState",
+    "Result",
+    "StaticTopics",
+    "Timers",
+    "TimersKey",
+    "TopicsView",
+]
+
+def _new_member_id() -> str:
+    return str(uuid.uuid4())
+
+
+# -- the group ----------------------------------------------------------------------------------
+class ConsumerGroup:
+    """The state of one consumer group, as replayed from its records."""
+
+    def __init__(self, group_id: str, config: ConsumerGroupConfig | None = None,
+                 new_member_id: Callable[[], str] = _new_member_id) -> None:
+        self.group_id = group_id
+        self.config = config or ConsumerGroupConfig()
+        self.new_member_id = new_member_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, Member] = {}
+        self.targets: dict[str, Assignment] = {}
+        self.subscription_metadata: dict[str, TopicMetadata] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        self.timers: dict[str, Timers] = {}
+
+    # -- views ----------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """Empty, Assigning, Reconciling or Stable (Kafka's ConsumerGroupState names)."""
+        if not self.members:
+            return "Empty"
+        if self.group_epoch > self.assignment_epoch:
+            return "Assigning"
+        if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return "Reconciling"
+        return "Stable"
+
+    def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        """Epoch of the member that owns the partition, -1 if free."""
+        return self.partition_epochs.get((topic_id, partition), -1)
+
+    def next_deadline(self) -> int | None:
+        """The earliest timer, for the runtime to call :meth:`poll` then (None: no timer)."""
+        deadlines = [d for t in self.timers.values() for d in (t.session_deadline_ms, t.rebalance_deadline_ms)
+                     if d is not None]
+        return min(deadlines, default=None)
+
+    def preferred_assignor(self, members: Iterable[Member] | None = None) -> str:
+        """The server assignor most members ask for (ties by name), else the default."""
+        counts = Counter(m.server_assignor for m in (self.members.values() if members is None else members)
+                         if m.server_assignor)
+        if not counts:
+            return self.config.assignors[0]
+        return min(counts, key=lambda name: (-counts[name], name))
+
+    def copy(self) -> ConsumerGroup:
+        return copy.deepcopy(self)
+
+    # -- ConsumerGroupHeartbeat --------------------------------------------------------------
+    def heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> Result:
+        """Handle one heartbeat. Errors come back as a response with the error code (and
+        no records): INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION,
+        GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
+        UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID."""
+        try:
+            self._validate(req)
+            if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(req, topics)
+            return self._join_or_heartbeat(req, now_ms, topics)
+        except HeartbeatError as e:
+            return Result(HeartbeatResponse(e.code, str(e)))
+
+    def _validate(self, req: HeartbeatRequest) -> None:
+        def bad(message: str) -> HeartbeatError:
+            return HeartbeatError(ErrorCode.invalid_request, message)
+
+        if not req.group_id:
+            raise bad("GroupId can't be empty.")
+        if req.instance_id == "" or req.rack_id == "":
+            raise bad("InstanceId and RackId can't be empty.")
+        if req.api_version >= 1 and not req.member_id:
+            raise bad("MemberId can't be empty.")
+        epoch = req.member_epoch
+        if epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            if not req.member_id:
+                raise bad("MemberId can't be empty.")
+        elif epoch == 0:
+            self._validate_join(req)
+        elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if not req.member_id or req.instance_id is None:
+                raise bad("MemberId can't be empty and InstanceId can't be null.")
+        else:
+            raise bad("MemberEpoch is invalid.")
+        if req.server_assignor is not None and req.server_assignor not in self._assignors():
+            raise HeartbeatError(ErrorCode.unsupported_assignor, f"ServerAssignor {req.server_assignor} is not "
+                                 f"supported. Supported assignors: {', '.join(self.config.assignors)}.")
+        if req.subscribed_topic_regex:
+            try:
+                compile_regex(req.subscribed_topic_regex)
+            except re.error as e:
+                raise HeartbeatError(ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex: {e}") from None
+
+    @staticmethod
+    def _validate_join(req: HeartbeatRequest) -> None:
+        if req.rebalance_timeout_ms == -1:
+            raise HeartbeatError(ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
+        if req.topic_partitions is None or len(req.topic_partitions) > 0:
+            raise HeartbeatError(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
+        if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+            raise HeartbeatError(ErrorCode.invalid_request,
+                                 "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+
+    def _assignors(self) -> dict[str, PartitionAssignor]:
+        return {n: ASSIGNORS[n] for n in self.config.assignors if n in ASSIGNORS}
+
+    def _join_or_heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> Result:
+        if len(self.members) >= self.config.max_size and req.member_id not in self.members:
+            raise HeartbeatError(ErrorCode.group_max_size_reached,
+                                 f"The consumer group has reached its maximum capacity of {self.config.max_size}.")
+        member_id = req.member_id or self.new_member_id()
+        out = Result()
+        members, targets = dict(self.members), dict(self.targets)
+        if req.instance_id is None:
+            member = self._dynamic_member(member_id, req)
+        else:
+            member = self._static_member(member_id, req, out, members, targets)
+        updated = self._updated(member, req)
+        members[member_id] = updated
+        bump = (updated.subscribed_topic_names != member.subscribed_topic_names
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+        if updated != member:
+            out.records.append((ConsumerGroupMemberMetadataKey(self.group_id, member_id), updated.metadata_value()))
+        bump = self._maybe_new_metadata(members, topics, out) or bump
+        group_epoch = self.group_epoch + 1 if bump else self.group_epoch
+        if bump:
+            out.records.append((ConsumerGroupMetadataKey(self.group_id), ConsumerGroupMetadataValue(group_epoch)))
+        target_epoch = self.assignment_epoch
+        if group_epoch > self.assignment_epoch:
+            targets = self._new_targets(group_epoch, members, targets, topics, out)
+            target_epoch = group_epoch
+        reconciled = self._reconcile(updated, target_epoch, targets.get(member_id, {}), req)
+        if reconciled != updated:
+            key = ConsumerGroupCurrentMemberAssignmentKey(self.group_id, member_id)
+            out.records.append((key, reconciled.assignment_value()))
+        out.live.append((TimersKey(self.group_id, member_id), self._timers(updated, reconciled, now_ms)))
+        out.response = self._response(req, member, reconciled)
+        return out
+
+    def _dynamic_member(self, member_id: str, req: HeartbeatRequest) -> Member:
+        member = self.members.get(member_id)
+        if member is None:
+            if req.member_epoch != 0:
+                raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of the group.")
+            return Member(member_id)
+        self._check_epoch(member, req)
+        return member
+
+    def _static_member(self, member_id: str, req: HeartbeatRequest, out: Result,
+                       members: dict[str, Member], targets: dict[str, Assignment]) -> Member:
+        """The static member for ``req.instance_id``. A rejoin (epoch 0) of an instance
+        that left with epoch -2 replaces the old member by a copy under the new id."""
+        assert req.instance_id is not None
+        existing = self.members.get(self.static_members.get(req.instance_id, ""))
+        if req.member_epoch == 0:
+            if existing is None:
+                return self.members.get(member_id) or Member(member_id)
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise HeartbeatError(ErrorCode.unreleased_instance_id,
+                                     f"Instance id {req.instance_id} is owned by member {existing.member_id}.")
+            new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+            self._replace_member(existing, new, out, members, targets)
+            return new
+        if existing is None:
+            raise HeartbeatError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+        if existing.member_id != member_id:
+            raise HeartbeatError(ErrorCode.fenced_instance_id,
+                                 f"Static member {member_id} with instance id {req.instance_id} was fenced by "
+                                 f"member {existing.member_id}.")
+        self._check_epoch(existing, req)
+        return existing
+
+    def _replace_member(self, old: Member, new: Member, out: Result,
+                        members: dict[str, Member], targets: dict[str, Assignment]) -> None:
+        out.records += self._member_tombstones(old.member_id)
+        out.live.append((TimersKey(self.group_id, old.member_id), None))
+        target = targets.pop(old.member_id, {})
+        members.pop(old.member_id, None)
+        members[new.member_id], targets[new.member_id] = new, target
+        out.records += [
+            (ConsumerGroupMemberMetadataKey(self.group_id, new.member_id), new.metadata_value()),
+            (ConsumerGroupTargetAssignmentMemberKey(self.group_id, new.member_id),
+             ConsumerGroupTargetAssignmentMemberValue(to_wire(target))),
+            (ConsumerGroupCurrentMemberAssignmentKey(self.group_id, new.member_id), new.assignment_value()),
+        ]
+
+    @staticmethod
+    def _check_epoch(member: Member, req: HeartbeatRequest) -> None:
+        """FENCED_MEMBER_EPOCH unless the epoch is the member's, or its previous one with
+        owned partitions all still assigned (the response with the bump was lost)."""
+        epoch = req.member_epoch
+        owned = None if req.topic_partitions is None else from_wire(req.topic_partitions)
+        if epoch > member.member_epoch or (
+                epoch < member.member_epoch
+                and (epoch != member.previous_member_epoch or not is_subset(owned, member.assigned))):
+            raise HeartbeatError(ErrorCode.fenced_member_epoch,
+                                 f"The member epoch {epoch} does not match the coordinator's "
+                                 f"{member.member_epoch}. The member must abandon all its partitions and rejoin.")
+
+    @staticmethod
+    def _updated(member: Member, req: HeartbeatRequest) -> Member:
+        """The member with the request's non-null fields applied."""
+        changes: dict[str, Any] = {"client_id": req.client_id, "client_host": req.client_host}
+        if req.instance_id is not None:
+            changes["instance_id"] = req.instance_id
+        if req.rack_id is not None:
+            changes["rack_id"] = req.rack_id
+        if req.rebalance_timeout_ms != -1:
+            changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
+        if req.server_assignor is not None:
+            changes["server_assignor"] = req.server_assignor
+        if req.subscribed_topic_names is not None:
+            changes["subscribed_topic_names"] = tuple(sorted(set(req.subscribed_topic_names)))
+        if req.subscribed_topic_regex is not None:
+            changes["subscribed_topic_regex"] = req.subscribed_topic_regex or None
+        return replace(member, **changes)
+
+    def _reconcile(self, member: Member, target_epoch: int, target: Assignment, req: HeartbeatRequest) -> Member:
+        if member.is_reconciled_to(target_epoch):
+            return member
+        owned = None if req.topic_partitions is None else from_wire(req.topic_partitions)
+        try:
+            return reconcile(member, target_epoch, target, self.partition_epoch, owned)
+        except FencedMember as e:
+            raise HeartbeatError(ErrorCode.fenced_member_epoch, str(e)) from None
+
+    def _timers(self, before: Member, after: Member, now_ms: int) -> Timers:
+        """Session deadline pushed out; a rebalance deadline armed when the member enters
+        UNREVOKED_PARTITIONS, dropped when it leaves it, else kept."""
+        session = now_ms + self.config.session_timeout_ms
+        current = self.timers.get(after.member_id)
+        if after != before and after.state is MemberState.UNREVOKED_PARTITIONS:
+            return Timers(session, now_ms + max(after.rebalance_timeout_ms, 0), after.member_epoch)
+        if after != before or current is None:
+            return Timers(session)
+        return replace(current, session_deadline_ms=session)
+
+    def _response(self, req: HeartbeatRequest, before: Member, after: Member) -> HeartbeatResponse:
+        """The assignment goes out on a full request (join, or all of rebalance timeout,
+        subscription and owned partitions set) or when it changed."""
+        full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
+                                         and req.topic_partitions is not None)
+        assignment = to_wire(after.assigned) if full or after.assigned != before.assigned else None
+        return HeartbeatResponse(ErrorCode.none, None, after.member_id, after.member_epoch,
+                                 self.config.heartbeat_interval_ms, assignment)
+
+    # -- subscription metadata and target assignment ------------------------------------------
+    @staticmethod
+    def _subscribed_names(member: Member, topic_names: Iterable[str]) -> set[str]:
+        return resolve_subscription(member.subscribed_topic_names, member.subscribed_topic_regex, topic_names)
+
+    def _metadata_for(self, members: dict[str, Member], topics: TopicsView) -> dict[str, TopicMetadata]:
+        """The subscribed topics that exist, with their ids and partition counts."""
+        names = list(topics.names()) if any(m.subscribed_topic_regex for m in members.values()) else []
+        wanted = set().union(*(self._subscribed_names(m, names) for m in members.values())) if members else set()
+        found = {n: topics.by_name(n) for n in sorted(wanted)}
+        return {n: TopicMetadata(t.topic_id, n, t.num_partitions) for n, t in found.items() if t is not None}
+
+    def _maybe_new_metadata(self, members: dict[str, Member], topics: TopicsView, out: Result) -> bool:
+        """Append a partition metadata record if the subscribed topics changed; True then."""
+        metadata = self._metadata_for(members, topics)
+        if metadata == self.subscription_metadata:
+            return False
+        value = ConsumerGroupPartitionMetadataValue(tuple(metadata[n] for n in sorted(metadata)))
+        out.records.append((ConsumerGroupPartitionMetadataKey(self.group_id), value))
+        return True
+
+    def _new_targets(self, epoch: int, members: dict[str, Member], targets: dict[str, Assignment],
+                     topics: TopicsView, out: Result) -> dict[str, Assignment]:
+        """Run the preferred assignor; append records for the changed member targets and
+        the new assignment epoch. Returns every member's new target."""
+        metadata = self._metadata_for(members, topics)
+        specs = {mid: MemberSpec(mid, m.instance_id, frozenset(metadata[n].topic_id
+                                                            for n in self._subscribed_names(m, metadata)
+                                                            if n in metadata), targets.get(mid, {}))
+                 for mid, m in members.items()}
+        spec = GroupSpec(specs, {t.topic_id: t.num_partitions for t in metadata.values()})
+        new = ASSIGNORS[self.preferred_assignor(members.values())].assign(spec)
+        for mid in sorted(new):
+            if new[mid] != targets.get(mid, {}):
+                key = ConsumerGroupTargetAssignmentMemberKey(self.group_id, mid)
+                out.records.append((key, ConsumerGroupTargetAssignmentMemberValue(to_wire(new[mid]))))
+        out.records.append((ConsumerGroupTargetAssignmentMetadataKey(self.group_id),
+                            ConsumerGroupTargetAssignmentMetadataValue(epoch)))
+        return new
+
+    # -- leaving and fencing ---------------------------------------------------------------
+    def _leave(self, req: HeartbeatRequest, topics: TopicsView) -> Result:
+        response = HeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
+        if req.instance_id is None:
+            member = self.members.get(req.member_id)
+            if member is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member.")
+            return self._fence(member, topics, response)
+        member = self.members.get(self.static_members.get(req.instance_id, ""))
+        if member is None:
+            raise HeartbeatError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+        if member.member_id != req.member_id:
+            raise HeartbeatError(ErrorCode.fenced_instance_id, f"Instance id {req.instance_id} is owned by "
+                                 f"member {member.member_id}.")
+        if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            return self._fence(member, topics, response)
+        # A static member leaving "temporarily": it keeps its partitions until its session expires.
+        left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+        key = ConsumerGroupCurrentMemberAssignmentKey(self.group_id, member.member_id)
+        return Result(response, [(key, left.assignment_value())])
+
+    def _member_tombstones(self, member_id: str) -> list[Record]:
+        return [(ConsumerGroupCurrentMemberAssignmentKey(self.group_id, member_id), None),
+                (ConsumerGroupTargetAssignmentMemberKey(self.group_id, member_id), None),
+                (ConsumerGroupMemberMetadataKey(self.group_id, member_id), None)]
+
+    def _fence(self, member: Member, topics: TopicsView, response: Any = None) -> Result:
+        """Remove the member: tombstones, new subscription metadata if it changed, and a
+        group epoch bump (the target is recomputed on the next heartbeat)."""
+        out = Result(response, self._member_tombstones(member.member_id),
+                     [(TimersKey(self.group_id, member.member_id), None)])
+        rest = {mid: m for mid, m in self.members.items() if mid != member.member_id}
+        self._maybe_new_metadata(rest, topics, out)
+        out.records.append((ConsumerGroupMetadataKey(self.group_id), ConsumerGroupMetadataValue(self.group_epoch + 1)))
+        return out
+
+    # -- timers ------------------------------------------------------------------------------
+    def _expired(self, now_ms: int) -> list[str]:
+        out = []
+        for mid, t in sorted(self.timers.items()):
+            member = self.members.get(mid)
+            if member is None:
+                continue
+            rebalance_due = (t.rebalance_deadline_ms is not None and t.rebalance_deadline_ms <= now_ms
+                             and member.member_epoch == t.rebalance_epoch
+                             and member.state is MemberState.UNREVOKED_PARTITIONS)
+            if t.session_deadline_ms <= now_ms or rebalance_due:
+                out.append(mid)
+        return out
+
+    def poll(self, now_ms: int, topics: TopicsView) -> Result:
+        """Fence members whose session expired (no heartbeat for the session timeout)
+        or that did not revoke within their rebalance timeout. Records as for a leave."""
+        expired = self._expired(now_ms)
+        if not expired:
+            return Result()
+        work, out = self.copy(), Result()
+        for mid in expired:
+            r = work._fence(work.members[mid], topics)
+            work.apply(r)
+            out.records += r.records
+            out.live += r.live
+        return out
+
+    def loaded_timers(self, now_ms: int) -> Result:
+        """After loading by replay: live records arming every member's timers (as Kafka
+        schedules them on load)."""
+        live: list[Record] = []
+        for mid, m in sorted(self.members.items()):
+            t = Timers(now_ms + self.config.session_timeout_ms)
+            if m.state is MemberState.UNREVOKED_PARTITIONS:
+                t = replace(t, rebalance_deadline_ms=now_ms + max(m.rebalance_timeout_ms, 0),
+                            rebalance_epoch=m.member_epoch)
+            live.append((TimersKey(self.group_id, mid), t))
+        return Result(live=live)
+
+    # -- offsets ------------------------------------------------------------------------------
+    def validate_offset_commit(self, member_id: str, member_epoch: int, api_version: int = 9,
+                               is_transactional: bool = False) -> ErrorCode:
+        """A commit with a negative epoch is a simple (admin) commit: fine while the group
+        has no members. Otherwise UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION (OffsetCommit < v9
+        from a KIP-848 member, unless transactional) or STALE_MEMBER_EPOCH."""
+        if member_epoch < 0 and not self.members:
+            return ErrorCode.none
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if not is_transactional and api_version < 9:
+            return ErrorCode.unsupported_version
+        return ErrorCode.stale_member_epoch if member_epoch != member.member_epoch else ErrorCode.none
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """A fetch without member id and a negative epoch (admin, old clients) is fine;
+        otherwise UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH."""
+        if member_id is None and member_epoch < 0:
+            return ErrorCode.none
+        member = self.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.stale_member_epoch if member_epoch != member.member_epoch else ErrorCode.none
+
+    # -- ConsumerGroupDescribe ---------------------------------------------------------------
+    def describe(self, topics: TopicsView) -> dict[str, Any]:
+        """The DescribedGroup fields of ConsumerGroupDescribe v0 (error fields excluded).
+        Assignments are lists of ``(topic_id, topic_name, [partitions])``; partitions of
+        topics no longer in the metadata are left out."""
+        def named(a: Assignment) -> list[tuple[uuid.UUID, str, list[int]]]:
+            out = []
+            for topic_id, parts in to_wire(a):
+                t = topics.by_id(topic_id)
+                if t is not None:
+                    out.append((topic_id, t.topic_name, list(parts)))
+            return out
+
+        members = [{
+            "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+            "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+            "subscribed_topic_names": list(m.subscribed_topic_names),
+            "subscribed_topic_regex": m.subscribed_topic_regex,
+            "assignment": named(m.assigned), "target_assignment": named(self.targets.get(m.member_id, {})),
+        } for _, m in sorted(self.members.items())]
+        return {"group_id": self.group_id, "group_state": self.state, "group_epoch": self.group_epoch,
+                "assignment_epoch": self.assignment_epoch, "assignor_name": self.preferred_assignor(),
+                "members": members}
+
+    # -- the only mutator ---------------------------------------------------------------------
+    def apply(self, result: Result) -> None:
+        """Replay a result's records, then its live records (what the runtime does once
+        the records are durable)."""
+        for key, value in result.records + result.live:
+            self.replay(key, value)
+
+    def replay(self, key: Any, value: Any) -> None:
+        """Apply one record of this group (or a live :class:`TimersKey` record)."""
+        match key:
+            case ConsumerGroupMetadataKey():
+                self.group_epoch = value.epoch if value is not None else 0
+            case ConsumerGroupPartitionMetadataKey():
+                topics = value.topics if value is not None else ()
+                self.subscription_metadata = {t.topic_name: TopicMetadata(t.topic_id, t.topic_name, t.num_partitions)
+                                              for t in topics}
+            case ConsumerGroupTargetAssignmentMetadataKey():
+                self.assignment_epoch = value.assignment_epoch if value is not None else 0
+            case ConsumerGroupTargetAssignmentMemberKey(member_id=mid):
+                if value is None:
+                    self.targets.pop(mid, None)
+                else:
+                    self.targets[mid] = from_wire(value.topic_partitions)
+            case ConsumerGroupMemberMetadataKey(member_id=mid):
+                self._replay_member(mid, value)
+            case ConsumerGroupCurrentMemberAssignmentKey(member_id=mid):
+                self._replay_assignment(mid, value)
+            case TimersKey(member_id=mid):
+                if value is None:
+                    self.timers.pop(mid, None)
+                else:
+                    self.timers[mid] = value
+
+    def _replay_member(self, member_id: str, value: Any) -> None:
+        old = self.members.get(member_id)
+        if old is not None:
+            self._set_partition_epochs(old, None)
+            if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+                del self.static_members[old.instance_id]
+        if value is None:
+            self.members.pop(member_id, None)
+            self.timers.pop(member_id, None)
+            return
+        member = (old or Member(member_id)).with_metadata(value)
+        self.members[member_id] = member
+        self._set_partition_epochs(member, member)
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member_id
+
+    def _replay_assignment(self, member_id: str, value: Any) -> None:
+        old = self.members.get(member_id) or Member(member_id)
+        self._set_partition_epochs(old, None)
+        if value is None:  # as Kafka: the member keeps its subscription, loses its assignment
+            new = replace(old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                          state=MemberState.STABLE, assigned={}, pending_revocation={})
+        else:
+            new = old.with_assignment(value)
+        self.members[member_id] = new
+        self._set_partition_epochs(new, new)
+
+    def _set_partition_epochs(self, member: Member, owner: Member | None) -> None:
+        """Record (owner given) or clear (None) the epochs of the member's partitions."""
+        for topic_id, parts in member.owned_partitions().items():
+            for p in parts:
+                if owner is None:
+                    self.partition_epochs.pop((topic_id, p), None)
+                else:
+                    self.partition_epochs[(topic_id, p)] = owner.member_epoch
+
+    def persisted_state(self) -> dict[str, Any]:
+        """Everything the records carry (for reload-equality checks): no timers."""
+        return {"group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+                "members": dict(self.members), "targets": {k: v for k, v in self.targets.items() if v},
+                "subscription_metadata": dict(self.subscription_metadata),
+                "static_members": dict(self.static_members), "partition_epochs": dict(self.partition_epochs)}
+
+
+class ConsumerGroups:
+    """The consumer groups of one ``__consumer_offsets`` partition, built by replay."""
+
+    def __init__(self, config: ConsumerGroupConfig | None = None,
+                 new_member_id: Callable[[], str] = _new_member_id) -> None:
+        self.config = config or ConsumerGroupConfig()
+        self.new_member_id = new_member_id
+        self.groups: dict[str, ConsumerGroup] = {}
+
+    def get(self, group_id: str) -> ConsumerGroup | None:
+        return self.groups.get(group_id)
+
+    def get_or_new(self, group_id: str) -> ConsumerGroup:
+        """The group, or a fresh empty one that is *not* kept (its records create it)."""
+        return self.groups.get(group_id) or ConsumerGroup(group_id, self.config, self.new_member_id)
+
+    def replay(self, key: Any, value: Any) -> None:
+        """Route a consumer group record (or live timer record) to its group, creating the
+        group on its first record and dropping it on the group metadata tombstone."""
+        if isinstance(key, ConsumerGroupMetadataKey) and value is None:
+            self.groups.pop(key.group_id, None)
+            return
+        group = self.groups.get(key.group_id)
+        if group is None:
+            if isinstance(key, TimersKey) and value is None:
+                return
+            group = self.groups[key.group_id] = ConsumerGroup(key.group_id, self.config, self.new_member_id)
+        group.replay(key, value)
