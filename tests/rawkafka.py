@@ -10,6 +10,7 @@ from kio.serial import entity_reader
 
 from hightide.protocol.build import materialize
 from hightide.protocol.codec import encode_request
+from hightide.protocol.tolerant import read_tolerant
 
 
 class RawClient:
@@ -67,5 +68,8 @@ class RawClient:
         corr = struct.unpack_from(">i", frame, 0)[0]
         assert corr == self.corr, (corr, self.corr)
         offset = 4 + (1 if cls.__flexible__ and api_key != 18 else 0)
-        entity, _ = entity_reader(cls)(frame, offset)
+        try:
+            entity, _ = entity_reader(cls)(frame, offset)
+        except KeyError:  # hightide's extension tags (e.g. on OffsetFetch) are unknown to kio
+            entity, _ = read_tolerant(cls, frame, offset)
         return entity

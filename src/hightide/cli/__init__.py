@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from . import __version__
+from .. import __version__
 
 
 def _parse_hostport(value: str, default_port: int = 9092) -> tuple[str, int]:
@@ -51,7 +51,7 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
     # kio registers hypothesis strategies when hypothesis is importable; the broker
     # never needs them, and skipping that import saves ~150 ms of start-up.
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
-    from .config import BrokerConfig, ConfigError
+    from ..config import BrokerConfig, ConfigError
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     extra = {}
@@ -72,7 +72,7 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
 
 
 async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> None:
-    from .server.broker import Broker
+    from ..server.broker import Broker
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -111,3 +111,7 @@ def _run(coro) -> None:
         asyncio.run(coro)
         return
     uvloop.run(coro)
+
+
+# Operator commands (lag toolkit); imported last so they can use ``main``.
+from . import exporter_cmd, groups, lagwatch, topics  # noqa: E402,F401

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Self, TypeVar
 
+from ..protocol.records import HEADER_SIZE, decode_records, parse_header
 from .connection import BrokerConnection
 from .errors import (
     ErrorCode,
@@ -380,6 +381,98 @@ class AdminClient(GroupsMixin):
         for tp in parts:
             out.setdefault(tp, KafkaError(ErrorCode.unknown_server_error, f"{tp} missing in response"))
         return out
+
+    async def _leaders(self, tps: Iterable[TopicPartition]
+                       ) -> tuple[dict[int, list[TopicPartition]], dict[TopicPartition, KafkaError]]:
+        """Partitions grouped by leader id, and the ones without a known leader."""
+        tps = [TopicPartition(*tp) for tp in tps]
+        md = await self.metadata(sorted({tp.topic for tp in tps}))
+        by_leader: defaultdict[int, list[TopicPartition]] = defaultdict(list)
+        errors: dict[TopicPartition, KafkaError] = {}
+        for tp in tps:
+            t = md.topics.get(tp.topic)
+            if t is None or t.error == ErrorCode.unknown_topic_or_partition or tp.partition not in t.partitions:
+                errors[tp] = UnknownTopicOrPartitionError(ErrorCode.unknown_topic_or_partition,
+                                                          f"{tp.topic}-{tp.partition}")
+            elif md.leader_for(tp) < 0:
+                errors[tp] = error_for(ErrorCode.leader_not_available, f"{tp.topic}-{tp.partition}")
+            else:
+                by_leader[md.leader_for(tp)].append(tp)
+        return dict(by_leader), errors
+
+    async def delete_records(self, before: dict[TopicPartition, int], *, timeout_s: float = 30.0,
+                             raise_on_error: bool = True) -> dict[TopicPartition, int | KafkaError]:
+        """DeleteRecords: move each partition's log start offset up to ``before[tp]``
+        (-1: the high watermark). Returns the new log start offset per partition."""
+        by_leader, out = await self._leaders(before)
+        results: dict[TopicPartition, int | KafkaError] = dict(out)
+
+        async def one(node_id: int, tps: list[TopicPartition]) -> None:
+            conn = await self._conn_for_node(node_id)
+            v = conn.pick_version(21, 2, 0)
+            by_topic: defaultdict[str, list[dict[str, int]]] = defaultdict(list)
+            for tp in tps:
+                by_topic[tp.topic].append({"partition_index": tp.partition, "offset": before[tp]})
+            resp = await conn.request(21, v, {"topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                                              "timeout": int(timeout_s * 1000)})
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    results[tp] = (int(p.low_watermark) if p.error_code == 0
+                                   else error_for(p.error_code, f"{t.name}-{p.partition_index}"))
+        await asyncio.gather(*(one(n, tps) for n, tps in by_leader.items()))
+        return _finish(results, list(results), raise_on_error)
+
+    async def first_records(self, offsets: dict[TopicPartition, int], *,
+                            isolation_level: str | int = "read_uncommitted",
+                            partition_max_bytes: int = 64 * 1024
+                            ) -> dict[TopicPartition, ListOffsetsResult | KafkaError | None]:
+        """``(offset, timestamp)`` of the first data record at or after ``offsets[tp]``
+        (one Fetch per leader, no waiting); None when there is none yet. Used for the
+        ``record_timestamp`` time-lag method. Errors are returned per partition
+        (OFFSET_OUT_OF_RANGE when the offset was deleted or is past the end)."""
+        by_leader, errors = await self._leaders(offsets)
+        results: dict[TopicPartition, ListOffsetsResult | KafkaError | None] = dict(errors)
+        iso = _ISOLATION[isolation_level]
+
+        async def one(node_id: int, tps: list[TopicPartition]) -> None:
+            conn = await self._conn_for_node(node_id)
+            v = conn.pick_version(1, 11, 4)
+            by_topic: defaultdict[str, list[dict[str, int]]] = defaultdict(list)
+            for tp in tps:
+                by_topic[tp.topic].append({"partition": tp.partition, "current_leader_epoch": -1,
+                                           "fetch_offset": offsets[tp], "log_start_offset": -1,
+                                           "partition_max_bytes": partition_max_bytes})
+            resp = await conn.request(1, v, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 16 * 1024 * 1024,
+                "isolation_level": iso, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                "forgotten_topics_data": [], "rack_id": ""})
+            for t in resp.responses:
+                for p in t.partitions:
+                    tp = TopicPartition(t.topic, int(p.partition_index))
+                    if p.error_code != 0:
+                        results[tp] = error_for(p.error_code, f"{t.topic}-{p.partition_index}")
+                    else:
+                        results[tp] = _first_record(p.records or b"", offsets.get(tp, 0))
+        await asyncio.gather(*(one(n, tps) for n, tps in by_leader.items()))
+        return results
+
+
+def _first_record(records: bytes, offset: int) -> ListOffsetsResult | None:
+    """The first non-control record at or after ``offset`` in fetched batches."""
+    pos, end = 0, len(records)
+    while pos + HEADER_SIZE <= end:
+        h = parse_header(records, pos)
+        size = h.length + 12
+        if pos + size > end:
+            break  # a partial batch at the end of the response
+        if h.next_offset > offset and not h.is_control:
+            for r in decode_records(memoryview(records)[pos:pos + size]):
+                if r.offset >= offset:
+                    return ListOffsetsResult(r.offset, r.timestamp)
+        pos += size
+    return None
 
 
 def _finish(results: dict[Any, Any], keys: list[Any], raise_on_error: bool) -> dict[Any, Any]:

@@ -13,6 +13,7 @@ with :class:`KafkaConnectionError` and the connection stays closed; callers open
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import struct
@@ -100,6 +101,8 @@ class BrokerConnection:
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int, Unknown | None]] = {}
         self._corr = itertools.count(1)
         self._closed_error: KafkaError | None = None
+        self.requests_sent: collections.Counter[int] = collections.Counter()
+        """Requests sent on this connection per API key (ApiVersions included)."""
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
@@ -204,6 +207,7 @@ class BrokerConnection:
         frame = encode_request(api_key, version, corr, self.client_id, body)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[corr] = (fut, api_key, version, unknown_tags)
+        self.requests_sent[api_key] += 1
         try:
             self._writer.write(frame)
             await self._writer.drain()

@@ -25,7 +25,7 @@ from .errors import (
     error_for,
     raise_for_code,
 )
-from .lag import group_lag
+from .lag import group_lag, groups_lag
 from .types import (
     Coordinator,
     GroupDescription,
@@ -200,6 +200,32 @@ class GroupsMixin:
             return _parse_offset_fetch(resp, v, group_id, unknown, wanted)
         return await self._coordinator_call(group_id, fetch)
 
+    async def list_consumer_groups_offsets(self, group_ids: Iterable[str], *, batch: int = 100
+                                           ) -> dict[str, dict[TopicPartition, OffsetAndMetadata] | KafkaError]:
+        """Committed offsets of several groups (every partition with a commit), asking each
+        coordinator for up to ``batch`` groups per OffsetFetch v8+ request (requests are
+        pipelined), or one request per group on older brokers. Group-level errors are
+        returned per group, never raised."""
+        async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
+            v = conn.pick_version(9, 9, 2)
+            chunks = [gs[i:i + batch] for i in range(0, len(gs), batch)] if v >= 8 else [[g] for g in gs]
+            outs = await asyncio.gather(*(self._fetch_groups(conn, v, c) for c in chunks))
+            return {g: r for o in outs for g, r in o.items()}
+        return await self._per_coordinator(list(group_ids), send)
+
+    async def _fetch_groups(self, conn: BrokerConnection, v: int, gs: list[str]) -> dict[str, Any]:
+        body: dict[str, Any] = {"group_id": gs[0], "topics": None, "require_stable": False,
+                                "groups": [{"group_id": g, "topics": None} for g in gs]}
+        unknown: dict[int, dict[int, bytes]] = {}
+        resp = await conn.request(9, v, body, unknown_tags=unknown)
+        out: dict[str, Any] = {}
+        for g in gs:
+            try:
+                out[g] = _parse_offset_fetch(resp, v, g, unknown, None)
+            except KafkaError as exc:
+                out[g] = exc
+        return out
+
     async def alter_consumer_group_offsets(
             self, group_id: str, offsets: dict[TopicPartition, int | tuple[int, str | None]], *,
             raise_on_error: bool = True) -> dict[TopicPartition, KafkaError | None]:
@@ -287,6 +313,12 @@ class GroupsMixin:
         """Per-partition lag of ``group_id``; see :func:`hightide.client.lag.group_lag`."""
         return await group_lag(self, group_id, isolation_level=isolation_level)
 
+
+    async def lags(self, group_ids: Iterable[str], *, isolation_level: str = "read_uncommitted"
+                   ) -> dict[str, dict[TopicPartition, PartitionLag] | KafkaError]:
+        """Lag of several groups from one consistent pass; see
+        :func:`hightide.client.lag.groups_lag`."""
+        return await groups_lag(self, list(group_ids), isolation_level=isolation_level)
 
 def _finish(results: dict[Any, Any], raise_on_error: bool) -> dict[Any, Any]:
     if raise_on_error:

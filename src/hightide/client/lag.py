@@ -30,7 +30,7 @@ from .types import ListOffsetsResult, OffsetAndMetadata, PartitionLag, TopicPart
 if TYPE_CHECKING:
     from .admin import AdminClient
 
-__all__ = ["group_lag", "partition_lag"]
+__all__ = ["group_lag", "groups_lag", "partition_lag"]
 
 
 async def group_lag(client: AdminClient, group_id: str, *,
@@ -58,6 +58,39 @@ async def group_lag(client: AdminClient, group_id: str, *,
                               read_committed, latest.get(tp), earliest.get(tp))
             for tp, om in sorted(committed.items())}
 
+
+
+async def groups_lag(client: AdminClient, group_ids: list[str], *,
+                     isolation_level: str = "read_uncommitted"
+                     ) -> dict[str, dict[TopicPartition, PartitionLag] | KafkaError]:
+    """:func:`group_lag` of many groups at once: committed offsets of all groups first
+    (batched OffsetFetch per coordinator), then one ListOffsets pass (latest, earliest)
+    for the union of partitions the extension did not cover. Group-level failures are
+    returned as the group's :class:`KafkaError`."""
+    committed = await client.list_consumer_groups_offsets(group_ids)
+    read_committed = isolation_level in ("read_committed", 1)
+    use_ext = getattr(client, "use_extensions", True)
+    missing = sorted({tp for offs in committed.values() if not isinstance(offs, KafkaError)
+                      for tp, om in offs.items() if not (use_ext and _has_extension(om, read_committed))})
+    latest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
+    earliest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
+    if missing:
+        latest, earliest = await asyncio.gather(
+            client.list_offsets({tp: "latest" for tp in missing}, isolation_level=isolation_level,
+                                raise_on_error=False),
+            client.list_offsets({tp: "earliest" for tp in missing}, raise_on_error=False))
+    out: dict[str, dict[TopicPartition, PartitionLag] | KafkaError] = {}
+    for g in group_ids:
+        offs = committed.get(g)
+        if offs is None:
+            out[g] = KafkaError(ErrorCode.unknown_server_error, f"no answer for group {g!r}")
+        elif isinstance(offs, KafkaError):
+            out[g] = offs
+        else:
+            out[g] = {tp: partition_lag(om if use_ext else OffsetAndMetadata(om.offset, om.metadata, om.leader_epoch),
+                                        read_committed, latest.get(tp), earliest.get(tp))
+                      for tp, om in sorted(offs.items())}
+    return out
 
 def _has_extension(om: OffsetAndMetadata, read_committed: bool) -> bool:
     if om.high_watermark is None or om.log_start_offset is None:

@@ -517,7 +517,7 @@ def poll(g: ClassicGroup, now: int, limits: GroupLimits, fx: Effects) -> None:
                 and m.member_id in g.members:
             remove_member(g, m.member_id, now, limits, fx)
     if g.join_deadline is not None and g.join_deadline <= now and g.state is S.PREPARING_REBALANCE:
-        if g.initial_delay and g.new_member_added and g.initial_remaining > 0:
+        if g.initial_delay and g.new_member_added and g.initial_remaining > 0 and limits.initial_rebalance_delay_ms:
             g.new_member_added = False
             g.join_deadline = now + min(limits.initial_rebalance_delay_ms, g.initial_remaining)
             g.initial_remaining = max(g.initial_remaining - limits.initial_rebalance_delay_ms, 0)

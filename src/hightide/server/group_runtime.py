@@ -55,6 +55,9 @@ class GroupRuntime:
         self.shards: dict[int, GroupCoordinatorShard] = {}
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)
+        # Per connection, its latest parked request: Kafka evaluates one request per
+        # connection at a time, so later group requests on it wait for that answer.
+        self._tails: dict[str, asyncio.Future] = {}
 
     # -- loading --------------------------------------------------------------------------
     def start(self) -> None:
@@ -135,7 +138,11 @@ class GroupRuntime:
             self.append(partition, result.records, now_ms)
         shard = self.shards[partition]
         for k, v in result.live:
+            old = shard.groups.get(k.group)
             shard.replay(k, v)
+            if v is not None and (old is None or (old.state, old.generation) != (v.state, v.generation)):
+                log.info("group %s is %s (generation %d, %d members%s)", k.group, v.state.value, v.generation,
+                         len(v.members), f", leader {v.leader}" if v.leader else "")
         for handle, response in result.completions:
             fut = self._parked.pop(handle, None)
             if fut is not None and not fut.done():
@@ -148,6 +155,15 @@ class GroupRuntime:
         fut = asyncio.get_running_loop().create_future()
         self._parked[handle] = fut
         return handle, fut
+
+    def tail(self, connection: str) -> asyncio.Future | None:
+        """The connection's parked request still unanswered, if any."""
+        fut = self._tails.get(connection)
+        return fut if fut is not None and not fut.done() else None
+
+    def set_tail(self, connection: str, fut: asyncio.Future) -> None:
+        self._tails[connection] = fut
+        fut.add_done_callback(lambda f, c=connection: self._tails.pop(c, None) if self._tails.get(c) is f else None)
 
     def forget(self, handle: int) -> None:
         self._parked.pop(handle, None)

@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     describe_cluster,
     fetch,
     group_offsets,
+    groups,
     init_producer_id,
     list_offsets,
     metadata,

@@ -75,7 +75,8 @@ def offset_commit(ctx, req):
     try:
         group_error, errors = b.groups.execute(
             req.group_id, lambda shard: shard.commit_offsets(
-                req.group_id, req.generation_id_or_member_epoch, req.member_id, commits, ctx.now_ms, exists),
+                req.group_id, req.generation_id_or_member_epoch, req.member_id, commits, ctx.now_ms, exists,
+                getattr(req, "group_instance_id", None)),
             ctx.now_ms)
     except CoordinatorUnavailable:
         group_error, errors = ErrorCode.coordinator_not_available, {}

@@ -1,0 +1,134 @@
+"""Time to compute consumer lag for many groups: hightide's one-call OffsetFetch
+extension vs the two-call path (OffsetFetch, then ListOffsets) every Kafka broker needs.
+
+Run:  .venv/bin/python bench/lag_scrape.py [--groups 500] [--partitions 100] [--repeat 5]
+
+Set-up: a real ``hightide serve``, one topic of P partitions with records in each, G
+groups whose offsets are committed with ``AdminClient.alter_consumer_group_offsets``
+(different offsets per group). Then, R times each:
+
+* ``lags``: ``AdminClient.lags(all groups)`` with ``use_extensions`` True / False, the
+  raw lag computation (OffsetFetch batches of 100 groups per request, plus, on the
+  two-call path, ListOffsets latest + earliest for every partition);
+* ``snapshot``: a full exporter scrape (``LagMonitor.snapshot``: lag, describe groups,
+  max-timestamp anchors, records at committed offsets, status and time lag).
+
+Reports median/max seconds, Kafka requests per pass (round trips), and checks that both
+paths give identical lag. Prints one JSON document (progress on stderr) with the
+same-run physical limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _limits  # noqa: E402
+from produce_consume import Broker  # noqa: E402
+
+from hightide.client import AdminClient, NewTopic, TopicPartition  # noqa: E402
+from hightide.lag import offset_lag  # noqa: E402
+from hightide.monitor import LagMonitor  # noqa: E402
+
+TARGET_RATIO = 3.0
+TARGET_SCRAPE_S = 2.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def requests(admin: AdminClient) -> int:
+    conns = {id(c): c for c in [*admin._conns.values(), admin._bootstrap_conn] if c is not None}
+    return sum(sum(c.requests_sent.values()) for c in conns.values())
+
+
+async def setup(bootstrap: str, topic: str, groups: list[str], partitions: int) -> None:
+    from confluent_kafka import Producer
+    async with AdminClient(bootstrap) as a:
+        await a.create_topics([NewTopic(topic, partitions, 1)])
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for part in range(partitions):
+            for i in range(20):
+                p.produce(topic, b"x" * 10, partition=part)
+        p.flush(30)
+        sem = asyncio.Semaphore(32)
+
+        async def commit(i: int, g: str) -> None:
+            async with sem:
+                await a.alter_consumer_group_offsets(
+                    g, {TopicPartition(topic, q): (i + q) % 21 for q in range(partitions)})
+        await asyncio.gather(*(commit(i, g) for i, g in enumerate(groups)))
+
+
+async def measure(bootstrap: str, groups: list[str], ext: bool, repeat: int) -> dict:
+    async with AdminClient(bootstrap, use_extensions=ext) as a:
+        await a.lags(groups[:1])  # connect, find coordinator
+        times, trips, result = [], [], None
+        for _ in range(repeat):
+            before = requests(a)
+            t0 = time.perf_counter()
+            result = await a.lags(groups)
+            rows = [offset_lag(pl.committed, pl.high_watermark, pl.log_start_offset)
+                    for g in result.values() for pl in g.values()]
+            times.append(time.perf_counter() - t0)
+            trips.append(requests(a) - before)
+        mon = LagMonitor(a)
+        snap_times, snap_trips = [], []
+        for _ in range(repeat):
+            s = await mon.snapshot(groups, all_topics=True)
+            snap_times.append(s.duration_s)
+            snap_trips.append(s.round_trips)
+        lags = {g: {tp: pl.lag for tp, pl in r.items()} for g, r in result.items()}
+        return {"lags": {"median_s": statistics.median(times), "max_s": max(times),
+                         "round_trips": statistics.median(trips), "partition_lags": len(rows)},
+                "snapshot": {"median_s": statistics.median(snap_times), "max_s": max(snap_times),
+                             "round_trips": statistics.median(snap_trips)},
+                "_lags": lags}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", type=int, default=500)
+    ap.add_argument("--partitions", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        limits = _limits.measure(tmp, seconds=0.5)
+        broker = Broker(Path(tmp))
+        broker.start()
+        try:
+            groups = [f"bench-group-{i:04d}" for i in range(args.groups)]
+            t0 = time.perf_counter()
+            asyncio.run(setup(broker.bootstrap, "lag-bench", groups, args.partitions))
+            log(f"set-up: {args.groups} groups x {args.partitions} partitions in {time.perf_counter() - t0:.1f}s")
+            one = asyncio.run(measure(broker.bootstrap, groups, True, args.repeat))
+            log(f"one call: {one['lags']}")
+            two = asyncio.run(measure(broker.bootstrap, groups, False, args.repeat))
+            log(f"two calls: {two['lags']}")
+        finally:
+            broker.stop()
+    same = one.pop("_lags") == two.pop("_lags")
+    ratio = two["lags"]["round_trips"] / max(1, one["lags"]["round_trips"])
+    print(json.dumps({
+        "benchmark": "lag_scrape", "groups": args.groups, "partitions": args.partitions,
+        "group_partitions": args.groups * args.partitions, "repeat": args.repeat,
+        "one_call_extension": one, "two_call_fallback": two,
+        "round_trip_ratio": round(ratio, 2), "speedup": round(two["lags"]["median_s"] / one["lags"]["median_s"], 2),
+        "identical_lag": same,
+        "targets": {"round_trip_ratio_min": TARGET_RATIO, "scrape_s_max": TARGET_SCRAPE_S,
+                    "ratio_met": ratio >= TARGET_RATIO,
+                    "scrape_met": one["snapshot"]["max_s"] < TARGET_SCRAPE_S},
+        "limits": limits, "machine": _limits.machine(),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

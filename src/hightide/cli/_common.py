@@ -1,0 +1,143 @@
+"""Shared plumbing of the operator commands: options, running the admin client, output.
+
+Heavy imports (the admin client, kio, rich) happen inside functions so that
+``hightide serve`` starts as fast as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def admin_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--bootstrap-server`` and ``--output`` (the same on every operator command)."""
+    f = click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
+                     show_default=True, help="Rich table or JSON (raw values, null where unknown).")(f)
+    f = click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
+                     show_default=True, help="HOST:PORT[,HOST:PORT...] of hightide or any Kafka cluster.")(f)
+    return f
+
+
+def run_admin(bootstrap: str, fn: Callable[[Any], Awaitable[Any]], *, use_extensions: bool = True) -> Any:
+    """Run ``fn(admin)`` with a connected AdminClient; Kafka errors become click errors."""
+    from ..client import AdminClient, KafkaError
+
+    async def go() -> Any:
+        async with AdminClient(bootstrap, request_timeout_s=15.0, use_extensions=use_extensions) as admin:
+            return await fn(admin)
+    try:
+        return asyncio.run(go())
+    except KafkaError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Col:
+    header: str
+    key: str
+    fmt: Callable[[Any], str] | None = None
+
+
+def dash(v: Any) -> str:
+    """'-' for unknown (None), else str."""
+    return "-" if v is None else str(v)
+
+
+def seconds(ms: Any) -> str:
+    """A duration in ms as seconds with ms precision, '-' if unknown."""
+    return "-" if ms is None else f"{ms / 1000:.3f}s"
+
+
+def iso_ms(ms: Any) -> str:
+    """A timestamp in ms as ISO-8601 UTC, '-' if unknown or -1."""
+    if ms is None or ms < 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def make_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]], title: str | None = None) -> Any:
+    from rich import box
+    from rich.table import Table
+    t = Table(box=box.SIMPLE_HEAD, title=title, show_edge=False, pad_edge=False, title_justify="left")
+    for c in cols:
+        t.add_column(c.header, no_wrap=True, overflow="fold")
+    for r in rows:
+        t.add_row(*[(c.fmt or dash)(r.get(c.key)) for c in cols])
+    return t
+
+
+def console() -> Any:
+    from rich.console import Console
+    # Not a terminal (pipes, tests): never wrap or squeeze columns.
+    width = None if sys.stdout.isatty() else int(os.environ.get("HIGHTIDE_WIDTH", "400"))
+    return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def emit(output: str, cols: Sequence[Col], rows: Sequence[dict[str, Any]], *, title: str | None = None,
+         json_doc: Any = None) -> None:
+    """Print ``rows`` as a table, or as JSON (``json_doc`` if given, else the rows)."""
+    if output == "json":
+        click.echo(json.dumps(rows if json_doc is None else json_doc, indent=2, default=_json_default))
+        return
+    console().print(make_table(cols, rows, title))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+SPEC_HELP = "earliest | latest | max-timestamp | <ms since epoch> | <ISO-8601 time>"
+
+
+def parse_time(value: str) -> int:
+    """Milliseconds since the epoch from ``<ms>`` or an ISO-8601 time (no zone: UTC)."""
+    v = value.strip()
+    if v.lstrip("-").isdigit():
+        ms = int(v)
+        if ms < 0:
+            raise click.BadParameter(f"a timestamp must be >= 0, got {value!r}")
+        return ms
+    try:
+        t = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"expected {SPEC_HELP}, got {value!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
+
+
+def parse_spec(value: str) -> str | int:
+    """An offset spec for ListOffsets from the command line."""
+    v = value.strip().lower().replace("_", "-")
+    named = {"earliest": "earliest", "latest": "latest", "max-timestamp": "max_timestamp"}
+    return named[v] if v in named else parse_time(value)
+
+
+def parse_topic_partitions(values: Sequence[str]) -> list[tuple[str, list[int] | None]]:
+    """``TOPIC`` or ``TOPIC:0,1,2`` → [(topic, partitions or None for all)]."""
+    out = []
+    for v in values:
+        topic, sep, parts = v.partition(":")
+        if not sep:
+            out.append((topic, None))
+            continue
+        try:
+            out.append((topic, [int(p) for p in parts.split(",") if p.strip()]))
+        except ValueError:
+            raise click.BadParameter(f"expected TOPIC or TOPIC:P1,P2, got {v!r}") from None
+    return out

@@ -1,0 +1,31 @@
+"""``hightide exporter``: serve Prometheus metrics (see docs/lag.md)."""
+
+from __future__ import annotations
+
+import click
+
+from . import _run, main
+from ._common import DEFAULT_BOOTSTRAP
+
+
+@main.command("exporter")
+@click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
+              show_default=True, help="HOST:PORT[,...] of hightide or any Kafka cluster.")
+@click.option("--listen", default="0.0.0.0", show_default=True, help="Address to serve /metrics on.")
+@click.option("--port", type=int, default=9308, show_default=True, help="Port to serve /metrics on (kafka_exporter's).")
+@click.option("--group", "groups", multiple=True, help="Only these groups (repeatable; default: all).")
+@click.option("--window", type=float, default=600.0, show_default=True, help="Status window in seconds.")
+@click.option("--min-samples", type=int, default=10, show_default=True, help="Scrapes for a complete window.")
+@click.option("--min-interval", type=float, default=1.0, show_default=True,
+              help="Scrapes closer together than this share one snapshot.")
+@click.option("--no-extensions", is_flag=True, help="Always use OffsetFetch + ListOffsets (two calls).")
+@click.option("--cluster-name", default="default", show_default=True, help="cluster_name label (kafka-lag-exporter).")
+def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, ...], window: float,
+             min_samples: int, min_interval: float, no_extensions: bool, cluster_name: str) -> None:
+    """Serve consumer lag, time lag, status and partition offsets as Prometheus metrics."""
+    from ..exporter import Exporter
+    from ..lag import StatusRules
+    ex = Exporter(bootstrap_server, listen=(listen, port), groups=list(groups) or None,
+                  rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),
+                  min_interval_s=min_interval, use_extensions=not no_extensions, cluster_name=cluster_name)
+    _run(ex.run_forever())

@@ -1,0 +1,290 @@
+"""Collects consistent lag snapshots from a cluster for the CLI and the exporter.
+
+One :meth:`LagMonitor.snapshot` call reads, in this order: committed offsets together
+with end offsets (:meth:`AdminClient.lags` — one OffsetFetch on hightide, OffsetFetch
+*then* ListOffsets elsewhere, so lag is never under-reported), group membership, the
+max-timestamp anchor of each partition, and the record at each lagging group's
+committed offset. It then feeds the pure :mod:`hightide.lag` functions: offset lag and
+anomalies, three time-lag methods, and the status tracker, whose sliding window is
+made of successive snapshots of the same monitor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .client import AdminClient, KafkaError, ListOffsetsResult, PartitionLag, TopicPartition
+from .client.errors import ErrorCode
+from .lag import (
+    Certainty,
+    GroupStatus,
+    OffsetHistory,
+    OffsetLag,
+    PartitionStatus,
+    Sample,
+    StatusRules,
+    StatusTracker,
+    TimeLag,
+    best_time_lag,
+    decode_assignment,
+    offset_lag,
+    time_lag_from_max_timestamp,
+    time_lag_from_record,
+    time_lag_interpolated,
+)
+
+__all__ = ["GroupReport", "LagMonitor", "PartitionReport", "Snapshot", "TopicPartitionReport"]
+
+ALL_METHODS = ("record_timestamp", "interpolation", "max_timestamp_anchor")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    consumer_id: str
+    host: str
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReport:
+    group: str
+    topic: str
+    partition: int
+    offsets: OffsetLag
+    high_watermark: int | None
+    last_stable_offset: int | None
+    member: Member | None
+    time_lags: tuple[TimeLag, ...]
+    time_lag: TimeLag | None
+    status: PartitionStatus | None
+    source: str
+    error: str | None = None
+
+    @property
+    def lag(self) -> int | None:
+        return self.offsets.lag
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReport:
+    group: str
+    state: str | None
+    """None when the broker cannot describe groups."""
+    members: tuple[Member, ...] | None
+    protocol_type: str | None
+    partitions: tuple[PartitionReport, ...]
+    status: GroupStatus | None
+    coordinator: int | None = None
+    assignment_strategy: str | None = None
+    error: str | None = None
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.partitions if p.lag is not None and p.lag > 0)
+
+    @property
+    def max_time_lag_ms(self) -> int | None:
+        vals = [p.time_lag.ms for p in self.partitions if p.time_lag is not None and p.time_lag.ms is not None]
+        return max(vals) if vals else None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionReport:
+    topic: str
+    partition: int
+    high_watermark: int | None
+    log_start_offset: int | None
+    max_timestamp: ListOffsetsResult | None
+    """(offset, timestamp) of the record with the largest timestamp; (-1, -1) when empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    time_ms: int
+    groups: dict[str, GroupReport]
+    partitions: dict[TopicPartition, TopicPartitionReport]
+    duration_s: float
+    round_trips: int
+    brokers: int = 0
+    errors: tuple[str, ...] = field(default=())
+
+
+class LagMonitor:
+    """Takes snapshots through ``admin`` and keeps the history they need (end-offset
+    samples for interpolation, status windows). ``clock`` returns seconds (injectable)."""
+
+    def __init__(self, admin: AdminClient, *, rules: StatusRules = StatusRules(),
+                 methods: Iterable[str] = ALL_METHODS, isolation_level: str = "read_uncommitted",
+                 history_points: int = 120, clock: Callable[[], float] = time.time,
+                 record_fetch_rounds: int = 8) -> None:
+        self.admin = admin
+        self.record_fetch_rounds = record_fetch_rounds
+        """At most this many Fetches per snapshot for the record_timestamp method (one per
+        distinct committed offset on the same partition); the rest use the other methods."""
+        self.methods = tuple(methods)
+        self.isolation_level = isolation_level
+        self.tracker = StatusTracker(rules)
+        self.history_points = history_points
+        self.histories: dict[TopicPartition, OffsetHistory] = {}
+        self.clock = clock
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def group_ids(self) -> list[str]:
+        """Consumer groups (and groups with offsets only), [] if ListGroups is missing."""
+        try:
+            listed = await self.admin.list_groups()
+        except KafkaError:
+            return []
+        return [g.group_id for g in listed if g.protocol_type in ("consumer", "")]
+
+    async def snapshot(self, groups: Iterable[str] | None = None, *, all_topics: bool = False) -> Snapshot:
+        """One snapshot of ``groups`` (default: every listed group). ``all_topics`` adds
+        every partition of every topic to :attr:`Snapshot.partitions`, not only those
+        the groups committed to."""
+        t0 = time.perf_counter()
+        before = _round_trips(self.admin)
+        errors: list[str] = []
+        ids = list(groups) if groups is not None else await self.group_ids()
+        lags = await self.admin.lags(ids, isolation_level=self.isolation_level) if ids else {}
+        now = self._now_ms()
+        described = await self._describe(ids, errors)
+        tps = sorted({tp for g in lags.values() if not isinstance(g, KafkaError) for tp in g})
+        if all_topics:
+            md = await self.admin.metadata()
+            tps = sorted(set(tps) | {TopicPartition(t.name, p) for t in md.topics.values()
+                                     if not t.is_internal and t.error == ErrorCode.none for p in t.partitions})
+        bounds = await self._bounds(tps, lags, all_topics)
+        anchors = await self._anchors(tps)
+        records = await self._records(lags)
+        for tp, (hw, _) in bounds.items():
+            if hw is not None:
+                self.histories.setdefault(tp, OffsetHistory(self.history_points)).add(hw, now)
+        partitions = {tp: TopicPartitionReport(tp.topic, tp.partition, *bounds.get(tp, (None, None)),
+                                               anchors.get(tp)) for tp in tps}
+        reports = {g: self._group(g, lags[g], described.get(g), anchors, records, now) for g in ids}
+        return Snapshot(now, reports, partitions, time.perf_counter() - t0,
+                        _round_trips(self.admin) - before, len(self.admin._addrs), tuple(errors))
+
+    async def _describe(self, ids: list[str], errors: list[str]) -> dict[str, object]:
+        if not ids:
+            return {}
+        try:
+            return dict(await self.admin.describe_groups(ids))
+        except KafkaError as exc:
+            errors.append(f"describe_groups: {exc}")
+            return {}
+
+    async def _bounds(self, tps: list[TopicPartition], lags: dict, all_topics: bool
+                      ) -> dict[TopicPartition, tuple[int | None, int | None]]:
+        """(high watermark, log start) per partition: from the lag answers, and for the
+        partitions no group committed to (``all_topics``), from ListOffsets."""
+        out: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        for g in lags.values():
+            if isinstance(g, KafkaError):
+                continue
+            for tp, pl in g.items():
+                out.setdefault(tp, (pl.high_watermark, pl.log_start_offset))
+        rest = [tp for tp in tps if tp not in out]
+        if rest:
+            latest = await self.admin.list_offsets({tp: "latest" for tp in rest}, raise_on_error=False)
+            earliest = await self.admin.list_offsets({tp: "earliest" for tp in rest}, raise_on_error=False)
+            for tp in rest:
+                out[tp] = (_offset(latest.get(tp)), _offset(earliest.get(tp)))
+        return out
+
+    async def _anchors(self, tps: list[TopicPartition]) -> dict[TopicPartition, ListOffsetsResult]:
+        if not tps or "max_timestamp_anchor" not in self.methods:
+            return {}
+        got = await self.admin.list_offsets({tp: "max_timestamp" for tp in tps}, raise_on_error=False)
+        return {tp: r for tp, r in got.items() if isinstance(r, ListOffsetsResult)}
+
+    async def _records(self, lags: dict) -> dict[tuple[TopicPartition, int], int]:
+        """Timestamp of the first record at each lagging committed offset."""
+        if "record_timestamp" not in self.methods:
+            return {}
+        wanted = {(tp, _readable(pl)) for g in lags.values() if not isinstance(g, KafkaError)
+                  for tp, pl in g.items() if pl.lag is not None and pl.lag > 0 and pl.committed is not None}
+        out: dict[tuple[TopicPartition, int], int] = {}
+        per_tp: dict[TopicPartition, list[int]] = {}
+        for tp, off in sorted(wanted):
+            per_tp.setdefault(tp, []).append(off)
+        rounds = max((len(v) for v in per_tp.values()), default=0)
+        for i in range(min(rounds, self.record_fetch_rounds)):  # a Fetch names a partition once
+            batch = {tp: offs[i] for tp, offs in per_tp.items() if i < len(offs)}
+            try:
+                got = await self.admin.first_records(batch, isolation_level=self.isolation_level)
+            except KafkaError:
+                continue
+            for tp, r in got.items():
+                if isinstance(r, ListOffsetsResult):
+                    out[(tp, batch[tp])] = r.timestamp
+        return out
+
+    def _group(self, group: str, lag: dict[TopicPartition, PartitionLag] | KafkaError, desc: object,
+               anchors: dict[TopicPartition, ListOffsetsResult], records: dict, now: int) -> GroupReport:
+        members, owner, state, ptype, coord, strategy = None, {}, None, None, None, None
+        if desc is not None and not isinstance(desc, KafkaError):
+            state, ptype = desc.state, desc.protocol_type
+            coord, strategy = desc.coordinator, desc.protocol or None
+            members = tuple(Member(m.member_id, m.client_host, m.client_id) for m in desc.members)
+            for m, raw in zip(members, desc.members):
+                for tp in decode_assignment(raw.assignment):
+                    owner[TopicPartition(*tp)] = m
+        if isinstance(lag, KafkaError):
+            return GroupReport(group, state, members, ptype, (), None, coord, strategy, str(lag))
+        active = None if members is None else len(members)
+        rows = []
+        for tp, pl in lag.items():
+            ol = offset_lag(pl.committed, pl.high_watermark, pl.log_start_offset, pl.last_stable_offset,
+                            read_committed=pl.read_committed)
+            self.tracker.observe(group, tp, Sample(now, ol.committed, ol.end_offset, ol.log_start_offset))
+            status = self.tracker.partition_status(group, tp, now, active)
+            tls = self._time_lags(tp, ol, anchors.get(tp), records, now)
+            rows.append(PartitionReport(group, tp.topic, tp.partition, ol, pl.high_watermark,
+                                        pl.last_stable_offset, owner.get(tp), tls, best_time_lag(tls),
+                                        status, pl.source,
+                                        None if pl.error == ErrorCode.none else pl.error.name))
+        # a partition assigned to a member without any commit still shows up (no_commit)
+        for tp, m in owner.items():
+            if tp not in lag:
+                ol = offset_lag(None, None)
+                rows.append(PartitionReport(group, tp.topic, tp.partition, ol, None, None, m, (), None,
+                                            None, "assignment"))
+        rows.sort(key=lambda r: (r.topic, r.partition))
+        gs = self.tracker.group_status(group, now, active, keys=list(lag))
+        return GroupReport(group, state, members, ptype, tuple(rows), gs, coord, strategy)
+
+    def _time_lags(self, tp: TopicPartition, ol: OffsetLag, anchor: ListOffsetsResult | None,
+                   records: dict, now: int) -> tuple[TimeLag, ...]:
+        out = []
+        hist = self.histories.get(tp) or OffsetHistory(self.history_points)
+        if "record_timestamp" in self.methods:
+            at = max(ol.committed or 0, ol.log_start_offset or 0)
+            out.append(time_lag_from_record(
+                ol.committed, ol.end_offset, records.get((tp, at)), now,
+                certainty=Certainty.LOWER_BOUND if ol.lost else Certainty.EXACT))
+        if "interpolation" in self.methods:
+            out.append(time_lag_interpolated(ol.committed, ol.end_offset, hist, now))
+        if "max_timestamp_anchor" in self.methods:
+            out.append(time_lag_from_max_timestamp(
+                ol.committed, ol.end_offset, anchor.offset if anchor else None,
+                anchor.timestamp if anchor else None, now, hist.rate_per_ms()))
+        return tuple(out)
+
+
+def _readable(pl: PartitionLag) -> int:
+    """Where the group's next read starts: its commit, or the log start if that was deleted."""
+    return max(pl.committed or 0, pl.log_start_offset or 0)
+
+
+def _offset(r: object) -> int | None:
+    return r.offset if isinstance(r, ListOffsetsResult) and r.offset >= 0 else None
+
+
+def _round_trips(admin: AdminClient) -> int:
+    conns = {id(c): c for c in [*admin._conns.values(), admin._bootstrap_conn] if c is not None}
+    return sum(sum(c.requests_sent.values()) for c in conns.values())

@@ -1,0 +1,213 @@
+"""The classic group protocol: JoinGroup (11), Heartbeat (12), LeaveGroup (13),
+SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+
+The state machine is sans-IO (:mod:`hightide.group.classic`, driven through the shard);
+these handlers translate requests, run them through the coordinator runtime and encode
+the answer for the negotiated version. JoinGroup and SyncGroup may be parked: the handler
+gets a handle and a future from the runtime, passes the handle to the shard and awaits
+the future, which the runtime resolves when some shard result completes that handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from ...group.classic import JoinRequest, JoinResponse, SyncResponse
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..group_runtime import CoordinatorUnavailable
+from ..registry import handles
+
+INT32_MIN = -2**31
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def _ms(td) -> int:
+    return td // _MS if isinstance(td, datetime.timedelta) else int(td)
+
+
+def _host(ctx) -> str:
+    return "/" + ctx.peer.rsplit(":", 1)[0]
+
+
+async def _after_tail(ctx) -> None:
+    """Kafka reads a connection's next request only after answering the previous one: a
+    Heartbeat pipelined behind a parked JoinGroup must see the group after the join."""
+    tail = ctx.broker.groups.tail(ctx.peer)
+    while tail is not None:
+        await asyncio.wait([tail])
+        tail = ctx.broker.groups.tail(ctx.peer)
+
+
+def _in_order(ctx, fn):
+    """``fn()`` now, or (as an awaitable) once the connection's parked request is answered."""
+    if ctx.broker.groups.tail(ctx.peer) is None:
+        return fn()
+
+    async def later():
+        await _after_tail(ctx)
+        return fn()
+    return later()
+
+
+async def _parked(ctx, group_id: str, call, failed):
+    """Run ``call(shard, handle)`` and await the parked answer. ``failed(code)`` builds
+    the answer when the coordinator cannot serve."""
+    runtime = ctx.broker.groups
+    await _after_tail(ctx)
+    if ctx.broker.stopping:
+        return failed(ErrorCode.not_coordinator)
+    handle, fut = runtime.park()
+    runtime.set_tail(ctx.peer, fut)
+    try:
+        runtime.execute(group_id, lambda shard: call(shard, handle), ctx.now_ms)
+    except CoordinatorUnavailable:
+        runtime.forget(handle)
+        return failed(ErrorCode.coordinator_not_available)
+    try:
+        return await fut
+    except CoordinatorUnavailable:
+        return failed(ErrorCode.not_coordinator)
+
+
+# -- JoinGroup ------------------------------------------------------------------------------
+@handles(11, 0, 9)
+async def join_group(ctx, req):
+    session = _ms(req.session_timeout)
+    rebalance = _ms(getattr(req, "rebalance_timeout", -1))
+    jr = JoinRequest(req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+                     ctx.header.client_id or "", _host(ctx), session, rebalance if rebalance >= 0 else session,
+                     req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols),
+                     require_known_member_id=ctx.version >= 4)
+    resp: JoinResponse = await _parked(ctx, req.group_id, lambda shard, h: shard.join_group(jr, h, ctx.now_ms),
+                                       lambda code: JoinResponse(code, req.member_id))
+    ok = resp.error == ErrorCode.none
+    body = {
+        "throttle_time": 0, "error_code": resp.error, "generation_id": resp.generation,
+        "protocol_type": resp.protocol_type if ok else None,
+        "protocol_name": resp.protocol if ok else (None if ctx.version >= 7 else ""),
+        "leader": resp.leader, "skip_assignment": resp.skip_assignment, "member_id": resp.member_id,
+        "members": [{"member_id": mid, "group_instance_id": iid, "metadata": meta}
+                    for mid, iid, meta in resp.members],
+    }
+    if ctx.version < 7 and body["protocol_name"] is None:
+        body["protocol_name"] = ""
+    return materialize(response_schema(11, ctx.version), body)
+
+
+# -- SyncGroup ------------------------------------------------------------------------------
+@handles(14, 0, 5)
+async def sync_group(ctx, req):
+    assignments = {a.member_id: a.assignment for a in req.assignments}
+    instance = getattr(req, "group_instance_id", None)
+    ptype, pname = getattr(req, "protocol_type", None), getattr(req, "protocol_name", None)
+    resp: SyncResponse = await _parked(
+        ctx, req.group_id,
+        lambda shard, h: shard.sync_group(req.group_id, req.member_id, instance, req.generation_id, ptype, pname,
+                                          assignments, h, ctx.now_ms),
+        lambda code: SyncResponse(code))
+    ok = resp.error == ErrorCode.none
+    return materialize(response_schema(14, ctx.version), {
+        "throttle_time": 0, "error_code": resp.error, "protocol_type": resp.protocol_type if ok else None,
+        "protocol_name": resp.protocol if ok else None, "assignment": resp.assignment})
+
+
+# -- Heartbeat ------------------------------------------------------------------------------
+@handles(12, 0, 4)
+def heartbeat(ctx, req):
+    return _in_order(ctx, lambda: _heartbeat(ctx, req))
+
+
+def _heartbeat(ctx, req):
+    instance = getattr(req, "group_instance_id", None)
+    try:
+        code = ctx.broker.groups.execute(
+            req.group_id, lambda shard: shard.heartbeat(req.group_id, req.member_id, instance, req.generation_id,
+                                                        ctx.now_ms), ctx.now_ms)
+    except CoordinatorUnavailable:
+        code = ErrorCode.coordinator_not_available
+    return materialize(response_schema(12, ctx.version), {"throttle_time": 0, "error_code": code})
+
+
+# -- LeaveGroup -----------------------------------------------------------------------------
+@handles(13, 0, 5)
+def leave_group(ctx, req):
+    return _in_order(ctx, lambda: _leave_group(ctx, req))
+
+
+def _leave_group(ctx, req):
+    if ctx.version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        members = [(req.member_id, None)]
+    try:
+        top, codes = ctx.broker.groups.execute(
+            req.group_id, lambda shard: shard.leave_group(req.group_id, members, ctx.now_ms), ctx.now_ms)
+    except CoordinatorUnavailable:
+        top, codes = ErrorCode.coordinator_not_available, []
+    if ctx.version < 3:
+        top = top if top != ErrorCode.none else codes[0]
+        return materialize(response_schema(13, ctx.version), {"throttle_time": 0, "error_code": top})
+    return materialize(response_schema(13, ctx.version), {
+        "throttle_time": 0, "error_code": top,
+        "members": [{"member_id": mid, "group_instance_id": iid, "error_code": code}
+                    for (mid, iid), code in zip(members, codes)] if top == ErrorCode.none else []})
+
+
+# -- DescribeGroups -------------------------------------------------------------------------
+def _describe(ctx, group_id: str) -> dict:
+    base = {"group_id": group_id, "error_code": ErrorCode.none, "error_message": None, "group_state": "Dead",
+            "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": INT32_MIN}
+    try:
+        described = ctx.broker.groups.shard_for(group_id).describe_group(group_id) if group_id else None
+    except CoordinatorUnavailable:
+        return {**base, "error_code": ErrorCode.coordinator_not_available, "group_state": ""}
+    if described is None:
+        if ctx.version >= 6:
+            return {**base, "error_code": ErrorCode.group_id_not_found,
+                    "error_message": f"Group {group_id} not found."}
+        return base
+    return {**base, **described}
+
+
+@handles(15, 0, 6)
+def describe_groups(ctx, req):
+    return materialize(response_schema(15, ctx.version),
+                       {"throttle_time": 0, "groups": [_describe(ctx, g) for g in req.groups]})
+
+
+# -- ListGroups -----------------------------------------------------------------------------
+@handles(16, 0, 5)
+def list_groups(ctx, req):
+    states = {s.lower() for s in getattr(req, "states_filter", ())}
+    types = {t.lower() for t in getattr(req, "types_filter", ())}
+    groups = []
+    try:
+        ctx.broker.groups.ensure_topic()
+        shards = list(ctx.broker.groups.shards.values())
+    except CoordinatorUnavailable:
+        return materialize(response_schema(16, ctx.version),
+                           {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []})
+    if not types or "classic" in types:
+        for shard in shards:
+            for gid, ptype, state in shard.list_groups():
+                if not states or state.lower() in states:
+                    groups.append({"group_id": gid, "protocol_type": ptype, "group_state": state,
+                                   "group_type": "classic"})
+    return materialize(response_schema(16, ctx.version),
+                       {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
+
+
+# -- DeleteGroups ---------------------------------------------------------------------------
+@handles(42, 0, 2)
+def delete_groups(ctx, req):
+    results = []
+    for group_id in req.groups_names:
+        try:
+            code = ctx.broker.groups.execute(group_id, lambda shard, g=group_id: shard.delete_group(g), ctx.now_ms)
+        except CoordinatorUnavailable:
+            code = ErrorCode.coordinator_not_available
+        results.append({"group_id": group_id, "error_code": code})
+    return materialize(response_schema(42, ctx.version), {"throttle_time": 0, "results": results})

@@ -1,0 +1,89 @@
+"""Burrow-style status evaluation (hightide.lag.status) with injected samples and clock."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hightide.lag import Sample, Status, StatusRules, StatusTracker, evaluate_group, evaluate_partition
+
+RULES = StatusRules(window_ms=10_000, min_samples=5, stop_after_ms=60_000)
+
+
+def run(points, now=None, **kw):
+    """points: [(t, committed, end)]"""
+    samples = [Sample(t, c, e, 0) for t, c, e in points]
+    return evaluate_partition(samples, now if now is not None else samples[-1].time_ms, RULES, **kw)
+
+
+def every_second(pairs, t0=0):
+    return [(t0 + i * 1000, c, e) for i, (c, e) in enumerate(pairs)]
+
+
+def test_ok_when_caught_up_in_window():
+    assert run(every_second([(0, 10), (10, 10), (10, 20)])).status == Status.OK
+
+
+def test_incomplete_window_is_ok_but_flagged():
+    r = run(every_second([(0, 10), (0, 20)]))
+    assert (r.status, r.complete, r.reason) == (Status.OK, False, "window_incomplete")
+
+
+def test_stall_then_stop_after():
+    pts = every_second([(5, 10)] * 6)
+    r = run(pts)
+    assert (r.status, r.complete) == (Status.STALL, True)
+    assert run(pts, now=pts[-1][0], committed_since_ms=pts[-1][0] - 60_000).status == Status.STOP
+
+
+def test_stop_without_members():
+    assert run(every_second([(5, 10)] * 2), active_members=0).status == Status.STOP
+    assert run(every_second([(10, 10)] * 2), active_members=0).status == Status.OK
+
+
+def test_warn_when_falling_behind_and_ok_when_gaining():
+    assert run(every_second([(i, 10 + 2 * i) for i in range(6)])).status == Status.WARN
+    assert run(every_second([(i * 3, 20 + i) for i in range(6)])).status == Status.OK
+
+
+def test_rewind():
+    assert run(every_second([(5, 20), (6, 20), (7, 20), (2, 20), (3, 20)])).status == Status.REWIND
+
+
+def test_errors():
+    assert run([(0, None, 10)]).reason == "no_commit"
+    assert run([(0, 11, 10)]).reason == "committed_past_end"
+    assert evaluate_partition([Sample(0, 5, 10, 6)], 0, RULES).reason == "committed_before_log_start"
+    assert run([(0, 5, None)]).status == Status.ERR
+
+
+def test_group_is_most_severe():
+    parts = {("t", 0): run(every_second([(0, 10), (10, 10)])), ("t", 1): run(every_second([(5, 10)] * 6)),
+             ("t", 2): run(every_second([(i, 10 + 2 * i) for i in range(6)]))}
+    g = evaluate_group(parts)
+    assert (g.status, g.worst, g.total_lag) == (Status.STALL, ("t", 1), 5 + 15)
+    assert evaluate_group({}).status == Status.OK
+
+
+def test_tracker_transitions_through_stall_and_back_to_ok():
+    tr = StatusTracker(RULES)
+    seen = []
+    t = 0
+    for c, e in [(i, i) for i in range(3)] + [(3, 10)] * 14 + [(6, 10), (10, 10), (10, 10)]:
+        tr.observe("g", ("t", 0), Sample(t, c, e, 0))
+        seen.append(tr.group_status("g", t).status)
+        t += 1000
+    assert Status.STALL in seen
+    assert seen[0] == Status.OK and seen[-1] == Status.OK
+    stall = seen.index(Status.STALL)
+    assert all(s == Status.OK for s in seen[:stall])
+    tr.expire(t + 10**6)
+    assert tr.samples("g", ("t", 0)) == []
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=15),
+       st.sampled_from([None, 0, 1]))
+def test_evaluate_never_raises_and_caught_up_is_ok(pairs, members):
+    pts = [(i * 1000, min(c, e), e) for i, (c, e) in enumerate(pairs)]
+    r = run(pts, active_members=members)
+    assert r.status in Status
+    if any(c >= e for _, c, e in pts[-10:]):
+        assert r.status == Status.OK
