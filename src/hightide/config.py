@@ -136,6 +136,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout a classic group member may ask for.",
        _nonneg),
     _d("group.max.size", "int", INT_MAX, "Most members a classic group may have.", _pos),
+    _d("group.consumer.session.timeout.ms", "int", 45000,
+       "A consumer group (KIP-848) member without a heartbeat for this long is fenced.", _pos),
+    _d("group.consumer.heartbeat.interval.ms", "int", 5000,
+       "How often consumer group (KIP-848) members are told to heartbeat.", _pos),
 ]}
 
 # Topic config name -> broker synonym (None: no broker-level synonym).

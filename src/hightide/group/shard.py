@@ -14,6 +14,14 @@ new group as a *live* record ``(LiveGroup(id), group)``: replayed like the other
 them, but never appended — so a failed append takes that change back too. Parked
 responses leave as ``completions``: ``(handle, response)`` pairs for the opaque handles
 the runtime passed in with this or earlier requests.
+
+KIP-848 consumer groups (:mod:`.consumer_group`) live next to the classic groups, in a
+:class:`ConsumerGroups` fed by the same :meth:`GroupCoordinatorShard.replay` (record key
+versions 3–8, and live :class:`TimersKey` records for their session and rebalance
+deadlines). A group id is of one type at a time, as in Kafka 4.0: a ConsumerGroupHeartbeat
+for a classic group with members answers GROUP_ID_NOT_FOUND, a JoinGroup for a consumer
+group with members INCONSISTENT_GROUP_PROTOCOL; an *empty* group of the other type is
+converted (its records tombstoned, its committed offsets kept). Offsets are shared.
 """
 
 from __future__ import annotations
@@ -24,7 +32,25 @@ from typing import Any, Callable, Iterable
 from kio.schema.errors import ErrorCode
 
 from . import classic
-from .classic import ClassicGroup, Effects, GroupLimits, GroupState, JoinRequest, JoinResponse, SyncResponse
+from . import consumer_records as CR
+from . import records as R
+from .classic import (
+    ClassicGroup,
+    Effects,
+    GroupLimits,
+    GroupState,
+    JoinRequest,
+    JoinResponse,
+    SyncResponse,
+)
+from .consumer_api import (
+    ConsumerGroupConfig,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    TimersKey,
+    TopicsView,
+)
+from .consumer_group import ConsumerGroup, ConsumerGroups
 from .offsets import CommitRequest, FetchedOffset, OffsetStore, TopicPartition
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue
 from .subscriptions import decode_subscription
@@ -55,6 +81,27 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     classic: GroupLimits = field(default_factory=GroupLimits)
+    consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+
+
+# -- record codec ---------------------------------------------------------------------------------
+def encode_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
+    """Key and value bytes of a shard record (offsets, classic or consumer group)."""
+    if isinstance(key, (OffsetKey, GroupKey)):
+        return R.encode_key(key), R.encode_value(value)
+    return CR.encode_key(key), CR.encode_value(value)
+
+
+def decode_record(key: bytes, value: bytes | None) -> Record | None:
+    """The (key, value) of a ``__consumer_offsets`` record; None for a record type
+    hightide does not interpret. Raises RecordFormatError for a malformed record."""
+    k = R.decode_key(key)
+    if k is not None:
+        return k, R.decode_value(k, value)
+    ck = CR.decode_key(key)
+    if ck is None:
+        return None
+    return ck, CR.decode_value(ck, value)
 
 
 def _uuid_member_id(client_id: str) -> str:
@@ -64,7 +111,8 @@ def _uuid_member_id(client_id: str) -> str:
 
 class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig | None = None,
-                 member_ids: Callable[[str], str] = _uuid_member_id) -> None:
+                 member_ids: Callable[[str], str] = _uuid_member_id,
+                 consumer_member_ids: Callable[[], str] | None = None) -> None:
         self.config = config or GroupConfig()
         self.limits = self.config.classic
         self.offsets = OffsetStore(self.config.offset_metadata_max_bytes)
@@ -73,10 +121,16 @@ class GroupCoordinatorShard:
         self.group_metadata: dict[str, GroupValue] = {}
         # ... and the live classic groups (loaded from those, then driven by requests).
         self.groups: dict[str, ClassicGroup] = {}
+        # KIP-848 consumer groups.
+        self.consumer = (ConsumerGroups(self.config.consumer) if consumer_member_ids is None
+                         else ConsumerGroups(self.config.consumer, consumer_member_ids))
 
     # -- membership view -----------------------------------------------------------------
     def subscribed_topics(self, group_id: str) -> set[str]:
         """Topics the group's members subscribe to (consumer protocol; empty without members)."""
+        cg = self.consumer.get(group_id)
+        if cg is not None:
+            return set(cg.subscription_metadata) if cg.members else set()
         g = self.groups.get(group_id)
         if g is None or not g.members or g.protocol_type != "consumer":
             return set()
@@ -87,7 +141,8 @@ class GroupCoordinatorShard:
         return out
 
     def group_exists(self, group_id: str) -> bool:
-        return group_id in self.groups or group_id in self.group_metadata or self.offsets.has_offsets(group_id)
+        return (group_id in self.groups or group_id in self.group_metadata or group_id in self.consumer.groups
+                or self.offsets.has_offsets(group_id))
 
     def _result(self, group_id: str, g: ClassicGroup, fx: Effects, response: Any = None) -> CoordinatorResult:
         records: list[Record] = [(GroupKey(group_id), g.to_record())] if fx.persist else []
@@ -101,6 +156,9 @@ class GroupCoordinatorShard:
 
         if not req.group_id:
             return fail(ErrorCode.invalid_group_id)
+        cg = self.consumer.get(req.group_id)
+        if cg is not None and cg.members:
+            return fail(ErrorCode.inconsistent_group_protocol)
         current = self.groups.get(req.group_id)
         if current is None and req.member_id:
             return fail(ErrorCode.unknown_member_id)
@@ -109,7 +167,10 @@ class GroupCoordinatorShard:
         classic.join(g, req, handle, now_ms, self.limits, fx, self.new_member_id)
         if current is None and g.state is GroupState.EMPTY and not g.pending:
             return CoordinatorResult(completions=fx.completions)  # nothing to keep
-        return self._result(req.group_id, g, fx)
+        result = self._result(req.group_id, g, fx)
+        if cg is not None:  # an empty consumer group becomes this classic group
+            result.records[:0] = self._consumer_tombstones(cg)
+        return result
 
     def sync_group(self, group_id: str, member_id: str, instance_id: str | None, generation: int,
                    protocol_type: str | None, protocol: str | None, assignments: dict[str, bytes],
@@ -145,7 +206,10 @@ class GroupCoordinatorShard:
         return self._result(group_id, g, fx, (ErrorCode.none, codes))
 
     def describe_group(self, group_id: str) -> dict | None:
-        """DescribeGroups fields of a group; None if it does not exist (Kafka: Dead)."""
+        """DescribeGroups fields of a group; None if it does not exist or is a consumer
+        group (Kafka: Dead, "not a classic group")."""
+        if group_id in self.consumer.groups:
+            return None
         g = self.groups.get(group_id)
         if g is not None:
             return classic.describe(g)
@@ -157,8 +221,12 @@ class GroupCoordinatorShard:
         """(group id, protocol type, state) of every group, incl. offsets-only (simple) groups."""
         out = [(gid, g.protocol_type or "", g.state.value) for gid, g in self.groups.items()]
         out += [(gid, "", "Empty") for gid in self.offsets.offsets
-                if gid not in self.groups and self.offsets.has_offsets(gid)]
+                if gid not in self.groups and gid not in self.consumer.groups and self.offsets.has_offsets(gid)]
         return out
+
+    def list_consumer_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every consumer group: Empty, Assigning, Reconciling, Stable."""
+        return [(gid, g.state) for gid, g in self.consumer.groups.items()]
 
     def delete_group(self, group_id: str) -> CoordinatorResult:
         """DeleteGroups for one group. Response: error code (GROUP_ID_NOT_FOUND,
@@ -168,9 +236,12 @@ class GroupCoordinatorShard:
             return CoordinatorResult(response=ErrorCode.invalid_group_id)
         if not self.group_exists(group_id):
             return CoordinatorResult(response=ErrorCode.group_id_not_found)
-        if g is not None and g.state is not GroupState.EMPTY:
+        cg = self.consumer.get(group_id)
+        if (g is not None and g.state is not GroupState.EMPTY) or (cg is not None and cg.members):
             return CoordinatorResult(response=ErrorCode.non_empty_group)
         records: list[Record] = [(OffsetKey(group_id, t, p), None) for t, p in self.offsets.offsets.get(group_id, {})]
+        if cg is not None:
+            return CoordinatorResult(records + self._consumer_tombstones(cg), ErrorCode.none)
         records.append((GroupKey(group_id), None))
         return CoordinatorResult(records, ErrorCode.none, live=[(LiveGroup(group_id), None)])
 
@@ -189,17 +260,83 @@ class GroupCoordinatorShard:
             out.live += r.live
         return out
 
+    # -- KIP-848 consumer groups --------------------------------------------------------------
+    def consumer_group_heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> CoordinatorResult:
+        """ConsumerGroupHeartbeat. Response: a :class:`HeartbeatResponse`; records and live
+        (timer) records as :meth:`ConsumerGroup.heartbeat` returns them. A classic group
+        with members answers GROUP_ID_NOT_FOUND; an empty one is converted (its metadata
+        tombstoned before the consumer group's first records)."""
+        classic_group = self.groups.get(req.group_id)
+        if classic_group is not None and (classic_group.members or classic_group.pending
+                                          or classic_group.state is not GroupState.EMPTY):
+            return CoordinatorResult(response=HeartbeatResponse(
+                ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."))
+        r = self.consumer.get_or_new(req.group_id).heartbeat(req, now_ms, topics)
+        records = list(r.records)
+        if records and (classic_group is not None or req.group_id in self.group_metadata):
+            records.insert(0, (GroupKey(req.group_id), None))
+        return CoordinatorResult(records, r.response, live=list(r.live))
+
+    def describe_consumer_group(self, group_id: str, topics: TopicsView) -> dict | None:
+        """ConsumerGroupDescribe fields of a consumer group; None if it is not one."""
+        cg = self.consumer.get(group_id)
+        return None if cg is None else cg.describe(topics)
+
+    def consumer_poll(self, now_ms: int, topics: TopicsView) -> CoordinatorResult:
+        """Consumer group timers that are due: fence members whose session expired or
+        that did not revoke in time."""
+        out = CoordinatorResult()
+        for g in list(self.consumer.groups.values()):
+            due = g.next_deadline()
+            if due is None or due > now_ms:
+                continue
+            r = g.poll(now_ms, topics)
+            out.records += r.records
+            out.live += r.live
+        return out
+
+    def consumer_next_deadline(self) -> int | None:
+        """The earliest consumer group timer (None: none armed)."""
+        return min((d for g in self.consumer.groups.values() if (d := g.next_deadline()) is not None), default=None)
+
+    def loaded(self, now_ms: int) -> CoordinatorResult:
+        """After loading by replay: live records arming the consumer group members' timers."""
+        out = CoordinatorResult()
+        for g in self.consumer.groups.values():
+            out.live += g.loaded_timers(now_ms).live
+        return out
+
+    @staticmethod
+    def _consumer_tombstones(cg: ConsumerGroup) -> list[Record]:
+        """Tombstones for every record of a consumer group, in Kafka's order (members'
+        assignments, targets, target epoch, member metadata, subscription metadata, and
+        the group epoch last: replaying it drops the group)."""
+        gid, members = cg.group_id, sorted(cg.members)
+        out: list[Record] = [(CR.ConsumerGroupCurrentMemberAssignmentKey(gid, m), None) for m in members]
+        out += [(CR.ConsumerGroupTargetAssignmentMemberKey(gid, m), None) for m in sorted(set(members) | set(cg.targets))]
+        out.append((CR.ConsumerGroupTargetAssignmentMetadataKey(gid), None))
+        out += [(CR.ConsumerGroupMemberMetadataKey(gid, m), None) for m in members]
+        out.append((CR.ConsumerGroupPartitionMetadataKey(gid), None))
+        out.append((CR.ConsumerGroupMetadataKey(gid), None))
+        return out
+
     # -- OffsetCommit ---------------------------------------------------------------------
     def commit_offsets(self, group_id: str, generation: int, member_id: str, commits: Iterable[CommitRequest],
                        now_ms: int, partition_exists: Callable[[str, int], bool],
-                       instance_id: str | None = None) -> CoordinatorResult:
+                       instance_id: str | None = None, api_version: int = 9) -> CoordinatorResult:
         """Response: (group error, {tp: error}). A *simple* commit (generation -1, no
         member) is allowed while the group has no members; otherwise the member and
-        generation must match the group's (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION)."""
+        generation must match the group's (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION). For a
+        consumer group ``generation`` is the member epoch (STALE_MEMBER_EPOCH,
+        UNSUPPORTED_VERSION below v9; :meth:`ConsumerGroup.validate_offset_commit`)."""
         commits = list(commits)
         if not group_id:
             return CoordinatorResult([], (ErrorCode.invalid_group_id, {}))
-        group_error = self._validate_member(group_id, generation, member_id, instance_id)
+        cg = self.consumer.get(group_id)
+        if cg is not None:
+            group_error = cg.validate_offset_commit(member_id, generation, api_version, False)
+        else:
+            group_error = self._validate_member(group_id, generation, member_id, instance_id)
         if group_error != ErrorCode.none:
             return CoordinatorResult([], (group_error, {(c.topic, c.partition): group_error for c in commits}))
         errors, records = self.offsets.commit(group_id, commits, now_ms, partition_exists)
@@ -236,6 +373,12 @@ class GroupCoordinatorShard:
         """Committed offsets (-1 for none, and for unknown groups, with no error)."""
         return self.offsets.fetch(group_id, partitions)
 
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9 from a consumer group member: UNKNOWN_MEMBER_ID or
+        STALE_MEMBER_EPOCH; NONE for other groups and for fetches without a member."""
+        cg = self.consumer.get(group_id)
+        return ErrorCode.none if cg is None else cg.validate_offset_fetch(member_id, member_epoch)
+
     # -- OffsetDelete ---------------------------------------------------------------------
     def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
                        subscribed_topics: set[str]) -> CoordinatorResult:
@@ -258,6 +401,9 @@ class GroupCoordinatorShard:
     def empty_since(self, group_id: str) -> int | None:
         """None while the group has members; else when it became empty (0 if unknown,
         meaning each offset's commit timestamp counts, as for simple groups)."""
+        cg = self.consumer.get(group_id)
+        if cg is not None:
+            return None if cg.members else 0
         g = self.groups.get(group_id)
         if g is None:
             return 0
@@ -291,3 +437,7 @@ class GroupCoordinatorShard:
                 self.groups.pop(key.group, None)
             else:
                 self.groups[key.group] = value
+        elif isinstance(key, (TimersKey, CR.ConsumerKey)):
+            if value is None and key.group_id not in self.consumer.groups:
+                return  # a tombstone of a group already gone must not bring it back
+            self.consumer.replay(key, value)

@@ -13,6 +13,11 @@ and an asyncio future; the handle goes into the shard call, and whenever a shard
 (of any request or timer) carries a completion for it, after that result's records are
 durable, the future is resolved with the response.
 
+KIP-848 consumer groups run through the same path: a ConsumerGroupHeartbeat's records are
+appended and replayed, then its live records (member timers, never appended); the timer
+loop (:meth:`GroupRuntime.poll`) fences members whose deadlines passed, and after a
+partition is loaded every member's timers are armed afresh, as Kafka does.
+
 The topic is created on first use, like Kafka's, with ``cleanup.policy=compact``.
 """
 
@@ -21,12 +26,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..cluster.controller import NewTopic
-from ..group.records import OFFSETS_TOPIC, decode_key, decode_value, encode_key, encode_value, partition_for
 from ..group.classic import GroupLimits
-from ..group.shard import CoordinatorResult, GroupConfig, GroupCoordinatorShard
+from ..group.consumer_api import ConsumerGroupConfig, ImageTopics, TimersKey
+from ..group.records import OFFSETS_TOPIC, partition_for
+from ..group.shard import (
+    CoordinatorResult,
+    GroupConfig,
+    GroupCoordinatorShard,
+    LiveGroup,
+    decode_record,
+    encode_record,
+)
 from ..protocol.records import build_batch, decode_records, validate_batches
 
 if TYPE_CHECKING:
@@ -51,7 +65,10 @@ class GroupRuntime:
                 initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"],
                 min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
                 max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
-                max_size=cfg["group.max.size"]))
+                max_size=cfg["group.max.size"]),
+            consumer=ConsumerGroupConfig(
+                session_timeout_ms=cfg["group.consumer.session.timeout.ms"],
+                heartbeat_interval_ms=cfg["group.consumer.heartbeat.interval.ms"]))
         self.shards: dict[int, GroupCoordinatorShard] = {}
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)
@@ -106,14 +123,20 @@ class GroupRuntime:
                 offset = h.last_offset + 1
         if count:
             log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
+        for k, v in shard.loaded(self._now_ms()).live:  # consumer group members' timers
+            shard.replay(k, v)
         return shard
 
     @staticmethod
+    def _now_ms() -> int:
+        return int(time.time() * 1000)
+
+    @staticmethod
     def _replay(shard: GroupCoordinatorShard, key_bytes: bytes, value_bytes: bytes | None) -> int:
-        key = decode_key(key_bytes)
-        if key is None:
+        record = decode_record(key_bytes, value_bytes)
+        if record is None:
             return 0  # a record type hightide does not interpret (written by another broker)
-        shard.replay(key, decode_value(key, value_bytes))
+        shard.replay(*record)
         return 1
 
     # -- running requests -------------------------------------------------------------------
@@ -134,15 +157,24 @@ class GroupRuntime:
         return result.response
 
     def _apply(self, partition: int, result: CoordinatorResult, now_ms: int) -> None:
+        shard = self.shards[partition]
+        consumer_before = {k.group_id: self._consumer_summary(shard, k.group_id)
+                           for k, _ in result.live if isinstance(k, TimersKey)}
         if result.records:
             self.append(partition, result.records, now_ms)
-        shard = self.shards[partition]
         for k, v in result.live:
+            if not isinstance(k, LiveGroup):
+                shard.replay(k, v)
+                continue
             old = shard.groups.get(k.group)
             shard.replay(k, v)
             if v is not None and (old is None or (old.state, old.generation) != (v.state, v.generation)):
                 log.info("group %s is %s (generation %d, %d members%s)", k.group, v.state.value, v.generation,
                          len(v.members), f", leader {v.leader}" if v.leader else "")
+        for gid, before in consumer_before.items():
+            after = self._consumer_summary(shard, gid)
+            if after != before and after is not None:
+                log.info("consumer group %s is %s (group epoch %d, assignment epoch %d, %d members)", gid, *after)
         for handle, response in result.completions:
             fut = self._parked.pop(handle, None)
             if fut is not None and not fut.done():
@@ -176,11 +208,20 @@ class GroupRuntime:
                 fut.set_exception(CoordinatorUnavailable("the coordinator is shutting down"))
         self._parked.clear()
 
+    @staticmethod
+    def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | None:
+        g = shard.consumer.get(group_id)
+        return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
+
+    def topics(self) -> ImageTopics:
+        """The topics of the current metadata image, as consumer groups see them."""
+        return ImageTopics(self.broker.image)
+
     def append(self, partition: int, records: list[tuple[Any, Any]], now_ms: int) -> None:
         plog = self.broker.partition_log(OFFSETS_TOPIC, partition)
         if plog is None:
             raise CoordinatorUnavailable(f"{OFFSETS_TOPIC}-{partition} is not available")
-        encoded = [(encode_key(k), encode_value(v)) for k, v in records]
+        encoded = [encode_record(k, v) for k, v in records]
         batch = build_batch([(k, v, [], now_ms) for k, v in encoded])
         try:
             plog.append(batch, validate_batches(batch, client_origin=False), now_ms)
@@ -193,13 +234,17 @@ class GroupRuntime:
         self.broker.waiters.wake((OFFSETS_TOPIC, partition))
 
     def poll(self, now_ms: int) -> None:
-        """Classic group timers (sessions, rebalance and initial delays, pending syncs)."""
+        """Classic group timers (sessions, rebalance and initial delays, pending syncs) and
+        consumer group timers (sessions, rebalance timeouts) that are due."""
         for p, shard in self.shards.items():
-            if shard.groups:
-                try:
+            try:
+                if shard.groups:
                     self._apply(p, shard.poll(now_ms), now_ms)
-                except CoordinatorUnavailable:
-                    pass
+                due = shard.consumer_next_deadline()
+                if due is not None and due <= now_ms:
+                    self._apply(p, shard.consumer_poll(now_ms, self.topics()), now_ms)
+            except CoordinatorUnavailable:
+                pass
 
     def expire_offsets(self, now_ms: int) -> None:
         """Offsets of groups without members past ``offsets.retention.minutes``."""

@@ -4,6 +4,7 @@ from . import (  # noqa: F401
     admin_configs,
     admin_topics,
     api_versions,
+    consumer_groups,
     delete_records,
     describe_cluster,
     fetch,

@@ -76,7 +76,7 @@ def offset_commit(ctx, req):
         group_error, errors = b.groups.execute(
             req.group_id, lambda shard: shard.commit_offsets(
                 req.group_id, req.generation_id_or_member_epoch, req.member_id, commits, ctx.now_ms, exists,
-                getattr(req, "group_instance_id", None)),
+                getattr(req, "group_instance_id", None), ctx.version),
             ctx.now_ms)
     except CoordinatorUnavailable:
         group_error, errors = ErrorCode.coordinator_not_available, {}
@@ -88,12 +88,15 @@ def offset_commit(ctx, req):
 
 
 # -- OffsetFetch ----------------------------------------------------------------------------
-def _fetch_group(ctx, group_id: str, topics) -> GroupOffsets:
+def _fetch_group(ctx, group_id: str, topics, member_id: str | None = None, member_epoch: int = -1) -> GroupOffsets:
     b = ctx.broker
     try:
         shard = b.groups.shard_for(group_id)
     except CoordinatorUnavailable:
         return GroupOffsets(group_id, ErrorCode.coordinator_not_available, [])
+    member_error = shard.validate_fetch(group_id, member_id, member_epoch)
+    if member_error != ErrorCode.none:  # a consumer group member with a stale epoch (v9)
+        return GroupOffsets(group_id, member_error, [])
     partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     fetched = shard.fetch_offsets(group_id, partitions)
     extend = ctx.version >= 6
@@ -112,7 +115,8 @@ def _fetch_group(ctx, group_id: str, topics) -> GroupOffsets:
 @handles(9, 1, 9)
 def offset_fetch(ctx, req):
     if ctx.version >= 8:
-        groups = [_fetch_group(ctx, g.group_id, g.topics) for g in req.groups]
+        groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),
+                               getattr(g, "member_epoch", -1)) for g in req.groups]
     else:
         groups = [_fetch_group(ctx, req.group_id, req.topics)]
     frame = encode_offset_fetch_response(ctx.version, ctx.header.correlation_id, groups)

@@ -196,6 +196,12 @@ def list_groups(ctx, req):
                 if not states or state.lower() in states:
                     groups.append({"group_id": gid, "protocol_type": ptype, "group_state": state,
                                    "group_type": "classic"})
+    if not types or "consumer" in types:
+        for shard in shards:
+            for gid, state in shard.list_consumer_groups():
+                if not states or state.lower() in states:
+                    groups.append({"group_id": gid, "protocol_type": "consumer", "group_state": state,
+                                   "group_type": "consumer"})
     return materialize(response_schema(16, ctx.version),
                        {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
 
