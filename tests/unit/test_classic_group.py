@@ -205,7 +205,7 @@ def test_group_max_size():
 # -- sync ------------------------------------------------------------------------------------------
 def test_follower_sync_waits_for_leader():
     ctx = Ctx()
-    (a, ha), (b, hb) = ctx.join_new(), ctx.join_new()
+    (a, ha), (b, _hb) = ctx.join_new(), ctx.join_new()
     ctx.advance(3000)
     assert ctx.answer(ha) is None  # b arrived during the delay: extended once
     ctx.advance(3000)
@@ -234,7 +234,7 @@ def test_sync_during_rebalance_and_parked_sync_interrupted():
     hc = ctx.join_new()[1]  # a third member: rebalance
     assert ctx.group.state is GroupState.PREPARING_REBALANCE
     assert ctx.answer(ctx.sync(b, gen)).error == E.rebalance_in_progress
-    ha, hb = ctx.join(member_id=a), ctx.join(member_id=b)  # everyone rejoined: completes at once
+    ha, _hb = ctx.join(member_id=a), ctx.join(member_id=b)  # everyone rejoined: completes at once
     assert ctx.answer(hc).generation == gen + 1 == ctx.answer(ha).generation
     hs = ctx.sync(b, gen + 1)
     ctx.leave((a, None))  # the leader leaves while b's sync is parked
@@ -243,7 +243,7 @@ def test_sync_during_rebalance_and_parked_sync_interrupted():
 
 def test_pending_sync_timeout_removes_members_that_never_sync():
     ctx = Ctx(initial_rebalance_delay_ms=0)
-    (a, ha), (b, hb) = ctx.join_new(rebalance=5000), ctx.join_new(rebalance=5000)
+    (a, ha), (b, _hb) = ctx.join_new(rebalance=5000), ctx.join_new(rebalance=5000)
     ctx.advance(0)
     gen = ctx.answer(ha).generation
     hs = ctx.sync(b, gen)
