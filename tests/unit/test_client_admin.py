@@ -183,3 +183,18 @@ def test_connections_are_reused_per_broker():
                 # broker 1: the bootstrap connection is adopted for node 1
                 assert c.broker(1).connections == 1 and c.broker(2).connections == 1
     run(main())
+
+
+def test_first_records_answers_every_covered_offset_from_one_fetch():
+    from hightide.client.admin import _first_records
+    from hightide.protocol.records import build_batch
+
+    def batch(base, n, ts0, control=False):
+        return build_batch([(None, b"v", [], ts0 + i) for i in range(n)], base_offset=base, is_control=control)
+    data = batch(0, 3, 100) + batch(3, 1, 0, control=True) + batch(4, 3, 200)
+    got = _first_records(data, [0, 2, 3, 5, 7, 9])
+    # 3 is a control record: its answer is the next data record (4); 7 and 9 are past the data
+    assert got == {0: ListOffsetsResult(0, 100), 2: ListOffsetsResult(2, 102),
+                   3: ListOffsetsResult(4, 200), 5: ListOffsetsResult(5, 201)}
+    assert _first_records(data[:-5], [4]) == {}  # a partial trailing batch answers nothing
+    assert _first_records(b"", [0]) == {}

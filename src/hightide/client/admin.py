@@ -431,18 +431,36 @@ class AdminClient(GroupsMixin):
         (one Fetch per leader, no waiting); None when there is none yet. Used for the
         ``record_timestamp`` time-lag method. Errors are returned per partition
         (OFFSET_OUT_OF_RANGE when the offset was deleted or is past the end)."""
+        got = await self.first_records_many({tp: [off] for tp, off in offsets.items()},
+                                            isolation_level=isolation_level,
+                                            partition_max_bytes=partition_max_bytes)
+        return {tp: r if isinstance(r, KafkaError) else r.get(offsets[tp]) for tp, r in got.items()}
+
+    async def first_records_many(self, offsets: dict[TopicPartition, list[int]], *,
+                                 isolation_level: str | int = "read_uncommitted",
+                                 partition_max_bytes: int = 64 * 1024
+                                 ) -> dict[TopicPartition, dict[int, ListOffsetsResult] | KafkaError]:
+        """:meth:`first_records` of several offsets per partition from one Fetch per
+        leader, at the smallest offset of each partition: for every offset that the
+        returned batches cover, the first data record at or after it. Offsets past the
+        returned data are absent from the answer (fetch them again from there: the
+        response may have stopped at ``partition_max_bytes``)."""
         by_leader, errors = await self._leaders(offsets)
-        results: dict[TopicPartition, ListOffsetsResult | KafkaError | None] = dict(errors)
+        results: dict[TopicPartition, dict[int, ListOffsetsResult] | KafkaError] = dict(errors)
         iso = _ISOLATION[isolation_level]
+        wanted = {TopicPartition(*tp): sorted(set(offs)) for tp, offs in offsets.items() if offs}
 
         async def one(node_id: int, tps: list[TopicPartition]) -> None:
             conn = await self._conn_for_node(node_id)
             v = conn.pick_version(1, 11, 4)
             by_topic: defaultdict[str, list[dict[str, int]]] = defaultdict(list)
             for tp in tps:
-                by_topic[tp.topic].append({"partition": tp.partition, "current_leader_epoch": -1,
-                                           "fetch_offset": offsets[tp], "log_start_offset": -1,
-                                           "partition_max_bytes": partition_max_bytes})
+                if tp in wanted:
+                    by_topic[tp.topic].append({"partition": tp.partition, "current_leader_epoch": -1,
+                                               "fetch_offset": wanted[tp][0], "log_start_offset": -1,
+                                               "partition_max_bytes": partition_max_bytes})
+            if not by_topic:
+                return
             resp = await conn.request(1, v, {
                 "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 16 * 1024 * 1024,
                 "isolation_level": iso, "session_id": 0, "session_epoch": -1,
@@ -454,25 +472,32 @@ class AdminClient(GroupsMixin):
                     if p.error_code != 0:
                         results[tp] = error_for(p.error_code, f"{t.topic}-{p.partition_index}")
                     else:
-                        results[tp] = _first_record(p.records or b"", offsets.get(tp, 0))
+                        results[tp] = _first_records(p.records or b"", wanted.get(tp, []))
         await asyncio.gather(*(one(n, tps) for n, tps in by_leader.items()))
         return results
 
 
-def _first_record(records: bytes, offset: int) -> ListOffsetsResult | None:
-    """The first non-control record at or after ``offset`` in fetched batches."""
+def _first_records(records: bytes, offsets: list[int]) -> dict[int, ListOffsetsResult]:
+    """For each of the sorted ``offsets``, the first non-control record at or after it in
+    fetched batches (absent when the batches end before one). Decodes only the batches
+    that hold an answer."""
+    out: dict[int, ListOffsetsResult] = {}
+    i, n = 0, len(offsets)
     pos, end = 0, len(records)
-    while pos + HEADER_SIZE <= end:
+    while i < n and pos + HEADER_SIZE <= end:
         h = parse_header(records, pos)
         size = h.length + 12
         if pos + size > end:
             break  # a partial batch at the end of the response
-        if h.next_offset > offset and not h.is_control:
+        if h.next_offset > offsets[i] and not h.is_control:
             for r in decode_records(memoryview(records)[pos:pos + size]):
-                if r.offset >= offset:
-                    return ListOffsetsResult(r.offset, r.timestamp)
+                while i < n and offsets[i] <= r.offset:
+                    out[offsets[i]] = ListOffsetsResult(r.offset, r.timestamp)
+                    i += 1
+                if i == n:
+                    break
         pos += size
-    return None
+    return out
 
 
 def _finish(results: dict[Any, Any], keys: list[Any], raise_on_error: bool) -> dict[Any, Any]:

@@ -17,6 +17,7 @@ import collections
 import contextlib
 import itertools
 import struct
+from collections.abc import Callable
 from typing import Any, Self
 
 from kio.serial import entity_reader
@@ -98,7 +99,8 @@ class BrokerConnection:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, tuple[asyncio.Future[Any], int, int, Unknown | None]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, int, Unknown | None,
+                                       Callable[[bytes], Any] | None]] = {}
         self._corr = itertools.count(1)
         self._closed_error: KafkaError | None = None
         self.requests_sent: collections.Counter[int] = collections.Counter()
@@ -183,12 +185,16 @@ class BrokerConnection:
             f"client needs {our_min}..{wanted_max}")
 
     async def request(self, api_key: int, version: int, body: Any, *,
-                      timeout_s: float | None = None, unknown_tags: Unknown | None = None) -> Any:
+                      timeout_s: float | None = None, unknown_tags: Unknown | None = None,
+                      decoder: Callable[[bytes], Any] | None = None) -> Any:
         """Send one request and return the decoded response entity.
 
         ``body`` is a kio request entity or a plain dict (built with
         :func:`hightide.protocol.build.materialize` for this version). Pass a dict as
         ``unknown_tags`` to collect tagged fields kio does not know (extensions).
+        ``decoder``, if given, replaces kio: it gets the response frame (correlation id
+        first, no size prefix), its return value is the result, and its exceptions
+        become CORRUPT_MESSAGE errors.
         Error codes inside the response are *not* raised here. Raises
         :class:`KafkaTimeoutError` after ``timeout_s`` (default ``request_timeout_s``)
         and :class:`KafkaConnectionError` when the connection is or becomes closed.
@@ -206,7 +212,7 @@ class BrokerConnection:
         corr = next(self._corr) & 0x7FFFFFFF
         frame = encode_request(api_key, version, corr, self.client_id, body)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[corr] = (fut, api_key, version, unknown_tags)
+        self._pending[corr] = (fut, api_key, version, unknown_tags, decoder)
         self.requests_sent[api_key] += 1
         try:
             self._writer.write(frame)
@@ -247,13 +253,19 @@ class BrokerConnection:
         entry = self._pending.pop(corr, None)
         if entry is None:
             return  # its request timed out or was cancelled
-        fut, api_key, version, unknown = entry
+        fut, api_key, version, unknown, decoder = entry
         if fut.done():
             return
         try:
-            fut.set_result(decode_response(api_key, version, frame, unknown)[1])
+            if decoder is None:
+                fut.set_result(decode_response(api_key, version, frame, unknown)[1])
+            else:
+                fut.set_result(decoder(frame))
         except KafkaError as exc:
             fut.set_exception(exc)
+        except Exception as exc:  # noqa: BLE001 - a custom decoder refused the frame
+            fut.set_exception(KafkaError(ErrorCode.corrupt_message,
+                                         f"malformed response to api {api_key} v{version}: {exc!r}"))
 
     def _fail_all(self, error: KafkaError) -> None:
         if self._closed_error is None:

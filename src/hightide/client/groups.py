@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..protocol.offset_fetch_response import GroupTuple, decode_offset_fetch_response
 from .errors import (
     COORDINATOR_ERRORS,
     ErrorCode,
@@ -195,9 +196,8 @@ class GroupsMixin:
                 topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
             body: dict[str, Any] = {"group_id": group_id, "topics": topics, "require_stable": require_stable,
                                     "groups": [{"group_id": group_id, "topics": topics}]}
-            unknown: dict[int, dict[int, bytes]] = {}
-            resp = await conn.request(9, v, body, unknown_tags=unknown)
-            return _parse_offset_fetch(resp, v, group_id, unknown, wanted)
+            _, _, groups = await conn.request(9, v, body, decoder=_offset_fetch_decoder(v))
+            return _parse_offset_fetch(groups, v, group_id, wanted)
         return await self._coordinator_call(group_id, fetch)
 
     async def list_consumer_groups_offsets(self, group_ids: Iterable[str], *, batch: int = 100
@@ -206,6 +206,16 @@ class GroupsMixin:
         coordinator for up to ``batch`` groups per OffsetFetch v8+ request (requests are
         pipelined), or one request per group on older brokers. Group-level errors are
         returned per group, never raised."""
+        rows = await self._committed_offset_rows(group_ids, batch)
+        return {g: r if isinstance(r, KafkaError) else {
+                    tp: OffsetAndMetadata(offset, metadata, epoch, hw, lso, lst)
+                    for tp, offset, metadata, epoch, hw, lso, lst in r}
+                for g, r in rows.items()}
+
+    async def _committed_offset_rows(self, group_ids: Iterable[str], batch: int = 100
+                              ) -> dict[str, list[CommittedRow] | KafkaError]:
+        """:meth:`list_consumer_groups_offsets` as plain tuples, without a per-partition
+        object other than the TopicPartition: what the lag computation reads."""
         async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
             v = conn.pick_version(9, 9, 2)
             chunks = [gs[i:i + batch] for i in range(0, len(gs), batch)] if v >= 8 else [[g] for g in gs]
@@ -216,12 +226,13 @@ class GroupsMixin:
     async def _fetch_groups(self, conn: BrokerConnection, v: int, gs: list[str]) -> dict[str, Any]:
         body: dict[str, Any] = {"group_id": gs[0], "topics": None, "require_stable": False,
                                 "groups": [{"group_id": g, "topics": None} for g in gs]}
-        unknown: dict[int, dict[int, bytes]] = {}
-        resp = await conn.request(9, v, body, unknown_tags=unknown)
+        _, _, groups = await conn.request(9, v, body, decoder=_offset_fetch_decoder(v))
+        answers = {g[0]: g for g in groups} if v >= 8 else {gs[0]: groups[0]}
         out: dict[str, Any] = {}
+        tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
         for g in gs:
             try:
-                out[g] = _parse_offset_fetch(resp, v, g, unknown, None)
+                out[g] = _committed_rows(answers.get(g), g, True, tps)
             except KafkaError as exc:
                 out[g] = exc
         return out
@@ -341,39 +352,63 @@ def _partition_errors(topics: Any, group_id: str) -> dict[TopicPartition, KafkaE
     return out
 
 
-def _int64_tag(tags: dict[int, bytes], tag: int) -> int | None:
-    raw = tags.get(tag)
-    return int.from_bytes(raw, "big", signed=True) if raw is not None and len(raw) == 8 else None
+def _offset_fetch_decoder(version: int) -> Callable[[bytes], Any]:
+    """OffsetFetch responses are decoded by hand (struct-based, extension tags included):
+    a lag scrape reads tens of thousands of partitions from them."""
+    return lambda frame: decode_offset_fetch_response(version, frame)
 
 
-def _parse_offset_fetch(resp: Any, version: int, group_id: str, unknown: dict[int, dict[int, bytes]],
+def _parse_offset_fetch(groups: list[GroupTuple], version: int, group_id: str,
                         wanted: list[TopicPartition] | None) -> dict[TopicPartition, OffsetAndMetadata]:
-    if version >= 8:
-        group = next((g for g in resp.groups if g.group_id == group_id), None)
-        if group is None:
-            raise KafkaError(ErrorCode.unknown_server_error, f"OffsetFetch: no answer for {group_id!r}")
-        code, topics = group.error_code, group.topics
-    else:
-        code, topics = getattr(resp, "error_code", ErrorCode.none), resp.topics
-    raise_for_code(code, f"OffsetFetch {group_id!r}")
+    """``group_id``'s committed offsets from a decoded OffsetFetch response (see
+    :func:`hightide.protocol.offset_fetch_response.decode_offset_fetch_response`)."""
+    group = next((g for g in groups if g[0] == group_id), None) if version >= 8 else groups[0]
     out: dict[TopicPartition, OffsetAndMetadata] = {}
-    for t in topics:
-        for p in t.partitions:
-            tp = TopicPartition(t.name, int(p.partition_index))
-            if p.error_code in _RETRY_GROUP:
-                raise error_for(p.error_code, f"{group_id} {tp}")
-            if p.error_code not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
-                raise error_for(p.error_code, f"OffsetFetch {group_id!r} {tp.topic}-{tp.partition}")
-            tags = unknown.get(id(p), {})
-            offset = int(p.committed_offset) if p.error_code == ErrorCode.none else -1
-            if wanted is None and offset < 0:
-                continue
-            out[tp] = OffsetAndMetadata(
-                offset, p.metadata, int(getattr(p, "committed_leader_epoch", -1)),
-                _int64_tag(tags, EXT_HIGH_WATERMARK), _int64_tag(tags, EXT_LOG_START_OFFSET),
-                _int64_tag(tags, EXT_LAST_STABLE_OFFSET))
+    for tp, offset, metadata, epoch, hw, lso, lst in _committed_rows(group, group_id, wanted is None):
+        out[tp] = OffsetAndMetadata(offset, metadata, epoch, hw, lso, lst)
     for tp in wanted or ():
         out.setdefault(tp, OffsetAndMetadata(-1))
+    return out
+
+
+CommittedRow = tuple[TopicPartition, int, "str | None", int, "int | None", "int | None", "int | None"]
+"""(partition, committed offset, metadata, leader epoch, high watermark, log start, LSO)."""
+
+
+def _committed_rows(group: GroupTuple | None, group_id: str, only_committed: bool,
+                    tps: dict[str, dict[int, TopicPartition]] | None = None) -> list[CommittedRow]:
+    """The partitions of ``group`` (``group_id``'s entry in a decoded OffsetFetch
+    response, None if missing) as plain tuples (offset -1 for UNKNOWN_TOPIC_OR_PARTITION;
+    partitions without a commit skipped when ``only_committed``). Raises the group-level
+    error, and any partition error other than UNKNOWN_TOPIC_OR_PARTITION (coordinator
+    errors so that the group is retried). ``tps`` caches TopicPartition objects by topic
+    and partition, to share them between the groups of one response."""
+    if group is None:
+        raise KafkaError(ErrorCode.unknown_server_error, f"OffsetFetch: no answer for {group_id!r}")
+    _, code, topics = group
+    raise_for_code(code, f"OffsetFetch {group_id!r}")
+    out: list[CommittedRow] = []
+    append = out.append
+    unknown = ErrorCode.unknown_topic_or_partition
+    if tps is None:
+        tps = {}
+    for name, parts in topics:
+        cache = tps.get(name)
+        if cache is None:
+            cache = tps[name] = {}
+        for partition, offset, epoch, metadata, error, hw, lso, lst in parts:
+            if error:
+                if error in _RETRY_GROUP:
+                    raise error_for(error, f"{group_id} {name}-{partition}")
+                if error != unknown:
+                    raise error_for(error, f"OffsetFetch {group_id!r} {name}-{partition}")
+                offset = -1
+            if only_committed and offset < 0:
+                continue
+            tp = cache.get(partition)
+            if tp is None:
+                tp = cache[partition] = TopicPartition(name, partition)
+            append((tp, offset, metadata, epoch, hw, lso, lst))
     return out
 
 

@@ -22,6 +22,10 @@ from .records import TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionReco
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 PRODUCER_ID_BLOCK = 1000
+# Every partition is a directory with three open files on this node, so a single request
+# must not be able to ask for millions of them (Kafka has no such limit; it creates
+# partitions asynchronously across a cluster). Documented in docs/compatibility.md.
+MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
 @dataclass
@@ -115,6 +119,9 @@ class Controller:
             rf = self.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
         if n <= 0:
             return TopicResult(t.name, ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."), []
+        if n > MAX_PARTITIONS_PER_TOPIC:
+            return TopicResult(t.name, ErrorCode.invalid_partitions,
+                               f"Number of partitions {n} exceeds hightide's limit of {MAX_PARTITIONS_PER_TOPIC} per topic."), []
         if rf <= 0:
             return TopicResult(t.name, ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0, or -1 to use the default value."), []
         if rf > len(self.node_ids):
@@ -173,6 +180,9 @@ class Controller:
         if t is None:
             return ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.", []
         cur = len(t.partitions)
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            return ErrorCode.invalid_partitions, \
+                f"Number of partitions {count} exceeds hightide's limit of {MAX_PARTITIONS_PER_TOPIC} per topic.", []
         if count < cur:
             return ErrorCode.invalid_partitions, f"The topic {name} currently has {cur} partition(s); {count} would not be an increase.", []
         if count == cur:

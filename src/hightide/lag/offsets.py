@@ -73,6 +73,8 @@ def offset_lag(committed: int | None, high_watermark: int | None, log_start_offs
     c = _known(committed)
     end = _known(last_stable_offset if read_committed else high_watermark)
     start = _known(log_start_offset)
+    if c is not None and end is not None and c <= end and (start is None or c >= start):
+        return OffsetLag(c, end, start, end - c, (), read_committed)  # no anomaly (the usual case)
     anomalies: list[Anomaly] = []
     if c is None:
         anomalies.append(Anomaly.NO_COMMIT)

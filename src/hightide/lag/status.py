@@ -108,14 +108,28 @@ class GroupStatus:
     total_lag: int = 0
 
 
-def _error_reason(s: Sample) -> str | None:
-    if s.committed is None or s.committed < 0:
+_Row = tuple[int, "int | None", "int | None", "int | None"]
+"""A sample as a plain tuple (time, committed, end, log start): what the tracker stores.
+Exact tuples of numbers are untracked by the cyclic garbage collector, which matters
+for a monitor holding a window of samples for 50,000 group-partitions."""
+
+
+def _row_lag(r: _Row) -> int | None:
+    c, e = r[1], r[2]
+    if c is None or e is None or c < 0 or e < 0:
+        return None
+    return e - c
+
+
+def _error_reason(r: _Row) -> str | None:
+    _, c, e, start = r
+    if c is None or c < 0:
         return "no_commit"
-    if s.end_offset is None or s.end_offset < 0:
+    if e is None or e < 0:
         return "end_unknown"
-    if s.committed > s.end_offset:
+    if c > e:
         return "committed_past_end"
-    if s.log_start_offset is not None and s.log_start_offset >= 0 and s.committed < s.log_start_offset:
+    if start is not None and start >= 0 and c < start:
         return "committed_before_log_start"
     return None
 
@@ -130,41 +144,51 @@ def evaluate_partition(samples: Sequence[Sample], now_ms: int, rules: StatusRule
     into STOP at once). ``committed_since_ms``: when the committed offset took its
     current value, if the caller knows it better than ``samples`` do.
     """
-    if not samples:
+    return _evaluate([(s.time_ms, s.committed, s.end_offset, s.log_start_offset) for s in samples],
+                     now_ms, rules, active_members, committed_since_ms)
+
+
+def _evaluate(rows: Sequence[_Row], now_ms: int, rules: StatusRules, active_members: int | None,
+              committed_since_ms: int | None) -> PartitionStatus:
+    """:func:`evaluate_partition` on sample rows."""
+    if not rows:
         return PartitionStatus(Status.ERR, "no_samples", False)
-    last = samples[-1]
+    last = rows[-1]
+    last_lag = _row_lag(last)
     reason = _error_reason(last)
     if reason is not None:
-        return PartitionStatus(Status.ERR, reason, True, last.lag)
-    window = [s for s in samples if now_ms - rules.window_ms < s.time_ms <= now_ms] or [last]
-    lags = [s.lag for s in window]
-    if any(lag is not None and lag <= 0 for lag in lags):
-        return PartitionStatus(Status.OK, "caught_up_in_window", len(window) >= rules.min_samples, last.lag)
+        return PartitionStatus(Status.ERR, reason, True, last_lag)
+    start = now_ms - rules.window_ms
+    window = [r for r in rows if start < r[0] <= now_ms] or [last]
+    lags = [_row_lag(r) for r in window]
+    for lag in lags:
+        if lag is not None and lag <= 0:
+            return PartitionStatus(Status.OK, "caught_up_in_window", len(window) >= rules.min_samples, last_lag)
     if active_members == 0:
-        return PartitionStatus(Status.STOP, "no_active_members", len(window) >= rules.min_samples, last.lag)
+        return PartitionStatus(Status.STOP, "no_active_members", len(window) >= rules.min_samples, last_lag)
     if len(window) < max(2, rules.min_samples):
-        return PartitionStatus(Status.OK, "window_incomplete", False, last.lag)
-    commits = [s.committed for s in window]
+        return PartitionStatus(Status.OK, "window_incomplete", False, last_lag)
+    commits = [r[1] for r in window]
     if any(b is not None and a is not None and b < a for a, b in zip(commits, commits[1:])):
-        return PartitionStatus(Status.REWIND, "committed_offset_decreased", True, last.lag)
+        return PartitionStatus(Status.REWIND, "committed_offset_decreased", True, last_lag)
     if all(c == commits[0] for c in commits):
-        since = committed_since_ms if committed_since_ms is not None else _since(samples)
+        since = committed_since_ms if committed_since_ms is not None else _since(rows)
         if now_ms - since >= rules.stop_ms:
-            return PartitionStatus(Status.STOP, "offset_unchanged_for_stop_after", True, last.lag)
-        return PartitionStatus(Status.STALL, "offset_unchanged_lag_not_decreasing", True, last.lag)
+            return PartitionStatus(Status.STOP, "offset_unchanged_for_stop_after", True, last_lag)
+        return PartitionStatus(Status.STALL, "offset_unchanged_lag_not_decreasing", True, last_lag)
     if all(b is not None and a is not None and b >= a for a, b in zip(lags, lags[1:])):
-        return PartitionStatus(Status.WARN, "lag_not_decreasing", True, last.lag)
-    return PartitionStatus(Status.OK, "progressing", True, last.lag)
+        return PartitionStatus(Status.WARN, "lag_not_decreasing", True, last_lag)
+    return PartitionStatus(Status.OK, "progressing", True, last_lag)
 
 
-def _since(samples: Sequence[Sample]) -> int:
+def _since(rows: Sequence[_Row]) -> int:
     """Time of the oldest sample of the trailing run with the newest committed offset."""
-    current = samples[-1].committed
-    since = samples[-1].time_ms
-    for s in reversed(samples):
-        if s.committed != current:
+    current = rows[-1][1]
+    since = rows[-1][0]
+    for r in reversed(rows):
+        if r[1] != current:
             break
-        since = s.time_ms
+        since = r[0]
     return since
 
 
@@ -183,7 +207,7 @@ class _History:
     __slots__ = ("samples", "since_ms")
 
     def __init__(self) -> None:
-        self.samples: deque[Sample] = deque()
+        self.samples: deque[_Row] = deque()
         self.since_ms: int | None = None
 
 
@@ -203,27 +227,38 @@ class StatusTracker:
 
     def observe(self, group: str, key: Hashable, sample: Sample) -> None:
         """Add a sample (ignored unless newer than the partition's newest)."""
-        h = self._groups.setdefault(group, {}).setdefault(key, _History())
-        if h.samples and sample.time_ms <= h.samples[-1].time_ms:
+        self.observe_values(group, key, sample.time_ms, sample.committed, sample.end_offset,
+                            sample.log_start_offset)
+
+    def observe_values(self, group: str, key: Hashable, time_ms: int, committed: int | None,
+                       end_offset: int | None, log_start_offset: int | None = None) -> None:
+        """:meth:`observe` without building a :class:`Sample`."""
+        parts = self._groups.get(group)
+        if parts is None:
+            parts = self._groups[group] = {}
+        h = parts.get(key)
+        if h is None:
+            h = parts[key] = _History()
+        samples = h.samples
+        if samples and time_ms <= samples[-1][0]:
             return
-        if not h.samples or h.samples[-1].committed != sample.committed:
-            h.since_ms = sample.time_ms
-        h.samples.append(sample)
-        horizon = sample.time_ms - self.rules.window_ms
-        while len(h.samples) > 1 and h.samples[0].time_ms <= horizon:
-            h.samples.popleft()
+        if not samples or samples[-1][1] != committed:
+            h.since_ms = time_ms
+        samples.append((time_ms, committed, end_offset, log_start_offset))
+        horizon = time_ms - self.rules.window_ms
+        while len(samples) > 1 and samples[0][0] <= horizon:
+            samples.popleft()
 
     def samples(self, group: str, key: Hashable) -> list[Sample]:
         h = self._groups.get(group, {}).get(key)
-        return list(h.samples) if h else []
+        return [Sample(*r) for r in h.samples] if h else []
 
     def partition_status(self, group: str, key: Hashable, now_ms: int,
                          active_members: int | None = None) -> PartitionStatus:
         h = self._groups.get(group, {}).get(key)
         if h is None:
             return PartitionStatus(Status.ERR, "no_samples", False)
-        return evaluate_partition(list(h.samples), now_ms, self.rules, active_members=active_members,
-                                  committed_since_ms=h.since_ms)
+        return _evaluate(h.samples, now_ms, self.rules, active_members, h.since_ms)
 
     def group_status(self, group: str, now_ms: int, active_members: int | None = None,
                      keys: Iterable[Hashable] | None = None) -> GroupStatus:
@@ -236,7 +271,7 @@ class StatusTracker:
         """Forget partitions (and groups) without a sample for ``forget_after_ms``."""
         for g in list(self._groups):
             parts = self._groups[g]
-            for k in [k for k, h in parts.items() if now_ms - h.samples[-1].time_ms > self.forget_after_ms]:
+            for k in [k for k, h in parts.items() if now_ms - h.samples[-1][0] > self.forget_after_ms]:
                 del parts[k]
             if not parts:
                 del self._groups[g]

@@ -194,7 +194,11 @@ _PREFERENCE = {Certainty.EXACT: 0, Certainty.ESTIMATE: 1, Certainty.LOWER_BOUND:
 def best_time_lag(candidates: Iterable[TimeLag]) -> TimeLag | None:
     """The most certain answer among ``candidates`` (exact, then estimate, then lower
     bound; ties: the larger value, then the order given); None if none has a value."""
-    have = [c for c in candidates if c.ms is not None]
-    if not have:
-        return None
-    return min(have, key=lambda c: (_PREFERENCE[c.certainty], -(c.ms or 0)))
+    best, best_key = None, None
+    for c in candidates:  # = min(with ms, key=(preference, -ms)): the first of equals wins
+        if c.ms is None:
+            continue
+        key = (_PREFERENCE[c.certainty], -c.ms)
+        if best_key is None or key < best_key:
+            best, best_key = c, key
+    return best

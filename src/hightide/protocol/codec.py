@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 
 from .errors import ErrorCode, PeerProtocolError
 from .tolerant import Unknown, read_tolerant
@@ -101,22 +101,16 @@ def decode_request(header: RequestHeader, frame: memoryview | bytes, offset: int
                    unknown_tags: Unknown | None = None) -> Any:
     """Decode the request body. Raises :class:`PeerProtocolError` on malformed input.
 
-    Unknown tagged fields do not fail the decode; they are collected in
-    ``unknown_tags`` (see :func:`hightide.protocol.tolerant.read_tolerant`).
+    Always through :func:`~hightide.protocol.tolerant.read_tolerant`: unknown tagged
+    fields do not fail the decode (they are collected in ``unknown_tags``), and declared
+    array lengths are bounded by the frame before anything is allocated (kio's native
+    entity reader would abort the process on a hostile length).
     """
     schema = request_schema(header.api_key, header.api_version)
     if schema is None:
         raise PeerProtocolError(
             f"no schema for api_key={header.api_key} v{header.api_version}",
             ErrorCode.unsupported_version)
-    try:
-        entity, _ = entity_reader(schema)(frame, offset)
-        return entity
-    except KeyError as exc:
-        if "tag" not in str(exc):
-            raise PeerProtocolError(f"malformed {schema.__name__}: {exc!r}") from exc
-    except Exception as exc:
-        raise PeerProtocolError(f"malformed {schema.__name__} v{header.api_version}: {exc!r}") from exc
     try:
         entity, _ = read_tolerant(schema, frame, offset, unknown_tags)
         return entity

@@ -63,7 +63,9 @@ def handle(ctx, req):
             tid = getattr(rt, "topic_id", None)
             if rt.name is None:
                 t = image.topic_by_id(tid) if tid and tid != ZERO_UUID else None
-                topics.append(topic_entry(t) if t else error_entry(None, ErrorCode.unknown_topic_id, tid))
+                # the topic name is nullable only from v12 on
+                topics.append(topic_entry(t) if t else error_entry(None if ctx.version >= 12 else "",
+                                                                    ErrorCode.unknown_topic_id, tid))
                 continue
             t = image.topics.get(rt.name)
             if t is not None:
