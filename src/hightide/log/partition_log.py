@@ -31,7 +31,7 @@ from hightide.protocol.records import (
 
 from .cleaner_files import truncate_cleaner_checkpoint
 from .config import LogConfig
-from .flush import FlushJob, run_flush
+from .flush import FSYNC_JOURNAL, FlushJob, run_flush
 from .loader import (
     LOG_START_OFFSET_FILE,
     PRODUCER_SNAPSHOT_FILE,
@@ -549,6 +549,7 @@ class PartitionLog:
         fds: list[int] = []
         for seg in self._segments:
             fds.extend(seg.take_dirty_fds())
+        sizes = tuple((seg.log_path, seg.size) for seg in self._segments) if FSYNC_JOURNAL else ()
         dir_path = self.path if self._dir_dirty else None
         self._dir_dirty = False
         write_rp = self._recovery_point != self._leo or not self._recovery_file_written
@@ -556,7 +557,7 @@ class PartitionLog:
         if now_ms is not None:
             self._last_flush_ms = now_ms
         return FlushJob(fds, dir_path, self._leo,
-                        os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None)
+                        os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None, sizes)
 
     def end_flush(self, job: FlushJob, *, ok: bool) -> None:
         """On the owning thread, after :func:`run_flush`: advance the recovery point, or
