@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 
-from ...protocol.codec import response_schema
 
 from ...log.cleaner import validate_compacted_batch
 from ...log.producer_state import ProducerStateError
-from ...protocol.build import materialize
+from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
 from ...protocol.records import InvalidRecords, decode_records, validate_batches
-from ..registry import CloseConnection, handles
+from ..registry import CloseConnection, RawResponse, handles
 from .common import LEADER_EPOCH
 
 
@@ -150,7 +149,7 @@ def handle(ctx, req):
     response = {"responses": responses, "throttle_time": 0}
     if durable:
         return _after_fsync(ctx, durable, response)
-    return materialize(response_schema(0, ctx.version), response)
+    return _encode(ctx, response)
 
 
 async def _after_fsync(ctx, logs, response):
@@ -162,4 +161,13 @@ async def _after_fsync(ctx, logs, response):
                 if p["error_code"] == ErrorCode.none:
                     p["error_code"] = ErrorCode.kafka_storage_error
                     p["error_message"] = "fsync failed"
-    return materialize(response_schema(0, ctx.version), response)
+    return _encode(ctx, response)
+
+
+def _encode(ctx, response) -> RawResponse:
+    topics = [(t["name"], [(p["index"], int(p["error_code"]), p["base_offset"], p["log_append_time"],
+                            p["log_start_offset"], p["error_message"],
+                            [(e["batch_index"], e["batch_index_error_message"]) for e in p["record_errors"]])
+                           for p in t["partition_responses"]]) for t in response["responses"]]
+    frame = encode_produce_response(ctx.version, ctx.header.correlation_id, topics)
+    return RawResponse([memoryview(frame)[4:]])
