@@ -19,6 +19,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
 from .errors import ErrorCode, PeerProtocolError
+from .primitives import skip_tags
 from .tolerant import Unknown, read_tolerant
 
 API_VERSIONS_KEY = 18
@@ -69,32 +70,15 @@ def parse_header(frame: memoryview | bytes) -> tuple[RequestHeader, int]:
     header = RequestHeader(api_key, version, corr, client_id)
     schema = request_schema(api_key, version)
     if schema is not None and schema.__flexible__:
-        pos = _skip_tagged_fields(frame, pos)
+        try:
+            pos = skip_tags(frame, pos)
+        except ValueError as exc:
+            raise PeerProtocolError(f"request header tagged fields malformed: {exc}") from exc
     return header, pos
 
 
-def _read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise PeerProtocolError("malformed varint in request header")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
 
 
-def _skip_tagged_fields(buf: Any, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise PeerProtocolError("request header tagged fields truncated")
-    return pos
 
 
 def decode_request(header: RequestHeader, frame: memoryview | bytes, offset: int,

@@ -13,6 +13,8 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
+from .primitives import array_len, string, uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_FIXED = struct.Struct(">ihq")  # partition, error, high watermark
@@ -39,22 +41,10 @@ class TopicData:
     partitions: list[PartitionData] = field(default_factory=list)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
-def _array_len(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
-def _string(s: str, flexible: bool) -> bytes:
-    b = s.encode()
-    return (_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
 
 
 def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicData], *,
@@ -71,14 +61,14 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicD
     head += _I32.pack(throttle_ms)
     if version >= 7:
         head += _I16.pack(error_code) + _I32.pack(session_id)
-    head += _array_len(len(topics), flexible)
+    head += array_len(len(topics), flexible)
     cur = head
     for t in topics:
         if version >= 13:
             cur += (t.topic_id or uuid.UUID(int=0)).bytes
         else:
-            cur += _string(t.name or "", flexible)
-        cur += _array_len(len(t.partitions), flexible)
+            cur += string(t.name or "", flexible)
+        cur += array_len(len(t.partitions), flexible)
         for p in t.partitions:
             cur += _PART_FIXED.pack(p.partition, p.error_code, p.high_watermark)
             cur += _Q.pack(p.last_stable_offset)
@@ -87,7 +77,7 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicD
             if p.aborted is None:
                 cur += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
-                cur += _array_len(len(p.aborted), flexible)
+                cur += array_len(len(p.aborted), flexible)
                 for pid, first in p.aborted:
                     cur += struct.pack(">qq", pid, first)
                     if flexible:
@@ -98,7 +88,7 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicD
             if rec is None:
                 cur += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
-                cur += _uvarint(len(rec) + 1) if flexible else _I32.pack(len(rec))
+                cur += uvarint(len(rec) + 1) if flexible else _I32.pack(len(rec))
                 if len(rec):
                     out.append(bytes(cur))
                     out.append(rec)
@@ -106,19 +96,19 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicD
             if flexible:
                 if p.current_leader is not None:
                     tag = _I32.pack(p.current_leader[0]) + _I32.pack(p.current_leader[1]) + b"\x00"
-                    cur += b"\x01" + _uvarint(1) + _uvarint(len(tag)) + tag
+                    cur += b"\x01" + uvarint(1) + uvarint(len(tag)) + tag
                 else:
                     cur += b"\x00"
         if flexible:
             cur += b"\x00"
     if flexible:
         if version >= 16 and node_endpoints:
-            body = bytearray(_array_len(len(node_endpoints), True))
+            body = bytearray(array_len(len(node_endpoints), True))
             for node_id, host, port, rack in node_endpoints:
-                body += _I32.pack(node_id) + _string(host, True) + _I32.pack(port)
-                body += b"\x00" if rack is None else _string(rack, True)
+                body += _I32.pack(node_id) + string(host, True) + _I32.pack(port)
+                body += b"\x00" if rack is None else string(rack, True)
                 body += b"\x00"
-            cur += b"\x01" + _uvarint(0) + _uvarint(len(body)) + body
+            cur += b"\x01" + uvarint(0) + uvarint(len(body)) + body
         else:
             cur += b"\x00"
     if cur:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .primitives import string, uvarint
+
 TAG_EXPECTED_OFFSET = 10000
 _HDR = struct.Struct(">hhih")
 
@@ -22,20 +24,12 @@ class CommitPartition:
     expected_offset: int | None = None
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
-def _cstr(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    b = s.encode()
-    return _uvarint(len(b) + 1) + b
+
+
+def _c(s: str | None) -> bytes:
+    return string(s, True)
 
 
 def encode_offset_commit_request(version: int, correlation_id: int, client_id: str | None, group_id: str,
@@ -47,16 +41,16 @@ def encode_offset_commit_request(version: int, correlation_id: int, client_id: s
     cid = None if client_id is None else client_id.encode()
     out = bytearray(b"\x00\x00\x00\x00")
     out += _HDR.pack(8, version, correlation_id, -1 if cid is None else len(cid)) + (cid or b"") + b"\x00"
-    out += _cstr(group_id) + struct.pack(">i", generation) + _cstr(member_id) + _cstr(group_instance_id)
-    out += _uvarint(len(topics) + 1)
+    out += _c(group_id) + struct.pack(">i", generation) + _c(member_id) + _c(group_instance_id)
+    out += uvarint(len(topics) + 1)
     for name, parts in topics:
-        out += _cstr(name) + _uvarint(len(parts) + 1)
+        out += _c(name) + uvarint(len(parts) + 1)
         for p in parts:
-            out += struct.pack(">iqi", p.partition, p.offset, p.leader_epoch) + _cstr(p.metadata)
+            out += struct.pack(">iqi", p.partition, p.offset, p.leader_epoch) + _c(p.metadata)
             if p.expected_offset is None:
                 out += b"\x00"
             else:
-                out += b"\x01" + _uvarint(TAG_EXPECTED_OFFSET) + _uvarint(8) + struct.pack(">q", p.expected_offset)
+                out += b"\x01" + uvarint(TAG_EXPECTED_OFFSET) + uvarint(8) + struct.pack(">q", p.expected_offset)
         out += b"\x00"
     out += b"\x00"
     struct.pack_into(">i", out, 0, len(out) - 4)

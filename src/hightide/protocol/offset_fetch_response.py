@@ -15,6 +15,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from .primitives import array_len, read_uvarint, skip_tags, string, uvarint
+
 TAG_HIGH_WATERMARK = 10000
 TAG_LOG_START_OFFSET = 10001
 TAG_LAST_STABLE_OFFSET = 10002
@@ -43,30 +45,16 @@ class GroupOffsets:
     topics: list[tuple[str, list[PartitionOffset]]] = field(default_factory=list)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # A partition entry in one struct (v6+): empty metadata, the three extension tags in order, 8 bytes each.
 _PART_EXT = struct.Struct(">iqiBhB3sq3sq3sq")
-_EXT_KEYS = (_uvarint(TAG_HIGH_WATERMARK) + b"\x08", _uvarint(TAG_LOG_START_OFFSET) + b"\x08",
-             _uvarint(TAG_LAST_STABLE_OFFSET) + b"\x08")
+_EXT_KEYS = (uvarint(TAG_HIGH_WATERMARK) + b"\x08", uvarint(TAG_LOG_START_OFFSET) + b"\x08",
+             uvarint(TAG_LAST_STABLE_OFFSET) + b"\x08")
 
 
-def _str(s: str | None, flexible: bool) -> bytes:
-    if s is None:
-        return b"\x00" if flexible else _I16.pack(-1)
-    b = s.encode()
-    return (_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
 
 
-def _len(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def _partition(out: bytearray, p: PartitionOffset, version: int, flexible: bool) -> None:
@@ -80,20 +68,20 @@ def _partition(out: bytearray, p: PartitionOffset, version: int, flexible: bool)
     out += _I32.pack(p.partition) + _I64.pack(p.offset)
     if version >= 5:
         out += _I32.pack(p.leader_epoch)
-    out += _str(p.metadata, flexible) + _I16.pack(p.error_code)
+    out += string(p.metadata, flexible) + _I16.pack(p.error_code)
     if flexible:
         tags = [(t, v) for t, v in ((TAG_HIGH_WATERMARK, p.high_watermark),
                                     (TAG_LOG_START_OFFSET, p.log_start_offset),
                                     (TAG_LAST_STABLE_OFFSET, p.last_stable_offset)) if v is not None]
-        out += _uvarint(len(tags))
+        out += uvarint(len(tags))
         for tag, v in tags:
-            out += _uvarint(tag) + _uvarint(8) + _I64.pack(v)
+            out += uvarint(tag) + uvarint(8) + _I64.pack(v)
 
 
 def _topics(out: bytearray, topics: list[tuple[str, list[PartitionOffset]]], version: int, flexible: bool) -> None:
-    out += _len(len(topics), flexible)
+    out += array_len(len(topics), flexible)
     for name, parts in topics:
-        out += _str(name, flexible) + _len(len(parts), flexible)
+        out += string(name, flexible) + array_len(len(parts), flexible)
         for p in parts:
             _partition(out, p, version, flexible)
         if flexible:
@@ -112,9 +100,9 @@ def encode_offset_fetch_response(version: int, correlation_id: int, groups: list
     if version >= 3:
         out += _I32.pack(throttle_ms)
     if version >= 8:
-        out += _len(len(groups), True)
+        out += array_len(len(groups), True)
         for g in groups:
-            out += _str(g.group_id, True)
+            out += string(g.group_id, True)
             _topics(out, g.topics, version, True)
             out += _I16.pack(g.error_code) + b"\x00"
     else:
@@ -139,25 +127,11 @@ GroupTuple = tuple["str | None", int, list[tuple[str, list[PartitionTuple]]]]
 """(group id, error code, [(topic, [partition, ...]), ...]); the group id is None below v8."""
 
 
-def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result, shift = b & 0x7F, 7
-    while True:
-        pos += 1
-        b = buf[pos]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos + 1
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
 
 
 def _read_str(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[str | None, int]:
     if flexible:
-        n, pos = _read_uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         n -= 1
     else:
         n = _I16.unpack_from(buf, pos)[0]
@@ -175,20 +149,11 @@ def _read_str(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[str | 
 def _read_len(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
     """Array length (-1: null)."""
     if flexible:
-        n, pos = _read_uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return n - 1, pos
     return _I32.unpack_from(buf, pos)[0], pos + 4
 
 
-def _skip_tags(buf: bytes | memoryview, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise ValueError("tagged field runs past the end of the frame")
-    return pos
 
 
 def _read_topics(buf: bytes | memoryview, pos: int, version: int, flexible: bool
@@ -233,14 +198,14 @@ def _read_topics(buf: bytes | memoryview, pos: int, version: int, flexible: bool
             if flexible:
                 ntags = buf[pos]
                 if ntags >= 0x80:
-                    ntags, pos = _read_uvarint(buf, pos)
+                    ntags, pos = read_uvarint(buf, pos)
                 else:
                     pos += 1
                 for _ in range(ntags):
-                    tag, pos = _read_uvarint(buf, pos)
+                    tag, pos = read_uvarint(buf, pos)
                     size = buf[pos]
                     if size >= 0x80:
-                        size, pos = _read_uvarint(buf, pos)
+                        size, pos = read_uvarint(buf, pos)
                     else:
                         pos += 1
                     if pos + size > end:
@@ -255,7 +220,7 @@ def _read_topics(buf: bytes | memoryview, pos: int, version: int, flexible: bool
                     pos += size
             append((partition, offset, epoch, metadata, error_code, hw, lso, lst))
         if flexible:
-            pos = _skip_tags(buf, pos)
+            pos = skip_tags(buf, pos)
         topics.append((name or "", parts))
     return topics, pos
 
@@ -275,7 +240,7 @@ def decode_offset_fetch_response(version: int, frame: bytes | memoryview
     corr = _I32.unpack_from(buf, 0)[0]
     pos = 4
     if flexible:
-        pos = _skip_tags(buf, pos)
+        pos = skip_tags(buf, pos)
     throttle = 0
     if version >= 3:
         throttle = _I32.unpack_from(buf, pos)[0]
@@ -287,7 +252,7 @@ def decode_offset_fetch_response(version: int, frame: bytes | memoryview
             gid, pos = _read_str(buf, pos, True)
             topics, pos = _read_topics(buf, pos, version, True)
             code = _I16.unpack_from(buf, pos)[0]
-            pos = _skip_tags(buf, pos + 2)
+            pos = skip_tags(buf, pos + 2)
             groups.append((gid or "", code, topics))
     else:
         topics, pos = _read_topics(buf, pos, version, flexible)
@@ -297,7 +262,7 @@ def decode_offset_fetch_response(version: int, frame: bytes | memoryview
             pos += 2
         groups.append((None, code, topics))
     if flexible:
-        pos = _skip_tags(buf, pos)
+        pos = skip_tags(buf, pos)
     if pos != len(buf):
         raise ValueError(f"{len(buf) - pos} bytes left over after OffsetFetch v{version}")
     return corr, throttle, groups

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import struct
 
+from .primitives import string, uvarint
+
 _PART = struct.Struct(">ihqq")  # index, error, base offset, log append time
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -18,20 +20,8 @@ _I16 = struct.Struct(">h")
 PartitionResult = tuple[int, int, int, int, int, "str | None", "list[tuple[int, str | None]]"]
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
-def _str(s: str | None, flexible: bool) -> bytes:
-    if s is None:
-        return b"\x00" if flexible else b"\xff\xff"
-    b = s.encode()
-    return (_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
 
 
 def encode_produce_response(version: int, correlation_id: int,
@@ -42,21 +32,21 @@ def encode_produce_response(version: int, correlation_id: int,
     _I32.pack_into(out, 4, correlation_id)
     if flexible:
         out += b"\x00"
-    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    out += uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for name, parts in topics:
-        out += _str(name, flexible)
-        out += _uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
+        out += string(name, flexible)
+        out += uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
         for index, error, base, append_time, log_start, message, record_errors in parts:
             out += _PART.pack(index, error, base, append_time)
             if version >= 5:
                 out += _I64.pack(log_start)
             if version >= 8:
-                out += _uvarint(len(record_errors) + 1) if flexible else _I32.pack(len(record_errors))
+                out += uvarint(len(record_errors) + 1) if flexible else _I32.pack(len(record_errors))
                 for batch_index, batch_message in record_errors:
-                    out += _I32.pack(batch_index) + _str(batch_message, flexible)
+                    out += _I32.pack(batch_index) + string(batch_message, flexible)
                     if flexible:
                         out += b"\x00"
-                out += _str(message, flexible)
+                out += string(message, flexible)
             if flexible:
                 out += b"\x00"
         if flexible:

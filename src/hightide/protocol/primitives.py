@@ -1,0 +1,59 @@
+"""Kafka wire primitives shared by the hand-written encoders and decoders
+(Fetch, Produce and OffsetFetch responses, OffsetCommit requests, request headers)."""
+
+from __future__ import annotations
+
+import struct
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def uvarint(n: int) -> bytes:
+    """Unsigned varint (compact lengths, tag numbers)."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def string(s: str | None, flexible: bool) -> bytes:
+    """A (nullable) string: compact on flexible versions, int16-prefixed otherwise."""
+    if s is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    b = s.encode()
+    return (uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
+
+
+def array_len(n: int, flexible: bool) -> bytes:
+    """An array length (-1 = null): compact on flexible versions, int32 otherwise."""
+    return uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(value, next position). Raises ValueError on a truncated or over-long varint."""
+    result = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise ValueError("malformed unsigned varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def skip_tags(buf: bytes | memoryview, pos: int) -> int:
+    """Skip a tagged-field section; return the next position. Raises ValueError when it
+    runs past the end of ``buf``."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise ValueError("tagged fields run past the end of the frame")
+    return pos
