@@ -48,17 +48,23 @@ async def group_lag(client: AdminClient, group_id: str, *,
     use_ext = getattr(client, "use_extensions", True)
     missing = [tp for tp, om in committed.items()
                if not (use_ext and _has_extension(om, read_committed))]
-    latest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
-    earliest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
-    if missing:
-        latest, earliest = await asyncio.gather(
-            client.list_offsets({tp: "latest" for tp in missing}, isolation_level=isolation_level,
-                                raise_on_error=False),
-            client.list_offsets({tp: "earliest" for tp in missing}, raise_on_error=False))
+    latest, earliest = await _end_offsets(client, missing, isolation_level)
     return {tp: partition_lag(om if use_ext else OffsetAndMetadata(om.offset, om.metadata, om.leader_epoch),
                               read_committed, latest.get(tp), earliest.get(tp))
             for tp, om in sorted(committed.items())}
 
+
+
+async def _end_offsets(client: AdminClient, partitions: list[TopicPartition], isolation_level: str
+                       ) -> tuple[dict[TopicPartition, ListOffsetsResult | KafkaError],
+                                  dict[TopicPartition, ListOffsetsResult | KafkaError]]:
+    """(latest, earliest) for ``partitions`` — the second call of the two-call path."""
+    if not partitions:
+        return {}, {}
+    return await asyncio.gather(
+        client.list_offsets({tp: "latest" for tp in partitions}, isolation_level=isolation_level,
+                            raise_on_error=False),
+        client.list_offsets({tp: "earliest" for tp in partitions}, raise_on_error=False))
 
 
 async def groups_lag(client: AdminClient, group_ids: list[str], *,
@@ -80,13 +86,7 @@ async def groups_lag(client: AdminClient, group_ids: list[str], *,
         return use_ext and row[4] is not None and row[5] is not None and (not read_committed or row[6] is not None)
     missing = sorted({row[0] for rows in committed.values() if not isinstance(rows, KafkaError)
                       for row in rows if not covered(row)})
-    latest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
-    earliest: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
-    if missing:
-        latest, earliest = await asyncio.gather(
-            client.list_offsets({tp: "latest" for tp in missing}, isolation_level=isolation_level,
-                                raise_on_error=False),
-            client.list_offsets({tp: "earliest" for tp in missing}, raise_on_error=False))
+    latest, earliest = await _end_offsets(client, missing, isolation_level)
     none = ErrorCode.none
     by_tp = itemgetter(0)
     out: dict[str, dict[TopicPartition, PartitionLag] | KafkaError] = {}
