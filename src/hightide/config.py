@@ -9,6 +9,7 @@ Values are kept as Kafka strings at the edges and parsed by :meth:`ConfigDef.par
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -291,3 +292,106 @@ def effective_topic_config(broker: BrokerConfig, overrides: Mapping[str, str]) -
     out = {name: broker.topic_default(name) for name in TOPIC_CONFIGS}
     out.update(validate_topic_configs(overrides))
     return out
+
+
+# -- group configs (GROUP resource, type 32, of DescribeConfigs / IncrementalAlterConfigs) ----------
+_ISO_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE)
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """Milliseconds of a Java ``Duration`` string (``PnDTnHnMn.nS``); ValueError if invalid."""
+    m = _ISO_DURATION.fullmatch(text.strip())
+    if m is None or m.group(3) == "T" or not any(m.group(i) for i in (2, 4, 5, 6)):
+        raise ValueError(f"not an ISO-8601 duration: {text!r}")
+    sign = -1 if m.group(1) == "-" else 1
+    days, hours, minutes, seconds = (int(m.group(i) or 0) for i in (2, 4, 5, 6))
+    frac = m.group(7) or ""
+    ms = ((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000
+    if frac:
+        part = int(frac.ljust(9, "0")[:3])
+        ms += -part if m.group(6).startswith("-") else part
+    return sign * ms
+
+
+def parse_share_auto_offset_reset(value: str) -> tuple[str, int | None]:
+    """``share.auto.offset.reset``: ("latest"|"earliest", None) or ("by_duration", ms).
+    Raises ValueError with Kafka's message for anything else (or a negative duration)."""
+    v = value.strip().lower()
+    if v in ("latest", "earliest"):
+        return v, None
+    if v.startswith("by_duration:"):
+        try:
+            ms = parse_iso_duration_ms(value.strip()[len("by_duration:"):])
+        except ValueError:
+            ms = -1
+        if ms >= 0:
+            return "by_duration", ms
+    raise ValueError(f"Invalid value `{value}` for configuration share.auto.offset.reset. The value must be either "
+                     "'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.")
+
+
+def _valid_reset(v: str) -> bool:
+    try:
+        parse_share_auto_offset_reset(v)
+    except ValueError:
+        return False
+    return True
+
+
+# Group config name -> its broker default (synonym) and the broker configs bounding it.
+GROUP_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
+    _d("share.session.timeout.ms", "int", 45000, "Session timeout of this share group's members.", _pos,
+       synonym="group.share.session.timeout.ms"),
+    _d("share.heartbeat.interval.ms", "int", 5000, "Heartbeat interval of this share group's members.", _pos,
+       synonym="group.share.heartbeat.interval.ms"),
+    _d("share.record.lock.duration.ms", "int", 30000, "Acquisition lock duration of this share group's records.",
+       (lambda v: v >= 1000, "must be >= 1000"), synonym="group.share.record.lock.duration.ms"),
+    _d("share.delivery.count.limit", "int", 5, "Deliveries of a record before it is archived.", _pos,
+       synonym="group.share.delivery.count.limit"),
+    _d("share.partition.max.record.locks", "int", 2000, "Most in-flight records per share partition.", _pos,
+       synonym="group.share.partition.max.record.locks"),
+    _d("share.auto.offset.reset", "string", "latest",
+       "Where a share partition starts: earliest, latest or by_duration:<PnDTnHnMn.nS>.",
+       (_valid_reset, "must be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'")),
+    _d("share.isolation.level", "string", "read_uncommitted", "read_committed or read_uncommitted.",
+       (lambda v: v in ("read_committed", "read_uncommitted"), "must be read_committed or read_uncommitted")),
+]}
+
+# Group config -> (broker min config, broker max config); Kafka's GroupConfig.validateValues.
+GROUP_CONFIG_BOUNDS: dict[str, tuple[str, str]] = {
+    "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
+    "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
+    "share.record.lock.duration.ms": ("group.share.min.record.lock.duration.ms",
+                                      "group.share.max.record.lock.duration.ms"),
+    "share.delivery.count.limit": ("group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
+    "share.partition.max.record.locks": ("group.share.min.partition.max.record.locks",
+                                         "group.share.max.partition.max.record.locks"),
+}
+
+
+def group_config_default(broker: BrokerConfig, name: str) -> Any:
+    """The broker-level default of a group config (its ``group.share.*`` synonym, if any)."""
+    d = GROUP_CONFIGS[name]
+    return broker[d.synonym] if d.synonym else d.default
+
+
+def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str]) -> dict[str, Any]:
+    """All group configs of one group, parsed: the overrides in ``configs`` over the
+    broker defaults. Raises ConfigError as Kafka's ``GroupConfig.validate`` does: unknown
+    name, bad value, outside the broker's min/max, session timeout not above the
+    heartbeat interval."""
+    for name in configs:
+        if name not in GROUP_CONFIGS:
+            raise ConfigError(f"Unknown group config name: {name}")
+    values = {n: GROUP_CONFIGS[n].parse(configs[n]) if n in configs else group_config_default(broker, n)
+              for n in GROUP_CONFIGS}
+    for name, (lo, hi) in GROUP_CONFIG_BOUNDS.items():
+        if values[name] < broker[lo]:
+            raise ConfigError(f"{name} must be greater than or equal to {lo}")
+        if values[name] > broker[hi]:
+            raise ConfigError(f"{name} must be less than or equal to {hi}")
+    if values["share.session.timeout.ms"] <= values["share.heartbeat.interval.ms"]:
+        raise ConfigError("share.session.timeout.ms must be greater than share.heartbeat.interval.ms")
+    return values
