@@ -15,9 +15,10 @@ from typing import Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from ..config import TOPIC_CONFIGS, BrokerConfig, ConfigError, effective_topic_config, validate_topic_configs
+from ..config import (GROUP_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigError, effective_topic_config,
+                      validate_group_configs, validate_topic_configs)
 from .image import MetadataImage, TopicImage
-from .records import TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord, ProducerIdsRecord, RemoveTopicRecord, TopicRecord
+from .records import GROUP_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord, ProducerIdsRecord, RemoveTopicRecord, TopicRecord
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -238,6 +239,38 @@ class Controller:
             if current.get(key) != t.configs.get(key):
                 recs.append(ConfigRecord(TOPIC_RESOURCE, name, key, current.get(key)))
         return ErrorCode.none, None, recs
+
+    def alter_group_configs(self, image: MetadataImage, group_id: str,
+                            ops: Sequence[tuple[str, int, str | None]]) -> tuple[ErrorCode, str | None, list[MetadataRecord]]:
+        """IncrementalAlterConfigs on a GROUP resource (Kafka's group configs, ``share.*``).
+        Only SET (0) and DELETE (1): every group config is a scalar. The resulting
+        overrides are validated as a whole against the broker bounds (INVALID_CONFIG)."""
+        if not group_id:
+            return ErrorCode.invalid_request, "Group id must not be empty", []
+        current = dict(image.group_configs.get(group_id, {}))
+        keys = [k for k, _, _ in ops]
+        if len(set(keys)) != len(keys):
+            return ErrorCode.invalid_request, "Error due to duplicate config keys", []
+        for key, op, value in ops:
+            if key not in GROUP_CONFIGS:
+                return ErrorCode.invalid_config, f"Unknown group config name: {key}", []
+            if op == 0:
+                if value is None:
+                    return ErrorCode.invalid_request, f"Null value not supported for : {key}", []
+                current[key] = value
+            elif op == 1:
+                current.pop(key, None)
+            elif op in (2, 3):
+                return ErrorCode.invalid_config, f"Config value append/subtract is not allowed for config key {key}", []
+            else:
+                return ErrorCode.invalid_request, f"Unknown config operation {op}", []
+        try:
+            validate_group_configs(self.config, current)
+        except ConfigError as exc:
+            return ErrorCode.invalid_config, str(exc), []
+        old = image.group_configs.get(group_id, {})
+        return ErrorCode.none, None, [ConfigRecord(GROUP_RESOURCE, group_id, key, current.get(key))
+                                      for key in sorted(set(current) | set(old)) if current.get(key) != old.get(key)]
 
     # -- producer ids ---------------------------------------------------------------
     def allocate_producer_ids(self, image: MetadataImage) -> tuple[int, list[MetadataRecord]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from .records import (BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord,
+from .records import (BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord,
                       ProducerIdsRecord, RemoveTopicRecord, TopicRecord)
 
 
@@ -38,6 +38,7 @@ class MetadataImage:
     topics: dict[str, TopicImage] = field(default_factory=dict)
     topics_by_id: dict[uuid.UUID, TopicImage] = field(default_factory=dict)
     broker_configs: dict[str, str] = field(default_factory=dict)
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> overrides
     next_producer_id: int = 0
     offset: int = -1  # metadata log offset of the last applied record
 
@@ -63,6 +64,8 @@ class MetadataImage:
                         target.pop(n, None)
                     else:
                         target[n] = v
+                    if rt == GROUP_RESOURCE and not target:
+                        self.group_configs.pop(rn, None)
             case ProducerIdsRecord(next_producer_id=nxt):
                 self.next_producer_id = max(self.next_producer_id, nxt)
         self.offset = offset
@@ -73,6 +76,8 @@ class MetadataImage:
             return t.configs if t else None
         if resource_type == BROKER_RESOURCE:
             return self.broker_configs
+        if resource_type == GROUP_RESOURCE:
+            return self.group_configs.setdefault(name, {})
         return None
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32  # group configs (share.*), Kafka's ConfigResource.Type.GROUP
 
 
 @dataclass(frozen=True)
