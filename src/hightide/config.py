@@ -175,6 +175,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "Largest share.partition.max.record.locks of a group.", (lambda v: 100 <= v <= 10000, "must be in [100, 10000]")),
     _d("group.share.assignors", "list", ("simple",), "Server-side assignors of share groups (only 'simple').",
        (lambda v: tuple(v) == ("simple",), "hightide implements the 'simple' share group assignor only")),
+    # Share coordinator (share state in __share_group_state).
+    _d("share.coordinator.state.topic.num.partitions", "int", 50,
+       "Partitions of __share_group_state (fixed once created).", _pos),
+    _d("share.coordinator.state.topic.segment.bytes", "int", 104857600, "Segment size of __share_group_state.",
+       (lambda v: v >= 14, "must be >= 14")),
+    _d("share.coordinator.snapshot.update.records.per.snapshot", "int", 500,
+       "ShareUpdate records written for a share partition before the next ShareSnapshot.", _nonneg),
+    _d("share.coordinator.state.topic.prune.interval.ms", "int", 300000,
+       "How often records no longer needed to rebuild share state are deleted from __share_group_state.", _pos),
+    _d("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300000,
+       "A share partition whose last snapshot is older than this is snapshotted again (so pruning advances).", _pos),
 ]}
 
 # Topic config name -> broker synonym (None: no broker-level synonym).
