@@ -30,6 +30,7 @@ from . import handlers  # noqa: F401  (registers routes)
 from .connection import KafkaConnection
 from .flusher import Flusher
 from .group_runtime import GroupRuntime
+from .share_runtime import ShareStateRuntime
 from .waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
@@ -58,6 +59,7 @@ class Broker:
         self.waiters = AppendWaiters()
         self.flusher = Flusher(self)
         self.groups = GroupRuntime(self)
+        self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
@@ -80,6 +82,7 @@ class Broker:
         self.cluster_id = self.cluster_id or self._load_cluster_id()
         self._open_logs()
         self.groups.start()
+        self.share_state.start()
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: KafkaConnection(self), self.listen[0], self.listen[1],
                                                reuse_address=True, backlog=1024)
@@ -87,6 +90,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
+        self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
         if self.config["log.cleaner.enable"]:
             self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
         self.started_at = time.monotonic()
@@ -247,6 +251,16 @@ class Broker:
                     self.groups.expire_offsets(ts)
             except Exception:
                 log.exception("group timers failed")
+
+    async def _share_state_pruning(self) -> None:
+        """Cold snapshots and pruning of __share_group_state on its interval."""
+        interval = self.config["share.coordinator.state.topic.prune.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.share_state.prune(now_ms())
+            except Exception:
+                log.exception("share state pruning failed")
 
     async def _cleaner_loop(self) -> None:
         interval = self.config["log.cleaner.backoff.ms"] / 1000

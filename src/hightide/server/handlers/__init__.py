@@ -15,4 +15,5 @@ from . import (  # noqa: F401
     metadata,
     offset_for_leader_epoch,
     produce,
+    share_state,
 )
