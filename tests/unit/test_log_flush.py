@@ -6,7 +6,7 @@ import pytest
 
 from hightide.log.config import LogConfig
 from hightide.log.flush import FlushJob, run_flush
-from hightide.log.partition_log import PartitionLog
+from hightide.log.partition_log import LogOffline, PartitionLog
 from hightide.protocol.records import build_batch, validate_batches
 
 
@@ -31,7 +31,10 @@ def test_job_covers_offset_at_begin(tmp_path):
     plog.close()
 
 
-def test_failed_fsync_marks_everything_dirty(tmp_path):
+def test_failed_fsync_takes_the_log_offline_for_appends(tmp_path):
+    """A failed fsync is never retried (the kernel may have dropped the pages and
+    reports the error once): appends are refused, reads continue, the recovery point
+    stays, and close() refuses to vouch for the log (no clean-shutdown marker)."""
     plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=False)
     _append(plog)
     plog.flush(0)
@@ -46,6 +49,30 @@ def test_failed_fsync_marks_everything_dirty(tmp_path):
     os.close(w)
     plog.end_flush(bad, ok=False)
     assert plog.recovery_point == 1
+    assert plog.offline_reason is not None
+    with pytest.raises(LogOffline):
+        _append(plog)
+    assert plog.log_end_offset == 2 and plog.read(0, 1 << 20).data  # reads keep working
+    assert not plog.needs_flush(10**12)
+    with pytest.raises(LogOffline):
+        plog.close()
+
+
+def test_failed_capture_is_retried_without_going_offline(tmp_path):
+    """If the flush cannot even be captured (e.g. EMFILE on dup), nothing was fsynced
+    and nothing failed: everything is flushed again next time."""
+    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=False)
+    _append(plog)
+    plog.flush(0)
+    _append(plog)
+    job = plog.begin_flush(1)
+    for fd in job.fds:
+        os.close(fd)
+    bad = job._replace(fds=[], error=OSError(24, "Too many open files"))
+    with pytest.raises(OSError):
+        run_flush(bad)
+    plog.end_flush(bad, ok=False)
+    assert plog.offline_reason is None
     retry = plog.begin_flush(2)
     assert len(retry.fds) >= 3  # log and both indexes are fsynced again
     run_flush(retry)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from .faults import FAULTS
 from .loader import write_small_file
 
 # Test hook for power-loss simulation: when set, every completed flush appends
@@ -27,14 +28,20 @@ class FlushJob(NamedTuple):
     offset: int
     recovery_file: str | None
     durable_sizes: tuple[tuple[str, int], ...] = ()  # only with FSYNC_JOURNAL
+    error: OSError | None = None  # capturing the job failed (e.g. EMFILE); nothing to fsync
 
 
 def run_flush(job: FlushJob) -> None:
     """fsync the job's files (releases the GIL while blocked), then record the recovery
-    point. Always closes the job's fds. Raises OSError if an fsync fails."""
+    point. Always closes the job's fds. Raises OSError if an fsync fails (or the job
+    carries the error that prevented capturing it)."""
+    if job.error is not None:
+        raise job.error
     error: OSError | None = None
     for fd in job.fds:
         try:
+            if FAULTS is not None:
+                FAULTS.on_fsync(fd)
             os.fsync(fd)
         except OSError as exc:
             error = error or exc
@@ -58,5 +65,5 @@ def run_flush(job: FlushJob) -> None:
         # Not fsynced: a stale or missing recovery point only means more recovery work.
         try:
             write_small_file(job.recovery_file, f"{job.offset}\n", sync=False)
-        except FileNotFoundError:
-            pass
+        except OSError:
+            pass  # deleted partition, or no space for the temp file: a stale point is safe

@@ -20,6 +20,8 @@ import struct
 from array import array
 from bisect import bisect_right
 
+from .faults import FAULTS
+
 __all__ = ["OffsetIndex", "TimeIndex", "IndexCorrupt"]
 
 _OFF_ENTRY = struct.Struct(">ii")
@@ -38,6 +40,8 @@ class _IndexFile:
         self.base_offset = base_offset
         self._pending = bytearray()
         self._written_entries = 0
+        if FAULTS is not None:
+            FAULTS.on_open(path)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._dirty = False
 
@@ -51,6 +55,8 @@ class _IndexFile:
     def write_pending(self) -> None:
         """Append buffered entries to the file (no fsync)."""
         if self._pending:
+            if FAULTS is not None:
+                FAULTS.on_write(self.path, self._fd, bytes(self._pending), self._written_entries * self.entry.size)
             os.pwrite(self._fd, self._pending, self._written_entries * self.entry.size)
             self._written_entries += len(self._pending) // self.entry.size
             self._pending.clear()
@@ -71,6 +77,8 @@ class _IndexFile:
     def fsync(self) -> None:
         self.write_pending()
         if self._dirty:
+            if FAULTS is not None:
+                FAULTS.on_fsync(self._fd)
             os.fsync(self._fd)
             self._dirty = False
 

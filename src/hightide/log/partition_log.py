@@ -16,6 +16,7 @@ Files in ``<data-dir>/<topic>-<partition>/``:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ from .segment import LogSegment
 
 __all__ = [
     "PartitionLog",
+    "LogOffline",
     "AppendResult",
     "ReadResult",
     "FileSlice",
@@ -65,6 +67,20 @@ log = logging.getLogger("hightide.log")
 
 _INT32_MAX = 2**31 - 1
 _LEN = struct.Struct(">i")
+
+# Append failures that leave nothing behind and may go away by themselves (space or
+# descriptors freed): the log stays writable. Any other error takes it offline.
+TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN,
+                              errno.EINTR})
+
+
+class LogOffline(OSError):
+    """The log no longer accepts appends (a failed fsync, or an I/O error that could not
+    be cleaned up); reads keep working. Cleared only by reopening the log, i.e. by
+    restarting the broker, which recovers the files from disk."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(errno.EIO, f"log offline: {reason}; restart the broker to recover it", path)
 
 
 class PartitionLog:
@@ -88,6 +104,8 @@ class PartitionLog:
         self._recovery_file_written = False
         self._dir_dirty = False
         self._closed = False
+        self.offline_reason: str | None = None
+        self._append_failing = False
 
     # ================================================================== opening
 
@@ -210,9 +228,16 @@ class PartitionLog:
         offsets and the leader epoch, stamps LogAppendTime if the topic uses it, and
         writes everything with one ``pwritev`` (page cache only). Advances the HW to the
         new LEO (single node).
+
+        Raises OSError when the disk refuses the write; nothing of it is then visible or
+        left in the file. Full disk and out-of-descriptors errors leave the log writable
+        (the next append is tried afresh); anything else, and any append after a failed
+        fsync, raises :class:`LogOffline`.
         """
         if not headers:
             raise ValueError("append needs at least one batch")
+        if self.offline_reason is not None:
+            raise LogOffline(self.path, self.offline_reason)
         total = 0
         count = 0
         for h in headers:
@@ -244,14 +269,21 @@ class PartitionLog:
                 txn.update(h, offset, last, h.max_timestamp if log_append_ms is None else log_append_ms)
             offset = last + 1
         seg = self._segments[-1]
-        if seg.size > 0 and (
-            seg.size + total > cfg.segment_bytes
-            or (seg.first_append_ms is not None and now_ms - seg.first_append_ms > cfg.segment_ms)
-            or offset - 1 - seg.base_offset > _INT32_MAX
-        ):
-            seg = self.roll(now_ms)
-        mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-        seg.append(mv, headers, first, leader_epoch, log_append_ms)
+        try:
+            if seg.size > 0 and (
+                seg.size + total > cfg.segment_bytes
+                or (seg.first_append_ms is not None and now_ms - seg.first_append_ms > cfg.segment_ms)
+                or offset - 1 - seg.base_offset > _INT32_MAX
+            ):
+                seg = self.roll(now_ms)
+            mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+            seg.append(mv, headers, first, leader_epoch, log_append_ms)
+        except OSError as exc:
+            self._append_failed(exc, seg)
+            raise
+        if self._append_failing:
+            self._append_failing = False
+            log.warning("%s: appends work again", self.path)
         if seg.first_append_ms is None:
             seg.first_append_ms = now_ms
         if txn is not None:
@@ -260,6 +292,22 @@ class PartitionLog:
         self._hw = offset
         self.unflushed_messages += count
         return AppendResult(first, offset - 1, -1 if log_append_ms is None else log_append_ms, self._log_start)
+
+    def _append_failed(self, exc: OSError, seg: LogSegment) -> None:
+        """Log a failed append once per episode; take the log offline unless the error is
+        transient and the failed write was cut off cleanly."""
+        if exc.errno in TRANSIENT_ERRNOS and not seg.tail_broken:
+            if not self._append_failing:
+                self._append_failing = True
+                log.warning("%s: append failed, nothing written, log stays writable: %s", self.path, exc)
+            return
+        self.go_offline(f"append failed: {exc}")
+
+    def go_offline(self, reason: str) -> None:
+        """Refuse appends from now on (reads continue); logged once at ERROR."""
+        if self.offline_reason is None:
+            self.offline_reason = reason
+            log.error("%s: log is offline for appends (%s); restart the broker to recover it", self.path, reason)
 
     # ================================================================== reads
 
@@ -519,7 +567,11 @@ class PartitionLog:
     # ================================================================== durability
 
     def needs_flush(self, now_ms: int) -> bool:
-        """True when flush.messages or flush.ms says unflushed data must be fsynced."""
+        """True when flush.messages or flush.ms says unflushed data must be fsynced.
+        Never after a failed fsync: retrying it could report success for pages the
+        kernel already dropped (Linux clears the error once reported)."""
+        if self.offline_reason is not None:
+            return False
         if self.unflushed_messages <= 0 and self._recovery_point >= self._leo:
             return False
         n = self.config.flush_interval_messages
@@ -547,8 +599,15 @@ class PartitionLog:
         them) together with the LEO they cover. Appends after this call are not
         covered by the job's offset (but may be made durable by it anyway)."""
         fds: list[int] = []
-        for seg in self._segments:
-            fds.extend(seg.take_dirty_fds())
+        try:
+            for seg in self._segments:
+                fds.extend(seg.take_dirty_fds())
+        except OSError as exc:  # e.g. EMFILE from os.dup: nothing is fsynced this time
+            for fd in fds:
+                os.close(fd)
+            for seg in self._segments:
+                seg.mark_dirty()
+            return FlushJob([], None, self._leo, None, (), exc)
         sizes = tuple((seg.log_path, seg.size) for seg in self._segments) if FSYNC_JOURNAL else ()
         dir_path = self.path if self._dir_dirty else None
         self._dir_dirty = False
@@ -560,8 +619,13 @@ class PartitionLog:
                         os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None, sizes)
 
     def end_flush(self, job: FlushJob, *, ok: bool) -> None:
-        """On the owning thread, after :func:`run_flush`: advance the recovery point, or
-        after a failed fsync mark everything dirty so the next flush retries it all."""
+        """On the owning thread, after :func:`run_flush`: advance the recovery point. A
+        job that could not even be captured (``job.error``) only marks everything dirty
+        for the next flush. A failed fsync takes the log offline for appends, as Kafka
+        takes the log directory offline: after a failed fsync the kernel may have
+        dropped the dirty pages and reports the error only once, so a later fsync
+        "succeeding" would prove nothing, and nothing past the recovery point may be
+        acknowledged as durable. A restart recovers the log from what is on disk."""
         if ok:
             self._recovery_point = max(self._recovery_point, min(job.offset, self._leo))
             if job.recovery_file is not None:
@@ -570,11 +634,20 @@ class PartitionLog:
             for seg in self._segments:
                 seg.mark_dirty()
             self._dir_dirty = True
+            if job.error is None:
+                self.go_offline("an fsync failed")
 
     def close(self) -> None:
         """Flush, write the producer state snapshot and close all files."""
         if self._closed:
             return
+        if self.offline_reason is not None:
+            # No fsync retry and no producer snapshot: the next start must not trust
+            # this log (no clean-shutdown marker is written) and recovers it from disk.
+            for seg in self._segments:
+                seg.close()
+            self._closed = True
+            raise LogOffline(self.path, self.offline_reason)
         self.flush()
         if self.producer_state.producers:
             snap = {"offset": self._leo, "state": self.producer_state.to_json()}

@@ -7,6 +7,8 @@ records: appends write opaque batch bytes (with the 16-byte prefix patched), rea
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -22,7 +24,10 @@ from hightide.protocol.records import (
     scan_batches,
 )
 
+from .faults import FAULTS
 from .index import IndexCorrupt, OffsetIndex, TimeIndex
+
+log = logging.getLogger("hightide.log")
 
 __all__ = ["LogSegment", "segment_name", "SegmentCorrupt"]
 
@@ -61,10 +66,21 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         stem = os.path.join(directory, segment_name(base_offset))
         self.log_path = stem + ".log"
+        if FAULTS is not None:
+            FAULTS.on_open(self.log_path)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.index_files_missing = not (os.path.exists(stem + ".index") and os.path.exists(stem + ".timeindex"))
-        self.offset_index = OffsetIndex(stem + ".index", base_offset)
-        self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+        try:  # out of file descriptors (EMFILE) half-way: do not leak the first ones
+            self.index_files_missing = not (os.path.exists(stem + ".index") and os.path.exists(stem + ".timeindex"))
+            self.offset_index = OffsetIndex(stem + ".index", base_offset)
+            try:
+                self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+            except OSError:
+                self.offset_index.close()
+                raise
+        except OSError:
+            os.close(self.fd)
+            self.fd = -1
+            raise
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -72,6 +88,7 @@ class LogSegment:
         self.first_append_ms: int | None = None
         self.bytes_since_last_index_entry = 0
         self.dirty = False
+        self.tail_broken = False  # a failed append left bytes past ``size`` that could not be cut
 
     # ------------------------------------------------------------------ loading
 
@@ -179,8 +196,13 @@ class LogSegment:
         with the LogAppendTime bit, MaxTimestamp = that time and a recomputed CRC.
         Record bytes are passed to ``os.pwritev`` as memoryviews, never copied.
         Returns the offset following the last batch.
+
+        All or nothing: if the write fails (OSError re-raised) whatever part of it reached
+        the file is cut off again and the indexes are untouched; if even that cut fails,
+        ``tail_broken`` is set and the segment must not be appended to again.
         """
         pieces: list[bytes | memoryview] = []
+        index_entries: list[tuple[int, int, int, int]] = []
         pos = self.size
         offset = first_offset
         interval = self.index_interval_bytes
@@ -214,13 +236,19 @@ class LogSegment:
             if batch_max > max_ts:
                 max_ts, max_off = batch_max, last
             if since > interval:
-                self.offset_index.append(last, pos)
-                self.time_index.maybe_append(max_ts, max_off)
+                index_entries.append((last, pos, max_ts, max_off))
                 since = 0
             since += size
             pos += size
             offset = last + 1
-        self._write(pieces, self.size, pos - self.size)
+        try:
+            self._write(pieces, self.size, pos - self.size)
+        except OSError:
+            self._cut_failed_write()
+            raise
+        for last, at, ts, ts_off in index_entries:
+            self.offset_index.append(last, at)
+            self.time_index.maybe_append(ts, ts_off)
         self.size = pos
         self.next_offset = offset
         self.max_timestamp, self.max_timestamp_offset = max_ts, max_off
@@ -228,7 +256,18 @@ class LogSegment:
         self.dirty = True
         return offset
 
+    def _cut_failed_write(self) -> None:
+        """After a failed append: drop whatever part of it reached the file, so no torn
+        batch stays behind the last acknowledged one (it would be visible to recovery)."""
+        try:
+            os.ftruncate(self.fd, self.size)
+        except OSError as exc:
+            self.tail_broken = True
+            log.error("could not cut a failed write off %s at %d: %s", self.log_path, self.size, exc)
+
     def _write(self, pieces: list[bytes | memoryview], position: int, total: int) -> None:
+        if FAULTS is not None:
+            FAULTS.on_write(self.log_path, self.fd, b"".join(bytes(p) for p in pieces), position)
         written = 0
         for i in range(0, len(pieces), _IOV_MAX):
             group = pieces[i : i + _IOV_MAX]
@@ -238,6 +277,8 @@ class LogSegment:
                 rest = b"".join(bytes(p) for p in group)[n:]
                 while rest:
                     m = os.pwrite(self.fd, rest, position + written + n)
+                    if m == 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.log_path)
                     n += m
                     rest = rest[m:]
             written += n
@@ -333,14 +374,28 @@ class LogSegment:
     def take_dirty_fds(self) -> list[int]:
         """Dups of the fds (log, indexes) that need an fsync; marks them clean. The
         caller must fsync and close them; see :meth:`PartitionLog.begin_flush`."""
-        fds = []
-        if self.dirty:
-            fds.append(os.dup(self.fd))
-            self.dirty = False
-        for idx in (self.offset_index, self.time_index):
-            fd = idx.take_dirty_fd()
-            if fd is not None:
-                fds.append(fd)
+        fds: list[int] = []
+        try:
+            if self.dirty:
+                fds.append(os.dup(self.fd))
+                self.dirty = False
+            for idx in (self.offset_index, self.time_index):
+                try:
+                    idx.write_pending()
+                except OSError as exc:
+                    # Index files are disposable (rebuilt or completed by walking the
+                    # log at start-up), so a failed index write never fails the flush;
+                    # the entries stay pending and are written next time.
+                    log.warning("could not write index entries to %s: %s", idx.path, exc)
+                    continue
+                fd = idx.take_dirty_fd()
+                if fd is not None:
+                    fds.append(fd)
+        except OSError:  # os.dup out of file descriptors: give back what was taken
+            for fd in fds:
+                os.close(fd)
+            self.mark_dirty()
+            raise
         return fds
 
     def mark_dirty(self) -> None:
@@ -354,6 +409,8 @@ class LogSegment:
         self.offset_index.write_pending()
         self.time_index.write_pending()
         if self.dirty:
+            if FAULTS is not None:
+                FAULTS.on_fsync(self.fd)
             os.fsync(self.fd)
             self.dirty = False
         self.offset_index.fsync()

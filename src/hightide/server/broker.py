@@ -12,8 +12,10 @@ close connections, flush and close every log, write the clean-shutdown marker.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import resource
 import time
 from typing import Any, Iterable
 
@@ -66,6 +68,7 @@ class Broker:
         self.started_at = 0.0
         self.stopping = False
         self._bound: tuple[str, int] = listen
+        self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
 
     # -- lifecycle ------------------------------------------------------------------
     async def __aenter__(self) -> "Broker":
@@ -91,6 +94,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
         self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
+        self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"]:
             self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
         self.started_at = time.monotonic()
@@ -202,12 +206,28 @@ class Broker:
         for tp, t in wanted.items():
             plog = self.logs.get(tp)
             if plog is None:
-                self.logs.open(tp, self.topic_log_config(t), ts)
+                self._try_open_log(tp, t, ts)
         for tp in self.logs.existing_dirs():
             if tp not in wanted and tp[0] != METADATA_TOPIC:
                 log.info("deleting log of removed topic partition %s-%d", *tp)
                 self.logs.delete(tp)
                 self.waiters.wake(tp)
+
+    def _try_open_log(self, tp: TopicPartition, topic: TopicImage, ts: int) -> PartitionLog | None:
+        """Open a partition log; if the files cannot be opened (out of file descriptors,
+        I/O error) log it and retry at most once a second from :meth:`partition_log`
+        meanwhile the partition answers KAFKA_STORAGE_ERROR."""
+        assert self.logs is not None
+        try:
+            plog = self.logs.open(tp, self.topic_log_config(topic), ts)
+        except OSError as exc:
+            if tp not in self._unopened:
+                log.error("cannot open the log of %s-%d (will retry): %s", *tp, exc)
+            self._unopened[tp] = time.monotonic() + 1.0
+            return None
+        if self._unopened.pop(tp, None) is not None:
+            log.warning("opened the log of %s-%d after earlier failures", *tp)
+        return plog
 
     def refresh_topic_config(self, topic: TopicImage) -> None:
         cfg = self.topic_log_config(topic)
@@ -219,7 +239,14 @@ class Broker:
 
     def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         assert self.logs is not None
-        return self.logs.get((topic, partition))
+        plog = self.logs.get((topic, partition))
+        if plog is None and self._unopened:
+            tp = (topic, partition)
+            retry_at = self._unopened.get(tp)
+            timg = self.image.topics.get(topic)
+            if retry_at is not None and time.monotonic() >= retry_at and timg is not None and partition in timg.partitions:
+                plog = self._try_open_log(tp, timg, now_ms())
+        return plog
 
     def next_producer_id(self) -> int:
         nxt, end = self._producer_ids
@@ -251,6 +278,45 @@ class Broker:
                     self.groups.expire_offsets(ts)
             except Exception:
                 log.exception("group timers failed")
+
+    async def _watch_descriptors(self) -> None:
+        """Once a second: warn (once per episode) when open file descriptors reach the
+        limit, and re-open the listener if the event loop gave it up.
+
+        Running out of descriptors is otherwise silent under uvloop: libuv accepts and
+        at once closes connections it has no descriptor for, and it closes the whole
+        listener if even that fails. Segment files that cannot be opened meanwhile
+        answer KAFKA_STORAGE_ERROR (see :meth:`_try_open_log`)."""
+        try:
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except (OSError, ValueError):
+            limit = resource.RLIM_INFINITY
+        at_limit = False
+        while True:
+            await asyncio.sleep(1.0)
+            if self.stopping:
+                return
+            try:
+                in_use = len(os.listdir("/proc/self/fd"))
+            except OSError as exc:  # EMFILE itself, or no /proc
+                in_use = limit if exc.errno in (errno.EMFILE, errno.ENFILE) else -1
+            if limit != resource.RLIM_INFINITY and in_use >= 0:
+                if not at_limit and in_use >= limit - max(4, limit // 100):
+                    at_limit = True
+                    log.warning("open file descriptors at the limit (%d of %d, %d connections): new connections "
+                                "are refused and new segments cannot be opened until some close; raise ulimit -n",
+                                in_use, limit, len(self.connections))
+                elif at_limit and in_use < limit * 9 // 10:
+                    at_limit = False
+                    log.warning("open file descriptors back under the limit (%d of %d)", in_use, limit)
+            if self.server is not None and not self.server.is_serving() and not self.stopping:
+                log.error("the listener on %s:%d was closed by the event loop; reopening it", self.host, self.port)
+                try:
+                    loop = asyncio.get_running_loop()
+                    self.server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port,
+                                                           reuse_address=True, backlog=1024)
+                except OSError as exc:
+                    log.error("reopening the listener failed (retrying): %s", exc)
 
     async def _share_state_pruning(self) -> None:
         """Cold snapshots and pruning of __share_group_state on its interval."""

@@ -46,8 +46,8 @@ def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, boo
                 errors = True
                 continue
             plog = b.partition_log(timg.name, p.partition)
-            if plog is None:
-                pd.error_code = ErrorCode.unknown_topic_or_partition
+            if plog is None:  # in the metadata but its log could not be opened
+                pd.error_code = ErrorCode.kafka_storage_error
                 errors = True
                 continue
             keys.append((timg.name, p.partition))

@@ -55,9 +55,12 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
     resp = {"index": partition, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": None}
     timg = b.image.topics.get(topic)
-    plog = b.partition_log(topic, partition) if timg is not None and partition in timg.partitions else None
+    known = timg is not None and partition in timg.partitions
+    plog = b.partition_log(topic, partition) if known else None
     if plog is None:
-        resp["error_code"] = ErrorCode.unknown_topic_or_partition
+        # A partition whose log could not be opened (e.g. out of file descriptors) is a
+        # storage problem, not an unknown partition.
+        resp["error_code"] = ErrorCode.kafka_storage_error if known else ErrorCode.unknown_topic_or_partition
         return resp, None
     if timg.internal:
         resp["error_code"] = ErrorCode.invalid_topic_exception
@@ -102,14 +105,17 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
         resp["error_code"] = ErrorCode(exc.error_code)
         resp["error_message"] = str(exc)
         return resp, None
-    except OSError as exc:
+    except OSError as exc:  # nothing was written (see PartitionLog.append)
         resp["error_code"] = ErrorCode.kafka_storage_error
         resp["error_message"] = f"append failed: {exc.strerror or exc}"
         return resp, None
     if result.duplicate:
         resp.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset,
                     log_append_time=result.log_append_time_ms if plog.config.log_append_time else -1)
-        return resp, None
+        # A retry of a batch whose first answer was a failed fsync must not be
+        # acknowledged before the batch is durable either.
+        fsync_first = plog.config.flush_interval_messages is not None and plog.recovery_point <= result.last_offset
+        return resp, plog if fsync_first else None
     b.waiters.wake((topic, partition))
     resp.update(base_offset=result.base_offset, log_append_time=result.log_append_time_ms,
                 log_start_offset=result.log_start_offset)
@@ -135,7 +141,7 @@ def handle(ctx, req):
                 resp, plog = _append_partition(ctx, t.name, p.index, p.records, acks)
             failed |= resp["error_code"] != ErrorCode.none
             if plog is not None:
-                durable.append(plog)
+                durable.append((resp, plog))
             parts.append(resp)
         responses.append({"name": t.name, "partition_responses": parts})
     if acks == 0:
@@ -143,7 +149,7 @@ def handle(ctx, req):
             errs = sorted({p["error_code"].name for t in responses for p in t["partition_responses"]
                            if p["error_code"] != ErrorCode.none})
             raise CloseConnection(f"acks=0 produce failed ({', '.join(errs)}); closing so the client notices")
-        for plog in durable:
+        for _, plog in durable:
             b.flusher.durable(plog)
         return None
     response = {"responses": responses, "throttle_time": 0}
@@ -152,15 +158,16 @@ def handle(ctx, req):
     return _encode(ctx, response)
 
 
-async def _after_fsync(ctx, logs, response):
-    futures = [ctx.broker.flusher.durable(plog) for plog in logs]
+async def _after_fsync(ctx, durable, response):
+    """Answer once the partitions that need it are fsynced; a partition whose fsync
+    failed answers KAFKA_STORAGE_ERROR (never an acknowledgement), the others succeed."""
+    futures = [ctx.broker.flusher.durable(plog) for _, plog in durable]
     results = await asyncio.gather(*futures, return_exceptions=True)
-    if any(isinstance(r, BaseException) for r in results):
-        for t in response["responses"]:
-            for p in t["partition_responses"]:
-                if p["error_code"] == ErrorCode.none:
-                    p["error_code"] = ErrorCode.kafka_storage_error
-                    p["error_message"] = "fsync failed"
+    for (resp, _), r in zip(durable, results):
+        if isinstance(r, BaseException):
+            resp["error_code"] = ErrorCode.kafka_storage_error
+            resp["error_message"] = f"fsync failed: {getattr(r, 'strerror', None) or r}"
+            resp["base_offset"] = -1
     return _encode(ctx, response)
 
 
