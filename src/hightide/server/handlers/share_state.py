@@ -1,0 +1,109 @@
+"""The share-state RPCs (KIP-932, seed 002): InitializeShareGroupState (83),
+ReadShareGroupState (84), WriteShareGroupState (85, v0–1), DeleteShareGroupState (86),
+ReadShareGroupStateSummary (87, v0–1).
+
+In Kafka these are inter-broker RPCs; hightide also serves them on its listener so tools
+and tests can read and write share state. Each partition of a request is one call to the
+share coordinator runtime (``broker.share_state``): the sans-IO shard decides, the runtime
+appends to ``__share_group_state`` and replays. As Kafka's ``ShareCoordinatorService``, a
+request with an empty group id, no topics or a topic without partitions is answered with
+no results. WriteShareGroupState v0 carries no DeliveryCompleteCount (it is recomputed
+from the state batches); v1 carries it. ReadShareGroupStateSummary v1 returns it.
+"""
+
+from __future__ import annotations
+
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...share.types import ShareState, ShareStateKey, StateBatch
+from ..registry import handles
+
+
+def _empty(req) -> bool:
+    return not req.group_id or not req.topics or any(not t.partitions for t in req.topics)
+
+
+def _results(per_topic: list[tuple]) -> list[dict]:
+    return [{"topic_id": tid, "partitions": parts} for tid, parts in per_topic]
+
+
+def _code_part(partition: int, outcome: tuple[int, str | None]) -> dict:
+    return {"partition": partition, "error_code": outcome[0], "error_message": outcome[1]}
+
+
+async def _per_partition(req, call) -> list[dict]:
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            parts.append(await call(ShareStateKey(req.group_id, t.topic_id, p.partition), p))
+        out.append((t.topic_id, parts))
+    return _results(out)
+
+
+@handles(83, 0, 0)
+async def initialize_share_group_state(ctx, req):
+    rt = ctx.broker.share_state
+
+    async def one(key, p):
+        return _code_part(p.partition, await rt.initialize_checked(key, p.state_epoch, p.start_offset))
+    results = [] if _empty(req) else await _per_partition(req, one)
+    return materialize(response_schema(83, ctx.version), {"results": results})
+
+
+def _batches(p) -> tuple[StateBatch, ...]:
+    return tuple(StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                 for b in p.state_batches)
+
+
+@handles(85, 0, 1)
+async def write_share_group_state(ctx, req):
+    rt = ctx.broker.share_state
+
+    async def one(key, p):
+        dcc = getattr(p, "delivery_complete_count", -1)
+        return _code_part(p.partition, await rt.write_checked(key, p.state_epoch, p.leader_epoch, p.start_offset,
+                                                              dcc, _batches(p)))
+    results = [] if _empty(req) else await _per_partition(req, one)
+    return materialize(response_schema(85, ctx.version), {"results": results})
+
+
+@handles(86, 0, 0)
+async def delete_share_group_state(ctx, req):
+    rt = ctx.broker.share_state
+
+    async def one(key, p):
+        return _code_part(p.partition, await rt.delete_checked(key))
+    results = [] if _empty(req) else await _per_partition(req, one)
+    return materialize(response_schema(86, ctx.version), {"results": results})
+
+
+def _state_part(partition: int, s: ShareState, with_batches: bool) -> dict:
+    out = {"partition": partition, "error_code": s.error_code, "error_message": s.error_message,
+           "state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch, "start_offset": s.start_offset,
+           "delivery_complete_count": s.delivery_complete_count}
+    if with_batches:
+        out["state_batches"] = [{"first_offset": b.first_offset, "last_offset": b.last_offset,
+                                 "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
+                                for b in s.state_batches]
+    return out
+
+
+@handles(84, 0, 0)
+async def read_share_group_state(ctx, req):
+    rt = ctx.broker.share_state
+
+    async def one(key, p):
+        return _state_part(p.partition, await rt.read(key, p.leader_epoch), True)
+    results = [] if _empty(req) else await _per_partition(req, one)
+    return materialize(response_schema(84, ctx.version), {"results": results})
+
+
+@handles(87, 0, 1)
+async def read_share_group_state_summary(ctx, req):
+    rt = ctx.broker.share_state
+
+    async def one(key, p):
+        return _state_part(p.partition, rt.summary(key), False)
+    results = [] if _empty(req) else await _per_partition(req, one)
+    return materialize(response_schema(87, ctx.version), {"results": results})
