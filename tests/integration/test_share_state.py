@@ -4,6 +4,9 @@ ReadShareGroupState and ReadShareGroupStateSummary v0/v1."""
 
 from __future__ import annotations
 
+import re
+import time
+
 from tests.rawkafka import RawClient
 
 from .clients import confluent_create_topic
@@ -91,3 +94,36 @@ def test_state_survives_restart(fresh_server, topic_name):
         assert bogus.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
     assert "Traceback" not in srv2.output()
     assert "loaded" in srv2.output() and "share coordinator" in srv2.output()
+
+
+def test_pruning_keeps_recovery_short(fresh_server, topic_name):
+    """60 writes to one share partition with a snapshot every 4 updates: after pruning the
+    restart replays only the records from the latest snapshot on, and the state is intact."""
+    args = ("--set", "share.coordinator.snapshot.update.records.per.snapshot=4",
+            "--set", "share.coordinator.state.topic.prune.interval.ms=200",
+            "--set", "share.coordinator.state.topic.num.partitions=1")
+    srv = fresh_server(*args)
+    confluent_create_topic(srv.bootstrap, topic_name, 1)
+    with RawClient(srv.bootstrap) as c:
+        tid = topic_id(c, topic_name)
+        assert initialize(c, "g", tid, 0, 0).error_code == 0
+        for i in range(60):
+            assert write(c, "g", tid, 0, i, [batch(i, i, 2, 1), batch(i + 1, i + 1, 0, 1)], dcc=1).error_code == 0
+        before = read(c, "g", tid, 0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the earliest offset moves once the pruner ran
+            r = c.request(2, 1, {"replica_id": -1, "topics": [{"name": "__share_group_state", "partitions": [
+                {"partition_index": 0, "timestamp": -2}]}]})
+            if r.topics[0].partitions[0].offset > 0:
+                break
+            time.sleep(0.1)
+        earliest = r.topics[0].partitions[0].offset
+        assert 50 <= earliest <= 61
+    assert srv.stop() == 0
+    srv2 = fresh_server(*args, data_dir=srv.data_dir, port=srv.port)
+    with RawClient(srv2.bootstrap) as c:
+        after = read(c, "g", tid, 0)
+        assert after == before and after.start_offset == 59
+        assert summary(c, "g", tid, 0).delivery_complete_count == 1
+    loaded = [int(m) for m in re.findall(r"loaded (\d+) records \(1 share partitions\)", srv2.output())]
+    assert loaded and loaded[-1] <= 61 - earliest
