@@ -22,6 +22,13 @@ deadlines). A group id is of one type at a time, as in Kafka 4.0: a ConsumerGrou
 for a classic group with members answers GROUP_ID_NOT_FOUND, a JoinGroup for a consumer
 group with members INCONSISTENT_GROUP_PROTOCOL; an *empty* group of the other type is
 converted (its records tombstoned, its committed offsets kept). Offsets are shared.
+
+KIP-932 share groups (:mod:`.share_group`) live in a :class:`ShareGroups` fed by the same
+replay (record key versions 10–15, live :class:`ShareTimersKey` / :class:`ShareInitKey`
+records). As in Kafka, a share group id is never converted: a ShareGroupHeartbeat for any
+other group answers GROUP_ID_NOT_FOUND ("not a share group"), a ConsumerGroupHeartbeat
+for a share group GROUP_ID_NOT_FOUND, a JoinGroup INCONSISTENT_GROUP_PROTOCOL, and the
+offset APIs GROUP_ID_NOT_FOUND (share groups have no committed offsets).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from kio.schema.errors import ErrorCode
 from . import classic
 from . import consumer_records as CR
 from . import records as R
+from . import share_records as SR
 from .classic import (
     ClassicGroup,
     Effects,
@@ -53,6 +61,14 @@ from .consumer_api import (
 from .consumer_group import ConsumerGroup, ConsumerGroups
 from .offsets import CommitRequest, FetchedOffset, OffsetStore, TopicPartition
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue
+from .share_group import (
+    ShareGroupConfig,
+    ShareGroups,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResponse,
+    ShareInitKey,
+    ShareTimersKey,
+)
 from .subscriptions import decode_subscription
 
 Record = tuple[Any, Any]
@@ -82,6 +98,7 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     classic: GroupLimits = field(default_factory=GroupLimits)
     consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    share: ShareGroupConfig = field(default_factory=ShareGroupConfig)
 
 
 # -- record codec ---------------------------------------------------------------------------------
@@ -89,6 +106,8 @@ def encode_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
     """Key and value bytes of a shard record (offsets, classic or consumer group)."""
     if isinstance(key, (OffsetKey, GroupKey)):
         return R.encode_key(key), R.encode_value(value)
+    if isinstance(key, SR.SHARE_KEY_TYPES):
+        return SR.encode_key(key), SR.encode_value(value)
     return CR.encode_key(key), CR.encode_value(value)
 
 
@@ -99,9 +118,12 @@ def decode_record(key: bytes, value: bytes | None) -> Record | None:
     if k is not None:
         return k, R.decode_value(k, value)
     ck = CR.decode_key(key)
-    if ck is None:
+    if ck is not None:
+        return ck, CR.decode_value(ck, value)
+    sk = SR.decode_key(key)
+    if sk is None:
         return None
-    return ck, CR.decode_value(ck, value)
+    return sk, SR.decode_value(sk, value)
 
 
 def _uuid_member_id(client_id: str) -> str:
@@ -124,6 +146,8 @@ class GroupCoordinatorShard:
         # KIP-848 consumer groups.
         self.consumer = (ConsumerGroups(self.config.consumer) if consumer_member_ids is None
                          else ConsumerGroups(self.config.consumer, consumer_member_ids))
+        # KIP-932 share groups.
+        self.share = ShareGroups(self.config.share)
 
     # -- membership view -----------------------------------------------------------------
     def subscribed_topics(self, group_id: str) -> set[str]:
@@ -142,7 +166,7 @@ class GroupCoordinatorShard:
 
     def group_exists(self, group_id: str) -> bool:
         return (group_id in self.groups or group_id in self.group_metadata or group_id in self.consumer.groups
-                or self.offsets.has_offsets(group_id))
+                or group_id in self.share.groups or self.offsets.has_offsets(group_id))
 
     def _result(self, group_id: str, g: ClassicGroup, fx: Effects, response: Any = None) -> CoordinatorResult:
         records: list[Record] = [(GroupKey(group_id), g.to_record())] if fx.persist else []
@@ -156,6 +180,8 @@ class GroupCoordinatorShard:
 
         if not req.group_id:
             return fail(ErrorCode.invalid_group_id)
+        if req.group_id in self.share.groups:
+            return CoordinatorResult(completions=[(handle, JoinResponse(ErrorCode.inconsistent_group_protocol, ""))])
         cg = self.consumer.get(req.group_id)
         if cg is not None and cg.members:
             return fail(ErrorCode.inconsistent_group_protocol)
@@ -236,6 +262,11 @@ class GroupCoordinatorShard:
             return CoordinatorResult(response=ErrorCode.invalid_group_id)
         if not self.group_exists(group_id):
             return CoordinatorResult(response=ErrorCode.group_id_not_found)
+        sg = self.share.get(group_id)
+        if sg is not None:
+            if sg.members:
+                return CoordinatorResult(response=ErrorCode.non_empty_group)
+            return CoordinatorResult(sg.tombstones(), ErrorCode.none)
         cg = self.consumer.get(group_id)
         if (g is not None and g.state is not GroupState.EMPTY) or (cg is not None and cg.members):
             return CoordinatorResult(response=ErrorCode.non_empty_group)
@@ -266,6 +297,9 @@ class GroupCoordinatorShard:
         (timer) records as :meth:`ConsumerGroup.heartbeat` returns them. A classic group
         with members answers GROUP_ID_NOT_FOUND; an empty one is converted (its metadata
         tombstoned before the consumer group's first records)."""
+        if req.group_id in self.share.groups:
+            return CoordinatorResult(response=HeartbeatResponse(
+                ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."))
         classic_group = self.groups.get(req.group_id)
         if classic_group is not None and (classic_group.members or classic_group.pending
                                           or classic_group.state is not GroupState.EMPTY):
@@ -299,11 +333,59 @@ class GroupCoordinatorShard:
         """The earliest consumer group timer (None: none armed)."""
         return min((d for g in self.consumer.groups.values() if (d := g.next_deadline()) is not None), default=None)
 
-    def loaded(self, now_ms: int) -> CoordinatorResult:
-        """After loading by replay: live records arming the consumer group members' timers."""
+    def loaded(self, now_ms: int, share_session_timeout: Callable[[str], int] | None = None) -> CoordinatorResult:
+        """After loading by replay: live records arming the consumer and share group
+        members' timers (share groups: ``share_session_timeout(group_id)``, else the
+        default)."""
         out = CoordinatorResult()
         for g in self.consumer.groups.values():
             out.live += g.loaded_timers(now_ms).live
+        for sg in self.share.groups.values():
+            out.live += sg.loaded_timers(now_ms, share_session_timeout(sg.group_id) if share_session_timeout else None).live
+        return out
+
+    # -- KIP-932 share groups -------------------------------------------------------------------
+    def share_group_heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
+                              session_timeout_ms: int | None = None,
+                              heartbeat_interval_ms: int | None = None) -> CoordinatorResult:
+        """ShareGroupHeartbeat (validated with :func:`.share_group.validate`). Response: a
+        :class:`ShareHeartbeatResponse`. Any other group with this id answers
+        GROUP_ID_NOT_FOUND."""
+        gid = req.group_id
+        if gid not in self.share.groups and self.group_exists(gid):
+            return CoordinatorResult(response=ShareHeartbeatResponse(
+                ErrorCode.group_id_not_found, f"Group {gid} is not a share group."))
+        r = self.share.get_or_new(gid).heartbeat(req, now_ms, topics, session_timeout_ms, heartbeat_interval_ms)
+        return CoordinatorResult(list(r.records), r.response, live=list(r.live))
+
+    def share_initialized(self, group_id: str, parts: dict, topics: TopicsView, ok: bool) -> CoordinatorResult:
+        """After InitializeShareGroupState for ``parts`` ({topic id: partitions}):
+        record them initialized (``ok``) or no longer initializing."""
+        sg = self.share.get(group_id)
+        if sg is None:
+            return CoordinatorResult()
+        r = sg.initialized_result(parts, topics) if ok else sg.uninitialized_result(parts, topics)
+        return CoordinatorResult(list(r.records), None, live=list(r.live))
+
+    def describe_share_group(self, group_id: str, topics: TopicsView) -> dict | None:
+        """ShareGroupDescribe fields of a share group; None if it is not one."""
+        sg = self.share.get(group_id)
+        return None if sg is None else sg.describe(topics)
+
+    def list_share_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every share group: Empty or Stable."""
+        return [(gid, g.state) for gid, g in self.share.groups.items()]
+
+    def share_poll(self, now_ms: int, topics: TopicsView) -> CoordinatorResult:
+        """Share group members whose session expired are fenced."""
+        out = CoordinatorResult()
+        for g in list(self.share.groups.values()):
+            due = g.next_deadline()
+            if due is None or due > now_ms:
+                continue
+            r = g.poll(now_ms, topics)
+            out.records += r.records
+            out.live += r.live
         return out
 
     @staticmethod
@@ -333,7 +415,9 @@ class GroupCoordinatorShard:
         if not group_id:
             return CoordinatorResult([], (ErrorCode.invalid_group_id, {}))
         cg = self.consumer.get(group_id)
-        if cg is not None:
+        if group_id in self.share.groups:
+            group_error = ErrorCode.group_id_not_found
+        elif cg is not None:
             group_error = cg.validate_offset_commit(member_id, generation, api_version, False)
         else:
             group_error = self._validate_member(group_id, generation, member_id, instance_id)
@@ -376,6 +460,8 @@ class GroupCoordinatorShard:
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9 from a consumer group member: UNKNOWN_MEMBER_ID or
         STALE_MEMBER_EPOCH; NONE for other groups and for fetches without a member."""
+        if group_id in self.share.groups:
+            return ErrorCode.group_id_not_found
         cg = self.consumer.get(group_id)
         return ErrorCode.none if cg is None else cg.validate_offset_fetch(member_id, member_epoch)
 
@@ -385,7 +471,7 @@ class GroupCoordinatorShard:
         """Response: (group error, {tp: error}). GROUP_ID_NOT_FOUND for an unknown group;
         GROUP_SUBSCRIBED_TO_TOPIC for partitions of topics an active member subscribes to."""
         partitions = list(partitions)
-        if not self.group_exists(group_id):
+        if not self.group_exists(group_id) or group_id in self.share.groups:
             return CoordinatorResult([], (ErrorCode.group_id_not_found, {}))
         errors = {}
         deletable = []
@@ -437,6 +523,8 @@ class GroupCoordinatorShard:
                 self.groups.pop(key.group, None)
             else:
                 self.groups[key.group] = value
+        elif isinstance(key, (*SR.SHARE_KEY_TYPES, ShareTimersKey, ShareInitKey)):
+            self.share.replay(key, value)
         elif isinstance(key, (TimersKey, CR.ConsumerKey)):
             if value is None and key.group_id not in self.consumer.groups:
                 return  # a tombstone of a group already gone must not bring it back

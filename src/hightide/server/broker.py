@@ -32,6 +32,7 @@ from . import handlers  # noqa: F401  (registers routes)
 from .connection import KafkaConnection
 from .flusher import Flusher
 from .group_runtime import GroupRuntime
+from .share_groups import ShareGroupService
 from .share_runtime import ShareStateRuntime
 from .waiters import AppendWaiters
 
@@ -61,6 +62,7 @@ class Broker:
         self.waiters = AppendWaiters()
         self.flusher = Flusher(self)
         self.groups = GroupRuntime(self)
+        self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
         self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block

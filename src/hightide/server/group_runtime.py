@@ -18,6 +18,10 @@ appended and replayed, then its live records (member timers, never appended); th
 loop (:meth:`GroupRuntime.poll`) fences members whose deadlines passed, and after a
 partition is loaded every member's timers are armed afresh, as Kafka does.
 
+KIP-932 share groups run through the same path too (timers fenced by :meth:`poll`,
+armed afresh on load); the share-group state initialization that a ShareGroupHeartbeat
+may need is driven by :mod:`.share_groups`.
+
 The topic is created on first use, like Kafka's, with ``cleanup.policy=compact``.
 """
 
@@ -32,7 +36,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..cluster.controller import NewTopic
 from ..group.classic import GroupLimits
 from ..group.consumer_api import ConsumerGroupConfig, ImageTopics, TimersKey
+from ..config import group_config_default
 from ..group.records import OFFSETS_TOPIC, partition_for
+from ..group.share_group import ShareGroupConfig
 from ..group.shard import (
     CoordinatorResult,
     GroupConfig,
@@ -68,7 +74,11 @@ class GroupRuntime:
                 max_size=cfg["group.max.size"]),
             consumer=ConsumerGroupConfig(
                 session_timeout_ms=cfg["group.consumer.session.timeout.ms"],
-                heartbeat_interval_ms=cfg["group.consumer.heartbeat.interval.ms"]))
+                heartbeat_interval_ms=cfg["group.consumer.heartbeat.interval.ms"]),
+            share=ShareGroupConfig(
+                session_timeout_ms=cfg["group.share.session.timeout.ms"],
+                heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
+                max_size=cfg["group.share.max.size"]))
         self.shards: dict[int, GroupCoordinatorShard] = {}
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)
@@ -123,7 +133,7 @@ class GroupRuntime:
                 offset = h.last_offset + 1
         if count:
             log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
-        for k, v in shard.loaded(self._now_ms()).live:  # consumer group members' timers
+        for k, v in shard.loaded(self._now_ms(), lambda g: self.share_timeouts(g)[0]).live:  # members' timers
             shard.replay(k, v)
         return shard
 
@@ -213,6 +223,16 @@ class GroupRuntime:
         g = shard.consumer.get(group_id)
         return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
 
+    def share_timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of a share group: its group configs
+        (``share.session.timeout.ms``, ``share.heartbeat.interval.ms``), else the broker's."""
+        overrides = self.broker.image.group_configs.get(group_id, {})
+        out = []
+        for name in ("share.session.timeout.ms", "share.heartbeat.interval.ms"):
+            value = overrides.get(name)
+            out.append(int(value) if value is not None else group_config_default(self.broker.config, name))
+        return out[0], out[1]
+
     def topics(self) -> ImageTopics:
         """The topics of the current metadata image, as consumer groups see them."""
         return ImageTopics(self.broker.image)
@@ -243,6 +263,13 @@ class GroupRuntime:
                 due = shard.consumer_next_deadline()
                 if due is not None and due <= now_ms:
                     self._apply(p, shard.consumer_poll(now_ms, self.topics()), now_ms)
+                due = shard.share.next_deadline()
+                if due is not None and due <= now_ms:
+                    result = shard.share_poll(now_ms, self.topics())
+                    if result.records:
+                        log.info("share group members fenced (session expired): %s", sorted(
+                            {(k.group_id, k.member_id) for k, v in result.live if v is None}))
+                    self._apply(p, result, now_ms)
             except CoordinatorUnavailable:
                 pass
 

@@ -15,5 +15,6 @@ from . import (  # noqa: F401
     metadata,
     offset_for_leader_epoch,
     produce,
+    share_groups,
     share_state,
 )

@@ -161,13 +161,15 @@ def _describe(ctx, group_id: str) -> dict:
     base = {"group_id": group_id, "error_code": ErrorCode.none, "error_message": None, "group_state": "Dead",
             "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": INT32_MIN}
     try:
-        described = ctx.broker.groups.shard_for(group_id).describe_group(group_id) if group_id else None
+        shard = ctx.broker.groups.shard_for(group_id) if group_id else None
+        described = shard.describe_group(group_id) if shard is not None else None
     except CoordinatorUnavailable:
         return {**base, "error_code": ErrorCode.coordinator_not_available, "group_state": ""}
     if described is None:
         if ctx.version >= 6:
-            return {**base, "error_code": ErrorCode.group_id_not_found,
-                    "error_message": f"Group {group_id} not found."}
+            other = shard is not None and shard.group_exists(group_id)  # a consumer or share group
+            return {**base, "error_code": ErrorCode.group_id_not_found, "error_message":
+                    f"Group {group_id} is not a classic group." if other else f"Group {group_id} not found."}
         return base
     return {**base, **described}
 
@@ -202,17 +204,33 @@ def list_groups(ctx, req):
                 if not states or state.lower() in states:
                     groups.append({"group_id": gid, "protocol_type": "consumer", "group_state": state,
                                    "group_type": "consumer"})
+    if not types or "share" in types:
+        for shard in shards:
+            for gid, state in shard.list_share_groups():
+                if not states or state.lower() in states:
+                    groups.append({"group_id": gid, "protocol_type": "share", "group_state": state,
+                                   "group_type": "share"})
     return materialize(response_schema(16, ctx.version),
                        {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
 
 
 # -- DeleteGroups ---------------------------------------------------------------------------
+async def _delete_share_state(ctx, group_id: str) -> ErrorCode:
+    """An empty share group's share-partition state goes first (as Kafka's
+    GroupCoordinatorService.deleteGroups); a non-empty one is refused by the shard."""
+    if not group_id or ctx.broker.share_groups.group_state(group_id) != "Empty":
+        return ErrorCode.none
+    return ErrorCode(await ctx.broker.share_groups.delete_state(group_id))
+
+
 @handles(42, 0, 2)
-def delete_groups(ctx, req):
+async def delete_groups(ctx, req):
     results = []
     for group_id in req.groups_names:
         try:
-            code = ctx.broker.groups.execute(group_id, lambda shard, g=group_id: shard.delete_group(g), ctx.now_ms)
+            code = await _delete_share_state(ctx, group_id)
+            if code == ErrorCode.none:
+                code = ctx.broker.groups.execute(group_id, lambda shard, g=group_id: shard.delete_group(g), ctx.now_ms)
         except CoordinatorUnavailable:
             code = ErrorCode.coordinator_not_available
         results.append({"group_id": group_id, "error_code": code})

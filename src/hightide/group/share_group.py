@@ -1,0 +1,556 @@
+"""One share group (KIP-932): the ShareGroupHeartbeat state machine (sans-IO).
+
+Theory of operation
+-------------------
+Shaped like :mod:`.consumer_group` (Kafka's ``ShareGroup`` driven by
+``GroupMetadataManager``): :meth:`ShareGroup.heartbeat` and :meth:`ShareGroup.poll` read
+the group and return a :class:`~.consumer_api.Result` — the response, the records to
+append (:mod:`.share_records`) and *live* records (member timers, init attempts) that are
+never appended. :meth:`ShareGroup.replay` is the only mutator; the runtime replays the
+records once they are durable, then the live records, and replays ``__consumer_offsets``
+the same way at start-up (then :meth:`ShareGroup.loaded_timers`).
+
+Simpler than a consumer group: a share partition may be consumed by several members at
+once, so there is no revocation and no reconciliation. A heartbeat (1) creates or
+updates the member — a new or changed subscription, or a change in the subscribed
+topics' metadata (their hash), bumps the *group epoch*; (2) if the group epoch is ahead
+of the *assignment epoch*, recomputes every member's target with the ``simple``
+assignor (:mod:`.share_assignor`); (3) moves the member straight to its target at the
+target epoch.
+
+Only partitions whose share-group state is *initialized* are assigned, as in Kafka: a
+heartbeat that subscribes to partitions not yet initialized records them as
+*initializing* (ShareGroupStatePartitionMetadata) and answers which ones, in
+``ShareHeartbeatResponse.to_initialize``; the IO shell initializes their state
+(InitializeShareGroupState through the share coordinator), then calls
+:meth:`ShareGroup.initialized` (records them as initialized) and heartbeats for the
+member again so it gets the new partitions at once. A failed initialization is taken
+back with :meth:`ShareGroup.uninitialized`; an attempt older than
+``initialize_retry_ms`` (or from before a restart) is retried by the next heartbeat.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import struct
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from . import share_assignor
+from .assignor import Assignment
+from .consumer_api import HeartbeatError, Record, Result, Timers, TopicsView
+from .consumer_member import LEAVE_GROUP_MEMBER_EPOCH, MemberState, from_wire, to_wire
+from .share_records import (
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupCurrentMemberAssignmentValue,
+    ShareGroupMemberMetadataKey,
+    ShareGroupMemberMetadataValue,
+    ShareGroupMetadataKey,
+    ShareGroupMetadataValue,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupStatePartitionMetadataValue,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupTargetAssignmentMemberValue,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupTargetAssignmentMetadataValue,
+    TopicInfo,
+    TopicPartitionsInfo,
+)
+
+PROTOCOL_TYPE = "share"
+Partitions = dict[uuid.UUID, frozenset[int]]
+"""Partitions per topic id (like :data:`.assignor.Assignment`)."""
+
+
+# -- inputs and outputs -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShareGroupConfig:
+    session_timeout_ms: int = 45000  # group.share.session.timeout.ms
+    heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
+    max_size: int = 200  # group.share.max.size
+    initialize_retry_ms: int = 30000  # group.share.initialize.retry.interval.ms
+
+
+@dataclass(frozen=True)
+class ShareHeartbeatRequest:
+    """ShareGroupHeartbeat fields (None = unchanged since the last heartbeat)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None = None
+    subscribed_topic_names: tuple[str, ...] | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True)
+class ShareHeartbeatResponse:
+    error_code: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: tuple | None = None  # TopicPartitions; None: unchanged
+    to_initialize: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)  # not on the wire
+
+
+@dataclass(frozen=True, slots=True)
+class ShareTimersKey:
+    """Key of a live record: the value is the member's :class:`Timers` (None: cancelled)."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShareInitKey:
+    """Key of a live record: the value maps (topic id, partition) to when its
+    initialization was asked for (merged into the group's)."""
+
+    group_id: str
+
+
+@dataclass(frozen=True)
+class ShareMember:
+    """A member as persisted by records 10 (metadata) and 14 (current assignment)."""
+
+    member_id: str
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()  # sorted, deduplicated
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    assigned: Assignment = field(default_factory=dict)
+
+    def metadata_value(self) -> ShareGroupMemberMetadataValue:
+        return ShareGroupMemberMetadataValue(self.rack_id, self.client_id, self.client_host,
+                                             self.subscribed_topic_names)
+
+    def assignment_value(self) -> ShareGroupCurrentMemberAssignmentValue:
+        return ShareGroupCurrentMemberAssignmentValue(self.member_epoch, self.previous_member_epoch,
+                                                      int(MemberState.STABLE), to_wire(self.assigned))
+
+
+def metadata_hash(topic_names: Iterable[str], topics: TopicsView) -> int:
+    """A stable 64-bit hash of the subscribed topics that exist (name, id, partition
+    count): it changes when one is created, deleted or gets partitions. (Kafka hashes
+    the same facts plus racks with its own function; the value only ever meets itself.)"""
+    h = hashlib.blake2b(digest_size=8)
+    for name in sorted(set(topic_names)):
+        t = topics.by_name(name)
+        if t is not None:
+            h.update(name.encode() + b"\0" + t.topic_id.bytes + struct.pack(">i", t.num_partitions))
+    return struct.unpack(">q", h.digest())[0]
+
+
+def _info(parts: Partitions, topics: TopicsView, names: dict[uuid.UUID, str]) -> tuple[TopicPartitionsInfo, ...]:
+    out = []
+    for tid in sorted(parts, key=lambda t: t.bytes):
+        if parts[tid]:
+            t = topics.by_id(tid)
+            out.append(TopicPartitionsInfo(tid, t.topic_name if t else names.get(tid, ""), tuple(sorted(parts[tid]))))
+    return tuple(out)
+
+
+def _merge(a: Partitions, b: Partitions) -> Partitions:
+    return {t: a.get(t, frozenset()) | b.get(t, frozenset()) for t in set(a) | set(b)}
+
+
+def _minus(a: Partitions, b: Partitions) -> Partitions:
+    out = {t: ps - b.get(t, frozenset()) for t, ps in a.items()}
+    return {t: ps for t, ps in out.items() if ps}
+
+
+# -- the group ----------------------------------------------------------------------------------
+class ShareGroup:
+    """The state of one share group, as replayed from its records."""
+
+    def __init__(self, group_id: str, config: ShareGroupConfig | None = None) -> None:
+        self.group_id = group_id
+        self.config = config or ShareGroupConfig()
+        self.group_epoch = 0
+        self.metadata_hash = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ShareMember] = {}
+        self.targets: dict[str, Assignment] = {}
+        self.initializing: Partitions = {}
+        self.initialized: Partitions = {}
+        self.deleting: dict[uuid.UUID, str] = {}
+        self.topic_names: dict[uuid.UUID, str] = {}  # names as the state metadata record last named them
+        self.timers: dict[str, Timers] = {}
+        self.init_asked: dict[tuple[uuid.UUID, int], int] = {}  # soft: when initialization was asked for
+
+    # -- views ----------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """Empty or Stable (Kafka's ShareGroupState names)."""
+        return "Stable" if self.members else "Empty"
+
+    def subscribed_topic_names(self, members: Iterable[ShareMember] | None = None) -> set[str]:
+        return {n for m in (self.members.values() if members is None else members) for n in m.subscribed_topic_names}
+
+    def next_deadline(self) -> int | None:
+        return min((t.session_deadline_ms for t in self.timers.values()), default=None)
+
+    def copy(self) -> ShareGroup:
+        return copy.deepcopy(self)
+
+    # -- ShareGroupHeartbeat ----------------------------------------------------------------
+    def heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
+                  session_timeout_ms: int | None = None, heartbeat_interval_ms: int | None = None) -> Result:
+        """Handle one validated heartbeat (see :func:`validate`). Errors come back as a
+        response with the error code and no records: GROUP_ID_NOT_FOUND (epoch ≠ 0 for
+        a group that does not exist), GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID,
+        FENCED_MEMBER_EPOCH. The timeouts default to the group config's."""
+        try:
+            if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+                return self._leave(req, topics)
+            return self._join_or_heartbeat(req, now_ms, topics, session_timeout_ms or self.config.session_timeout_ms,
+                                           heartbeat_interval_ms or self.config.heartbeat_interval_ms)
+        except HeartbeatError as e:
+            return Result(ShareHeartbeatResponse(e.code, str(e)))
+
+    def _member(self, req: ShareHeartbeatRequest) -> ShareMember:
+        if not self.members and self.group_epoch == 0 and req.member_epoch != 0:
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Share group {self.group_id} not found.")
+        if len(self.members) >= self.config.max_size and req.member_id not in self.members:
+            raise HeartbeatError(ErrorCode.group_max_size_reached, "The share group has reached its maximum "
+                                 f"capacity of {self.config.max_size} members.")
+        member = self.members.get(req.member_id)
+        if member is None:
+            if req.member_epoch != 0:
+                raise HeartbeatError(ErrorCode.unknown_member_id,
+                                     f"Member {req.member_id} is not a member of group {self.group_id}.")
+            return ShareMember(req.member_id)
+        epoch = req.member_epoch
+        if epoch > member.member_epoch or (epoch < member.member_epoch and epoch != member.previous_member_epoch):
+            raise HeartbeatError(ErrorCode.fenced_member_epoch,
+                                 f"The share group member has a {'greater' if epoch > member.member_epoch else 'smaller'}"
+                                 f" member epoch ({epoch}) than the one known by the group coordinator "
+                                 f"({member.member_epoch}). The member must abandon all its partitions and rejoin.")
+        return member
+
+    def _join_or_heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
+                           session_timeout_ms: int, heartbeat_interval_ms: int) -> Result:
+        member = self._member(req)
+        out = Result()
+        updated = replace(member, client_id=req.client_id, client_host=req.client_host)
+        if req.rack_id is not None:
+            updated = replace(updated, rack_id=req.rack_id)
+        if req.subscribed_topic_names is not None:
+            updated = replace(updated, subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names))))
+        members = {**self.members, updated.member_id: updated}
+        subscription_changed = updated.subscribed_topic_names != member.subscribed_topic_names
+        if updated != member:
+            out.records.append((ShareGroupMemberMetadataKey(self.group_id, updated.member_id), updated.metadata_value()))
+        names = self.subscribed_topic_names(members.values())
+        new_hash = metadata_hash(names, topics)
+        bump = subscription_changed or new_hash != self.metadata_hash or self._assignment_pending(names, topics)
+        group_epoch = self.group_epoch + 1 if bump else self.group_epoch
+        if bump:
+            out.records.append((ShareGroupMetadataKey(self.group_id), ShareGroupMetadataValue(group_epoch, new_hash)))
+        targets = self.targets
+        target_epoch = self.assignment_epoch
+        if group_epoch > self.assignment_epoch:
+            targets = self._new_targets(group_epoch, members, topics, out)
+            target_epoch = group_epoch
+        reconciled = self._reconcile(updated, target_epoch, targets.get(updated.member_id, {}), subscription_changed,
+                                     topics)
+        if reconciled != updated:
+            out.records.append((ShareGroupCurrentMemberAssignmentKey(self.group_id, updated.member_id),
+                                reconciled.assignment_value()))
+        out.live.append((ShareTimersKey(self.group_id, updated.member_id), Timers(now_ms + session_timeout_ms)))
+        to_init = self._to_initialize(names, topics, now_ms, out)
+        full = req.member_epoch == 0 or req.subscribed_topic_names is not None
+        assignment = to_wire(reconciled.assigned) if full or reconciled.assigned != member.assigned else None
+        out.response = ShareHeartbeatResponse(ErrorCode.none, None, reconciled.member_id, reconciled.member_epoch,
+                                              heartbeat_interval_ms, assignment, to_init)
+        return out
+
+    def _assignable(self, names: set[str], topics: TopicsView) -> Partitions:
+        """Initialized partitions of subscribed topics that still exist."""
+        out: Partitions = {}
+        for name in names:
+            t = topics.by_name(name)
+            if t is not None and t.topic_id in self.initialized:
+                parts = frozenset(p for p in self.initialized[t.topic_id] if p < t.num_partitions)
+                if parts:
+                    out[t.topic_id] = parts
+        return out
+
+    def _assignment_pending(self, names: set[str], topics: TopicsView) -> bool:
+        """Kafka's ``initializedAssignmentPending``: initialized partitions of subscribed
+        topics differ from what the current target assigns."""
+        assigned: dict[uuid.UUID, set[int]] = {}
+        for a in self.targets.values():
+            for t, ps in a.items():
+                assigned.setdefault(t, set()).update(ps)
+        return any(assigned.get(t, set()) != set(ps) for t, ps in self._assignable(names, topics).items())
+
+    def _new_targets(self, epoch: int, members: dict[str, ShareMember], topics: TopicsView,
+                     out: Result) -> dict[str, Assignment]:
+        ids = {n: t.topic_id for n in self.subscribed_topic_names(members.values()) if (t := topics.by_name(n))}
+        specs = {mid: share_assignor.ShareMemberSpec(
+            frozenset(ids[n] for n in m.subscribed_topic_names if n in ids), self.targets.get(mid, {}))
+            for mid, m in members.items()}
+        new = share_assignor.assign(specs, self._assignable(set(ids), topics))
+        for mid in sorted(new):
+            if new[mid] != self.targets.get(mid, {}):
+                out.records.append((ShareGroupTargetAssignmentMemberKey(self.group_id, mid),
+                                    ShareGroupTargetAssignmentMemberValue(to_wire(new[mid]))))
+        out.records.append((ShareGroupTargetAssignmentMetadataKey(self.group_id),
+                            ShareGroupTargetAssignmentMetadataValue(epoch)))
+        return new
+
+    @staticmethod
+    def _reconcile(member: ShareMember, target_epoch: int, target: Assignment, subscription_changed: bool,
+                   topics: TopicsView) -> ShareMember:
+        """Kafka's ``ShareGroupAssignmentBuilder``: straight to the target (only topics
+        the member subscribes to) at the target epoch."""
+        if target_epoch == member.member_epoch and not subscription_changed:
+            return member
+        ids = {t.topic_id for n in member.subscribed_topic_names if (t := topics.by_name(n)) is not None}
+        assigned = {t: ps for t, ps in target.items() if t in ids}
+        if target_epoch != member.member_epoch:
+            return replace(member, member_epoch=target_epoch, previous_member_epoch=member.member_epoch,
+                           assigned=assigned)
+        return replace(member, assigned=assigned)
+
+    # -- share-group state initialization ----------------------------------------------------
+    def _to_initialize(self, names: set[str], topics: TopicsView, now_ms: int, out: Result) -> Partitions:
+        """Partitions of subscribed topics neither initialized nor recently asked for;
+        appends the state metadata record marking them initializing and a live record
+        of the attempt."""
+        want: Partitions = {}
+        for name in names:
+            t = topics.by_name(name)
+            if t is None:
+                continue
+            done = self.initialized.get(t.topic_id, frozenset())
+            fresh = {p for p in range(t.num_partitions) if p not in done
+                     and now_ms - self.init_asked.get((t.topic_id, p), -2**62) < self.config.initialize_retry_ms}
+            parts = frozenset(range(t.num_partitions)) - done - fresh
+            if parts:
+                want[t.topic_id] = parts
+        if want:
+            out.records.append(self._state_record(_merge(self.initializing, want), self.initialized, topics,
+                                                  {t: d for t, d in self.deleting.items() if t not in want}))
+            out.live.append((ShareInitKey(self.group_id), {(t, p): now_ms for t, ps in want.items() for p in ps}))
+        return want
+
+    def _state_record(self, initializing: Partitions, initialized: Partitions, topics: TopicsView,
+                      deleting: dict[uuid.UUID, str]) -> Record:
+        value = ShareGroupStatePartitionMetadataValue(
+            _info(initializing, topics, self.topic_names), _info(initialized, topics, self.topic_names),
+            tuple(TopicInfo(t, deleting[t]) for t in sorted(deleting, key=lambda t: t.bytes)))
+        return ShareGroupStatePartitionMetadataKey(self.group_id), value
+
+    def initialized_result(self, parts: Partitions, topics: TopicsView) -> Result:
+        """Records moving ``parts`` from initializing to initialized (Kafka's
+        ``initializeShareGroupState``)."""
+        if not parts:
+            return Result()
+        return Result(records=[self._state_record(_minus(self.initializing, parts), _merge(self.initialized, parts),
+                                                  topics, self.deleting)])
+
+    def uninitialized_result(self, parts: Partitions, topics: TopicsView) -> Result:
+        """Records dropping ``parts`` from initializing (their initialization failed) and
+        forgetting the attempt, so the next heartbeat asks again."""
+        if not parts:
+            return Result()
+        forget = {(t, p): None for t, ps in parts.items() for p in ps}
+        return Result(records=[self._state_record(_minus(self.initializing, parts), self.initialized, topics,
+                                                  self.deleting)], live=[(ShareInitKey(self.group_id), forget)])
+
+    def state_partitions(self) -> Partitions:
+        """Partitions whose share-group state may exist (initialized or initializing)."""
+        return _merge(self.initialized, self.initializing)
+
+    # -- leaving and fencing ---------------------------------------------------------------
+    def _leave(self, req: ShareHeartbeatRequest, topics: TopicsView) -> Result:
+        if not self.members and self.group_epoch == 0:
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Share group {self.group_id} not found.")
+        member = self.members.get(req.member_id)
+        if member is None:
+            raise HeartbeatError(ErrorCode.unknown_member_id,
+                                 f"Member {req.member_id} is not a member of group {self.group_id}.")
+        return self._fence(member, topics, ShareHeartbeatResponse(member_id=req.member_id,
+                                                                  member_epoch=LEAVE_GROUP_MEMBER_EPOCH))
+
+    def _fence(self, member: ShareMember, topics: TopicsView, response: Any = None) -> Result:
+        """Tombstones of the member and a group epoch bump with the new metadata hash."""
+        gid, mid = self.group_id, member.member_id
+        rest = [m for m in self.members.values() if m.member_id != mid]
+        records: list[Record] = [(ShareGroupCurrentMemberAssignmentKey(gid, mid), None),
+                                 (ShareGroupTargetAssignmentMemberKey(gid, mid), None),
+                                 (ShareGroupMemberMetadataKey(gid, mid), None),
+                                 (ShareGroupMetadataKey(gid), ShareGroupMetadataValue(
+                                     self.group_epoch + 1, metadata_hash(self.subscribed_topic_names(rest), topics)))]
+        return Result(response, records, [(ShareTimersKey(gid, mid), None)])
+
+    def poll(self, now_ms: int, topics: TopicsView) -> Result:
+        """Fence members whose session expired (no heartbeat for the session timeout)."""
+        expired = sorted(mid for mid, t in self.timers.items() if t.session_deadline_ms <= now_ms and mid in self.members)
+        work, out = self.copy(), Result()
+        for mid in expired:
+            r = work._fence(work.members[mid], topics)
+            work.apply(r)
+            out.records += r.records
+            out.live += r.live
+        return out
+
+    def loaded_timers(self, now_ms: int, session_timeout_ms: int | None = None) -> Result:
+        """After loading by replay: live records arming every member's session timer."""
+        timeout = session_timeout_ms or self.config.session_timeout_ms
+        return Result(live=[(ShareTimersKey(self.group_id, mid), Timers(now_ms + timeout)) for mid in sorted(self.members)])
+
+    def tombstones(self) -> list[Record]:
+        """Tombstones for every record of the group (DeleteGroups), the group epoch last:
+        replaying it drops the group."""
+        gid, members = self.group_id, sorted(self.members)
+        out: list[Record] = [(ShareGroupCurrentMemberAssignmentKey(gid, m), None) for m in members]
+        out += [(ShareGroupTargetAssignmentMemberKey(gid, m), None) for m in sorted(set(members) | set(self.targets))]
+        out.append((ShareGroupTargetAssignmentMetadataKey(gid), None))
+        out += [(ShareGroupMemberMetadataKey(gid, m), None) for m in members]
+        out.append((ShareGroupStatePartitionMetadataKey(gid), None))
+        out.append((ShareGroupMetadataKey(gid), None))
+        return out
+
+    # -- ShareGroupDescribe ---------------------------------------------------------------------
+    def describe(self, topics: TopicsView) -> dict[str, Any]:
+        """The DescribedGroup fields of ShareGroupDescribe v1 (error fields excluded);
+        assignments as ``[(topic_id, topic_name, [partitions])]``."""
+        def named(a: Assignment) -> list[tuple[uuid.UUID, str, list[int]]]:
+            return [(tid, t.topic_name, list(parts)) for tid, parts in to_wire(a) if (t := topics.by_id(tid))]
+
+        members = [{"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+                    "client_id": m.client_id, "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names), "assignment": named(m.assigned)}
+                   for _, m in sorted(self.members.items())]
+        return {"group_id": self.group_id, "group_state": self.state, "group_epoch": self.group_epoch,
+                "assignment_epoch": self.assignment_epoch, "assignor_name": share_assignor.NAME, "members": members}
+
+    # -- the only mutator ---------------------------------------------------------------------
+    def apply(self, result: Result) -> None:
+        for key, value in result.records + result.live:
+            self.replay(key, value)
+
+    def replay(self, key: Any, value: Any) -> None:
+        """Apply one record of this group (or a live timer / init record)."""
+        match key:
+            case ShareGroupMetadataKey():
+                self.group_epoch = value.epoch if value is not None else 0
+                self.metadata_hash = value.metadata_hash if value is not None else 0
+            case ShareGroupTargetAssignmentMetadataKey():
+                self.assignment_epoch = value.assignment_epoch if value is not None else 0
+            case ShareGroupTargetAssignmentMemberKey(member_id=mid):
+                if value is None:
+                    self.targets.pop(mid, None)
+                else:
+                    self.targets[mid] = from_wire(value.topic_partitions)
+            case ShareGroupMemberMetadataKey(member_id=mid):
+                if value is None:
+                    self.members.pop(mid, None)
+                    self.timers.pop(mid, None)
+                else:
+                    old = self.members.get(mid) or ShareMember(mid)
+                    self.members[mid] = replace(old, rack_id=value.rack_id, client_id=value.client_id,
+                                                client_host=value.client_host,
+                                                subscribed_topic_names=tuple(sorted(set(value.subscribed_topic_names))))
+            case ShareGroupCurrentMemberAssignmentKey(member_id=mid):
+                old = self.members.get(mid) or ShareMember(mid)
+                if value is None:
+                    self.members[mid] = replace(old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                                                previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH, assigned={})
+                else:
+                    self.members[mid] = replace(old, member_epoch=value.member_epoch,
+                                                previous_member_epoch=value.previous_member_epoch,
+                                                assigned=from_wire(value.assigned_partitions))
+            case ShareGroupStatePartitionMetadataKey():
+                self._replay_state(value)
+            case ShareTimersKey(member_id=mid):
+                if value is None:
+                    self.timers.pop(mid, None)
+                else:
+                    self.timers[mid] = value
+            case ShareInitKey():
+                for tp, ms in value.items():
+                    if ms is None:
+                        self.init_asked.pop(tp, None)
+                    else:
+                        self.init_asked[tp] = ms
+
+    def _replay_state(self, value: ShareGroupStatePartitionMetadataValue | None) -> None:
+        value = value or ShareGroupStatePartitionMetadataValue()
+        for t in value.initializing_topics + value.initialized_topics + value.deleting_topics:
+            self.topic_names[t.topic_id] = t.topic_name
+        self.initializing = {t.topic_id: frozenset(t.partitions) for t in value.initializing_topics if t.partitions}
+        self.initialized = {t.topic_id: frozenset(t.partitions) for t in value.initialized_topics if t.partitions}
+        self.deleting = {t.topic_id: t.topic_name for t in value.deleting_topics}
+
+    def persisted_state(self) -> dict[str, Any]:
+        """Everything the records carry (for reload-equality checks): no timers."""
+        return {"group_epoch": self.group_epoch, "metadata_hash": self.metadata_hash,
+                "assignment_epoch": self.assignment_epoch, "members": dict(self.members),
+                "targets": {k: v for k, v in self.targets.items() if v}, "initializing": dict(self.initializing),
+                "initialized": dict(self.initialized), "deleting": dict(self.deleting)}
+
+
+def validate(req: ShareHeartbeatRequest) -> HeartbeatError | None:
+    """Kafka's request validation (INVALID_REQUEST), before any group is looked at."""
+    def bad(message: str) -> HeartbeatError:
+        return HeartbeatError(ErrorCode.invalid_request, message)
+
+    if not req.member_id:
+        return bad("MemberId can't be empty.")
+    if not req.group_id:
+        return bad("GroupId can't be empty.")
+    if req.rack_id == "":
+        return bad("RackId can't be empty.")
+    if req.member_epoch == 0 and not req.subscribed_topic_names:
+        return bad("SubscribedTopicNames must be set in first request.")
+    if req.member_epoch < LEAVE_GROUP_MEMBER_EPOCH:
+        return bad("MemberEpoch is invalid.")
+    return None
+
+
+class ShareGroups:
+    """The share groups of one ``__consumer_offsets`` partition, built by replay."""
+
+    def __init__(self, config: ShareGroupConfig | None = None) -> None:
+        self.config = config or ShareGroupConfig()
+        self.groups: dict[str, ShareGroup] = {}
+
+    def get(self, group_id: str) -> ShareGroup | None:
+        return self.groups.get(group_id)
+
+    def get_or_new(self, group_id: str) -> ShareGroup:
+        """The group, or a fresh empty one that is *not* kept (its records create it)."""
+        return self.groups.get(group_id) or ShareGroup(group_id, self.config)
+
+    def replay(self, key: Any, value: Any) -> None:
+        """Route a share group record (or live record) to its group, creating the group
+        on its first record and dropping it on the group metadata tombstone."""
+        if isinstance(key, ShareGroupMetadataKey) and value is None:
+            self.groups.pop(key.group_id, None)
+            return
+        group = self.groups.get(key.group_id)
+        if group is None:
+            if value is None or isinstance(key, (ShareTimersKey, ShareInitKey)):
+                return
+            group = self.groups[key.group_id] = ShareGroup(key.group_id, self.config)
+        group.replay(key, value)
+
+    def next_deadline(self) -> int | None:
+        return min((d for g in self.groups.values() if (d := g.next_deadline()) is not None), default=None)
+
+
+SessionTimeouts = Callable[[str], tuple[int, int]]
+"""group id -> (session timeout ms, heartbeat interval ms): the group config or default."""

@@ -1,0 +1,168 @@
+"""Share group membership as the rest of the broker sees it: ``broker.share_groups``.
+
+A thin IO shell over the share groups of the group coordinator shards
+(:mod:`hightide.group.share_group`, run by :class:`~.group_runtime.GroupRuntime`):
+
+* :meth:`ShareGroupService.heartbeat` runs a ShareGroupHeartbeat through the runtime and,
+  when the heartbeat subscribed to share partitions whose state is not initialized yet,
+  initializes it through the share coordinator (``broker.share_state``, the
+  :class:`~hightide.share.types.SharePersister`) with start offset -1 and the group
+  epoch as state epoch, records the result in the group (ShareGroupStatePartitionMetadata)
+  and heartbeats for the member once more, so the member is given the new partitions in
+  this very answer (Kafka answers them one heartbeat interval later);
+* :meth:`settings`, :meth:`is_member` and :meth:`group_state` implement
+  :class:`~hightide.share.types.ShareGroupView` for the share partitions and the admin
+  APIs;
+* :meth:`delete_state` deletes a group's share-partition state (DeleteGroups).
+
+Without a share coordinator (``broker.share_state`` absent) partitions count as
+initialized at once: the share partitions then start from ``share.auto.offset.reset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..config import ConfigError, parse_share_auto_offset_reset, validate_group_configs
+from ..group.share_group import ShareHeartbeatRequest, ShareHeartbeatResponse
+from ..protocol.errors import ErrorCode
+from ..share.types import ShareGroupSettings, ShareStateKey
+from .group_runtime import CoordinatorUnavailable
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("hightide.share.groups")
+
+
+def _reset(value: str) -> str:
+    """``share.auto.offset.reset`` as ShareGroupSettings spells it (validated already):
+    "latest", "earliest" or "by_duration:<ISO-8601>"."""
+    kind, _ = parse_share_auto_offset_reset(value)
+    return kind if kind != "by_duration" else "by_duration:" + value.strip().split(":", 1)[1].strip()
+
+
+class ShareGroupService:
+    """``broker.share_groups``: implements ``share.types.ShareGroupView``."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self._settings: dict[str, ShareGroupSettings] = {}
+        self._settings_at = -2  # metadata image offset the cache was built at
+
+    # -- ShareGroupView ---------------------------------------------------------------------
+    def settings(self, group_id: str) -> ShareGroupSettings:
+        """The group's effective settings: its group configs, else the broker defaults."""
+        image = self.broker.image
+        if image.offset != self._settings_at:
+            self._settings, self._settings_at = {}, image.offset
+        cached = self._settings.get(group_id)
+        if cached is None:
+            overrides = image.group_configs.get(group_id, {})
+            try:
+                v = validate_group_configs(self.broker.config, overrides)
+            except ConfigError:  # bounds changed since they were set: fall back to the defaults
+                v = validate_group_configs(self.broker.config, {})
+            cached = self._settings[group_id] = ShareGroupSettings(
+                auto_offset_reset=_reset(v["share.auto.offset.reset"]),
+                record_lock_duration_ms=v["share.record.lock.duration.ms"],
+                delivery_count_limit=v["share.delivery.count.limit"],
+                partition_max_record_locks=v["share.partition.max.record.locks"],
+                isolation_level=v["share.isolation.level"])
+        return cached
+
+    def _group(self, group_id: str):
+        try:
+            return self.broker.groups.shard_for(group_id).share.get(group_id)
+        except CoordinatorUnavailable:
+            return None
+
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        g = self._group(group_id)
+        return g is not None and member_id in g.members
+
+    def group_state(self, group_id: str) -> str | None:
+        """"Empty" or "Stable"; None if there is no share group with this id."""
+        g = self._group(group_id)
+        return None if g is None else g.state
+
+    def member_ids(self, group_id: str) -> set[str]:
+        g = self._group(group_id)
+        return set(g.members) if g is not None else set()
+
+    # -- ShareGroupHeartbeat -------------------------------------------------------------------
+    def _run(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
+        runtime = self.broker.groups
+        session, interval = runtime.share_timeouts(hb.group_id)
+        return runtime.execute(hb.group_id, lambda shard: shard.share_group_heartbeat(
+            hb, now_ms, runtime.topics(), session, interval), now_ms)
+
+    async def heartbeat(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
+        """One validated heartbeat, with the state initialization it needs (module doc).
+        Raises CoordinatorUnavailable if the group's log cannot be written."""
+        resp = self._run(hb, now_ms)
+        if resp.error_code != ErrorCode.none or not resp.to_initialize:
+            return resp
+        ok = await self._initialize(hb.group_id, resp.member_epoch, resp.to_initialize)
+        if not ok:
+            return resp
+        again = self._run(ShareHeartbeatRequest(hb.group_id, hb.member_id, resp.member_epoch,
+                                                client_id=hb.client_id, client_host=hb.client_host), now_ms)
+        if again.error_code != ErrorCode.none:
+            return resp
+        return replace(again, assignment=again.assignment if again.assignment is not None else resp.assignment,
+                       to_initialize={})
+
+    async def _initialize(self, group_id: str, state_epoch: int, parts: dict[uuid.UUID, frozenset[int]]) -> bool:
+        """Initialize the share-partition state of ``parts``; record which succeeded.
+        True if any did."""
+        persister = getattr(self.broker, "share_state", None)
+        good: dict[uuid.UUID, set[int]] = {}
+        bad: dict[uuid.UUID, set[int]] = {}
+        for tid, ps in parts.items():
+            for p in sorted(ps):
+                code = 0
+                if persister is not None:
+                    try:
+                        code = await persister.initialize(ShareStateKey(group_id, tid, p), state_epoch, -1)
+                    except Exception as exc:  # the share coordinator failed: retry on a later heartbeat
+                        log.warning("initializing share state of %s %s-%d failed: %s", group_id, tid, p, exc)
+                        code = ErrorCode.unknown_server_error
+                (good if code == 0 else bad).setdefault(tid, set()).add(p)
+        runtime, now = self.broker.groups, self.broker.groups._now_ms()
+        for ok, sel in ((True, good), (False, bad)):
+            if sel:
+                frozen = {t: frozenset(ps) for t, ps in sel.items()}
+                runtime.execute(group_id, lambda shard, f=frozen, o=ok: shard.share_initialized(
+                    group_id, f, runtime.topics(), o), now)
+        if bad:
+            log.warning("share group %s: state initialization failed for %s", group_id,
+                        {str(t): sorted(ps) for t, ps in bad.items()})
+        return bool(good)
+
+    # -- DeleteGroups --------------------------------------------------------------------------
+    async def delete_state(self, group_id: str) -> int:
+        """Delete the share-partition state of every partition the group may have state
+        for (before its records are tombstoned). Returns an error code (0: done)."""
+        persister = getattr(self.broker, "share_state", None)
+        if persister is None:
+            return 0
+        g = self._group(group_id)
+        keys: set[ShareStateKey] = set()
+        if g is not None:
+            keys |= {ShareStateKey(group_id, t, p) for t, ps in g.state_partitions().items() for p in ps}
+        keys_for_group = getattr(persister, "keys_for_group", None)
+        if keys_for_group is not None:
+            keys |= set(keys_for_group(group_id))
+        for key in sorted(keys, key=lambda k: (k.topic_id.bytes, k.partition)):
+            code = await persister.delete(key)
+            if code not in (0, ErrorCode.unknown_topic_or_partition, ErrorCode.group_id_not_found):
+                return code
+        return 0
+
+    def describe(self, group_id: str) -> dict[str, Any] | None:
+        runtime = self.broker.groups
+        return runtime.shard_for(group_id).describe_share_group(group_id, runtime.topics())
