@@ -1,17 +1,19 @@
-"""DescribeConfigs (32) and IncrementalAlterConfigs (44) for topics (and broker
-reads). Sources and synonyms follow Kafka's DescribeConfigs semantics."""
+"""DescribeConfigs (32) and IncrementalAlterConfigs (44) for topics, groups (GROUP
+resource 32: the ``share.*`` group configs, kept in the metadata log) and broker reads.
+Sources and synonyms follow Kafka's DescribeConfigs semantics."""
 
 from __future__ import annotations
 
 from ...protocol.codec import response_schema
 
-from ...cluster.records import BROKER_RESOURCE, TOPIC_RESOURCE
-from ...config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef
+from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
+from ...config import BROKER_CONFIGS, GROUP_CONFIGS, TOPIC_CONFIGS, ConfigDef
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
 from ..registry import handles
 from .admin_topics import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG
 
+GROUP_CONFIG = 8  # ConfigSource.GROUP_CONFIG
 _TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 
@@ -63,6 +65,31 @@ def describe_broker(broker, name: str, keys, synonyms: bool, docs: bool) -> dict
     return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
 
 
+def describe_group(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
+    """A group's configs: its overrides (GROUP_CONFIG), else the broker's ``group.share.*``
+    value (STATIC_BROKER_CONFIG when set explicitly) or default. Any group id may have
+    configs, whether or not the group exists (as in Kafka)."""
+    if not name:
+        return {"error_code": ErrorCode.invalid_request, "error_message": "Group name must not be empty",
+                "configs": []}
+    overrides = broker.image.group_configs.get(name, {})
+    configs = []
+    for cname, d in sorted(GROUP_CONFIGS.items()):
+        if keys and cname not in keys:
+            continue
+        chain = []
+        if cname in overrides:
+            chain.append({"name": cname, "value": overrides[cname], "source": GROUP_CONFIG})
+        base = BROKER_CONFIGS.get(d.synonym or "")
+        if base is not None and d.synonym in broker.config.explicit:
+            chain.append({"name": d.synonym, "value": base.render(broker.config[d.synonym]),
+                          "source": STATIC_BROKER_CONFIG})
+        chain.append({"name": d.synonym or cname, "value": base.render(base.default) if base else d.render(d.default),
+                      "source": DEFAULT_CONFIG})
+        configs.append(_entry(d, chain[0]["value"], chain[0]["source"], chain if synonyms else [], docs))
+    return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
+
+
 @handles(32, 1, 4)
 def describe_configs(ctx, req):
     results = []
@@ -74,6 +101,8 @@ def describe_configs(ctx, req):
             res = describe_topic(ctx.broker, r.resource_name, keys, synonyms, docs)
         elif r.resource_type == BROKER_RESOURCE:
             res = describe_broker(ctx.broker, r.resource_name, keys, synonyms, docs)
+        elif r.resource_type == GROUP_RESOURCE:
+            res = describe_group(ctx.broker, r.resource_name, keys, synonyms, docs)
         else:
             res = {"error_code": ErrorCode.invalid_request,
                    "error_message": f"Unsupported resource type {r.resource_type}", "configs": []}
@@ -93,6 +122,11 @@ def incremental_alter_configs(ctx, req):
             if code == ErrorCode.none and not req.validate_only:
                 b.commit_metadata(records)
                 b.refresh_topic_config(b.image.topics[r.resource_name])
+        elif r.resource_type == GROUP_RESOURCE:
+            ops = [(c.name, c.config_operation, c.value) for c in r.configs]
+            code, msg, records = b.controller.alter_group_configs(b.image, r.resource_name, ops)
+            if code == ErrorCode.none and not req.validate_only:
+                b.commit_metadata(records)
         elif r.resource_type == BROKER_RESOURCE:
             code, msg = ErrorCode.invalid_request, "Dynamic broker configs are not supported by hightide; use --config"
         else:

@@ -1,0 +1,91 @@
+"""Share-partition lag (seed 002, KIP-932 share groups): pure functions on plain integers.
+
+``lag = LEO - SPSO - DeliveryCompleteCount``: every offset from the share-partition start
+offset (SPSO) up to the log end offset that is not yet ACKNOWLEDGED or ARCHIVED — records
+in flight (available or acquired) and records past the in-flight window. Unknown (-1 on
+the wire, None here) while the share partition is uninitialised (SPSO -1), while the
+DeliveryCompleteCount is unknown, or when the end offset could not be read.
+
+The in-flight state counts come from ReadShareGroupState state batches: persisted states
+are AVAILABLE (0; acquired records are persisted as available), ACKNOWLEDGED (2) and
+ARCHIVED (4); offsets at or above the SPSO that no batch covers are not yet delivered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["UNKNOWN", "InFlightCounts", "ShareLag", "in_flight_counts", "share_lag", "wire_lag"]
+
+UNKNOWN = -1
+
+_AVAILABLE, _ACKNOWLEDGED, _ARCHIVED = 0, 2, 4
+
+
+@dataclass(frozen=True, slots=True)
+class ShareLag:
+    start_offset: int | None  # SPSO; None while uninitialised
+    end_offset: int | None  # LEO; None when unknown
+    delivery_complete_count: int | None
+    lag: int | None
+
+
+def _known(v: int | None) -> int | None:
+    return None if v is None or v < 0 else v
+
+
+def share_lag(end_offset: int | None, start_offset: int | None, delivery_complete_count: int | None) -> ShareLag:
+    """The lag of one share partition; ``lag`` is None when any input is unknown (< 0)."""
+    end, start, dcc = _known(end_offset), _known(start_offset), _known(delivery_complete_count)
+    lag = None if end is None or start is None or dcc is None else end - start - dcc
+    return ShareLag(start, end, dcc, lag)
+
+
+def wire_lag(end_offset: int | None, start_offset: int, delivery_complete_count: int) -> int:
+    """The Lag field of DescribeShareGroupOffsets v1: the lag, or -1 when unknown."""
+    lag = share_lag(end_offset, start_offset, delivery_complete_count).lag
+    return UNKNOWN if lag is None else lag
+
+
+class _Batch(Protocol):
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightCounts:
+    """Offsets of one share partition by state: inside the persisted in-flight window
+    (``available``, ``acknowledged``, ``archived``, at or above the SPSO) and past its end
+    up to the LEO (``not_delivered``; None when the LEO is unknown)."""
+
+    available: int
+    acknowledged: int
+    archived: int
+    not_delivered: int | None
+
+
+def in_flight_counts(start_offset: int, batches: Iterable[_Batch], end_offset: int | None) -> InFlightCounts:
+    """Counts per state of the batches clipped at the SPSO; offsets between the SPSO and
+    the LEO that no batch covers count as not delivered."""
+    counts = {_AVAILABLE: 0, _ACKNOWLEDGED: 0, _ARCHIVED: 0}
+    covered = 0
+    for b in batches:
+        first = max(b.first_offset, start_offset) if start_offset >= 0 else b.first_offset
+        if b.last_offset < first:
+            continue
+        if end_offset is not None and end_offset >= 0:
+            last = min(b.last_offset, end_offset - 1)
+        else:
+            last = b.last_offset
+        n = last - first + 1
+        if n <= 0:
+            continue
+        counts[b.delivery_state] = counts.get(b.delivery_state, 0) + n
+        covered += n
+    rest = None
+    if end_offset is not None and end_offset >= 0 and start_offset >= 0:
+        rest = max(0, end_offset - start_offset - covered)
+    return InFlightCounts(counts[_AVAILABLE], counts[_ACKNOWLEDGED], counts[_ARCHIVED], rest)

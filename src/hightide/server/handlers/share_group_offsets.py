@@ -1,0 +1,193 @@
+"""Share group offsets: DescribeShareGroupOffsets (90, v0–1), AlterShareGroupOffsets (91),
+DeleteShareGroupOffsets (92), as Kafka 4.x's ``GroupCoordinatorService`` answers them.
+
+* Describe reads each share partition's summary (start offset, leader epoch, delivery
+  complete count) from the share coordinator (``broker.share_state``). v1 adds ``Lag`` =
+  LEO − SPSO − DeliveryCompleteCount, -1 while the share partition is uninitialised or the
+  count is unknown. A topic that does not exist answers start offset -1; a request without
+  topics (null) describes every share partition the group has state for; an empty list
+  answers no topics. No group-existence check (Kafka's neither).
+* Alter and Delete need an existing, empty share group (GROUP_ID_NOT_FOUND /
+  NON_EMPTY_GROUP at the top level, INVALID_GROUP_ID for an empty id). Alter
+  (re)initialises each named partition's state at the new start offset with the group's
+  epoch as state epoch and records the partitions as initialised in the group; Delete
+  deletes the state of every partition of each named topic (UNKNOWN_TOPIC_OR_PARTITION for
+  an unknown topic or one without state). Either way the share-partition cache drops the
+  partitions (``broker.share_manager.invalidate``) so the next fetch reads the new state.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from ...lag.share import UNKNOWN, wire_lag
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ...share.types import ShareStateKey
+from ..coordinator_log import CoordinatorUnavailable
+from ..registry import handles
+
+ZERO_UUID = uuid.UUID(int=0)
+UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+
+
+# -- DescribeShareGroupOffsets ----------------------------------------------------------------
+def _describe_partition(b, topic: str, key: ShareStateKey) -> dict:
+    s = b.share_state.summary(key)
+    if s.error_code != 0:  # as Kafka: absence of data, not an error
+        return {"partition_index": key.partition, "start_offset": -1, "leader_epoch": 0, "lag": UNKNOWN}
+    out = {"partition_index": key.partition, "start_offset": s.start_offset, "leader_epoch": s.leader_epoch,
+           "lag": UNKNOWN}
+    if s.start_offset >= 0 and s.delivery_complete_count >= 0:
+        plog = b.partition_log(topic, key.partition)
+        if plog is None:
+            out.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=UNKNOWN_TOPIC_MESSAGE)
+        else:
+            out["lag"] = wire_lag(plog.log_end_offset, s.start_offset, s.delivery_complete_count)
+    return out
+
+
+def describe_group(b, group_id: str, topics: list[tuple[str, list[int]]] | None) -> dict:
+    """One DescribeShareGroupOffsetsResponseGroup as a dict (kio field names)."""
+    image = b.image
+    if topics is None:  # every share partition with state
+        by_topic: dict[uuid.UUID, list[int]] = {}
+        for key in b.share_state.keys_for_group(group_id):
+            by_topic.setdefault(key.topic_id, []).append(key.partition)
+        topics = []
+        for tid, parts in by_topic.items():
+            t = image.topic_by_id(tid)
+            if t is not None:
+                topics.append((t.name, sorted(parts)))
+        topics.sort()
+    known, unknown = [], []
+    for name, parts in topics:
+        t = image.topics.get(name)
+        if t is None:
+            unknown.append({"topic_name": name, "topic_id": ZERO_UUID, "partitions": [
+                {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": UNKNOWN} for p in parts]})
+            continue
+        known.append({"topic_name": name, "topic_id": t.topic_id, "partitions": [
+            _describe_partition(b, name, ShareStateKey(group_id, t.topic_id, p)) for p in parts]})
+    return {"group_id": group_id, "topics": known + unknown, "error_code": ErrorCode.none, "error_message": None}
+
+
+@handles(90, 0, 1)
+def describe_share_group_offsets(ctx, req):
+    groups = []
+    for g in req.groups:
+        topics = None if g.topics is None else [(t.topic_name, list(t.partitions)) for t in g.topics]
+        groups.append(describe_group(ctx.broker, g.group_id, topics))
+    return materialize(response_schema(90, ctx.version), {"throttle_time": 0, "groups": groups})
+
+
+# -- shared checks ----------------------------------------------------------------------------
+def _group_error(b, group_id: str) -> tuple[ErrorCode, str | None] | None:
+    if not group_id:
+        return ErrorCode.invalid_group_id, "The group id must not be empty."
+    service = getattr(b, "share_groups", None)
+    try:
+        state = None if service is None else service.group_state(group_id)
+    except CoordinatorUnavailable as exc:
+        return ErrorCode.coordinator_not_available, str(exc)
+    if state is None:
+        return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
+    if state != "Empty":
+        return ErrorCode.non_empty_group, f"Share group {group_id} is not empty."
+    return None
+
+
+def _invalidate(b, key: ShareStateKey) -> None:
+    manager = getattr(b, "share_manager", None)
+    if manager is not None:
+        manager.invalidate(key)
+
+
+def _group_epoch(b, group_id: str, default: int) -> int:
+    try:
+        d = b.share_groups.describe(group_id)
+    except (AttributeError, CoordinatorUnavailable):
+        return default
+    return d.get("group_epoch", default) if d else default
+
+
+def _mark_initialized(b, group_id: str, parts: dict[uuid.UUID, frozenset[int]], now_ms: int) -> None:
+    """Record altered partitions as initialised in the share group, as Kafka's
+    alterShareGroupOffsets does, so a later heartbeat does not initialise them again."""
+    runtime = b.groups
+    try:
+        runtime.execute(group_id, lambda shard: shard.share_initialized(group_id, parts, runtime.topics(), True),
+                        now_ms)
+    except CoordinatorUnavailable:
+        pass
+
+
+# -- AlterShareGroupOffsets ------------------------------------------------------------------
+@handles(91, 0, 0)
+async def alter_share_group_offsets(ctx, req):
+    b = ctx.broker
+    schema = response_schema(91, ctx.version)
+    err = _group_error(b, req.group_id)
+    if err:
+        return materialize(schema, {"throttle_time": 0, "error_code": err[0], "error_message": err[1],
+                                    "responses": []})
+    responses, done = [], {}
+    for t in req.topics:
+        timg = b.image.topics.get(t.topic_name)
+        parts = []
+        for p in t.partitions:
+            code, message = ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE
+            if timg is not None and p.partition_index in timg.partitions:
+                key = ShareStateKey(req.group_id, timg.topic_id, p.partition_index)
+                current = b.share_state.summary(key)
+                epoch = _group_epoch(b, req.group_id, max(current.state_epoch, 0) + 1)
+                code, message = await b.share_state.initialize_checked(key, max(epoch, current.state_epoch),
+                                                                       p.start_offset)
+                _invalidate(b, key)
+                if code == 0:
+                    done.setdefault(timg.topic_id, set()).add(p.partition_index)
+            parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
+        responses.append({"topic_name": t.topic_name, "topic_id": timg.topic_id if timg else ZERO_UUID,
+                          "partitions": parts})
+    if done:
+        _mark_initialized(b, req.group_id, {t: frozenset(ps) for t, ps in done.items()}, ctx.now_ms)
+    return materialize(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                                "responses": responses})
+
+
+# -- DeleteShareGroupOffsets -----------------------------------------------------------------
+@handles(92, 0, 0)
+async def delete_share_group_offsets(ctx, req):
+    b = ctx.broker
+    schema = response_schema(92, ctx.version)
+    err = _group_error(b, req.group_id)
+    if err:
+        return materialize(schema, {"throttle_time": 0, "error_code": err[0], "error_message": err[1],
+                                    "responses": []})
+    with_state: dict[uuid.UUID, list[ShareStateKey]] = {}
+    for key in b.share_state.keys_for_group(req.group_id):
+        with_state.setdefault(key.topic_id, []).append(key)
+    ok, failed = [], []
+    for t in req.topics:
+        timg = b.image.topics.get(t.topic_name)
+        if timg is None:
+            failed.append({"topic_name": t.topic_name, "topic_id": ZERO_UUID,
+                           "error_code": ErrorCode.unknown_topic_or_partition, "error_message": UNKNOWN_TOPIC_MESSAGE})
+            continue
+        keys = with_state.get(timg.topic_id)
+        if not keys:
+            failed.append({"topic_name": t.topic_name, "topic_id": ZERO_UUID,
+                           "error_code": ErrorCode.unknown_topic_or_partition,
+                           "error_message": "There is no offset information to delete."})
+            continue
+        code, message = ErrorCode.none, None
+        for key in keys:
+            c, m = await b.share_state.delete_checked(key)
+            _invalidate(b, key)
+            if c != 0 and code == ErrorCode.none:
+                code, message = ErrorCode(c), m
+        entry = {"topic_name": t.topic_name, "topic_id": timg.topic_id, "error_code": code, "error_message": message}
+        (ok if code == ErrorCode.none else failed).append(entry)
+    return materialize(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                                "responses": ok + failed})
