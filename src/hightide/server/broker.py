@@ -33,6 +33,7 @@ from .connection import KafkaConnection
 from .flusher import Flusher
 from .group_runtime import GroupRuntime
 from .share_groups import ShareGroupService
+from .share_manager import SharePartitionManager
 from .share_runtime import ShareStateRuntime
 from .waiters import AppendWaiters
 
@@ -64,6 +65,7 @@ class Broker:
         self.groups = GroupRuntime(self)
         self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
         self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
+        self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
@@ -96,6 +98,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
         self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
+        self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
         self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"]:
             self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
@@ -123,6 +126,7 @@ class Broker:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
+        await self.share_manager.close()  # in-flight share state writes
         await self.flusher.close()
         self.waiters.wake_all()
         if self.metadata is not None:

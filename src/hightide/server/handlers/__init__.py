@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     metadata,
     offset_for_leader_epoch,
     produce,
+    share_fetch,
     share_group_offsets,
     share_groups,
     share_state,

@@ -1,0 +1,237 @@
+"""ShareFetch (api 78, v1-2) and ShareAcknowledge (api 79, v1-2), KIP-932.
+
+A ShareFetch first validates the share session epoch (:mod:`hightide.share.session`),
+then applies its piggy-backed acknowledgements (each one durable through the share
+coordinator before the answer), then acquires records from every partition of the
+session: up to MaxRecords records in total (whole log batches; v2 record-limit mode cuts
+exactly), at most MaxBytes, split into AcquiredRecords ranges of about BatchSize records.
+With nothing acquired it long-polls up to MaxWaitMs, woken by appends and by records
+becoming available again (release, lock expiry). Records are the log's batch bytes as
+stored; the client keeps the offsets named in AcquiredRecords.
+
+A full request (epoch 0) is answered for every session partition; an incremental one
+only for partitions with records, errors or acknowledgement results. Epoch -1 closes the
+session after its acknowledgements and releases what the member still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ...protocol.share_fetch_response import SharePartitionData, ShareTopicData, encode_share_fetch_response
+from ...share.partition import RENEW, AckBatch
+from ...share.session import FINAL_EPOCH, SessionError
+from ...share.types import ShareStateKey
+from ..registry import RawResponse, handles
+from .common import LEADER_EPOCH
+
+RECORD_LIMIT_MODE = 1  # ShareAcquireMode (v2): 0 batch-optimized, 1 record-limit
+_MAX_ACK_TYPE = 3  # GAP..REJECT; RENEW (4) needs v2 and IsRenewAck
+
+
+# -- shared helpers ---------------------------------------------------------------------------
+def _resolve(ctx, topic_id: uuid.UUID, partition: int) -> tuple[str | None, int]:
+    timg = ctx.broker.image.topic_by_id(topic_id)
+    if timg is None:
+        return None, int(ErrorCode.unknown_topic_id)
+    if partition not in timg.partitions:
+        return None, int(ErrorCode.unknown_topic_or_partition)
+    return timg.name, 0
+
+
+def _ack_batches(ctx, req, parts) -> tuple[list[AckBatch] | None, int]:
+    """AckBatches of one partition, or (None, INVALID_REQUEST) for a malformed one
+    (Kafka's validateAcknowledgementBatches)."""
+    renew_ok = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
+    out = []
+    prev = -1
+    for b in parts:
+        types = tuple(int(t) for t in b.acknowledge_types)
+        if (b.first_offset > b.last_offset or b.first_offset < prev or not types
+                or (len(types) > 1 and b.last_offset - b.first_offset + 1 != len(types))
+                or any(t < 0 or t > (RENEW if renew_ok else _MAX_ACK_TYPE) for t in types)):
+            return None, int(ErrorCode.invalid_request)
+        prev = b.last_offset
+        out.append(AckBatch(b.first_offset, b.last_offset, types))
+    return out, 0
+
+
+async def _acknowledge_all(ctx, req, group_id: str, member_id: str, acks: dict) -> dict[tuple, tuple[int, str | None]]:
+    """Apply {(topic id, partition): raw batches}; {(topic id, partition): (code, message)}."""
+    manager = ctx.broker.share_manager
+    results: dict[tuple, tuple[int, str | None]] = {}
+    jobs = []
+    for (tid, p), raw in acks.items():
+        name, code = _resolve(ctx, tid, p)
+        if code:
+            results[(tid, p)] = (code, None)
+            continue
+        batches, code = _ack_batches(ctx, req, raw)
+        if code:
+            results[(tid, p)] = (code, "malformed acknowledgement batches")
+            continue
+        key = ShareStateKey(group_id, tid, p)
+        jobs.append(((tid, p), manager.acknowledge(key, name, member_id, batches)))
+    if jobs:
+        done = await asyncio.gather(*(j for _, j in jobs))
+        for (tp, _), res in zip(jobs, done):
+            results[tp] = res
+    return results
+
+
+def _member_error(ctx, group_id: str | None, member_id: str | None, epoch: int) -> tuple[int, str] | None:
+    if not group_id:
+        return int(ErrorCode.invalid_group_id), "The group id must not be empty."
+    if not member_id:
+        return int(ErrorCode.unknown_member_id), "The member id must not be empty."
+    if epoch != FINAL_EPOCH and not ctx.broker.share_manager.is_member(group_id, member_id):
+        return int(ErrorCode.unknown_member_id), f"{member_id} is not a member of share group {group_id}."
+    return None
+
+
+# -- ShareFetch --------------------------------------------------------------------------------
+def _fetch_error(ctx, code: int, message: str | None) -> RawResponse:
+    return RawResponse(encode_share_fetch_response(ctx.version, ctx.header.correlation_id, [], error_code=code,
+                                                   error_message=message))
+
+
+@handles(78, 1, 2)
+def share_fetch(ctx, req):
+    return _share_fetch(ctx, req)
+
+
+async def _share_fetch(ctx, req) -> RawResponse:
+    b = ctx.broker
+    manager = b.share_manager
+    group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
+    err = _member_error(ctx, group_id, member_id, epoch)
+    if err:
+        return _fetch_error(ctx, *err)
+    wanted: list[tuple[uuid.UUID, int]] = []
+    acks: dict[tuple[uuid.UUID, int], tuple] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            wanted.append((t.topic_id, p.partition_index))
+            if p.acknowledgement_batches:
+                acks[(t.topic_id, p.partition_index)] = p.acknowledgement_batches
+    forgotten = [(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions]
+    try:
+        context = manager.sessions.fetch_context(group_id, member_id, epoch, wanted, forgotten, bool(acks),
+                                                 ctx.now_ms)
+    except SessionError as exc:
+        return _fetch_error(ctx, exc.error_code, exc.message)
+    ack_results = await _acknowledge_all(ctx, req, group_id, member_id, acks) if acks else {}
+    results: dict[tuple[uuid.UUID, int], SharePartitionData] = {}
+    renew_only = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
+    if context.kind == "final":
+        session = manager.sessions.remove(group_id, member_id)
+        keys = None if session is None else {ShareStateKey(group_id, t, p) for t, p in session.partitions}
+        manager.release_member(group_id, member_id, keys)
+    elif not renew_only:
+        await _fetch_partitions(ctx, req, group_id, member_id, context.partitions, results)
+    for tp, (code, msg) in ack_results.items():
+        pd = results.get(tp)
+        if pd is None:
+            pd = results[tp] = SharePartitionData(tp[1], leader_id=b.node_id, leader_epoch=LEADER_EPOCH)
+        pd.acknowledge_error_code, pd.acknowledge_error_message = code, msg
+    topics: dict[uuid.UUID, ShareTopicData] = {}
+    for (tid, p), pd in results.items():
+        if context.full or pd.records or pd.error_code or (tid, p) in ack_results:
+            topics.setdefault(tid, ShareTopicData(tid)).partitions.append(pd)
+    lock_ms = manager.settings(group_id).record_lock_duration_ms
+    return RawResponse(encode_share_fetch_response(ctx.version, ctx.header.correlation_id, list(topics.values()),
+                                                   acquisition_lock_timeout_ms=lock_ms))
+
+
+async def _fetch_partitions(ctx, req, group_id: str, member_id: str, partitions, results: dict) -> None:
+    b = ctx.broker
+    manager = b.share_manager
+    live: list[tuple[tuple, ShareStateKey, str]] = []
+    for tid, p in partitions:
+        pd = results[(tid, p)] = SharePartitionData(p, leader_id=b.node_id, leader_epoch=LEADER_EPOCH)
+        name, code = _resolve(ctx, tid, p)
+        if code:
+            pd.error_code = code
+            continue
+        key = ShareStateKey(group_id, tid, p)
+        code, msg = await manager.prepare(key, name)
+        if code:
+            pd.error_code, pd.error_message = code, msg
+            continue
+        live.append(((tid, p), key, name))
+    if not live:
+        return
+    max_records = req.max_records if req.max_records > 0 else 500
+    max_bytes = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+    strict = ctx.version >= 2 and getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT_MODE
+    min_bytes = max(req.min_bytes, 1)
+    max_wait_s = max(req.max_wait.total_seconds(), 0)
+    deadline = time.monotonic() + max_wait_s
+    total = 0
+    while True:
+        for tp, key, name in live:
+            if max_records <= 0 or max_bytes <= 0:
+                break
+            got = manager.acquire(key, member_id, max_records, max_bytes, batch_size=max(req.batch_size, 0),
+                                  strict=strict)
+            pd = results[tp]
+            if got.error_code:
+                pd.error_code, pd.error_message = got.error_code, got.error_message
+                continue
+            if got.acquired:
+                pd.records.extend(got.records)
+                pd.acquired.extend((a.first_offset, a.last_offset, a.delivery_count) for a in got.acquired)
+                n = got.size
+                total += n
+                max_bytes -= n
+                max_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+        left = deadline - time.monotonic()
+        if total >= min_bytes or left <= 0 or b.stopping or max_records <= 0 or max_bytes <= 0:
+            return
+        await b.waiters.wait([(name, tp[1]) for tp, _, name in live], left)
+        # partitions dropped meanwhile (invalidate) are loaded again
+        for tp, key, name in live:
+            if manager.cached(key) is None:
+                await manager.prepare(key, name)
+
+
+# -- ShareAcknowledge --------------------------------------------------------------------------
+def _ack_response(ctx, code: int, message: str | None, topics: list | None = None, lock_ms: int = 0):
+    return materialize(response_schema(79, ctx.version), {
+        "throttle_time": 0, "error_code": code, "error_message": message, "acquisition_lock_timeout": lock_ms,
+        "responses": topics or [], "node_endpoints": []})
+
+
+@handles(79, 1, 2)
+def share_acknowledge(ctx, req):
+    return _share_acknowledge(ctx, req)
+
+
+async def _share_acknowledge(ctx, req):
+    manager = ctx.broker.share_manager
+    group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
+    err = _member_error(ctx, group_id, member_id, epoch)
+    if err:
+        return _ack_response(ctx, *err)
+    try:
+        final = manager.sessions.acknowledge_context(group_id, member_id, epoch, ctx.now_ms)
+    except SessionError as exc:
+        return _ack_response(ctx, exc.error_code, exc.message)
+    acks = {(t.topic_id, p.partition_index): p.acknowledgement_batches for t in req.topics for p in t.partitions}
+    results = await _acknowledge_all(ctx, req, group_id, member_id, acks)
+    if final:
+        session = manager.sessions.remove(group_id, member_id)
+        keys = None if session is None else {ShareStateKey(group_id, t, p) for t, p in session.partitions}
+        manager.release_member(group_id, member_id, keys)
+    by_topic: dict[uuid.UUID, list] = {}
+    for (tid, p), (code, msg) in results.items():
+        by_topic.setdefault(tid, []).append({
+            "partition_index": p, "error_code": code, "error_message": msg,
+            "current_leader": {"leader_id": ctx.broker.node_id, "leader_epoch": LEADER_EPOCH}})
+    topics = [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()]
+    return _ack_response(ctx, 0, None, topics, manager.settings(group_id).record_lock_duration_ms)

@@ -1,0 +1,334 @@
+"""The share-partition manager: the IO shell around :class:`~hightide.share.partition.SharePartition`
+and the share session cache (``broker.share_manager``).
+
+* A share partition is loaded lazily on first use: ``broker.share_state.read``; an
+  uninitialised one starts where ``share.auto.offset.reset`` says (latest, earliest or
+  by_duration) and is recorded with ``initialize``.
+* Acquisitions read whole batches from the log (``PartitionLog.read``, the bytes are
+  never decoded: only the 61-byte batch headers are parsed to learn offsets and control
+  batches) and hand the core the batch ranges.
+* Every acknowledgement is persisted through ``broker.share_state.write`` before it is
+  answered. Writes of one share partition are coalesced: one write is in flight at a
+  time and it always carries the whole current window, so a write that completes covers
+  every change made before it started (group commit). A failed write drops the cached
+  partition, so the next use re-reads the persisted state (what was not persisted is
+  undone, at-least-once delivery holds).
+* Lock expiry runs on a timer; records that become AVAILABLE again wake long-polling
+  ShareFetches through ``broker.waiters``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+from ..config import parse_share_auto_offset_reset
+from ..log.partition_log import OffsetOutOfRange
+from ..protocol.errors import ErrorCode
+from ..protocol.records import iter_headers
+from ..share.partition import AckBatch, AckError, Acquired, LogBatch, SharePartition
+from ..share.session import ShareSessionCache
+from ..share.types import ShareGroupSettings, ShareStateKey
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("hightide.share")
+
+LOCK_TIMER_INTERVAL_S = 0.05
+LEADER_EPOCH = 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(eq=False)
+class _Entry:
+    key: ShareStateKey
+    topic: str
+    core: SharePartition
+    version: int = 0  # bumped on every state change
+    persisted: int = 0  # the version the last successful write carried
+    writing: bool = False
+    waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchResult:
+    """What one acquisition of one partition produced."""
+
+    error_code: int = 0
+    error_message: str | None = None
+    records: list = field(default_factory=list)  # buffers (whole batches, as stored)
+    acquired: list[Acquired] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(len(r) for r in self.records)
+
+
+class SharePartitionManager:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.sessions = ShareSessionCache(_config(broker, "group.share.max.share.sessions", 2000))
+        self._parts: dict[ShareStateKey, _Entry] = {}
+        self._loading: dict[ShareStateKey, asyncio.Future] = {}
+        self._writes: set[asyncio.Task] = set()
+        self.writes = 0  # persister writes issued (bench / tests)
+
+    # -- group side ------------------------------------------------------------------
+    def settings(self, group_id: str) -> ShareGroupSettings:
+        groups = getattr(self.broker, "share_groups", None)
+        if groups is not None:
+            return groups.settings(group_id)
+        cfg = self.broker.config
+        return ShareGroupSettings(
+            record_lock_duration_ms=_config(self.broker, "group.share.record.lock.duration.ms", 30_000),
+            delivery_count_limit=_config(self.broker, "group.share.delivery.count.limit", 5),
+            partition_max_record_locks=_config(self.broker, "group.share.partition.max.record.locks", 2000),
+        ) if cfg is not None else ShareGroupSettings()
+
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        groups = getattr(self.broker, "share_groups", None)
+        return True if groups is None else groups.is_member(group_id, member_id)
+
+    # -- loading ---------------------------------------------------------------------
+    def cached(self, key: ShareStateKey) -> SharePartition | None:
+        e = self._parts.get(key)
+        return None if e is None else e.core
+
+    def invalidate(self, key: ShareStateKey) -> None:
+        """Forget the cached share partition (its persisted state changed behind our back,
+        e.g. AlterShareGroupOffsets); the next use re-reads it."""
+        e = self._parts.pop(key, None)
+        if e is not None:
+            self.broker.waiters.wake((e.topic, key.partition))
+
+    async def _entry(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
+        e = self._parts.get(key)
+        if e is not None:
+            e.core.settings = self.settings(key.group_id)
+            return e, 0, None
+        fut = self._loading.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._loading[key] = fut
+            try:
+                res = await self._load(key, topic)
+            except Exception as exc:  # answer, never hang the other loaders
+                log.exception("loading share partition %s failed", key)
+                res = (None, int(ErrorCode.unknown_server_error), str(exc))
+            finally:
+                self._loading.pop(key, None)
+            if res[0] is not None:
+                self._parts[key] = res[0]
+            fut.set_result(res)
+            return res
+        return await asyncio.shield(fut)
+
+    async def _load(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
+        persister = getattr(self.broker, "share_state", None)
+        if persister is None:
+            return None, int(ErrorCode.coordinator_not_available), "the share coordinator is not running"
+        plog = self.broker.partition_log(topic, key.partition)
+        if plog is None:
+            return None, int(ErrorCode.unknown_topic_or_partition), None
+        settings = self.settings(key.group_id)
+        st = await persister.read(key, LEADER_EPOCH)
+        if st.error_code == 0 and st.start_offset >= 0:
+            core = SharePartition.from_state(st, settings)
+        elif st.error_code in (0, ErrorCode.invalid_request):  # no state yet (uninitialised)
+            start = self._reset_offset(settings, plog)
+            epoch = st.state_epoch if st.error_code == 0 else 0
+            code = await persister.initialize(key, epoch, start)
+            if code:
+                return None, int(code), "initializing the share partition state failed"
+            core = SharePartition(start, settings, state_epoch=epoch)
+        else:
+            return None, int(st.error_code), st.error_message
+        core.move_start(plog.log_start_offset)
+        return _Entry(key, topic, core), 0, None
+
+    @staticmethod
+    def _reset_offset(settings: ShareGroupSettings, plog) -> int:
+        mode, duration_ms = parse_share_auto_offset_reset(settings.auto_offset_reset)
+        if mode == "earliest":
+            return plog.log_start_offset
+        if mode == "by_duration":
+            found = plog.offset_for_timestamp(_now_ms() - duration_ms, max_offset=plog.high_watermark)
+            return plog.high_watermark if found is None else found[0]
+        return plog.high_watermark
+
+    # -- acquire -----------------------------------------------------------------------
+    async def prepare(self, key: ShareStateKey, topic: str) -> tuple[int, str | None]:
+        """Load the share partition if needed; (error code, message)."""
+        _, code, msg = await self._entry(key, topic)
+        return code, msg
+
+    def acquire(self, key: ShareStateKey, member_id: str, max_records: int, max_bytes: int, *,
+                batch_size: int = 0, strict: bool = False, now_ms: int | None = None) -> FetchResult:
+        """Acquire records of a loaded share partition for ``member_id`` (synchronous: the
+        log read and the state change happen without yielding)."""
+        e = self._parts.get(key)
+        if e is None:
+            return FetchResult(int(ErrorCode.unknown_topic_or_partition), "share partition not loaded")
+        plog = self.broker.partition_log(e.topic, key.partition)
+        if plog is None:
+            return FetchResult(int(ErrorCode.unknown_topic_or_partition))
+        now = _now_ms() if now_ms is None else now_ms
+        core = e.core
+        if core.move_start(plog.log_start_offset):
+            e.version += 1
+        if not core.can_acquire() or max_records <= 0 or max_bytes <= 0:
+            return FetchResult()
+        hw = plog.high_watermark
+        nfo = core.next_fetch_offset
+        if nfo >= hw:
+            return FetchResult()
+        try:
+            data = plog.read(nfo, max_bytes, max_offset=hw).data
+        except OffsetOutOfRange:
+            return FetchResult()
+        except OSError:
+            return FetchResult(int(ErrorCode.kafka_storage_error))
+        headers = list(iter_headers(data))
+        if not headers:
+            return FetchResult()
+        batches = [LogBatch(h.base_offset, h.last_offset, h.is_control) for h in headers]
+        acquired = core.acquire(member_id, batches, max_records, now, batch_size=batch_size, strict=strict)
+        e.version += 1
+        if not acquired:
+            return FetchResult()
+        lo, hi = acquired[0].first_offset, acquired[-1].last_offset
+        i = 0
+        while headers[i].last_offset < lo:
+            i += 1
+        j = len(headers) - 1
+        while headers[j].base_offset > hi:
+            j -= 1
+        view = memoryview(data)[headers[i].position:headers[j].position + headers[j].size]
+        return FetchResult(records=[view], acquired=acquired)
+
+    # -- acknowledge ---------------------------------------------------------------------
+    async def acknowledge(self, key: ShareStateKey, topic: str, member_id: str,
+                          batches: Iterable[AckBatch]) -> tuple[int, str | None]:
+        """Apply acknowledgements and persist them; (error code, message) when durable."""
+        e, code, msg = await self._entry(key, topic)
+        if e is None:
+            return code, msg
+        try:
+            e.core.acknowledge(member_id, list(batches), _now_ms())
+        except AckError as exc:
+            return exc.error_code, exc.message
+        e.version += 1
+        if e.core.next_fetch_offset < e.core.end_offset + 1:
+            self.broker.waiters.wake((topic, key.partition))
+        return await self._persist(e)
+
+    def release_member(self, group_id: str, member_id: str, keys: Iterable[ShareStateKey] | None = None) -> None:
+        """Release what ``member_id`` holds (its share session closed or it left the group)
+        and persist in the background."""
+        for key, e in list(self._parts.items()):
+            if key.group_id != group_id or (keys is not None and key not in keys):
+                continue
+            if e.core.release_member(member_id):
+                e.version += 1
+                self._persist_later(e)
+                self.broker.waiters.wake((e.topic, key.partition))
+
+    def member_left(self, group_id: str, member_id: str) -> None:
+        """The group coordinator removed ``member_id``: drop its session, free its records."""
+        self.sessions.remove(group_id, member_id)
+        self.release_member(group_id, member_id)
+
+    # -- persistence ---------------------------------------------------------------------
+    async def _persist(self, e: _Entry) -> tuple[int, str | None]:
+        if e.persisted >= e.version:
+            return 0, None
+        fut = asyncio.get_running_loop().create_future()
+        e.waiters.append((e.version, fut))
+        if not e.writing:
+            self._start_writer(e)
+        return await fut
+
+    def _persist_later(self, e: _Entry) -> None:
+        if not e.writing and e.persisted < e.version:
+            self._start_writer(e)
+
+    def _start_writer(self, e: _Entry) -> None:
+        e.writing = True
+        t = asyncio.get_running_loop().create_task(self._writer(e))
+        self._writes.add(t)
+        t.add_done_callback(self._writes.discard)
+
+    async def _writer(self, e: _Entry) -> None:
+        persister = self.broker.share_state
+        try:
+            while e.persisted < e.version:
+                v = e.version
+                core = e.core
+                self.writes += 1
+                try:
+                    code = await persister.write(e.key, core.state_epoch, LEADER_EPOCH, core.start_offset,
+                                                 core.delivery_complete_count, core.to_state_batches())
+                except Exception:
+                    log.exception("writing share state of %s failed", e.key)
+                    code = int(ErrorCode.unknown_server_error)
+                if code:
+                    log.warning("writing share state of %s failed with error %d; reloading it", e.key, code)
+                    if self._parts.get(e.key) is e:
+                        del self._parts[e.key]
+                    self._finish(e, None, (int(code), "persisting the share partition state failed"))
+                    return
+                e.persisted = v
+                self._finish(e, v, (0, None))
+        finally:
+            e.writing = False
+
+    @staticmethod
+    def _finish(e: _Entry, upto: int | None, result: tuple[int, str | None]) -> None:
+        keep = []
+        for v, fut in e.waiters:
+            if upto is None or v <= upto:
+                if not fut.done():
+                    fut.set_result(result)
+            else:
+                keep.append((v, fut))
+        e.waiters = keep
+
+    # -- timers --------------------------------------------------------------------------
+    def expire_locks(self, now_ms: int) -> int:
+        """Release records whose acquisition lock ran out; returns partitions changed."""
+        n = 0
+        for e in list(self._parts.values()):
+            d = e.core.next_lock_deadline()
+            if d is not None and d <= now_ms and e.core.expire_locks(now_ms):
+                e.version += 1
+                n += 1
+                self._persist_later(e)
+                self.broker.waiters.wake((e.topic, e.key.partition))
+        return n
+
+    async def run_timers(self) -> None:
+        while True:
+            await asyncio.sleep(LOCK_TIMER_INTERVAL_S)
+            try:
+                self.expire_locks(_now_ms())
+            except Exception:
+                log.exception("share lock expiry failed")
+
+    async def close(self) -> None:
+        """Wait (briefly) for in-flight state writes."""
+        if self._writes:
+            await asyncio.wait(list(self._writes), timeout=5)
+
+
+def _config(broker, name: str, default: int) -> int:
+    try:
+        return broker.config[name]
+    except (KeyError, TypeError):
+        return default
