@@ -33,12 +33,16 @@ UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 
 # -- DescribeShareGroupOffsets ----------------------------------------------------------------
+def _partition(index: int, start_offset: int = -1, leader_epoch: int = 0) -> dict:
+    return {"partition_index": index, "start_offset": start_offset, "leader_epoch": leader_epoch, "lag": UNKNOWN,
+            "error_code": ErrorCode.none, "error_message": None}
+
+
 def _describe_partition(b, topic: str, key: ShareStateKey) -> dict:
     s = b.share_state.summary(key)
     if s.error_code != 0:  # as Kafka: absence of data, not an error
-        return {"partition_index": key.partition, "start_offset": -1, "leader_epoch": 0, "lag": UNKNOWN}
-    out = {"partition_index": key.partition, "start_offset": s.start_offset, "leader_epoch": s.leader_epoch,
-           "lag": UNKNOWN}
+        return _partition(key.partition)
+    out = _partition(key.partition, s.start_offset, s.leader_epoch)
     if s.start_offset >= 0 and s.delivery_complete_count >= 0:
         plog = b.partition_log(topic, key.partition)
         if plog is None:
@@ -65,8 +69,7 @@ def describe_group(b, group_id: str, topics: list[tuple[str, list[int]]] | None)
     for name, parts in topics:
         t = image.topics.get(name)
         if t is None:
-            unknown.append({"topic_name": name, "topic_id": ZERO_UUID, "partitions": [
-                {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": UNKNOWN} for p in parts]})
+            unknown.append({"topic_name": name, "topic_id": ZERO_UUID, "partitions": [_partition(p) for p in parts]})
             continue
         known.append({"topic_name": name, "topic_id": t.topic_id, "partitions": [
             _describe_partition(b, name, ShareStateKey(group_id, t.topic_id, p)) for p in parts]})
