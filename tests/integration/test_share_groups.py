@@ -212,3 +212,41 @@ def test_membership_survives_restart(fresh_server, topic_name):
         # members carry on with their epochs; the partitions stay initialized (no re-init)
         r = _hb(c, group, b, rb.member_epoch)
         assert r.error_code == ErrorCode.none and r.member_epoch == rb.member_epoch
+
+
+def test_share_consumers_join_and_leave(server, topic_name):
+    """Three confluent-kafka ShareConsumers on one partition: all members hold it, every
+    record is delivered exactly once, closing leaves the group empty, DeleteGroups works."""
+    from confluent_kafka import Producer, ShareConsumer
+    confluent_create_topic(server.bootstrap, topic_name, 1)
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    with RawClient(server.bootstrap) as c:
+        assert _alter(c, group, {"share.auto.offset.reset": "earliest"}).error_code == ErrorCode.none
+    p = Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(30):
+        p.produce(topic_name, f"v{i}".encode())
+    assert p.flush(10) == 0
+    consumers = [ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": group}) for _ in range(3)]
+    got: list[bytes] = []
+    try:
+        for sc in consumers:
+            sc.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        with RawClient(server.bootstrap) as c:
+            while True:
+                for sc in consumers:
+                    got += [m.value() for m in sc.poll(0.2) if m.error() is None]
+                d = _describe(c, group)
+                if len(d.members) == 3 and len(got) >= 30:
+                    break
+                assert time.monotonic() < deadline, (len(d.members), len(got))
+            assert d.group_state == "Stable"
+            assert all([tuple(t.partitions) for t in m.assignment.topic_partitions] == [(0,)] for m in d.members)
+    finally:
+        for sc in consumers:
+            sc.close()
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(30))
+    with RawClient(server.bootstrap) as c:
+        assert _list(c, ["share"])[group][1] == "Empty"
+        assert c.request(42, 2, {"groups_names": [group]}).results[0].error_code == ErrorCode.none
+        assert group not in _list(c, ["share"])
