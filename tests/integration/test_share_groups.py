@@ -246,7 +246,18 @@ def test_share_consumers_join_and_leave(server, topic_name):
         for sc in consumers:
             sc.close()
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(30))
+    topic_id = d.members[0].assignment.topic_partitions[0].topic_id
+
+    def start_offset(c: RawClient) -> int:
+        r = c.request(87, 1, {"group_id": group, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition": 0, "leader_epoch": -1}]}]})
+        part = r.results[0].partitions[0]
+        assert part.error_code == ErrorCode.none, part.error_message
+        return part.start_offset
+
     with RawClient(server.bootstrap) as c:
         assert _list(c, ["share"])[group][1] == "Empty"
+        assert start_offset(c) >= 0  # the share partition has state
         assert c.request(42, 2, {"groups_names": [group]}).results[0].error_code == ErrorCode.none
         assert group not in _list(c, ["share"])
+        assert start_offset(c) == -1  # DeleteGroups deleted it
