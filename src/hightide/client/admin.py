@@ -5,7 +5,7 @@ replaced on next use. Requests that go to a particular broker (partition leaders
 group coordinators, the controller) are routed from the latest metadata; retriable
 errors (leadership moves, NOT_CONTROLLER, lost connections, coordinator moves) refresh
 the routing and retry with exponential backoff until ``request_timeout_s`` has passed.
-Group APIs live in :mod:`.groups`, lag in :mod:`.lag`.
+Group APIs live in :mod:`.groups`, share groups in :mod:`.share`, lag in :mod:`.lag`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .errors import (
     error_for,
 )
 from .groups import GroupsMixin
+from .share import ShareGroupsMixin
 from .types import (
     BrokerMetadata,
     ClusterMetadata,
@@ -63,7 +64,7 @@ def parse_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
-class AdminClient(GroupsMixin):
+class AdminClient(GroupsMixin, ShareGroupsMixin):
     """An async Kafka admin client that works with hightide and any Kafka cluster.
 
     Use as ``async with AdminClient("host:9092") as admin: ...``. Every method raises
