@@ -1,0 +1,175 @@
+"""``hightide share-groups ...``: share groups (KIP-932) like ``kafka-share-groups.sh``.
+
+``list``, ``describe GROUP [--offsets|--members|--state]`` (offsets: GROUP TOPIC PARTITION
+START-OFFSET LAG, '-' where unknown — an uninitialised share partition or a broker without
+DescribeShareGroupOffsets v1), ``reset-offsets`` (dry run unless ``--execute``) and
+``delete-offsets``; both need an empty share group, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from . import main
+from ._common import (
+    Col,
+    admin_options,
+    emit,
+    parse_time,
+    parse_topic_partitions,
+    run_admin,
+)
+
+OFFSET_COLS = [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
+               Col("START-OFFSET", "start_offset"), Col("LAG", "lag")]
+
+
+@main.group("share-groups")
+def share_groups() -> None:
+    """Share groups: list, describe with lag, reset and delete offsets."""
+
+
+@share_groups.command("list")
+@admin_options
+@click.option("--state", "states", multiple=True, help="Only groups in this state (repeatable, e.g. Stable).")
+def share_groups_list(bootstrap_server: str, output: str, states: tuple[str, ...]) -> None:
+    """Share groups known to the cluster (ListGroups with type filter 'share')."""
+    wanted = {s.lower() for s in states}
+
+    async def go(admin: Any) -> list[dict[str, Any]]:
+        return [{"group": g.group_id, "state": g.state} for g in await admin.list_share_groups()
+                if not wanted or (g.state or "").lower() in wanted]
+    emit(output, [Col("GROUP", "group"), Col("STATE", "state")], run_admin(bootstrap_server, go))
+
+
+def offset_rows(group_id: str, offsets: dict[Any, Any]) -> list[dict[str, Any]]:
+    """kafka-share-groups.sh --describe --offsets rows: start offset and lag, None ('-')
+    when unknown."""
+    return [{"group": group_id, "topic": tp.topic, "partition": tp.partition,
+             "start_offset": o.start_offset if o.start_offset >= 0 else None,
+             "leader_epoch": o.leader_epoch if o.start_offset >= 0 else None,
+             "lag": o.lag, "error": str(o.error) if o.error else None}
+            for tp, o in sorted(offsets.items())]
+
+
+def _assignment(tps: tuple[Any, ...]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ";".join(sorted(f"{t}:{','.join(str(p) for p in sorted(ps))}" for t, ps in by_topic.items())) or None
+
+
+@share_groups.command("describe")
+@admin_options
+@click.argument("group_ids", nargs=-1, required=True)
+@click.option("--offsets", "view", flag_value="offsets", default=True, help="Start offset and lag per partition (default).")
+@click.option("--members", "view", flag_value="members", help="Members and their assignments.")
+@click.option("--state", "view", flag_value="state", help="State, coordinator and member count.")
+def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ...], view: str) -> None:
+    """Describe share groups like kafka-share-groups.sh --describe."""
+    async def go(admin: Any) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for g in group_ids:
+            desc = await admin.describe_share_group(g)  # GROUP_ID_NOT_FOUND for non-share groups
+            if view == "offsets":
+                rows += offset_rows(g, await admin.list_share_group_offsets(g))
+            elif view == "members":
+                rows += [{"group": g, "consumer_id": m.member_id, "host": m.client_host, "client_id": m.client_id,
+                          "partitions": len(m.assignment), "member_epoch": m.member_epoch,
+                          "assignment": _assignment(m.assignment)} for m in desc.members]
+            else:
+                c = await admin.find_coordinator(g)
+                rows.append({"group": g, "coordinator": f"{c.host}:{c.port} ({c.node_id})", "state": desc.state,
+                             "group_epoch": desc.group_epoch, "assignment_epoch": desc.assignment_epoch,
+                             "members": len(desc.members)})
+        return rows
+    rows = run_admin(bootstrap_server, go)
+    if view == "members":
+        cols = [Col("GROUP", "group"), Col("CONSUMER-ID", "consumer_id"), Col("HOST", "host"),
+                Col("CLIENT-ID", "client_id"), Col("#PARTITIONS", "partitions"), Col("ASSIGNMENT", "assignment")]
+    elif view == "state":
+        cols = [Col("GROUP", "group"), Col("COORDINATOR (ID)", "coordinator"), Col("STATE", "state"),
+                Col("#MEMBERS", "members")]
+    else:
+        cols = OFFSET_COLS
+    emit(output, cols, rows)
+
+
+@share_groups.command("reset-offsets")
+@admin_options
+@click.argument("group_id")
+@click.option("--topic", "topics", multiple=True, help="TOPIC or TOPIC:P1,P2 (repeatable).")
+@click.option("--all-topics", is_flag=True, help="Every share partition the group has state for.")
+@click.option("--to-earliest", "to", flag_value="earliest")
+@click.option("--to-latest", "to", flag_value="latest")
+@click.option("--to-datetime", "to_datetime", default=None, help="ISO-8601 time or ms since the epoch.")
+@click.option("--to-offset", "to_offset", type=int, default=None, help="An absolute offset (clamped to the log).")
+@click.option("--execute", is_flag=True, help="Apply the new start offsets (default: dry run, print them only).")
+def share_groups_reset_offsets(bootstrap_server: str, output: str, group_id: str, topics: tuple[str, ...],
+                               all_topics: bool, to: str | None, to_datetime: str | None, to_offset: int | None,
+                               execute: bool) -> None:
+    """Reset GROUP_ID's share-partition start offsets (the share group must be empty)."""
+    chosen = [x for x in (to, to_datetime, to_offset) if x is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset")
+    if bool(topics) == all_topics:
+        raise click.UsageError("give --topic (repeatable) or --all-topics")
+    ts = parse_time(to_datetime) if to_datetime is not None else None
+
+    async def go(admin: Any) -> list[dict[str, Any]]:
+        from ..client import ListOffsetsResult, TopicPartition
+        desc = await admin.describe_share_group(group_id)
+        if desc.state not in ("Empty", "Dead"):
+            raise click.ClickException(f"Share group '{group_id}' is not empty.")
+        current = await admin.list_share_group_offsets(group_id)
+        if all_topics:
+            tps = sorted(current)
+        else:
+            tps = []
+            for topic, parts in parse_topic_partitions(topics):
+                if parts is None:
+                    parts = sorted((await admin.describe_topics([topic]))[topic].partitions)
+                tps += [TopicPartition(topic, p) for p in parts]
+        start = await admin.list_offsets({tp: "earliest" for tp in tps})
+        end = await admin.list_offsets({tp: "latest" for tp in tps})
+        at = await admin.list_offsets({tp: ts for tp in tps}) if ts is not None else {}
+        new: dict[Any, int] = {}
+        for tp in tps:
+            lo, hi = start[tp].offset, end[tp].offset
+            if to == "earliest":
+                new[tp] = lo
+            elif to == "latest":
+                new[tp] = hi
+            elif ts is not None:
+                r = at[tp]
+                new[tp] = r.offset if isinstance(r, ListOffsetsResult) and r.offset >= 0 else hi
+            else:
+                new[tp] = min(max(to_offset, lo), hi)
+        if execute and new:
+            await admin.alter_share_group_offsets(group_id, new)
+        return [{"group": group_id, "topic": tp.topic, "partition": tp.partition,
+                 "start_offset": current[tp].start_offset if tp in current and current[tp].start_offset >= 0
+                 else None, "new_offset": new[tp], "applied": execute} for tp in tps]
+    rows = run_admin(bootstrap_server, go)
+    emit(output, [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
+                  Col("START-OFFSET", "start_offset"), Col("NEW-OFFSET", "new_offset")], rows)
+    if not execute:
+        click.echo("Dry run: nothing changed. Add --execute to apply.", err=True)
+
+
+@share_groups.command("delete-offsets")
+@admin_options
+@click.argument("group_id")
+@click.option("--topic", "topics", multiple=True, required=True, help="A topic whose share state to delete (repeatable).")
+def share_groups_delete_offsets(bootstrap_server: str, output: str, group_id: str, topics: tuple[str, ...]) -> None:
+    """Delete GROUP_ID's share-partition state of whole topics (the share group must be empty)."""
+    async def go(admin: Any) -> list[dict[str, Any]]:
+        res = await admin.delete_share_group_offsets(group_id, list(topics), raise_on_error=False)
+        return [{"group": group_id, "topic": t, "result": "Successful" if res.get(t) is None else f"Error: {res[t]}"}
+                for t in sorted(res)]
+    rows = run_admin(bootstrap_server, go)
+    emit(output, [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("STATUS", "result")], rows)
+    if any(r["result"] != "Successful" for r in rows):
+        raise SystemExit(1)
