@@ -7,7 +7,11 @@ from kio.index import load_response_schema
 
 from hightide.protocol.build import materialize
 from hightide.protocol.codec import encode_response
-from hightide.protocol.share_fetch_response import SharePartitionData, ShareTopicData, encode_share_fetch_response
+from hightide.protocol.share_fetch_response import (
+    SharePartitionData,
+    ShareTopicData,
+    encode_share_fetch_response,
+)
 
 TID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 

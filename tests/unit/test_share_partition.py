@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hightide.share.partition import INVALID_RECORD_STATE, INVALID_REQUEST, AckBatch, AckError, LogBatch, SharePartition
+from hightide.share.partition import (
+    INVALID_RECORD_STATE,
+    INVALID_REQUEST,
+    AckBatch,
+    AckError,
+    LogBatch,
+    SharePartition,
+)
 from hightide.share.types import RecordState, ShareGroupSettings, ShareState, StateBatch
 
 A, B, C = "member-a", "member-b", "member-c"
@@ -154,7 +161,7 @@ ops = st.lists(st.one_of(
 
 def snapshot(sp: SharePartition, hi: int) -> dict[int, tuple]:
     out = {}
-    for o in range(0, hi):
+    for o in range(hi):
         s = sp.state_at(o)
         if s is not None:
             out[o] = s

@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from ..config import parse_share_auto_offset_reset
 from ..log.partition_log import OffsetOutOfRange
@@ -72,7 +73,7 @@ class FetchResult:
 
 
 class SharePartitionManager:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.sessions = ShareSessionCache(_config(broker, "group.share.max.share.sessions", 2000))
         self._parts: dict[ShareStateKey, _Entry] = {}
@@ -239,6 +240,12 @@ class SharePartitionManager:
                 e.version += 1
                 self._persist_later(e)
                 self.broker.waiters.wake((e.topic, key.partition))
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """A final-epoch request closed the member's share session: everything it still
+        holds in the group is released (even on partitions it forgot meanwhile)."""
+        self.sessions.remove(group_id, member_id)
+        self.release_member(group_id, member_id)
 
     def member_left(self, group_id: str, member_id: str) -> None:
         """The group coordinator removed ``member_id``: drop its session, free its records."""

@@ -36,14 +36,21 @@ the terminal offsets inside the window.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from operator import attrgetter
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
-from .types import AcknowledgeType, RecordState, ShareGroupSettings, ShareState, StateBatch
+from .types import (
+    AcknowledgeType,
+    RecordState,
+    ShareGroupSettings,
+    ShareState,
+    StateBatch,
+)
 
-__all__ = ["LogBatch", "Acquired", "AckBatch", "SharePartition", "AckError", "RENEW"]
+__all__ = ["RENEW", "AckBatch", "AckError", "Acquired", "LogBatch", "SharePartition"]
 
 AVAILABLE = RecordState.AVAILABLE
 ACQUIRED = RecordState.ACQUIRED
@@ -100,7 +107,7 @@ class _Run:
     member: str | None = None
     deadline: int = 0  # lock deadline (ms) while ACQUIRED
 
-    def same(self, o: "_Run") -> bool:
+    def same(self, o: _Run) -> bool:
         return (self.state == o.state and self.count == o.count and self.member == o.member
                 and self.deadline == o.deadline)
 
@@ -124,7 +131,7 @@ class SharePartition:
 
     # -- persistence --------------------------------------------------------------
     @classmethod
-    def from_state(cls, state: ShareState, settings: ShareGroupSettings | None = None) -> "SharePartition":
+    def from_state(cls, state: ShareState, settings: ShareGroupSettings | None = None) -> SharePartition:
         """Rebuild from persisted state. Offsets inside the window that no batch covers
         are AVAILABLE with delivery count 0; batches below the SPSO are dropped; AVAILABLE
         records that already reached the delivery count limit (their last delivery's lock

@@ -18,11 +18,18 @@ Epoch rules (Kafka's ``SharePartitionManager.newContext`` / ``acknowledgeSession
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-__all__ = ["INITIAL_EPOCH", "FINAL_EPOCH", "SessionError", "ShareSession", "FetchContext", "ShareSessionCache",
-           "next_epoch"]
+__all__ = [
+    "FINAL_EPOCH",
+    "INITIAL_EPOCH",
+    "FetchContext",
+    "SessionError",
+    "ShareSession",
+    "ShareSessionCache",
+    "next_epoch",
+]
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1

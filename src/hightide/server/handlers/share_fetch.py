@@ -23,7 +23,11 @@ import uuid
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ...protocol.share_fetch_response import SharePartitionData, ShareTopicData, encode_share_fetch_response
+from ...protocol.share_fetch_response import (
+    SharePartitionData,
+    ShareTopicData,
+    encode_share_fetch_response,
+)
 from ...share.partition import RENEW, AckBatch
 from ...share.session import FINAL_EPOCH, SessionError
 from ...share.types import ShareStateKey
@@ -129,9 +133,7 @@ async def _share_fetch(ctx, req) -> RawResponse:
     results: dict[tuple[uuid.UUID, int], SharePartitionData] = {}
     renew_only = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
     if context.kind == "final":
-        session = manager.sessions.remove(group_id, member_id)
-        keys = None if session is None else {ShareStateKey(group_id, t, p) for t, p in session.partitions}
-        manager.release_member(group_id, member_id, keys)
+        manager.close_session(group_id, member_id)
     elif not renew_only:
         await _fetch_partitions(ctx, req, group_id, member_id, context.partitions, results)
     for tp, (code, msg) in ack_results.items():
@@ -225,9 +227,7 @@ async def _share_acknowledge(ctx, req):
     acks = {(t.topic_id, p.partition_index): p.acknowledgement_batches for t in req.topics for p in t.partitions}
     results = await _acknowledge_all(ctx, req, group_id, member_id, acks)
     if final:
-        session = manager.sessions.remove(group_id, member_id)
-        keys = None if session is None else {ShareStateKey(group_id, t, p) for t, p in session.partitions}
-        manager.release_member(group_id, member_id, keys)
+        manager.close_session(group_id, member_id)
     by_topic: dict[uuid.UUID, list] = {}
     for (tid, p), (code, msg) in results.items():
         by_topic.setdefault(tid, []).append({
