@@ -1,0 +1,99 @@
+"""One consistent read of share-group lag for the exporter and tools (seed 002).
+
+:func:`share_snapshot` asks, per share group, DescribeShareGroupOffsets (start offset and
+lag per share partition, v1) and ShareGroupDescribe (state, members); and per initialised
+share partition ReadShareGroupState (its persisted state batches) plus the partition's end
+offset, from which :func:`hightide.lag.share.in_flight_counts` derives how many offsets are
+available, acknowledged, archived or not yet delivered. ReadShareGroupState is served to
+clients by hightide only; against other brokers the counts are left out (None).
+
+Persisted state never says ACQUIRED: an acquisition lock does not survive a restart, so
+acquired records are persisted (and counted) as available.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client.errors import KafkaError, UnsupportedVersionError
+from .client.types import TopicPartition
+from .lag.share import InFlightCounts, in_flight_counts
+
+log = logging.getLogger("hightide.exporter")
+
+__all__ = ["ShareGroupReport", "SharePartitionReport", "ShareSnapshot", "share_snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionReport:
+    topic: str
+    partition: int
+    start_offset: int | None  # None while uninitialised
+    lag: int | None
+    end_offset: int | None = None
+    counts: InFlightCounts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupReport:
+    group: str
+    state: str | None = None
+    members: int | None = None
+    partitions: tuple[SharePartitionReport, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSnapshot:
+    time_ms: int
+    groups: dict[str, ShareGroupReport] = field(default_factory=dict)
+
+
+async def share_snapshot(admin: Any, groups: list[str] | None = None) -> ShareSnapshot | None:
+    """Share lag of ``groups`` (every share group when None). None when the cluster does
+    not support share groups (no ListGroups v5 / DescribeShareGroupOffsets)."""
+    try:
+        names = groups if groups is not None else [g.group_id for g in await admin.list_share_groups()]
+    except KafkaError as exc:  # no share groups here (UNSUPPORTED_VERSION) or the listing failed
+        if not isinstance(exc, UnsupportedVersionError):
+            log.warning("listing share groups failed: %s", exc)
+        return None
+    now = int(time.time() * 1000)
+    topic_ids: dict[str, Any] = {}
+    out: dict[str, ShareGroupReport] = {}
+    for g in names:
+        try:
+            out[g] = await _group(admin, g, topic_ids)
+        except UnsupportedVersionError:
+            return None
+        except KafkaError as exc:
+            out[g] = ShareGroupReport(g, error=f"{type(exc).__name__}: {exc}")
+    return ShareSnapshot(now, out)
+
+
+async def _group(admin: Any, group: str, topic_ids: dict[str, Any]) -> ShareGroupReport:
+    desc = await admin.describe_share_group(group)
+    offsets = await admin.list_share_group_offsets(group)
+    live = [tp for tp, o in offsets.items() if o.start_offset >= 0]
+    ends: dict[TopicPartition, Any] = (await admin.list_offsets({tp: "latest" for tp in live}, raise_on_error=False)
+                                             if live else {})
+    missing = sorted({tp.topic for tp in live} - set(topic_ids))
+    if missing:
+        for name, t in (await admin.describe_topics(missing)).items():
+            topic_ids[name] = getattr(t, "topic_id", None)
+    parts = []
+    for tp, o in sorted(offsets.items()):
+        start = o.start_offset if o.start_offset >= 0 else None
+        end, counts = None, None
+        if start is not None:
+            r = ends.get(tp)
+            end = r.offset if r is not None and not isinstance(r, KafkaError) and r.offset >= 0 else None
+            tid = topic_ids.get(tp.topic)
+            state = await admin.read_share_group_state(group, tid, tp.partition) if tid is not None else None
+            if state is not None:
+                counts = in_flight_counts(state.start_offset, state.batches, end)
+        parts.append(SharePartitionReport(tp.topic, tp.partition, start, o.lag, end, counts))
+    return ShareGroupReport(group, desc.state, len(desc.members), tuple(parts))

@@ -1,0 +1,106 @@
+"""Share-partition lag from DescribeShareGroupOffsets v1, ``hightide share-groups`` and the
+exporter, all against one oracle: share state written directly with WriteShareGroupState
+(the seed's worked example on partition 0), so every expected number is known."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from ..rawkafka import RawClient
+from .test_cli import norm, run
+from .test_exporter import exporter, scrape, value  # noqa: F401  (fixture)
+from .test_share_group_offsets import describe, join_and_leave, produce, seed_oracle
+from .test_share_state import topic_id
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def share_oracle(server, topic_name):
+    """An empty share group on a 2-partition topic (11 and 4 records) with known state:
+    lag 7 (seed example: 6 available in flight + 1 not delivered) and 2."""
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    run(server, "topics", "create", topic_name, "--partitions", "2")
+    produce(server.bootstrap, topic_name, 0, 11)
+    produce(server.bootstrap, topic_name, 1, 4)
+    with RawClient(server.bootstrap) as c:
+        tid = topic_id(c, topic_name)
+        join_and_leave(c, group, topic_name)
+        expected = seed_oracle(c, group, tid)
+    return topic_name, group, expected
+
+
+def test_lag_agrees_everywhere(server, share_oracle, exporter):  # noqa: F811
+    topic, group, expected = share_oracle
+    with RawClient(server.bootstrap) as c:
+        parts, _ = describe(c, group)
+    wire = {p: parts[(topic, p)].lag for p in (0, 1)}
+    assert wire == expected == {0: 7, 1: 2}
+    rows = json.loads(run(server, "share-groups", "describe", group, "-o", "json").stdout)
+    assert {r["partition"]: r["lag"] for r in rows} == expected
+    assert {r["partition"]: r["start_offset"] for r in rows} == {0: 2, 1: 1}
+    fams = scrape(exporter)
+    for p, lag in expected.items():
+        assert value(fams, "hightide_sharegroup_lag", sharegroup=group, topic=topic, partition=str(p)) == lag
+    assert value(fams, "hightide_sharegroup_lag_sum", sharegroup=group, topic=topic) == 9
+    assert value(fams, "hightide_sharegroup_start_offset", sharegroup=group, topic=topic, partition="0") == 2
+    counts = {s: value(fams, "hightide_sharegroup_records", sharegroup=group, topic=topic, partition="0", state=s)
+              for s in ("available", "acknowledged", "archived", "not_delivered")}
+    # seed: 2,3,4,7,8,9 in flight; 5 acknowledged; 6 archived; 10 past the in-flight window
+    assert counts == {"available": 6, "acknowledged": 1, "archived": 1, "not_delivered": 1}
+    assert counts["available"] + counts["not_delivered"] == expected[0]
+    assert value(fams, "hightide_sharegroup_members", sharegroup=group) == 0
+    assert value(fams, "hightide_sharegroup_state", sharegroup=group, state="Empty") == 1
+
+
+def test_describe_tables(server, share_oracle):
+    topic, group, _ = share_oracle
+    r = run(server, "share-groups", "describe", group)
+    assert norm(r.output, GROUP=group, TOPIC=topic) == [
+        "GROUP | TOPIC | PARTITION | START-OFFSET | LAG",
+        "GROUP | TOPIC | 0 | 2 | 7",
+        "GROUP | TOPIC | 1 | 1 | 2",
+    ]
+    r = run(server, "share-groups", "describe", group, "--state")
+    assert norm(r.output, GROUP=group)[1:] == ["GROUP | 127.0.0.1:" + server.bootstrap.split(":")[1] + " (1) | Empty | 0"]
+    listed = norm(run(server, "share-groups", "list").output, GROUP=group)
+    assert listed[0] == "GROUP | STATE" and "GROUP | Empty" in listed
+    # a live member: --members shows its assignment; an uninitialised partition shows '-'
+    other = f"sg-{uuid.uuid4().hex[:8]}"
+    with RawClient(server.bootstrap) as c:
+        member = str(uuid.uuid4())
+        hb = c.request(76, 1, {"group_id": other, "member_id": member, "member_epoch": 0, "rack_id": None,
+                               "subscribed_topic_names": [topic]})
+        assert hb.error_code == 0
+        r = run(server, "share-groups", "describe", other, "--members")
+        assert norm(r.output, GROUP=other, TOPIC=topic, MEMBER=member)[1:] == [
+            "GROUP | MEMBER | /127.0.0.1 | rawkafka | 2 | TOPIC:0,1"]
+        r = run(server, "share-groups", "describe", other)
+        assert norm(r.output, GROUP=other, TOPIC=topic)[1:] == ["GROUP | TOPIC | 0 | - | -", "GROUP | TOPIC | 1 | - | -"]
+        r = run(server, "share-groups", "reset-offsets", other, "--all-topics", "--to-earliest", "--execute", ok=False)
+        assert r.exit_code != 0 and "is not empty" in r.output
+        c.request(76, 1, {"group_id": other, "member_id": member, "member_epoch": -1, "rack_id": None,
+                          "subscribed_topic_names": None})
+    r = run(server, "share-groups", "describe", "no-such-group", ok=False)
+    assert r.exit_code != 0 and "GroupIdNotFound" in r.output
+
+
+def test_reset_and_delete_offsets(server, share_oracle):
+    topic, group, _ = share_oracle
+    r = run(server, "share-groups", "reset-offsets", group, "--topic", f"{topic}:0", "--to-latest")
+    assert norm(r.output, GROUP=group, TOPIC=topic)[:2] == [
+        "GROUP | TOPIC | PARTITION | START-OFFSET | NEW-OFFSET", "GROUP | TOPIC | 0 | 2 | 11"]
+    assert "Dry run" in r.output
+    with RawClient(server.bootstrap) as c:
+        assert describe(c, group)[0][(topic, 0)].start_offset == 2  # unchanged
+    run(server, "share-groups", "reset-offsets", group, "--topic", f"{topic}:0", "--to-offset", "9", "--execute")
+    rows = json.loads(run(server, "share-groups", "describe", group, "-o", "json").stdout)
+    assert {r["partition"]: (r["start_offset"], r["lag"]) for r in rows} == {0: (9, 2), 1: (1, 2)}
+    r = run(server, "share-groups", "delete-offsets", group, "--topic", topic)
+    assert norm(r.output, GROUP=group, TOPIC=topic)[1:] == ["GROUP | TOPIC | Successful"]
+    assert json.loads(run(server, "share-groups", "describe", group, "-o", "json").stdout) == []
+    r = run(server, "share-groups", "delete-offsets", group, "--topic", topic, ok=False)
+    assert r.exit_code == 1 and "no offset information" in r.output.lower()
