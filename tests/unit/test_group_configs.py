@@ -45,6 +45,8 @@ def test_validation_against_broker_bounds() -> None:
     assert defaults["share.session.timeout.ms"] == 45000 and defaults["share.record.lock.duration.ms"] == 30000
     assert validate_group_configs(broker, {"share.session.timeout.ms": "60000"})["share.session.timeout.ms"] == 60000
     cases = {
+        "consumer.session.timeout.ms": ("44999", "60001"),
+        "consumer.heartbeat.interval.ms": ("4999", "15001"),
         "share.session.timeout.ms": ("44999", "60001"),
         "share.heartbeat.interval.ms": ("4999", "15001"),
         "share.record.lock.duration.ms": ("14999", "60001"),
@@ -86,3 +88,30 @@ def test_controller_records_and_image() -> None:
         ConfigRecord(GROUP_RESOURCE, "g", "share.auto.offset.reset", None)]
     assert alter([("share.delivery.count.limit", 1, None)])[0] == 0
     assert image.group_configs == {}  # a group without overrides leaves no trace
+
+
+def test_broker_defaults_are_not_held_to_the_bounds() -> None:
+    """A broker run with short timeouts (tests) still takes group configs; only the
+    overrides are checked against the min/max, the session/heartbeat order always."""
+    broker = BrokerConfig.load(overrides={"group.consumer.session.timeout.ms": 6000,
+                                          "group.share.session.timeout.ms": 6000})
+    assert validate_group_configs(broker, {"share.auto.offset.reset": "earliest"})["consumer.session.timeout.ms"] == 6000
+    with pytest.raises(ConfigError, match="consumer.session.timeout.ms must be greater"):
+        validate_group_configs(broker, {"consumer.heartbeat.interval.ms": "6000"})
+
+
+def test_consumer_group_timeouts_from_group_configs() -> None:
+    import uuid
+
+    from hightide.group.consumer_api import HeartbeatRequest, StaticTopics
+    from hightide.group.shard import GroupCoordinatorShard
+
+    topics = StaticTopics({"foo": (uuid.UUID(int=1), 1)})
+    shard = GroupCoordinatorShard(consumer_timeouts=lambda g: (50_000, 7_000) if g == "slow" else (45_000, 5_000))
+    for group, interval, session in (("slow", 7_000, 50_000), ("other", 5_000, 45_000)):
+        r = shard.consumer_group_heartbeat(HeartbeatRequest(group, "m", 0, rebalance_timeout_ms=1000,
+                                                            subscribed_topic_names=("foo",), topic_partitions=()),
+                                           1000, topics)
+        assert r.response.heartbeat_interval_ms == interval
+        (_, timers), = r.live
+        assert timers.session_deadline_ms == 1000 + session

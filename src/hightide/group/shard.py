@@ -33,7 +33,7 @@ offset APIs GROUP_ID_NOT_FOUND (share groups have no committed offsets).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
@@ -134,8 +134,12 @@ def _uuid_member_id(client_id: str) -> str:
 class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig | None = None,
                  member_ids: Callable[[str], str] = _uuid_member_id,
-                 consumer_member_ids: Callable[[], str] | None = None) -> None:
+                 consumer_member_ids: Callable[[], str] | None = None,
+                 consumer_timeouts: Callable[[str], tuple[int, int]] | None = None) -> None:
+        """``consumer_timeouts(group_id)``: a consumer group's (session timeout, heartbeat
+        interval) from its group configs (None: ``config.consumer``'s for every group)."""
         self.config = config or GroupConfig()
+        self.consumer_timeouts = consumer_timeouts
         self.limits = self.config.classic
         self.offsets = OffsetStore(self.config.offset_metadata_max_bytes)
         self.new_member_id = member_ids
@@ -305,7 +309,7 @@ class GroupCoordinatorShard:
                                           or classic_group.state is not GroupState.EMPTY):
             return CoordinatorResult(response=HeartbeatResponse(
                 ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."))
-        r = self.consumer.get_or_new(req.group_id).heartbeat(req, now_ms, topics)
+        r = self._configured(self.consumer.get_or_new(req.group_id)).heartbeat(req, now_ms, topics)
         records = list(r.records)
         if records and (classic_group is not None or req.group_id in self.group_metadata):
             records.insert(0, (GroupKey(req.group_id), None))
@@ -339,7 +343,7 @@ class GroupCoordinatorShard:
         default)."""
         out = CoordinatorResult()
         for g in self.consumer.groups.values():
-            out.live += g.loaded_timers(now_ms).live
+            out.live += self._configured(g).loaded_timers(now_ms).live
         for sg in self.share.groups.values():
             out.live += sg.loaded_timers(now_ms, share_session_timeout(sg.group_id) if share_session_timeout else None).live
         return out
@@ -387,6 +391,16 @@ class GroupCoordinatorShard:
             out.records += r.records
             out.live += r.live
         return out
+
+    def _configured(self, group: ConsumerGroup) -> ConsumerGroup:
+        """The group with its group-config timeouts (consumer.session.timeout.ms,
+        consumer.heartbeat.interval.ms) in its config; configs are not state, so this is
+        no mutation of what the records say."""
+        if self.consumer_timeouts is not None:
+            session, interval = self.consumer_timeouts(group.group_id)
+            if (session, interval) != (group.config.session_timeout_ms, group.config.heartbeat_interval_ms):
+                group.config = replace(group.config, session_timeout_ms=session, heartbeat_interval_ms=interval)
+        return group
 
     @staticmethod
     def _consumer_tombstones(cg: ConsumerGroup) -> list[Record]:

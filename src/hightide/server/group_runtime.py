@@ -115,7 +115,7 @@ class GroupRuntime:
             self.shards[p] = self._load(p)
 
     def _load(self, partition: int) -> GroupCoordinatorShard:
-        shard = GroupCoordinatorShard(self.group_config)
+        shard = GroupCoordinatorShard(self.group_config, consumer_timeouts=self.consumer_timeouts)
         plog = self.broker.partition_log(OFFSETS_TOPIC, partition)
         if plog is None:
             return shard
@@ -226,9 +226,16 @@ class GroupRuntime:
     def share_timeouts(self, group_id: str) -> tuple[int, int]:
         """(session timeout, heartbeat interval) of a share group: its group configs
         (``share.session.timeout.ms``, ``share.heartbeat.interval.ms``), else the broker's."""
+        return self._timeouts("share", group_id)
+
+    def consumer_timeouts(self, group_id: str) -> tuple[int, int]:
+        """The same for a KIP-848 consumer group (``consumer.*`` group configs)."""
+        return self._timeouts("consumer", group_id)
+
+    def _timeouts(self, kind: str, group_id: str) -> tuple[int, int]:
         overrides = self.broker.image.group_configs.get(group_id, {})
         out = []
-        for name in ("share.session.timeout.ms", "share.heartbeat.interval.ms"):
+        for name in (f"{kind}.session.timeout.ms", f"{kind}.heartbeat.interval.ms"):
             value = overrides.get(name)
             out.append(int(value) if value is not None else group_config_default(self.broker.config, name))
         return out[0], out[1]
