@@ -179,6 +179,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "Smallest share.partition.max.record.locks of a group.", (lambda v: 100 <= v <= 10000, "must be in [100, 10000]")),
     _d("group.share.max.partition.max.record.locks", "int", 10000,
        "Largest share.partition.max.record.locks of a group.", (lambda v: 100 <= v <= 10000, "must be in [100, 10000]")),
+    _d("group.share.initialize.retry.interval.ms", "int", 30000,
+       "A share-group state initialization not confirmed within this long is asked for again.", _pos),
     _d("group.share.assignors", "list", ("simple",), "Server-side assignors of share groups (only 'simple').",
        (lambda v: tuple(v) == ("simple",), "hightide implements the 'simple' share group assignor only")),
     # Share coordinator (share state in __share_group_state).

@@ -78,7 +78,8 @@ class GroupRuntime:
             share=ShareGroupConfig(
                 session_timeout_ms=cfg["group.share.session.timeout.ms"],
                 heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
-                max_size=cfg["group.share.max.size"]))
+                max_size=cfg["group.share.max.size"],
+                initialize_retry_ms=cfg["group.share.initialize.retry.interval.ms"]))
         self.shards: dict[int, GroupCoordinatorShard] = {}
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)
