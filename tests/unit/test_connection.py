@@ -47,6 +47,9 @@ class FakeTransport:
         assert self.paused
         self.paused, self.resumes = False, self.resumes + 1
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.write_high = high
+
     def close(self) -> None:
         self.closed = True
 
@@ -286,6 +289,47 @@ def test_backpressure_counts_sync_responses_queued_behind_a_slow_one(routes: Cal
         await settle()
         assert not h.transport.paused and h.conn.in_flight == 0
         assert h.transport.correlation_ids() == [1, 2, 3, 4]
+    asyncio.run(scenario())
+
+
+def test_requests_in_one_read_beyond_the_limit_wait_for_back_pressure_to_clear(routes: Callable) -> None:
+    # Everything pipelined in one read used to be dispatched at once, however far past
+    # queued.max.requests; the rest is now held (copied) until the queue drains.
+    async def scenario() -> None:
+        h = harness(routes, **{"queued.max.requests": 2})
+        h.receive(b"".join(async_req(i) for i in range(1, 7)))
+        assert h.transport.paused and [c for c, _ in h.requests] == [1, 2]
+        assert h.conn.in_flight == 6
+        h.complete(1)
+        h.complete(2)
+        await settle()
+        assert [c for c, _ in h.requests] == [1, 2, 3, 4]  # two more, then paused again
+        assert h.transport.paused
+        for corr in (3, 4):
+            h.complete(corr)
+        await settle()
+        for corr in (5, 6):
+            h.complete(corr)
+        await settle()
+        assert not h.transport.paused and h.conn.in_flight == 0
+        assert h.transport.correlation_ids() == [1, 2, 3, 4, 5, 6]
+    asyncio.run(scenario())
+
+
+def test_full_write_buffer_pauses_reading(routes: Callable) -> None:
+    # A client that sends without reading its answers: the transport reports its
+    # write buffer full and reading stops until it drains; held requests then run.
+    async def scenario() -> None:
+        h = harness(routes)
+        assert h.transport.write_high is not None
+        h.receive(sync_req(1))
+        h.conn.pause_writing()
+        assert h.transport.paused
+        h.receive(sync_req(2) + sync_req(3))  # already in flight from the kernel: held
+        assert [c for c, _ in h.requests] == [1]
+        h.conn.resume_writing()
+        assert not h.transport.paused
+        assert h.transport.correlation_ids() == [1, 2, 3]
     asyncio.run(scenario())
 
 
