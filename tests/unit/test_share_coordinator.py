@@ -132,6 +132,30 @@ def test_combine_batches_is_per_offset_max(old, new, start):
     assert combine_batches(new, old, start) == got  # order does not matter
 
 
+def _disjoint(draw_list):
+    out, pos = [], 0
+    for gap, length, state, count in draw_list:
+        first = pos + gap
+        out.append(StateBatch(first, first + length, state, count))
+        pos = first + length + 1
+    return out
+
+
+disjoint_st = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.sampled_from([0, 2, 4]),
+                                 st.integers(0, 3)), max_size=10).map(_disjoint)
+
+
+@settings(max_examples=300, deadline=None)
+@given(disjoint_st, disjoint_st, st.integers(-1, 30))
+def test_combine_sorted_inputs_linear_path(old, new, start):
+    """Sorted, disjoint inputs take the linear merge; it must agree with the general sweep."""
+    from hightide.share.coordinator import _clipped, _sweep
+    got = combine_batches(old, new, start)
+    a, _ = _clipped(old, start)
+    b, _ = _clipped(new, start)
+    assert got == combine_batches((), [StateBatch(f, la, s, c) for f, la, c, s in _sweep(a + b)], -1)
+
+
 def test_seed_worked_example_dcc():
     """Seed 002: offsets 0-10, SPSO 2, offsets 5 (acked) and 6 (archived) done: DCC 2, lag 11-2-2 = 7."""
     batches = (StateBatch(2, 4, AV, 1), StateBatch(5, 5, ACK, 1), StateBatch(6, 6, ARC, 1), StateBatch(7, 9, AV, 0))

@@ -95,41 +95,108 @@ class PartitionState:
 
 
 # -- batch arithmetic -------------------------------------------------------------------------
-def combine_batches(so_far: tuple[StateBatch, ...] | list[StateBatch], new: tuple[StateBatch, ...] | list[StateBatch],
-                    start_offset: int) -> tuple[StateBatch, ...]:
-    """Merge two batch lists into sorted, non-overlapping, coalesced batches: clipped at
-    ``start_offset`` (unless -1); per offset the greatest (delivery count, state) wins."""
-    items = []
-    for b in (*so_far, *new):
+Run = tuple[int, int, int, int]  # (first, last, delivery count, delivery state)
+
+
+def _clipped(batches: tuple[StateBatch, ...] | list[StateBatch], start_offset: int) -> tuple[list[Run], bool]:
+    """The batches as runs clipped at ``start_offset``, and whether they are sorted and disjoint."""
+    runs: list[Run] = []
+    ordered, prev_last = True, None
+    for b in batches:
         first, last = b.first_offset, b.last_offset
         if start_offset != -1:
             if last < start_offset:
                 continue
             first = max(first, start_offset)
-        if first <= last:
-            items.append((first, last, b.delivery_count, b.delivery_state))
-    if not items:
-        return ()
-    items.sort()
-    points = sorted({p for first, last, _, _ in items for p in (first, last + 1)})
-    out: list[StateBatch] = []
-    active: list[tuple[int, int, int]] = []  # (-count, -state, last) max-heap of covering batches
+        if first > last:
+            continue
+        if prev_last is not None and first <= prev_last:
+            ordered = False
+        prev_last = last
+        runs.append((first, last, b.delivery_count, b.delivery_state))
+    return runs, ordered
+
+
+def _merge_sorted(a: list[Run], b: list[Run]) -> list[Run]:
+    """Per-offset max of two sorted, disjoint run lists, in one pass (O(len(a) + len(b)))."""
+    out: list[Run] = []
+    i = j = 0
+    x = a[0] if a else None
+    y = b[0] if b else None
+    while x is not None and y is not None:
+        if x[1] < y[0]:
+            out.append(x)
+            i += 1
+            x = a[i] if i < len(a) else None
+        elif y[1] < x[0]:
+            out.append(y)
+            j += 1
+            y = b[j] if j < len(b) else None
+        elif x[0] < y[0]:
+            out.append((x[0], y[0] - 1, x[2], x[3]))
+            x = (y[0], *x[1:])
+        elif y[0] < x[0]:
+            out.append((y[0], x[0] - 1, y[2], y[3]))
+            y = (x[0], *y[1:])
+        else:  # same first offset: the common part takes the greater (count, state)
+            end = min(x[1], y[1])
+            win = x if (x[2], x[3]) >= (y[2], y[3]) else y
+            out.append((x[0], end, win[2], win[3]))
+            if x[1] == end:
+                i += 1
+                x = a[i] if i < len(a) else None
+            else:
+                x = (end + 1, *x[1:])
+            if y[1] == end:
+                j += 1
+                y = b[j] if j < len(b) else None
+            else:
+                y = (end + 1, *y[1:])
+    if x is not None:
+        out.append(x)
+        out.extend(a[i + 1:])
+    if y is not None:
+        out.append(y)
+        out.extend(b[j + 1:])
+    return out
+
+
+def _sweep(runs: list[Run]) -> list[Run]:
+    """Per-offset max of arbitrary (overlapping, unsorted) runs."""
+    runs = sorted(runs)
+    points = sorted({p for first, last, _, _ in runs for p in (first, last + 1)})
+    out: list[Run] = []
+    active: list[tuple[int, int, int]] = []  # (-count, -state, last): max-heap of covering runs
     i = 0
     for lo, hi in itertools.pairwise(points):
-        while i < len(items) and items[i][0] <= lo:
-            first, last, count, state = items[i]
+        while i < len(runs) and runs[i][0] <= lo:
+            _, last, count, state = runs[i]
             heapq.heappush(active, (-count, -state, last))
             i += 1
         while active and active[0][2] < lo:
             heapq.heappop(active)
-        if not active:
-            continue
-        count, state = -active[0][0], -active[0][1]
+        if active:
+            out.append((lo, hi - 1, -active[0][0], -active[0][1]))
+    return out
+
+
+def combine_batches(so_far: tuple[StateBatch, ...] | list[StateBatch], new: tuple[StateBatch, ...] | list[StateBatch],
+                    start_offset: int) -> tuple[StateBatch, ...]:
+    """Merge two batch lists into sorted, non-overlapping, coalesced batches: clipped at
+    ``start_offset`` (unless -1); per offset the greatest (delivery count, state) wins.
+    Linear when each list is sorted and disjoint (the stored state always is, and writers'
+    batches normally are); any input is accepted."""
+    a, a_ok = _clipped(so_far, start_offset)
+    b, b_ok = _clipped(new, start_offset)
+    runs = _merge_sorted(a, b) if a_ok and b_ok else _sweep(a + b)
+    out: list[StateBatch] = []
+    for first, last, count, state in runs:
         prev = out[-1] if out else None
-        if prev is not None and prev.last_offset == lo - 1 and (prev.delivery_count, prev.delivery_state) == (count, state):
-            out[-1] = replace(prev, last_offset=hi - 1)
+        if prev is not None and prev.last_offset == first - 1 and (prev.delivery_count, prev.delivery_state) == (
+                count, state):
+            out[-1] = StateBatch(prev.first_offset, last, state, count)
         else:
-            out.append(StateBatch(lo, hi - 1, state, count))
+            out.append(StateBatch(first, last, state, count))
     return tuple(out)
 
 
