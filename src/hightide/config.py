@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -262,7 +263,7 @@ class BrokerConfig:
         self.explicit.add(name)
 
     @classmethod
-    def load(cls, toml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> "BrokerConfig":
+    def load(cls, toml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
         cfg = cls()
         items: list[tuple[str, Any]] = []
         if toml_path:

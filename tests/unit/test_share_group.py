@@ -10,11 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from hightide.group import share_assignor
 from hightide.group.classic import JoinRequest
 from hightide.group.consumer_api import HeartbeatRequest, StaticTopics
 from hightide.group.offsets import CommitRequest
-from hightide.group.shard import GroupConfig, GroupCoordinatorShard, decode_record, encode_record
-from hightide.group import share_assignor
+from hightide.group.shard import (
+    GroupConfig,
+    GroupCoordinatorShard,
+    decode_record,
+    encode_record,
+)
 from hightide.group.share_group import ShareGroupConfig, ShareHeartbeatRequest, validate
 
 E = ErrorCode

@@ -10,15 +10,31 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from ..config import (GROUP_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigError, effective_topic_config,
-                      validate_group_configs, validate_topic_configs)
+from ..config import (
+    GROUP_CONFIGS,
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    effective_topic_config,
+    validate_group_configs,
+    validate_topic_configs,
+)
 from .image import MetadataImage, TopicImage
-from .records import GROUP_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord, ProducerIdsRecord, RemoveTopicRecord, TopicRecord
+from .records import (
+    GROUP_RESOURCE,
+    TOPIC_RESOURCE,
+    ConfigRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")

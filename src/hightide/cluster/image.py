@@ -9,8 +9,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from .records import (BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, ConfigRecord, MetadataRecord, PartitionRecord,
-                      ProducerIdsRecord, RemoveTopicRecord, TopicRecord)
+from .records import (
+    BROKER_RESOURCE,
+    GROUP_RESOURCE,
+    TOPIC_RESOURCE,
+    ConfigRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
 
 
 @dataclass

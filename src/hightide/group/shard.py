@@ -33,8 +33,9 @@ offset APIs GROUP_ID_NOT_FOUND (share groups have no committed offsets).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 

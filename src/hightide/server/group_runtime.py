@@ -31,14 +31,14 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..cluster.controller import NewTopic
+from ..config import group_config_default
 from ..group.classic import GroupLimits
 from ..group.consumer_api import ConsumerGroupConfig, ImageTopics, TimersKey
-from ..config import group_config_default
 from ..group.records import OFFSETS_TOPIC, partition_for
-from ..group.share_group import ShareGroupConfig
 from ..group.shard import (
     CoordinatorResult,
     GroupConfig,
@@ -47,6 +47,7 @@ from ..group.shard import (
     decode_record,
     encode_record,
 )
+from ..group.share_group import ShareGroupConfig
 from ..protocol.records import build_batch, decode_records, validate_batches
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class CoordinatorUnavailable(Exception):
 
 
 class GroupRuntime:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         cfg = broker.config
         self.num_partitions: int = cfg["offsets.topic.num.partitions"]

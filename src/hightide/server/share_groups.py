@@ -48,7 +48,7 @@ def _reset(value: str) -> str:
 class ShareGroupService:
     """``broker.share_groups``: implements ``share.types.ShareGroupView``."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._settings: dict[str, ShareGroupSettings] = {}
         self._settings_at = -2  # metadata image offset the cache was built at
@@ -128,7 +128,7 @@ class ShareGroupService:
                 if persister is not None:
                     try:
                         code = await persister.initialize(ShareStateKey(group_id, tid, p), state_epoch, -1)
-                    except Exception as exc:  # the share coordinator failed: retry on a later heartbeat
+                    except Exception as exc:  # noqa: BLE001  (any share coordinator failure: retry later)
                         log.warning("initializing share state of %s %s-%d failed: %s", group_id, tid, p, exc)
                         code = ErrorCode.unknown_server_error
                 (good if code == 0 else bad).setdefault(tid, set()).add(p)

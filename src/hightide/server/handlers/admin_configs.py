@@ -4,11 +4,10 @@ Sources and synonyms follow Kafka's DescribeConfigs semantics."""
 
 from __future__ import annotations
 
-from ...protocol.codec import response_schema
-
 from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from ...config import BROKER_CONFIGS, GROUP_CONFIGS, TOPIC_CONFIGS, ConfigDef
 from ...protocol.build import materialize
+from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..registry import handles
 from .admin_topics import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG
