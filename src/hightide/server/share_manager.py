@@ -41,6 +41,7 @@ log = logging.getLogger("hightide.share")
 
 LOCK_TIMER_INTERVAL_S = 0.05
 LEADER_EPOCH = 0
+_MIN_READ = 16 * 1024
 
 
 def _now_ms() -> int:
@@ -56,6 +57,7 @@ class _Entry:
     persisted: int = 0  # the version the last successful write carried
     writing: bool = False
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    bytes_per_record: float = 256.0  # learnt from reads, sizes the next read
 
 
 @dataclass(slots=True)
@@ -190,8 +192,11 @@ class SharePartitionManager:
         nfo = core.next_fetch_offset
         if nfo >= hw:
             return FetchResult()
+        # Read about what max_records needs (bytes per record learnt from earlier reads),
+        # not max_bytes: a share fetch wants hundreds of records, not megabytes.
+        want = min(max_bytes, max(_MIN_READ, int(e.bytes_per_record * min(max_records, hw - nfo) * 1.25)))
         try:
-            data = plog.read(nfo, max_bytes, max_offset=hw).data
+            data = plog.read(nfo, want, max_offset=hw).data
         except OffsetOutOfRange:
             return FetchResult()
         except OSError:
@@ -199,6 +204,8 @@ class SharePartitionManager:
         headers = list(iter_headers(data))
         if not headers:
             return FetchResult()
+        span = headers[-1].last_offset - headers[0].base_offset + 1
+        e.bytes_per_record = max(len(data) / span, 1.0)
         batches = [LogBatch(h.base_offset, h.last_offset, h.is_control) for h in headers]
         acquired = core.acquire(member_id, batches, max_records, now, batch_size=batch_size, strict=strict)
         e.version += 1
