@@ -94,6 +94,12 @@ def test_unknown_tags_are_skipped_and_garbage_refused():
     data = encode_value(ShareUpdateValue(0, 0, 5, ()))
     extra = data[:-1] + b"\x01\x07\x02ab"  # one unknown tag (7) of 2 bytes
     assert decode_value(key, extra) == ShareUpdateValue(0, 0, 5, ())
+    # a tagged field inside a state batch (slow path) reads the same
+    v = ShareUpdateValue(0, 0, 5, (StateBatch(5, 6, 0, 1), StateBatch(7, 7, 2, 1)))
+    plain = encode_value(v)
+    i = plain.index(b"\x00", 2 + 16 + 1 + 19)  # the first batch's empty tag section
+    tagged = plain[:i] + b"\x01\x05\x01z" + plain[i + 1:]
+    assert decode_value(key, tagged) == v
     with pytest.raises(ShareRecordError):
         decode_value(key, data + b"x")
     with pytest.raises(ShareRecordError):

@@ -40,6 +40,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _BATCH = struct.Struct(">qqbh")
+_BATCH_NO_TAGS = struct.Struct(">qqbhB")  # a batch and its tag count (0)
 
 
 class ShareRecordError(ValueError):
@@ -175,6 +176,12 @@ class _Reader:
         n = self.uvarint() - 1
         if n < 0:
             raise ShareRecordError("null StateBatches")
+        end = self.pos + n * _BATCH_NO_TAGS.size
+        if end <= len(self.buf):  # fast path: no batch has tagged fields (what every writer sends)
+            rows = list(_BATCH_NO_TAGS.iter_unpack(memoryview(self.buf)[self.pos:end]))
+            if not any(row[4] for row in rows):
+                self.pos = end
+                return tuple(StateBatch(first, last, state, count) for first, last, state, count, _ in rows)
         out = []
         for _ in range(n):
             first, last, state, count = self.take(_BATCH)
