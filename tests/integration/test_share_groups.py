@@ -201,6 +201,12 @@ def test_membership_survives_restart(fresh_server, topic_name):
         rb = _hb(c, group, b, 0, [topic_name])
         ra = _hb(c, group, a, ra.member_epoch)
         before = _describe(c, group)
+        topic_id = before.members[0].assignment.topic_partitions[0].topic_id
+        # give partition 0 some share state, as a share consumer's acknowledgements would
+        w = c.request(85, 1, {"group_id": group, "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition": 0, "state_epoch": before.group_epoch, "leader_epoch": 0, "start_offset": 5,
+             "delivery_complete_count": 0, "state_batches": []}]}]})
+        assert w.results[0].partitions[0].error_code == ErrorCode.none
     srv.stop()
     srv = fresh_server(data_dir=srv.data_dir, port=srv.port)
     with RawClient(srv.bootstrap) as c:
@@ -209,9 +215,14 @@ def test_membership_survives_restart(fresh_server, topic_name):
             (before.group_state, before.group_epoch, before.assignment_epoch)
         assert {(m.member_id, m.member_epoch, m.assignment) for m in after.members} == \
             {(m.member_id, m.member_epoch, m.assignment) for m in before.members}
-        # members carry on with their epochs; the partitions stay initialized (no re-init)
+        # members carry on with their epochs; the partitions stay initialized: a new member
+        # joining does not initialize (reset) their state again
         r = _hb(c, group, b, rb.member_epoch)
         assert r.error_code == ErrorCode.none and r.member_epoch == rb.member_epoch
+        assert _hb(c, group, str(uuid.uuid4()), 0, [topic_name]).error_code == ErrorCode.none
+        s = c.request(87, 1, {"group_id": group, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition": 0, "leader_epoch": -1}]}]})
+        assert s.results[0].partitions[0].start_offset == 5
 
 
 def test_share_consumers_join_and_leave(server, topic_name):
