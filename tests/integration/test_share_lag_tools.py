@@ -104,3 +104,54 @@ def test_reset_and_delete_offsets(server, share_oracle):
     assert json.loads(run(server, "share-groups", "describe", group, "-o", "json").stdout) == []
     r = run(server, "share-groups", "delete-offsets", group, "--topic", topic, ok=False)
     assert r.exit_code == 1 and "no offset information" in r.output.lower()
+
+
+def test_live_share_consumers_lag_agrees(server, topic_name, exporter):  # noqa: F811
+    """Two ShareConsumers accept some records and reject others (archived) and release the
+    rest; then more records arrive. Oracle: records neither accepted nor rejected."""
+    from .test_share_consumer import (
+        AcknowledgeType,
+        _consumer,
+        _poll_all,
+        _produce,
+        _setup,
+    )
+    group, _ = _setup(server.bootstrap, topic_name, 80)
+    consumers = [_consumer(server.bootstrap, group, explicit=True) for _ in range(2)]
+    done: set[int] = set()
+    seen: set[int] = set()
+
+    def ack(i, c, m):
+        o = m.offset()
+        seen.add(o)
+        if o < 30 or o % 7 == 0:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+            done.add(o)
+        elif o % 5 == 0:
+            c.acknowledge(m, AcknowledgeType.REJECT)
+            done.add(o)
+        else:
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+
+    try:
+        for c in consumers:
+            c.subscribe([topic_name])
+        _poll_all(consumers, lambda: len(seen) >= 80, on_message=ack)
+        for c in consumers:
+            c.commit_sync()
+    finally:
+        for c in consumers:
+            c.close()
+    _produce(server.bootstrap, topic_name, 15)
+    oracle = sum(1 for o in range(95) if o not in done)
+    with RawClient(server.bootstrap) as c:
+        parts, _ = describe(c, group)
+    assert parts[(topic_name, 0)].lag == oracle
+    rows = json.loads(run(server, "share-groups", "describe", group, "-o", "json").stdout)
+    assert [r["lag"] for r in rows] == [oracle]
+    fams = scrape(exporter)
+    assert value(fams, "hightide_sharegroup_lag", sharegroup=group, topic=topic_name, partition="0") == oracle
+    counts = {s: value(fams, "hightide_sharegroup_records", sharegroup=group, topic=topic_name, partition="0", state=s)
+              for s in ("available", "not_delivered")}
+    assert counts["available"] + counts["not_delivered"] == oracle
+    assert counts["not_delivered"] >= 15
