@@ -53,10 +53,11 @@ class ShareSnapshot:
 
 
 async def share_snapshot(admin: Any, groups: list[str] | None = None) -> ShareSnapshot | None:
-    """Share lag of ``groups`` (every share group when None). None when the cluster does
-    not support share groups (no ListGroups v5 / DescribeShareGroupOffsets)."""
+    """Share lag of the share groups among ``groups`` (every share group when None; names
+    of other group types are ignored). None when the cluster does not support share groups
+    (no ListGroups v5 / DescribeShareGroupOffsets)."""
     try:
-        names = groups if groups is not None else [g.group_id for g in await admin.list_share_groups()]
+        names = [g.group_id for g in await admin.list_share_groups() if groups is None or g.group_id in groups]
     except KafkaError as exc:  # no share groups here (UNSUPPORTED_VERSION) or the listing failed
         if not isinstance(exc, UnsupportedVersionError):
             log.warning("listing share groups failed: %s", exc)
