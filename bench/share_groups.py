@@ -281,11 +281,21 @@ def core_rate(n_batches: int = 20_000, batch: int = 500) -> dict:
             "operations_per_s": round(n_batches / el)}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median acknowledged rate, with every run's rate attached (the
+    2-core machine is shared, single runs are noisy)."""
+    ordered = sorted(runs, key=lambda r: r["records_acknowledged_per_s"])
+    out = dict(ordered[len(ordered) // 2])
+    out["records_acknowledged_per_s_runs"] = [r["records_acknowledged_per_s"] for r in runs]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     n = 100_000 if args.quick else 400_000
+    repeat = 1 if args.quick else 3
     size = 100
     with tempfile.TemporaryDirectory(prefix="ht-bench-share-") as tmp:
         tmp_path = Path(tmp)
@@ -295,18 +305,19 @@ def main() -> None:
         log(f"core: {out['core_only']['records_per_s']} records/s")
         out["raw"] = []
         for m in (1, 2, 3, 4):
-            r = run_raw(tmp_path / f"raw{m}", m, n, size, [], 500)
-            log(f"raw members={m}: {r['records_acknowledged_per_s']} acked/s, {r['records_acquired_per_s']} acquired/s")
+            runs = [run_raw(tmp_path / f"raw{m}-{k}", m, n, size, [], 500) for k in range(repeat)]
+            r = median_run(runs)
+            log(f"raw members={m}: {r['records_acknowledged_per_s']} acked/s (median of {repeat})")
             out["raw"].append(r)
         r = run_raw(tmp_path / "rawfsync", 2, n // 2, size, ["log.flush.interval.messages=1"], 500)
         log(f"raw members=2 fsync each state write: {r['records_acknowledged_per_s']} acked/s")
         out["raw_fsync_each_state_write"] = r
         out["share_consumer"] = []
         for m in (1, 2, 3, 4):
-            r = run_clients(tmp_path / f"sc{m}", m, n, size)
+            r = median_run([run_clients(tmp_path / f"sc{m}-{k}", m, n, size) for k in range(repeat)])
             log(f"ShareConsumer x{m}: {r['records_acknowledged_per_s']} acked/s")
             out["share_consumer"].append(r)
-        best = max(r["records_acknowledged_per_s"] for r in out["raw"] + out["share_consumer"])
+        best = max(r["records_acknowledged_per_s"] for r in out["raw"] + out["share_consumer"])  # medians
         out["targets"] = {"records_acknowledged_per_s_one_partition": {
             "target": TARGET_ACKED_PER_S, "best": best, "pass": best >= TARGET_ACKED_PER_S}}
     print(json.dumps(out, indent=2))

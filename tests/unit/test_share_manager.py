@@ -76,6 +76,7 @@ class FakeBroker:
         self._plog = plog
         self._settings = settings
         self.share_groups = self
+        self.members: set[str] | None = None  # None: everyone is a member
 
     def partition_log(self, topic, partition):
         return self._plog if (topic, partition) == ("t", 0) else None
@@ -84,7 +85,7 @@ class FakeBroker:
         return self._settings
 
     def is_member(self, group_id, member_id):
-        return True
+        return self.members is None or member_id in self.members
 
 
 @pytest.fixture
@@ -201,4 +202,20 @@ def test_invalidate_rereads_state(plog):
         await _load(m)
         assert m.cached(KEY).start_offset == 7
         assert [(x.first_offset, x.last_offset) for x in m.acquire(KEY, "m", 100, 1 << 20).acquired] == [(7, 9)]
+    asyncio.run(main())
+
+
+def test_records_of_departed_members_are_released(plog):
+    async def main():
+        append(plog, 10)
+        b, m = make(plog, auto_offset_reset="earliest")
+        await _load(m)
+        m.sessions.fetch_context("g", "gone", 0, [(TID, 0)], [], False, 0)
+        assert m.acquire(KEY, "gone", 5, 1 << 20).acquired
+        assert m.release_departed() == 0
+        b.members = {"other"}
+        assert m.release_departed() == 1
+        assert m.sessions.get("g", "gone") is None
+        got = m.acquire(KEY, "other", 100, 1 << 20).acquired
+        assert [(x.first_offset, x.last_offset, x.delivery_count) for x in got] == [(0, 9, 2)]
     asyncio.run(main())

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.share")
 
 LOCK_TIMER_INTERVAL_S = 0.05
+_MEMBER_CHECK_TICKS = 20  # departed members' records are released within a second
 LEADER_EPOCH = 0
 _MIN_READ = 16 * 1024
 
@@ -283,6 +284,9 @@ class SharePartitionManager:
         persister = self.broker.share_state
         try:
             while e.persisted < e.version:
+                if self._parts.get(e.key) is not e:  # invalidated: its state was replaced
+                    self._finish(e, None, (int(ErrorCode.unknown_server_error), "the share partition state was reset"))
+                    return
                 v = e.version
                 core = e.core
                 self.writes += 1
@@ -327,11 +331,28 @@ class SharePartitionManager:
                 self.broker.waiters.wake((e.topic, e.key.partition))
         return n
 
+    def release_departed(self) -> int:
+        """Release records held by members the share group no longer has (fenced or
+        left), as Kafka does when a member leaves, instead of waiting for their locks.
+        Returns the members released."""
+        n = 0
+        for key, e in list(self._parts.items()):
+            for member in e.core.holders():
+                if not self.is_member(key.group_id, member):
+                    self.sessions.remove(key.group_id, member)
+                    self.release_member(key.group_id, member)
+                    n += 1
+        return n
+
     async def run_timers(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(LOCK_TIMER_INTERVAL_S)
+            ticks += 1
             try:
                 self.expire_locks(_now_ms())
+                if ticks % _MEMBER_CHECK_TICKS == 0:
+                    self.release_departed()
             except Exception:
                 log.exception("share lock expiry failed")
 

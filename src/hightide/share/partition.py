@@ -225,6 +225,10 @@ class SharePartition:
         ds = [r.deadline for r in self._runs if r.state == ACQUIRED]
         return min(ds) if ds else None
 
+    def holders(self) -> set[str]:
+        """Members holding acquired records."""
+        return {r.member for r in self._runs if r.state == ACQUIRED and r.member is not None}
+
     def acquired_count(self, member_id: str | None = None) -> int:
         return sum(r.last - r.first + 1 for r in self._runs
                    if r.state == ACQUIRED and (member_id is None or r.member == member_id))
