@@ -16,14 +16,34 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...protocol.offset_fetch_response import GroupOffsets, PartitionOffset, encode_offset_fetch_response
+from ..coordinator_log import CoordinatorUnavailable as ShareStateUnavailable
 from ..group_runtime import CoordinatorUnavailable
 from ..registry import RawResponse, handles
 
-GROUP_KEY, TXN_KEY = 0, 1
+GROUP_KEY, TXN_KEY, SHARE_KEY = 0, 1, 2
 TAG_EXPECTED_OFFSET = 10000
 
 
 # -- FindCoordinator ------------------------------------------------------------------------
+def _share_coordinator(b, key: str, version: int) -> tuple[ErrorCode, str | None]:
+    """Key type SHARE (v6+): ``group:topicId:partition`` (Kafka's SharePartitionKey),
+    answered by the node of its ``__share_group_state`` partition (this one)."""
+    import base64
+    tokens = key.split(":")
+    try:
+        if version < 6 or len(tokens) != 3 or not tokens[0]:
+            raise ValueError
+        base64.urlsafe_b64decode(tokens[1] + "==")[15]  # a 16-byte topic id
+        int(tokens[2])
+    except (ValueError, IndexError):
+        return ErrorCode.invalid_request, f"invalid share coordinator key {key!r}"
+    try:
+        b.share_state.ensure_topic()
+    except ShareStateUnavailable as exc:
+        return ErrorCode.coordinator_not_available, str(exc)
+    return ErrorCode.none, None
+
+
 @handles(10, 0, 6)
 def find_coordinator(ctx, req):
     b = ctx.broker
@@ -35,6 +55,8 @@ def find_coordinator(ctx, req):
         code, msg = ErrorCode.none, None
         if key_type == TXN_KEY:
             code, msg = ErrorCode.coordinator_not_available, "transactions are not supported yet"
+        elif key_type == SHARE_KEY:
+            code, msg = _share_coordinator(b, key, ctx.version)
         elif key_type != GROUP_KEY:
             code, msg = ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
         elif not key:
