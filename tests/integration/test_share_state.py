@@ -127,3 +127,18 @@ def test_pruning_keeps_recovery_short(fresh_server, topic_name):
         assert summary(c, "g", tid, 0).delivery_complete_count == 1
     loaded = [int(m) for m in re.findall(r"loaded (\d+) records \(1 share partitions\)", srv2.output())]
     assert loaded and loaded[-1] <= 61 - earliest
+
+
+def test_find_share_coordinator(server, topic_name):
+    """FindCoordinator key type SHARE (2, v6): ``group:topicId:partition``."""
+    import base64
+    confluent_create_topic(server.bootstrap, topic_name, 1)
+    with RawClient(server.bootstrap) as c:
+        tid = topic_id(c, topic_name)
+        key = f"g:{base64.urlsafe_b64encode(tid.bytes).decode().rstrip('=')}:0"
+        r = c.request(10, 6, {"key_type": 2, "coordinator_keys": [key, "g:nope", "g:AAAA:x"]})
+        good, short, bad = r.coordinators
+        assert (good.error_code, good.node_id, good.port) == (0, 1, int(server.bootstrap.split(":")[1]))
+        assert short.error_code == 42 and bad.error_code == 42  # INVALID_REQUEST
+        r = c.request(10, 5, {"key_type": 2, "coordinator_keys": [key]})
+        assert r.coordinators[0].error_code == 42  # SHARE needs v6

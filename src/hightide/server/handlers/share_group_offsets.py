@@ -26,9 +26,11 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...share.types import ShareStateKey
 from ..coordinator_log import CoordinatorUnavailable
+from ..group_runtime import CoordinatorUnavailable as GroupCoordinatorUnavailable
 from ..registry import handles
 
 ZERO_UUID = uuid.UUID(int=0)
+_UNAVAILABLE = (CoordinatorUnavailable, GroupCoordinatorUnavailable)
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 
@@ -92,7 +94,7 @@ def _group_error(b, group_id: str) -> tuple[ErrorCode, str | None] | None:
     service = getattr(b, "share_groups", None)
     try:
         state = None if service is None else service.group_state(group_id)
-    except CoordinatorUnavailable as exc:
+    except _UNAVAILABLE as exc:
         return ErrorCode.coordinator_not_available, str(exc)
     if state is None:
         return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
@@ -110,7 +112,7 @@ def _invalidate(b, key: ShareStateKey) -> None:
 def _group_epoch(b, group_id: str, default: int) -> int:
     try:
         d = b.share_groups.describe(group_id)
-    except (AttributeError, CoordinatorUnavailable):
+    except (AttributeError, *_UNAVAILABLE):
         return default
     return d.get("group_epoch", default) if d else default
 
@@ -122,7 +124,7 @@ def _mark_initialized(b, group_id: str, parts: dict[uuid.UUID, frozenset[int]], 
     try:
         runtime.execute(group_id, lambda shard: shard.share_initialized(group_id, parts, runtime.topics(), True),
                         now_ms)
-    except CoordinatorUnavailable:
+    except _UNAVAILABLE:
         pass
 
 
