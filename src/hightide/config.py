@@ -159,6 +159,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("group.share.max.heartbeat.interval.ms", "int", 15000, "Largest share.heartbeat.interval.ms of a group.", _pos),
     _d("group.share.max.size", "int", 200, "Most members a share group may have.",
        (lambda v: 1 <= v <= 1000, "must be in [1, 1000]")),
+    _d("group.share.max.share.sessions", "int", 2000,
+       "Most share sessions (ShareFetch) the broker keeps; more get SHARE_SESSION_LIMIT_REACHED.", _pos),
     _d("group.share.record.lock.duration.ms", "int", 30000,
        "How long a share consumer holds the acquisition lock on a record before it becomes available again.",
        (lambda v: 1000 <= v <= 3600000, "must be in [1000, 3600000]")),
