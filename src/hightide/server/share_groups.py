@@ -21,6 +21,7 @@ initialized at once: the share partitions then start from ``share.auto.offset.re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import replace
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.share.groups")
 
+INIT_WAIT_S = 5.0  # longest a heartbeat waits for another one's state initialization
+
 
 def _reset(value: str) -> str:
     """``share.auto.offset.reset`` as ShareGroupSettings spells it (validated already):
@@ -52,6 +55,7 @@ class ShareGroupService:
         self.broker = broker
         self._settings: dict[str, ShareGroupSettings] = {}
         self._settings_at = -2  # metadata image offset the cache was built at
+        self._inflight: dict[str, set[asyncio.Future]] = {}  # group id -> its initializations under way
 
     # -- ShareGroupView ---------------------------------------------------------------------
     def settings(self, group_id: str) -> ShareGroupSettings:
@@ -102,17 +106,32 @@ class ShareGroupService:
 
     async def heartbeat(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
         """One validated heartbeat, with the state initialization it needs (module doc).
+        A heartbeat arriving while another one's initialization for the same group is in
+        flight waits for it (bounded) and is then answered with the partitions it brought.
         Raises CoordinatorUnavailable if the group's log cannot be written."""
         resp = self._run(hb, now_ms)
-        if resp.error_code != ErrorCode.none or not resp.to_initialize:
+        if resp.error_code != ErrorCode.none or resp.member_epoch < 0:
             return resp
-        ok = await self._initialize(hb.group_id, resp.member_epoch, resp.to_initialize)
-        if not ok:
+        if resp.to_initialize:
+            done = asyncio.get_running_loop().create_future()
+            self._inflight.setdefault(hb.group_id, set()).add(done)
+            try:
+                if not await self._initialize(hb.group_id, resp.member_epoch, resp.to_initialize):
+                    return resp
+            finally:
+                done.set_result(None)
+                self._inflight[hb.group_id].discard(done)
+                if not self._inflight[hb.group_id]:
+                    del self._inflight[hb.group_id]
+        elif hb.group_id in self._inflight:
+            await asyncio.wait(list(self._inflight[hb.group_id]), timeout=INIT_WAIT_S)
+        else:
             return resp
         again = self._run(ShareHeartbeatRequest(hb.group_id, hb.member_id, resp.member_epoch,
-                                                client_id=hb.client_id, client_host=hb.client_host), now_ms)
+                                                client_id=hb.client_id, client_host=hb.client_host),
+                          self.broker.groups._now_ms())
         if again.error_code != ErrorCode.none:
-            return resp
+            return replace(resp, to_initialize={})
         return replace(again, assignment=again.assignment if again.assignment is not None else resp.assignment,
                        to_initialize={})
 
