@@ -218,6 +218,9 @@ def test_restart_keeps_state_and_lag(fresh_server, tmp_path, topic_name):
         assert after.start_offset == before.start_offset
         assert _states_by_offset(after) == _states_by_offset(before)
         assert 100 - s.start_offset - s.delivery_complete_count == lag_before
+        d = raw.request(90, 1, {"groups": [{"group_id": group, "topics": [
+            {"topic_name": topic_name, "partitions": [0]}]}]}).groups[0].topics[0].partitions[0]
+        assert (d.error_code, d.start_offset, d.lag) == (0, before.start_offset, len(undone))
     b = _consumer(srv2.bootstrap, group)
     try:
         b.subscribe([topic_name])
