@@ -189,7 +189,8 @@ class SharePartitionManager:
             e.version += 1
         if not core.can_acquire() or max_records <= 0 or max_bytes <= 0:
             return FetchResult()
-        hw = plog.high_watermark
+        # read_committed share groups never see past the last stable offset
+        hw = plog.last_stable_offset if core.settings.isolation_level == "read_committed" else plog.high_watermark
         nfo = core.next_fetch_offset
         if nfo >= hw:
             return FetchResult()
