@@ -85,6 +85,8 @@ async def _group(admin: Any, group: str, topic_ids: dict[str, Any]) -> ShareGrou
     if missing:
         for name, t in (await admin.describe_topics(missing)).items():
             topic_ids[name] = getattr(t, "topic_id", None)
+    wanted = [(topic_ids[tp.topic], tp.partition) for tp in live if topic_ids.get(tp.topic) is not None]
+    states = await admin.read_share_group_states(group, wanted) if wanted else None
     parts = []
     for tp, o in sorted(offsets.items()):
         start = o.start_offset if o.start_offset >= 0 else None
@@ -92,8 +94,7 @@ async def _group(admin: Any, group: str, topic_ids: dict[str, Any]) -> ShareGrou
         if start is not None:
             r = ends.get(tp)
             end = r.offset if r is not None and not isinstance(r, KafkaError) and r.offset >= 0 else None
-            tid = topic_ids.get(tp.topic)
-            state = await admin.read_share_group_state(group, tid, tp.partition) if tid is not None else None
+            state = (states or {}).get((topic_ids.get(tp.topic), tp.partition))
             if state is not None:
                 counts = in_flight_counts(state.start_offset, state.batches, end)
         parts.append(SharePartitionReport(tp.topic, tp.partition, start, o.lag, end, counts))

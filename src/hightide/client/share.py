@@ -189,21 +189,37 @@ class ShareGroupsMixin:
 
     async def read_share_group_state(self, group_id: str, topic_id: uuid.UUID, partition: int
                                      ) -> SharePartitionState | None:
-        """The persisted state of one share partition (ReadShareGroupState v0, leader
-        epoch -1 so nothing is fenced or recorded); None if the broker does not serve the
-        state RPCs to clients or the share partition has no state."""
+        """The persisted state of one share partition; see :meth:`read_share_group_states`."""
+        got = await self.read_share_group_states(group_id, [(topic_id, partition)])
+        return None if got is None else got.get((topic_id, partition))
+
+    async def read_share_group_states(self, group_id: str, partitions: Iterable[tuple[uuid.UUID, int]]
+                                      ) -> dict[tuple[uuid.UUID, int], SharePartitionState] | None:
+        """Persisted state of share partitions ``(topic id, partition)`` in one
+        ReadShareGroupState v0 request (leader epoch -1: nothing is fenced or recorded).
+        Partitions without state are left out; None if the broker does not serve the state
+        RPCs to clients (Kafka serves them to brokers only)."""
+        by_topic: dict[uuid.UUID, list[int]] = {}
+        for tid, p in partitions:
+            by_topic.setdefault(tid, []).append(p)
         conn = await self._any_conn()
         if not conn.supports(84, 0):
             return None
+        if not by_topic:
+            return {}
         resp = await conn.request(84, 0, {"group_id": group_id, "topics": [
-            {"topic_id": topic_id, "partitions": [{"partition": partition, "leader_epoch": -1}]}]})
-        p = resp.results[0].partitions[0]
-        if p.error_code == ErrorCode.invalid_request:  # never initialised
-            return None
-        raise_for_code(p.error_code, f"ReadShareGroupState {group_id!r} {topic_id}-{partition}")
-        return SharePartitionState(p.state_epoch, p.start_offset, tuple(
-            ShareStateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-            for b in p.state_batches))
+            {"topic_id": tid, "partitions": [{"partition": p, "leader_epoch": -1} for p in ps]}
+            for tid, ps in by_topic.items()]})
+        out: dict[tuple[uuid.UUID, int], SharePartitionState] = {}
+        for t in resp.results:
+            for p in t.partitions:
+                if p.error_code == ErrorCode.invalid_request:  # never initialised
+                    continue
+                raise_for_code(p.error_code, f"ReadShareGroupState {group_id!r} {t.topic_id}-{p.partition}")
+                out[(t.topic_id, p.partition)] = SharePartitionState(p.state_epoch, p.start_offset, tuple(
+                    ShareStateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                    for b in p.state_batches))
+        return out
 
 
 def _finish(results: dict[Any, Any], raise_on_error: bool) -> dict[Any, Any]:
