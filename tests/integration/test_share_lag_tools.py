@@ -65,7 +65,8 @@ def test_describe_tables(server, share_oracle):
         "GROUP | TOPIC | 1 | 1 | 2",
     ]
     r = run(server, "share-groups", "describe", group, "--state")
-    assert norm(r.output, GROUP=group)[1:] == ["GROUP | 127.0.0.1:" + server.bootstrap.split(":")[1] + " (1) | Empty | 0"]
+    assert norm(r.output, GROUP=group)[1:] == ["GROUP | 127.0.0.1:" + server.bootstrap.split(":")[1] + " (1) | Empty | 0",
+                                               "Share group 'GROUP' has no active members."]
     listed = norm(run(server, "share-groups", "list").output, GROUP=group)
     assert listed[0] == "GROUP | STATE" and "GROUP | Empty" in listed
     # a live member: --members shows its assignment; an uninitialised partition shows '-'

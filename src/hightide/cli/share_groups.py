@@ -69,10 +69,14 @@ def _assignment(tps: tuple[Any, ...]) -> str:
 @click.option("--state", "view", flag_value="state", help="State, coordinator and member count.")
 def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ...], view: str) -> None:
     """Describe share groups like kafka-share-groups.sh --describe."""
+    notes: list[str] = []
+
     async def go(admin: Any) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for g in group_ids:
             desc = await admin.describe_share_group(g)  # GROUP_ID_NOT_FOUND for non-share groups
+            if not desc.members and view != "offsets":
+                notes.append(f"Share group '{g}' has no active members.")
             if view == "offsets":
                 rows += offset_rows(g, await admin.list_share_group_offsets(g))
             elif view == "members":
@@ -95,6 +99,8 @@ def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[s
     else:
         cols = OFFSET_COLS
     emit(output, cols, rows)
+    for note in notes:
+        click.echo(note, err=True)
 
 
 @share_groups.command("reset-offsets")
