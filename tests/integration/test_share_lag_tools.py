@@ -64,6 +64,9 @@ def test_describe_tables(server, share_oracle):
         "GROUP | TOPIC | 0 | 2 | 7",
         "GROUP | TOPIC | 1 | 1 | 2",
     ]
+    r = run(server, "share-groups", "describe", group, "--verbose")
+    assert norm(r.output, GROUP=group, TOPIC=topic)[:2] == [
+        "GROUP | TOPIC | PARTITION | LEADER-EPOCH | START-OFFSET | LAG", "GROUP | TOPIC | 0 | 0 | 2 | 7"]
     r = run(server, "share-groups", "describe", group, "--state")
     assert norm(r.output, GROUP=group)[1:] == ["GROUP | 127.0.0.1:" + server.bootstrap.split(":")[1] + " (1) | Empty | 0",
                                                "Share group 'GROUP' has no active members."]

@@ -67,7 +67,10 @@ def _assignment(tps: tuple[Any, ...]) -> str:
 @click.option("--offsets", "view", flag_value="offsets", default=True, help="Start offset and lag per partition (default).")
 @click.option("--members", "view", flag_value="members", help="Members and their assignments.")
 @click.option("--state", "view", flag_value="state", help="State, coordinator and member count.")
-def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ...], view: str) -> None:
+@click.option("--verbose", is_flag=True, help="Also leader epochs (offsets), member epochs (members), group and "
+              "assignment epochs (state), as kafka-share-groups.sh --verbose.")
+def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ...], view: str,
+                          verbose: bool) -> None:
     """Describe share groups like kafka-share-groups.sh --describe."""
     notes: list[str] = []
 
@@ -92,10 +95,14 @@ def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[s
     rows = run_admin(bootstrap_server, go)
     if view == "members":
         cols = [Col("GROUP", "group"), Col("CONSUMER-ID", "consumer_id"), Col("HOST", "host"),
-                Col("CLIENT-ID", "client_id"), Col("#PARTITIONS", "partitions"), Col("ASSIGNMENT", "assignment")]
+                Col("CLIENT-ID", "client_id"), Col("#PARTITIONS", "partitions"),
+                *([Col("MEMBER-EPOCH", "member_epoch")] if verbose else []), Col("ASSIGNMENT", "assignment")]
     elif view == "state":
         cols = [Col("GROUP", "group"), Col("COORDINATOR (ID)", "coordinator"), Col("STATE", "state"),
+                *([Col("GROUP-EPOCH", "group_epoch"), Col("ASSIGNMENT-EPOCH", "assignment_epoch")] if verbose else []),
                 Col("#MEMBERS", "members")]
+    elif verbose:
+        cols = [*OFFSET_COLS[:3], Col("LEADER-EPOCH", "leader_epoch"), *OFFSET_COLS[3:]]
     else:
         cols = OFFSET_COLS
     emit(output, cols, rows)
