@@ -1,0 +1,89 @@
+"""``broker.share_state`` (the share coordinator runtime) in an in-process broker: a failed
+append changes nothing, ``flush.messages=1`` waits for the fsync, pruning and reload."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hightide import Broker, BrokerConfig
+from hightide.cluster.controller import NewTopic
+from hightide.share.records import STATE_TOPIC
+from hightide.share.types import ShareStateKey, StateBatch
+
+
+@pytest.fixture
+def env(tmp_path):
+    loop = asyncio.new_event_loop()
+
+    def start(**overrides):
+        b = Broker(BrokerConfig.load(overrides={"share.coordinator.state.topic.num.partitions": 2, **overrides}),
+                   data_dir=str(tmp_path), listen=("127.0.0.1", 0))
+        loop.run_until_complete(b.start())
+        started.append(b)
+        return b
+    started: list[Broker] = []
+    yield loop, start
+    for b in started:
+        if b.logs is not None:
+            loop.run_until_complete(b.stop())
+    loop.close()
+
+
+def _topic(b: Broker) -> ShareStateKey:
+    if "t" not in b.image.topics:
+        _, records = b.controller.create_topics(b.image, [NewTopic("t", 1)])
+        b.commit_metadata(records)
+    return ShareStateKey("g", b.image.topics["t"].topic_id, 0)
+
+
+def test_failed_append_changes_nothing(env, monkeypatch):
+    loop, start = env
+    b = start()
+    key = _topic(b)
+    rt = b.share_state
+    assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
+    assert loop.run_until_complete(rt.write(key, 0, 0, 0, 1, (StateBatch(0, 0, 2, 1),))) == 0
+    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    before = plog.log_end_offset
+
+    def broken(*a, **kw):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(plog, "append", broken)
+    assert loop.run_until_complete(rt.write(key, 0, 0, 5, 0, ())) == 15  # COORDINATOR_NOT_AVAILABLE
+    s = rt.summary(key)
+    assert (s.start_offset, s.delivery_complete_count) == (0, 1)  # unchanged
+    monkeypatch.undo()
+    assert plog.log_end_offset == before
+
+
+def test_flush_messages_waits_for_fsync(env):
+    loop, start = env
+    b = start(**{"log.flush.interval.messages": 1})
+    key = _topic(b)
+    rt = b.share_state
+    assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
+    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    assert plog.unflushed_messages == 0  # answered only once fsynced
+    assert loop.run_until_complete(rt.write(key, 0, 0, 0, 0, (StateBatch(0, 3, 0, 1),))) == 0
+    assert plog.unflushed_messages == 0
+
+
+def test_prune_then_reload(env):
+    loop, start = env
+    b = start(**{"share.coordinator.snapshot.update.records.per.snapshot": 3})
+    key = _topic(b)
+    rt = b.share_state
+    assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
+    for i in range(20):
+        assert loop.run_until_complete(rt.write(key, 0, 0, i, 1, (StateBatch(i, i, 2, 1),))) == 0
+    freed = rt.prune(b.groups._now_ms())
+    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    assert freed == plog.log_start_offset > 0
+    before = rt.summary(key)
+    loop.run_until_complete(b.stop())
+    b2 = start(**{"share.coordinator.snapshot.update.records.per.snapshot": 3})
+    assert b2.share_state.summary(key) == before
+    assert b2.share_state.loaded_records <= 4  # the latest snapshot and at most 3 updates
+    assert b2.share_state.keys_for_group("g") == [key]
