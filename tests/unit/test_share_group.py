@@ -290,3 +290,15 @@ def test_simple_assignor_is_sticky() -> None:
     second = share_assignor.assign(specs, {T1: frozenset(range(6))})
     assert second["a"][T1] <= first["a"][T1] and second["b"][T1] <= first["b"][T1]  # only moves to the newcomer
     assert [len(second[m][T1]) for m in "abc"] == [2, 2, 2]
+
+
+def test_deleted_state_is_initialized_again() -> None:
+    ctx = Ctx({"foo": (T1, 2)})
+    a = ctx.hb("a", 0)
+    ctx.hb("a", -1)
+    ctx.apply(ctx.shard.share_state_deleted(G, [T1], ctx.topics))
+    assert not ctx.group().initialized
+    assert ctx.shard.share_state_deleted(G, [T2], ctx.topics).records == []  # nothing known about T2
+    ctx.reload()
+    a = ctx.hb("a", 0)
+    assert ctx.initialized[-1] == {T1: frozenset({0, 1})} and parts(a) == {(T1, 0), (T1, 1)}

@@ -372,6 +372,15 @@ class GroupCoordinatorShard:
         r = sg.initialized_result(parts, topics) if ok else sg.uninitialized_result(parts, topics)
         return CoordinatorResult(list(r.records), None, live=list(r.live))
 
+    def share_state_deleted(self, group_id: str, topic_ids: Iterable, topics: TopicsView) -> CoordinatorResult:
+        """After the share-partition state of these topics was deleted: record them as
+        no longer initialized (see :meth:`.ShareGroup.state_deleted_result`)."""
+        sg = self.share.get(group_id)
+        if sg is None:
+            return CoordinatorResult()
+        r = sg.state_deleted_result(topic_ids, topics)
+        return CoordinatorResult(list(r.records), None, live=list(r.live))
+
     def describe_share_group(self, group_id: str, topics: TopicsView) -> dict | None:
         """ShareGroupDescribe fields of a share group; None if it is not one."""
         sg = self.share.get(group_id)

@@ -369,6 +369,21 @@ class ShareGroup:
         return Result(records=[self._state_record(_minus(self.initializing, parts), self.initialized, topics,
                                                   self.deleting)], live=[(ShareInitKey(self.group_id), forget)])
 
+    def state_deleted_result(self, topic_ids: Iterable[uuid.UUID], topics: TopicsView) -> Result:
+        """Records forgetting that the state of these topics' partitions is initialized
+        (their state was deleted, e.g. by DeleteShareGroupOffsets): a later heartbeat
+        initializes them again before they are assigned, as in Kafka."""
+        gone = set(topic_ids)
+        known = set(self.initialized) | set(self.initializing) | set(self.deleting)
+        if not known & set(gone):
+            return Result()
+        forget = {(t, p): None for t, p in self.init_asked if t in gone}
+        return Result(records=[self._state_record(
+            {t: ps for t, ps in self.initializing.items() if t not in gone},
+            {t: ps for t, ps in self.initialized.items() if t not in gone}, topics,
+            {t: n for t, n in self.deleting.items() if t not in gone})],
+            live=[(ShareInitKey(self.group_id), forget)] if forget else [])
+
     def state_partitions(self) -> Partitions:
         """Partitions whose share-group state may exist (initialized or initializing)."""
         return _merge(self.initialized, self.initializing)

@@ -182,6 +182,15 @@ class ShareGroupService:
                 return code
         return 0
 
+    def state_deleted(self, group_id: str, topic_ids: list[uuid.UUID]) -> None:
+        """Call after deleting the share-partition state of these topics for the group
+        (DeleteShareGroupOffsets): the group forgets they were initialized, so the next
+        heartbeat initializes them again before assigning them (Kafka's behaviour).
+        Raises CoordinatorUnavailable if the group's log cannot be written."""
+        runtime = self.broker.groups
+        runtime.execute(group_id, lambda shard: shard.share_state_deleted(group_id, topic_ids, runtime.topics()),
+                        runtime._now_ms())
+
     def describe(self, group_id: str) -> dict[str, Any] | None:
         runtime = self.broker.groups
         return runtime.shard_for(group_id).describe_share_group(group_id, runtime.topics())
