@@ -242,13 +242,13 @@ def _hb(c: RawClient, group: str, member: str, topic: str):
 
 
 def _fetch(c: RawClient, group, member, epoch, tid, acks=(), forget=(), max_wait=0, max_records=500, version=1,
-           partitions=(0,)):
+           partitions=(0,), min_bytes=1):
     topics = [] if tid is None else [{"topic_id": tid, "partitions": [
         {"partition_index": p, "acknowledgement_batches": [
             {"first_offset": f, "last_offset": last, "acknowledge_types": list(t)} for f, last, t in acks]}
         for p in partitions]}]
     return c.request(78, version, {"group_id": group, "member_id": member, "share_session_epoch": epoch,
-                                   "max_wait": max_wait, "min_bytes": 1, "max_bytes": 1 << 20,
+                                   "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": 1 << 20,
                                    "max_records": max_records, "batch_size": 100, "topics": topics,
                                    "forgotten_topics_data": forget})
 
@@ -319,3 +319,10 @@ def test_raw_long_poll_wakes_on_produce(server, topic_name):
         assert time.monotonic() - t0 < 8
         p = r.responses[0].partitions[0]
         assert [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records] == [(0, 0, 1)]
+        # MinBytes not reached: the records stay acquired and come back when MaxWaitMs runs out
+        _produce(server.bootstrap, topic_name, 1)
+        t0 = time.monotonic()
+        r = _fetch(c, group, m, 3, None, max_wait=600, min_bytes=1 << 20)
+        assert time.monotonic() - t0 >= 0.55
+        p = r.responses[0].partitions[0]
+        assert [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records] == [(1, 1, 1)]

@@ -179,6 +179,8 @@ async def _fetch_partitions(ctx, req, group_id: str, member_id: str, partitions,
         for tp, key, name in live:
             if max_records <= 0 or max_bytes <= 0:
                 break
+            if results[tp].records:
+                continue  # one read per partition per response: a second could repeat a batch
             got = manager.acquire(key, member_id, max_records, max_bytes, batch_size=max(req.batch_size, 0),
                                   strict=strict)
             pd = results[tp]
