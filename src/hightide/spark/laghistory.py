@@ -1,0 +1,281 @@
+"""Lag history: per group and partition, offset lag and time lag over time, from the
+commits in ``__consumer_offsets`` and samples of the partitions' end offsets.
+
+Inputs
+------
+* ``__consumer_offsets``, read through the ``hightide`` source (batch, earliest to
+  latest) and decoded with :mod:`hightide.group.records`: one row per offset commit
+  (group, topic, partition, committed offset, commit timestamp); a tombstone (offset
+  deleted) ends the group's commit on that partition. Group-metadata records are skipped.
+* end-offset samples ``(topic, partition, time_ms, end_offset)`` as Parquet, written by
+  :func:`sample_end_offsets` (``hightide spark sample-offsets``) on a schedule; the job
+  adds one sample of every committed partition at its own start, so the history always
+  reaches "now".
+
+Output (:func:`lag_history`)
+----------------------------
+For every sample ``(topic, partition, t, end)`` and every group whose latest commit on
+that partition at or before ``t`` is ``c``:
+
+* ``offset_lag = end - c`` (raw: negative or huge values are anomalies worth seeing);
+* ``time_lag_ms``: how long record ``c`` had been waiting at ``t`` — 0 when
+  ``c >= end``; otherwise ``t - time(c)``, where ``time(c)``, when the end offset passed
+  ``c + 1``, is interpolated between the last sample at or before ``t`` with
+  ``end <= c`` and the first with ``end > c``. Before the first sample, the first
+  sample's time is used and the value is a lower bound (``certainty = lower_bound``).
+  This is exactly :func:`hightide.lag.time_lag_interpolated` over the samples up to
+  ``t`` (the tests use it as the oracle), computed as a Spark join.
+
+Written to ``<out>/lag`` (Parquet), ``<out>/summary.txt`` (worst groups by offset and
+time lag, SLO breaches) and ``<out>/offset_lag.png`` / ``<out>/time_lag.png``
+(matplotlib, Agg backend).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..client import TopicPartition
+from ..group.records import OFFSETS_TOPIC, OffsetKey, RecordFormatError, decode_key, decode_offset_value
+from .kafkaio import KafkaIO
+
+__all__ = ["COMMITS_SCHEMA", "SAMPLES_SCHEMA", "LagHistoryResult", "decode_commits", "lag_history",
+           "read_commits", "sample_end_offsets"]
+
+SAMPLES_SCHEMA = pa.schema([pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+                            pa.field("time_ms", pa.int64()), pa.field("end_offset", pa.int64())])
+COMMITS_SCHEMA = pa.schema([pa.field("group", pa.string()), pa.field("topic", pa.string()),
+                            pa.field("partition", pa.int32()), pa.field("committed", pa.int64()),
+                            pa.field("commit_ms", pa.int64()), pa.field("log_offset", pa.int64()),
+                            pa.field("metadata", pa.string())])
+
+
+def decode_commits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: ``__consumer_offsets`` rows (key, value, offset,
+    timestamp) → one row per offset commit or deletion (``committed`` null; its
+    ``commit_ms`` is the record's timestamp)."""
+    for b in batches:
+        keys = b.column("key").to_pylist()
+        values = b.column("value").to_pylist()
+        offsets = b.column("offset").to_pylist()
+        stamps = b.column("timestamp").cast(pa.int64()).to_pylist()
+        cols: list[list[Any]] = [[], [], [], [], [], [], []]
+        for k, v, off, ts in zip(keys, values, offsets, stamps):
+            try:
+                key = decode_key(k) if k else None
+                if not isinstance(key, OffsetKey):
+                    continue
+                if v is None:
+                    committed, commit_ms, meta = None, ts // 1000, None
+                else:
+                    val = decode_offset_value(v)
+                    committed, commit_ms, meta = val.offset, val.commit_timestamp, val.metadata
+            except RecordFormatError:
+                continue
+            for col, x in zip(cols, (key.group, key.topic, key.partition, committed, commit_ms, off, meta)):
+                col.append(x)
+        yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, COMMITS_SCHEMA)],
+                                         schema=COMMITS_SCHEMA)
+
+
+def read_commits(spark: Any, bootstrap_servers: str) -> Any:
+    """The commits DataFrame (:data:`COMMITS_SCHEMA`) read through the ``hightide``
+    source."""
+    raw = (spark.read.format("hightide").option("kafka.bootstrap.servers", bootstrap_servers)
+           .option("subscribe", OFFSETS_TOPIC).option("startingOffsets", "earliest")
+           .option("failOnDataLoss", "false").load())
+    ddl = "group string, topic string, partition int, committed long, commit_ms long, log_offset long, metadata string"
+    return raw.select("key", "value", "offset", "timestamp").mapInArrow(decode_commits, ddl)
+
+
+def sample_end_offsets(bootstrap_servers: str, out_dir: str | os.PathLike[str], *,
+                       topics: list[str] | None = None, io: KafkaIO | None = None,
+                       now_ms: int | None = None) -> int:
+    """Take one sample of the end offsets (high watermarks) of ``topics`` (None: every
+    non-internal topic) and append it to ``out_dir`` as a Parquet file. Returns the
+    number of partitions sampled."""
+    own = io is None
+    io = io or KafkaIO(bootstrap_servers, client_id="hightide-spark-sampler")
+    try:
+        parts = io.partitions(topics)
+        tps = [TopicPartition(t, p) for t, ps in parts.items() for p in ps]
+        ends = io.offsets({tp: "latest" for tp in tps})
+        stamp = int(time.time() * 1000) if now_ms is None else now_ms
+    finally:
+        if own:
+            io.close()
+    write_samples(out_dir, [(tp.topic, tp.partition, stamp, ends[tp]) for tp in tps])
+    return len(tps)
+
+
+def write_samples(out_dir: str | os.PathLike[str], rows: list[tuple[str, int, int, int]]) -> None:
+    """Append ``(topic, partition, time_ms, end_offset)`` rows as one Parquet file."""
+    if not rows:
+        return
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cols = list(zip(*rows))
+    table = pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, SAMPLES_SCHEMA)], schema=SAMPLES_SCHEMA)
+    stamp = max(r[2] for r in rows)
+    pq.write_table(table, out / f"samples-{stamp:015d}-{os.getpid()}-{time.monotonic_ns()}.parquet")
+
+
+@dataclass(frozen=True)
+class LagHistoryResult:
+    rows: int
+    groups: int
+    out_dir: Path
+    summary: str
+
+
+def lag_rows(commits: Any, samples: Any) -> Any:
+    """The lag DataFrame (see the module docstring) from a commits and a samples
+    DataFrame."""
+    from pyspark.sql import functions as F
+    s = samples.select("topic", "partition", "time_ms", "end_offset").dropDuplicates()
+    c = commits.select("group", "topic", "partition", "committed", "commit_ms", "log_offset")
+    # latest commit (or deletion) at or before each sample time, per group and partition
+    asof = (s.alias("s").join(c.alias("c"), ["topic", "partition"])
+            .where(F.col("c.commit_ms") <= F.col("s.time_ms"))
+            .groupBy("group", "topic", "partition", F.col("s.time_ms").alias("time_ms"),
+                     F.col("s.end_offset").alias("end_offset"))
+            .agg(F.max(F.struct("c.commit_ms", "c.log_offset", "c.committed")).alias("last"))
+            .select("group", "topic", "partition", "time_ms", "end_offset",
+                    F.col("last.committed").alias("committed"))
+            .where(F.col("committed").isNotNull()))
+    h = s.select("topic", "partition", F.col("time_ms").alias("h_t"), F.col("end_offset").alias("h_e"))
+    bounds = (asof.join(h, ["topic", "partition"]).where(F.col("h_t") <= F.col("time_ms"))
+              .groupBy("group", "topic", "partition", "time_ms", "end_offset", "committed")
+              .agg(F.max(F.when(F.col("h_e") <= F.col("committed"), F.struct("h_t", "h_e"))).alias("lo"),
+                   F.min(F.when(F.col("h_e") > F.col("committed"), F.struct("h_t", "h_e"))).alias("hi")))
+    caught_up = F.col("committed") >= F.col("end_offset")
+    interp = (F.col("lo.h_t") + ((F.col("committed") + 1 - F.col("lo.h_e")) * (F.col("hi.h_t") - F.col("lo.h_t")))
+              / (F.col("hi.h_e") - F.col("lo.h_e")))
+    time_of = F.when(F.col("lo").isNull(), F.col("hi.h_t").cast("double")).otherwise(interp)
+    return (bounds.select(
+        "group", "topic", "partition", "time_ms", "committed", "end_offset",
+        (F.col("end_offset") - F.col("committed")).alias("offset_lag"),
+        F.when(caught_up, F.lit(0)).otherwise(
+            F.greatest(F.lit(0), F.bround(F.col("time_ms") - time_of, 0).cast("long"))).alias("time_lag_ms"),
+        F.when(caught_up, F.lit("exact")).when(F.col("lo").isNull(), F.lit("lower_bound"))
+        .otherwise(F.lit("estimate")).alias("certainty"))
+        .orderBy("group", "topic", "partition", "time_ms"))
+
+
+def lag_history(spark: Any, bootstrap_servers: str, samples_path: str | os.PathLike[str],
+                out_dir: str | os.PathLike[str], *, groups: list[str] | None = None,
+                slo_lag: int | None = None, slo_time_lag_ms: int | None = None, top: int = 10,
+                sample_now: bool = True) -> LagHistoryResult:
+    """Run the lag-history job and write its outputs to ``out_dir`` (see the module
+    docstring). ``groups`` restricts the report to those groups; ``slo_lag`` (records)
+    and ``slo_time_lag_ms`` set the SLOs counted as breaches."""
+    from pyspark.sql import functions as F
+    from . import register
+    register(spark, commit_progress=False)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    commits = read_commits(spark, bootstrap_servers)
+    if groups:
+        commits = commits.where(F.col("group").isin(list(groups)))
+    commits = commits.cache()
+    if sample_now:
+        topics = sorted({r["topic"] for r in commits.select("topic").distinct().collect()})
+        if topics:
+            sample_end_offsets(bootstrap_servers, samples_path, topics=topics)
+    samples = spark.read.schema("topic string, partition int, time_ms long, end_offset long").parquet(str(samples_path))
+    lag = lag_rows(commits, samples).cache()
+    lag.write.mode("overwrite").parquet(str(out / "lag"))
+    rows = lag.collect()
+    commits.unpersist()
+    lag.unpersist()
+    summary = _summary([r.asDict() for r in rows], slo_lag, slo_time_lag_ms, top)
+    (out / "summary.txt").write_text(summary)
+    _charts([r.asDict() for r in rows], out, top)
+    return LagHistoryResult(len(rows), len({r["group"] for r in rows}), out, summary)
+
+
+def group_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, int]]]:
+    """Per group, ``(time_ms, total offset lag, max time lag)`` at each sample time (the
+    sum over the group's partitions sampled at that time)."""
+    acc: dict[tuple[str, int], list[int]] = {}
+    for r in rows:
+        a = acc.setdefault((r["group"], r["time_ms"]), [0, 0])
+        a[0] += r["offset_lag"]
+        a[1] = max(a[1], r["time_lag_ms"])
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for (g, t), (lag, tl) in sorted(acc.items()):
+        out.setdefault(g, []).append((t, lag, tl))
+    return out
+
+
+def _summary(rows: list[dict[str, Any]], slo_lag: int | None, slo_time_ms: int | None, top: int) -> str:
+    series = group_series(rows)
+    lines = [f"lag history: {len(rows)} rows, {len(series)} groups, "
+             f"{len({(r['topic'], r['partition']) for r in rows})} partitions"]
+    if rows:
+        t0, t1 = min(r["time_ms"] for r in rows), max(r["time_ms"] for r in rows)
+        lines.append(f"from {_iso(t0)} to {_iso(t1)}")
+    lines.append("")
+    lines.append("worst groups by offset lag (max over time of the group's total lag):")
+    by_lag = sorted(series.items(), key=lambda kv: (-max(x[1] for x in kv[1]), kv[0]))[:top]
+    for g, pts in by_lag:
+        peak = max(pts, key=lambda x: x[1])
+        lines.append(f"  {g}: max lag {peak[1]} at {_iso(peak[0])}, latest {pts[-1][1]}")
+    lines.append("")
+    lines.append("worst groups by time lag (max over time):")
+    by_time = sorted(series.items(), key=lambda kv: (-max(x[2] for x in kv[1]), kv[0]))[:top]
+    for g, pts in by_time:
+        peak = max(pts, key=lambda x: x[2])
+        lines.append(f"  {g}: max time lag {peak[2] / 1000:.3f} s at {_iso(peak[0])}, latest {pts[-1][2] / 1000:.3f} s")
+    lines.append("")
+    for label, limit, idx, unit in (("offset lag", slo_lag, 1, ""), ("time lag", slo_time_ms, 2, " ms")):
+        if limit is None:
+            continue
+        lines.append(f"SLO breaches, {label} > {limit}{unit}:")
+        any_breach = False
+        for g, pts in sorted(series.items()):
+            bad = [p for p in pts if p[idx] > limit]
+            if bad:
+                any_breach = True
+                lines.append(f"  {g}: {len(bad)} of {len(pts)} samples, first {_iso(bad[0][0])}, "
+                             f"last {_iso(bad[-1][0])}, worst {max(p[idx] for p in bad)}{unit}")
+        if not any_breach:
+            lines.append("  none")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _charts(rows: list[dict[str, Any]], out: Path, top: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = group_series(rows)
+    worst = sorted(series, key=lambda g: -max(x[1] for x in series[g]))[:top]
+    for name, idx, ylabel, scale in (("offset_lag.png", 1, "offset lag (records)", 1.0),
+                                     ("time_lag.png", 2, "time lag (s)", 1000.0)):
+        fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
+        t_min = min((p[0] for g in worst for p in series[g]), default=0)
+        for g in worst:
+            pts = series[g]
+            ax.plot([(p[0] - t_min) / 1000 for p in pts], [p[idx] / scale for p in pts], marker=".", label=g)
+        ax.set_xlabel("seconds since " + (_iso(t_min) if worst else "-"))
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{ylabel} per group")
+        if worst:
+            ax.legend(fontsize="small", loc="upper left")
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
