@@ -47,7 +47,7 @@ from ..group.shard import (
     decode_record,
     encode_record,
 )
-from ..group.share_group import ShareGroupConfig
+from ..group.share_group import ShareGroupConfig, ShareTimersKey
 from ..protocol.records import build_batch, decode_records, validate_batches
 
 if TYPE_CHECKING:
@@ -172,6 +172,8 @@ class GroupRuntime:
         shard = self.shards[partition]
         consumer_before = {k.group_id: self._consumer_summary(shard, k.group_id)
                            for k, _ in result.live if isinstance(k, TimersKey)}
+        share_before = {k.group_id: self._share_summary(shard, k.group_id)
+                        for k, _ in result.live if isinstance(k, ShareTimersKey)}
         if result.records:
             self.append(partition, result.records, now_ms)
         for k, v in result.live:
@@ -187,6 +189,10 @@ class GroupRuntime:
             after = self._consumer_summary(shard, gid)
             if after != before and after is not None:
                 log.info("consumer group %s is %s (group epoch %d, assignment epoch %d, %d members)", gid, *after)
+        for gid, before in share_before.items():
+            after = self._share_summary(shard, gid)
+            if after != before and after is not None:
+                log.info("share group %s is %s (group epoch %d, assignment epoch %d, %d members)", gid, *after)
         for handle, response in result.completions:
             fut = self._parked.pop(handle, None)
             if fut is not None and not fut.done():
@@ -219,6 +225,11 @@ class GroupRuntime:
             if not fut.done():
                 fut.set_exception(CoordinatorUnavailable("the coordinator is shutting down"))
         self._parked.clear()
+
+    @staticmethod
+    def _share_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | None:
+        g = shard.share.get(group_id)
+        return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
 
     @staticmethod
     def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | None:
