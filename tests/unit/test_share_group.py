@@ -302,3 +302,16 @@ def test_deleted_state_is_initialized_again() -> None:
     ctx.reload()
     a = ctx.hb("a", 0)
     assert ctx.initialized[-1] == {T1: frozenset({0, 1})} and parts(a) == {(T1, 0), (T1, 1)}
+
+
+def test_deleted_topic_is_forgotten_and_a_recreated_one_initialized() -> None:
+    ctx = Ctx({"foo": (T1, 1)})
+    a = ctx.hb("a", 0)
+    assert parts(a) == {(T1, 0)}
+    ctx.topics = StaticTopics({"foo": (T2, 2)})  # deleted and created again: a new topic id
+    a = ctx.hb("a", a.member_epoch)
+    assert parts(a) == {(T2, 0), (T2, 1)}
+    assert ctx.group().initialized == {T2: frozenset({0, 1})}  # T1 forgotten
+    ctx.topics = StaticTopics({})
+    a = ctx.hb("a", a.member_epoch)
+    assert parts(a) == set() and ctx.group().initialized == {}

@@ -326,8 +326,10 @@ class ShareGroup:
     # -- share-group state initialization ----------------------------------------------------
     def _to_initialize(self, names: set[str], topics: TopicsView, now_ms: int, out: Result) -> Partitions:
         """Partitions of subscribed topics neither initialized nor recently asked for;
-        appends the state metadata record marking them initializing and a live record
-        of the attempt."""
+        appends the state metadata record marking them initializing (and forgetting
+        topics that no longer exist: a topic recreated under the same name has a new id)
+        and a live record of the attempt."""
+        stale = {t for t in set(self.initialized) | set(self.initializing) if topics.by_id(t) is None}
         want: Partitions = {}
         for name in names:
             t = topics.by_name(name)
@@ -339,9 +341,12 @@ class ShareGroup:
             parts = frozenset(range(t.num_partitions)) - done - fresh
             if parts:
                 want[t.topic_id] = parts
-        if want:
-            out.records.append(self._state_record(_merge(self.initializing, want), self.initialized, topics,
+        if want or stale:
+            initializing = {t: ps for t, ps in _merge(self.initializing, want).items() if t not in stale}
+            initialized = {t: ps for t, ps in self.initialized.items() if t not in stale}
+            out.records.append(self._state_record(initializing, initialized, topics,
                                                   {t: d for t, d in self.deleting.items() if t not in want}))
+        if want:
             out.live.append((ShareInitKey(self.group_id), {(t, p): now_ms for t, ps in want.items() for p in ps}))
         return want
 
