@@ -360,6 +360,8 @@ def main() -> None:
                         "stalled_never_reading": args.stalled, "open_all_s": round(connect_s, 2)},
         "broker_rss_mb": {"idle": round(rss_idle, 1), "after_connect": round(rss_connected, 1),
                           "peak_under_load": max((r[1] for r in in_load), default=rss_connected),
+                          "growth_during_load": round(max((r[1] for r in in_load), default=0.0)
+                                                      - (in_load[0][1] if in_load else 0.0), 1),
                           "end": round(rss_end, 1),
                           "timeline_s_mb_cpu_pct": timeline},
         "broker_cpu_s": round(cpu_end - cpu0, 1),
