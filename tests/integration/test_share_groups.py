@@ -122,6 +122,12 @@ def test_invalid_requests_and_group_types(server, topic_name):
                                                                       "committed_leader_epoch": -1,
                                                                       "committed_metadata": ""}]}]})
         assert r.topics[0].partitions[0].error_code == ErrorCode.group_id_not_found
+        r = c.request(9, 9, {"groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}],
+                             "require_stable": False})
+        assert r.groups[0].error_code == ErrorCode.group_id_not_found
+        r = c.request(47, 0, {"group_id": group, "topics": [{"name": topic_name, "partitions": [
+            {"partition_index": 0}]}]})
+        assert r.error_code == ErrorCode.group_id_not_found
         # and a consumer group id cannot become a share group
         cg = f"cg-{uuid.uuid4().hex[:8]}"
         r = c.request(68, 0, {"group_id": cg, "member_id": str(uuid.uuid4()), "member_epoch": 0,
