@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
 from ...share.types import ShareState, ShareStateKey, StateBatch
 from ..registry import handles
 
@@ -31,14 +32,30 @@ def _code_part(partition: int, outcome: tuple[int, str | None]) -> dict:
     return {"partition": partition, "error_code": outcome[0], "error_message": outcome[1]}
 
 
-async def _per_partition(req, call) -> list[dict]:
+NULL_TOPIC_ID = (int(ErrorCode.invalid_request), "The topic id cannot be null.")
+
+
+async def _per_partition(req, call, null_topic) -> list[dict]:
+    """``call(key, partition)`` per partition; ``null_topic(partition)`` answers the
+    partitions of a topic without an id (INVALID_REQUEST, as Kafka)."""
     out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            parts.append(await call(ShareStateKey(req.group_id, t.topic_id, p.partition), p))
+            if t.topic_id is None or t.topic_id.int == 0:
+                parts.append(null_topic(p.partition))
+            else:
+                parts.append(await call(ShareStateKey(req.group_id, t.topic_id, p.partition), p))
         out.append((t.topic_id, parts))
     return _results(out)
+
+
+def _null_code(partition: int) -> dict:
+    return _code_part(partition, NULL_TOPIC_ID)
+
+
+def _null_state(partition: int) -> dict:
+    return _state_part(partition, ShareState(error_code=NULL_TOPIC_ID[0], error_message=NULL_TOPIC_ID[1]), False)
 
 
 @handles(83, 0, 0)
@@ -47,7 +64,7 @@ async def initialize_share_group_state(ctx, req):
 
     async def one(key, p):
         return _code_part(p.partition, await rt.initialize_checked(key, p.state_epoch, p.start_offset))
-    results = [] if _empty(req) else await _per_partition(req, one)
+    results = [] if _empty(req) else await _per_partition(req, one, _null_code)
     return materialize(response_schema(83, ctx.version), {"results": results})
 
 
@@ -64,7 +81,7 @@ async def write_share_group_state(ctx, req):
         dcc = getattr(p, "delivery_complete_count", -1)
         return _code_part(p.partition, await rt.write_checked(key, p.state_epoch, p.leader_epoch, p.start_offset,
                                                               dcc, _batches(p)))
-    results = [] if _empty(req) else await _per_partition(req, one)
+    results = [] if _empty(req) else await _per_partition(req, one, _null_code)
     return materialize(response_schema(85, ctx.version), {"results": results})
 
 
@@ -74,7 +91,7 @@ async def delete_share_group_state(ctx, req):
 
     async def one(key, p):
         return _code_part(p.partition, await rt.delete_checked(key))
-    results = [] if _empty(req) else await _per_partition(req, one)
+    results = [] if _empty(req) else await _per_partition(req, one, _null_code)
     return materialize(response_schema(86, ctx.version), {"results": results})
 
 
@@ -95,7 +112,7 @@ async def read_share_group_state(ctx, req):
 
     async def one(key, p):
         return _state_part(p.partition, await rt.read(key, p.leader_epoch), True)
-    results = [] if _empty(req) else await _per_partition(req, one)
+    results = [] if _empty(req) else await _per_partition(req, one, lambda p: {**_null_state(p), "state_batches": []})
     return materialize(response_schema(84, ctx.version), {"results": results})
 
 
@@ -105,5 +122,5 @@ async def read_share_group_state_summary(ctx, req):
 
     async def one(key, p):
         return _state_part(p.partition, rt.summary(key), False)
-    results = [] if _empty(req) else await _per_partition(req, one)
+    results = [] if _empty(req) else await _per_partition(req, one, _null_state)
     return materialize(response_schema(87, ctx.version), {"results": results})
