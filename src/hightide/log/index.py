@@ -15,6 +15,7 @@ Index files are disposable: when missing or inconsistent, the segment rebuilds t
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from array import array
@@ -57,7 +58,9 @@ class _IndexFile:
         if self._pending:
             if FAULTS is not None:
                 FAULTS.on_write(self.path, self._fd, bytes(self._pending), self._written_entries * self.entry.size)
-            os.pwrite(self._fd, self._pending, self._written_entries * self.entry.size)
+            n = os.pwrite(self._fd, self._pending, self._written_entries * self.entry.size)
+            if n != len(self._pending):  # disk full: keep the entries pending, retry next time
+                raise OSError(errno.ENOSPC, f"short index write ({n} of {len(self._pending)} bytes)", self.path)
             self._written_entries += len(self._pending) // self.entry.size
             self._pending.clear()
             self._dirty = True
