@@ -326,3 +326,29 @@ def test_raw_long_poll_wakes_on_produce(server, topic_name):
         assert time.monotonic() - t0 >= 0.55
         p = r.responses[0].partitions[0]
         assert [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records] == [(1, 1, 1)]
+
+
+def test_raw_v2_record_limit_mode_and_renew(server, topic_name):
+    group, tid = _setup(server.bootstrap, topic_name, 10)
+    m = str(uuid.uuid4())
+    with RawClient(server.bootstrap) as c:
+        _hb(c, group, m, topic_name)
+        r = c.request(78, 2, {"group_id": group, "member_id": m, "share_session_epoch": 0, "max_wait": 0,
+                              "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 4, "batch_size": 4,
+                              "share_acquire_mode": 1, "is_renew_ack": False, "forgotten_topics_data": [],
+                              "topics": [{"topic_id": tid, "partitions": [
+                                  {"partition_index": 0, "acknowledgement_batches": []}]}]})
+        p = r.responses[0].partitions[0]
+        assert [(a.first_offset, a.last_offset) for a in p.acquired_records] == [(0, 3)]  # cut inside the batch
+
+        def ack(version, epoch, types, renew):
+            body = {"group_id": group, "member_id": m, "share_session_epoch": epoch, "topics": [
+                {"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 3, "acknowledge_types": types}]}]}]}
+            if version >= 2:
+                body["is_renew_ack"] = renew
+            return c.request(79, version, body).responses[0].partitions[0].error_code
+
+        assert ack(1, 1, [4], False) == ErrorCode.invalid_request  # RENEW needs v2 + IsRenewAck
+        assert ack(2, 2, [4], True) == 0  # lock renewed, records still held
+        assert ack(2, 3, [1], False) == 0
