@@ -227,3 +227,44 @@ def test_corrupt_segment_in_the_middle_is_truncated_with_a_warning(fresh_server,
     with RawClient(srv2.bootstrap) as c:
         assert [v[:3] for v in _fetch(c, topic_name, 0)[1]] == [b"000", b"001"]
         assert _produce(c, topic_name, 0, [b"next"]) == (0, 2)
+
+
+def test_append_is_all_or_nothing_in_process(tmp_path, monkeypatch):
+    """The log layer itself (no broker): a torn multi-batch write leaves the file, the
+    indexes, the offsets and the producer state exactly as before; a full disk keeps
+    the log writable, an I/O error takes it offline."""
+    from hightide.log import index as index_mod
+    from hightide.log import segment as segment_mod
+    from hightide.log.config import LogConfig
+    from hightide.log.faults import Injector
+    from hightide.log.partition_log import LogOffline, PartitionLog
+    from hightide.protocol.records import validate_batches
+
+    control = tmp_path / "faults.json"
+    inj = Injector(str(control))
+    monkeypatch.setattr(segment_mod, "FAULTS", inj)
+    monkeypatch.setattr(index_mod, "FAULTS", inj)
+    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig.from_kafka({"index.interval.bytes": "100"}), 0,
+                             clean_shutdown=False)
+
+    def append(n: int, seq: int):
+        buf = b"".join(build_batch([(None, b"v" * 200, [], 1000 + seq + i)], producer_id=7, producer_epoch=0,
+                                   base_sequence=seq + i) for i in range(n))
+        return plog.append(buf, validate_batches(buf, client_origin=False), 0)
+
+    assert append(3, 0).last_offset == 2
+    seg = plog.segments[-1]
+    before = (os.path.getsize(seg.log_path), len(seg.offset_index), seg.max_timestamp, plog.log_end_offset)
+    control.write_text(json.dumps([{"op": "write", "errno": "ENOSPC", "partial": True}]))
+    with pytest.raises(OSError):
+        append(4, 3)
+    assert (os.path.getsize(seg.log_path), len(seg.offset_index), seg.max_timestamp, plog.log_end_offset) == before
+    control.write_text("[]")
+    assert append(4, 3).base_offset == 3  # the same sequence numbers are accepted: state untouched
+    control.write_text(json.dumps([{"op": "write", "errno": "EIO"}]))
+    with pytest.raises(OSError):
+        append(1, 7)
+    control.write_text("[]")
+    with pytest.raises(LogOffline):
+        append(1, 7)
+    assert plog.read(0, 1 << 20).data  # reads still work
