@@ -242,7 +242,7 @@ async def worker_main(index: int, port: int, plan: dict, start_at: float, second
     unanswered = sum(len(c.expected) for c in conns if c not in stalled)
     for c in conns:
         c.close()
-    out.put(("result", index, {k: v for k, v in vars(s).items()}, unanswered))
+    out.put(("result", index, {k: v for k, v in vars(s).items()}, unanswered, time.process_time()))
 
 
 def run_worker(index: int, port: int, plan: dict, start_at: float, seconds: float, out: mp.Queue) -> None:
@@ -336,8 +336,10 @@ def main() -> None:
     agg = Stats()
     unanswered = 0
     lat: dict[str, list[float]] = {k: [] for k in agg.lat}
-    for _, _, st, un in results:
+    client_cpu = 0.0
+    for _, _, st, un, cpu_s in results:
         unanswered += un
+        client_cpu += cpu_s
         for k, v in st.items():
             if k == "lat":
                 for name, xs in v.items():
@@ -365,6 +367,7 @@ def main() -> None:
                           "end": round(rss_end, 1),
                           "timeline_s_mb_cpu_pct": timeline},
         "broker_cpu_s": round(cpu_end - cpu0, 1),
+        "client_cpu_s": round(client_cpu, 1),  # all worker processes, connecting included
         "produce": {"requests_per_s": round(agg.produce_requests / secs), "records_per_s": round(agg.produced_records / secs),
                     "mb_per_s": round(agg.produced_bytes / secs / 1e6, 2),
                     "latency_ms": {"p50": pct(lat["produce"], 0.5), "p99": pct(lat["produce"], 0.99),
