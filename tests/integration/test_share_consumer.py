@@ -54,9 +54,9 @@ def _states_by_offset(st) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _produce(bootstrap: str, topic: str, n: int) -> None:
-    """n records in as few batches as the producer makes (linger 50 ms)."""
-    p = sc.Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "acks": "all"})
+def _produce(bootstrap: str, topic: str, n: int, batch: int = 10_000) -> None:
+    """n records in batches of at most ``batch`` (linger 50 ms)."""
+    p = sc.Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "acks": "all", "batch.num.messages": batch})
     for i in range(n):
         p.produce(topic, f"v{i}".encode(), partition=0)
     assert p.flush(30) == 0
@@ -69,14 +69,14 @@ def _consumer(bootstrap: str, group: str, explicit: bool = False) -> ShareConsum
     return ShareConsumer(conf)
 
 
-def _setup(bootstrap: str, topic: str, n: int, **group_configs: str) -> tuple[str, object]:
+def _setup(bootstrap: str, topic: str, n: int, batch: int = 10_000, **group_configs: str) -> tuple[str, object]:
     group = f"sg-{uuid.uuid4().hex[:8]}"
     confluent_create_topic(bootstrap, topic, 1)
     with RawClient(bootstrap) as c:
         _group(c, group, share_auto_offset_reset="earliest", **group_configs)
         tid = _topic_id(c, topic)
     if n:
-        _produce(bootstrap, topic, n)
+        _produce(bootstrap, topic, n, batch)
     return group, tid
 
 
@@ -95,16 +95,18 @@ def _poll_all(consumers, until, timeout: float = 30.0, on_message=None):
 
 
 def test_three_consumers_share_one_partition_every_record_once(server, topic_name):
-    group, tid = _setup(server.bootstrap, topic_name, 300)
+    group, tid = _setup(server.bootstrap, topic_name, 3000, batch=20)
     consumers = [_consumer(server.bootstrap, group) for _ in range(3)]
     try:
         for c in consumers:
             c.subscribe([topic_name])
         seen: list[int] = []
-        got = _poll_all(consumers, lambda: len(set(seen)) >= 300,
+        got = _poll_all(consumers, lambda: len(set(seen)) >= 3000,
                         on_message=lambda i, c, m: seen.append(m.offset()))
-        assert sorted(set(seen)) == list(range(300))
+        assert sorted(seen) == list(range(3000))  # every record, once
         assert all(m.delivery_count() == 1 for _, m in got)
+        per_consumer = [sum(1 for i, _ in got if i == k) for k in range(3)]
+        assert all(n > 0 for n in per_consumer), per_consumer  # the partition is shared
         for c in consumers:
             c.commit_sync()  # implicit mode: the last poll's records are accepted
     finally:
@@ -114,10 +116,10 @@ def test_three_consumers_share_one_partition_every_record_once(server, topic_nam
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             s = _summary(raw, group, tid)
-            if s.start_offset == 300:
+            if s.start_offset == 3000:
                 break
             time.sleep(0.1)
-        assert (s.error_code, s.start_offset, s.delivery_complete_count) == (0, 300, 0)  # lag 0
+        assert (s.error_code, s.start_offset, s.delivery_complete_count) == (0, 3000, 0)  # lag 0
 
 
 def test_release_redelivers_reject_and_limit_archive(server, topic_name):
