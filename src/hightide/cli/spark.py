@@ -75,14 +75,17 @@ def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: t
     except ImportError:
         raise click.ClickException("pyspark is not installed: pip install 'hightide[spark]'") from None
     from ..spark.laghistory import lag_history
-    spark = (SparkSession.builder.master(master).appName("hightide-lag-history")
+    existing = SparkSession.getActiveSession()
+    spark = existing or (SparkSession.builder.master(master).appName("hightide-lag-history")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    if existing is None:
+        spark.sparkContext.setLogLevel("ERROR")
     try:
         result = lag_history(spark, bootstrap_server, samples, out_dir, groups=list(groups) or None,
                              slo_lag=slo_lag, top=top, sample_now=not no_sample_now,
                              slo_time_lag_ms=None if slo_time_lag is None else int(slo_time_lag * 1000))
     finally:
-        spark.stop()
+        if existing is None:
+            spark.stop()
     click.echo(result.summary, nl=False)
     click.echo(f"wrote {result.rows} rows for {result.groups} groups to {result.out_dir}")
