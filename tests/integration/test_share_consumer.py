@@ -354,3 +354,30 @@ def test_raw_v2_record_limit_mode_and_renew(server, topic_name):
         assert ack(1, 1, [4], False) == ErrorCode.invalid_request  # RENEW needs v2 + IsRenewAck
         assert ack(2, 2, [4], True) == 0  # lock renewed, records still held
         assert ack(2, 3, [1], False) == 0
+
+
+def test_raw_full_window_long_poll_wakes_when_acks_make_room(server, topic_name):
+    group, tid = _setup(server.bootstrap, topic_name, 200, batch=50, share_partition_max_record_locks="100")
+    m1, m2 = str(uuid.uuid4()), str(uuid.uuid4())
+    with RawClient(server.bootstrap) as c1, RawClient(server.bootstrap) as c2:
+        _hb(c1, group, m1, topic_name)
+        _hb(c2, group, m2, topic_name)
+        p = _fetch(c1, group, m1, 0, tid, max_records=1000).responses[0].partitions[0]
+        assert [(a.first_offset, a.last_offset) for a in p.acquired_records] == [(0, 99)]  # the window is full
+        import threading
+        out = {}
+
+        def m2_fetch():
+            t0 = time.monotonic()
+            out["r"] = _fetch(c2, group, m2, 0, tid, max_wait=10_000)
+            out["s"] = time.monotonic() - t0
+
+        th = threading.Thread(target=m2_fetch)
+        th.start()
+        time.sleep(0.5)
+        assert "r" not in out  # parked: nothing can be acquired
+        assert _ack(c1, group, m1, 1, tid, [(0, 99, (1,))]).responses[0].partitions[0].error_code == 0
+        th.join(10)
+        p = out["r"].responses[0].partitions[0]
+        assert [(a.first_offset, a.last_offset) for a in p.acquired_records] == [(100, 199)]
+        assert out["s"] < 5

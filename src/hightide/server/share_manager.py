@@ -100,6 +100,16 @@ class SharePartitionManager:
         groups = getattr(self.broker, "share_groups", None)
         return True if groups is None else groups.is_member(group_id, member_id)
 
+    # -- long-poll wake-ups --------------------------------------------------------------
+    @staticmethod
+    def wait_key(key: ShareStateKey) -> tuple:
+        """The ``broker.waiters`` key a ShareFetch of this share partition waits on (besides
+        the partition's append key): set when records become acquirable without an append."""
+        return ("share", key.group_id, key.topic_id, key.partition)
+
+    def _wake(self, key: ShareStateKey) -> None:
+        self.broker.waiters.wake(self.wait_key(key))
+
     # -- loading ---------------------------------------------------------------------
     def cached(self, key: ShareStateKey) -> SharePartition | None:
         e = self._parts.get(key)
@@ -110,7 +120,7 @@ class SharePartitionManager:
         e.g. AlterShareGroupOffsets); the next use re-reads it."""
         e = self._parts.pop(key, None)
         if e is not None:
-            self.broker.waiters.wake((e.topic, key.partition))
+            self._wake(key)
 
     async def _entry(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
         e = self._parts.get(key)
@@ -235,8 +245,7 @@ class SharePartitionManager:
         except AckError as exc:
             return exc.error_code, exc.message
         e.version += 1
-        if e.core.next_fetch_offset < e.core.end_offset + 1:
-            self.broker.waiters.wake((topic, key.partition))
+        self._wake(key)  # records released, or room in the window for new ones
         return await self._persist(e)
 
     def release_member(self, group_id: str, member_id: str, keys: Iterable[ShareStateKey] | None = None) -> None:
@@ -248,7 +257,7 @@ class SharePartitionManager:
             if e.core.release_member(member_id):
                 e.version += 1
                 self._persist_later(e)
-                self.broker.waiters.wake((e.topic, key.partition))
+                self._wake(key)
 
     def close_session(self, group_id: str, member_id: str) -> None:
         """A final-epoch request closed the member's share session: everything it still
@@ -329,7 +338,7 @@ class SharePartitionManager:
                 e.version += 1
                 n += 1
                 self._persist_later(e)
-                self.broker.waiters.wake((e.topic, e.key.partition))
+                self._wake(e.key)
         return n
 
     def release_departed(self) -> int:

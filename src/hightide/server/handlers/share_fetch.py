@@ -197,7 +197,8 @@ async def _fetch_partitions(ctx, req, group_id: str, member_id: str, partitions,
         left = deadline - time.monotonic()
         if total >= min_bytes or left <= 0 or b.stopping or max_records <= 0 or max_bytes <= 0:
             return
-        await b.waiters.wait([(name, tp[1]) for tp, _, name in live], left)
+        keys = [(name, tp[1]) for tp, _, name in live] + [manager.wait_key(key) for _, key, _ in live]
+        await b.waiters.wait(keys, left)
         # partitions dropped meanwhile (invalidate) are loaded again
         for tp, key, name in live:
             if manager.cached(key) is None:
