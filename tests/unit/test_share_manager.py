@@ -211,11 +211,12 @@ def test_records_of_departed_members_are_released(plog):
         b, m = make(plog, auto_offset_reset="earliest")
         await _load(m)
         m.sessions.fetch_context("g", "gone", 0, [(TID, 0)], [], False, 0)
+        m.sessions.fetch_context("g", "idle", 0, [(TID, 0)], [], False, 0)
         assert m.acquire(KEY, "gone", 5, 1 << 20).acquired
         assert m.release_departed() == 0
         b.members = {"other"}
         assert m.release_departed() == 1
-        assert m.sessions.get("g", "gone") is None
+        assert m.sessions.get("g", "gone") is None and m.sessions.get("g", "idle") is None
         got = m.acquire(KEY, "other", 100, 1 << 20).acquired
         assert [(x.first_offset, x.last_offset, x.delivery_count) for x in got] == [(0, 9, 2)]
     asyncio.run(main())

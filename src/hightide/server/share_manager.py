@@ -343,8 +343,8 @@ class SharePartitionManager:
 
     def release_departed(self) -> int:
         """Release records held by members the share group no longer has (fenced or
-        left), as Kafka does when a member leaves, instead of waiting for their locks.
-        Returns the members released."""
+        left), as Kafka does when a member leaves, instead of waiting for their locks, and
+        drop their share sessions. Returns the members whose records were released."""
         n = 0
         for key, e in list(self._parts.items()):
             for member in e.core.holders():
@@ -352,6 +352,9 @@ class SharePartitionManager:
                     self.sessions.remove(key.group_id, member)
                     self.release_member(key.group_id, member)
                     n += 1
+        for s in self.sessions.sessions():  # sessions of departed members free their slots
+            if not self.is_member(s.group_id, s.member_id):
+                self.sessions.remove(s.group_id, s.member_id)
         return n
 
     async def run_timers(self) -> None:
