@@ -80,21 +80,20 @@ class SharePartitionManager:
         self.broker = broker
         self.sessions = ShareSessionCache(_config(broker, "group.share.max.share.sessions", 2000))
         self._parts: dict[ShareStateKey, _Entry] = {}
-        self._loading: dict[ShareStateKey, asyncio.Future] = {}
+        self._loading: dict[ShareStateKey, asyncio.Task] = {}
         self._writes: set[asyncio.Task] = set()
         self.writes = 0  # persister writes issued (bench / tests)
 
     # -- group side ------------------------------------------------------------------
     def settings(self, group_id: str) -> ShareGroupSettings:
+        """The group's effective settings (group configs over broker defaults)."""
         groups = getattr(self.broker, "share_groups", None)
         if groups is not None:
             return groups.settings(group_id)
-        cfg = self.broker.config
         return ShareGroupSettings(
             record_lock_duration_ms=_config(self.broker, "group.share.record.lock.duration.ms", 30_000),
             delivery_count_limit=_config(self.broker, "group.share.delivery.count.limit", 5),
-            partition_max_record_locks=_config(self.broker, "group.share.partition.max.record.locks", 2000),
-        ) if cfg is not None else ShareGroupSettings()
+            partition_max_record_locks=_config(self.broker, "group.share.partition.max.record.locks", 2000))
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         groups = getattr(self.broker, "share_groups", None)
@@ -127,22 +126,23 @@ class SharePartitionManager:
         if e is not None:
             e.core.settings = self.settings(key.group_id)
             return e, 0, None
-        fut = self._loading.get(key)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._loading[key] = fut
-            try:
-                res = await self._load(key, topic)
-            except Exception as exc:  # answer, never hang the other loaders
-                log.exception("loading share partition %s failed", key)
-                res = (None, int(ErrorCode.unknown_server_error), str(exc))
-            finally:
-                self._loading.pop(key, None)
-            if res[0] is not None:
-                self._parts[key] = res[0]
-            fut.set_result(res)
-            return res
-        return await asyncio.shield(fut)
+        task = self._loading.get(key)
+        if task is None:  # one load per share partition, not cancelled with a requester
+            task = asyncio.get_running_loop().create_task(self._load_and_store(key, topic))
+            self._loading[key] = task
+        return await asyncio.shield(task)
+
+    async def _load_and_store(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
+        try:
+            res = await self._load(key, topic)
+        except Exception as exc:  # answer the waiting requests, never hang them
+            log.exception("loading share partition %s failed", key)
+            res = (None, int(ErrorCode.unknown_server_error), str(exc))
+        finally:
+            self._loading.pop(key, None)
+        if res[0] is not None:
+            self._parts[key] = res[0]
+        return res
 
     async def _load(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
         persister = getattr(self.broker, "share_state", None)
