@@ -381,3 +381,43 @@ def test_raw_full_window_long_poll_wakes_when_acks_make_room(server, topic_name)
         p = out["r"].responses[0].partitions[0]
         assert [(a.first_offset, a.last_offset) for a in p.acquired_records] == [(100, 199)]
         assert out["s"] < 5
+
+
+def test_compacted_offsets_are_archived_and_lag_reaches_zero(fresh_server, topic_name):
+    """Offsets compacted away are never delivered; those inside a kept batch come back from the
+    client as GAP acknowledgements, the rest are archived by the broker, and the share
+    partition ends with nothing left (lag 0)."""
+    srv = fresh_server("--set", "log.cleaner.backoff.ms=200")
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    confluent_create_topic(srv.bootstrap, topic_name, 1, {
+        "cleanup.policy": "compact", "segment.bytes": "1500", "min.cleanable.dirty.ratio": "0.01"})
+    p = sc.Producer({"bootstrap.servers": srv.bootstrap, "linger.ms": 0, "batch.size": 200})
+    for i in range(200):
+        p.produce(topic_name, key=f"k{i % 10}".encode(), value=f"v{i}".encode())
+        p.poll(0)
+    assert p.flush(10) == 0
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and "cleaned" not in srv.output():
+        time.sleep(0.1)
+    assert "cleaned" in srv.output()
+    with RawClient(srv.bootstrap) as raw:
+        _group(raw, group, share_auto_offset_reset="earliest")
+        tid = _topic_id(raw, topic_name)
+    c = _consumer(srv.bootstrap, group)
+    try:
+        c.subscribe([topic_name])
+        seen: list[int] = []
+        _poll_all([c], lambda: bool(seen) and seen[-1] == 199, timeout=20,
+                  on_message=lambda i, cc, m: seen.append(m.offset()))
+        c.commit_sync()
+    finally:
+        c.close()
+    assert len(seen) == len(set(seen)) < 200  # compacted records are not delivered
+    with RawClient(srv.bootstrap) as raw:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            s = _summary(raw, group, tid)
+            if s.start_offset == 200:
+                break
+            time.sleep(0.1)
+        assert (s.start_offset, s.delivery_complete_count) == (200, 0)
