@@ -421,3 +421,31 @@ def test_compacted_offsets_are_archived_and_lag_reaches_zero(fresh_server, topic
                 break
             time.sleep(0.1)
         assert (s.start_offset, s.delivery_complete_count) == (200, 0)
+
+
+def test_deleted_and_recreated_group_starts_over(server, topic_name):
+    group, tid = _setup(server.bootstrap, topic_name, 10)
+
+    def consume_all(expect: int) -> list[int]:
+        c = _consumer(server.bootstrap, group)
+        seen: list[int] = []
+        try:
+            c.subscribe([topic_name])
+            _poll_all([c], lambda: len(seen) >= expect, timeout=20, on_message=lambda i, cc, m: seen.append(m.offset()))
+            c.commit_sync()
+        finally:
+            c.close()
+        return seen
+
+    assert sorted(consume_all(10)) == list(range(10))
+    with RawClient(server.bootstrap) as raw:
+        deadline = time.monotonic() + 10
+        while True:  # the member's leave is processed asynchronously
+            r = raw.request(42, 2, {"groups_names": [group]}).results[0]
+            if r.error_code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.error_code == 0, r
+        _group(raw, group, share_auto_offset_reset="earliest")
+    _produce(server.bootstrap, topic_name, 5)
+    assert sorted(consume_all(15)) == list(range(15))  # no progress survives the deletion

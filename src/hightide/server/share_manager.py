@@ -123,6 +123,9 @@ class SharePartitionManager:
 
     async def _entry(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
         e = self._parts.get(key)
+        if e is not None and self._state_was_reset(key):
+            self.invalidate(key)  # the group was deleted and re-created, or its offsets deleted
+            e = None
         if e is not None:
             e.core.settings = self.settings(key.group_id)
             return e, 0, None
@@ -131,6 +134,16 @@ class SharePartitionManager:
             task = asyncio.get_running_loop().create_task(self._load_and_store(key, topic))
             self._loading[key] = task
         return await asyncio.shield(task)
+
+    def _state_was_reset(self, key: ShareStateKey) -> bool:
+        """True when the persisted state is uninitialised although we hold the partition
+        (its state was deleted, maybe initialised again, behind our back). Uses the share
+        coordinator's synchronous summary when it has one (no IO)."""
+        summary = getattr(getattr(self.broker, "share_state", None), "summary", None)
+        if summary is None:
+            return False
+        st = summary(key)
+        return st.error_code == 0 and st.start_offset < 0
 
     async def _load_and_store(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
         try:
