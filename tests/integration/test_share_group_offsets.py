@@ -125,3 +125,14 @@ def test_alter_and_delete(server, topic_name):
         r = delete(group, [topic_name])
         assert r.responses[0].error_code == ErrorCode.unknown_topic_or_partition
         assert r.responses[0].error_message == "There is no offset information to delete."
+        # the group forgot the topic was initialized: a new member's heartbeat initializes it
+        # again before assigning it (uninitialized state, start offset -1, lag unknown)
+        member = str(uuid.uuid4())
+        r = c.request(76, 1, {"group_id": group, "member_id": member, "member_epoch": 0, "rack_id": None,
+                              "subscribed_topic_names": [topic_name]})
+        assert r.error_code == 0
+        assigned = {p for t in r.assignment.topic_partitions for p in t.partitions}
+        assert assigned == {0, 1}
+        parts, _ = describe(c, group)
+        assert {p: (parts[(topic_name, p)].start_offset, parts[(topic_name, p)].lag) for p in (0, 1)} == {
+            0: (-1, -1), 1: (-1, -1)}

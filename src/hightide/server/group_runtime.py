@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..cluster.controller import NewTopic
 from ..config import group_config_default
 from ..group.classic import GroupLimits
 from ..group.consumer_api import ConsumerGroupConfig, ImageTopics, TimersKey
@@ -48,16 +47,13 @@ from ..group.shard import (
     encode_record,
 )
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
-from ..protocol.records import build_batch, decode_records, validate_batches
+
+from .coordinator_log import CoordinatorUnavailable, append_records, ensure_internal_topic, read_records
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("hightide.group")
-
-
-class CoordinatorUnavailable(Exception):
-    """The coordinator cannot serve (the offsets log failed); answer COORDINATOR_NOT_AVAILABLE."""
 
 
 class GroupRuntime:
@@ -99,17 +95,8 @@ class GroupRuntime:
     def ensure_topic(self) -> None:
         if self.shards:
             return
-        image = self.broker.image
-        if OFFSETS_TOPIC not in image.topics:
-            cfg = self.broker.config
-            spec = NewTopic(OFFSETS_TOPIC, self.num_partitions, 1, configs={
-                "cleanup.policy": "compact", "segment.bytes": str(cfg["offsets.topic.segment.bytes"])})
-            results, records = self.broker.controller.create_topics(image, [spec])
-            if results[0].error_code:
-                raise CoordinatorUnavailable(f"cannot create {OFFSETS_TOPIC}: {results[0].message}")
-            self.broker.commit_metadata(records)
-            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
-        self.num_partitions = len(self.broker.image.topics[OFFSETS_TOPIC].partitions)
+        self.num_partitions = ensure_internal_topic(self.broker, OFFSETS_TOPIC, self.num_partitions, {
+            "cleanup.policy": "compact", "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])})
         self._load_all()
 
     def _load_all(self) -> None:
@@ -118,21 +105,8 @@ class GroupRuntime:
 
     def _load(self, partition: int) -> GroupCoordinatorShard:
         shard = GroupCoordinatorShard(self.group_config, consumer_timeouts=self.consumer_timeouts)
-        plog = self.broker.partition_log(OFFSETS_TOPIC, partition)
-        if plog is None:
-            return shard
-        offset, count = plog.log_start_offset, 0
-        while offset < plog.high_watermark:
-            chunk = plog.read(offset, 1 << 20, max_offset=plog.high_watermark)
-            if not chunk.data:
-                break
-            for h in validate_batches(chunk.data, client_origin=False):
-                batch = memoryview(chunk.data)[h.position:h.position + h.size]
-                if not h.is_control:
-                    for rec in decode_records(batch):
-                        if rec.offset >= offset and rec.key is not None:
-                            count += self._replay(shard, rec.key, rec.value)
-                offset = h.last_offset + 1
+        count = sum(self._replay(shard, key, value)
+                    for _, key, value in read_records(self.broker, OFFSETS_TOPIC, partition))
         if count:
             log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
         for k, v in shard.loaded(self._now_ms(), lambda g: self.share_timeouts(g)[0]).live:  # members' timers
@@ -258,20 +232,10 @@ class GroupRuntime:
         return ImageTopics(self.broker.image)
 
     def append(self, partition: int, records: list[tuple[Any, Any]], now_ms: int) -> None:
-        plog = self.broker.partition_log(OFFSETS_TOPIC, partition)
-        if plog is None:
-            raise CoordinatorUnavailable(f"{OFFSETS_TOPIC}-{partition} is not available")
-        encoded = [encode_record(k, v) for k, v in records]
-        batch = build_batch([(k, v, [], now_ms) for k, v in encoded])
-        try:
-            plog.append(batch, validate_batches(batch, client_origin=False), now_ms)
-        except OSError as exc:
-            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
-            raise CoordinatorUnavailable(str(exc)) from exc
+        append_records(self.broker, OFFSETS_TOPIC, partition, [encode_record(k, v) for k, v in records], now_ms)
         shard = self.shards[partition]
         for k, v in records:
             shard.replay(k, v)
-        self.broker.waiters.wake((OFFSETS_TOPIC, partition))
 
     def poll(self, now_ms: int) -> None:
         """Classic group timers (sessions, rebalance and initial delays, pending syncs) and

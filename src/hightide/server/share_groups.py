@@ -31,7 +31,7 @@ from ..config import ConfigError, parse_share_auto_offset_reset, validate_group_
 from ..group.share_group import ShareHeartbeatRequest, ShareHeartbeatResponse
 from ..protocol.errors import ErrorCode
 from ..share.types import ShareGroupSettings, ShareStateKey
-from .group_runtime import CoordinatorUnavailable
+from .coordinator_log import CoordinatorUnavailable
 
 if TYPE_CHECKING:
     from .broker import Broker

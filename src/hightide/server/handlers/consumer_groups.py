@@ -15,7 +15,7 @@ from ...group.consumer_api import HeartbeatRequest, HeartbeatResponse
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..group_runtime import CoordinatorUnavailable
+from ..coordinator_log import CoordinatorUnavailable
 from ..registry import handles
 
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 MemberType: a KIP-848 member

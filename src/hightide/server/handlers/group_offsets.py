@@ -16,8 +16,7 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...protocol.offset_fetch_response import GroupOffsets, PartitionOffset, encode_offset_fetch_response
-from ..coordinator_log import CoordinatorUnavailable as ShareStateUnavailable
-from ..group_runtime import CoordinatorUnavailable
+from ..coordinator_log import CoordinatorUnavailable
 from ..registry import RawResponse, handles
 
 GROUP_KEY, TXN_KEY, SHARE_KEY = 0, 1, 2
@@ -39,7 +38,7 @@ def _share_coordinator(b, key: str, version: int) -> tuple[ErrorCode, str | None
         return ErrorCode.invalid_request, f"invalid share coordinator key {key!r}"
     try:
         b.share_state.ensure_topic()
-    except ShareStateUnavailable as exc:
+    except CoordinatorUnavailable as exc:
         return ErrorCode.coordinator_not_available, str(exc)
     return ErrorCode.none, None
 

@@ -17,7 +17,7 @@ from ...group.classic import JoinRequest, JoinResponse, SyncResponse
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..group_runtime import CoordinatorUnavailable
+from ..coordinator_log import CoordinatorUnavailable
 from ..registry import handles
 
 INT32_MIN = -2**31

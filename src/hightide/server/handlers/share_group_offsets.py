@@ -26,11 +26,10 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...share.types import ShareStateKey
 from ..coordinator_log import CoordinatorUnavailable
-from ..group_runtime import CoordinatorUnavailable as GroupCoordinatorUnavailable
 from ..registry import handles
 
 ZERO_UUID = uuid.UUID(int=0)
-_UNAVAILABLE = (CoordinatorUnavailable, GroupCoordinatorUnavailable)
+_UNAVAILABLE = (CoordinatorUnavailable,)
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 
@@ -194,5 +193,12 @@ async def delete_share_group_offsets(ctx, req):
                 code, message = ErrorCode(c), m
         entry = {"topic_name": t.topic_name, "topic_id": timg.topic_id, "error_code": code, "error_message": message}
         (ok if code == ErrorCode.none else failed).append(entry)
+    if ok:
+        # the group forgets these topics were initialized, so its next heartbeat
+        # initializes them again before assigning them (as Kafka's coordinator does)
+        try:
+            b.share_groups.state_deleted(req.group_id, [e["topic_id"] for e in ok])
+        except _UNAVAILABLE:
+            pass  # the share state is gone; a fetch initializes a partition it finds without state
     return materialize(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                                 "responses": ok + failed})

@@ -12,7 +12,7 @@ from ...group.share_group import ShareHeartbeatRequest, ShareHeartbeatResponse, 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..group_runtime import CoordinatorUnavailable
+from ..coordinator_log import CoordinatorUnavailable
 from ..registry import handles
 
 INT32_MIN = -2**31  # authorized operations not requested
