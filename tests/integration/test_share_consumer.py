@@ -424,7 +424,7 @@ def test_compacted_offsets_are_archived_and_lag_reaches_zero(fresh_server, topic
 
 
 def test_deleted_and_recreated_group_starts_over(server, topic_name):
-    group, tid = _setup(server.bootstrap, topic_name, 10)
+    group, _ = _setup(server.bootstrap, topic_name, 10)
 
     def consume_all(expect: int) -> list[int]:
         c = _consumer(server.bootstrap, group)
