@@ -213,7 +213,9 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
                 return msg
             prefix = sink_tag(group, batch_id, task)
             if attempt > 0 or last_run != run:
-                present = _tags_present(io, {tp: marker.get(tp, (None, ""))[0] for tp in per_tp}, prefix)
+                present, ends = _tags_present(io, {tp: marker.get(tp, (None, ""))[0] for tp in per_tp}, prefix)
+                # the marker moves past what the earlier attempt wrote even if nothing is left to write
+                msg.ends.update({(tp.topic, tp.partition): end for tp, end in ends.items()})
                 for tp, done in present.items():
                     before = len(per_tp[tp])
                     per_tp[tp] = [(j, i) for j, i in per_tp[tp] if j not in done]
@@ -268,9 +270,9 @@ def _marker_state(marker: dict[TopicPartition, tuple[int, str]]) -> tuple[int | 
 
 
 def _tags_present(io: KafkaIO, starts: dict[TopicPartition, int | None], prefix: str
-                  ) -> dict[TopicPartition, set[int]]:
+                  ) -> tuple[dict[TopicPartition, set[int]], dict[TopicPartition, int]]:
     """Per partition, the positions ``i`` of the tags ``prefix + i`` already in the log
-    between ``starts[tp]`` (None: the log start) and the end."""
+    between ``starts[tp]`` (None: the log start) and the end; and those end offsets."""
     need_earliest = [tp for tp, s in starts.items() if s is None]
     earliest = io.offsets({tp: "earliest" for tp in need_earliest})
     latest = io.offsets({tp: "latest" for tp in starts})
@@ -287,7 +289,7 @@ def _tags_present(io: KafkaIO, starts: dict[TopicPartition, int | None], prefix:
                 for k, v in headers:
                     if k == SINK_HEADER and v is not None and v.startswith(want):
                         found.setdefault(tp, set()).add(int(v[len(want):]))
-    return found
+    return found, latest
 
 
 def _commit_marker(messages: list[Any], batch_id: int, servers: str, timeout_s: float) -> None:
