@@ -449,3 +449,32 @@ def test_deleted_and_recreated_group_starts_over(server, topic_name):
         _group(raw, group, share_auto_offset_reset="earliest")
     _produce(server.bootstrap, topic_name, 5)
     assert sorted(consume_all(15)) == list(range(15))  # no progress survives the deletion
+
+
+def test_acknowledged_records_survive_kill9(fresh_server, topic_name):
+    srv = fresh_server()
+    group, _ = _setup(srv.bootstrap, topic_name, 100, batch=10)
+    a = _consumer(srv.bootstrap, group, explicit=True)
+    seen: set[int] = set()
+
+    def accept_first_half(i, c, m):
+        seen.add(m.offset())
+        c.acknowledge(m, AcknowledgeType.ACCEPT if m.offset() < 50 else AcknowledgeType.RELEASE)
+
+    a.subscribe([topic_name])
+    _poll_all([a], lambda: len(seen) >= 100, on_message=accept_first_half)
+    res = a.commit_sync()  # answered = persisted in __share_group_state
+    assert all(v is None for v in res.values()), res
+    a.close()
+    srv.kill9()
+    srv2 = fresh_server(data_dir=srv.data_dir, port=srv.port)
+    b = _consumer(srv2.bootstrap, group)
+    try:
+        b.subscribe([topic_name])
+        got: set[int] = set()
+        _poll_all([b], lambda: got >= set(range(50, 100)), timeout=30,
+                  on_message=lambda i, c, m: got.add(m.offset()))
+        assert got == set(range(50, 100))  # nothing acknowledged comes back, nothing else is lost
+        b.commit_sync()
+    finally:
+        b.close()
