@@ -1,13 +1,16 @@
 """The long crash loop: SIGKILL a real ``hightide serve`` 200 times (by default) under
-idempotent acks=all producers on several partitions and a committing consumer group.
+idempotent acks=all producers on several partitions, a committing consumer group and a
+share-group consumer.
 
 Run:  .venv/bin/python bench/crash_loop.py [--kills 200] [--partitions 6] [--producers 3]
 
 Same code as ``tests/reliability/test_crash_loop.py`` (``tests/reliability/crashloop.py``),
 longer: after every restart the group's committed offsets must read back neither
-behind the last confirmed commit nor ahead of what was acknowledged; at the end every
+behind the last confirmed commit nor ahead of what was acknowledged, and the
+share-partition start offsets neither go backwards nor pass the log end; at the end every
 acknowledged record must be present exactly once, in each producer's order, at its
-acknowledged offset with its timestamp. Prints one JSON document (progress on stderr)
+acknowledged offset with its timestamp, and delivered to the share group at least once.
+Prints one JSON document (progress on stderr)
 with the recovery time (exec of ``hightide serve`` -> accepting connections, p50/p99/max)
 and the time from each kill to the next acknowledgement; exits 1 on any violation.
 """
@@ -41,6 +44,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--producers", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-share", action="store_true", help="leave out the share-group consumer")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="crash-loop-") as tmp:
@@ -54,7 +58,8 @@ def main() -> None:
         load_before = os.getloadavg()
         t0 = time.time()
         result = crashloop.run(start, "crash-loop", kills=args.kills, partitions=args.partitions,
-                               producers=args.producers, seed=args.seed, progress=log)
+                               producers=args.producers, share=not args.no_share, seed=args.seed,
+                               progress=log)
         srv = result.pop("server")
         tracebacks = sum(s.output().count("Traceback") for s in started)
         srv.stop()

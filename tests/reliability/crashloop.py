@@ -9,6 +9,12 @@ never behind the last commit that succeeded, never ahead of what was acknowledge
 At the end every acknowledged record must be present exactly once, at its
 acknowledged offset, with its timestamp, in each producer's order.
 
+With ``share=True`` a share-group consumer (confluent-kafka ``ShareConsumer``, implicit
+acknowledgement) reads the topic throughout. After every restart the share-partition
+start offsets (DescribeShareGroupOffsets v1, durable state) must never go backwards and
+never pass the log end; at the end every acknowledged record must have been delivered
+to the share group at least once and the start offsets must reach the log end.
+
 :func:`run` returns a JSON-ready dict; ``violations`` lists everything that went
 wrong (empty on success), so callers assert on it or print it.
 """
@@ -21,8 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from ..rawkafka import RawClient
 
 BASE_TS = 1_700_000_000_000
 
@@ -148,6 +156,112 @@ class _Committer:
         self.c.close()
 
 
+class _ShareReader:
+    """A share-group member on its own thread; records which values it was given."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, group: str) -> None:
+        self.bootstrap, self.topic, self.partitions, self.group = bootstrap, topic, partitions, group
+        self.delivered: set[bytes] = set()
+        self.deliveries = 0
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.spso: dict[int, int] = {}  # highest start offset seen per partition
+        with RawClient(bootstrap) as c:
+            r = c.request(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+                "validate_only": False})
+            if r.responses[0].error_code:
+                raise RuntimeError(f"cannot configure share group {group}: {r.responses[0].error_message}")
+        self.thread = threading.Thread(target=self._consume, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _consume(self) -> None:
+        c = ShareConsumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "log_level": 0,
+                           "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100})
+        c.subscribe([self.topic])
+        try:
+            while not self.stop.is_set():
+                try:
+                    for m in c.poll(0.2):
+                        if m.error() is None:
+                            self.delivered.add(m.value())
+                            self.deliveries += 1
+                except KafkaException:
+                    pass  # the broker is down right now
+            try:
+                c.commit_sync()
+            except KafkaException:
+                pass
+        finally:
+            c.close()
+
+    def start_offsets(self, timeout: float = 20.0) -> dict[int, tuple[int, int]] | str:
+        """{partition: (start offset, log end offset)} from durable state, or an error."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                with RawClient(self.bootstrap) as c:
+                    r = c.request(90, 1, {"groups": [{"group_id": self.group, "topics": [
+                        {"topic_name": self.topic, "partitions": list(range(self.partitions))}]}]})
+                    ends = c.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                        {"name": self.topic, "partitions": [{"partition_index": p, "timestamp": -1,
+                                                              "current_leader_epoch": -1}
+                                                             for p in range(self.partitions)]}]})
+            except (OSError, ConnectionError) as exc:
+                last = str(exc)
+                time.sleep(0.2)
+                continue
+            g = r.groups[0]
+            parts = g.topics[0].partitions if g.error_code == 0 and g.topics else []
+            if not parts or any(p.error_code for p in parts):
+                last = f"error {g.error_code} / {[p.error_code for p in parts]}"
+                time.sleep(0.2)
+                continue
+            leo = {p.partition_index: p.offset for p in ends.topics[0].partitions}
+            return {p.partition_index: (p.start_offset, leo[p.partition_index]) for p in parts}
+        return last
+
+    def check(self, violations: list[str], when: str) -> None:
+        got = self.start_offsets()
+        if isinstance(got, str):
+            violations.append(f"{when}: share-group start offsets unreadable: {got}")
+            return
+        for part, (spso, leo) in got.items():
+            if spso < 0:
+                continue  # not initialized yet
+            if spso < self.spso.get(part, -1):
+                violations.append(f"{when}: share partition {part} start offset {spso} went backwards "
+                                  f"(was {self.spso[part]})")
+            if spso > leo:
+                violations.append(f"{when}: share partition {part} start offset {spso} is past the log end {leo}")
+            self.spso[part] = max(self.spso.get(part, -1), spso)
+
+    def drain(self, acked: dict, violations: list[str], timeout: float = 90.0) -> dict:
+        """Let the reader catch up, then stop it; at-least-once and final start offsets."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(v not in self.delivered for v in acked):
+            time.sleep(0.5)
+        self.stop.set()
+        self.thread.join(60)
+        missing = sum(1 for v in acked if v not in self.delivered)
+        if missing:
+            violations.append(f"{missing} acknowledged records never delivered to the share group")
+        final: dict | str = "no answer"
+        while time.monotonic() < deadline + 30:
+            final = self.start_offsets()
+            if isinstance(final, dict) and all(spso == leo for spso, leo in final.values()):
+                break
+            time.sleep(0.5)
+        self.check(violations, "after draining the share group")
+        if not isinstance(final, dict) or any(spso != leo for spso, leo in final.values()):
+            violations.append(f"share-group start offsets did not reach the log end: {final}")
+        return {"records_delivered": len(self.delivered), "deliveries": self.deliveries,
+                "redeliveries": self.deliveries - len(self.delivered)}
+
+
 def _verify_log(bootstrap: str, topic: str, partitions: int, acked: dict, violations: list[str]) -> int:
     """Read everything back; returns the number of records read."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-verify", "enable.auto.commit": False,
@@ -207,24 +321,37 @@ def _first_ack_after(kills_at: list[float], ack_times: list[float]) -> list[floa
     return out
 
 
+def _wait_for_an_ack(prod: _Producers, timeout: float) -> None:
+    n = len(prod.ack_times)
+    deadline = time.monotonic() + timeout
+    while len(prod.ack_times) == n and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def run(start_server: StartServer, topic: str, *, kills: int, partitions: int = 3, producers: int = 2,
-        seed: int = 7, min_gap_s: float = 0.3, max_gap_s: float = 1.2, progress: Callable[[str], None] | None = None
-        ) -> dict:
+        share: bool = False, seed: int = 7, min_gap_s: float = 0.0, max_gap_s: float = 0.5,
+        progress: Callable[[str], None] | None = None) -> dict:
     """Run the crash loop against servers from ``start_server``; see the module doc.
-    Kills come ``min_gap_s``..``max_gap_s`` after the broker accepts again (random)."""
+    Each kill comes at a random moment ``min_gap_s``..``max_gap_s`` after the first
+    acknowledgement following the previous restart (so every kill hits a broker under
+    acknowledged load, however slowly the machine lets clients reconnect)."""
     srv = start_server(None, None)
     admin = AdminClient({"bootstrap.servers": srv.bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(10)
     prod = _Producers(srv.bootstrap, topic, partitions, producers, timeout_ms=300_000)
     committer = _Committer(srv.bootstrap, topic, partitions, f"{topic}-group")
+    sharer = _ShareReader(srv.bootstrap, topic, partitions, f"{topic}-share") if share else None
     violations: list[str] = []
     recovery: list[float] = []
     kills_at: list[float] = []
     rnd = random.Random(seed)
     t_start = time.monotonic()
     prod.start()
+    if sharer is not None:
+        sharer.start()
     try:
         for k in range(kills):
+            _wait_for_an_ack(prod, timeout=15.0)
             time.sleep(rnd.uniform(min_gap_s, max_gap_s))
             committer.commit(prod.acked_ends())
             srv.kill9()
@@ -233,6 +360,8 @@ def run(start_server: StartServer, topic: str, *, kills: int, partitions: int = 
             srv = start_server(srv.data_dir, srv.port)
             recovery.append(time.monotonic() - t0)
             committer.check(prod.acked_ends(), violations, f"after kill {k + 1}")
+            if sharer is not None:
+                sharer.check(violations, f"after kill {k + 1}")
             if progress and (k + 1) % 20 == 0:
                 progress(f"{k + 1}/{kills} kills, {len(prod.acked)} acknowledged")
         time.sleep(0.5)
@@ -244,6 +373,7 @@ def run(start_server: StartServer, topic: str, *, kills: int, partitions: int = 
     duration = time.monotonic() - t_start
     violations.extend(prod.failed[:5])
     read = _verify_log(srv.bootstrap, topic, partitions, prod.acked, violations)
+    share_result = sharer.drain(prod.acked, violations) if sharer is not None else None
     resumed = _first_ack_after(kills_at, prod.ack_times)
     return {
         "kills": kills,
@@ -265,6 +395,7 @@ def run(start_server: StartServer, topic: str, *, kills: int, partitions: int = 
             "p99": round(_pct(resumed, 0.99) * 1000, 1),
             "max": round(max(resumed, default=0.0) * 1000, 1),
         },
+        "share_group": share_result,
         "violations": violations,
         "server": srv,  # the last one (callers pop it before printing)
     }
