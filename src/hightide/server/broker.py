@@ -213,6 +213,8 @@ class Broker:
             plog = self.logs.get(tp)
             if plog is None:
                 self._try_open_log(tp, t, ts)
+        for tp in [tp for tp in self._unopened if tp not in wanted]:
+            del self._unopened[tp]  # deleted before it could be opened
         for tp in self.logs.existing_dirs():
             if tp not in wanted and tp[0] != METADATA_TOPIC:
                 log.info("deleting log of removed topic partition %s-%d", *tp)
