@@ -114,3 +114,20 @@ def test_settings_and_delete_state(env) -> None:
     assert loop.run_until_complete(b.share_groups.delete_state("g")) == 0
     assert sorted(k.partition for k in b.share_state.deleted) == [0, 1]
     assert uuid.UUID(int=0) not in {k.topic_id for k in b.share_state.deleted}
+
+
+
+def test_leave_frees_the_members_records_and_delete_drops_cached_partitions(env) -> None:
+    loop, b = env
+    left: list[tuple[str, str]] = []
+    invalidated: list[ShareStateKey] = []
+    b.share_manager.member_left = lambda g, m: left.append((g, m))
+    b.share_manager.invalidate = invalidated.append
+    loop.run_until_complete(_join(b, "a"))
+    loop.run_until_complete(_join(b, "b"))
+    assert left == []
+    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "a", -1), b.groups._now_ms()))
+    assert left == [("g", "a")]  # at once, not at the share manager's next sweep
+    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "b", -1), b.groups._now_ms()))
+    assert loop.run_until_complete(b.share_groups.delete_state("g")) == 0
+    assert sorted(k.partition for k in invalidated) == [0, 1]

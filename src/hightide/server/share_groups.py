@@ -110,6 +110,10 @@ class ShareGroupService:
         flight waits for it (bounded) and is then answered with the partitions it brought.
         Raises CoordinatorUnavailable if the group's log cannot be written."""
         resp = self._run(hb, now_ms)
+        if resp.error_code == ErrorCode.none and resp.member_epoch < 0:
+            manager = getattr(self.broker, "share_manager", None)
+            if manager is not None:  # it left: its session goes and what it holds is freed now
+                manager.member_left(hb.group_id, hb.member_id)
         if resp.error_code != ErrorCode.none or resp.member_epoch < 0:
             return resp
         if resp.to_initialize:
@@ -176,8 +180,11 @@ class ShareGroupService:
         keys_for_group = getattr(persister, "keys_for_group", None)
         if keys_for_group is not None:
             keys |= set(keys_for_group(group_id))
+        manager = getattr(self.broker, "share_manager", None)
         for key in sorted(keys, key=lambda k: (k.topic_id.bytes, k.partition)):
             code = await persister.delete(key)
+            if manager is not None:
+                manager.invalidate(key)
             if code not in (0, ErrorCode.unknown_topic_or_partition, ErrorCode.group_id_not_found):
                 return code
         return 0
