@@ -58,42 +58,40 @@ COMMITS_SCHEMA = pa.schema([pa.field("group", pa.string()), pa.field("topic", pa
                             pa.field("metadata", pa.string())])
 
 
-def decode_commits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: ``__consumer_offsets`` rows (key, value, offset,
-    timestamp) → one row per offset commit or deletion (``committed`` null; its
-    ``commit_ms`` is the record's timestamp)."""
-    for b in batches:
-        keys = b.column("key").to_pylist()
-        values = b.column("value").to_pylist()
-        offsets = b.column("offset").to_pylist()
-        stamps = b.column("timestamp").cast(pa.int64()).to_pylist()
-        cols: list[list[Any]] = [[], [], [], [], [], [], []]
-        for k, v, off, ts in zip(keys, values, offsets, stamps):
-            try:
-                key = decode_key(k) if k else None
-                if not isinstance(key, OffsetKey):
-                    continue
-                if v is None:
-                    committed, commit_ms, meta = None, ts // 1000, None
-                else:
-                    val = decode_offset_value(v)
-                    committed, commit_ms, meta = val.offset, val.commit_timestamp, val.metadata
-            except RecordFormatError:
+def decode_commits(rows: Iterator[Any]) -> Iterator[tuple]:
+    """``__consumer_offsets`` rows (key, value, offset, timestamp) → one
+    :data:`COMMITS_SCHEMA` tuple per offset commit, or per deletion (``committed``
+    None, ``commit_ms`` the record's timestamp). Other record types are skipped."""
+    for r in rows:
+        k, v = r["key"], r["value"]
+        try:
+            key = decode_key(bytes(k)) if k else None
+            if not isinstance(key, OffsetKey):
                 continue
-            for col, x in zip(cols, (key.group, key.topic, key.partition, committed, commit_ms, off, meta)):
-                col.append(x)
-        yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, COMMITS_SCHEMA)],
-                                         schema=COMMITS_SCHEMA)
+            if v is None:
+                yield (key.group, key.topic, key.partition, None, _ms(r["timestamp"]), r["offset"], None)
+            else:
+                val = decode_offset_value(bytes(v))
+                yield (key.group, key.topic, key.partition, val.offset, val.commit_timestamp, r["offset"],
+                       val.metadata)
+        except RecordFormatError:
+            continue
+
+
+def _ms(ts: Any) -> int:
+    return round(ts.timestamp() * 1000)
 
 
 def read_commits(spark: Any, bootstrap_servers: str) -> Any:
     """The commits DataFrame (:data:`COMMITS_SCHEMA`) read through the ``hightide``
-    source."""
+    source. ``__consumer_offsets`` is compacted and small, so its records are decoded
+    row by row (``mapPartitions``; mapInArrow would need pandas)."""
     raw = (spark.read.format("hightide").option("kafka.bootstrap.servers", bootstrap_servers)
            .option("subscribe", OFFSETS_TOPIC).option("startingOffsets", "earliest")
            .option("failOnDataLoss", "false").load())
     ddl = "group string, topic string, partition int, committed long, commit_ms long, log_offset long, metadata string"
-    return raw.select("key", "value", "offset", "timestamp").mapInArrow(decode_commits, ddl)
+    rdd = raw.select("key", "value", "offset", "timestamp").rdd.mapPartitions(decode_commits)
+    return spark.createDataFrame(rdd, ddl)
 
 
 def sample_end_offsets(bootstrap_servers: str, out_dir: str | os.PathLike[str], *,

@@ -1,0 +1,128 @@
+"""``hightide spark lag-history`` against an oracle: the commits read back from
+``__consumer_offsets`` without Spark, and hightide's own lag math
+(:func:`hightide.lag.time_lag_interpolated` over :class:`hightide.lag.OffsetHistory`)."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from hightide.cli import main as cli
+from hightide.client import TopicPartition
+from hightide.group.records import OFFSETS_TOPIC, OffsetKey, decode_key, decode_offset_value
+from hightide.lag import OffsetHistory, time_lag_interpolated
+from hightide.protocol.records import decode_records, iter_headers
+from hightide.spark.kafkaio import KafkaIO
+from hightide.spark.laghistory import sample_end_offsets
+
+from .conftest import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+
+def _commits_oracle(bootstrap: str, groups: set[str]) -> list[tuple]:
+    """(group, topic, partition, committed or None, commit_ms, log_offset) of every
+    offset commit/deletion of ``groups``, read with plain Fetch + the record codecs."""
+    out = []
+    with KafkaIO(bootstrap) as io:
+        parts = io.partitions([OFFSETS_TOPIC])[OFFSETS_TOPIC]
+        for p in parts:
+            tp = TopicPartition(OFFSETS_TOPIC, p)
+            end = io.offsets({tp: "latest"})[tp]
+            start = io.offsets({tp: "earliest"})[tp]
+            if start >= end:
+                continue
+            for chunk in io.fetch_range(tp, start, end):
+                for h in iter_headers(chunk.records):
+                    if h.is_control:
+                        continue
+                    batch = chunk.records[h.position:h.position + h.size]
+                    for r in decode_records(batch):
+                        key = decode_key(r.key) if r.key else None
+                        if not isinstance(key, OffsetKey) or key.group not in groups or r.offset >= end:
+                            continue
+                        if r.value is None:
+                            out.append((key.group, key.topic, key.partition, None, r.timestamp, r.offset))
+                        else:
+                            v = decode_offset_value(r.value)
+                            out.append((key.group, key.topic, key.partition, v.offset, v.commit_timestamp, r.offset))
+    return out
+
+
+def _expected(commits: list[tuple], samples: list[tuple]) -> list[tuple]:
+    by_tp = collections.defaultdict(list)
+    for s in samples:
+        by_tp[(s[0], s[1])].append((s[2], s[3]))
+    rows = []
+    for g in sorted({c[0] for c in commits}):
+        for (topic, part), pts in sorted(by_tp.items()):
+            mine = [c for c in commits if c[0] == g and (c[1], c[2]) == (topic, part)]
+            for t, end in sorted(pts):
+                before = [c for c in mine if c[4] <= t]
+                if not before:
+                    continue
+                committed = max(before, key=lambda c: (c[4], c[5]))[3]
+                if committed is None:
+                    continue  # offsets deleted
+                history = OffsetHistory(10**6, sorted(((e, ts) for ts, e in pts if ts <= t), key=lambda x: x[1]))
+                tl = time_lag_interpolated(committed, end, history, t)
+                rows.append((g, topic, part, t, committed, end, end - committed, tl.ms, tl.certainty.value))
+    return rows
+
+
+def test_lag_history_matches_the_oracle(spark, bootstrap, topic_name, tmp_path):
+    create_topic(bootstrap, topic_name, 2)
+    samples, out = tmp_path / "samples", tmp_path / "out"
+    fast, slow, gone = (f"{name}-{topic_name}" for name in ("fast", "slow", "gone"))
+    tps = [TopicPartition(topic_name, p) for p in range(2)]
+    with KafkaIO(bootstrap) as io:
+        for step in range(6):
+            produce(bootstrap, topic_name, [(None, b"x", [], p) for p in (0, 1) for _ in range(20 + 10 * p)])
+            sample_end_offsets(bootstrap, samples, topics=[topic_name], io=io)
+            ends = io.offsets({tp: "latest" for tp in tps})
+            io.commit(fast, {tp: (ends[tp], "") for tp in tps})
+            io.commit(slow, {tp: (ends[tp] // 3, "") for tp in tps})  # falls further behind
+            if step == 0:
+                io.commit(gone, {tp: (ends[tp] - 5, "") for tp in tps})
+            if step == 3:
+                io.run(io.admin.delete_consumer_group_offsets(gone, [tps[1]]))
+            time.sleep(0.03)
+
+    res = CliRunner().invoke(cli, ["spark", "lag-history", "-b", bootstrap, "--samples", str(samples),
+                                   "--out", str(out), "--group", fast, "--group", slow, "--group", gone,
+                                   "--slo-lag", "60", "--slo-time-lag", "0.05"])
+    assert res.exit_code == 0, res.output
+
+    got = sorted(tuple(r.values()) for r in pq.read_table(out / "lag").select(
+        ["group", "topic", "partition", "time_ms", "committed", "end_offset", "offset_lag", "time_lag_ms",
+         "certainty"]).to_pylist())
+    sample_rows = [tuple(r.values()) for r in pq.read_table(samples).to_pylist()]
+    assert len(sample_rows) == 2 * 7  # six samples + the job's own
+    want = sorted(_expected(_commits_oracle(bootstrap, {fast, slow, gone}), sample_rows))
+    assert got == want
+    assert {r[0] for r in got} == {fast, slow, gone}
+    assert any(r[8] == "estimate" and r[7] > 0 for r in got if r[0] == slow)
+    # offsets deleted at step 3: no lag rows for that partition from the next sample on
+    step4 = sorted({r[2] for r in sample_rows})[4]
+    assert [r for r in got if r[0] == gone and r[2] == 0 and r[3] >= step4]
+    assert not [r for r in got if r[0] == gone and r[2] == 1 and r[3] >= step4]
+
+    # the summary: rankings and SLO breaches, from the same rows
+    summary = (out / "summary.txt").read_text()
+    assert summary in res.output
+    ranking = summary.split("worst groups by offset lag")[1].split("\n\n")[0]
+    assert ranking.index(slow) < ranking.index(fast)
+    per_time = collections.defaultdict(int)
+    for r in want:
+        per_time[(r[0], r[3])] += r[6]
+    breaches = sum(1 for (g, _), lag in per_time.items() if g == slow and lag > 60)
+    assert breaches > 0
+    assert f"  {slow}: {breaches} of {sum(1 for (g, _) in per_time if g == slow)} samples" in summary
+    assert f"  {fast}:" not in summary.split("SLO breaches, offset lag")[1].split("\n\n")[0]
+    for png in ("offset_lag.png", "time_lag.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
