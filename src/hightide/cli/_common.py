@@ -141,3 +141,68 @@ def parse_topic_partitions(values: Sequence[str]) -> list[tuple[str, list[int] |
         except ValueError:
             raise click.BadParameter(f"expected TOPIC or TOPIC:P1,P2, got {v!r}") from None
     return out
+
+
+# -- offset resets (consumer groups and share groups) -------------------------------------------
+def reset_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The target options of ``reset-offsets`` (the same for consumer and share groups)."""
+    for opt in reversed([
+        click.option("--topic", "topics", multiple=True, help="TOPIC or TOPIC:P1,P2 (repeatable)."),
+        click.option("--all-topics", is_flag=True, help="Every partition the group has offsets (or state) for."),
+        click.option("--to-earliest", "to", flag_value="earliest"),
+        click.option("--to-latest", "to", flag_value="latest"),
+        click.option("--to-datetime", "to_datetime", default=None, help="ISO-8601 time or ms since the epoch."),
+        click.option("--to-offset", "to_offset", type=int, default=None,
+                     help="An absolute offset (clamped to the log)."),
+        click.option("--execute", is_flag=True, help="Apply the new offsets (default: dry run, print them only)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@dataclass(frozen=True, slots=True)
+class ResetSpec:
+    """What ``reset-offsets`` was asked for; :meth:`targets` computes the new offsets."""
+
+    topics: tuple[str, ...]
+    all_topics: bool
+    to: str | None
+    to_datetime: str | None
+    to_offset: int | None
+
+    def check(self) -> None:
+        chosen = [x for x in (self.to, self.to_datetime, self.to_offset) if x is not None]
+        if len(chosen) != 1:
+            raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset")
+        if bool(self.topics) == self.all_topics:
+            raise click.UsageError("give --topic (repeatable) or --all-topics")
+
+    async def targets(self, admin: Any, current: Sequence[Any]) -> dict[Any, int]:
+        """The new offset of every chosen partition (``current``: the partitions the group
+        has offsets for, used by --all-topics), clamped to the log like Kafka's tool."""
+        from ..client import ListOffsetsResult, TopicPartition
+        if self.all_topics:
+            tps = sorted(current)
+        else:
+            tps = []
+            for topic, parts in parse_topic_partitions(self.topics):
+                if parts is None:
+                    parts = sorted((await admin.describe_topics([topic]))[topic].partitions)
+                tps += [TopicPartition(topic, p) for p in parts]
+        ts = parse_time(self.to_datetime) if self.to_datetime is not None else None
+        start = await admin.list_offsets({tp: "earliest" for tp in tps})
+        end = await admin.list_offsets({tp: "latest" for tp in tps})
+        at = await admin.list_offsets({tp: ts for tp in tps}) if ts is not None else {}
+        new: dict[Any, int] = {}
+        for tp in tps:
+            lo, hi = start[tp].offset, end[tp].offset
+            if self.to == "earliest":
+                new[tp] = lo
+            elif self.to == "latest":
+                new[tp] = hi
+            elif ts is not None:
+                r = at[tp]
+                new[tp] = r.offset if isinstance(r, ListOffsetsResult) and r.offset >= 0 else hi
+            else:
+                new[tp] = min(max(self.to_offset, lo), hi)
+        return new

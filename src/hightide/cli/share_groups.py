@@ -13,14 +13,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import (
-    Col,
-    admin_options,
-    emit,
-    parse_time,
-    parse_topic_partitions,
-    run_admin,
-)
+from ._common import Col, ResetSpec, admin_options, emit, reset_options, run_admin
 
 OFFSET_COLS = [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
                Col("START-OFFSET", "start_offset"), Col("LAG", "lag")]
@@ -113,58 +106,25 @@ def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[s
 @share_groups.command("reset-offsets")
 @admin_options
 @click.argument("group_id")
-@click.option("--topic", "topics", multiple=True, help="TOPIC or TOPIC:P1,P2 (repeatable).")
-@click.option("--all-topics", is_flag=True, help="Every share partition the group has state for.")
-@click.option("--to-earliest", "to", flag_value="earliest")
-@click.option("--to-latest", "to", flag_value="latest")
-@click.option("--to-datetime", "to_datetime", default=None, help="ISO-8601 time or ms since the epoch.")
-@click.option("--to-offset", "to_offset", type=int, default=None, help="An absolute offset (clamped to the log).")
-@click.option("--execute", is_flag=True, help="Apply the new start offsets (default: dry run, print them only).")
+@reset_options
 def share_groups_reset_offsets(bootstrap_server: str, output: str, group_id: str, topics: tuple[str, ...],
                                all_topics: bool, to: str | None, to_datetime: str | None, to_offset: int | None,
                                execute: bool) -> None:
     """Reset GROUP_ID's share-partition start offsets (the share group must be empty)."""
-    chosen = [x for x in (to, to_datetime, to_offset) if x is not None]
-    if len(chosen) != 1:
-        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset")
-    if bool(topics) == all_topics:
-        raise click.UsageError("give --topic (repeatable) or --all-topics")
-    ts = parse_time(to_datetime) if to_datetime is not None else None
+    spec = ResetSpec(topics, all_topics, to, to_datetime, to_offset)
+    spec.check()
 
     async def go(admin: Any) -> list[dict[str, Any]]:
-        from ..client import ListOffsetsResult, TopicPartition
         desc = await admin.describe_share_group(group_id)
         if desc.state not in ("Empty", "Dead"):
             raise click.ClickException(f"Share group '{group_id}' is not empty.")
         current = await admin.list_share_group_offsets(group_id)
-        if all_topics:
-            tps = sorted(current)
-        else:
-            tps = []
-            for topic, parts in parse_topic_partitions(topics):
-                if parts is None:
-                    parts = sorted((await admin.describe_topics([topic]))[topic].partitions)
-                tps += [TopicPartition(topic, p) for p in parts]
-        start = await admin.list_offsets({tp: "earliest" for tp in tps})
-        end = await admin.list_offsets({tp: "latest" for tp in tps})
-        at = await admin.list_offsets({tp: ts for tp in tps}) if ts is not None else {}
-        new: dict[Any, int] = {}
-        for tp in tps:
-            lo, hi = start[tp].offset, end[tp].offset
-            if to == "earliest":
-                new[tp] = lo
-            elif to == "latest":
-                new[tp] = hi
-            elif ts is not None:
-                r = at[tp]
-                new[tp] = r.offset if isinstance(r, ListOffsetsResult) and r.offset >= 0 else hi
-            else:
-                new[tp] = min(max(to_offset, lo), hi)
+        new = await spec.targets(admin, list(current))
         if execute and new:
             await admin.alter_share_group_offsets(group_id, new)
         return [{"group": group_id, "topic": tp.topic, "partition": tp.partition,
                  "start_offset": current[tp].start_offset if tp in current and current[tp].start_offset >= 0
-                 else None, "new_offset": new[tp], "applied": execute} for tp in tps]
+                 else None, "new_offset": off, "applied": execute} for tp, off in new.items()]
     rows = run_admin(bootstrap_server, go)
     emit(output, [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
                   Col("START-OFFSET", "start_offset"), Col("NEW-OFFSET", "new_offset")], rows)
