@@ -17,7 +17,7 @@ sink then writes the records again. This sink does not, using two records kept i
 1. **Commit marker.** After every task of batch ``B`` succeeded, the driver-side
    ``commit(messages, B)`` commits to the *sink group* (option ``sinkGroupId``, default
    ``spark-hightide-sink-<query id>``) each written partition's end offset, with
-   metadata ``{"batch": B, "run": <token>, "query": <id>}`` (plain OffsetCommit, so
+   metadata ``{"batch": B, "run": <run id>, "query": <id>}`` (plain OffsetCommit, so
    ``hightide groups describe`` shows it too).
 2. **Record tags.** Each record of batch ``B`` written by Spark task (partition) ``t``
    carries the header ``hightide.sink = <sink>/<B>/<t>/<i>``, ``i`` its position among
@@ -26,14 +26,16 @@ sink then writes the records again. This sink does not, using two records kept i
 
 A task of batch ``B`` first reads the marker. If its batch is ``>= B``, batch ``B`` was
 written and committed already: the task writes nothing. Otherwise, if the task may be
-re-running (a retried attempt, or the marker was not written by this run of the query),
+re-running (a retried task attempt, or the marker was not written by this run of the
+query: the first batch after a restart),
 it reads each target partition from the marker's offset (the end of the last committed
 batch; the log start for a partition the marker does not have) to the end, collects the
 tags ``<sink>/<B>/<t>/*`` already there, and writes only the records whose tag is
 missing. Replays must see the same input in the same order — true for deterministic
 queries over replayable sources such as ``hightide`` itself, and what Spark requires
-of any exactly-once pipeline. Batch writes (``df.write``) are at-least-once if a task is
-retried, like Spark's Kafka sink.
+of any exactly-once pipeline. Not covered: speculative task attempts, and whole-stage
+retries (PySpark exposes no stage attempt number). Batch writes (``df.write``) are
+at-least-once if a task is retried, like Spark's Kafka sink.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,10 +172,11 @@ def _collect(batches: Iterator[pa.RecordBatch], opts: SinkOptions) -> _Rows:
     return rows
 
 
-def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: int, attempt: int,
+def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: int, retry: bool,
                batch_id: int | None = None, query_id: str | None = None, run: str | None = None) -> SinkCommit:
     """Write one Spark task's rows (see the module docstring). ``batch_id`` is None for a
-    batch (non-streaming) write, which skips the exactly-once machinery."""
+    batch (non-streaming) write, which skips the exactly-once machinery; ``run`` is the
+    query's run id; ``retry`` says an earlier attempt of this task may have written."""
     rows = _collect(batches, opts)
     n = len(rows.values)
     exactly_once = batch_id is not None and opts.exactly_once
@@ -212,7 +214,7 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
                 msg.skipped_rows = n
                 return msg
             prefix = sink_tag(group, batch_id, task)
-            if attempt > 0 or last_run != run:
+            if retry or run is None or last_run != run:
                 present, ends = _tags_present(io, {tp: marker.get(tp, (None, ""))[0] for tp in per_tp}, prefix)
                 # the marker moves past what the earlier attempt wrote even if nothing is left to write
                 msg.ends.update({(tp.topic, tp.partition): end for tp, end in ends.items()})
@@ -308,14 +310,29 @@ def _commit_marker(messages: list[Any], batch_id: int, servers: str, timeout_s: 
         io.commit(group, {tp: (end, meta) for tp, end in ends.items()})
 
 
-def _task_context() -> tuple[int, int, int | None, str | None]:
+@dataclass(frozen=True)
+class _Task:
+    partition: int = 0
+    retry: bool = False
+    """A retried task attempt: an earlier attempt may have written records. (PySpark's
+    task context has no stage attempt number; see docs/spark.md on stage retries.)"""
+    batch_id: int | None = None
+    query_id: str | None = None
+    run_id: str | None = None
+
+
+def _task_context() -> _Task:
+    """Where this write runs, from Spark's task context. Streaming sets the local
+    properties ``streaming.sql.batchId`` and ``sql.streaming.queryId``, and runs each
+    micro-batch's jobs in a job group named after the query's run id."""
     from pyspark import TaskContext
     tc = TaskContext.get()
     if tc is None:
-        return 0, 0, None, None
+        return _Task()
     batch = tc.getLocalProperty("streaming.sql.batchId")
-    return (tc.partitionId(), tc.attemptNumber(), None if batch is None else int(batch),
-            tc.getLocalProperty("sql.streaming.queryId"))
+    return _Task(tc.partitionId(), tc.attemptNumber() > 0,
+                 None if batch is None else int(batch), tc.getLocalProperty("sql.streaming.queryId"),
+                 tc.getLocalProperty("spark.jobGroup.id"))
 
 
 class HightideBatchWriter(DataSourceArrowWriter):
@@ -324,24 +341,21 @@ class HightideBatchWriter(DataSourceArrowWriter):
         _check_schema(schema, self.opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        task, attempt, _, _ = _task_context()
-        return write_task(self.opts, iterator, task=task, attempt=attempt)
+        t = _task_context()
+        return write_task(self.opts, iterator, task=t.partition, retry=t.retry)
 
 
 class HightideStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.opts = SinkOptions.parse(options)
         _check_schema(schema, self.opts)
-        self.run = uuid.uuid4().hex
-        """A token per writer instance: tasks use it to tell a batch of this run from a
-        possible replay of an earlier run's batch."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        task, attempt, batch_id, query_id = _task_context()
-        if batch_id is None:
+        t = _task_context()
+        if t.batch_id is None:
             raise RuntimeError("the hightide stream writer runs outside a streaming micro-batch")
-        return write_task(self.opts, iterator, task=task, attempt=attempt, batch_id=batch_id,
-                          query_id=query_id, run=self.run)
+        return write_task(self.opts, iterator, task=t.partition, retry=t.retry, batch_id=t.batch_id,
+                          query_id=t.query_id, run=t.run_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.opts.exactly_once:
