@@ -23,7 +23,7 @@ from hightide.spark.sink import murmur2
 
 def _records(rng: random.Random, n: int, base_ts: int) -> list:
     out = []
-    for i in range(n):
+    for _ in range(n):
         key = None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 300))
         value = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 1, 100, 200, 20000]))
         headers = [] if rng.random() < 0.7 else [(f"h{j}", None if j == 2 else rng.randbytes(j * 3))

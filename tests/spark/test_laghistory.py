@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import time
 
 import pyarrow.parquet as pq
@@ -126,3 +127,15 @@ def test_lag_history_matches_the_oracle(spark, bootstrap, topic_name, tmp_path):
     for png in ("offset_lag.png", "time_lag.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_sample_offsets_command(bootstrap, topic_name, tmp_path):
+    create_topic(bootstrap, topic_name, 3)
+    produce(bootstrap, topic_name, [(None, b"x", [], p) for p in range(3) for _ in range(p + 1)])
+    res = CliRunner().invoke(cli, ["spark", "sample-offsets", "-b", bootstrap, "--out", str(tmp_path / "s"),
+                                   "--topic", topic_name, "--count", "2", "--interval", "0.01"])
+    assert res.exit_code == 0, res.output
+    assert [json.loads(line)["partitions"] for line in res.output.splitlines()] == [3, 3]
+    rows = pq.read_table(tmp_path / "s").to_pylist()
+    assert len(rows) == 6 and len({r["time_ms"] for r in rows}) == 2
+    assert {(r["partition"], r["end_offset"]) for r in rows} == {(0, 1), (1, 2), (2, 3)}

@@ -60,7 +60,6 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
 
     # while stopped: more records, and a partition added -> the group shows the lag
     acked += produce(bootstrap, topic_name, [(None, b"second-%d" % i, [], i % 3) for i in range(150)])
-    from hightide.client import NewTopic  # noqa: F401 - the admin client grows the topic
     with KafkaIO(bootstrap) as io:
         io.run(io.admin.create_partitions({topic_name: 4}))
     acked += produce(bootstrap, topic_name, [(None, b"new-%d" % i, [], 3) for i in range(50)])

@@ -135,8 +135,8 @@ def _slow_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise _corrupt("varint too long")
 
 
-def _binary(arr: np.ndarray, starts: np.ndarray, lens: np.ndarray, typ: pa.DataType = pa.binary()) -> pa.Array:
-    """An Arrow binary (or string) array of ``arr[starts[i]:starts[i]+lens[i]]``; a
+def _binary(arr: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
+    """An Arrow binary array of ``arr[starts[i]:starts[i]+lens[i]]``; a
     negative length is a null."""
     n = len(starts)
     valid = lens >= 0
@@ -160,11 +160,11 @@ def _binary(arr: np.ndarray, starts: np.ndarray, lens: np.ndarray, typ: pa.DataT
         data = np.zeros(0, np.uint8)
     nulls = n - int(np.count_nonzero(valid))
     validity = None if nulls == 0 else pa.array(valid, pa.bool_()).buffers()[1]
-    if total >= 2**31 - 1:
-        typ = pa.large_binary() if typ == pa.binary() else pa.large_string()
-        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], nulls)
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
-                                 nulls)
+    if total >= 2**31 - 1:  # more than int32 offsets can address
+        return pa.Array.from_buffers(pa.large_binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                     nulls)
+    return pa.Array.from_buffers(pa.binary(), n,
+                                 [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)], nulls)
 
 
 def _repeat_string(s: str, n: int) -> pa.Array:
@@ -288,7 +288,10 @@ def decode_to_arrow(records: bytes | memoryview, topic: str, partition: int, sta
     return Decoded(pa.RecordBatch.from_arrays(cols, schema=schema), next_offset, rows)
 
 
-def scan_batches_for_records(records: bytes, start: int, end: int) -> tuple[list[tuple[int, list[tuple[str, bytes | None]]]], int]:
+Headers = list[tuple[str, bytes | None]]
+
+
+def scan_batches_for_records(records: bytes, start: int, end: int) -> tuple[list[tuple[int, Headers]], int]:
     """(offset, headers) of every data record in ``[start, end)`` of a Fetch response,
     and the next offset to fetch. Used by the sink's replay check (cold path)."""
     d = decode_to_arrow(records, "", 0, start, end, include_headers=True)

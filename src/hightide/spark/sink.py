@@ -145,16 +145,19 @@ class _Rows:
     partitions: list[int | None]
 
 
+def _columns(b: pa.RecordBatch) -> Any:
+    """``col(name)``: the batch's column of that (case-insensitive) name, or None."""
+    names = {name.lower(): i for i, name in enumerate(b.schema.names)}
+    return lambda name: b.column(names[name]) if name in names else None
+
+
 def _collect(batches: Iterator[pa.RecordBatch], opts: SinkOptions) -> _Rows:
     rows = _Rows([], [], [], [], [])
     for b in batches:
         n = b.num_rows
         if n == 0:
             continue
-        names = {name.lower(): i for i, name in enumerate(b.schema.names)}
-
-        def col(name: str) -> pa.Array | None:
-            return b.column(names[name]) if name in names else None
+        col = _columns(b)
         rows.keys += _as_bytes(col("key"), n)
         rows.values += _as_bytes(col("value"), n)
         h = col("headers")
