@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +33,14 @@ import _limits  # noqa: E402
 
 from tests.conftest import ServerProcess  # noqa: E402
 from tests.reliability import crashloop  # noqa: E402
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except OSError:
+        return "?"
 
 
 def log(msg: str) -> None:
@@ -66,6 +75,7 @@ def main() -> None:
         out = {
             "benchmark": "crash_loop",
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+            "commit": _commit(),
             "machine": _limits.machine(),
             "loadavg_before_after": [round(x, 2) for x in (*load_before, *os.getloadavg())],
             **result,

@@ -50,6 +50,14 @@ TOPIC, QUIET = "load", "load-quiet"
 OFFSET_SENTINEL = 0x7A7A7A7A7A7A7A7A
 
 
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except OSError:
+        return "?"
+
+
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -353,6 +361,7 @@ def main() -> None:
     result = {
         "benchmark": "load",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start_at)),
+        "commit": _commit(),
         "machine": _limits.machine(),
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
         "seconds": secs,
