@@ -74,3 +74,25 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
     rows = wait_for(lambda: (d := _describe(bootstrap, group)) and len(d) == 4
                     and all(r["lag"] == 0 for r in d.values()) and d)
     assert rows[(topic_name, 3)]["current_offset"] == 50
+
+
+def test_partitions_added_while_running_are_picked_up(spark, bootstrap, topic_name):
+    from hightide.spark.kafkaio import KafkaIO
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [(None, b"a%d" % i, [], 0) for i in range(10)])
+    table = "t_" + topic_name.replace("-", "_")
+    q = (spark.readStream.format("hightide").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", topic_name).option("startingOffsets", "earliest").load()
+         .selectExpr("partition", "offset").writeStream.format("memory").queryName(table)
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        def rows():
+            return sorted(tuple(r) for r in spark.sql(f"select * from {table}").collect())
+        wait_for(lambda: len(rows()) == 10, timeout=60)
+        with KafkaIO(bootstrap) as io:
+            io.run(io.admin.create_partitions({topic_name: 2}))
+        produce(bootstrap, topic_name, [(None, b"b%d" % i, [], 1) for i in range(5)])
+        wait_for(lambda: len(rows()) == 15, timeout=60)
+        assert rows() == [(0, o) for o in range(10)] + [(1, o) for o in range(5)]
+    finally:
+        q.stop()

@@ -128,7 +128,7 @@ class KafkaIO:
                     return
                 offset = nxt
         finally:
-            if pending is not None:
+            if pending is not None and not self._loop.is_closed():
                 pending.cancel()
                 try:
                     self._loop.run_until_complete(pending)

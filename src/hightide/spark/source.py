@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pyarrow as pa
@@ -90,13 +91,14 @@ def read_range(opts: SourceOptions, r: KafkaRange) -> Iterator[pa.RecordBatch]:
         while offset < r.end:
             try:
                 last = None
-                for chunk in io.fetch_range(tp, offset, r.end, max_bytes=opts.fetch_max_bytes,
-                                            isolation_level=opts.isolation_level):
-                    d = decode_to_arrow(chunk.records, r.topic, r.partition, chunk.offset, r.end,
-                                        opts.include_headers)
-                    if d.batch is not None:
-                        yield d.batch
-                    offset, last = chunk.next_offset, chunk
+                with closing(io.fetch_range(tp, offset, r.end, max_bytes=opts.fetch_max_bytes,
+                                            isolation_level=opts.isolation_level)) as chunks:
+                    for chunk in chunks:
+                        d = decode_to_arrow(chunk.records, r.topic, r.partition, chunk.offset, r.end,
+                                            opts.include_headers)
+                        if d.batch is not None:
+                            yield d.batch
+                        offset, last = chunk.next_offset, chunk
             except OffsetOutOfRange:
                 earliest = io.offsets({tp: "earliest"})[tp]
                 if offset < earliest:
