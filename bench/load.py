@@ -28,6 +28,7 @@ import multiprocessing as mp
 import os
 import random
 import struct
+import subprocess
 import sys
 import tempfile
 import time
