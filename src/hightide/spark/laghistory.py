@@ -263,7 +263,7 @@ def _charts(rows: list[dict[str, Any]], out: Path, top: int) -> None:
     worst = sorted(series, key=lambda g: -max(x[1] for x in series[g]))[:top]
     for name, idx, ylabel, scale in (("offset_lag.png", 1, "offset lag (records)", 1.0),
                                      ("time_lag.png", 2, "time lag (s)", 1000.0)):
-        fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
+        fig, ax = plt.subplots(figsize=(12, 4.5), dpi=100)
         t_min = min((p[0] for g in worst for p in series[g]), default=0)
         for g in worst:
             pts = series[g]
@@ -272,7 +272,7 @@ def _charts(rows: list[dict[str, Any]], out: Path, top: int) -> None:
         ax.set_ylabel(ylabel)
         ax.set_title(f"{ylabel} per group")
         if worst:
-            ax.legend(fontsize="small", loc="upper left")
+            ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / name)
