@@ -110,3 +110,17 @@ def test_sink_options():
         SinkOptions.parse({**BASE, "kafka.compression.type": "brotli"})
     with pytest.raises(OptionError):
         SinkOptions.parse({"topic": "x"})
+
+
+def test_sink_batches_are_capped_by_records_and_bytes():
+    from hightide.spark.sink import _chunk_len, _Rows
+    n = 30
+    rows = _Rows([b"k"] * n, [b"v" * 100_000] * n, [[] for _ in range(n)], ["t"] * n, [None] * n)
+    seq = [(j, j) for j in range(n)]
+    opts = SinkOptions.parse({**BASE, "topic": "t"})
+    assert _chunk_len(rows, seq, 0, opts) == 5  # 5 x ~100 KB <= 512 KiB < 6 x
+    assert _chunk_len(rows, seq, 28, opts) == 2
+    small = SinkOptions.parse({**BASE, "topic": "t", "kafka.batch.records": "3", "kafka.batch.size": "10"})
+    assert _chunk_len(rows, seq, 0, small) == 1  # an oversized record still goes alone
+    tiny = _Rows([None] * n, [b"x"] * n, [[] for _ in range(n)], ["t"] * n, [None] * n)
+    assert _chunk_len(tiny, seq, 0, SinkOptions.parse({**BASE, "kafka.batch.records": "7"})) == 7

@@ -224,6 +224,7 @@ class SinkOptions:
     exactly_once: bool = True
     compression: int = 0
     max_batch_records: int = 10000
+    max_batch_bytes: int = 512 * 1024
     request_timeout_s: float = 30.0
 
     @classmethod
@@ -240,6 +241,7 @@ class SinkOptions:
                    sink_group_id=o.get("sinkgroupid") or None,
                    exactly_once=_bool(o, "exactlyonce", True), compression=codecs[codec],
                    max_batch_records=_int(o, "kafka.batch.records", 10000) or 10000,
+                   max_batch_bytes=_int(o, "kafka.batch.size", 512 * 1024) or 512 * 1024,
                    request_timeout_s=(_int(o, "kafka.request.timeout.ms", 30000) or 30000) / 1000.0)
 
 

@@ -229,6 +229,22 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
     return msg
 
 
+def _chunk_len(rows: _Rows, seq: list[tuple[int, int]], start: int, opts: SinkOptions) -> int:
+    """How many records from ``seq[start]`` on go into one batch: at most
+    ``max_batch_records``, and no more than ``max_batch_bytes`` of keys, values and
+    headers (at least one record, so an oversized record gets the broker's
+    MESSAGE_TOO_LARGE)."""
+    size = n = 0
+    for _, i in seq[start:start + opts.max_batch_records]:
+        k, v = rows.keys[i], rows.values[i]
+        size += 24 + (len(k) if k else 0) + (len(v) if v else 0) + sum(len(hk) + len(hv or b"") + 8
+                                                                       for hk, hv in rows.headers[i])
+        if n and size > opts.max_batch_bytes:
+            break
+        n += 1
+    return n
+
+
 def _produce(io: KafkaIO, opts: SinkOptions, rows: _Rows, per_tp: dict[TopicPartition, list[tuple[int, int]]],
              prefix: str | None, msg: SinkCommit) -> None:
     """Write the rows with one idempotent producer, one batch per partition per round
@@ -241,7 +257,7 @@ def _produce(io: KafkaIO, opts: SinkOptions, rows: _Rows, per_tp: dict[TopicPart
         sizes: dict[TopicPartition, int] = {}
         for tp, seq in per_tp.items():
             c = cursor[tp]
-            chunk = seq[c:c + opts.max_batch_records]
+            chunk = seq[c:c + _chunk_len(rows, seq, c, opts)]
             if not chunk:
                 continue
             headers = [rows.headers[i] if prefix is None else
