@@ -57,6 +57,9 @@ def test_sink_round_trips_through_the_source(spark, bootstrap, topic_name):
         .write.format("hightide").option("kafka.bootstrap.servers", bootstrap).mode("append").save()
     assert _read(spark, bootstrap, topic_name + "-b").count() == 20
     assert _read(spark, bootstrap, topic_name).count() == 520
+    with pytest.raises(Exception, match="overwrite"):
+        df.write.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", topic_name) \
+            .mode("overwrite").save()
 
 
 def _pipe(spark, bootstrap, src, dst, ckpt, **sink_options):

@@ -341,6 +341,9 @@ class HightideDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import HightideBatchWriter
+        if overwrite:
+            raise OptionError("save mode 'overwrite' is not allowed: a topic cannot be overwritten; "
+                              "use mode('append')")
         return HightideBatchWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
