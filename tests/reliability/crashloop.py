@@ -22,6 +22,7 @@ wrong (empty on success), so callers assert on it or print it.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..rawkafka import RawClient
 
 BASE_TS = 1_700_000_000_000
+_READY = re.compile(r"ready in (\d+) ms")
 
 
 class Server(Protocol):
@@ -343,6 +345,7 @@ def run(start_server: StartServer, topic: str, *, kills: int, partitions: int = 
     sharer = _ShareReader(srv.bootstrap, topic, partitions, f"{topic}-share") if share else None
     violations: list[str] = []
     recovery: list[float] = []
+    ready_ms: list[float] = []  # the broker's own start (log recovery, replays), from its log line
     kills_at: list[float] = []
     rnd = random.Random(seed)
     t_start = time.monotonic()
@@ -359,6 +362,9 @@ def run(start_server: StartServer, topic: str, *, kills: int, partitions: int = 
             kills_at.append(t0)
             srv = start_server(srv.data_dir, srv.port)
             recovery.append(time.monotonic() - t0)
+            ready = _READY.findall(srv.output()) if hasattr(srv, "output") else []
+            if ready:
+                ready_ms.append(float(ready[-1]))
             committer.check(prod.acked_ends(), violations, f"after kill {k + 1}")
             if sharer is not None:
                 sharer.check(violations, f"after kill {k + 1}")
@@ -388,6 +394,12 @@ def run(start_server: StartServer, topic: str, *, kills: int, partitions: int = 
             "p50": round(_pct(recovery, 0.5) * 1000, 1),
             "p99": round(_pct(recovery, 0.99) * 1000, 1),
             "max": round(max(recovery, default=0.0) * 1000, 1),
+        },
+        "broker_ready_ms": {  # of which the broker's own start-up: recovery and replays ("ready in")
+            "p50": round(_pct([x / 1000 for x in ready_ms], 0.5) * 1000, 1),
+            "p99": round(_pct([x / 1000 for x in ready_ms], 0.99) * 1000, 1),
+            "first_20_mean": round(sum(ready_ms[:20]) / max(1, len(ready_ms[:20])), 1),
+            "last_20_mean": round(sum(ready_ms[-20:]) / max(1, len(ready_ms[-20:])), 1),
         },
         "kill_to_next_ack_ms": {  # SIGKILL -> first acknowledgement after it (client reconnect included)
             "kills_with_an_ack_before_the_next": len(resumed),
