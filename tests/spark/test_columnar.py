@@ -94,3 +94,58 @@ def test_murmur2_matches_kafka():
              b"abc": 479470107}
     for data, want in cases.items():
         assert murmur2(data) == want
+
+
+def test_vectorised_encoder_is_byte_identical_to_build_batch():
+    import numpy as np
+    import pyarrow as pa
+
+    from hightide.spark.encode import Bytes, encode_batch, encode_headers, murmur2_array, tag_header
+    rng = random.Random(7)
+    n = 700
+    keys = [None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 200)) for _ in range(n)]
+    values = [None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 5, 100, 300, 20000])) for _ in range(n)]
+    user = [[] if rng.random() < 0.5 else [("a", b"1"), ("bb", None), ("ü", b"x" * 200)][:rng.randrange(1, 4)]
+            for _ in range(n)]
+    pos = np.arange(n, dtype=np.int64) * 977
+    count, encoded = encode_headers(user)
+    got = encode_batch(pa.array(keys, pa.binary()), pa.array(values, pa.binary()), timestamp=1_700_000_000_123,
+                       producer_id=9, producer_epoch=2, base_sequence=40, header_count=count + 1,
+                       headers=[Bytes(encoded), *tag_header("hightide.sink", "ab/3/1/", pos)])
+    want = build_batch([(k, v, [*h, ("hightide.sink", f"ab/3/1/{p}".encode())], 1_700_000_000_123)
+                        for k, v, h, p in zip(keys, values, user, pos)],
+                       producer_id=9, producer_epoch=2, base_sequence=40)
+    assert got == want
+    plain = encode_batch(pa.array(keys, pa.binary()), pa.array(values, pa.binary()), timestamp=5, producer_id=-1,
+                         producer_epoch=-1, base_sequence=-1, compression=COMPRESSION_ZSTD)
+    assert [(r.key, r.value, r.headers) for r in decode_records(plain)] == [(k, v, []) for k, v in zip(keys, values)]
+    some = [k for k in keys if k is not None]
+    assert list(murmur2_array(pa.array(some, pa.binary()))) == [murmur2(k) for k in some]
+
+
+def test_sink_routing_is_kafkas_and_deterministic():
+    import numpy as np
+    import pyarrow as pa
+
+    from hightide.client import TopicPartition as TP
+    from hightide.spark.sink import _Rows, default_partition, route
+    keys = [b"a", None, b"bb", None, b"ccc", b"a", None]
+    rows = _Rows(pa.array(keys, pa.binary()), pa.array([b"v"] * 7), None, None,
+                 pa.array(["x", "x", "y", "y", "x", "x", "x"]), np.array([-1, -1, -1, -1, 1, -1, -1]))
+    got = route(rows, {"x": 3, "y": 2}, task=5)
+    want: dict = {}
+    rr = 5
+    for i, (k, t) in enumerate(zip(keys, ["x", "x", "y", "y", "x", "x", "x"])):
+        n = 3 if t == "x" else 2
+        if i == 4:
+            p = 1
+        elif k is None:
+            p, rr = rr % n, rr + 1
+        else:
+            p = default_partition(k, n)
+        want.setdefault(TP(t, p), []).append(i)
+    assert {tp: list(v) for tp, v in got.items()} == want
+    with pytest.raises(Exception, match="partition 7"):
+        route(_Rows(pa.array([b"k"]), pa.array([b"v"]), None, None, pa.array(["x"]), np.array([7])), {"x": 3}, 0)
+    with pytest.raises(Exception, match="do not exist"):
+        route(rows, {"x": 3}, 0)

@@ -113,14 +113,21 @@ def test_sink_options():
 
 
 def test_sink_batches_are_capped_by_records_and_bytes():
-    from hightide.spark.sink import _chunk_len, _Rows
+    import numpy as np
+    import pyarrow as pa
+
+    from hightide.spark.sink import _chunks, _Rows
     n = 30
-    rows = _Rows([b"k"] * n, [b"v" * 100_000] * n, [[] for _ in range(n)], ["t"] * n, [None] * n)
-    seq = [(j, j) for j in range(n)]
+
+    def rows(value: bytes) -> _Rows:
+        return _Rows(pa.array([b"k"] * n), pa.array([value] * n), None, None, pa.array(["t"] * n),
+                     np.full(n, -1))
+    idx = np.arange(n)
     opts = SinkOptions.parse({**BASE, "topic": "t"})
-    assert _chunk_len(rows, seq, 0, opts) == 5  # 5 x ~100 KB <= 512 KiB < 6 x
-    assert _chunk_len(rows, seq, 28, opts) == 2
+    big = _chunks(rows(b"v" * 100_000), idx, opts)
+    assert [b - a for a, b in big] == [5] * 6  # 5 x ~100 KB <= 512 KiB < 6 x
+    assert big[0][0] == 0 and big[-1][1] == n and all(x[1] == y[0] for x, y in zip(big, big[1:]))
     small = SinkOptions.parse({**BASE, "topic": "t", "kafka.batch.records": "3", "kafka.batch.size": "10"})
-    assert _chunk_len(rows, seq, 0, small) == 1  # an oversized record still goes alone
-    tiny = _Rows([None] * n, [b"x"] * n, [[] for _ in range(n)], ["t"] * n, [None] * n)
-    assert _chunk_len(tiny, seq, 0, SinkOptions.parse({**BASE, "kafka.batch.records": "7"})) == 7
+    assert _chunks(rows(b"v" * 100_000), idx, small) == [(i, i + 1) for i in range(n)]  # oversized: alone
+    assert _chunks(rows(b"x"), idx, SinkOptions.parse({**BASE, "kafka.batch.records": "7"})) == \
+        [(0, 7), (7, 14), (14, 21), (21, 28), (28, 30)]

@@ -19,7 +19,7 @@ Headers are decoded per record, and only for records that have any (and only whe
 exactly. Raises :class:`hightide.protocol.records.InvalidRecords` (CORRUPT_MESSAGE) on a
 malformed batch.
 
-For the sink, :func:`encode_batch` builds one v2 batch from Arrow columns.
+The sink's encoder (Arrow columns to record batches) is :mod:`.encode`.
 """
 
 from __future__ import annotations
@@ -36,13 +36,11 @@ from ..protocol.records import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     InvalidRecords,
-    build_batch,
     decompress,
     parse_header,
 )
 
-__all__ = ["ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "Decoded", "decode_to_arrow", "encode_batch",
-           "scan_batches_for_records"]
+__all__ = ["ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "Decoded", "decode_to_arrow", "scan_batches_for_records"]
 
 _HEADER_TYPE = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()),
                                                        pa.field("value", pa.binary())])))
@@ -300,11 +298,3 @@ def scan_batches_for_records(records: bytes, start: int, end: int) -> tuple[list
     offs = d.batch.column("offset").to_pylist()
     hdrs = d.batch.column("headers").to_pylist()
     return [(o, [(h["key"], h["value"]) for h in hs]) for o, hs in zip(offs, hdrs)], d.next_offset
-
-
-def encode_batch(keys: Sequence[bytes | None], values: Sequence[bytes | None],
-                 headers: Sequence[Sequence[tuple[str, bytes | None]]], timestamps: Sequence[int], *,
-                 producer_id: int, producer_epoch: int, base_sequence: int, compression: int = 0) -> bytes:
-    """One idempotent v2 record batch of the given records (CreateTime)."""
-    return build_batch(list(zip(keys, values, headers, timestamps)), compression=compression,
-                       producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)

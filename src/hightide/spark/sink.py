@@ -47,12 +47,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..client import TopicPartition
-from .columnar import encode_batch, scan_batches_for_records
+from .columnar import scan_batches_for_records
+from .encode import Bytes, Segment, encode_batch, encode_headers, murmur2_array, tag_header
 from .kafkaio import KafkaIO
 from .options import OptionError, SinkOptions
 
@@ -128,21 +131,21 @@ def _check_schema(schema: StructType, opts: SinkOptions) -> None:
                           "for setting a topic.")
 
 
-def _as_bytes(col: pa.Array | None, n: int) -> list[bytes | None]:
-    if col is None:
-        return [None] * n
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        col = col.cast(pa.binary())
-    return col.to_pylist()
-
-
 @dataclass
 class _Rows:
-    keys: list[bytes | None]
-    values: list[bytes | None]
-    headers: list[list[tuple[str, bytes | None]]]
-    topics: list[str]
-    partitions: list[int | None]
+    """One task's rows as columns: keys and values (Arrow binary), the user headers
+    already encoded (count and bytes per row; None without a ``headers`` column), the
+    topic and the explicit partition (-1: none) of each row."""
+
+    keys: pa.Array
+    values: pa.Array
+    header_count: np.ndarray | None
+    header_bytes: pa.Array | None
+    topics: pa.Array
+    partitions: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 def _columns(b: pa.RecordBatch) -> Any:
@@ -151,28 +154,77 @@ def _columns(b: pa.RecordBatch) -> Any:
     return lambda name: b.column(names[name]) if name in names else None
 
 
+def _binary(col: pa.Array | None, n: int) -> pa.Array:
+    if col is None:
+        return pa.nulls(n, pa.binary())
+    return col.cast(pa.binary()) if not pa.types.is_binary(col.type) else col
+
+
 def _collect(batches: Iterator[pa.RecordBatch], opts: SinkOptions) -> _Rows:
-    rows = _Rows([], [], [], [], [])
-    for b in batches:
+    """Concatenate the task's input batches into :class:`_Rows` (no per-row Python work
+    except encoding user headers, when there is a ``headers`` column)."""
+    parts = [b for b in batches if b.num_rows]
+    if not parts:
+        return _Rows(pa.array([], pa.binary()), pa.array([], pa.binary()), None, None, pa.array([], pa.string()),
+                     np.zeros(0, np.int64))
+    keys, values, topics, partitions, hcounts, hbytes = [], [], [], [], [], []
+    has_headers = _columns(parts[0])("headers") is not None
+    for b in parts:
         n = b.num_rows
-        if n == 0:
-            continue
         col = _columns(b)
-        rows.keys += _as_bytes(col("key"), n)
-        rows.values += _as_bytes(col("value"), n)
-        h = col("headers")
-        rows.headers += ([[] for _ in range(n)] if h is None else
-                         [[(x["key"], x["value"]) for x in (hs or [])] for hs in h.to_pylist()])
+        keys.append(_binary(col("key"), n))
+        values.append(_binary(col("value"), n))
         if opts.topic is not None:
-            rows.topics += [opts.topic] * n
+            topics.append(pa.array([opts.topic], pa.string()).take(np.zeros(n, np.int64)))
         else:
-            topics = col("topic").to_pylist()  # type: ignore[union-attr]
-            if any(t is None for t in topics):
+            t = col("topic")
+            if t.null_count:
                 raise OptionError("null topic present in the data. Use the topic option for setting a topic.")
-            rows.topics += topics
+            topics.append(t.cast(pa.string()))
         p = col("partition")
-        rows.partitions += [None] * n if p is None else p.to_pylist()
-    return rows
+        partitions.append(np.full(n, -1, np.int64) if p is None else
+                          np.asarray(p.fill_null(-1).to_numpy(zero_copy_only=False), np.int64))
+        if has_headers:
+            lists = [[(x["key"], x["value"]) for x in (hs or [])] for hs in col("headers").to_pylist()]
+            c, hb = encode_headers(lists)
+            hcounts.append(c)
+            hbytes.append(hb)
+    return _Rows(pa.concat_arrays(keys), pa.concat_arrays(values),
+                 np.concatenate(hcounts) if has_headers else None,
+                 pa.concat_arrays(hbytes) if has_headers else None,
+                 pa.concat_arrays(topics), np.concatenate(partitions))
+
+
+def route(rows: _Rows, counts: dict[str, int], task: int) -> dict[TopicPartition, np.ndarray]:
+    """The row indices going to each topic-partition, in input order. A row's partition
+    is its ``partition`` column, else ``murmur2(key)`` (Kafka's default partitioner),
+    else for null keys round-robin over the task's null-key rows starting at ``task``
+    (deterministic, so a replay routes every row the same way)."""
+    uniq = pc.unique(rows.topics).to_pylist()
+    missing = sorted(set(uniq) - set(counts))
+    if missing:
+        raise OptionError(f"topics {missing} do not exist")
+    topic_idx = np.asarray(pc.index_in(rows.topics, pa.array(uniq, pa.string())).to_numpy(), np.int64)
+    nparts = np.array([counts[t] for t in uniq], np.int64)[topic_idx]
+    part = rows.partitions.copy()
+    bad = np.flatnonzero((part >= 0) & (part >= nparts))
+    if bad.size:
+        i = int(bad[0])
+        t = uniq[topic_idx[i]]
+        raise OptionError(f"partition {part[i]} of topic {t} does not exist ({counts[t]} partitions)")
+    free = part < 0
+    keyed = free & rows.keys.is_valid().to_numpy(zero_copy_only=False)
+    if keyed.any():
+        h = murmur2_array(rows.keys).astype(np.int64) & 0x7FFFFFFF
+        part[keyed] = h[keyed] % nparts[keyed]
+    unkeyed = free & ~keyed
+    if unkeyed.any():
+        rank = np.cumsum(unkeyed) - 1
+        part[unkeyed] = (task + rank[unkeyed]) % nparts[unkeyed]
+    order = np.lexsort((np.arange(len(part)), part, topic_idx))
+    key = topic_idx[order] * (1 << 32) + part[order]
+    cuts = np.flatnonzero(np.diff(key)) + 1
+    return {TopicPartition(uniq[int(topic_idx[g[0]])], int(part[g[0]])): g for g in np.split(order, cuts)}
 
 
 def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: int, retry: bool,
@@ -181,7 +233,7 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
     batch (non-streaming) write, which skips the exactly-once machinery; ``run`` is the
     query's run id; ``retry`` says an earlier attempt of this task may have written."""
     rows = _collect(batches, opts)
-    n = len(rows.values)
+    n = len(rows)
     exactly_once = batch_id is not None and opts.exactly_once
     group = (opts.sink_group_id or f"spark-hightide-sink-{query_id}") if batch_id is not None else None
     msg = SinkCommit(sink_group=group, query_id=query_id, run=run)
@@ -189,25 +241,11 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
         return msg
     with KafkaIO(opts.bootstrap_servers, client_id="hightide-spark-sink",
                  request_timeout_s=opts.request_timeout_s) as io:
-        counts = {t: len(ps) for t, ps in io.partitions(sorted(set(rows.topics))).items()}
-        missing = sorted(set(rows.topics) - set(counts))
-        if missing:
-            raise OptionError(f"topics {missing} do not exist")
-        per_tp: dict[TopicPartition, list[tuple[int, int]]] = {}  # (position, row)
-        rr = task
-        for i in range(n):
-            t = rows.topics[i]
-            p = rows.partitions[i]
-            if p is None:
-                k = rows.keys[i]
-                if k is None:
-                    p, rr = rr % counts[t], rr + 1
-                else:
-                    p = default_partition(k, counts[t])
-            elif not 0 <= p < counts[t]:
-                raise OptionError(f"partition {p} of topic {t} does not exist ({counts[t]} partitions)")
-            seq = per_tp.setdefault(TopicPartition(t, p), [])
-            seq.append((len(seq), i))
+        topics = pc.unique(rows.topics).to_pylist()
+        counts = {t: len(ps) for t, ps in io.partitions(sorted(topics)).items()}
+        per_tp = route(rows, counts, task)
+        # positions: each row's place in the task's sequence for its partition (the tag)
+        plan = {tp: (idx, np.arange(len(idx))) for tp, idx in per_tp.items()}
         prefix = None
         if exactly_once:
             assert group is not None and batch_id is not None
@@ -218,59 +256,68 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
                 return msg
             prefix = sink_tag(group, batch_id, task)
             if retry or run is None or last_run != run:
-                present, ends = _tags_present(io, {tp: marker.get(tp, (None, ""))[0] for tp in per_tp}, prefix)
+                present, ends = _tags_present(io, {tp: marker.get(tp, (None, ""))[0] for tp in plan}, prefix)
                 # the marker moves past what the earlier attempt wrote even if nothing is left to write
                 msg.ends.update({(tp.topic, tp.partition): end for tp, end in ends.items()})
                 for tp, done in present.items():
-                    before = len(per_tp[tp])
-                    per_tp[tp] = [(j, i) for j, i in per_tp[tp] if j not in done]
-                    msg.skipped_rows += before - len(per_tp[tp])
-        _produce(io, opts, rows, per_tp, prefix, msg)
+                    idx, pos = plan[tp]
+                    keep = ~np.isin(pos, np.fromiter(done, np.int64, len(done)))
+                    plan[tp] = (idx[keep], pos[keep])
+                    msg.skipped_rows += int((~keep).sum())
+        _produce(io, opts, rows, plan, prefix, msg)
     return msg
 
 
-def _chunk_len(rows: _Rows, seq: list[tuple[int, int]], start: int, opts: SinkOptions) -> int:
-    """How many records from ``seq[start]`` on go into one batch: at most
-    ``max_batch_records``, and no more than ``max_batch_bytes`` of keys, values and
-    headers (at least one record, so an oversized record gets the broker's
-    MESSAGE_TOO_LARGE)."""
-    size = n = 0
-    for _, i in seq[start:start + opts.max_batch_records]:
-        k, v = rows.keys[i], rows.values[i]
-        size += 24 + (len(k) if k else 0) + (len(v) if v else 0) + sum(len(hk) + len(hv or b"") + 8
-                                                                       for hk, hv in rows.headers[i])
-        if n and size > opts.max_batch_bytes:
-            break
-        n += 1
-    return n
+def _chunks(rows: _Rows, idx: np.ndarray, opts: SinkOptions) -> list[tuple[int, int]]:
+    """Cut a partition's rows ``idx`` into batches: at most ``max_batch_records`` each
+    and no more than ``max_batch_bytes`` of keys, values and headers (at least one
+    record, so an oversized record gets the broker's MESSAGE_TOO_LARGE)."""
+    size = 24 + _lengths(rows.keys, idx) + _lengths(rows.values, idx) + 40
+    if rows.header_bytes is not None:
+        size += _lengths(rows.header_bytes, idx)
+    cum = np.cumsum(size)
+    out, start = [], 0
+    while start < len(idx):
+        base = cum[start - 1] if start else 0
+        end = int(np.searchsorted(cum, base + opts.max_batch_bytes, side="right"))
+        end = max(start + 1, min(end, start + opts.max_batch_records))
+        out.append((start, end))
+        start = end
+    return out
 
 
-def _produce(io: KafkaIO, opts: SinkOptions, rows: _Rows, per_tp: dict[TopicPartition, list[tuple[int, int]]],
+def _lengths(arr: pa.Array, idx: np.ndarray) -> np.ndarray:
+    return np.asarray(pc.binary_length(arr.take(idx)).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _produce(io: KafkaIO, opts: SinkOptions, rows: _Rows, plan: dict[TopicPartition, tuple[np.ndarray, np.ndarray]],
              prefix: str | None, msg: SinkCommit) -> None:
     """Write the rows with one idempotent producer, one batch per partition per round
     (one Produce request per leader per round), recording end offsets in ``msg``."""
     pid, epoch = io.init_producer_id()
     now = int(time.time() * 1000)
-    cursor = {tp: 0 for tp in per_tp}
-    while True:
+    chunks = {tp: _chunks(rows, idx, opts) for tp, (idx, _) in plan.items()}
+    sent = {tp: 0 for tp in plan}  # records sent to tp so far = the next sequence number
+    for r in range(max((len(c) for c in chunks.values()), default=0)):
         batches: dict[TopicPartition, bytes] = {}
         sizes: dict[TopicPartition, int] = {}
-        for tp, seq in per_tp.items():
-            c = cursor[tp]
-            chunk = seq[c:c + _chunk_len(rows, seq, c, opts)]
-            if not chunk:
+        for tp, (idx, pos) in plan.items():
+            if r >= len(chunks[tp]):
                 continue
-            headers = [rows.headers[i] if prefix is None else
-                       [*rows.headers[i], (SINK_HEADER, f"{prefix}{j}".encode())] for j, i in chunk]
-            batches[tp] = encode_batch([rows.keys[i] for _, i in chunk], [rows.values[i] for _, i in chunk],
-                                       headers, [now] * len(chunk), producer_id=pid, producer_epoch=epoch,
-                                       base_sequence=c, compression=opts.compression)
-            sizes[tp] = len(chunk)
-        if not batches:
-            return
+            a, b = chunks[tp][r]
+            sel = idx[a:b]
+            count = None if rows.header_count is None else rows.header_count[sel]
+            headers: list[Segment] = [] if rows.header_bytes is None else [Bytes(rows.header_bytes.take(sel))]
+            if prefix is not None:
+                count = (np.zeros(len(sel), np.int64) if count is None else count) + 1
+                headers += tag_header(SINK_HEADER, prefix, pos[a:b])
+            batches[tp] = encode_batch(rows.keys.take(sel), rows.values.take(sel), timestamp=now, producer_id=pid,
+                                       producer_epoch=epoch, base_sequence=sent[tp], header_count=count,
+                                       headers=headers, compression=opts.compression)
+            sizes[tp] = len(sel)
         bases = io.produce(batches, timeout_ms=int(opts.request_timeout_s * 1000))
         for tp, k in sizes.items():
-            cursor[tp] += k
+            sent[tp] += k
             key = (tp.topic, tp.partition)
             msg.ends[key] = max(msg.ends.get(key, 0), bases[tp] + k)
             msg.rows += k
