@@ -7,10 +7,15 @@ protocol extensions (OffsetFetch high watermark tags) when a broker sends them.
     async with AdminClient("127.0.0.1:9092") as admin:
         md = await admin.metadata()
         lag = await admin.lag("my-group")
+
+Besides admin calls it has a few data-plane primitives (:mod:`.data`): partition
+leaders, Fetch of raw record batches, InitProducerId and idempotent Produce of raw
+record batches, which hightide's Spark source and sink use.
 """
 
 from .admin import AdminClient, parse_servers
 from .connection import BrokerConnection
+from .data import PartitionLeaders
 from .errors import (
                      CoordinatorError,
                      CoordinatorLoadInProgressError,
@@ -24,6 +29,7 @@ from .errors import (
                      NotControllerError,
                      NotCoordinatorError,
                      NotLeaderOrFollowerError,
+                     OffsetOutOfRangeError,
                      TopicAlreadyExistsError,
                      UnknownTopicOrPartitionError,
                      UnsupportedVersionError,
@@ -36,6 +42,7 @@ from .types import (
                      BrokerMetadata,
                      ClusterMetadata,
                      Coordinator,
+                     FetchResult,
                      GroupDescription,
                      GroupListing,
                      ListOffsetsResult,
@@ -45,6 +52,7 @@ from .types import (
                      OffsetSpec,
                      PartitionLag,
                      PartitionMetadata,
+                     ProducerId,
                      TopicMetadata,
                      TopicPartition,
 )
@@ -62,6 +70,7 @@ __all__ = [
                      "CoordinatorLoadInProgressError",
                      "CoordinatorNotAvailableError",
                      "ErrorCode",
+                     "FetchResult",
                      "GroupDescription",
                      "GroupIdNotFoundError",
                      "GroupListing",
@@ -76,9 +85,12 @@ __all__ = [
                      "NotCoordinatorError",
                      "NotLeaderOrFollowerError",
                      "OffsetAndMetadata",
+                     "OffsetOutOfRangeError",
                      "OffsetSpec",
                      "PartitionLag",
+                     "PartitionLeaders",
                      "PartitionMetadata",
+                     "ProducerId",
                      "TopicAlreadyExistsError",
                      "TopicMetadata",
                      "TopicPartition",

@@ -5,7 +5,8 @@ replaced on next use. Requests that go to a particular broker (partition leaders
 group coordinators, the controller) are routed from the latest metadata; retriable
 errors (leadership moves, NOT_CONTROLLER, lost connections, coordinator moves) refresh
 the routing and retry with exponential backoff until ``request_timeout_s`` has passed.
-Group APIs live in :mod:`.groups`, share groups in :mod:`.share`, lag in :mod:`.lag`.
+Group APIs live in :mod:`.groups`, share groups in :mod:`.share`, lag in :mod:`.lag`,
+the data-plane calls (partition leaders, Fetch, InitProducerId, Produce) in :mod:`.data`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Self, TypeVar
 
 from ..protocol.records import HEADER_SIZE, decode_records, parse_header
 from .connection import BrokerConnection
+from .data import DataMixin
 from .errors import (
     ErrorCode,
     KafkaConnectionError,
@@ -64,7 +66,7 @@ def parse_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
-class AdminClient(GroupsMixin, ShareGroupsMixin):
+class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin):
     """An async Kafka admin client that works with hightide and any Kafka cluster.
 
     Use as ``async with AdminClient("host:9092") as admin: ...``. Every method raises
@@ -383,29 +385,11 @@ class AdminClient(GroupsMixin, ShareGroupsMixin):
             out.setdefault(tp, KafkaError(ErrorCode.unknown_server_error, f"{tp} missing in response"))
         return out
 
-    async def _leaders(self, tps: Iterable[TopicPartition]
-                       ) -> tuple[dict[int, list[TopicPartition]], dict[TopicPartition, KafkaError]]:
-        """Partitions grouped by leader id, and the ones without a known leader."""
-        tps = [TopicPartition(*tp) for tp in tps]
-        md = await self.metadata(sorted({tp.topic for tp in tps}))
-        by_leader: defaultdict[int, list[TopicPartition]] = defaultdict(list)
-        errors: dict[TopicPartition, KafkaError] = {}
-        for tp in tps:
-            t = md.topics.get(tp.topic)
-            if t is None or t.error == ErrorCode.unknown_topic_or_partition or tp.partition not in t.partitions:
-                errors[tp] = UnknownTopicOrPartitionError(ErrorCode.unknown_topic_or_partition,
-                                                          f"{tp.topic}-{tp.partition}")
-            elif md.leader_for(tp) < 0:
-                errors[tp] = error_for(ErrorCode.leader_not_available, f"{tp.topic}-{tp.partition}")
-            else:
-                by_leader[md.leader_for(tp)].append(tp)
-        return dict(by_leader), errors
-
     async def delete_records(self, before: dict[TopicPartition, int], *, timeout_s: float = 30.0,
                              raise_on_error: bool = True) -> dict[TopicPartition, int | KafkaError]:
         """DeleteRecords: move each partition's log start offset up to ``before[tp]``
         (-1: the high watermark). Returns the new log start offset per partition."""
-        by_leader, out = await self._leaders(before)
+        by_leader, out = await self.partition_leaders(before)
         results: dict[TopicPartition, int | KafkaError] = dict(out)
 
         async def one(node_id: int, tps: list[TopicPartition]) -> None:
@@ -446,7 +430,7 @@ class AdminClient(GroupsMixin, ShareGroupsMixin):
         returned batches cover, the first data record at or after it. Offsets past the
         returned data are absent from the answer (fetch them again from there: the
         response may have stopped at ``partition_max_bytes``)."""
-        by_leader, errors = await self._leaders(offsets)
+        by_leader, errors = await self.partition_leaders(offsets)
         results: dict[TopicPartition, dict[int, ListOffsetsResult] | KafkaError] = dict(errors)
         iso = _ISOLATION[isolation_level]
         wanted = {TopicPartition(*tp): sorted(set(offs)) for tp, offs in offsets.items() if offs}

@@ -27,6 +27,7 @@ __all__ = [
     "NotControllerError",
     "NotCoordinatorError",
     "NotLeaderOrFollowerError",
+    "OffsetOutOfRangeError",
     "TopicAlreadyExistsError",
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
@@ -110,6 +111,10 @@ class NotLeaderOrFollowerError(KafkaError):
     pass
 
 
+class OffsetOutOfRangeError(KafkaError):
+    """The fetch offset is below the log start offset (records deleted) or past the end."""
+
+
 class NotControllerError(KafkaError):
     pass
 
@@ -131,6 +136,7 @@ _BY_CODE: dict[ErrorCode, type[KafkaError]] = {
     ErrorCode.unknown_topic_or_partition: UnknownTopicOrPartitionError,
     ErrorCode.topic_already_exists: TopicAlreadyExistsError,
     ErrorCode.not_leader_or_follower: NotLeaderOrFollowerError,
+    ErrorCode.offset_out_of_range: OffsetOutOfRangeError,
     ErrorCode.not_controller: NotControllerError,
     ErrorCode.group_id_not_found: GroupIdNotFoundError,
     ErrorCode.non_empty_group: NonEmptyGroupError,

@@ -19,6 +19,7 @@ __all__ = [
     "BrokerMetadata",
     "ClusterMetadata",
     "Coordinator",
+    "FetchResult",
     "GroupDescription",
     "GroupListing",
     "ListOffsetsResult",
@@ -28,6 +29,7 @@ __all__ = [
     "OffsetSpec",
     "PartitionLag",
     "PartitionMetadata",
+    "ProducerId",
     "TopicMetadata",
     "TopicPartition",
     "spec_timestamp",
@@ -120,6 +122,27 @@ class ListOffsetsResult(NamedTuple):
     """``(offset, timestamp)``; both -1 when no record matches."""
     offset: int
     timestamp: int
+
+
+class FetchResult(NamedTuple):
+    """One partition's answer to :meth:`~hightide.client.AdminClient.fetch`.
+
+    ``records`` holds the raw record batches exactly as the broker sent them (Kafka
+    wire format, possibly empty; the last batch may be cut short by the byte limit);
+    it is the decoded response's own ``bytes`` object, not a copy. The offsets are
+    the partition's as the leader reported them with this answer.
+    """
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int = -1
+    """-1 when the broker did not report it."""
+
+
+class ProducerId(NamedTuple):
+    """An idempotent producer's id and epoch (:meth:`~hightide.client.AdminClient.init_producer_id`)."""
+    producer_id: int
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,14 +3,16 @@
 Spark calls data sources from plain (non-async) Python code in worker processes, so this
 wraps hightide's async :class:`~hightide.client.AdminClient` (kio, plain Kafka protocol:
 works against hightide and any Kafka-compatible cluster) in a private event loop that
-runs only while a call is in progress. On top of the admin client it adds the three
-data-plane calls the Spark parts need: Fetch of a partition range, InitProducerId and
-idempotent Produce.
+runs only while a call is in progress. It uses only the admin client's public API,
+including its data-plane calls (:mod:`hightide.client.data`: Fetch, InitProducerId and
+idempotent Produce of raw record batches), and adds the Fetch of a partition range.
 
 Fetch is pipelined: :meth:`KafkaIO.fetch_range` sends the request for the next chunk
 before it hands the current one to the caller, so the broker's answer arrives while the
 caller decodes. Leadership changes (NOT_LEADER_OR_FOLLOWER and friends) and lost
-connections refresh the metadata and retry within the request timeout.
+connections refresh the metadata and retry within the request timeout (the admin
+client's retries). Record bytes are handed over as the Fetch response decoder made
+them, without a copy.
 """
 
 from __future__ import annotations
@@ -20,17 +22,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Self
 
-from ..client import AdminClient, KafkaError, TopicPartition
-from ..client.errors import ErrorCode, error_for
+from ..client import (
+    AdminClient,
+    ErrorCode,
+    FetchResult,
+    KafkaError,
+    OffsetOutOfRangeError,
+    ProducerId,
+    TopicPartition,
+)
 from ..protocol.records import iter_headers
 
 __all__ = ["FetchChunk", "KafkaIO", "OffsetOutOfRange"]
 
-_FETCH_MAX_VERSION = 12  # topic names (v13+ address topics by id)
-
-
-class OffsetOutOfRange(KafkaError):
-    """The fetch offset is below the log start offset (records deleted) or past the end."""
+OffsetOutOfRange = OffsetOutOfRangeError
+"""The fetch offset is below the log start offset (records deleted) or past the end
+(:class:`hightide.client.OffsetOutOfRangeError`, under its old name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +120,7 @@ class KafkaIO:
         in the last chunk's ``next_offset``).
         Raises :class:`OffsetOutOfRange` when an offset is no longer in the log."""
         offset = start
-        pending = self._loop.create_task(self._fetch(tp, offset, max_bytes, isolation_level))
+        pending: asyncio.Task[FetchResult] | None = self._fetch(tp, offset, max_bytes, isolation_level)
         try:
             while True:
                 chunk = self.run(pending)
@@ -121,7 +128,7 @@ class KafkaIO:
                 nxt = _next_offset(chunk.records, offset)
                 if offset < nxt < end:
                     # ask for the next chunk before handing this one over
-                    pending = self._loop.create_task(self._fetch(tp, nxt, max_bytes, isolation_level))
+                    pending = self._fetch(tp, nxt, max_bytes, isolation_level)
                     self._loop.run_until_complete(asyncio.sleep(0))
                 yield FetchChunk(chunk.records, chunk.high_watermark, chunk.log_start_offset, offset, nxt)
                 if pending is None:
@@ -135,50 +142,15 @@ class KafkaIO:
                 except (asyncio.CancelledError, KafkaError):
                     pass
 
-    async def _fetch(self, tp: TopicPartition, offset: int, max_bytes: int, iso: int) -> FetchChunk:
-        admin = self.admin
-
-        async def attempt() -> FetchChunk:
-            by_leader, errors = await admin._leaders([tp])
-            if tp in errors:
-                raise errors[tp]
-            node = next(iter(by_leader))
-            conn = await admin._conn_for_node(node)
-            v = conn.pick_version(1, _FETCH_MAX_VERSION, 4)
-            resp = await conn.request(1, v, {
-                "replica_id": -1, "max_wait": 500, "min_bytes": 1, "max_bytes": max_bytes,
-                "isolation_level": iso, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": tp.topic, "partitions": [{
-                    "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
-                    "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
-                "forgotten_topics_data": [], "rack_id": ""})
-            if resp.error_code:
-                raise error_for(resp.error_code, "fetch")
-            for t in resp.responses:
-                for p in t.partitions:
-                    if p.error_code == ErrorCode.offset_out_of_range:
-                        raise OffsetOutOfRange(p.error_code, f"{tp.topic}-{tp.partition} offset {offset}")
-                    if p.error_code:
-                        raise error_for(p.error_code, f"{tp.topic}-{tp.partition}")
-                    return FetchChunk(p.records or b"", int(p.high_watermark), int(p.log_start_offset))
-            raise KafkaError(ErrorCode.unknown_server_error, f"{tp} missing in the fetch response")
-
-        async def refresh(_: KafkaError) -> None:
-            await admin.metadata([tp.topic])
-        return await admin._with_retries(attempt, on_retry=refresh)
+    def _fetch(self, tp: TopicPartition, offset: int, max_bytes: int, iso: int
+               ) -> asyncio.Task[FetchResult]:
+        return self._loop.create_task(self.admin.fetch(tp, offset, max_bytes=max_bytes,
+                                                       isolation_level=iso))
 
     # -- produce -----------------------------------------------------------------------
-    def init_producer_id(self) -> tuple[int, int]:
+    def init_producer_id(self) -> ProducerId:
         """A fresh idempotent producer id and epoch (InitProducerId, no transactional id)."""
-        async def attempt() -> tuple[int, int]:
-            conn = await self.admin._any_conn()
-            v = conn.pick_version(22, 4, 0)
-            resp = await conn.request(22, v, {"transactional_id": None, "transaction_timeout": -1,
-                                              "producer_id": -1, "producer_epoch": -1})
-            if resp.error_code:
-                raise error_for(resp.error_code, "InitProducerId")
-            return int(resp.producer_id), int(resp.producer_epoch)
-        return self.run(self.admin._with_retries(attempt))
+        return self.run(self.admin.init_producer_id())
 
     def produce(self, batches: dict[TopicPartition, bytes], *, acks: int = -1,
                 timeout_ms: int = 30000) -> dict[TopicPartition, int]:
@@ -186,41 +158,7 @@ class KafkaIO:
         return each batch's base offset. Retries retriable errors; a batch the broker
         already has (a retry after a lost answer) is accepted as a duplicate by the
         broker's idempotence check, so a retry never writes twice."""
-        return self.run(self._produce(batches, acks, timeout_ms))
-
-    async def _produce(self, batches: dict[TopicPartition, bytes], acks: int, timeout_ms: int
-                       ) -> dict[TopicPartition, int]:
-        admin = self.admin
-        out: dict[TopicPartition, int] = {}
-        remaining = dict(batches)
-
-        async def one(node: int, tps: list[TopicPartition]) -> None:
-            conn = await admin._conn_for_node(node)
-            v = conn.pick_version(0, 9, 3)
-            by_topic: dict[str, list[dict[str, Any]]] = {}
-            for tp in tps:
-                by_topic.setdefault(tp.topic, []).append({"index": tp.partition, "records": remaining[tp]})
-            resp = await conn.request(0, v, {"transactional_id": None, "acks": acks, "timeout": timeout_ms,
-                                             "topic_data": [{"name": t, "partition_data": ps}
-                                                            for t, ps in by_topic.items()]})
-            for t in resp.responses:
-                for p in t.partition_responses:
-                    tp = TopicPartition(t.name, int(p.index))
-                    if p.error_code:
-                        raise error_for(p.error_code, f"produce to {t.name}-{p.index}: {p.error_message or ''}")
-                    out[tp] = int(p.base_offset)
-                    remaining.pop(tp, None)
-
-        async def attempt() -> None:
-            by_leader, errors = await admin._leaders(list(remaining))
-            if errors:
-                raise next(iter(errors.values()))
-            await asyncio.gather(*(one(n, tps) for n, tps in by_leader.items()))
-
-        async def refresh(_: KafkaError) -> None:
-            await admin.metadata(sorted({tp.topic for tp in remaining}))
-        await admin._with_retries(attempt, on_retry=refresh)
-        return out
+        return self.run(self.admin.produce(batches, acks=acks, timeout_ms=timeout_ms))
 
     # -- group offsets -----------------------------------------------------------------
     def commit(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
