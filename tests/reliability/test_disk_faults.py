@@ -268,3 +268,18 @@ def test_append_is_all_or_nothing_in_process(tmp_path, monkeypatch):
     with pytest.raises(LogOffline):
         append(1, 7)
     assert plog.read(0, 1 << 20).data  # reads still work
+
+
+def test_failing_read_answers_storage_error_for_that_partition_only(fresh_server, topic_name, faults):
+    srv = fresh_server()
+    confluent_create_topic(srv.bootstrap, topic_name, 2)
+    with RawClient(srv.bootstrap) as c:
+        assert _produce(c, topic_name, 0, [b"a0"]) == (0, 0)
+        assert _produce(c, topic_name, 1, [b"b0"]) == (0, 0)
+        faults({"op": "read", "errno": "EIO", "path": f"{topic_name}-0/"})
+        assert _fetch(c, topic_name, 0) == (STORAGE_ERROR, [])
+        assert _fetch(c, topic_name, 1) == (0, [b"b0"])
+        assert _produce(c, topic_name, 0, [b"a1"]) == (0, 1)  # writes are not reads
+        faults()
+        assert _fetch(c, topic_name, 0) == (0, [b"a0", b"a1"])
+    assert srv.proc.poll() is None and "Traceback" not in srv.output()

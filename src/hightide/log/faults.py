@@ -9,8 +9,8 @@ It holds a JSON list of rules::
     [{"op": "write", "errno": "ENOSPC", "path": "orders-0/", "partial": true},
      {"op": "fsync", "errno": "EIO", "path": "orders-1/", "count": 1}]
 
-* ``op``: ``write`` (segment and index writes), ``fsync`` or ``open`` (creating or
-  opening segment and index files);
+* ``op``: ``write`` (segment and index writes), ``fsync``, ``open`` (creating or
+  opening segment and index files) or ``read`` (locating batches to serve a read);
 * ``errno``: an ``errno`` name, raised as ``OSError`` like the kernel would;
 * ``path``: a substring of the file's path (empty or missing: every file);
 * ``partial``: for ``write``, first write half of the bytes, then fail — a write cut
@@ -75,6 +75,12 @@ class Injector:
     def on_open(self, path: str) -> None:
         """Raise the injected error for opening ``path``, if a rule says so."""
         rule = self._match("open", path)
+        if rule is not None:
+            raise self._error(rule, path)
+
+    def on_read(self, path: str) -> None:
+        """Raise the injected error for reading from ``path``, if a rule says so."""
+        rule = self._match("read", path)
         if rule is not None:
             raise self._error(rule, path)
 

@@ -32,6 +32,7 @@ from hightide.protocol.records import (
 
 from .cleaner_files import truncate_cleaner_checkpoint
 from .config import LogConfig
+from .faults import FAULTS
 from .flush import FSYNC_JOURNAL, FlushJob, run_flush
 from .loader import (
     LOG_START_OFFSET_FILE,
@@ -347,6 +348,8 @@ class PartitionLog:
             end = min(start + max(max_bytes, first_size), max_pos)
             if end < max_pos:
                 end = self._batch_boundary(seg, start, end)
+            if FAULTS is not None:
+                FAULTS.on_read(seg.log_path)
             return FileSlice(seg.fd, start, end - start, h.base_offset)
         return None
 
