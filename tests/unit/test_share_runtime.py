@@ -87,3 +87,30 @@ def test_prune_then_reload(env):
     assert b2.share_state.summary(key) == before
     assert b2.share_state.loaded_records <= 4  # the latest snapshot and at most 3 updates
     assert b2.share_state.keys_for_group("g") == [key]
+
+
+def test_start_prunes_without_waiting_for_the_interval(env):
+    """A broker killed again and again before the prune interval passes must not replay
+    more at every start: the first prune runs right after start-up."""
+    loop, start = env
+    cfg = {"share.coordinator.snapshot.update.records.per.snapshot": 3,
+           "share.coordinator.state.topic.prune.interval.ms": 3_600_000}
+    b = start(**cfg)
+    key = _topic(b)
+    rt = b.share_state
+    assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
+    for i in range(20):
+        assert loop.run_until_complete(rt.write(key, 0, 0, i, 1, (StateBatch(i, i, 2, 1),))) == 0
+    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    assert plog.log_start_offset == 0  # the interval never passed: nothing pruned yet
+    before = rt.summary(key)
+    loop.run_until_complete(b.stop())
+    b2 = start(**cfg)
+    assert b2.share_state.loaded_records > 4  # this start still replays everything...
+    loop.run_until_complete(asyncio.sleep(0.05))  # ...but prunes at once
+    plog = b2.partition_log(STATE_TOPIC, b2.share_state.partition_for(key))
+    assert plog.log_start_offset > 0
+    assert b2.share_state.summary(key) == before
+    loop.run_until_complete(b2.stop())
+    b3 = start(**cfg)
+    assert b3.share_state.loaded_records <= 4 and b3.share_state.summary(key) == before

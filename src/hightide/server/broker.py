@@ -327,14 +327,18 @@ class Broker:
                     log.error("reopening the listener failed (retrying): %s", exc)
 
     async def _share_state_pruning(self) -> None:
-        """Cold snapshots and pruning of __share_group_state on its interval."""
+        """Cold snapshots and pruning of __share_group_state: once right after start-up
+        (a broker that keeps being killed before the interval passes would otherwise never
+        prune, and each start would replay more), then on its interval."""
         interval = self.config["share.coordinator.state.topic.prune.interval.ms"] / 1000
         while True:
-            await asyncio.sleep(interval)
             try:
-                self.share_state.prune(now_ms())
+                freed = self.share_state.prune(now_ms())
+                if freed:
+                    log.info("pruned %d records of %s", freed, "__share_group_state")
             except Exception:
                 log.exception("share state pruning failed")
+            await asyncio.sleep(interval)
 
     async def _cleaner_loop(self) -> None:
         interval = self.config["log.cleaner.backoff.ms"] / 1000
