@@ -310,8 +310,11 @@ def test_idempotent_producer_through_append(tmp_path: Path) -> None:
     lg = open_log(tmp_path)  # snapshot
     assert lg.append(b1, validate_batches(b1), 8).duplicate
     lg.close()
-    os.unlink(tmp_path / "t-0" / "producer-state.snapshot")
+    snaps = [n for n in os.listdir(tmp_path / "t-0") if n.endswith(".snapshot")]
+    assert snaps == ["00000000000000000003.snapshot"]
+    os.unlink(tmp_path / "t-0" / snaps[0])
     lg = open_log(tmp_path)  # replay from batch headers
+    assert lg.producer_state_replayed == 2
     assert lg.append(b1, validate_batches(b1), 8).duplicate
     b2 = batch([4], base_sequence=3, **kw)
     assert not lg.append(b2, validate_batches(b2), 9).duplicate

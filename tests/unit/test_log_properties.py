@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 from hypothesis import HealthCheck, given, settings
@@ -86,4 +87,84 @@ def test_log_matches_model(ops: list[tuple]) -> None:
             else:
                 lg.roll(0)
             check(lg, model)
+        lg.close()
+
+
+# ------------------------------------------------- producer state across kills (snapshots)
+
+PS_CFG = LogConfig(segment_bytes=600, index_interval_bytes=120)
+
+ps_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(min_value=1, max_value=4), st.integers(min_value=1, max_value=3)),
+        st.tuples(st.just("append"), st.integers(min_value=1, max_value=4), st.integers(min_value=1, max_value=3)),
+        st.tuples(st.just("bump_epoch"), st.integers(min_value=1, max_value=4)),
+        st.tuples(st.just("roll")),
+        st.tuples(st.just("flush")),
+        st.tuples(st.just("kill"), st.integers(min_value=0, max_value=40)),
+        st.tuples(st.just("close")),
+        st.tuples(st.just("truncate"), st.floats(min_value=0, max_value=1)),
+    ),
+    min_size=1,
+    max_size=50,
+)
+
+
+def _replayed_from_scratch(lg: PartitionLog) -> dict:
+    from hightide.log import ProducerStateManager
+
+    m = ProducerStateManager()
+    for seg in lg.segments:
+        for h in seg.iter_headers():
+            m.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
+    return m.producers
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ps_ops)
+def test_producer_state_survives_kills_like_a_never_killed_log(ops: list[tuple]) -> None:
+    """Random idempotent appends, rolls, kills (optionally tearing the tail), clean
+    restarts and truncations: after every restart the producer state equals the state
+    of the log as it is on disk replayed from its first batch, i.e. of a log that was
+    never killed (and, without a torn tail, the state just before the kill); snapshots
+    stay bounded and never lie above the LEO or below the log start."""
+    with tempfile.TemporaryDirectory() as d:
+        path = d + "/t-0"
+        lg = PartitionLog.open(path, PS_CFG, 0, clean_shutdown=True)
+        epochs: dict[int, int] = {}
+        for op in ops:
+            if op[0] == "append":
+                _, pid, n = op
+                ps = lg.producer_state.producers.get(pid)
+                seq = ps.last_seq + 1 if ps is not None and ps.epoch == epochs.get(pid, 0) else 0
+                b = build_batch([(None, b"p" * 40, [], seq + i) for i in range(n)], producer_id=pid,
+                                producer_epoch=epochs.get(pid, 0), base_sequence=seq)
+                lg.append(b, validate_batches(b), 0)
+            elif op[0] == "bump_epoch":
+                epochs[op[1]] = epochs.get(op[1], 0) + 1
+            elif op[0] == "roll":
+                lg.roll(0)
+            elif op[0] == "flush":
+                lg.flush()
+            elif op[0] == "truncate":
+                lg.truncate_to(lg.log_start_offset + int((lg.log_end_offset - lg.log_start_offset) * op[1]))
+                assert lg.producer_state.producers == _replayed_from_scratch(lg)
+            else:
+                before = {pid: e.copy() for pid, e in lg.producer_state.producers.items()}
+                clean = op[0] == "close"
+                if clean:
+                    lg.close()
+                else:
+                    last = lg.segments[-1]
+                    for s in lg.segments:
+                        s.close()
+                    if op[1]:  # a torn tail
+                        os.truncate(last.log_path, max(0, last.size - op[1]))
+                lg = PartitionLog.open(path, PS_CFG, 0, clean_shutdown=clean)
+                assert lg.producer_state.producers == _replayed_from_scratch(lg)
+                if clean or not op[1]:
+                    assert lg.producer_state.producers == before
+            snaps = lg.snapshot_offsets
+            assert len(snaps) <= 2 and all(lg.log_start_offset <= o <= lg.log_end_offset for o in snaps)
+            assert sorted(n for n in os.listdir(path) if n.endswith(".snapshot")) == [f"{o:020d}.snapshot" for o in snaps]
         lg.close()

@@ -7,6 +7,7 @@ offset they cover; :func:`run_flush` (any thread) fsyncs them; :meth:`PartitionL
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import NamedTuple
 
@@ -19,6 +20,8 @@ from .loader import write_small_file
 # is lost. Never set in production.
 FSYNC_JOURNAL = os.environ.get("HIGHTIDE_FSYNC_JOURNAL")
 
+log = logging.getLogger("hightide.log")
+
 
 class FlushJob(NamedTuple):
     """What :func:`run_flush` must make durable."""
@@ -29,12 +32,37 @@ class FlushJob(NamedTuple):
     recovery_file: str | None
     durable_sizes: tuple[tuple[str, int], ...] = ()  # only with FSYNC_JOURNAL
     error: OSError | None = None  # capturing the job failed (e.g. EMFILE); nothing to fsync
+    # producer-state snapshots written since the last flush: fsynced after the segments,
+    # a failure is only logged (a lost snapshot costs replay work at start-up, nothing else)
+    snapshot_fds: tuple[int, ...] = ()
 
 
 def run_flush(job: FlushJob) -> None:
     """fsync the job's files (releases the GIL while blocked), then record the recovery
     point. Always closes the job's fds. Raises OSError if an fsync fails (or the job
     carries the error that prevented capturing it)."""
+    pending = list(job.snapshot_fds)
+    try:
+        _run_flush(job, pending)
+    finally:
+        for fd in pending:  # not reached: the segments' fsync failed
+            os.close(fd)
+
+
+def _sync_snapshots(fds: list[int]) -> None:
+    while fds:
+        fd = fds.pop()
+        try:
+            if FAULTS is not None:
+                FAULTS.on_fsync(fd)
+            os.fsync(fd)
+        except OSError as exc:
+            log.warning("could not fsync a producer state snapshot: %s", exc)
+        finally:
+            os.close(fd)
+
+
+def _run_flush(job: FlushJob, snapshot_fds: list[int]) -> None:
     if job.error is not None:
         raise job.error
     error: OSError | None = None
@@ -49,6 +77,7 @@ def run_flush(job: FlushJob) -> None:
             os.close(fd)
     if error is not None:
         raise error
+    _sync_snapshots(snapshot_fds)  # after the batches they describe, before their dir entries
     if FSYNC_JOURNAL and job.durable_sizes:
         with open(FSYNC_JOURNAL, "a") as journal:
             journal.write("".join(f"{path} {size}\n" for path, size in job.durable_sizes))

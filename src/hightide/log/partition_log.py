@@ -8,8 +8,13 @@ Files in ``<data-dir>/<topic>-<partition>/``:
 * ``<20-digit base offset>.log`` / ``.index`` / ``.timeindex`` per segment;
 * ``log-start-offset``: text, the log start offset (written when it changes);
 * ``recovery-point``: text, the offset up to which everything was fsynced;
-* ``producer-state.snapshot``: JSON producer state at the LEO, written by ``close()``
-  and consumed (deleted) by ``open()``;
+* ``<20-digit offset>.snapshot``: producer state built from the batches below that
+  offset (:mod:`.snapshots`), written at every roll (at the new segment's base offset),
+  after an unclean start that replayed batches and by ``close()`` (at the LEO); the
+  newest :data:`SNAPSHOTS_KEPT` are kept, none below the log start offset or above the
+  LEO;
+* ``producer-state.snapshot``: the single JSON snapshot of older versions, read once
+  (after a clean shutdown) and deleted;
 * ``cleaner-offset-checkpoint``: log compaction progress, see :mod:`.cleaner_files`
   (compaction itself lives in :mod:`.cleaner`).
 """
@@ -50,6 +55,14 @@ from .producer_state import (
 )
 from .results import AppendResult, FileSlice, OffsetOutOfRange, ReadResult, partition_dir
 from .segment import LogSegment
+from .snapshots import (
+    SnapshotCorrupt,
+    delete_snapshot,
+    list_snapshots,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
 
 __all__ = [
     "PartitionLog",
@@ -62,11 +75,13 @@ __all__ = [
     "LOG_START_OFFSET_FILE",
     "RECOVERY_POINT_FILE",
     "PRODUCER_SNAPSHOT_FILE",
+    "SNAPSHOTS_KEPT",
 ]
 
 log = logging.getLogger("hightide.log")
 
 _INT32_MAX = 2**31 - 1
+SNAPSHOTS_KEPT = 2  # producer-state snapshots kept per partition (newest first)
 _LEN = struct.Struct(">i")
 
 # Append failures that leave nothing behind and may go away by themselves (space or
@@ -107,6 +122,11 @@ class PartitionLog:
         self._closed = False
         self.offline_reason: str | None = None
         self._append_failing = False
+        self._snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
+        self._unsynced_snapshots: list[str] = []  # written without fsync; the next flush does it
+        #: batch headers replayed into the producer state by the last (re)load, after the
+        #: snapshot it started from (all of them without one)
+        self.producer_state_replayed = 0
 
     # ================================================================== opening
 
@@ -118,8 +138,9 @@ class PartitionLog:
         is every segment past the recovery point. Invalid tails are truncated (WARNING
         on ``hightide.log``); an invalid batch inside an older segment also deletes all
         later segments. Missing or inconsistent index files are rebuilt. Producer state
-        comes from the snapshot written by ``close()`` plus the batches after it, or
-        from replaying all batch headers.
+        comes from the newest usable snapshot at or below the recovered LEO plus the
+        batches after it (all batch headers without one); after replaying any, a
+        snapshot at the LEO is written so the next start begins there.
         """
         loaded = load_segments(path, config, clean_shutdown=clean_shutdown)
         segments, start_ckpt, recovery_point = loaded.segments, loaded.log_start_checkpoint, loaded.recovery_point
@@ -132,6 +153,7 @@ class PartitionLog:
             log.warning("%s: log start offset %d is past the log end %d; emptying the log", path, start, self._leo)
             for seg in segments:
                 seg.delete()
+            self._delete_all_snapshots()
             self._segments = [LogSegment(path, start, interval)]
             self._bases = [start]
             self._leo = self._hw = self._recovery_point = start
@@ -147,34 +169,138 @@ class PartitionLog:
         return self
 
     def _load_producer_state(self, clean_shutdown: bool) -> None:
+        legacy = self._read_legacy_snapshot(clean_shutdown)
+        try:
+            self._snapshots = list_snapshots(self.path)
+        except OSError as exc:
+            log.warning("%s: cannot list producer state snapshots: %s", self.path, exc)
+            self._snapshots = []
+        from_offset = self._reload_producer_state(legacy)
+        if from_offset < self._leo or (legacy is not None and from_offset == legacy[0]):
+            self._take_snapshot(sync=False)  # fsynced by the flush that follows recovery
+
+    def _read_legacy_snapshot(self, clean_shutdown: bool) -> tuple[int, ProducerStateManager] | None:
+        """The ``producer-state.snapshot`` of older versions (trusted only after a clean
+        shutdown, like they did), deleted once read."""
         snap_path = os.path.join(self.path, PRODUCER_SNAPSHOT_FILE)
-        from_offset = self._segments[0].base_offset
+        result = None
         try:
             with open(snap_path, encoding="utf-8") as f:
                 data = json.load(f)
             snap_offset = int(data["offset"])
             if clean_shutdown and snap_offset <= self._leo:
-                self.producer_state = ProducerStateManager.from_json(data["state"])
-                from_offset = snap_offset
+                result = snap_offset, ProducerStateManager.from_json(data["state"])
         except FileNotFoundError:
-            pass
-        except (ValueError, KeyError, TypeError) as e:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("ignoring unreadable producer state snapshot %s: %s", snap_path, e)
         try:
-            os.unlink(snap_path)  # valid only until the log changes
-        except FileNotFoundError:
+            os.unlink(snap_path)
+        except OSError:
             pass
-        self._replay_producer_state(from_offset)
+        return result
 
-    def _replay_producer_state(self, from_offset: int) -> None:
+    def _reload_producer_state(self, legacy: tuple[int, ProducerStateManager] | None = None) -> int:
+        """Like Kafka's truncateAndReload: delete the snapshots outside [log start, LEO],
+        load the newest usable one (else ``legacy``, else nothing) and replay the batches
+        after it. Returns the offset the replay started from."""
+        for off in [o for o in self._snapshots if o > self._leo or o < self._log_start]:
+            self._remove_snapshot(off)
+        base = self._segments[0].base_offset
+        state, from_offset = None, base
+        for off in reversed(self._snapshots):
+            if legacy is not None and legacy[0] >= off:
+                break
+            try:
+                snap = read_snapshot(self.path, off)
+                if off > base and snap.last_batch != self._boundary_batch(off):
+                    raise SnapshotCorrupt("the log below it has changed")
+            except SnapshotCorrupt as e:
+                log.warning("%s: discarding producer state snapshot at %d: %s", self.path, off, e)
+                self._remove_snapshot(off)
+                continue
+            except OSError as e:
+                log.warning("%s: cannot read producer state snapshot at %d: %s", self.path, off, e)
+                continue
+            state, from_offset = snap.state, off
+            break
+        if state is None and legacy is not None:
+            from_offset, state = legacy
+        self.producer_state = state if state is not None else ProducerStateManager()
+        self.producer_state_replayed = self._replay_producer_state(from_offset)
+        return from_offset
+
+    def _replay_producer_state(self, from_offset: int) -> int:
+        """Apply the batch headers at/after ``from_offset``; returns how many were read."""
         ps = self.producer_state
+        n = 0
         for seg in self._segments:
             if seg.next_offset <= from_offset:
                 continue
             start = seg.offset_index.lookup(from_offset) if from_offset > seg.base_offset else 0
             for h in seg.iter_headers(start):
-                if h.producer_id >= 0 and h.base_offset >= from_offset:
-                    ps.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
+                if h.base_offset >= from_offset:
+                    n += 1
+                    if h.producer_id >= 0:
+                        ps.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
+        return n
+
+    # ================================================================== snapshots
+
+    def _boundary_batch(self, offset: int) -> tuple[int, int] | None:
+        """(base offset, CRC) of the batch ending at ``offset - 1``, None if there is none."""
+        if offset <= self._segments[0].base_offset:
+            return None
+        seg = self._segments[self._segment_index(offset - 1)]
+        h = seg.find_batch(offset - 1)
+        if h is None or h.base_offset + h.last_offset_delta != offset - 1:
+            return None
+        return h.base_offset, h.crc
+
+    def _take_snapshot(self, *, sync: bool) -> None:
+        """Write a producer-state snapshot at the LEO and keep the newest
+        :data:`SNAPSHOTS_KEPT`. Without ``sync`` the file is fsynced by the next flush.
+        A failure is logged and otherwise ignored: a snapshot only saves replay work."""
+        off = self._leo
+        try:
+            path = write_snapshot(self.path, off, self._boundary_batch(off), self.producer_state, sync=sync)
+        except OSError as exc:
+            log.warning("%s: could not write the producer state snapshot at %d: %s", self.path, off, exc)
+            return
+        if off not in self._snapshots:
+            self._snapshots.append(off)
+            self._snapshots.sort()
+        if not sync:
+            self._unsynced_snapshots.append(path)
+        self._dir_dirty = True
+        while len(self._snapshots) > SNAPSHOTS_KEPT:
+            self._remove_snapshot(self._snapshots[0])
+
+    def _remove_snapshot(self, offset: int) -> None:
+        try:
+            delete_snapshot(self.path, offset)
+        except OSError as exc:
+            log.warning("%s: could not delete the producer state snapshot at %d: %s", self.path, offset, exc)
+        if offset in self._snapshots:
+            self._snapshots.remove(offset)
+        if self._unsynced_snapshots:
+            gone = snapshot_path(self.path, offset)
+            self._unsynced_snapshots = [p for p in self._unsynced_snapshots if p != gone]
+        self._dir_dirty = True
+
+    def _delete_all_snapshots(self) -> None:
+        try:
+            offsets = list_snapshots(self.path)
+        except OSError:
+            offsets = list(self._snapshots)
+        for off in offsets:
+            self._remove_snapshot(off)
+        self._snapshots = []
+
+    @property
+    def snapshot_offsets(self) -> tuple[int, ...]:
+        """Offsets of the producer-state snapshot files, ascending."""
+        return tuple(self._snapshots)
 
     # ================================================================== properties
 
@@ -423,6 +549,7 @@ class PartitionLog:
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._dir_dirty = True
+        self._take_snapshot(sync=False)
         return seg
 
     def maybe_roll_by_time(self, now_ms: int) -> bool:
@@ -457,6 +584,8 @@ class PartitionLog:
         if new_start > self._log_start:
             self._log_start = new_start
             self._persist_log_start()
+            for off in [o for o in self._snapshots if o < new_start]:
+                self._remove_snapshot(off)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: make ``offset`` (-1 = high watermark) the new log start offset if
@@ -520,7 +649,9 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove everything at offsets >= ``offset`` (whole batches: a batch containing
         ``offset`` goes entirely). Truncating at or below the first segment empties the
-        log and restarts it at ``offset``. Producer state is rebuilt."""
+        log and restarts it at ``offset``. Snapshots above the new LEO are deleted (all of
+        them when the log is emptied) and producer state is reloaded from the newest
+        remaining one plus the batches after it."""
         if offset >= self._leo:
             return
         interval = self.config.index_interval_bytes
@@ -532,6 +663,7 @@ class PartitionLog:
             self._bases = [offset]
             self._log_start = offset
             self._persist_log_start()
+            self._delete_all_snapshots()
         else:
             while self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
@@ -546,8 +678,7 @@ class PartitionLog:
         self._hw = min(self._hw, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
         truncate_cleaner_checkpoint(self.path, self._leo)
-        self.producer_state = ProducerStateManager()
-        self._replay_producer_state(self._segments[0].base_offset)
+        self._reload_producer_state()
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
         """Log cleaner hook: put ``new`` in place of ``old`` in the segment list.
@@ -612,6 +743,7 @@ class PartitionLog:
                 seg.mark_dirty()
             return FlushJob([], None, self._leo, None, (), exc)
         sizes = tuple((seg.log_path, seg.size) for seg in self._segments) if FSYNC_JOURNAL else ()
+        snapshot_fds = self._take_snapshot_fds()
         dir_path = self.path if self._dir_dirty else None
         self._dir_dirty = False
         write_rp = self._recovery_point != self._leo or not self._recovery_file_written
@@ -619,7 +751,20 @@ class PartitionLog:
         if now_ms is not None:
             self._last_flush_ms = now_ms
         return FlushJob(fds, dir_path, self._leo,
-                        os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None, sizes)
+                        os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None, sizes,
+                        snapshot_fds=snapshot_fds)
+
+    def _take_snapshot_fds(self) -> tuple[int, ...]:
+        """Read-only fds of the snapshots written without fsync, for the flush job (a
+        snapshot deleted meanwhile, or an error opening one, is just skipped)."""
+        fds: list[int] = []
+        for path in self._unsynced_snapshots:
+            try:
+                fds.append(os.open(path, os.O_RDONLY))
+            except OSError:
+                pass
+        self._unsynced_snapshots = []
+        return tuple(fds)
 
     def end_flush(self, job: FlushJob, *, ok: bool) -> None:
         """On the owning thread, after :func:`run_flush`: advance the recovery point. A
@@ -652,9 +797,9 @@ class PartitionLog:
             self._closed = True
             raise LogOffline(self.path, self.offline_reason)
         self.flush()
-        if self.producer_state.producers:
-            snap = {"offset": self._leo, "state": self.producer_state.to_json()}
-            write_small_file(os.path.join(self.path, PRODUCER_SNAPSHOT_FILE), json.dumps(snap))
+        if self._leo not in self._snapshots:
+            # fsynced only when there is state to lose: an empty one is cheap to rebuild
+            self._take_snapshot(sync=bool(self.producer_state.producers))
         for seg in self._segments:
             seg.close()
         self._closed = True
