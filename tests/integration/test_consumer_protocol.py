@@ -150,13 +150,16 @@ def test_consumer_protocol_lifecycle(fresh_server):
         # a restart keeps the members, their assignment and the offsets
         srv.stop()
         srv = fresh_server(*SERVE_ARGS, data_dir=srv.data_dir, port=srv.port)
+        # a new admin client: the old one's reconnect backoff (librdkafka's grows to
+        # reconnect.backoff.max.ms = 10 s while the broker was down) can outlast a request
+        admin = AdminClient({"bootstrap.servers": srv.bootstrap})
         after = _describe(admin, group)
         assert after.type == ConsumerGroupType.CONSUMER
         assert _assignment(after) == before
         assert _committed(admin, group, topic) == {p: 15 for p in range(PARTITIONS)}
         third = _records("c", 30)
         confluent_produce(srv.bootstrap, topic, third)
-        got = _consume(members, len(third))
+        got = _consume(members, len(third), timeout=45.0)  # clients reconnect at their own pace
         assert sorted(got) == sorted(r.value for r in third)
         assert _assignment(_describe(admin, group)) == before  # no member was fenced
     finally:
