@@ -24,6 +24,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from .records import _R, _W, RecordFormatError
 
@@ -242,25 +243,37 @@ def _end(r: _FR) -> None:
 
 
 # -- keys: encode / decode ----------------------------------------------------------------------
+def encode_group_key(key: Any) -> bytes:
+    """Key bytes of a consumer or share group record: int16 version, the group id, then
+    the member id for member-scoped keys (those with a ``member_id`` field)."""
+    w = _W().i16(key.VERSION).string(key.group_id)
+    member_id = getattr(key, "member_id", None)
+    if member_id is not None:
+        w.string(member_id)
+    return bytes(w.b)
+
+
+def decode_group_key(data: bytes, group_keys: dict[int, type], member_keys: dict[int, type]) -> Any:
+    """Decode a key whose version is in ``group_keys`` ({group}) or ``member_keys``
+    ({group, member}); None for any other version. Raises RecordFormatError if truncated."""
+    r = _R(data)
+    version = r.i16()
+    if version in group_keys:
+        return group_keys[version](r.string() or "")
+    if version in member_keys:
+        return member_keys[version](r.string() or "", r.string() or "")
+    return None
+
+
 def encode_key(key: ConsumerKey) -> bytes:
     """The key bytes: int16 version then the group id (and member id for 5, 7, 8)."""
-    w = _W().i16(key.VERSION).string(key.group_id)
-    if isinstance(key, (ConsumerGroupMemberMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
-                        ConsumerGroupCurrentMemberAssignmentKey)):
-        w.string(key.member_id)
-    return bytes(w.b)
+    return encode_group_key(key)
 
 
 def decode_key(data: bytes) -> ConsumerKey | None:
     """Decode a key of versions 3–8; None for any other version (offsets, classic groups,
     share groups, transactions, regex records...). Raises RecordFormatError if truncated."""
-    r = _R(data)
-    version = r.i16()
-    if version in _GROUP_KEYS:
-        return _GROUP_KEYS[version](r.string() or "")
-    if version in _MEMBER_KEYS:
-        return _MEMBER_KEYS[version](r.string() or "", r.string() or "")
-    return None
+    return decode_group_key(data, _GROUP_KEYS, _MEMBER_KEYS)
 
 
 # -- values: encode ------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from .consumer_records import _FR, _FW, TopicPartitions, _end
-from .records import _R, _W, RecordFormatError
+from .consumer_records import _FR, _FW, TopicPartitions, _end, decode_group_key, encode_group_key
+from .records import RecordFormatError
 
 
 # -- keys -----------------------------------------------------------------------------------
@@ -80,7 +80,6 @@ _GROUP_KEYS = {11: ShareGroupMetadataKey, 12: ShareGroupTargetAssignmentMetadata
                15: ShareGroupStatePartitionMetadataKey}
 _MEMBER_KEYS = {10: ShareGroupMemberMetadataKey, 13: ShareGroupTargetAssignmentMemberKey,
                 14: ShareGroupCurrentMemberAssignmentKey}
-_MEMBER_KEY_TYPES = tuple(_MEMBER_KEYS.values())
 
 
 # -- values ---------------------------------------------------------------------------------
@@ -144,22 +143,13 @@ ShareValue = (ShareGroupMemberMetadataValue | ShareGroupMetadataValue | ShareGro
 # -- keys: encode / decode ----------------------------------------------------------------------
 def encode_key(key: ShareKey) -> bytes:
     """The key bytes: int16 version then the group id (and member id for 10, 13, 14)."""
-    w = _W().i16(key.VERSION).string(key.group_id)
-    if isinstance(key, _MEMBER_KEY_TYPES):
-        w.string(key.member_id)
-    return bytes(w.b)
+    return encode_group_key(key)
 
 
 def decode_key(data: bytes) -> ShareKey | None:
     """Decode a key of versions 10–15; None for any other version. Raises
     RecordFormatError if truncated."""
-    r = _R(data)
-    version = r.i16()
-    if version in _GROUP_KEYS:
-        return _GROUP_KEYS[version](r.string() or "")
-    if version in _MEMBER_KEYS:
-        return _MEMBER_KEYS[version](r.string() or "", r.string() or "")
-    return None
+    return decode_group_key(data, _GROUP_KEYS, _MEMBER_KEYS)
 
 
 # -- values: encode ------------------------------------------------------------------------------
