@@ -1,8 +1,12 @@
-"""Helpers shared by the data-plane handlers."""
+"""Helpers shared by the handlers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ...protocol.errors import ErrorCode
+from ..coordinator_log import CoordinatorUnavailable
 
 LEADER_EPOCH = 0  # single node: every partition is in leader epoch 0
 
@@ -27,3 +31,39 @@ def resolve_partition(broker, topic: str, partition: int):
     if plog is None:
         return None, ErrorCode.unknown_topic_or_partition
     return plog, ErrorCode.none
+
+
+INT32_MIN = -2**31  # authorized operations not requested
+
+
+def assignment(named) -> dict:
+    """A described member's assignment: ``((topic_id, topic_name, partitions), ...)`` on the wire."""
+    return {"topic_partitions": [{"topic_id": tid, "topic_name": name, "partitions": parts}
+                                 for tid, name, parts in named]}
+
+
+def _described_failure(group_id: str, code: ErrorCode, message: str | None) -> dict:
+    return {"group_id": group_id, "error_code": code, "error_message": message, "group_state": "",
+            "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [],
+            "authorized_operations": INT32_MIN}
+
+
+def describe_group(ctx, group_id: str, describe: Callable[[Any, Any], dict | None], kind: str,
+                   members: Callable[[list[dict]], list[dict]]) -> dict:
+    """One DescribedGroup of ConsumerGroupDescribe / ShareGroupDescribe: ``describe(shard,
+    topics)`` gives the group as a dict (None if there is no such group of this ``kind``),
+    ``members`` shapes its members for the wire. Unknown groups and groups of another
+    type answer GROUP_ID_NOT_FOUND, as Kafka ("Group X is not a share group.")."""
+    if not group_id:
+        return _described_failure(group_id, ErrorCode.invalid_group_id, "The group id must not be empty.")
+    runtime = ctx.broker.groups
+    try:
+        shard = runtime.shard_for(group_id)
+    except CoordinatorUnavailable as exc:
+        return _described_failure(group_id, ErrorCode.coordinator_not_available, str(exc))
+    d = describe(shard, runtime.topics())
+    if d is None:
+        what = f"is not a {kind} group" if shard.group_exists(group_id) else "not found"
+        return _described_failure(group_id, ErrorCode.group_id_not_found, f"Group {group_id} {what}.")
+    return {**d, "error_code": ErrorCode.none, "error_message": None, "members": members(d["members"]),
+            "authorized_operations": INT32_MIN}

@@ -17,9 +17,9 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
 from ..registry import handles
+from .common import assignment as _assignment, describe_group
 
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 MemberType: a KIP-848 member
-INT32_MIN = -2**31  # authorized operations not requested
 
 
 def _ms(td: datetime.timedelta) -> int:
@@ -65,35 +65,16 @@ def consumer_group_heartbeat(ctx, req):
 
 
 # -- ConsumerGroupDescribe --------------------------------------------------------------------
-def _failed(group_id: str, code: ErrorCode, message: str | None) -> dict:
-    return {"group_id": group_id, "error_code": code, "error_message": message, "group_state": "",
-            "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [],
-            "authorized_operations": INT32_MIN}
-
-
-def _assignment(named) -> dict:
-    return {"topic_partitions": [{"topic_id": tid, "topic_name": name, "partitions": parts}
-                                 for tid, name, parts in named]}
+def _members(members: list[dict]) -> list[dict]:
+    return [{**m, "member_type": CONSUMER_MEMBER, "assignment": _assignment(m["assignment"]),
+             "target_assignment": _assignment(m["target_assignment"])} for m in members]
 
 
 def _describe(ctx, group_id: str) -> dict:
-    """One DescribedGroup: GROUP_ID_NOT_FOUND for unknown groups and for classic groups
-    (as Kafka 4.0, whose admin client then falls back to DescribeGroups)."""
-    if not group_id:
-        return _failed(group_id, ErrorCode.invalid_group_id, "The group id must not be empty.")
-    runtime = ctx.broker.groups
-    try:
-        shard = runtime.shard_for(group_id)
-    except CoordinatorUnavailable as exc:
-        return _failed(group_id, ErrorCode.coordinator_not_available, str(exc))
-    d = shard.describe_consumer_group(group_id, runtime.topics())
-    if d is None:
-        what = "is not a consumer group" if shard.group_exists(group_id) else "not found"
-        return _failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} {what}.")
-    members = [{**m, "member_type": CONSUMER_MEMBER, "assignment": _assignment(m["assignment"]),
-                "target_assignment": _assignment(m["target_assignment"])} for m in d["members"]]
-    return {**d, "error_code": ErrorCode.none, "error_message": None, "members": members,
-            "authorized_operations": INT32_MIN}
+    """Classic groups answer GROUP_ID_NOT_FOUND too (as Kafka 4.0, whose admin client then
+    falls back to DescribeGroups)."""
+    return describe_group(ctx, group_id, lambda shard, topics: shard.describe_consumer_group(group_id, topics),
+                          "consumer", _members)
 
 
 @handles(69, 0, 1)

@@ -14,8 +14,8 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
 from ..registry import handles
+from .common import assignment as _assignment, describe_group
 
-INT32_MIN = -2**31  # authorized operations not requested
 
 
 def _host(ctx) -> str:
@@ -51,32 +51,13 @@ async def share_group_heartbeat(ctx, req):
 
 
 # -- ShareGroupDescribe --------------------------------------------------------------------------
-def _failed(group_id: str, code: ErrorCode, message: str | None) -> dict:
-    return {"group_id": group_id, "error_code": code, "error_message": message, "group_state": "",
-            "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [],
-            "authorized_operations": INT32_MIN}
+def _members(members: list[dict]) -> list[dict]:
+    return [{**m, "assignment": _assignment(m["assignment"])} for m in members]
 
 
 def _describe(ctx, group_id: str) -> dict:
-    """One DescribedGroup: GROUP_ID_NOT_FOUND for unknown groups and groups of another
-    type (as Kafka: "Group X is not a share group.")."""
-    if not group_id:
-        return _failed(group_id, ErrorCode.invalid_group_id, "The group id must not be empty.")
-    runtime = ctx.broker.groups
-    try:
-        shard = runtime.shard_for(group_id)
-    except CoordinatorUnavailable as exc:
-        return _failed(group_id, ErrorCode.coordinator_not_available, str(exc))
-    d = shard.describe_share_group(group_id, runtime.topics())
-    if d is None:
-        message = (f"Group {group_id} is not a share group." if shard.group_exists(group_id)
-                   else f"Group {group_id} not found.")
-        return _failed(group_id, ErrorCode.group_id_not_found, message)
-    members = [{**m, "assignment": {"topic_partitions": [
-        {"topic_id": tid, "topic_name": name, "partitions": parts} for tid, name, parts in m["assignment"]]}}
-        for m in d["members"]]
-    return {**d, "error_code": ErrorCode.none, "error_message": None, "members": members,
-            "authorized_operations": INT32_MIN}
+    return describe_group(ctx, group_id, lambda shard, topics: shard.describe_share_group(group_id, topics),
+                          "share", _members)
 
 
 @handles(77, 1, 1)
