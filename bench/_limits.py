@@ -1,4 +1,5 @@
-"""Physical limits of the machine a benchmark runs on, measured in the same run.
+"""Physical limits of the machine a benchmark runs on, measured in the same run, and
+the small helpers every benchmark shares (progress log, the commit measured).
 
 Every benchmark in ``bench/`` reports these next to its own numbers so the results read
 as ratios ("produce reached 0.4x of what the page cache takes") rather than as absolute
@@ -181,3 +182,21 @@ if __name__ == "__main__":
         print(json.dumps({"machine": machine(), "physical_limits": measure(d)}, indent=2))
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def log(msg: str) -> None:
+    """A progress line on stderr (stdout carries the JSON result)."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def git_revision() -> str | None:
+    """The commit the broker code was measured at (``+dirty`` with local changes)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "src"], capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+        return (rev + ("+dirty" if dirty else "")) or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,16 +34,7 @@ from tests.conftest import ServerProcess  # noqa: E402
 from tests.reliability import crashloop  # noqa: E402
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-    except OSError:
-        return "?"
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = _limits.log
 
 
 def main() -> None:
@@ -75,7 +65,7 @@ def main() -> None:
         out = {
             "benchmark": "crash_loop",
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
-            "commit": _commit(),
+            "commit": _limits.git_revision(),
             "machine": _limits.machine(),
             "loadavg_before_after": [round(x, 2) for x in (*load_before, *os.getloadavg())],
             **result,

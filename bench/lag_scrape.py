@@ -46,8 +46,7 @@ TARGET_SCRAPE_S = 2.0
 PER_GROUP_SAMPLE = 50
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = _limits.log
 
 
 API_NAMES = {1: "Fetch", 2: "ListOffsets", 3: "Metadata", 9: "OffsetFetch", 10: "FindCoordinator",

@@ -28,7 +28,6 @@ import multiprocessing as mp
 import os
 import random
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,16 +50,7 @@ TOPIC, QUIET = "load", "load-quiet"
 OFFSET_SENTINEL = 0x7A7A7A7A7A7A7A7A
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-    except OSError:
-        return "?"
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = _limits.log
 
 
 def frame(api_key: int, version: int, body: dict) -> bytearray:
@@ -362,7 +352,7 @@ def main() -> None:
     result = {
         "benchmark": "load",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start_at)),
-        "commit": _commit(),
+        "commit": _limits.git_revision(),
         "machine": _limits.machine(),
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
         "seconds": secs,

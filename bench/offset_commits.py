@@ -42,8 +42,7 @@ from kio.serial import entity_reader  # noqa: E402
 TARGET_COMMITS_PER_S = 20_000
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = _limits.log
 
 
 class Conn:

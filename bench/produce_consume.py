@@ -73,8 +73,7 @@ CONSUMER_CONF = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = _limits.log
 
 
 # --------------------------------------------------------------------------- broker
@@ -543,17 +542,7 @@ def summarize_collapsed(path: Path, top: int = 15) -> dict:
 
 # --------------------------------------------------------------------------- main
 
-def git_revision() -> str | None:
-    """The commit the broker code was measured at (``+dirty`` with local changes)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-        return (rev + ("+dirty" if dirty else "")) or None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+git_revision = _limits.git_revision
 
 
 def main() -> None:

@@ -48,8 +48,7 @@ TARGET_ACKED_PER_S = 50_000
 GROUP_RESOURCE = 32
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = _limits.log
 
 
 class Conn:
