@@ -34,6 +34,9 @@ class GatedPersister:
         self.deleted.append(key)
         return 0
 
+    def keys_for_group(self, group_id: str) -> list[ShareStateKey]:
+        return [k for k, _, _ in self.initialized if k.group_id == group_id]
+
 
 @pytest.fixture
 def env(tmp_path):

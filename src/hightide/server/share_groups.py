@@ -111,9 +111,8 @@ class ShareGroupService:
         Raises CoordinatorUnavailable if the group's log cannot be written."""
         resp = self._run(hb, now_ms)
         if resp.error_code == ErrorCode.none and resp.member_epoch < 0:
-            manager = getattr(self.broker, "share_manager", None)
-            if manager is not None:  # it left: its session goes and what it holds is freed now
-                manager.member_left(hb.group_id, hb.member_id)
+            # it left: its share session goes and what it holds is freed now
+            self.broker.share_manager.member_left(hb.group_id, hb.member_id)
         if resp.error_code != ErrorCode.none or resp.member_epoch < 0:
             return resp
         if resp.to_initialize:
@@ -142,18 +141,16 @@ class ShareGroupService:
     async def _initialize(self, group_id: str, state_epoch: int, parts: dict[uuid.UUID, frozenset[int]]) -> bool:
         """Initialize the share-partition state of ``parts``; record which succeeded.
         True if any did."""
-        persister = getattr(self.broker, "share_state", None)
+        persister = self.broker.share_state
         good: dict[uuid.UUID, set[int]] = {}
         bad: dict[uuid.UUID, set[int]] = {}
         for tid, ps in parts.items():
             for p in sorted(ps):
-                code = 0
-                if persister is not None:
-                    try:
-                        code = await persister.initialize(ShareStateKey(group_id, tid, p), state_epoch, -1)
-                    except Exception as exc:  # noqa: BLE001  (any share coordinator failure: retry later)
-                        log.warning("initializing share state of %s %s-%d failed: %s", group_id, tid, p, exc)
-                        code = ErrorCode.unknown_server_error
+                try:
+                    code = await persister.initialize(ShareStateKey(group_id, tid, p), state_epoch, -1)
+                except Exception as exc:  # noqa: BLE001  (any share coordinator failure: retry later)
+                    log.warning("initializing share state of %s %s-%d failed: %s", group_id, tid, p, exc)
+                    code = ErrorCode.unknown_server_error
                 (good if code == 0 else bad).setdefault(tid, set()).add(p)
         runtime, now = self.broker.groups, self.broker.groups._now_ms()
         for ok, sel in ((True, good), (False, bad)):
@@ -170,21 +167,14 @@ class ShareGroupService:
     async def delete_state(self, group_id: str) -> int:
         """Delete the share-partition state of every partition the group may have state
         for (before its records are tombstoned). Returns an error code (0: done)."""
-        persister = getattr(self.broker, "share_state", None)
-        if persister is None:
-            return 0
+        persister, manager = self.broker.share_state, self.broker.share_manager
         g = self._group(group_id)
-        keys: set[ShareStateKey] = set()
+        keys = set(persister.keys_for_group(group_id))
         if g is not None:
             keys |= {ShareStateKey(group_id, t, p) for t, ps in g.state_partitions().items() for p in ps}
-        keys_for_group = getattr(persister, "keys_for_group", None)
-        if keys_for_group is not None:
-            keys |= set(keys_for_group(group_id))
-        manager = getattr(self.broker, "share_manager", None)
         for key in sorted(keys, key=lambda k: (k.topic_id.bytes, k.partition)):
             code = await persister.delete(key)
-            if manager is not None:
-                manager.invalidate(key)
+            manager.invalidate(key)
             if code not in (0, ErrorCode.unknown_topic_or_partition, ErrorCode.group_id_not_found):
                 return code
         return 0

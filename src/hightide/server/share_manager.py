@@ -78,7 +78,7 @@ class FetchResult:
 class SharePartitionManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.sessions = ShareSessionCache(_config(broker, "group.share.max.share.sessions", 2000))
+        self.sessions = ShareSessionCache(broker.config["group.share.max.share.sessions"])
         self._parts: dict[ShareStateKey, _Entry] = {}
         self._loading: dict[ShareStateKey, asyncio.Task] = {}
         self._writes: set[asyncio.Task] = set()
@@ -87,17 +87,10 @@ class SharePartitionManager:
     # -- group side ------------------------------------------------------------------
     def settings(self, group_id: str) -> ShareGroupSettings:
         """The group's effective settings (group configs over broker defaults)."""
-        groups = getattr(self.broker, "share_groups", None)
-        if groups is not None:
-            return groups.settings(group_id)
-        return ShareGroupSettings(
-            record_lock_duration_ms=_config(self.broker, "group.share.record.lock.duration.ms", 30_000),
-            delivery_count_limit=_config(self.broker, "group.share.delivery.count.limit", 5),
-            partition_max_record_locks=_config(self.broker, "group.share.partition.max.record.locks", 2000))
+        return self.broker.share_groups.settings(group_id)
 
     def is_member(self, group_id: str, member_id: str) -> bool:
-        groups = getattr(self.broker, "share_groups", None)
-        return True if groups is None else groups.is_member(group_id, member_id)
+        return self.broker.share_groups.is_member(group_id, member_id)
 
     # -- long-poll wake-ups --------------------------------------------------------------
     @staticmethod
@@ -158,9 +151,7 @@ class SharePartitionManager:
         return res
 
     async def _load(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
-        persister = getattr(self.broker, "share_state", None)
-        if persister is None:
-            return None, int(ErrorCode.coordinator_not_available), "the share coordinator is not running"
+        persister = self.broker.share_state
         plog = self.broker.partition_log(topic, key.partition)
         if plog is None:
             return None, int(ErrorCode.unknown_topic_or_partition), None
@@ -387,9 +378,3 @@ class SharePartitionManager:
         if self._writes:
             await asyncio.wait(list(self._writes), timeout=5)
 
-
-def _config(broker, name: str, default: int) -> int:
-    try:
-        return broker.config[name]
-    except (KeyError, TypeError):
-        return default

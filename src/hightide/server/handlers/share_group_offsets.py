@@ -90,9 +90,8 @@ def describe_share_group_offsets(ctx, req):
 def _group_error(b, group_id: str) -> tuple[ErrorCode, str | None] | None:
     if not group_id:
         return ErrorCode.invalid_group_id, "The group id must not be empty."
-    service = getattr(b, "share_groups", None)
     try:
-        state = None if service is None else service.group_state(group_id)
+        state = b.share_groups.group_state(group_id)
     except _UNAVAILABLE as exc:
         return ErrorCode.coordinator_not_available, str(exc)
     if state is None:
@@ -103,9 +102,7 @@ def _group_error(b, group_id: str) -> tuple[ErrorCode, str | None] | None:
 
 
 def _invalidate(b, key: ShareStateKey) -> None:
-    manager = getattr(b, "share_manager", None)
-    if manager is not None:
-        manager.invalidate(key)
+    b.share_manager.invalidate(key)
 
 
 def _group_epoch(b, group_id: str, default: int) -> int:
