@@ -154,6 +154,8 @@ class _Loop:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()  # else its selector sockets leak (ResourceWarning at a later GC)
 
 
 class AiokafkaMember:
