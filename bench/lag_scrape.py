@@ -39,7 +39,7 @@ from produce_consume import Broker  # noqa: E402
 
 from hightide.client import AdminClient, NewTopic, TopicPartition  # noqa: E402
 from hightide.lag import offset_lag  # noqa: E402
-from hightide.monitor import LagMonitor  # noqa: E402
+from hightide.monitoring.monitor import LagMonitor  # noqa: E402
 
 TARGET_RATIO = 3.0
 TARGET_SCRAPE_S = 2.0

@@ -10,7 +10,7 @@ import pytest
 
 from hightide.client import AdminClient, NewTopic, TopicPartition
 from hightide.lag import Anomaly, Status, StatusRules
-from hightide.monitor import LagMonitor
+from hightide.monitoring.monitor import LagMonitor
 
 from .clients import Rec, confluent_produce
 

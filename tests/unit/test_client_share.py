@@ -10,7 +10,7 @@ import pytest
 
 from hightide.client import AdminClient, NonEmptyGroupError, TopicPartition
 from hightide.client.testing import FakeCluster
-from hightide.share_monitor import share_snapshot
+from hightide.monitoring.share_monitor import share_snapshot
 
 TID = uuid.UUID(int=7)
 

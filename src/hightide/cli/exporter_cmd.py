@@ -23,7 +23,7 @@ from ._common import DEFAULT_BOOTSTRAP
 def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, ...], window: float,
              min_samples: int, min_interval: float, no_extensions: bool, cluster_name: str) -> None:
     """Serve consumer lag, time lag, status and partition offsets as Prometheus metrics."""
-    from ..exporter import Exporter
+    from ..monitoring.exporter import Exporter
     from ..lag import StatusRules
     ex = Exporter(bootstrap_server, listen=(listen, port), groups=list(groups) or None,
                   rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),

@@ -107,7 +107,7 @@ def groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ..
                     samples: int, interval: float, isolation: str) -> None:
     """Describe GROUP_IDS like kafka-consumer-groups.sh --describe, plus TIME-LAG and STATUS."""
     from ..lag import StatusRules
-    from ..monitor import LagMonitor
+    from ..monitoring.monitor import LagMonitor
     rules = StatusRules(window_ms=max(1, int(samples * interval * 1000) + 1000), min_samples=max(1, samples))
 
     async def go(admin: Any) -> Any:

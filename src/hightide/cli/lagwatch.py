@@ -49,7 +49,7 @@ def lag_watch(bootstrap_server: str, output: str, group_ids: tuple[str, ...], in
     With ``-o json`` prints one JSON document per refresh, one per line.
     """
     from ..lag import StatusRules
-    from ..monitor import LagMonitor
+    from ..monitoring.monitor import LagMonitor
     rules = StatusRules(window_ms=int(window * 1000), min_samples=min_samples)
 
     async def go(admin: Any) -> None:

@@ -1,8 +1,8 @@
 """Lag math: offset lag and its anomalies, time lag by three labelled methods, and
 Burrow-style status. Pure (no I/O, no asyncio); ``docs/lag.md`` is the reference.
 
-The monitor that feeds it from a cluster is :mod:`hightide.monitor`; the Prometheus
-exporter is :mod:`hightide.exporter`.
+The monitor that feeds it from a cluster is :mod:`hightide.monitoring.monitor`; the
+Prometheus exporter is :mod:`hightide.monitoring.exporter`.
 """
 
 from .assignment import decode_assignment

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .client import AdminClient, KafkaError, ListOffsetsResult, PartitionLag, TopicPartition
-from .client.errors import ErrorCode
-from .lag import (
+from ..client import AdminClient, KafkaError, ListOffsetsResult, PartitionLag, TopicPartition
+from ..client.errors import ErrorCode
+from ..lag import (
     Certainty,
     GroupStatus,
     OffsetHistory,

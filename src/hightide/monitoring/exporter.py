@@ -1,7 +1,7 @@
 """Prometheus exporter: consumer lag, time lag, status and partition offsets.
 
 ``hightide exporter`` serves ``GET /metrics``. Every scrape is answered from one
-:class:`~hightide.monitor.Snapshot` (committed offsets and end offsets read together:
+:class:`~hightide.monitoring.monitor.Snapshot` (committed offsets and end offsets read together:
 hightide's OffsetFetch extension in one round trip, OffsetFetch *then* ListOffsets on
 other brokers), so all series of a scrape describe the same moment; scrapes closer
 together than ``min_interval_s`` share a snapshot. Successive snapshots form the status
@@ -26,8 +26,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from .client import AdminClient
-from .lag import Status, StatusRules
+from ..client import AdminClient
+from ..lag import Status, StatusRules
 from .monitor import LagMonitor, Snapshot
 from .share_monitor import ShareSnapshot, share_snapshot
 

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client.errors import KafkaError, UnsupportedVersionError
-from .client.types import TopicPartition
-from .lag.share import InFlightCounts, in_flight_counts
+from ..client.errors import KafkaError, UnsupportedVersionError
+from ..client.types import TopicPartition
+from ..lag.share import InFlightCounts, in_flight_counts
 
 log = logging.getLogger("hightide.exporter")
 
