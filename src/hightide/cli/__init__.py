@@ -68,7 +68,12 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
         raise click.ClickException(str(exc)) from exc
     listen_addr = _parse_hostport(listen)
     advertised = _parse_hostport(advertised_listener) if advertised_listener else None
-    _run(_serve(config, data_dir, listen_addr, advertised))
+    from ..log.dirlock import DataDirLocked
+    try:
+        _run(_serve(config, data_dir, listen_addr, advertised))
+    except DataDirLocked as exc:  # another broker owns the directory: one line, no traceback
+        click.echo(f"hightide: {exc}", err=True)
+        sys.exit(1)
 
 
 async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> None:

@@ -26,6 +26,7 @@ from ..cluster.records import MetadataRecord
 from ..config import BrokerConfig, effective_topic_config
 from ..log.cleaner import clean
 from ..log.config import LogConfig
+from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
 from . import handlers  # noqa: F401  (registers routes)
@@ -73,6 +74,7 @@ class Broker:
         self.stopping = False
         self._bound: tuple[str, int] = listen
         self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
+        self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
 
     # -- lifecycle ------------------------------------------------------------------
     async def __aenter__(self) -> "Broker":
@@ -84,6 +86,8 @@ class Broker:
 
     async def start(self) -> None:
         t0 = time.monotonic()
+        if self._dir_lock is None:  # first, before anything in the directory is opened or written
+            self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
         self.logs = LogManager(self.data_dir)
         self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown)
         self.cluster_id = self.cluster_id or self._load_cluster_id()
@@ -135,6 +139,9 @@ class Broker:
         if self.logs is not None:
             self.logs.close()
             self.logs = None
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+            self._dir_lock = None
         log.info("hightide node %d stopped cleanly", self.node_id)
 
     def _load_cluster_id(self) -> str:
