@@ -15,57 +15,61 @@ their record types:
   initializing, initialized, or being deleted.
 
 Version 9 (ShareGroupPartitionMetadata, written only by pre-4.1 previews) is skipped.
-Keys are non-flexible; values are int16 version 0 then the flexible encoding, exactly
-as :mod:`.consumer_records` (whose writer and reader this module reuses). A null value
-is a tombstone.
+Laid out exactly as the consumer group records (:mod:`.modern_records` describes the
+encoding); this module only declares the records. A null value is a tombstone.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from .consumer_records import _FR, _FW, TopicPartitions, _end, decode_group_key, encode_group_key
-from .records import RecordFormatError
+from . import modern_records as M
+from .modern_records import (
+    INT8,
+    INT32,
+    INT64,
+    NULLABLE_STRING,
+    STRING,
+    TOPIC_PARTITIONS,
+    UUID,
+    Array,
+    GroupRecordKey,
+    MemberRecordKey,
+    TopicPartitions,
+    schema,
+)
 
 
 # -- keys -----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ShareGroupMemberMetadataKey:
-    group_id: str
-    member_id: str
+class ShareGroupMemberMetadataKey(MemberRecordKey):
+    __slots__ = ()
     VERSION = 10
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupMetadataKey:
-    group_id: str
+class ShareGroupMetadataKey(GroupRecordKey):
+    __slots__ = ()
     VERSION = 11
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupTargetAssignmentMetadataKey:
-    group_id: str
+class ShareGroupTargetAssignmentMetadataKey(GroupRecordKey):
+    __slots__ = ()
     VERSION = 12
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupTargetAssignmentMemberKey:
-    group_id: str
-    member_id: str
+class ShareGroupTargetAssignmentMemberKey(MemberRecordKey):
+    __slots__ = ()
     VERSION = 13
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupCurrentMemberAssignmentKey:
-    group_id: str
-    member_id: str
+class ShareGroupCurrentMemberAssignmentKey(MemberRecordKey):
+    __slots__ = ()
     VERSION = 14
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupStatePartitionMetadataKey:
-    group_id: str
+class ShareGroupStatePartitionMetadataKey(GroupRecordKey):
+    __slots__ = ()
     VERSION = 15
 
 
@@ -75,11 +79,6 @@ ShareKey = (ShareGroupMemberMetadataKey | ShareGroupMetadataKey | ShareGroupTarg
 SHARE_KEY_TYPES = (ShareGroupMemberMetadataKey, ShareGroupMetadataKey, ShareGroupTargetAssignmentMetadataKey,
                    ShareGroupTargetAssignmentMemberKey, ShareGroupCurrentMemberAssignmentKey,
                    ShareGroupStatePartitionMetadataKey)
-
-_GROUP_KEYS = {11: ShareGroupMetadataKey, 12: ShareGroupTargetAssignmentMetadataKey,
-               15: ShareGroupStatePartitionMetadataKey}
-_MEMBER_KEYS = {10: ShareGroupMemberMetadataKey, 13: ShareGroupTargetAssignmentMemberKey,
-                14: ShareGroupCurrentMemberAssignmentKey}
 
 
 # -- values ---------------------------------------------------------------------------------
@@ -140,106 +139,46 @@ ShareValue = (ShareGroupMemberMetadataValue | ShareGroupMetadataValue | ShareGro
               | ShareGroupStatePartitionMetadataValue)
 
 
-# -- keys: encode / decode ----------------------------------------------------------------------
+# -- schemas (Kafka's field order) ----------------------------------------------------------------
+_PARTITIONS_INFO = Array(schema(TopicPartitionsInfo, ("topic_id", UUID), ("topic_name", STRING),
+                                ("partitions", Array(INT32))))
+_CODEC = M.Codec({
+    ShareGroupMemberMetadataKey: schema(
+        ShareGroupMemberMetadataValue, ("rack_id", NULLABLE_STRING), ("client_id", STRING),
+        ("client_host", STRING), ("subscribed_topic_names", Array(STRING))),
+    ShareGroupMetadataKey: schema(ShareGroupMetadataValue, ("epoch", INT32), ("metadata_hash", INT64)),
+    ShareGroupTargetAssignmentMetadataKey: schema(ShareGroupTargetAssignmentMetadataValue,
+                                                  ("assignment_epoch", INT32)),
+    ShareGroupTargetAssignmentMemberKey: schema(ShareGroupTargetAssignmentMemberValue,
+                                                ("topic_partitions", TOPIC_PARTITIONS)),
+    ShareGroupCurrentMemberAssignmentKey: schema(
+        ShareGroupCurrentMemberAssignmentValue, ("member_epoch", INT32), ("previous_member_epoch", INT32),
+        ("state", INT8), ("assigned_partitions", TOPIC_PARTITIONS)),
+    ShareGroupStatePartitionMetadataKey: schema(
+        ShareGroupStatePartitionMetadataValue, ("initializing_topics", _PARTITIONS_INFO),
+        ("initialized_topics", _PARTITIONS_INFO),
+        ("deleting_topics", Array(schema(TopicInfo, ("topic_id", UUID), ("topic_name", STRING))))),
+})
+
+
+# -- encode / decode ------------------------------------------------------------------------------
 def encode_key(key: ShareKey) -> bytes:
     """The key bytes: int16 version then the group id (and member id for 10, 13, 14)."""
-    return encode_group_key(key)
+    return _CODEC.encode_key(key)
 
 
 def decode_key(data: bytes) -> ShareKey | None:
     """Decode a key of versions 10–15; None for any other version. Raises
     RecordFormatError if truncated."""
-    return decode_group_key(data, _GROUP_KEYS, _MEMBER_KEYS)
-
-
-# -- values: encode ------------------------------------------------------------------------------
-def _enc_partitions_info(w: _FW, topics: tuple[TopicPartitionsInfo, ...]) -> None:
-    w.alen(len(topics))
-    for t in topics:
-        w.uuid(t.topic_id).cstring(t.topic_name).alen(len(t.partitions))
-        for p in t.partitions:
-            w.i32(p)
-        w.tags()
-
-
-def _enc_value(value: ShareValue, w: _FW) -> None:
-    match value:
-        case ShareGroupMemberMetadataValue():
-            w.cstring(value.rack_id).cstring(value.client_id).cstring(value.client_host)
-            w.alen(len(value.subscribed_topic_names))
-            for name in value.subscribed_topic_names:
-                w.cstring(name)
-        case ShareGroupMetadataValue():
-            w.i32(value.epoch).i64(value.metadata_hash)
-        case ShareGroupTargetAssignmentMetadataValue():
-            w.i32(value.assignment_epoch)
-        case ShareGroupTargetAssignmentMemberValue():
-            w.topic_partitions(value.topic_partitions)
-        case ShareGroupCurrentMemberAssignmentValue():
-            w.i32(value.member_epoch).i32(value.previous_member_epoch).i8(value.state)
-            w.topic_partitions(value.assigned_partitions)
-        case ShareGroupStatePartitionMetadataValue():
-            _enc_partitions_info(w, value.initializing_topics)
-            _enc_partitions_info(w, value.initialized_topics)
-            w.alen(len(value.deleting_topics))
-            for t in value.deleting_topics:
-                w.uuid(t.topic_id).cstring(t.topic_name).tags()
-    w.tags()
+    return _CODEC.decode_key(data)
 
 
 def encode_value(value: ShareValue | None) -> bytes | None:
     """The value bytes (version 0, flexible); None for a tombstone."""
-    if value is None:
-        return None
-    w = _FW().i16(0)
-    _enc_value(value, w)
-    return bytes(w.b)
+    return _CODEC.encode_value(value)
 
 
-# -- values: decode ------------------------------------------------------------------------------
-def _dec_partitions_info(r: _FR) -> tuple[TopicPartitionsInfo, ...]:
-    out = []
-    for _ in range(r.count()):
-        topic_id, name = r.uuid(), r.req_string()
-        parts = tuple(r.i32() for _ in range(r.count()))
-        r.tags()
-        out.append(TopicPartitionsInfo(topic_id, name, parts))
-    return tuple(out)
-
-
-def _dec_value(key: ShareKey, r: _FR) -> ShareValue:
-    match key:
-        case ShareGroupMemberMetadataKey():
-            rack, client, host = r.cstring(), r.req_string(), r.req_string()
-            return ShareGroupMemberMetadataValue(rack, client, host, tuple(r.req_string() for _ in range(r.count())))
-        case ShareGroupMetadataKey():
-            return ShareGroupMetadataValue(r.i32(), r.i64())
-        case ShareGroupTargetAssignmentMetadataKey():
-            return ShareGroupTargetAssignmentMetadataValue(r.i32())
-        case ShareGroupTargetAssignmentMemberKey():
-            return ShareGroupTargetAssignmentMemberValue(r.topic_partitions())
-        case ShareGroupCurrentMemberAssignmentKey():
-            epoch, previous, state = r.i32(), r.i32(), r.i8()
-            return ShareGroupCurrentMemberAssignmentValue(epoch, previous, state, r.topic_partitions())
-        case _:
-            initializing, initialized = _dec_partitions_info(r), _dec_partitions_info(r)
-            deleting = []
-            for _ in range(r.count()):
-                deleting.append(TopicInfo(r.uuid(), r.req_string()))
-                r.tags()
-            return ShareGroupStatePartitionMetadataValue(initializing, initialized, tuple(deleting))
-
-
-def decode_value(key: ShareKey, data: bytes | None) -> ShareValue | None:
+def decode_value(key: ShareKey, data: bytes | None) -> Any:
     """Decode the value belonging to ``key`` (None for a tombstone). Raises
     RecordFormatError for an unknown value version, truncation or trailing bytes."""
-    if data is None:
-        return None
-    r = _FR(data)
-    version = r.i16()
-    if version != 0:
-        raise RecordFormatError(f"unknown {type(key).__name__} value version {version}")
-    value = _dec_value(key, r)
-    r.tags()
-    _end(r)
-    return value
+    return _CODEC.decode_value(key, data)
