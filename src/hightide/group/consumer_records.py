@@ -37,8 +37,8 @@ from .modern_records import (
     Array,
     GroupRecordKey,
     MemberRecordKey,
-    Struct,
     Tagged,
+    Tuple,
     TopicPartitions,
     schema,
 )
@@ -143,7 +143,7 @@ ConsumerValue = (ConsumerGroupMetadataValue | ConsumerGroupPartitionMetadataValu
 
 # -- schemas (Kafka's field order) ----------------------------------------------------------------
 _TOPIC_METADATA = schema(TopicMetadata, ("topic_id", UUID), ("topic_name", STRING), ("num_partitions", INT32),
-                         ("partition_racks", Array(Struct((INT32, Array(STRING))))))
+                         ("partition_racks", Array(Tuple(INT32, Array(STRING)))))
 _CODEC = M.Codec({
     ConsumerGroupMetadataKey: schema(ConsumerGroupMetadataValue, ("epoch", INT32), tagged=(
         Tagged(0, "metadata_hash", INT64, 0), Tagged(1, "creation_time_ms", INT64, -1))),

@@ -155,41 +155,49 @@ class Tagged:
     default: Any
 
 
+class Tuple(Type):
+    """A struct read as a plain tuple (such as ``(topic_id, partitions)``): its fields in
+    order, then an (empty when written) tagged-field section."""
+
+    def __init__(self, *types: Type) -> None:
+        self.types = types
+
+    def write(self, w: _FW, v: tuple) -> None:
+        for t, x in zip(self.types, v, strict=True):
+            t.write(w, x)
+        w.uvarint(0)
+
+    def read(self, r: _R) -> tuple:
+        values = tuple(t.read(r) for t in self.types)
+        _read_tags(r)
+        return values
+
+
 class Struct(Type):
-    """Fields in wire order, then the tagged-field section.
+    """A struct read as dataclass ``make``: the named fields in wire order, then the
+    tagged-field section (the ``tagged`` fields, unknown tags skipped)."""
 
-    ``make`` builds the value: called with the fields as keywords when ``names`` is given
-    (a dataclass; fields are read back with ``getattr``), else positionally (a plain
-    tuple such as ``(topic_id, partitions)``)."""
-
-    def __init__(self, fields: Iterable[tuple[str, Type]] | Iterable[Type], make: Callable[..., Any] | None = None,
+    def __init__(self, make: Callable[..., Any], fields: Iterable[tuple[str, Type]],
                  tagged: Iterable[Tagged] = ()) -> None:
-        fields = tuple(fields)
-        self.named = make is not None
-        self.names = tuple(f[0] for f in fields) if self.named else ()
-        self.types: tuple[Type, ...] = tuple(f[1] for f in fields) if self.named else fields  # type: ignore[misc]
-        self.make = make or (lambda *vs: tuple(vs))
-        self.tagged = tuple(sorted(tagged, key=lambda t: t.tag))
+        self.make = make
+        self.fields = tuple(fields)
+        self.tagged = tuple(sorted(tagged, key=lambda f: f.tag))
 
     def write(self, w: _FW, v: Any) -> None:
-        values = tuple(getattr(v, n) for n in self.names) if self.named else v
-        for t, x in zip(self.types, values, strict=True):
-            t.write(w, x)
-        present = [t for t in self.tagged if getattr(v, t.name) != t.default]
+        for name, t in self.fields:
+            t.write(w, getattr(v, name))
+        present = [f for f in self.tagged if getattr(v, f.name) != f.default]
         w.uvarint(len(present))
-        for t in present:
+        for f in present:
             body = _FW()
-            t.type.write(body, getattr(v, t.name))
-            w.uvarint(t.tag).uvarint(len(body.b)).raw(bytes(body.b))
+            f.type.write(body, getattr(v, f.name))
+            w.uvarint(f.tag).uvarint(len(body.b)).raw(bytes(body.b))
 
     def read(self, r: _R) -> Any:
-        values = [t.read(r) for t in self.types]
+        kwargs = {name: t.read(r) for name, t in self.fields}
         tags = _read_tags(r)
-        if not self.named:
-            return self.make(*values)
-        kwargs = dict(zip(self.names, values, strict=True))
-        for t in self.tagged:
-            kwargs[t.name] = t.default if t.tag not in tags else _read_whole(t, tags[t.tag])
+        for f in self.tagged:
+            kwargs[f.name] = f.default if f.tag not in tags else _read_whole(f, tags[f.tag])
         return self.make(**kwargs)
 
 
@@ -214,10 +222,10 @@ def _read_whole(t: Tagged, data: bytes) -> Any:
 
 def schema(cls: type, *fields: tuple[str, Type], tagged: Iterable[Tagged] = ()) -> Struct:
     """The :class:`Struct` of dataclass ``cls`` (fields in wire order)."""
-    return Struct(fields, cls, tagged)
+    return Struct(cls, fields, tagged)
 
 
-TOPIC_PARTITIONS = Array(Struct((UUID, Array(INT32))))
+TOPIC_PARTITIONS = Array(Tuple(UUID, Array(INT32)))
 """``[]TopicPartitions``: topic id, ``[]int32`` partitions, tags — as :data:`TopicPartitions`."""
 
 
@@ -226,7 +234,7 @@ class Codec:
     """The records of one family: ``{key class: schema of its value}``."""
 
     def __init__(self, schemas: dict[type, Struct]) -> None:
-        self.keys = {k.VERSION: k for k in schemas}
+        self.keys: dict[int, Callable[..., Any]] = {getattr(k, "VERSION"): k for k in schemas}
         self.by_key = schemas
         self.by_value = {s.make: s for s in schemas.values()}
 
@@ -244,15 +252,17 @@ class Codec:
         cls = self.keys.get(r.i16())
         if cls is None:
             return None
-        if issubclass(cls, MemberRecordKey):
-            return cls(r.string() or "", r.string() or "")
-        return cls(r.string() or "")
+        group_id = r.string() or ""
+        if isinstance(cls, type) and issubclass(cls, MemberRecordKey):
+            return cls(group_id, r.string() or "")
+        return cls(group_id)
 
     def encode_value(self, value: Any) -> bytes | None:
         """Value bytes (version 0, flexible); None for a tombstone."""
         if value is None:
             return None
-        w = _FW().i16(0)
+        w = _FW()
+        w.i16(0)
         self.by_value[type(value)].write(w, value)
         return bytes(w.b)
 
