@@ -234,7 +234,7 @@ class Codec:
     """The records of one family: ``{key class: schema of its value}``."""
 
     def __init__(self, schemas: dict[type, Struct]) -> None:
-        self.keys: dict[int, Callable[..., Any]] = {getattr(k, "VERSION"): k for k in schemas}
+        self.keys: dict[int, Any] = {getattr(k, "VERSION"): k for k in schemas}
         self.by_key = schemas
         self.by_value = {s.make: s for s in schemas.values()}
 
@@ -253,7 +253,7 @@ class Codec:
         if cls is None:
             return None
         group_id = r.string() or ""
-        if isinstance(cls, type) and issubclass(cls, MemberRecordKey):
+        if issubclass(cls, MemberRecordKey):
             return cls(group_id, r.string() or "")
         return cls(group_id)
 
