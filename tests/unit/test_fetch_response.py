@@ -16,7 +16,7 @@ def _topics():
     return [
         TopicData("orders", TID, [
             PartitionData(0, 0, 42, 42, 3, [], -1, b"\x01" * 70),
-            PartitionData(1, 1, 7, 7, 0, None, -1, None),
+            PartitionData(1, 1, 7, 7, 0, None, -1),  # an error: empty records, never null
             PartitionData(2, 0, 9, 8, 1, [(77, 5)], -1, b""),
         ]),
         TopicData("b", uuid.UUID(int=5), []),
@@ -42,3 +42,15 @@ def test_matches_kio(version):
     got = b"".join(bytes(b) for b in mine)
     assert size == len(got)
     assert expected[4:] == got
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 17])
+def test_error_partition_has_empty_records_not_null(version):
+    """Kafka answers an errored partition with an empty records array; librdkafka rejects a
+    whole response holding a null one ("invalid MessageSetSize -1")."""
+    from kio.serial import entity_reader
+    topics = [TopicData("t", TID, [PartitionData(0, error_code=1)])]
+    frame = b"".join(bytes(b) for b in encode_fetch_response(version, 1, topics)[0])
+    entity, _ = entity_reader(load_response_schema(1, version))(frame, 4 + (version >= 12))
+    part = entity.responses[0].partitions[0]
+    assert (part.error_code, part.records) == (1, b"")

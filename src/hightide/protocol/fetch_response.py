@@ -30,7 +30,10 @@ class PartitionData:
     log_start_offset: int = -1
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
     preferred_read_replica: int = -1
-    records: bytes | memoryview | None = None
+    #: Always an array, empty when there is nothing to send (errors too): Kafka never sends
+    #: null records, and librdkafka rejects a whole response holding one ("invalid
+    #: MessageSetSize -1"), so it would never see the partition's error code.
+    records: bytes | memoryview = b""
     current_leader: tuple[int, int] | None = None  # (leader id, epoch), tagged field 1 (v12+)
 
 
@@ -39,12 +42,6 @@ class TopicData:
     name: str | None
     topic_id: uuid.UUID | None
     partitions: list[PartitionData] = field(default_factory=list)
-
-
-
-
-
-
 
 
 def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicData], *,
@@ -85,14 +82,11 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicD
             if version >= 11:
                 cur += _I32.pack(p.preferred_read_replica)
             rec = p.records
-            if rec is None:
-                cur += b"\x00" if flexible else b"\xff\xff\xff\xff"
-            else:
-                cur += uvarint(len(rec) + 1) if flexible else _I32.pack(len(rec))
-                if len(rec):
-                    out.append(bytes(cur))
-                    out.append(rec)
-                    cur = bytearray()
+            cur += uvarint(len(rec) + 1) if flexible else _I32.pack(len(rec))
+            if len(rec):
+                out.append(bytes(cur))
+                out.append(rec)
+                cur = bytearray()
             if flexible:
                 if p.current_leader is not None:
                     tag = _I32.pack(p.current_leader[0]) + _I32.pack(p.current_leader[1]) + b"\x00"

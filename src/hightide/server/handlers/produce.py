@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 
 
-from ...log.cleaner import validate_compacted_batch
 from ...log.producer_state import ProducerStateError
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
@@ -24,29 +23,49 @@ from ..registry import CloseConnection, RawResponse, handles
 from .common import LEADER_EPOCH
 
 
-def _policy_error(cfg, h, records, now_ms: int, acks: int) -> tuple[ErrorCode, str] | None:
+def _policy_error(cfg, h, records, now_ms: int, acks: int) -> tuple[ErrorCode, str, list[dict]] | None:
     """Topic policies Kafka enforces before appending: min.insync.replicas for acks=all
     (a single node has an ISR of 1) and the CreateTime bounds
-    message.timestamp.before/after.max.ms. The future bound needs only the header's
-    MaxTimestamp; the past bound decodes the batch (opt-in, off by default)."""
+    message.timestamp.before/after.max.ms. Returns (error, message, record errors) or
+    None. The batch is decoded only when a bound is set and may be crossed (the future
+    bound is checked on the header's MaxTimestamp first); every record out of range is
+    listed by its batch index, as Kafka's LogValidator does."""
     if acks == -1 and cfg.min_insync_replicas > 1:
         return (ErrorCode.not_enough_replicas,
                 f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement "
-                f"of {cfg.min_insync_replicas}")
+                f"of {cfg.min_insync_replicas}", [])
     if cfg.log_append_time:
         return None
     after, before = cfg.timestamp_after_max_ms, cfg.timestamp_before_max_ms
-    if after is not None and h.max_timestamp > now_ms + after:
-        return ErrorCode.invalid_timestamp, (
-            f"Timestamp {h.max_timestamp} of a record is more than {after} ms after the broker's time "
-            "(message.timestamp.after.max.ms)")
-    if before is not None:
-        oldest = min((r.timestamp for r in decode_records(records)), default=now_ms)
-        if oldest < now_ms - before:
-            return ErrorCode.invalid_timestamp, (
-                f"Timestamp {oldest} of a record is more than {before} ms before the broker's time "
-                "(message.timestamp.before.max.ms)")
-    return None
+    if before is None and (after is None or h.max_timestamp <= now_ms + after):
+        return None
+    lo = now_ms - before if before is not None else -(2**63)
+    hi = now_ms + after if after is not None else 2**63 - 1
+    bad = [{"batch_index": i, "batch_index_error_message":
+            f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. "
+            f"The timestamp should be within [{lo}, {hi}]"}
+           for i, r in enumerate(decode_records(records)) if r.timestamp >= 0 and not lo <= r.timestamp <= hi]
+    if not bad:
+        return None
+    return ErrorCode.invalid_timestamp, "One or more records have been rejected due to invalid timestamp", bad
+
+
+def _keyless_record_errors(records, topic_partition: str) -> list[dict]:
+    """Kafka's LogValidator.validateKey for a compacted topic: one RecordError per record
+    without a key, by its index in the batch (a client sends exactly one batch per
+    partition, checked before). Decodes (decompresses) the batch: compacted topics only.
+    Raises InvalidRecords (CORRUPT_MESSAGE) when the records cannot be decoded."""
+    message = f"Compacted topic cannot accept message without key in topic partition {topic_partition}"
+    return [{"batch_index": i, "batch_index_error_message": message}
+            for i, r in enumerate(decode_records(records)) if r.key is None]
+
+
+def _record_errors_summary(errors: list[dict]) -> str:
+    """The partition-level message Kafka sends with RecordErrors (INVALID_RECORD)."""
+    shown = ", ".join(f"RecordError(batchIndex={e['batch_index']}, message='{e['batch_index_error_message']}')"
+                      for e in errors[:3])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]")
 
 
 def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tuple[dict, object | None]:
@@ -81,15 +100,14 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
     h = headers[0]
     policy = _policy_error(plog.config, h, records, ctx.now_ms, acks)
     if policy is not None:
-        resp["error_code"], resp["error_message"] = policy
-        if policy[0] == ErrorCode.invalid_timestamp:
-            resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": policy[1]}]
+        resp["error_code"], resp["error_message"], resp["record_errors"] = policy
         return resp, None
     if plog.config.compact:
-        problem = validate_compacted_batch(records)
-        if problem is not None:
-            resp["error_code"], resp["error_message"] = ErrorCode.invalid_record, problem
-            resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": problem}]
+        bad = _keyless_record_errors(records, f"{topic}-{partition}")
+        if bad:
+            resp["error_code"], resp["error_message"] = ErrorCode.invalid_record, _record_errors_summary(bad)
+            resp["record_errors"] = bad
+            resp["log_start_offset"] = plog.log_start_offset
             return resp, None
     if h.is_transactional:
         resp["error_code"] = ErrorCode.invalid_txn_state
