@@ -60,7 +60,8 @@ def test_python_dash_m_and_config_file(tmp_path):
             r = c.request(3, 12, {"topics": [{"name": "cfgd", "topic_id": None}], "allow_auto_topic_creation": True,
                                   "include_topic_authorized_operations": False})
             assert len(r.topics[0].partitions) == 4
-            assert (r.brokers[0].node_id, r.brokers[0].host, r.brokers[0].port) == (7, "127.0.0.1", srv.port)
+            # A configured advertised host is used as given (issue 20); port 0 = the bound port.
+            assert (r.brokers[0].node_id, r.brokers[0].host, r.brokers[0].port) == (7, "localhost", srv.port)
             d = c.request(32, 4, {"resources": [{"resource_type": 4, "resource_name": "7",
                                                  "configuration_keys": ["log.retention.ms"]}],
                                   "include_synonyms": False, "include_documentation": False})

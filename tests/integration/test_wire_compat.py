@@ -233,3 +233,45 @@ def test_record_errors_list_every_bad_index(server, topic_name):
     assert part.record_errors[0].batch_index_error_message == (
         f"Compacted topic cannot accept message without key in topic partition {topic_name}-0")
     assert part.error_message.startswith("One or more records have been rejected due to 3 record errors")
+
+
+# -- advertised listener ----------------------------------------------------------------
+def test_advertised_host_is_used_as_given(fresh_server, topic_name):
+    """``--advertised-listener localhost:PORT`` is what Metadata, FindCoordinator and
+    DescribeCluster answer, verbatim (clients reach brokers through names: containers,
+    NAT, TLS host checks); clients then connect through that name."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    from ..conftest import free_port
+    from ..rawkafka import RawClient
+    port = free_port()
+    srv = fresh_server("--advertised-listener", f"localhost:{port}", port=port)
+    wait_until(lambda: f"(advertised localhost:{port})" in srv.output(), 10, what="the start-up log line")
+    admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert [(b.host, b.port) for b in md.brokers.values()] == [("localhost", port)]
+    cluster = admin.describe_cluster().result(10)
+    assert [(n.host, n.port) for n in cluster.nodes] == [("localhost", port)]
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with RawClient(srv.bootstrap) as c:
+        r = c.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        assert [(x.host, x.port) for x in r.coordinators] == [("localhost", port)]
+        r = c.request(10, 2, {"key": group, "key_type": 0})
+        assert (r.host, r.port) == ("localhost", port)
+    # Real clients follow the name: produce, join a group through its coordinator, commit.
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    confluent_produce(srv.bootstrap, topic_name, [Rec(0, None, b"x", (), OLD_TS)])
+    c = Consumer({"bootstrap.servers": srv.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic_name])
+        msg = wait_until(lambda: c.poll(0.5), 30, what="a record through the advertised name")
+        assert msg.error() is None
+        c.commit(msg, asynchronous=False)
+    finally:
+        c.close()
+    k = KafkaConsumer(bootstrap_servers=srv.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        assert k.committed(KTP(topic_name, 0)) == 1
+    finally:
+        k.close()

@@ -177,9 +177,13 @@ class Broker:
 
     @property
     def advertised(self) -> tuple[str, int]:
+        """(host, port) clients are told to connect to. A configured advertised host is
+        used exactly as given, like Kafka (clients may reach the broker only through that
+        name); only the default, derived from the listen address, maps localhost and
+        wildcard addresses to 127.0.0.1."""
         if self._advertised is not None:
             host, port = self._advertised
-            return (_ipv4_for_localhost(host), port or self.port)
+            return (host, port or self.port)
         host = self.host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
