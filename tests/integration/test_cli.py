@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 import re
 import time
 
@@ -65,7 +66,7 @@ def test_groups_describe_table_snapshot(server, loaded):
         "GROUP | TOPIC | 1 | 5 | 5 | 0 | - | - | - | <secs> | OK | -",
     ]
     state = run(server, "groups", "describe", group, "--state")
-    assert norm(state.output, GROUP=group)[1] == "GROUP | 1 | - | Empty | 0 | STOP | 6 | <secs>"
+    assert norm(state.output, GROUP=group)[1] == f"GROUP | {server.bootstrap} (1) | - | Empty | 0 | STOP | 6 | <secs>"
 
 
 def test_groups_describe_json_and_time_lag(server, loaded):
@@ -118,9 +119,113 @@ def test_lag_watch_bounded(server, loaded):
     assert len(docs) == 3
     assert docs[-1]["groups"][group]["total_lag"] == 6
     table = run(server, "lag", "watch", group, "--iterations", "2", "--interval", "0.1")
-    assert "refresh 2" in table.output and "LOG-END-OFFSET" in table.output
+    # piped (not a terminal): every refresh in full, in order, each ending in a newline
+    assert table.stdout.endswith("\n") and "\033" not in table.stdout
+    refreshes = table.stdout.split("\n\n")
+    assert [r.splitlines()[0].split(" · ")[0] for r in refreshes] == ["refresh 1", "refresh 2"]
+    assert all("LOG-END-OFFSET" in r for r in refreshes)
 
 
 def test_errors_are_clean(server):
     r = run(server, "topics", "describe", "no-such-topic-xyz", ok=False)
     assert r.exit_code == 1 and "UnknownTopicOrPartition" in r.output
+
+
+@pytest.fixture
+def live_group(server):
+    """Short names, a live consumer (client.id 'width-test') owning partition 0 and 1 of
+    a topic with 3 partitions, a commit on partition 0 only."""
+    from confluent_kafka import Consumer
+
+    from ..waiting import wait_until
+    suffix = uuid.uuid4().hex[:6]
+    topic, group = f"w-{suffix}", f"g-{suffix}"
+    run(server, "topics", "create", topic, "--partitions", "2")
+    confluent_produce(server.bootstrap, topic, [Rec(p, None, b"x", (), int(time.time() * 1000))
+                                                for p, n in ((0, 7), (1, 3)) for _ in range(n)])
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group, "client.id": "width-test",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    try:
+        wait_until(lambda: c.poll(0.2) is not None and len(c.assignment()) == 2, 30, what="assignment")
+        c.commit(offsets=[TopicPartition_(topic, 0, 5)], asynchronous=False)
+        yield topic, group
+    finally:
+        c.close()
+
+
+def TopicPartition_(topic, partition, offset):  # noqa: N802 - confluent's class, imported lazily
+    from confluent_kafka import TopicPartition as CTP
+    return CTP(topic, partition, offset)
+
+
+def _describe_at(server, width: int, topic: str, group: str, *args: str) -> list[str]:
+    """``groups describe`` as a terminal of ``width`` columns shows it: every line fits
+    (names here are short enough), cells split on runs of spaces, names and volatile
+    values masked; the stderr note last."""
+    r = CliRunner().invoke(main, ["groups", "describe", group, *args, "-b", server.bootstrap],
+                           env={"HIGHTIDE_WIDTH": str(width)}, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.rstrip("\n").splitlines()
+    assert max(len(line) for line in lines) <= width, lines
+    out = []
+    for line in lines:
+        line = re.sub(r"width-test-[0-9a-f-]{36}", "width-test-<uuid>", line)
+        line = re.sub(r"\d+\.\d{3}s", "<secs>", line)
+        out.append(" | ".join(re.split(r"\s{2,}", line.replace(topic, "TOPIC").replace(group, "GROUP"))))
+    return out + [f"stderr: {line}" for line in r.stderr.splitlines()]
+
+
+def test_describe_key_columns_survive_every_width(server, live_group):
+    """Issue 12 item 6: GROUP, TOPIC, PARTITION, offsets, LAG and STATUS are never hidden
+    nor cut; CLIENT-ID, HOST, CONSUMER-ID, NOTE and TIME-LAG go first, in that order."""
+    topic, group = live_group
+    assert _describe_at(server, 80, topic, group) == [
+        "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | STATUS",
+        "GROUP | TOPIC | 0 | 5 | 7 | 2 | OK",
+        "GROUP | TOPIC | 1 | - | 3 | - | ERR",
+        "stderr: (hidden to fit the terminal: CLIENT-ID, HOST, CONSUMER-ID, NOTE, TIME-LAG; widen it or use -o json)",
+    ]
+    assert _describe_at(server, 120, topic, group) == [
+        "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | TIME-LAG | STATUS | NOTE",
+        "GROUP | TOPIC | 0 | 5 | 7 | 2 | <secs> | OK | -",
+        "GROUP | TOPIC | 1 | - | 3 | - | - | ERR | no_commit",
+        "stderr: (hidden to fit the terminal: CLIENT-ID, HOST, CONSUMER-ID; widen it or use -o json)",
+    ]
+    full = [
+        "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | CONSUMER-ID | HOST | CLIENT-ID | "
+        "TIME-LAG | STATUS | NOTE",
+        "GROUP | TOPIC | 0 | 5 | 7 | 2 | width-test-<uuid> | /127.0.0.1 | width-test | <secs> | OK | -",
+        "GROUP | TOPIC | 1 | - | 3 | - | width-test-<uuid> | /127.0.0.1 | width-test | - | ERR | no_commit",
+    ]
+    assert _describe_at(server, 200, topic, group) == full
+    coordinator = f"{server.bootstrap} (1)"  # as share-groups --state and kafka-consumer-groups.sh
+    narrow = _describe_at(server, 80, topic, group, "--state")  # (the port's length decides the rest)
+    row = dict(zip(narrow[0].split(" | "), narrow[1].split(" | ")))
+    assert {k: row[k] for k in ("GROUP", "STATE", "#MEMBERS", "STATUS", "TOTAL-LAG")} == {
+        "GROUP": "GROUP", "STATE": "Stable", "#MEMBERS": "1", "STATUS": "ERR", "TOTAL-LAG": "2"}
+    assert "ASSIGNMENT-STRATEGY" not in row and narrow[-1].startswith("stderr: (hidden to fit the terminal: "
+                                                                      "ASSIGNMENT-STRATEGY")
+    assert _describe_at(server, 120, topic, group, "--state") == [
+        "GROUP | COORDINATOR (ID) | ASSIGNMENT-STRATEGY | STATE | #MEMBERS | STATUS | TOTAL-LAG | MAX-TIME-LAG",
+        f"GROUP | {coordinator} | range | Stable | 1 | ERR | 2 | <secs>"]
+
+
+def test_long_names_are_never_cut(server, loaded):
+    """Names longer than the terminal: lines overflow (the terminal wraps them, as with
+    Kafka's tool); the group and topic names are printed whole."""
+    topic, group, _ = loaded
+    r = CliRunner().invoke(main, ["groups", "describe", group, "-b", server.bootstrap],
+                           env={"HIGHTIDE_WIDTH": "80"}, catch_exceptions=False)
+    body = r.stdout.splitlines()[1:]
+    assert [line.split()[:6] for line in body] == [[group, topic, "0", "4", "10", "6"],
+                                                   [group, topic, "1", "5", "5", "0"]]
+    assert [line.split()[-1] for line in body] == ["STOP", "OK"]
+
+
+def test_piped_output_is_never_squeezed(server, loaded):
+    """Not a terminal and no HIGHTIDE_WIDTH: every column, whatever COLUMNS says."""
+    _, group, _ = loaded
+    r = CliRunner().invoke(main, ["groups", "describe", group, "-b", server.bootstrap],
+                           env={"COLUMNS": "40"}, catch_exceptions=False)
+    assert "CLIENT-ID" in r.stdout and r.stderr == ""

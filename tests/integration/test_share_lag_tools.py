@@ -89,7 +89,7 @@ def test_describe_tables(server, share_oracle):
         c.request(76, 1, {"group_id": other, "member_id": member, "member_epoch": -1, "rack_id": None,
                           "subscribed_topic_names": None})
     r = run(server, "share-groups", "describe", "no-such-group", ok=False)
-    assert r.exit_code != 0 and "GroupIdNotFound" in r.output
+    assert r.exit_code == 1 and r.output == "Share group 'no-such-group' does not exist.\n"
 
 
 def test_reset_and_delete_offsets(server, share_oracle):

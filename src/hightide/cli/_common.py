@@ -1,6 +1,6 @@
 """Shared plumbing of the operator commands: options, running the admin client, output.
 
-Heavy imports (the admin client, kio, rich) happen inside functions so that
+Heavy imports (the admin client, kio) happen inside functions so that
 ``hightide serve`` starts as fast as before.
 """
 
@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -46,9 +47,14 @@ def run_admin(bootstrap: str, fn: Callable[[Any], Awaitable[Any]], *, use_extens
 
 @dataclass(frozen=True, slots=True)
 class Col:
+    """A table column. ``drop`` is 0 for a key column, which is never hidden nor cut;
+    columns with ``drop > 0`` are hidden, highest first, when the table is wider than the
+    terminal (see :func:`render_table`)."""
+
     header: str
     key: str
     fmt: Callable[[Any], str] | None = None
+    drop: int = 0
 
 
 def dash(v: Any) -> str:
@@ -68,31 +74,65 @@ def iso_ms(ms: Any) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def make_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]], title: str | None = None) -> Any:
-    from rich import box
-    from rich.table import Table
-    t = Table(box=box.SIMPLE_HEAD, title=title, show_edge=False, pad_edge=False, title_justify="left")
-    for c in cols:
-        t.add_column(c.header, no_wrap=True, overflow="fold")
-    for r in rows:
-        t.add_row(*[(c.fmt or dash)(r.get(c.key)) for c in cols])
-    return t
+GAP = 2
+"""Spaces between columns."""
 
 
-def console() -> Any:
-    from rich.console import Console
-    # Not a terminal (pipes, tests): never wrap or squeeze columns.
-    width = None if sys.stdout.isatty() else int(os.environ.get("HIGHTIDE_WIDTH", "400"))
-    return Console(width=width, highlight=False, soft_wrap=False)
+def terminal_width() -> int | None:
+    """The width tables must fit: ``HIGHTIDE_WIDTH`` if set, else the terminal's width
+    when stdout is a terminal (``COLUMNS`` wins, as for every tool), else None: output to
+    a pipe or a file is never squeezed, so scripts always see every column."""
+    env = os.environ.get("HIGHTIDE_WIDTH")
+    if env and env.isdigit():
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
-def emit(output: str, cols: Sequence[Col], rows: Sequence[dict[str, Any]], *, title: str | None = None,
-         json_doc: Any = None) -> None:
+def render_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]], width: int | None = None
+                 ) -> tuple[str, list[str]]:
+    """Rows as plain aligned columns like Kafka's tools, and the headers of the columns
+    hidden to fit ``width``.
+
+    Guarantees: a key column (``drop == 0``) is always printed and never cut; when the
+    table is wider than ``width``, optional columns are hidden, highest ``drop`` first,
+    until it fits; if the key columns alone are wider, lines are longer than ``width``
+    (the terminal wraps them, as it does kafka-consumer-groups.sh's output). Values are
+    never truncated. ``width`` None: no limit."""
+    cells = [[(c.fmt or dash)(r.get(c.key)) for c in cols] for r in rows]
+    widths = [max([len(c.header), *(len(row[i]) for row in cells)]) for i, c in enumerate(cols)]
+    shown = list(range(len(cols)))
+    hidden: list[str] = []
+
+    def total() -> int:
+        return sum(widths[i] for i in shown) + GAP * (len(shown) - 1)
+    for i in sorted((i for i, c in enumerate(cols) if c.drop), key=lambda i: -cols[i].drop):
+        if width is None or total() <= width:
+            break
+        shown.remove(i)
+        hidden.append(cols[i].header)
+
+    def line(values: Sequence[str]) -> str:
+        return (" " * GAP).join(values[i].ljust(widths[i]) for i in shown).rstrip()
+    return "\n".join([line([c.header for c in cols]), *(line(row) for row in cells)]), hidden
+
+
+def print_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]]) -> None:
+    """:func:`render_table` to stdout at the terminal's width; a note on stderr names the
+    hidden columns."""
+    text, hidden = render_table(cols, rows, terminal_width())
+    click.echo(text)
+    if hidden:
+        click.echo(f"(hidden to fit the terminal: {', '.join(hidden)}; widen it or use -o json)", err=True)
+
+
+def emit(output: str, cols: Sequence[Col], rows: Sequence[dict[str, Any]], *, json_doc: Any = None) -> None:
     """Print ``rows`` as a table, or as JSON (``json_doc`` if given, else the rows)."""
     if output == "json":
         click.echo(json.dumps(rows if json_doc is None else json_doc, indent=2, default=_json_default))
         return
-    console().print(make_table(cols, rows, title))
+    print_table(cols, rows)
 
 
 def _json_default(o: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import click
@@ -21,9 +22,12 @@ from ._common import (
 
 OFFSET_COLS = [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
                Col("CURRENT-OFFSET", "current_offset"), Col("LOG-END-OFFSET", "log_end_offset"),
-               Col("LAG", "lag"), Col("CONSUMER-ID", "consumer_id"), Col("HOST", "host"),
-               Col("CLIENT-ID", "client_id"), Col("TIME-LAG", "time_lag_ms", seconds),
-               Col("STATUS", "status"), Col("NOTE", "note")]
+               Col("LAG", "lag"), Col("CONSUMER-ID", "consumer_id", drop=3), Col("HOST", "host", drop=4),
+               Col("CLIENT-ID", "client_id", drop=5), Col("TIME-LAG", "time_lag_ms", seconds, drop=1),
+               Col("STATUS", "status"), Col("NOTE", "note", drop=2)]
+"""kafka-consumer-groups.sh --describe's columns plus TIME-LAG, STATUS and NOTE. In a narrow
+terminal CLIENT-ID, HOST, CONSUMER-ID, NOTE and TIME-LAG are hidden in that order; the
+others are never hidden nor cut."""
 
 
 @main.group()
@@ -85,8 +89,9 @@ def _member_rows(report: Any) -> list[dict[str, Any]]:
              "partitions": counts.get(m.consumer_id, 0)} for m in report.members or ()]
 
 
-def _state_row(report: Any) -> dict[str, Any]:
-    return {"group": report.group, "coordinator": report.coordinator, "assignment_strategy": report.assignment_strategy,
+def _state_row(report: Any, coordinator: str | None) -> dict[str, Any]:
+    return {"group": report.group, "coordinator": coordinator, "coordinator_id": report.coordinator,
+            "assignment_strategy": report.assignment_strategy,
             "state": report.state, "members": None if report.members is None else len(report.members),
             "status": report.status.status.value if report.status else None,
             "total_lag": report.total_lag, "max_time_lag_ms": report.max_time_lag_ms, "error": report.error}
@@ -110,24 +115,39 @@ def groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ..
     from ..monitoring.monitor import LagMonitor
     rules = StatusRules(window_ms=max(1, int(samples * interval * 1000) + 1000), min_samples=max(1, samples))
 
+    progress = Progress(samples)
+
     async def go(admin: Any) -> Any:
         mon = LagMonitor(admin, rules=rules, isolation_level=isolation)
         snap = await mon.snapshot(list(group_ids))
-        for _ in range(samples - 1):
+        for i in range(samples - 1):
+            progress.show(i + 1, interval)
             await asyncio.sleep(interval)
             snap = await mon.snapshot(list(group_ids))
-        return snap
-    snap = run_admin(bootstrap_server, go)
-    reports = [snap.groups[g] for g in group_ids]
-    if view == "members":
+        progress.done()
+        missing = [g for g in group_ids if _does_not_exist(snap.groups[g])]
+        types = {x.group_id: x.group_type for x in await admin.list_groups()} if missing else {}
+        coordinators = {}
+        if view == "state":  # as kafka-consumer-groups.sh (and share-groups --state): HOST:PORT (ID)
+            for g in group_ids:
+                if g not in missing:
+                    c = await admin.find_coordinator(g)
+                    coordinators[g] = f"{c.host}:{c.port} ({c.node_id})"
+        return snap, {g: types.get(g) for g in missing}, coordinators
+    snap, missing, coordinators = run_admin(bootstrap_server, go)
+    reports = [snap.groups[g] for g in group_ids if g not in missing]
+    if not reports:
+        pass  # nothing to show: only the messages below
+    elif view == "members":
         rows = [r for rep in reports for r in _member_rows(rep)]
         emit(output, [Col("GROUP", "group"), Col("CONSUMER-ID", "consumer_id"), Col("HOST", "host"),
                       Col("CLIENT-ID", "client_id"), Col("#PARTITIONS", "partitions")], rows)
     elif view == "state":
-        emit(output, [Col("GROUP", "group"), Col("COORDINATOR (ID)", "coordinator"),
-                      Col("ASSIGNMENT-STRATEGY", "assignment_strategy"), Col("STATE", "state"),
+        emit(output, [Col("GROUP", "group"), Col("COORDINATOR (ID)", "coordinator", drop=2),
+                      Col("ASSIGNMENT-STRATEGY", "assignment_strategy", drop=3), Col("STATE", "state"),
                       Col("#MEMBERS", "members"), Col("STATUS", "status"), Col("TOTAL-LAG", "total_lag"),
-                      Col("MAX-TIME-LAG", "max_time_lag_ms", seconds)], [_state_row(r) for r in reports])
+                      Col("MAX-TIME-LAG", "max_time_lag_ms", seconds, drop=1)],
+             [_state_row(r, coordinators.get(r.group)) for r in reports])
     else:
         rows = [r for rep in reports for r in offset_rows(rep)]
         emit(output, OFFSET_COLS, rows)
@@ -135,7 +155,46 @@ def groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ..
             if rep.error:
                 click.echo(f"Error describing group {rep.group!r}: {rep.error}", err=True)
             elif not rep.partitions:
-                click.echo(f"Consumer group {rep.group!r} has no committed offsets and no members.", err=True)
+                click.echo(f"Consumer group '{rep.group}' has no active members and no committed offsets.",
+                           err=True)
+    for g, group_type in missing.items():
+        if group_type == "share":
+            click.echo(f"Group '{g}' is a share group: use 'hightide share-groups describe {g}'.", err=True)
+        elif group_type:
+            click.echo(f"Group '{g}' is a {group_type} group, not a consumer group.", err=True)
+        else:
+            click.echo(f"Consumer group '{g}' does not exist.", err=True)
+    if missing:
+        raise SystemExit(1)
+
+
+def _does_not_exist(report: Any) -> bool:
+    """True when ``report`` is of no consumer group: no description (GROUP_ID_NOT_FOUND or
+    state Dead), no commits and no members — Kafka's tool says "does not exist" then.
+    A share group also lands here (DescribeGroups and OffsetFetch refuse it)."""
+    if report.partitions or report.members:
+        return False
+    return report.state == "Dead" or (report.error is not None and "GROUP_ID_NOT_FOUND" in report.error)
+
+
+class Progress:
+    """``sample i/N`` on stderr while ``--samples`` waits, only when stderr is a terminal
+    (the line is rewritten in place and erased at the end)."""
+
+    def __init__(self, samples: int) -> None:
+        self.samples = samples
+        self.shown = sys.stderr.isatty() and samples > 1
+
+    def show(self, taken: int, interval: float) -> None:
+        if self.shown:
+            left = (self.samples - taken) * interval
+            sys.stderr.write(f"\rsample {taken}/{self.samples} taken, {left:.0f}s left ... ")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 @groups.command("reset-offsets")
@@ -148,8 +207,16 @@ def groups_reset_offsets(bootstrap_server: str, output: str, group_id: str, topi
     """Reset GROUP_ID's committed offsets (the group must have no active members)."""
     spec = ResetSpec(topics, all_topics, to, to_datetime, to_offset)
     spec.check()
+    warnings: list[str] = []
 
     async def go(admin: Any) -> list[dict[str, Any]]:
+        state = await _active_state(admin, group_id)
+        if state is not None:
+            if execute:  # Kafka's ConsumerGroupCommand message
+                raise click.ClickException(f"Assignments can only be reset if the group '{group_id}' is inactive, "
+                                           f"but the current state is {state}.")
+            warnings.append(f"Warning: group '{group_id}' has active members (state {state}): --execute will fail "
+                            f"until they stop.")
         current = await admin.list_consumer_group_offsets(group_id)
         new = await spec.targets(admin, list(current))
         if execute and new:
@@ -162,6 +229,18 @@ def groups_reset_offsets(bootstrap_server: str, output: str, group_id: str, topi
                   Col("CURRENT-OFFSET", "current_offset"), Col("NEW-OFFSET", "new_offset")], rows)
     if not execute:
         click.echo("Dry run: nothing changed. Add --execute to apply.", err=True)
+    for w in warnings:
+        click.echo(w, err=True)
+
+
+async def _active_state(admin: Any, group_id: str) -> str | None:
+    """The group's state when it is active (offsets cannot be reset then: Kafka allows a
+    reset only in Empty or Dead), else None (inactive, unknown, or not describable)."""
+    from ..client import KafkaError
+    desc = (await admin.describe_groups([group_id], raise_on_error=False)).get(group_id)
+    if desc is None or isinstance(desc, KafkaError) or desc.state in ("Empty", "Dead"):
+        return None
+    return desc.state
 
 
 @groups.command("delete-offsets")
@@ -175,8 +254,7 @@ def groups_delete_offsets(bootstrap_server: str, output: str, group_id: str, top
         tps = []
         for topic, parts in parse_topic_partitions(topics):
             if parts is None:
-                current = await admin.list_consumer_group_offsets(group_id)
-                parts = sorted(tp.partition for tp in current if tp.topic == topic)
+                parts = await _partitions_to_delete(admin, group_id, topic)
             tps += [TopicPartition(topic, p) for p in parts]
         res = await admin.delete_consumer_group_offsets(group_id, tps, raise_on_error=False) if tps else {}
         return [{"group": group_id, "topic": tp.topic, "partition": tp.partition,
@@ -186,3 +264,22 @@ def groups_delete_offsets(bootstrap_server: str, output: str, group_id: str, top
                   Col("RESULT", "result")], rows)
     if any(r["result"] != "deleted" for r in rows):
         raise SystemExit(1)
+
+
+async def _partitions_to_delete(admin: Any, group_id: str, topic: str) -> list[int]:
+    """The partitions of ``topic`` the group has offsets for (even if the topic was
+    deleted since); else every partition of the topic. Raises a click error when the
+    topic does not exist and the group has nothing for it."""
+    from ..client import KafkaError
+    from ..client.errors import ErrorCode
+    current = await admin.list_consumer_group_offsets(group_id)
+    parts = sorted(tp.partition for tp in current if tp.topic == topic)
+    if parts:
+        return parts
+    try:
+        return sorted((await admin.describe_topics([topic]))[topic].partitions)
+    except KafkaError as exc:
+        if exc.code == ErrorCode.unknown_topic_or_partition:
+            raise click.ClickException(f"Topic '{topic}' does not exist (and group '{group_id}' has no "
+                                       f"offsets for it).") from None
+        raise

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from typing import Any
 
 import click
 
 from . import main
-from ._common import Col, admin_options, console, make_table, run_admin, seconds
+from ._common import Col, admin_options, print_table, run_admin, seconds
 from .groups import offset_rows
 
 WATCH_COLS = [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
               Col("CURRENT-OFFSET", "current_offset"), Col("LOG-END-OFFSET", "log_end_offset"),
-              Col("LAG", "lag"), Col("TIME-LAG", "time_lag_ms", seconds), Col("STATUS", "status"),
-              Col("NOTE", "note")]
+              Col("LAG", "lag"), Col("TIME-LAG", "time_lag_ms", seconds, drop=1), Col("STATUS", "status"),
+              Col("NOTE", "note", drop=2)]
 
 
 @main.group("lag")
@@ -54,38 +55,35 @@ def lag_watch(bootstrap_server: str, output: str, group_ids: tuple[str, ...], in
 
     async def go(admin: Any) -> None:
         mon = LagMonitor(admin, rules=rules)
-        live = None
-        if output == "table":
-            from rich.live import Live
-            live = Live(console=console(), auto_refresh=False, transient=False)
-            live.start()
-        try:
-            n = 0
-            while True:
-                started = time.monotonic()
-                snap = await mon.snapshot(list(group_ids) or None)
-                n += 1
-                if live is None:
-                    click.echo(json.dumps(snapshot_doc(snap)))
-                else:
-                    live.update(_render(snap, n), refresh=True)
-                if iterations and n >= iterations:
-                    return
-                await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
-        finally:
-            if live is not None:
-                live.stop()
+        screen = output == "table" and sys.stdout.isatty()
+        n = 0
+        while True:
+            started = time.monotonic()
+            snap = await mon.snapshot(list(group_ids) or None)
+            n += 1
+            if output == "json":
+                click.echo(json.dumps(snapshot_doc(snap)))
+            else:
+                _print_refresh(snap, n, screen)
+            if iterations and n >= iterations:
+                return
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
     try:
         run_admin(bootstrap_server, go)
     except KeyboardInterrupt:
         pass
 
 
-def _render(snap: Any, n: int) -> Any:
-    from rich.console import Group
-    from rich.text import Text
+def _print_refresh(snap: Any, n: int, screen: bool) -> None:
+    """One refresh: on a terminal the screen is redrawn in place; otherwise (a pipe, a
+    file) every refresh is printed in full, one after the other, each ending in a newline."""
     rows = [r for g in sorted(snap.groups) for r in offset_rows(snap.groups[g])]
     statuses = ", ".join(f"{g}={r.status.status.value if r.status else '-'}" for g, r in sorted(snap.groups.items()))
-    head = Text(f"refresh {n} · {len(snap.groups)} groups · {snap.round_trips} round trips · "
-                f"{snap.duration_s * 1000:.0f} ms · {statuses}")
-    return Group(head, make_table(WATCH_COLS, rows))
+    head = (f"refresh {n} · {len(snap.groups)} groups · {snap.round_trips} round trips · "
+            f"{snap.duration_s * 1000:.0f} ms · {statuses}")
+    if screen:
+        click.echo("\033[H\033[2J", nl=False)  # cursor home, clear screen
+    elif n > 1:
+        click.echo()
+    click.echo(head)
+    print_table(WATCH_COLS, rows)

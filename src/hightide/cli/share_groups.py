@@ -66,11 +66,20 @@ def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[s
                           verbose: bool) -> None:
     """Describe share groups like kafka-share-groups.sh --describe."""
     notes: list[str] = []
+    missing: list[str] = []
 
     async def go(admin: Any) -> list[dict[str, Any]]:
+        from ..client import KafkaError
+        from ..client.errors import ErrorCode
         rows: list[dict[str, Any]] = []
         for g in group_ids:
-            desc = await admin.describe_share_group(g)  # GROUP_ID_NOT_FOUND for non-share groups
+            try:
+                desc = await admin.describe_share_group(g)  # GROUP_ID_NOT_FOUND for non-share groups
+            except KafkaError as exc:
+                if exc.code != ErrorCode.group_id_not_found:
+                    raise
+                missing.append(await _not_a_share_group(admin, g))
+                continue
             if not desc.members and view != "offsets":
                 notes.append(f"Share group '{g}' has no active members.")
             if view == "offsets":
@@ -98,9 +107,22 @@ def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[s
         cols = [*OFFSET_COLS[:3], Col("LEADER-EPOCH", "leader_epoch"), *OFFSET_COLS[3:]]
     else:
         cols = OFFSET_COLS
-    emit(output, cols, rows)
-    for note in notes:
+    if rows or not missing:
+        emit(output, cols, rows)
+    for note in notes + missing:
         click.echo(note, err=True)
+    if missing:
+        raise SystemExit(1)
+
+
+async def _not_a_share_group(admin: Any, group_id: str) -> str:
+    """The message for a group ShareGroupDescribe does not know (kafka-share-groups.sh's
+    wording), with a pointer to ``groups`` when it is a consumer group."""
+    kinds = {g.group_id: g.group_type for g in await admin.list_groups()}
+    kind = kinds.get(group_id)
+    if kind in ("consumer", "classic"):
+        return f"Group '{group_id}' is a consumer group: use 'hightide groups describe {group_id}'."
+    return f"Share group '{group_id}' does not exist."
 
 
 @share_groups.command("reset-offsets")

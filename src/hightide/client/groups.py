@@ -298,16 +298,19 @@ class GroupsMixin:
         merged = {g.group_id: g for gs in found for g in gs}
         return [merged[k] for k in sorted(merged)]
 
-    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+    async def describe_groups(self, group_ids: Iterable[str], *, raise_on_error: bool = True
+                              ) -> dict[str, GroupDescription | KafkaError]:
         """Describe classic groups, batched per coordinator. A group that does not exist
-        is reported by Kafka as state ``Dead`` with no members. Raises the first
-        group-level error."""
+        is reported as state ``Dead`` with no members (DescribeGroups v0-v5) or as
+        GROUP_ID_NOT_FOUND (v6+, KIP-1043; also for a share group). Raises the first
+        group-level error, or with ``raise_on_error=False`` returns it as that group's
+        value."""
         async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
             v = conn.pick_version(15, 6, 0)
             resp = await conn.request(15, v, {"groups": gs, "include_authorized_operations": False})
             return {g.group_id: _describe(g, conn.node_id) for g in resp.groups}
         res = await self._per_coordinator(list(group_ids), send)
-        return _finish(res, True)
+        return _finish(res, raise_on_error)
 
     async def delete_groups(self, group_ids: Iterable[str], *, raise_on_error: bool = True
                             ) -> dict[str, KafkaError | None]:

@@ -31,7 +31,7 @@ from .types import ListOffsetsResult, OffsetAndMetadata, PartitionLag, TopicPart
 if TYPE_CHECKING:
     from .admin import AdminClient
 
-__all__ = ["group_lag", "groups_lag", "partition_lag"]
+__all__ = ["group_lag", "groups_lag", "partition_lag", "uncommitted_lag"]
 
 
 async def group_lag(client: AdminClient, group_id: str, *,
@@ -53,6 +53,20 @@ async def group_lag(client: AdminClient, group_id: str, *,
                               read_committed, latest.get(tp), earliest.get(tp))
             for tp, om in sorted(committed.items())}
 
+
+
+async def uncommitted_lag(client: AdminClient, partitions: list[TopicPartition], *,
+                          isolation_level: str = "read_uncommitted") -> dict[TopicPartition, PartitionLag]:
+    """:class:`PartitionLag` of partitions a group consumes (a member owns them) but has
+    never committed: ``committed`` and ``lag`` are None, the end offsets are the real ones
+    (one ListOffsets pass, latest and earliest), as kafka-consumer-groups.sh prints
+    LOG-END-OFFSET next to CURRENT-OFFSET '-'. A partition whose end offsets cannot be
+    read keeps them None and carries the error code. Never raises for partition errors.
+    """
+    latest, earliest = await _end_offsets(client, sorted(set(partitions)), isolation_level)
+    read_committed = isolation_level in ("read_committed", 1)
+    none = OffsetAndMetadata(-1)
+    return {tp: partition_lag(none, read_committed, latest.get(tp), earliest.get(tp)) for tp in sorted(latest)}
 
 
 async def _end_offsets(client: AdminClient, partitions: list[TopicPartition], isolation_level: str

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..client import AdminClient, KafkaError, ListOffsetsResult, PartitionLag, TopicPartition
 from ..client.errors import ErrorCode
+from ..client.lag import uncommitted_lag
 from ..lag import (
     Certainty,
     GroupStatus,
@@ -156,6 +157,7 @@ class LagMonitor:
         lags = await self.admin.lags(ids, isolation_level=self.isolation_level) if ids else {}
         now = self._now_ms()
         described = await self._describe(ids, errors)
+        lags = await self._add_assigned(lags, described)
         tps = sorted({tp for g in lags.values() if not isinstance(g, KafkaError) for tp in g})
         if all_topics:
             md = await self.admin.metadata()
@@ -175,13 +177,37 @@ class LagMonitor:
                         _round_trips(self.admin) - before, len(self.admin._addrs), tuple(errors))
 
     async def _describe(self, ids: list[str], errors: list[str]) -> dict[str, object]:
+        """Each group's description, or its :class:`KafkaError` (GROUP_ID_NOT_FOUND for an
+        unknown group or a share group); {} when DescribeGroups itself fails."""
         if not ids:
             return {}
         try:
-            return dict(await self.admin.describe_groups(ids))
+            return dict(await self.admin.describe_groups(ids, raise_on_error=False))
         except KafkaError as exc:
             errors.append(f"describe_groups: {exc}")
             return {}
+
+    async def _add_assigned(self, lags: dict, described: dict[str, object]) -> dict:
+        """``lags`` plus, per group, the partitions its members own without a commit,
+        with their real end offsets (lag unknown: ``no_commit``)."""
+        wanted: dict[str, list[TopicPartition]] = {}
+        for g, desc in described.items():
+            lag = lags.get(g)
+            if desc is None or isinstance(desc, KafkaError) or isinstance(lag, KafkaError):
+                continue
+            have = lag or {}
+            missing = [TopicPartition(*tp) for m in desc.members for tp in decode_assignment(m.assignment)
+                       if TopicPartition(*tp) not in have]
+            if missing:
+                wanted[g] = missing
+        if not wanted:
+            return lags
+        ends = await uncommitted_lag(self.admin, [tp for tps in wanted.values() for tp in tps],
+                                     isolation_level=self.isolation_level)
+        out = dict(lags)
+        for g, tps in wanted.items():
+            out[g] = {**(lags.get(g) or {}), **{tp: ends[tp] for tp in tps if tp in ends}}
+        return out
 
     async def _bounds(self, tps: list[TopicPartition], lags: dict, all_topics: bool
                       ) -> dict[TopicPartition, tuple[int | None, int | None]]:
@@ -248,7 +274,9 @@ class LagMonitor:
     def _group(self, group: str, lag: dict[TopicPartition, PartitionLag] | KafkaError, desc: object,
                anchors: dict[TopicPartition, ListOffsetsResult], records: dict, now: int) -> GroupReport:
         members, owner, state, ptype, coord, strategy = None, {}, None, None, None, None
-        if desc is not None and not isinstance(desc, KafkaError):
+        if isinstance(desc, KafkaError) and desc.code == ErrorCode.group_id_not_found:
+            state, members = "Dead", ()  # DescribeGroups v6+ for a group that does not exist
+        elif desc is not None and not isinstance(desc, KafkaError):
             state, ptype = desc.state, desc.protocol_type
             coord, strategy = desc.coordinator, desc.protocol or None
             members = tuple(Member(m.member_id, m.client_host, m.client_id) for m in desc.members)
@@ -271,12 +299,8 @@ class LagMonitor:
             rows.append(PartitionReport(group, tp.topic, tp.partition, ol, pl.high_watermark,
                                         pl.last_stable_offset, owner.get(tp), tls, best_time_lag(tls),
                                         status, pl.source, None if pl.error == none else pl.error.name))
-        # a partition assigned to a member without any commit still shows up (no_commit)
-        for tp, m in owner.items():
-            if tp not in lag:
-                ol = offset_lag(None, None)
-                rows.append(PartitionReport(group, tp.topic, tp.partition, ol, None, None, m, (), None,
-                                            None, "assignment"))
+        # (partitions assigned to a member without any commit are in ``lag`` too, with
+        # their end offsets: see _add_assigned; they are no_commit, status ERR)
         rows.sort(key=_by_topic_partition)
         # = self.tracker.group_status(group, now, active, keys=list(lag)), without
         # evaluating every partition a second time
