@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hightide.log import LogConfig, OffsetOutOfRange, PartitionLog, ProducerStateError
+from hightide.log.flush import run_flush
 from hightide.protocol import records as R
 from hightide.protocol.records import build_batch, decode_records, parse_header, scan_batches, validate_batches
 
@@ -213,6 +214,13 @@ def test_retention_by_time(tmp_path: Path) -> None:
     assert freed == segs[0].size + segs[1].size
     assert lg.log_start_offset == segs[2].base_offset == lg.segments[0].base_offset
     assert not os.path.exists(segs[0].log_path)
+    # the new log start offset is written by the next flush, never on the caller's thread
+    assert lg.needs_flush(now)
+    job = lg.begin_due_flush(now)
+    assert job.log_start == lg.log_start_offset
+    run_flush(job)
+    lg.end_flush(job, ok=True)
+    assert not lg.needs_flush(now)
     assert open(tmp_path / "t-0" / "log-start-offset").read().strip() == str(lg.log_start_offset)
     with pytest.raises(OffsetOutOfRange):
         lg.read(0, 100)
@@ -276,6 +284,11 @@ def test_truncate_to(tmp_path: Path) -> None:
 
 def test_flush_and_needs_flush(tmp_path: Path) -> None:
     lg = open_log(tmp_path, LogConfig(flush_interval_messages=5, flush_interval_ms=1000))
+    assert lg.needs_flush(0)  # a new partition: its directory entry and log start offset
+    job = lg.begin_due_flush(0)
+    assert job.files == [] and job.log_start == 0 and str(tmp_path) in job.dir_paths
+    run_flush(job)
+    lg.end_flush(job, ok=True)
     assert not lg.needs_flush(0)
     append(lg, batch([1, 2]))
     assert lg.unflushed_messages == 2 and not lg.needs_flush(10)

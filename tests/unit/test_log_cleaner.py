@@ -206,7 +206,7 @@ def test_ratio_threshold_and_checkpoint(tmp_path: Path) -> None:
     upto = active_base(lg)
     r = clean(lg, 0, min_cleanable_ratio=0.5)
     assert r.cleaned and r.cleaned_up_to == upto
-    assert read_cleaner_checkpoint(lg.path).dirty_offset == upto
+    assert read_cleaner_checkpoint(lg.storage, lg.path).dirty_offset == upto
     # a little new dirty data: ratio too small, nothing happens
     while active_base(lg) == upto:
         append(lg, [(b"k1", b"y" * 30, 200)])
@@ -216,7 +216,7 @@ def test_ratio_threshold_and_checkpoint(tmp_path: Path) -> None:
     assert r.cleaned and r.cleaned_up_to == active_base(lg)
     # truncation below the checkpoint pulls it back
     lg.truncate_to(upto - 3)
-    assert read_cleaner_checkpoint(lg.path).dirty_offset == lg.log_end_offset
+    assert read_cleaner_checkpoint(lg.storage, lg.path).dirty_offset == lg.log_end_offset
     lg.close()
 
 
@@ -437,7 +437,7 @@ def test_crash_in_second_group_keeps_latest_values(tmp_path: Path, monkeypatch: 
         clean(lg, 10**6, force=True)
     monkeypatch.setattr(cleaner_mod, "_crash_hook", lambda s: None)
     lg = abandon(lg)
-    assert read_cleaner_checkpoint(lg.path).dirty_offset == 0
+    assert read_cleaner_checkpoint(lg.storage, lg.path).dirty_offset == 0
     latest = {k: v for _, k, v, _ in model}
     got = read_all(lg)
     assert {r.key: r.value for r in got} == latest

@@ -1,12 +1,14 @@
 """Two-phase flush: capture on the owning thread, fsync elsewhere, complete."""
 
-import os
+import dataclasses
 
 import pytest
 
 from hightide.log.config import LogConfig
-from hightide.log.flush import FlushJob, run_flush
+from hightide.log.flush import run_flush
 from hightide.log.partition_log import LogOffline, PartitionLog
+from hightide.log.storage import POSIX
+from hightide.log.storage_faulty import Fault, FaultyStorage
 from hightide.protocol.records import build_batch, validate_batches
 
 
@@ -19,7 +21,7 @@ def test_job_covers_offset_at_begin(tmp_path):
     plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=False)
     _append(plog, 3)
     job = plog.begin_flush(10)
-    assert job.offset == 3 and job.fds and plog.unflushed_messages == 0
+    assert job.offset == 3 and job.files and plog.unflushed_messages == 0
     _append(plog, 2)  # arrives while the fsync runs elsewhere
     run_flush(job)
     plog.end_flush(job, ok=True)
@@ -35,19 +37,16 @@ def test_failed_fsync_takes_the_log_offline_for_appends(tmp_path):
     """A failed fsync is never retried (the kernel may have dropped the pages and
     reports the error once): appends are refused, reads continue, the recovery point
     stays, and close() refuses to vouch for the log (no clean-shutdown marker)."""
-    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=False)
+    disk = FaultyStorage(POSIX)
+    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=False, storage=disk)
     _append(plog)
     plog.flush(0)
     _append(plog)
     job = plog.begin_flush(1)
-    for fd in job.fds:
-        os.close(fd)
-    r, w = os.pipe()  # fsync on a pipe fails with EINVAL
-    bad = FlushJob([r], None, job.offset, None)
+    disk.set_rules(Fault("fsync", "EIO", path="t-0/", count=1))
     with pytest.raises(OSError):
-        run_flush(bad)
-    os.close(w)
-    plog.end_flush(bad, ok=False)
+        run_flush(job)
+    plog.end_flush(job, ok=False)
     assert plog.recovery_point == 1
     assert plog.offline_reason is not None
     with pytest.raises(LogOffline):
@@ -66,16 +65,39 @@ def test_failed_capture_is_retried_without_going_offline(tmp_path):
     plog.flush(0)
     _append(plog)
     job = plog.begin_flush(1)
-    for fd in job.fds:
-        os.close(fd)
-    bad = job._replace(fds=[], error=OSError(24, "Too many open files"))
+    for f in job.files:
+        f.close()
+    bad = dataclasses.replace(job, files=[], error=OSError(24, "Too many open files"))
     with pytest.raises(OSError):
         run_flush(bad)
     plog.end_flush(bad, ok=False)
     assert plog.offline_reason is None
     retry = plog.begin_flush(2)
-    assert len(retry.fds) >= 3  # log and both indexes are fsynced again
+    assert len(retry.files) >= 3  # log and both indexes are fsynced again
     run_flush(retry)
     plog.end_flush(retry, ok=True)
     assert plog.recovery_point == 2
+    plog.close()
+
+
+def test_a_failed_log_start_offset_write_is_retried_not_fatal(tmp_path):
+    """The log start offset file is written by the flush (never on the owner's thread);
+    a full disk there only delays it: the log stays online and the next flush writes it."""
+    disk = FaultyStorage(POSIX)
+    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(segment_bytes=200), 0, clean_shutdown=False,
+                             storage=disk)
+    for _ in range(6):
+        _append(plog, 3)
+    plog.flush(0)
+    assert plog.delete_records_before(7) == 7
+    assert plog.needs_flush(0)
+    disk.set_rules(Fault("write", "ENOSPC", path="log-start-offset"))
+    plog.flush(1)
+    assert plog.offline_reason is None and plog.needs_flush(1)
+    assert (tmp_path / "t-0" / "log-start-offset").read_text().strip() == "0"
+    assert not [p for p in (tmp_path / "t-0").iterdir() if p.name.endswith(".tmp")]
+    disk.clear()
+    plog.flush(2)
+    assert not plog.needs_flush(2)
+    assert (tmp_path / "t-0" / "log-start-offset").read_text().strip() == "7"
     plog.close()

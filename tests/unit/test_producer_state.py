@@ -176,8 +176,8 @@ def _idem(pid: int, seq: int, n: int = 1, epoch: int = 0, fill: bytes = b"y") ->
                        producer_epoch=epoch, base_sequence=seq)
 
 
-def _fill(path: str, batches: int, cfg: LogConfig = SNAP_CFG, fill: bytes = b"y") -> PartitionLog:
-    lg = PartitionLog.open(path, cfg, 0, clean_shutdown=True)
+def _fill(path: str, batches: int, cfg: LogConfig = SNAP_CFG, fill: bytes = b"y", **open_kw: object) -> PartitionLog:
+    lg = PartitionLog.open(path, cfg, 0, clean_shutdown=True, **open_kw)  # type: ignore[arg-type]
     seqs = {1: 0, 2: 0, 3: 0}
     for i in range(batches):
         pid = 1 + i % 3
@@ -367,26 +367,22 @@ def test_legacy_snapshot_file_is_read_after_clean_shutdown(tmp_path: Path, monke
 
 def test_failed_snapshot_writes_are_harmless(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
-    from hightide.log import faults, flush, snapshots
+    from hightide.log.storage import POSIX
+    from hightide.log.storage_faulty import Fault, FaultyStorage
 
-    control = tmp_path / "faults.json"
-    control.write_text(json.dumps([{"op": "write", "errno": "ENOSPC", "path": ".snapshot"},
-                                   {"op": "fsync", "errno": "EIO", "path": ".snapshot"}]))
-    inj = faults.Injector(str(control))
-    monkeypatch.setattr(snapshots, "FAULTS", inj)
-    monkeypatch.setattr(flush, "FAULTS", inj)
+    disk = FaultyStorage(POSIX, Fault("write", "ENOSPC", path=".snapshot"), Fault("fsync", "EIO", path=".snapshot"))
     path = str(tmp_path / "p-0")
-    lg = _fill(path, 40)
+    lg = _fill(path, 40, storage=disk)
     assert len(lg.segments) > 3 and lg.offline_reason is None
     assert lg.snapshot_offsets == () and _snapshot_files(path) == []
     assert not [n for n in os.listdir(path) if n.endswith(".tmp")]
     assert "could not write the producer state snapshot" in caplog.text
     expected = lg.producer_state.producers
     _kill(lg)
-    lg2 = PartitionLog.open(path, SNAP_CFG, 0, clean_shutdown=False)
+    lg2 = PartitionLog.open(path, SNAP_CFG, 0, clean_shutdown=False, storage=disk)
     assert lg2.producer_state.producers == expected
     # writes work again, only fsyncs fail: the flush succeeds, the log stays online
-    control.write_text(json.dumps([{"op": "fsync", "errno": "EIO", "path": ".snapshot"}]))
+    disk.set_rules(Fault("fsync", "EIO", path=".snapshot"))
     b = _idem(1, expected[1].last_seq + 1)
     lg2.append(b, validate_batches(b), 0)
     lg2.roll(0)

@@ -20,8 +20,6 @@ import struct
 from collections.abc import Callable
 from typing import Any, Self
 
-from kio.serial import entity_reader
-
 from .. import __version__
 from ..protocol.build import materialize
 from ..protocol.codec import (
@@ -50,8 +48,10 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview,
                     unknown_tags: Unknown | None = None) -> tuple[int, Any]:
     """Decode a response frame (without its size prefix); return (correlation id, body).
 
-    Tagged fields kio does not know are skipped, not fatal: they land in
-    ``unknown_tags[id(entity)]`` as raw bytes (see :mod:`hightide.protocol.tolerant`).
+    Decoded with the bounded reader (:mod:`hightide.protocol.tolerant`), never kio's
+    native entity reader, so a hostile or broken broker declaring a huge array length
+    gets a clean error instead of aborting the process. Tagged fields kio does not know
+    are skipped, not fatal: they land in ``unknown_tags[id(entity)]`` as raw bytes.
     An ApiVersions response whose error code is UNSUPPORTED_VERSION is decoded as v0,
     because that is how brokers answer a version they do not know.
     Raises :class:`KafkaError` (CORRUPT_MESSAGE) on a malformed frame.
@@ -67,12 +67,6 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview,
         cls = response_schema(api_key, version)
         offset = 5 if cls.__flexible__ else 4
     try:
-        if unknown_tags is None:
-            try:
-                return corr, entity_reader(cls)(frame, offset)[0]
-            except KeyError as exc:
-                if "tag" not in str(exc):
-                    raise
         return corr, read_tolerant(cls, frame, offset, {} if unknown_tags is None else unknown_tags)[0]
     except KafkaError:
         raise

@@ -31,9 +31,37 @@
   segment's size before cleaning fit in ``segment.bytes`` (Kafka sums sizes before
   cleaning only, so it merges less per pass) and they share the same first-cleaned
   time (so merging never delays a tombstone's removal).
-* Crash safety: a group is written to ``<base>.log.cleaned``, fsynced, renamed to a
-  swap file (the commit point) and installed by :func:`.cleaner_files.complete_swap`,
-  which ``PartitionLog.open`` also runs for a swap left by a crash.
+* Crash safety: a group is written to ``<base>.log.cleaned`` (and its indexes to
+  ``.index.cleaned``/``.timeindex.cleaned``), fsynced, renamed to a swap file (the
+  commit point), the directory fsynced, then installed by
+  :func:`.cleaner_files.complete_swap`, which ``PartitionLog.open`` also runs for a swap
+  left by a crash.
+
+Off the event loop. A cleaning is a sequence of steps alternating between the thread
+that owns the log ("loop") and a worker thread ("worker"); only the loop steps touch
+the :class:`PartitionLog` object, and they are short (no reads of record data, no fsync):
+
+1. :func:`plan_clean` (loop): freeze the cleanable segments (closed segments below the
+   first uncleanable offset) and the rest of the log as it is now: dup'd file handles
+   and sizes, so the worker's reads stay valid whatever the loop does meanwhile. Marks
+   the log ``cleaning``: never two cleanings of one log at once.
+2. :func:`build_clean` (worker): build the offset map, write the cleaned groups and
+   their index files, fsync them.
+3. :func:`commit_clean` (loop): if the frozen segments are still exactly the log's
+   (same segment objects at the same place, same sizes, no retention, DeleteRecords,
+   truncation or deletion since the plan: ``PartitionLog.generation``), rename each
+   changed group to its swap file (the commit) and mark the log ``swap_pending``, which
+   defers segment deletion by retention and DeleteRecords; otherwise abandon the
+   cleaning (:func:`discard_clean` on the worker).
+4. :func:`sync_swaps` (worker): fsync the directory, so the commit is durable before
+   any old segment is unlinked.
+5. :func:`install_clean` (loop): unlink the old segments, rename the swap files and
+   indexes into place, open the new segments (from their prebuilt indexes) and put
+   them in the segment list.
+6. :func:`finish_clean` (worker): write the cleaner checkpoint and fsync the directory.
+7. :func:`end_clean` (loop, always): release the frozen handles, clear ``cleaning``.
+
+:func:`clean` runs all steps in sequence on the calling thread.
 
 Offsets, the log start offset, HW and LEO never change. Fetch slices (``FileSlice``)
 of a rewritten segment become invalid, like after retention.
@@ -45,55 +73,61 @@ import logging
 import os
 import struct
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from crc32c import crc32c
-
-from hightide.protocol.records import (
-    CORRUPT_MESSAGE,
-    HEADER_SIZE,
-    TIMESTAMP_LOG_APPEND_TIME,
-    BatchHeader,
-    InvalidRecords,
-    _read_bytes,
-    _read_varint,
-    compress,
-    decompress,
-    iter_headers,
-)
+from hightide.protocol.records import LOG_OVERHEAD, BatchHeader
 
 from .cleaner_files import (
     CleanerCheckpoint,
     SegmentCleanInfo,
     cleaned_path,
     complete_swap,
-    fsync_dir,
     read_cleaner_checkpoint,
     swap_path,
     write_cleaner_checkpoint,
 )
+from .cleaner_records import filter_batch, parse_records, validate_compacted_batch
+from .index import IndexCorrupt
 from .partition_log import PartitionLog
-from .segment import LogSegment
+from .segment import LogSegment, SegmentCorrupt, iter_file_headers, segment_name
+from .storage import StorageFile
 
-__all__ = ["DEFAULT_DELETE_RETENTION_MS", "CleanResult", "clean", "validate_compacted_batch"]
+__all__ = [
+    "DEFAULT_DELETE_RETENTION_MS",
+    "CleanPlan",
+    "CleanResult",
+    "build_clean",
+    "clean",
+    "commit_clean",
+    "discard_clean",
+    "end_clean",
+    "finish_clean",
+    "install_clean",
+    "plan_clean",
+    "sync_swaps",
+    "validate_compacted_batch",
+]
 
 log = logging.getLogger("hightide.log")
 
 DEFAULT_DELETE_RETENTION_MS = 86_400_000
 _INT32_MAX = 2**31 - 1
-_TAIL = struct.Struct(">hiqqqhii")
-_HEAD = struct.Struct(">qiibI")
-_COMPRESSION_MASK = 0x07
+_OFF_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_LAST_DELTA = struct.Struct(">i")  # at byte 23 of a batch
+_MAX_TS = struct.Struct(">q")  # at byte 35 of a batch
 
 
 class CleanResult(NamedTuple):
-    """Outcome of :func:`clean`.
+    """Outcome of a cleaning.
 
     ``bytes_before``/``bytes_after``: size of the cleanable segments before and after
     (0/0 when nothing was cleaned). ``records_removed``: records dropped.
     ``dirty_ratio``: dirty bytes / (clean + dirty bytes) of the cleanable segments when
     called. ``cleaned_up_to``: the cleaner checkpoint afterwards (first offset not yet
-    cleaned). ``cleaned``: whether a cleaning ran.
+    cleaned). ``cleaned``: whether a cleaning ran (False too when it was abandoned
+    because the log changed under it).
     """
 
     bytes_before: int
@@ -104,268 +138,71 @@ class CleanResult(NamedTuple):
     cleaned: bool = True
 
 
-class _Rec(NamedTuple):
-    offset: int
-    timestamp: int
-    key: bytes | None
-    tombstone: bool
-    start: int  # slice of the (decompressed) records section holding the whole record
-    end: int
-
-
 def _crash_hook(stage: str) -> None:
     """Called at ``"cleaned"`` (``.cleaned`` file written) and ``"swap"`` (committed,
     not yet installed). Tests replace it to simulate a crash; a no-op otherwise."""
 
 
-# ------------------------------------------------------------------ record level
+@dataclass
+class _Frozen:
+    """A segment as the plan saw it: the worker reads ``size`` bytes through ``file``."""
+
+    seg: LogSegment
+    base_offset: int
+    size: int
+    file: StorageFile
+    mtime_ns: int = 0
 
 
-def _parse_records(h: BatchHeader, raw: bytes) -> tuple[bytes, list[_Rec]]:
-    """The records section of batch ``raw`` (decompressed) and where each record is.
-    Raises InvalidRecords (CORRUPT_MESSAGE) on malformed data."""
-    body = raw[HEADER_SIZE:]
-    if h.compression:
-        body = decompress(h.compression, body)
-    log_append = h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
-    out: list[_Rec] = []
-    pos = 0
-    for _ in range(h.records_count):
-        start = pos
-        length, pos = _read_varint(body, pos)
-        end = pos + length
-        if length < 0 or end > len(body):
-            raise InvalidRecords(CORRUPT_MESSAGE, "truncated record")
-        pos += 1  # record attributes
-        ts_delta, pos = _read_varint(body, pos)
-        off_delta, pos = _read_varint(body, pos)
-        key, pos = _read_bytes(body, pos)
-        vlen, pos = _read_varint(body, pos)
-        ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-        out.append(_Rec(h.base_offset + off_delta, ts, key, vlen < 0, start, end))
-        pos = end
-    return body, out
+@dataclass
+class _Group:
+    """Consecutive cleaned segments written as one new segment for [base, end)."""
 
-
-def _encode(h: BatchHeader, records: bytes, count: int, base_ts: int, max_ts: int, attributes: int) -> bytes:
-    """A v2 batch with ``h``'s offsets, producer fields and leader epoch around ``records``
-    (an uncompressed records section, compressed here with the codec in ``attributes``)."""
-    codec = attributes & _COMPRESSION_MASK
-    payload = compress(codec, records) if codec else records
-    tail = _TAIL.pack(
-        attributes, h.last_offset_delta, base_ts, max_ts, h.producer_id, h.producer_epoch, h.base_sequence, count
-    ) + payload
-    return _HEAD.pack(h.base_offset, len(tail) + 9, h.partition_leader_epoch, 2, crc32c(tail)) + tail
-
-
-class _Filtered(NamedTuple):
-    data: bytes | None  # what to write (None = drop the batch)
-    removed: int
+    members: list[_Frozen]
+    base: int
+    end: int
     changed: bool
-    tombstones: bool  # the written batch holds tombstones
 
 
-def _filter_batch(
-    h: BatchHeader,
-    raw: bytes,
-    offset_map: Mapping[bytes, int],
-    drop_tombstones: bool,
-    producer_last: Mapping[int, int],
-) -> _Filtered:
-    """Apply the retention rules of the module docstring to one batch."""
-    if h.is_control or h.is_transactional:
-        return _Filtered(raw, 0, False, False)
-    keep_empty = h.producer_id >= 0 and producer_last.get(h.producer_id) == h.last_offset
-    if h.records_count == 0:  # an empty header kept by an earlier cleaning
-        return _Filtered(raw, 0, False, False) if keep_empty else _Filtered(None, 0, True, False)
-    body, recs = _parse_records(h, raw)
-    kept = [
-        r
-        for r in recs
-        if r.key is not None
-        and r.offset >= offset_map.get(r.key, -1)
-        and not (r.tombstone and drop_tombstones)
-    ]
-    tombstones = any(r.tombstone for r in kept)
-    removed = len(recs) - len(kept)
-    if removed == 0:
-        return _Filtered(raw, 0, False, tombstones)
-    if kept:
-        if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-            max_ts = h.max_timestamp
-        else:
-            max_ts = max(r.timestamp for r in kept)
-        section = b"".join(body[r.start : r.end] for r in kept)
-        return _Filtered(_encode(h, section, len(kept), h.base_timestamp, max_ts, h.attributes), removed, True,
-                         tombstones)
-    if keep_empty:  # Kafka keeps an empty, uncompressed header with the batch's MaxTimestamp
-        attrs = h.attributes & ~_COMPRESSION_MASK
-        return _Filtered(_encode(h, b"", 0, h.max_timestamp, h.max_timestamp, attrs), removed, True, False)
-    return _Filtered(None, removed, True, False)
+@dataclass
+class CleanPlan:
+    """What one cleaning works on; built by :func:`plan_clean`, see the module docstring."""
+
+    plog: PartitionLog
+    generation: int
+    cleanable: list[_Frozen]
+    rest: list[_Frozen]  # the segments after them, the active one as far as written
+    ends: list[int]
+    dirty: list[bool]
+    times: list[int]
+    drops: list[bool]
+    first_dirty: int
+    up_to: int
+    total: int
+    ratio: float
+    groups: list[_Group] = field(default_factory=list)
+    produced: dict[int, SegmentCleanInfo] = field(default_factory=dict)
+    removed: int = 0
+    committed: bool = False
+
+    @property
+    def path(self) -> str:
+        return self.plog.path
+
+    def release(self) -> None:
+        """Close the frozen handles (idempotent)."""
+        for fz in self.cleanable + self.rest:
+            fz.file.close()
 
 
-def validate_compacted_batch(records: bytes | bytearray | memoryview) -> str | None:
-    """Produce-path check for topics whose ``cleanup.policy`` contains ``compact``.
-
-    ``records`` holds already validated batches (CRC checked). Returns None when every
-    record of every non-control batch has a key, else the message to answer with
-    INVALID_RECORD (87), as Kafka does. Decodes (decompresses) the records, so call it
-    only for compacted topics. Raises InvalidRecords (CORRUPT_MESSAGE) when the records
-    cannot be decoded.
-    """
-    buf = bytes(records)
-    for h in iter_headers(buf):
-        if h.is_control:
-            continue
-        _, recs = _parse_records(h, buf[h.position : h.position + h.size])
-        if any(r.key is None for r in recs):
-            return "Compacted topic cannot accept message without key."
-    return None
+# ------------------------------------------------------------------ 1. plan (loop)
 
 
-# ------------------------------------------------------------------ segment level
+def _freeze(seg: LogSegment) -> _Frozen:
+    return _Frozen(seg, seg.base_offset, seg.size, seg._f.dup())
 
 
-def _read_batches(seg: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
-    """(header, batch bytes) for every batch of ``seg``."""
-    for h in seg.iter_headers(0):
-        yield h, seg.read_at(h.position, h.size)
-
-
-def _build_offset_map(segments: list[LogSegment], first_dirty: int) -> dict[bytes, int]:
-    """key → last offset over the records at/after ``first_dirty`` in ``segments``
-    (keyed records of non-control, non-transactional batches)."""
-    offset_map: dict[bytes, int] = {}
-    for seg in segments:
-        for h, raw in _read_batches(seg):
-            if h.last_offset < first_dirty or h.is_control or h.is_transactional or h.records_count == 0:
-                continue
-            for r in _parse_records(h, raw)[1]:
-                if r.key is not None and r.offset >= first_dirty:
-                    offset_map[r.key] = r.offset
-    return offset_map
-
-
-def _producer_last_batches(segments: tuple[LogSegment, ...]) -> dict[int, int]:
-    """producer id → last offset of its last data (non-control) batch in the log."""
-    out: dict[int, int] = {}
-    for seg in segments:
-        for h in seg.iter_headers(0):
-            if h.producer_id >= 0 and not h.is_control:
-                out[h.producer_id] = h.last_offset
-    return out
-
-
-class _GroupWriter:
-    """Writes consecutive cleaned segments into one ``.cleaned`` file and installs it.
-
-    A segment may join the open group when it has the same first-cleaned time and the
-    bytes written so far plus its size *before* cleaning fit in ``segment.bytes`` (so
-    the result fits whatever survives), with relative offsets within int32.
-    """
-
-    def __init__(self, plog: PartitionLog, offset_map: Mapping[bytes, int], producer_last: Mapping[int, int]) -> None:
-        self.plog = plog
-        self.offset_map = offset_map
-        self.producer_last = producer_last
-        self.segments: list[LogSegment] = []
-        self.cleaned_ms = 0
-        self.fd = -1
-        self.tmp = ""
-        self.size = 0
-        self.changed = False
-        self.tombstones = False
-        self.removed = 0
-        #: base offset -> (first-cleaned ms, tombstones) of every segment produced
-        self.produced: dict[int, SegmentCleanInfo] = {}
-
-    def fits(self, seg: LogSegment, end: int, cleaned_ms: int) -> bool:
-        return (
-            cleaned_ms == self.cleaned_ms
-            and self.size + seg.size <= self.plog.config.segment_bytes
-            and end - 1 - self.segments[0].base_offset <= _INT32_MAX
-        )
-
-    def add(self, seg: LogSegment, end: int, cleaned_ms: int, drop_tombstones: bool) -> None:
-        """Clean ``seg`` (covering offsets up to ``end``) into the open group or a new one."""
-        if self.segments and not self.fits(seg, end, cleaned_ms):
-            self.finish(seg.base_offset)
-        if not self.segments:
-            self.tmp = cleaned_path(self.plog.path, seg.base_offset)
-            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            self.cleaned_ms, self.size, self.tombstones = cleaned_ms, 0, False
-        else:
-            self.changed = True  # merging
-        self.segments.append(seg)
-        pending: list[bytes] = []
-        pending_size = 0
-        for h, raw in _read_batches(seg):
-            f = _filter_batch(h, raw, self.offset_map, drop_tombstones, self.producer_last)
-            self.removed += f.removed
-            self.changed = self.changed or f.changed
-            self.tombstones = self.tombstones or f.tombstones
-            if f.data is not None:
-                pending.append(f.data)
-                pending_size += len(f.data)
-                if pending_size >= 1 << 20:
-                    self._write(pending)
-                    pending, pending_size = [], 0
-        self._write(pending)
-
-    def _write(self, pieces: list[bytes]) -> None:
-        data = b"".join(pieces)
-        while data:
-            n = os.write(self.fd, data)
-            self.size += n
-            data = data[n:]
-
-    def finish(self, end: int) -> None:
-        """Install the open group as the segment for [its base, ``end``) (no-op if none).
-        A single segment that lost nothing is left alone."""
-        if not self.segments:
-            return
-        segs, base = self.segments, self.segments[0].base_offset
-        self.segments = []
-        try:
-            if self.changed:
-                os.fsync(self.fd)
-        finally:
-            os.close(self.fd)
-        self.produced[base] = SegmentCleanInfo(self.cleaned_ms, self.tombstones)
-        if not self.changed:
-            os.unlink(self.tmp)
-            return
-        self.changed = False
-        path = self.plog.path
-        _crash_hook("cleaned")
-        os.rename(self.tmp, swap_path(path, base, end))
-        fsync_dir(path)
-        _crash_hook("swap")
-        last = os.fstat(segs[-1].fd)
-        for seg in segs:
-            seg.close()
-        complete_swap(path, base, end)
-        # Like Kafka, keep the last-modified time of the group's last segment: retention
-        # by time falls back to it for segments without timestamps.
-        os.utime(os.path.join(path, f"{base:020d}.log"), ns=(last.st_atime_ns, last.st_mtime_ns))
-        new = LogSegment(path, base, self.plog.config.index_interval_bytes)
-        new.recover()
-        new.on_roll()
-        new.flush()
-        self.plog.replace_segments(segs, new)
-
-    def abort(self) -> None:
-        """After an error: drop the open group's ``.cleaned`` file."""
-        if self.segments:
-            self.segments = []
-            os.close(self.fd)
-            os.unlink(self.tmp)
-
-
-# ------------------------------------------------------------------ entry point
-
-
-def clean(
+def plan_clean(
     plog: PartitionLog,
     now_ms: int,
     *,
@@ -373,21 +210,25 @@ def clean(
     min_compaction_lag_ms: int = 0,
     min_cleanable_ratio: float = 0.5,
     force: bool = False,
-) -> CleanResult:
-    """Compact ``plog`` (whose topic has ``compact`` in ``cleanup.policy``) if worth it.
+) -> CleanPlan | CleanResult:
+    """Decide whether ``plog`` (a compacted topic's log) is worth cleaning and freeze what
+    to clean. Returns a plan (the log is then marked ``cleaning`` until
+    :func:`end_clean`) or a CleanResult with ``cleaned=False`` when there is nothing to
+    do (or a cleaning of the log is already running).
 
     Cleans when ``force``, when the dirty ratio is >= ``min_cleanable_ratio`` with some
     dirty bytes, or when a clean segment holds tombstones whose delete retention has
     passed. ``now_ms`` is the cleaner's clock (tombstone horizons and the compaction
     lag are measured on it; the lag is compared with segments' largest timestamps).
-    Synchronous and blocking (reads, rewrites and fsyncs whole segments); call it from
-    the thread that owns the log, never concurrently with appends. On an exception the
-    log stays consistent (groups already installed stay cleaned, the checkpoint is not
-    advanced).
+    Raises OSError when the handles cannot be dup'd (nothing is then held).
     """
+    if plog.cleaning or plog.swap_pending or plog.closed:
+        return CleanResult(0, 0, 0, 0.0, 0, False)
     segs = list(plog.segments)
     active = segs[-1]
-    ckpt = read_cleaner_checkpoint(plog.path)
+    ckpt = plog.cleaner_checkpoint
+    if ckpt is None:
+        ckpt = plog.cleaner_checkpoint = read_cleaner_checkpoint(plog.storage, plog.path)
     first_dirty = ckpt.dirty_offset
     if not plog.log_start_offset <= first_dirty <= plog.log_end_offset:
         first_dirty = plog.log_start_offset
@@ -419,23 +260,368 @@ def clean(
         due = due or (expired and info is not None and info.tombstones)
     if not cleanable or not (force or (dirty_bytes and ratio >= min_cleanable_ratio) or due):
         return CleanResult(0, 0, 0, ratio, first_dirty, False)
-
-    offset_map = _build_offset_map([s for s, d in zip(cleanable, dirty) if d], first_dirty)
-    producer_last = _producer_last_batches(plog.segments)
-    writer = _GroupWriter(plog, offset_map, producer_last)
+    frozen: list[_Frozen] = []
     try:
-        for k, seg in enumerate(cleanable):
-            writer.add(seg, ends[k], times[k], drops[k])
-        writer.finish(ends[-1])
+        for s in segs:
+            frozen.append(_freeze(s))
+    except OSError:
+        for fz in frozen:
+            fz.file.close()
+        raise
+    plog.cleaning = True
+    return CleanPlan(plog, plog.generation, frozen[:n], frozen[n:], ends, dirty, times, drops, first_dirty,
+                     up_to, total, ratio)
+
+
+# ------------------------------------------------------------------ 2. build (worker)
+
+
+def _read_batches(fz: _Frozen) -> Iterator[tuple[BatchHeader, bytes]]:
+    """(header, batch bytes) for every batch of the frozen segment."""
+    f = fz.file
+    for h in iter_file_headers(f, 0, fz.size):
+        yield h, f.pread(h.size, h.position)
+
+
+def _build_offset_map(segments: list[_Frozen], first_dirty: int) -> dict[bytes, int]:
+    """key → last offset over the records at/after ``first_dirty`` in ``segments``
+    (keyed records of non-control, non-transactional batches)."""
+    offset_map: dict[bytes, int] = {}
+    for seg in segments:
+        for h, raw in _read_batches(seg):
+            if h.last_offset < first_dirty or h.is_control or h.is_transactional or h.records_count == 0:
+                continue
+            for r in parse_records(h, raw)[1]:
+                if r.key is not None and r.offset >= first_dirty:
+                    offset_map[r.key] = r.offset
+    return offset_map
+
+
+def _producer_last_batches(segments: list[_Frozen]) -> dict[int, int]:
+    """producer id → last offset of its last data (non-control) batch in the log."""
+    out: dict[int, int] = {}
+    for seg in segments:
+        for h in iter_file_headers(seg.file, 0, seg.size):
+            if h.producer_id >= 0 and not h.is_control:
+                out[h.producer_id] = h.last_offset
+    return out
+
+
+def _index_paths(path: str, base: int) -> tuple[str, str]:
+    stem = os.path.join(path, segment_name(base))
+    return stem + ".index.cleaned", stem + ".timeindex.cleaned"
+
+
+class _GroupWriter:
+    """Writes consecutive cleaned segments into one ``.cleaned`` file plus its index files.
+
+    A segment may join the open group when it has the same first-cleaned time and the
+    bytes written so far plus its size *before* cleaning fit in ``segment.bytes`` (so
+    the result fits whatever survives), with relative offsets within int32. Index
+    entries are placed exactly as :meth:`LogSegment.recover` would place them.
+    """
+
+    def __init__(self, plan: CleanPlan, offset_map: Mapping[bytes, int], producer_last: Mapping[int, int]) -> None:
+        self.plan = plan
+        self.storage = plan.plog.storage
+        self.segment_bytes = plan.plog.config.segment_bytes
+        self.interval = plan.plog.config.index_interval_bytes
+        self.offset_map = offset_map
+        self.producer_last = producer_last
+        self.members: list[_Frozen] = []
+        self.file: StorageFile | None = None
+        self._open_group(0)
+
+    def _open_group(self, cleaned_ms: int) -> None:
+        self.cleaned_ms, self.size, self.changed, self.tombstones = cleaned_ms, 0, False, False
+        self.since, self.max_ts, self.max_off = 0, -1, -1
+        self.off_entries: list[tuple[int, int]] = []
+        self.time_entries: list[tuple[int, int]] = []
+
+    def fits(self, seg: _Frozen, end: int, cleaned_ms: int) -> bool:
+        return (
+            cleaned_ms == self.cleaned_ms
+            and self.size + seg.size <= self.segment_bytes
+            and end - 1 - self.members[0].base_offset <= _INT32_MAX
+        )
+
+    def add(self, seg: _Frozen, end: int, cleaned_ms: int, drop_tombstones: bool) -> None:
+        """Clean ``seg`` (covering offsets up to ``end``) into the open group or a new one."""
+        if self.members and not self.fits(seg, end, cleaned_ms):
+            self.finish(seg.base_offset)
+        if not self.members:
+            self.file = self.storage.open(cleaned_path(self.plan.path, seg.base_offset), truncate=True)
+            self._open_group(cleaned_ms)
+        else:
+            self.changed = True  # merging
+        self.members.append(seg)
+        seg.mtime_ns = seg.file.mtime_ns()
+        pending: list[bytes] = []
+        pending_size = 0
+        for h, raw in _read_batches(seg):
+            f = filter_batch(h, raw, self.offset_map, drop_tombstones, self.producer_last)
+            self.plan.removed += f.removed
+            self.changed = self.changed or f.changed
+            self.tombstones = self.tombstones or f.tombstones
+            if f.data is not None:
+                self._index(h.base_offset, f.data, self.size + pending_size)
+                pending.append(f.data)
+                pending_size += len(f.data)
+                if pending_size >= 1 << 20:
+                    self._write(pending)
+                    pending, pending_size = [], 0
+        self._write(pending)
+
+    def _index(self, base_offset: int, data: bytes, position: int) -> None:
+        last = base_offset + _LAST_DELTA.unpack_from(data, 23)[0]
+        max_ts = _MAX_TS.unpack_from(data, 35)[0]
+        if max_ts > self.max_ts:
+            self.max_ts, self.max_off = max_ts, last
+        if self.since > self.interval:
+            self.off_entries.append((last, position))
+            if not self.time_entries or self.max_ts > self.time_entries[-1][0]:
+                self.time_entries.append((self.max_ts, self.max_off))
+            self.since = 0
+        self.since += len(data)
+
+    def _write(self, pieces: list[bytes]) -> None:
+        if pieces:
+            assert self.file is not None
+            data = b"".join(pieces)
+            self.file.pwrite(data, self.size)
+            self.size += len(data)
+
+    def finish(self, end: int) -> None:
+        """Close the open group as the segment for [its base, ``end``) (no-op if none):
+        fsync it and write its index files. A single segment that lost nothing is
+        dropped again (left alone)."""
+        if not self.members:
+            return
+        members, base = self.members, self.members[0].base_offset
+        self.members = []
+        file, self.file = self.file, None
+        assert file is not None
+        path = cleaned_path(self.plan.path, base)
+        try:
+            if self.changed:
+                file.fsync()
+        finally:
+            file.close()
+        self.plan.produced[base] = SegmentCleanInfo(self.cleaned_ms, self.tombstones)
+        if not self.changed:
+            self.storage.unlink(path)
+            return
+        self.plan.groups.append(_Group(members, base, end, True))  # before any error: discarded with the plan
+        # Like Kafka, keep the last-modified time of the group's last segment: retention
+        # by time falls back to it for segments without timestamps.
+        self.storage.set_mtime_ns(path, members[-1].mtime_ns)
+        if self.max_ts >= 0 and (not self.time_entries or self.max_ts > self.time_entries[-1][0]):
+            self.time_entries.append((self.max_ts, self.max_off))  # what on_roll() adds
+        off_path, time_path = _index_paths(self.plan.path, base)
+        for p, data in (
+            (off_path, b"".join(_OFF_ENTRY.pack(o - base, pos) for o, pos in self.off_entries)),
+            (time_path, b"".join(_TIME_ENTRY.pack(t, o - base) for t, o in self.time_entries)),
+        ):
+            f = self.storage.open(p, truncate=True)
+            try:
+                if data:
+                    f.pwrite(data, 0)
+                f.fsync()
+            finally:
+                f.close()
+
+    def abort(self) -> None:
+        """After an error: close and drop the open group's ``.cleaned`` file."""
+        if self.members:
+            base = self.members[0].base_offset
+            self.members = []
+            if self.file is not None:
+                self.file.close()
+                self.file = None
+            try:
+                self.storage.unlink(cleaned_path(self.plan.path, base))
+            except OSError:
+                pass
+
+
+def build_clean(plan: CleanPlan) -> None:
+    """Worker step: read the frozen segments, write every cleaned group (log and index
+    files) and fsync them. Touches no state of the log object. Raises OSError (or
+    InvalidRecords for undecodable batches); the files written are then removed by
+    :func:`discard_clean`."""
+    dirty_segs = [s for s, d in zip(plan.cleanable, plan.dirty) if d]
+    offset_map = _build_offset_map(dirty_segs, plan.first_dirty)
+    producer_last = _producer_last_batches(plan.cleanable + plan.rest)
+    writer = _GroupWriter(plan, offset_map, producer_last)
+    try:
+        for k, seg in enumerate(plan.cleanable):
+            writer.add(seg, plan.ends[k], plan.times[k], plan.drops[k])
+        writer.finish(plan.ends[-1])
     except BaseException:
         writer.abort()
         raise
-    removed = writer.removed
-    new_ckpt = CleanerCheckpoint(up_to, writer.produced)
-    write_cleaner_checkpoint(plog.path, new_ckpt)
-    after = sum(s.size for s in plog.segments if s.base_offset < up_to)
+
+
+def discard_clean(plan: CleanPlan) -> None:
+    """Worker step after an abandoned or failed cleaning: remove its ``.cleaned`` files
+    (missing ones are fine). Never call it after :func:`commit_clean` returned True."""
+    storage = plan.plog.storage
+    for g in plan.groups:
+        for p in (cleaned_path(plan.path, g.base), *_index_paths(plan.path, g.base)):
+            try:
+                storage.unlink(p)
+            except OSError:
+                pass
+
+
+# ------------------------------------------------------------------ 3-5. swap (loop, worker, loop)
+
+
+def _still_current(plan: CleanPlan) -> bool:
+    """Whether the frozen cleanable segments are still the log's, unchanged."""
+    plog = plan.plog
+    if plog.closed or plog.generation != plan.generation or not plan.cleanable:
+        return False
+    segs = plog.segments
+    try:
+        i = segs.index(plan.cleanable[0].seg)
+    except ValueError:
+        return False
+    k = len(plan.cleanable)
+    if i + k >= len(segs):
+        return False
+    return all(segs[i + n] is fz.seg and fz.seg.size == fz.size for n, fz in enumerate(plan.cleanable))
+
+
+def commit_clean(plan: CleanPlan) -> bool:
+    """Loop step: if the log still holds the frozen segments, rename every cleaned group
+    to its swap file (the commit) and mark the log ``swap_pending``; returns True. If
+    the log changed, commits nothing and returns False (then :func:`discard_clean`).
+    A rename failure undoes the renames done so far and raises OSError."""
+    if not _still_current(plan):
+        return False
+    storage, path = plan.plog.storage, plan.path
+    done: list[_Group] = []
+    try:
+        for g in plan.groups:
+            _crash_hook("cleaned")
+            storage.replace(cleaned_path(path, g.base), swap_path(path, g.base, g.end))
+            done.append(g)
+            plan.plog.swap_pending = True
+            _crash_hook("swap")
+    except OSError:
+        for g in done:
+            try:
+                storage.replace(swap_path(path, g.base, g.end), cleaned_path(path, g.base))
+            except OSError:
+                log.exception("%s: could not undo the cleaner's swap of [%d, %d)", path, g.base, g.end)
+        plan.plog.swap_pending = False
+        raise
+    plan.committed = True
+    return True
+
+
+def sync_swaps(plan: CleanPlan) -> None:
+    """Worker step: fsync the directory, making the swap renames durable before any old
+    segment is unlinked."""
+    if plan.groups:
+        plan.plog.storage.fsync_dir(plan.path)
+
+
+def _install_group(plog: PartitionLog, g: _Group) -> None:
+    storage, path = plog.storage, plog.path
+    olds = [m.seg for m in g.members]
+    for seg in olds:
+        seg.close()
+    complete_swap(storage, path, g.base, g.end, sync=False)
+    stem = os.path.join(path, segment_name(g.base))
+    off_path, time_path = _index_paths(path, g.base)
+    for src, dst in ((off_path, stem + ".index"), (time_path, stem + ".timeindex")):
+        try:
+            storage.replace(src, dst)
+        except FileNotFoundError:
+            pass  # rebuilt by recover() below
+    new = LogSegment(storage, path, g.base, plog.config.index_interval_bytes)
+    try:
+        new.load()
+    except (IndexCorrupt, SegmentCorrupt) as e:
+        log.warning("%s: rebuilding the indexes of a cleaned segment: %s", path, e)
+        new.recover()
+        new.on_roll()
+    plog.replace_segments(olds, new)
+
+
+def install_clean(plan: CleanPlan) -> CleanResult:
+    """Loop step after :func:`sync_swaps`: put every committed group in place of its
+    old segments (files and segment list), then run the segment deletions deferred
+    meanwhile. Returns the result; the checkpoint is written by :func:`finish_clean`."""
+    plog = plan.plog
+    try:
+        for g in plan.groups:
+            _install_group(plog, g)
+    finally:
+        plog.swap_pending = False
+    plog.mark_dir_dirty()
+    plog.cleaner_checkpoint = CleanerCheckpoint(plan.up_to, dict(plan.produced))
+    plog.retry_deferred_deletions()
+    after = sum(s.size for s in plog.segments if s.base_offset < plan.up_to)
     log.info(
         "%s: cleaned offsets below %d: %d -> %d bytes, %d records removed (dirty ratio %.2f)",
-        plog.path, up_to, total, after, removed, ratio,
+        plog.path, plan.up_to, plan.total, after, plan.removed, plan.ratio,
     )
-    return CleanResult(total, after, removed, ratio, up_to, True)
+    return CleanResult(plan.total, after, plan.removed, plan.ratio, plan.up_to, True)
+
+
+# ------------------------------------------------------------------ 6-7. checkpoint, end
+
+
+def finish_clean(plan: CleanPlan) -> None:
+    """Worker step: write the cleaner checkpoint (fsynced) and fsync the directory
+    (the installed files' names and the checkpoint's rename)."""
+    write_cleaner_checkpoint(plan.plog.storage, plan.path, CleanerCheckpoint(plan.up_to, dict(plan.produced)))
+    plan.plog.storage.fsync_dir(plan.path)
+
+
+def end_clean(plan: CleanPlan) -> None:
+    """Loop step, always last: release the frozen handles and allow the next cleaning."""
+    plan.release()
+    plan.plog.cleaning = False
+
+
+# ------------------------------------------------------------------ synchronous entry point
+
+
+def clean(
+    plog: PartitionLog,
+    now_ms: int,
+    *,
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS,
+    min_compaction_lag_ms: int = 0,
+    min_cleanable_ratio: float = 0.5,
+    force: bool = False,
+) -> CleanResult:
+    """Compact ``plog`` if worth it, every step on the calling thread (see
+    :func:`plan_clean` for the arguments and the module docstring for the steps).
+    Blocking; call it from the thread that owns the log. On an exception the log stays
+    consistent (groups committed are completed at the next start, the checkpoint is
+    not advanced)."""
+    plan = plan_clean(plog, now_ms, delete_retention_ms=delete_retention_ms,
+                      min_compaction_lag_ms=min_compaction_lag_ms, min_cleanable_ratio=min_cleanable_ratio,
+                      force=force)
+    if isinstance(plan, CleanResult):
+        return plan
+    try:
+        try:
+            build_clean(plan)
+        except BaseException:
+            discard_clean(plan)
+            raise
+        if not commit_clean(plan):
+            discard_clean(plan)
+            return CleanResult(0, 0, 0, plan.ratio, plan.first_dirty, False)
+        sync_swaps(plan)
+        result = install_clean(plan)
+        finish_clean(plan)
+        return result
+    finally:
+        end_clean(plan)

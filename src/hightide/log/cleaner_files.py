@@ -16,11 +16,14 @@ the ``delete.retention.ms`` period of the tombstones in it — and whether it st
 tombstones. A missing or unreadable file means "nothing cleaned yet".
 
 Swap files: a cleaned group of segments ``[base, end)`` is written as
-``<base>.log.cleaned``, fsynced, then renamed to ``<base>.log.<end>.swap`` (20-digit
-numbers). That rename is the commit point: :func:`complete_swap` (run by the cleaner
-and, after a crash, by the loader) deletes every segment whose base offset lies in
-``[base, end)`` and renames the swap file to ``<base>.log``; its indexes are rebuilt.
-A leftover ``.cleaned`` file is simply deleted (the clean never happened).
+``<base>.log.cleaned`` (with ``<base>.index.cleaned`` and ``<base>.timeindex.cleaned``),
+fsynced, then renamed to ``<base>.log.<end>.swap`` (20-digit numbers). That rename is
+the commit point: :func:`complete_swap` (run by the cleaner and, after a crash, by the
+loader) deletes every segment whose base offset lies in ``[base, end)`` and renames the
+swap file to ``<base>.log``. A leftover ``.cleaned`` file is simply deleted (the clean
+never happened). The directory is fsynced after the commit rename and before the old
+segments are unlinked (on a worker thread: see :mod:`.cleaner`), so a power cut can
+never keep the unlinks without the commit.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .storage import Storage, read_small_file, write_small_file
+
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
     "CleanerCheckpoint",
@@ -38,7 +43,7 @@ __all__ = [
     "cleaned_path",
     "complete_swap",
     "complete_swaps",
-    "fsync_dir",
+    "encode_cleaner_checkpoint",
     "read_cleaner_checkpoint",
     "swap_path",
     "truncate_cleaner_checkpoint",
@@ -67,11 +72,10 @@ class CleanerCheckpoint:
     segments: dict[int, SegmentCleanInfo] = field(default_factory=dict)
 
 
-def read_cleaner_checkpoint(path: str) -> CleanerCheckpoint:
+def read_cleaner_checkpoint(storage: Storage, path: str) -> CleanerCheckpoint:
     """The checkpoint of partition directory ``path``; empty if missing or unreadable."""
     try:
-        with open(os.path.join(path, CLEANER_CHECKPOINT_FILE), encoding="ascii") as f:
-            lines = f.read().split("\n")
+        lines = read_small_file(storage, os.path.join(path, CLEANER_CHECKPOINT_FILE)).decode("ascii").split("\n")
         ckpt = CleanerCheckpoint(int(lines[0].strip()))
         for line in lines[1:]:
             if line.strip():
@@ -85,28 +89,32 @@ def read_cleaner_checkpoint(path: str) -> CleanerCheckpoint:
         return CleanerCheckpoint()
 
 
-def write_cleaner_checkpoint(path: str, ckpt: CleanerCheckpoint) -> None:
-    """Atomically replace the checkpoint of partition directory ``path`` (fsynced)."""
-    from .loader import write_small_file  # the loader imports this module
-
+def encode_cleaner_checkpoint(ckpt: CleanerCheckpoint) -> str:
+    """The file content for ``ckpt``."""
     lines = [str(ckpt.dirty_offset)]
     for base in sorted(ckpt.segments):
         info = ckpt.segments[base]
         lines.append(f"{base} {info.cleaned_ms} {1 if info.tombstones else 0}")
-    write_small_file(os.path.join(path, CLEANER_CHECKPOINT_FILE), "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
-def truncate_cleaner_checkpoint(path: str, offset: int) -> None:
+def write_cleaner_checkpoint(storage: Storage, path: str, ckpt: CleanerCheckpoint) -> None:
+    """Atomically replace the checkpoint of partition directory ``path`` (fsynced; the
+    rename is durable with the next fsync of the directory)."""
+    write_small_file(storage, os.path.join(path, CLEANER_CHECKPOINT_FILE), encode_cleaner_checkpoint(ckpt))
+
+
+def truncate_cleaner_checkpoint(storage: Storage, path: str, offset: int) -> None:
     """After the log was truncated to ``offset``: nothing at/after it counts as cleaned.
     No-op when there is no checkpoint or it is already at/below ``offset``."""
-    if not os.path.exists(os.path.join(path, CLEANER_CHECKPOINT_FILE)):
+    if not storage.exists(os.path.join(path, CLEANER_CHECKPOINT_FILE)):
         return
-    ckpt = read_cleaner_checkpoint(path)
+    ckpt = read_cleaner_checkpoint(storage, path)
     if ckpt.dirty_offset <= offset and all(b < offset for b in ckpt.segments):
         return
     ckpt.dirty_offset = min(ckpt.dirty_offset, offset)
     ckpt.segments = {b: i for b, i in ckpt.segments.items() if b < offset}
-    write_cleaner_checkpoint(path, ckpt)
+    write_cleaner_checkpoint(storage, path, ckpt)
 
 
 def cleaned_path(path: str, base: int) -> str:
@@ -119,46 +127,42 @@ def swap_path(path: str, base: int, end: int) -> str:
     return os.path.join(path, f"{base:020d}.log.{end:020d}.swap")
 
 
-def fsync_dir(path: str) -> None:
-    """fsync a directory so renames and unlinks in it are durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def complete_swap(path: str, base: int, end: int) -> None:
+def complete_swap(storage: Storage, path: str, base: int, end: int, *, sync: bool = True) -> None:
     """Install the swap file for [base, end): unlink the files of every segment whose base
-    offset lies in [base, end) (index files first), fsync the directory, rename the swap
-    file to ``<base>.log`` and fsync again. Idempotent up to the rename, so a crash at
-    any point is completed by running it again. Segment files must be closed already.
-    """
+    offset lies in [base, end) (index files first), rename the swap file to
+    ``<base>.log``; with ``sync`` fsync the directory after the unlinks and after the
+    rename. Idempotent up to the rename, so a crash at any point is completed by running
+    it again. Without ``sync`` the caller must have made the swap rename durable first;
+    the unlinks and the rename then become durable, in that order, with the next
+    directory fsync, and a crash before it leaves either the old files (then the swap
+    file is still there and is completed at start-up) or the new one."""
     victims: list[tuple[int, str]] = []
-    for name in os.listdir(path):
+    for name in storage.listdir(path):
         stem, _, ext = name.partition(".")
         if ext in _SEGMENT_EXTS and len(stem) == 20 and stem.isdigit() and base <= int(stem) < end:
             victims.append((_SEGMENT_EXTS.index(ext), name))
     for _, name in sorted(victims):
         try:
-            os.unlink(os.path.join(path, name))
+            storage.unlink(os.path.join(path, name))
         except FileNotFoundError:
             pass
-    fsync_dir(path)
-    os.replace(swap_path(path, base, end), os.path.join(path, f"{base:020d}.log"))
-    fsync_dir(path)
+    if sync:
+        storage.fsync_dir(path)
+    storage.replace(swap_path(path, base, end), os.path.join(path, f"{base:020d}.log"))
+    if sync:
+        storage.fsync_dir(path)
 
 
-def complete_swaps(path: str) -> int:
+def complete_swaps(storage: Storage, path: str) -> int:
     """Loader step: finish every committed swap left by a crash (in offset order).
     Returns how many were completed. Other ``.swap`` files are left to the loader,
     which deletes them."""
     found = []
-    for name in os.listdir(path):
+    for name in storage.listdir(path):
         m = _SWAP_RE.match(name)
         if m:
             found.append((int(m.group(1)), int(m.group(2))))
     for base, end in sorted(found):
         log.warning("%s: completing the interrupted log cleaning of offsets [%d, %d)", path, base, end)
-        complete_swap(path, base, end)
+        complete_swap(storage, path, base, end)
     return len(found)

@@ -15,13 +15,11 @@ Index files are disposable: when missing or inconsistent, the segment rebuilds t
 
 from __future__ import annotations
 
-import errno
-import os
 import struct
 from array import array
 from bisect import bisect_right
 
-from .faults import FAULTS
+from .storage import Storage, StorageFile
 
 __all__ = ["OffsetIndex", "TimeIndex", "IndexCorrupt"]
 
@@ -36,43 +34,48 @@ class IndexCorrupt(Exception):
 class _IndexFile:
     entry: struct.Struct
 
-    def __init__(self, path: str, base_offset: int) -> None:
+    def __init__(self, storage: Storage, path: str, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self._pending = bytearray()
         self._written_entries = 0
-        if FAULTS is not None:
-            FAULTS.on_open(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file: StorageFile | None = storage.open(path)
         self._dirty = False
 
+    @property
+    def _f(self) -> StorageFile:
+        f = self._file
+        if f is None:
+            raise ValueError(f"index {self.path} is closed")
+        return f
+
     def _read_raw(self) -> list[tuple[int, int]]:
-        size = os.fstat(self._fd).st_size
+        size = self._f.size()
         if size % self.entry.size:
             raise IndexCorrupt(f"{self.path}: size {size} is not a multiple of {self.entry.size}")
-        data = os.pread(self._fd, size, 0) if size else b""
+        data = self._f.pread(size, 0) if size else b""
+        if len(data) != size:
+            raise IndexCorrupt(f"{self.path}: short read")
         return list(self.entry.iter_unpack(data))
 
     def write_pending(self) -> None:
         """Append buffered entries to the file (no fsync)."""
         if self._pending:
-            if FAULTS is not None:
-                FAULTS.on_write(self.path, self._fd, bytes(self._pending), self._written_entries * self.entry.size)
-            n = os.pwrite(self._fd, self._pending, self._written_entries * self.entry.size)
-            if n != len(self._pending):  # disk full: keep the entries pending, retry next time
-                raise OSError(errno.ENOSPC, f"short index write ({n} of {len(self._pending)} bytes)", self.path)
+            # on an error (disk full) the entries stay pending and are retried next time
+            self._f.pwrite(self._pending, self._written_entries * self.entry.size)
             self._written_entries += len(self._pending) // self.entry.size
             self._pending.clear()
             self._dirty = True
 
-    def take_dirty_fd(self) -> int | None:
-        """Write pending entries; if the file needs an fsync, return a dup of its fd
+    def take_dirty_file(self) -> StorageFile | None:
+        """Write pending entries; if the file needs an fsync, return a dup of its handle
         (the caller fsyncs and closes it, possibly on another thread) and mark it clean."""
         self.write_pending()
         if not self._dirty:
             return None
+        dup = self._f.dup()
         self._dirty = False
-        return os.dup(self._fd)
+        return dup
 
     def mark_dirty(self) -> None:
         self._dirty = True
@@ -80,24 +83,24 @@ class _IndexFile:
     def fsync(self) -> None:
         self.write_pending()
         if self._dirty:
-            if FAULTS is not None:
-                FAULTS.on_fsync(self._fd)
-            os.fsync(self._fd)
+            self._f.fsync()
             self._dirty = False
 
     def _rewrite(self, n_entries: int, data: bytes) -> None:
-        os.ftruncate(self._fd, 0)
+        self._f.truncate(0)
         if data:
-            os.pwrite(self._fd, data, 0)
+            self._f.pwrite(data, 0)
         self._written_entries = n_entries
         self._pending.clear()
         self._dirty = True
 
     def close(self) -> None:
-        if self._fd >= 0:
-            self.write_pending()
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            try:
+                self.write_pending()
+            finally:
+                self._file.close()
+                self._file = None
 
 
 class OffsetIndex(_IndexFile):
@@ -105,8 +108,8 @@ class OffsetIndex(_IndexFile):
 
     entry = _OFF_ENTRY
 
-    def __init__(self, path: str, base_offset: int) -> None:
-        super().__init__(path, base_offset)
+    def __init__(self, storage: Storage, path: str, base_offset: int) -> None:
+        super().__init__(storage, path, base_offset)
         self.offsets = array("q")
         self.positions = array("q")
 
@@ -160,8 +163,8 @@ class TimeIndex(_IndexFile):
 
     entry = _TIME_ENTRY
 
-    def __init__(self, path: str, base_offset: int) -> None:
-        super().__init__(path, base_offset)
+    def __init__(self, storage: Storage, path: str, base_offset: int) -> None:
+        super().__init__(storage, path, base_offset)
         self.timestamps = array("q")
         self.offsets = array("q")
 

@@ -10,6 +10,7 @@ from .cleaner_files import complete_swaps
 from .config import LogConfig
 from .index import IndexCorrupt
 from .segment import LogSegment, SegmentCorrupt
+from .storage import Storage, make_dirs_durable, read_small_file
 
 __all__ = [
     "LOG_START_OFFSET_FILE",
@@ -17,7 +18,6 @@ __all__ = [
     "PRODUCER_SNAPSHOT_FILE",
     "LoadedSegments",
     "load_segments",
-    "write_small_file",
     "read_int_file",
 ]
 
@@ -28,24 +28,10 @@ RECOVERY_POINT_FILE = "recovery-point"
 PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
 
 
-def write_small_file(path: str, text: str, *, sync: bool = True) -> None:
-    """Atomically replace ``path`` with ``text`` (write a temp file, fsync, rename)."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, text.encode())
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def read_int_file(path: str) -> int | None:
+def read_int_file(storage: Storage, path: str) -> int | None:
     """The integer in a small text file, None if missing or unreadable."""
     try:
-        with open(path, encoding="ascii") as f:
-            return int(f.read().strip())
+        return int(read_small_file(storage, path).decode("ascii").strip())
     except (FileNotFoundError, ValueError):
         return None
 
@@ -55,9 +41,10 @@ class LoadedSegments(NamedTuple):
     log_start_checkpoint: int | None
     recovery_point: int
     recovered_any: bool
+    created: bool  # the partition directory did not exist (its parent was fsynced)
 
 
-def load_segments(path: str, config: LogConfig, *, clean_shutdown: bool) -> LoadedSegments:
+def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutdown: bool) -> LoadedSegments:
     """Open every segment of the partition directory ``path`` (created if missing).
 
     First completes log-cleaner swaps interrupted by a crash (``<base>.log.<end>.swap``,
@@ -69,29 +56,32 @@ def load_segments(path: str, config: LogConfig, *, clean_shutdown: bool) -> Load
     causes all later segments to be deleted. Truncations are logged as WARNINGs.
     There is always at least one segment.
     """
-    os.makedirs(path, exist_ok=True)
-    start_ckpt = read_int_file(os.path.join(path, LOG_START_OFFSET_FILE))
-    recovery_point = read_int_file(os.path.join(path, RECOVERY_POINT_FILE)) or 0
-    complete_swaps(path)
+    created = not storage.is_dir(path)
+    if created:  # the new entry in the parent is made durable by the log's first flush
+        make_dirs_durable(storage, os.path.dirname(os.path.abspath(path)))
+        storage.mkdir(path)
+    start_ckpt = read_int_file(storage, os.path.join(path, LOG_START_OFFSET_FILE))
+    recovery_point = read_int_file(storage, os.path.join(path, RECOVERY_POINT_FILE)) or 0
+    complete_swaps(storage, path)
     bases: list[int] = []
-    for name in os.listdir(path):
+    for name in storage.listdir(path):
         stem, _, ext = name.partition(".")
         if name.endswith((".deleted", ".cleaned", ".swap", ".tmp")):
-            os.unlink(os.path.join(path, name))
+            storage.unlink(os.path.join(path, name))
         elif ext == "log" and len(stem) == 20 and stem.isdigit():
             bases.append(int(stem))
     bases.sort()
-    for name in os.listdir(path):  # orphan index files
+    for name in storage.listdir(path):  # orphan index files
         stem, _, ext = name.partition(".")
         if ext in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
-            os.unlink(os.path.join(path, name))
+            storage.unlink(os.path.join(path, name))
     interval = config.index_interval_bytes
     if not bases:
         bases = [start_ckpt or 0]
     segments: list[LogSegment] = []
     recovered_any = False
     for i, base in enumerate(bases):
-        seg = LogSegment(path, base, interval)
+        seg = LogSegment(storage, path, base, interval)
         segments.append(seg)
         is_last = i == len(bases) - 1
         next_base = bases[i + 1] if not is_last else None
@@ -114,8 +104,8 @@ def load_segments(path: str, config: LogConfig, *, clean_shutdown: bool) -> Load
             )
             if not is_last:
                 for later in bases[i + 1 :]:
-                    dropped = LogSegment(path, later, interval)
+                    dropped = LogSegment(storage, path, later, interval)
                     log.warning("deleting segment %s after the corrupt one", dropped.log_path)
                     dropped.delete()
                 break
-    return LoadedSegments(segments, start_ckpt, recovery_point, recovered_any)
+    return LoadedSegments(segments, start_ckpt, recovery_point, recovered_any, created)

@@ -2,18 +2,19 @@
 
 Directory names are ``<topic>-<partition>``; a ``.hightide_cleanshutdown`` marker is
 written after every log has been flushed and closed, and removed at start-up, so the
-next start knows whether full recovery is needed.
+next start knows whether full recovery is needed. Every file is reached through the
+manager's :class:`~.storage.Storage` engine (POSIX by default).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 from typing import Iterator
 
 from .config import LogConfig
 from .partition_log import PartitionLog
+from .storage import POSIX, Storage, make_dirs_durable, remove_tree
 
 CLEAN_SHUTDOWN = ".hightide_cleanshutdown"
 log = logging.getLogger("hightide.log")
@@ -29,20 +30,22 @@ def parse_dir_name(name: str) -> TopicPartition | None:
 
 
 class LogManager:
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, storage: Storage = POSIX) -> None:
         self.data_dir = data_dir
-        os.makedirs(data_dir, exist_ok=True)
+        self.storage = storage
+        make_dirs_durable(storage, data_dir)
         marker = os.path.join(data_dir, CLEAN_SHUTDOWN)
-        self.clean_shutdown = os.path.exists(marker)
+        self.clean_shutdown = storage.exists(marker)
         if self.clean_shutdown:
-            os.unlink(marker)
+            storage.unlink(marker)
+            storage.fsync_dir(data_dir)  # a crash from now on must not look clean
         self.logs: dict[TopicPartition, PartitionLog] = {}
 
     def existing_dirs(self) -> list[TopicPartition]:
         out = []
-        for name in os.listdir(self.data_dir):
+        for name in self.storage.listdir(self.data_dir):
             tp = parse_dir_name(name)
-            if tp is not None and os.path.isdir(os.path.join(self.data_dir, name)):
+            if tp is not None and self.storage.is_dir(os.path.join(self.data_dir, name)):
                 out.append(tp)
         return out
 
@@ -54,7 +57,7 @@ class LogManager:
         plog = self.logs.get(tp)
         if plog is None:
             path = os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}")
-            plog = PartitionLog.open(path, config, now_ms, clean_shutdown=self.clean_shutdown)
+            plog = PartitionLog.open(path, config, now_ms, clean_shutdown=self.clean_shutdown, storage=self.storage)
             self.logs[tp] = plog
         return plog
 
@@ -63,7 +66,7 @@ class LogManager:
         if plog is not None:
             plog.delete()
         else:
-            shutil.rmtree(os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}"), ignore_errors=True)
+            remove_tree(self.storage, os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}"))
 
     def __iter__(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))
@@ -79,5 +82,12 @@ class LogManager:
                 log.exception("closing log %s-%d failed", *tp)
         self.logs.clear()
         if not failed:
-            with open(os.path.join(self.data_dir, CLEAN_SHUTDOWN), "w"):
-                pass
+            self.storage.open(os.path.join(self.data_dir, CLEAN_SHUTDOWN)).close()
+            self.storage.fsync_dir(self.data_dir)
+
+    def abandon(self) -> None:
+        """Close every log's files without flushing or writing the marker, as a killed
+        process would (for tests that simulate a crash in-process)."""
+        for plog in self.logs.values():
+            plog.abandon()
+        self.logs.clear()

@@ -1,12 +1,18 @@
 """The log of one partition: a directory of segments (Kafka's on-disk layout).
 
-Synchronous, single-threaded, plain file IO. Append and read never look inside batches
-beyond their 61-byte headers; only the timestamp lookups decode one batch.
+Synchronous and single-threaded; every file is reached through a
+:class:`~.storage.Storage` engine (POSIX by default). Append and read never look inside
+batches beyond their 61-byte headers; only the timestamp lookups decode one batch.
 
 Files in ``<data-dir>/<topic>-<partition>/``:
 
 * ``<20-digit base offset>.log`` / ``.index`` / ``.timeindex`` per segment;
-* ``log-start-offset``: text, the log start offset (written when it changes);
+* ``log-start-offset``: text, the log start offset, written durably by the flush that
+  follows a change (:mod:`.flush`). Segments below a new log start offset are unlinked
+  at once, so a power cut may keep the unlinks and lose the new value; the loader then
+  takes ``max(file, first segment's base)`` as the start, which is never above the
+  true one and only shows records a not-yet-durable deletion had hidden (never loses
+  a record above the log start offset);
 * ``recovery-point``: text, the offset up to which everything was fsynced;
 * ``<20-digit offset>.snapshot``: producer state built from the batches below that
   offset (:mod:`.snapshots`), written at every roll (at the new segment's base offset),
@@ -25,7 +31,6 @@ import errno
 import json
 import logging
 import os
-import shutil
 import struct
 from bisect import bisect_right
 
@@ -35,16 +40,14 @@ from hightide.protocol.records import (
     InvalidRecords,
 )
 
-from .cleaner_files import truncate_cleaner_checkpoint
+from .cleaner_files import CleanerCheckpoint, truncate_cleaner_checkpoint
 from .config import LogConfig
-from .faults import FAULTS
-from .flush import FSYNC_JOURNAL, FlushJob, run_flush
+from .flush import FlushJob, run_flush
 from .loader import (
     LOG_START_OFFSET_FILE,
     PRODUCER_SNAPSHOT_FILE,
     RECOVERY_POINT_FILE,
     load_segments,
-    write_small_file,
 )
 from .producer_state import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -63,6 +66,7 @@ from .snapshots import (
     snapshot_path,
     write_snapshot,
 )
+from .storage import POSIX, Storage, StorageFile, read_small_file, remove_tree, write_small_file
 
 __all__ = [
     "PartitionLog",
@@ -105,7 +109,9 @@ class PartitionLog:
     Create with :meth:`open`. Not thread-safe; never blocks on anything but file IO.
     """
 
-    def __init__(self, path: str, config: LogConfig, segments: list[LogSegment], now_ms: int) -> None:
+    def __init__(self, storage: Storage, path: str, config: LogConfig, segments: list[LogSegment],
+                 now_ms: int) -> None:
+        self.storage = storage
         self.path = path
         self.config = config
         self._segments = segments
@@ -118,8 +124,18 @@ class PartitionLog:
         self.unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._recovery_file_written = False
-        self._dir_dirty = False
+        self._dir_dirty = True  # new segment files may have been created by the load
+        self._parent_dir_dirty = False  # the partition directory itself is new
+        self._log_start_on_disk: int | None = None  # the value the file holds durably
         self._closed = False
+        #: bumped whenever segments are removed or truncated by anything but the
+        #: cleaner (retention, DeleteRecords, truncation): a clean planned before
+        #: is abandoned (see :mod:`.cleaner`)
+        self.generation = 0
+        self.cleaning = False  # a clean of this log is in progress (never two at once)
+        self.swap_pending = False  # committed cleaner swap files not installed yet
+        #: the cleaner's checkpoint as last read or written (None: read it from disk)
+        self.cleaner_checkpoint: CleanerCheckpoint | None = None
         self.offline_reason: str | None = None
         self._append_failing = False
         self._snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
@@ -131,7 +147,8 @@ class PartitionLog:
     # ================================================================== opening
 
     @classmethod
-    def open(cls, path: str, config: LogConfig, now_ms: int, *, clean_shutdown: bool) -> PartitionLog:
+    def open(cls, path: str, config: LogConfig, now_ms: int, *, clean_shutdown: bool,
+             storage: Storage = POSIX) -> PartitionLog:
         """Open (creating if needed) the partition directory ``path`` and recover it.
 
         The last segment is always scanned with CRC checks; after an unclean shutdown so
@@ -140,13 +157,16 @@ class PartitionLog:
         later segments. Missing or inconsistent index files are rebuilt. Producer state
         comes from the newest usable snapshot at or below the recovered LEO plus the
         batches after it (all batch headers without one); after replaying any, a
-        snapshot at the LEO is written so the next start begins there.
+        snapshot at the LEO is written so the next start begins there. All file access
+        goes through ``storage``.
         """
-        loaded = load_segments(path, config, clean_shutdown=clean_shutdown)
+        loaded = load_segments(storage, path, config, clean_shutdown=clean_shutdown)
         segments, start_ckpt, recovery_point = loaded.segments, loaded.log_start_checkpoint, loaded.recovery_point
         recovered_any = loaded.recovered_any
         interval = config.index_interval_bytes
-        self = cls(path, config, segments, now_ms)
+        self = cls(storage, path, config, segments, now_ms)
+        self._parent_dir_dirty = loaded.created
+        self._log_start_on_disk = start_ckpt
         self._recovery_point = min(recovery_point, self._leo)
         start = max(start_ckpt or 0, segments[0].base_offset)
         if start > self._leo:
@@ -154,15 +174,13 @@ class PartitionLog:
             for seg in segments:
                 seg.delete()
             self._delete_all_snapshots()
-            self._segments = [LogSegment(path, start, interval)]
+            self._segments = [LogSegment(storage, path, start, interval)]
             self._bases = [start]
             self._leo = self._hw = self._recovery_point = start
         self._log_start = start
         self._delete_segments_below_start()
         if self._segments[-1].size:
             self._segments[-1].first_append_ms = now_ms
-        if start_ckpt != start:
-            self._persist_log_start()
         self._load_producer_state(clean_shutdown)
         if recovered_any and not clean_shutdown:
             self.flush(now_ms)
@@ -171,7 +189,7 @@ class PartitionLog:
     def _load_producer_state(self, clean_shutdown: bool) -> None:
         legacy = self._read_legacy_snapshot(clean_shutdown)
         try:
-            self._snapshots = list_snapshots(self.path)
+            self._snapshots = list_snapshots(self.storage, self.path)
         except OSError as exc:
             log.warning("%s: cannot list producer state snapshots: %s", self.path, exc)
             self._snapshots = []
@@ -185,8 +203,7 @@ class PartitionLog:
         snap_path = os.path.join(self.path, PRODUCER_SNAPSHOT_FILE)
         result = None
         try:
-            with open(snap_path, encoding="utf-8") as f:
-                data = json.load(f)
+            data = json.loads(read_small_file(self.storage, snap_path))
             snap_offset = int(data["offset"])
             if clean_shutdown and snap_offset <= self._leo:
                 result = snap_offset, ProducerStateManager.from_json(data["state"])
@@ -195,7 +212,7 @@ class PartitionLog:
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("ignoring unreadable producer state snapshot %s: %s", snap_path, e)
         try:
-            os.unlink(snap_path)
+            self.storage.unlink(snap_path)
         except OSError:
             pass
         return result
@@ -212,7 +229,7 @@ class PartitionLog:
             if legacy is not None and legacy[0] >= off:
                 break
             try:
-                snap = read_snapshot(self.path, off)
+                snap = read_snapshot(self.storage, self.path, off)
                 if off > base and snap.last_batch != self._boundary_batch(off):
                     raise SnapshotCorrupt("the log below it has changed")
             except SnapshotCorrupt as e:
@@ -263,7 +280,8 @@ class PartitionLog:
         A failure is logged and otherwise ignored: a snapshot only saves replay work."""
         off = self._leo
         try:
-            path = write_snapshot(self.path, off, self._boundary_batch(off), self.producer_state, sync=sync)
+            path = write_snapshot(self.storage, self.path, off, self._boundary_batch(off), self.producer_state,
+                                  sync=sync)
         except OSError as exc:
             log.warning("%s: could not write the producer state snapshot at %d: %s", self.path, off, exc)
             return
@@ -278,7 +296,7 @@ class PartitionLog:
 
     def _remove_snapshot(self, offset: int) -> None:
         try:
-            delete_snapshot(self.path, offset)
+            delete_snapshot(self.storage, self.path, offset)
         except OSError as exc:
             log.warning("%s: could not delete the producer state snapshot at %d: %s", self.path, offset, exc)
         if offset in self._snapshots:
@@ -290,7 +308,7 @@ class PartitionLog:
 
     def _delete_all_snapshots(self) -> None:
         try:
-            offsets = list_snapshots(self.path)
+            offsets = list_snapshots(self.storage, self.path)
         except OSError:
             offsets = list(self._snapshots)
         for off in offsets:
@@ -474,29 +492,27 @@ class PartitionLog:
             end = min(start + max(max_bytes, first_size), max_pos)
             if end < max_pos:
                 end = self._batch_boundary(seg, start, end)
-            if FAULTS is not None:
-                FAULTS.on_read(seg.log_path)
-            return FileSlice(seg.fd, start, end - start, h.base_offset)
+            return FileSlice(seg._f, start, end - start, h.base_offset)
         return None
 
     @staticmethod
     def _batch_boundary(seg: LogSegment, start: int, end: int) -> int:
         """Largest batch end <= ``end``, starting from a batch boundary >= ``start``."""
         pos = max(seg.offset_index.floor_position(end), start)
-        fd = seg.fd
+        f = seg._f
         while True:
-            (length,) = _LEN.unpack(os.pread(fd, 4, pos + 8))
+            (length,) = _LEN.unpack(f.pread(4, pos + 8))
             nxt = pos + length + 12
             if nxt > end:
                 return pos
             pos = nxt
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
-        """Like :meth:`read_slice` but returns the bytes (one ``os.pread``)."""
+        """Like :meth:`read_slice` but returns the bytes (one ``pread``)."""
         sl = self.read_slice(offset, max_bytes, max_offset=max_offset)
         if sl is None:
             return ReadResult(b"", -1, self._hw, self._log_start)
-        return ReadResult(os.pread(sl.fd, sl.size, sl.position), sl.first_offset, self._hw, self._log_start)
+        return ReadResult(sl.file.pread(sl.size, sl.position), sl.first_offset, self._hw, self._log_start)
 
     # ================================================================== timestamps
 
@@ -544,7 +560,7 @@ class PartitionLog:
         if active.size == 0:
             return active
         active.on_roll()
-        seg = LogSegment(self.path, self._leo, self.config.index_interval_bytes)
+        seg = LogSegment(self.storage, self.path, self._leo, self.config.index_interval_bytes)
         seg.truncate_to_position(0)  # a leftover file at this offset would be stale
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
@@ -561,10 +577,15 @@ class PartitionLog:
         return False
 
     def _persist_log_start(self) -> None:
-        write_small_file(os.path.join(self.path, LOG_START_OFFSET_FILE), f"{self._log_start}\n")
+        """Write the log start offset file now, durably (blocking: only truncation,
+        which lowers it, needs that; raising it is left to the next flush)."""
+        write_small_file(self.storage, os.path.join(self.path, LOG_START_OFFSET_FILE), f"{self._log_start}\n")
+        self.storage.fsync_dir(self.path)
+        self._log_start_on_disk = self._log_start
 
     def _delete_segments(self, n: int) -> int:
         """Delete the ``n`` oldest segments (never all); returns bytes freed."""
+        self.generation += 1
         freed = 0
         for seg in self._segments[:n]:
             freed += seg.size
@@ -575,22 +596,25 @@ class PartitionLog:
         return freed
 
     def _delete_segments_below_start(self) -> int:
+        if self.swap_pending:
+            return 0  # the cleaner is installing some of them; it calls this when done
         n = 0
         while n + 1 < len(self._segments) and self._segments[n + 1].base_offset <= self._log_start:
             n += 1
         return self._delete_segments(n) if n else 0
 
     def _advance_log_start(self, new_start: int) -> None:
+        """Raise the log start offset; the file follows with the next flush."""
         if new_start > self._log_start:
             self._log_start = new_start
-            self._persist_log_start()
             for off in [o for o in self._snapshots if o < new_start]:
                 self._remove_snapshot(off)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: make ``offset`` (-1 = high watermark) the new log start offset if
-        it is larger, delete segments wholly below it (never the active one) and persist
-        it. Raises OffsetOutOfRange for offset > HW or a negative offset other than -1.
+        it is larger and delete segments wholly below it (never the active one); the new
+        value is written durably by the next flush (see the module docstring for what a
+        power cut before it can do). Raises OffsetOutOfRange for offset > HW or a negative offset other than -1.
         Returns the resulting log start offset (the partition's low watermark).
         """
         if offset == -1:
@@ -627,6 +651,8 @@ class PartitionLog:
         return freed
 
     def _delete_while(self, predicate: object, now_ms: int) -> int:
+        if self.swap_pending:
+            return 0  # retried by the next retention check
         segs = self._segments
         n = 0
         for i, seg in enumerate(segs):
@@ -654,11 +680,14 @@ class PartitionLog:
         remaining one plus the batches after it."""
         if offset >= self._leo:
             return
+        if self.swap_pending:
+            raise RuntimeError("truncate_to while a cleaner swap is being installed")
+        self.generation += 1
         interval = self.config.index_interval_bytes
         if offset <= self._segments[0].base_offset:
             for seg in self._segments:
                 seg.delete()
-            self._segments = [LogSegment(self.path, offset, interval)]
+            self._segments = [LogSegment(self.storage, self.path, offset, interval)]
             self._segments[0].recover()
             self._bases = [offset]
             self._log_start = offset
@@ -677,8 +706,18 @@ class PartitionLog:
         self._log_start = min(self._log_start, self._leo)
         self._hw = min(self._hw, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
-        truncate_cleaner_checkpoint(self.path, self._leo)
+        truncate_cleaner_checkpoint(self.storage, self.path, self._leo)
+        self.cleaner_checkpoint = None
         self._reload_producer_state()
+
+    def mark_dir_dirty(self) -> None:
+        """Files were created, renamed or removed in the directory: fsync it next flush."""
+        self._dir_dirty = True
+
+    def retry_deferred_deletions(self) -> int:
+        """Delete the segments below the log start offset whose deletion waited for a
+        cleaner swap (DeleteRecords meanwhile). Returns bytes freed."""
+        return self._delete_segments_below_start()
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
         """Log cleaner hook: put ``new`` in place of ``old`` in the segment list.
@@ -700,12 +739,7 @@ class PartitionLog:
 
     # ================================================================== durability
 
-    def needs_flush(self, now_ms: int) -> bool:
-        """True when flush.messages or flush.ms says unflushed data must be fsynced.
-        Never after a failed fsync: retrying it could report success for pages the
-        kernel already dropped (Linux clears the error once reported)."""
-        if self.offline_reason is not None:
-            return False
+    def _flush_due(self, now_ms: int) -> bool:
         if self.unflushed_messages <= 0 and self._recovery_point >= self._leo:
             return False
         n = self.config.flush_interval_messages
@@ -714,10 +748,23 @@ class PartitionLog:
         ms = self.config.flush_interval_ms
         return ms is not None and now_ms - self._last_flush_ms >= ms
 
+    def _metadata_dirty(self) -> bool:
+        return self._log_start_on_disk != self._log_start or self._parent_dir_dirty
+
+    def needs_flush(self, now_ms: int) -> bool:
+        """True when flush.messages or flush.ms says unflushed data must be fsynced, or
+        a new log start offset (or a new partition directory) is not durable yet. Never
+        after a failed fsync: retrying it could report success for pages the kernel
+        already dropped (Linux clears the error once reported)."""
+        if self.offline_reason is not None:
+            return False
+        return self._flush_due(now_ms) or self._metadata_dirty()
+
     def flush(self, now_ms: int | None = None) -> int:
-        """fsync dirty segments and indexes, then persist the recovery point (= LEO).
-        Returns the flushed offset. Blocking; the broker uses the three-step form
-        (:meth:`begin_flush`, :func:`run_flush` on a worker thread, :meth:`end_flush`)."""
+        """fsync dirty segments and indexes, write the log start offset, then persist the
+        recovery point (= LEO). Returns the flushed offset. Blocking; the broker uses the
+        three-step form (:meth:`begin_flush`, :func:`run_flush` on a worker thread,
+        :meth:`end_flush`)."""
         job = self.begin_flush(now_ms)
         try:
             run_flush(job)
@@ -727,61 +774,87 @@ class PartitionLog:
         self.end_flush(job, ok=True)
         return self._recovery_point
 
-    def begin_flush(self, now_ms: int | None = None) -> FlushJob:
+    def begin_due_flush(self, now_ms: int) -> FlushJob:
+        """:meth:`begin_flush` when the flush policy says so, else a job that only makes
+        the log start offset and directory entries durable (no segment fsync, the
+        recovery point stays)."""
+        return self.begin_flush(now_ms, full=self._flush_due(now_ms))
+
+    def begin_flush(self, now_ms: int | None = None, *, full: bool = True) -> FlushJob:
         """On the thread that owns the log: write pending index entries and capture what
-        must be fsynced (dup'd fds, so a segment deleted meanwhile cannot invalidate
-        them) together with the LEO they cover. Appends after this call are not
-        covered by the job's offset (but may be made durable by it anyway)."""
-        fds: list[int] = []
-        try:
-            for seg in self._segments:
-                fds.extend(seg.take_dirty_fds())
-        except OSError as exc:  # e.g. EMFILE from os.dup: nothing is fsynced this time
-            for fd in fds:
-                os.close(fd)
-            for seg in self._segments:
-                seg.mark_dirty()
-            return FlushJob([], None, self._leo, None, (), exc)
-        sizes = tuple((seg.log_path, seg.size) for seg in self._segments) if FSYNC_JOURNAL else ()
-        snapshot_fds = self._take_snapshot_fds()
-        dir_path = self.path if self._dir_dirty else None
-        self._dir_dirty = False
+        must be made durable (dup'd handles, so a segment deleted meanwhile cannot
+        invalidate them) together with the LEO they cover. Appends after this call are
+        not covered by the job's offset (but may be made durable by it anyway). Without
+        ``full`` only the small files and directories are included."""
+        files: list[StorageFile] = []
+        if full:
+            try:
+                for seg in self._segments:
+                    files.extend(seg.take_dirty_files())
+            except OSError as exc:  # e.g. EMFILE from dup: nothing is fsynced this time
+                for f in files:
+                    f.close()
+                for seg in self._segments:
+                    seg.mark_dirty()
+                return FlushJob(self.storage, [], (), self._leo, None, error=exc)
+        snapshot_files = self._take_snapshot_files()
+        small: tuple[tuple[str, str], ...] = ()
+        log_start = None
+        if self._log_start_on_disk != self._log_start:
+            log_start = self._log_start
+            small = ((os.path.join(self.path, LOG_START_OFFSET_FILE), f"{log_start}\n"),)
+        dirs: list[str] = []
+        if self._dir_dirty or small or snapshot_files:
+            dirs.append(self.path)
+        if self._parent_dir_dirty:
+            dirs.append(os.path.dirname(os.path.abspath(self.path)))
+        self._dir_dirty = self._parent_dir_dirty = False
+        if not full:
+            return FlushJob(self.storage, [], tuple(dirs), self._recovery_point, None,
+                            snapshot_files=snapshot_files, small_files=small, log_start=log_start)
         write_rp = self._recovery_point != self._leo or not self._recovery_file_written
         self.unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
-        return FlushJob(fds, dir_path, self._leo,
-                        os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None, sizes,
-                        snapshot_fds=snapshot_fds)
+        return FlushJob(self.storage, files, tuple(dirs), self._leo,
+                        os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None,
+                        snapshot_files=snapshot_files, small_files=small, log_start=log_start)
 
-    def _take_snapshot_fds(self) -> tuple[int, ...]:
-        """Read-only fds of the snapshots written without fsync, for the flush job (a
+    def _take_snapshot_files(self) -> tuple[StorageFile, ...]:
+        """Handles of the snapshots written without fsync, for the flush job (a
         snapshot deleted meanwhile, or an error opening one, is just skipped)."""
-        fds: list[int] = []
+        files: list[StorageFile] = []
         for path in self._unsynced_snapshots:
             try:
-                fds.append(os.open(path, os.O_RDONLY))
+                files.append(self.storage.open(path, create=False))
             except OSError:
                 pass
         self._unsynced_snapshots = []
-        return tuple(fds)
+        return tuple(files)
 
     def end_flush(self, job: FlushJob, *, ok: bool) -> None:
-        """On the owning thread, after :func:`run_flush`: advance the recovery point. A
-        job that could not even be captured (``job.error``) only marks everything dirty
-        for the next flush. A failed fsync takes the log offline for appends, as Kafka
-        takes the log directory offline: after a failed fsync the kernel may have
-        dropped the dirty pages and reports the error only once, so a later fsync
-        "succeeding" would prove nothing, and nothing past the recovery point may be
-        acknowledged as durable. A restart recovers the log from what is on disk."""
+        """On the owning thread, after :func:`run_flush`: advance the recovery point and
+        note the log start offset as durable. A job that could not even be captured
+        (``job.error``) only marks everything dirty for the next flush. A failed fsync
+        takes the log offline for appends, as Kafka takes the log directory offline:
+        after a failed fsync the kernel may have dropped the dirty pages and reports
+        the error only once, so a later fsync "succeeding" would prove nothing, and
+        nothing past the recovery point may be acknowledged as durable. A restart
+        recovers the log from what is on disk."""
         if ok:
             self._recovery_point = max(self._recovery_point, min(job.offset, self._leo))
             if job.recovery_file is not None:
                 self._recovery_file_written = True
+            if job.log_start is not None and job.small_files_ok:
+                self._log_start_on_disk = job.log_start
+            if not job.small_files_ok:
+                self._dir_dirty = True
         else:
             for seg in self._segments:
                 seg.mark_dirty()
             self._dir_dirty = True
+            if os.path.dirname(os.path.abspath(self.path)) in job.dir_paths:
+                self._parent_dir_dirty = True
             if job.error is None:
                 self.go_offline("an fsync failed")
 
@@ -792,24 +865,40 @@ class PartitionLog:
         if self.offline_reason is not None:
             # No fsync retry and no producer snapshot: the next start must not trust
             # this log (no clean-shutdown marker is written) and recovers it from disk.
-            for seg in self._segments:
-                seg.close()
-            self._closed = True
+            self.abandon()
             raise LogOffline(self.path, self.offline_reason)
+        snapshot = self._leo not in self._snapshots
+        if snapshot and self.producer_state.producers:
+            self._take_snapshot(sync=False)  # fsynced by the flush: there is state to lose
+            snapshot = False
         self.flush()
-        if self._leo not in self._snapshots:
-            # fsynced only when there is state to lose: an empty one is cheap to rebuild
-            self._take_snapshot(sync=bool(self.producer_state.producers))
+        if snapshot:  # an empty state is cheap to rebuild: no fsync
+            self._take_snapshot(sync=False)
+            self._unsynced_snapshots = []
         for seg in self._segments:
             seg.close()
         self._closed = True
+
+    def abandon(self) -> None:
+        """Close every file without flushing anything, as a killed process would."""
+        for seg in self._segments:
+            try:
+                seg.close()
+            except OSError:
+                pass
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def delete(self) -> None:
         """Close without flushing and remove the partition directory (DeleteTopics)."""
         for seg in self._segments:
             seg.close()
         self._closed = True
-        shutil.rmtree(self.path, ignore_errors=True)
+        self.generation += 1
+        remove_tree(self.storage, self.path)
 
     def __repr__(self) -> str:
         return (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["OFFSET_OUT_OF_RANGE", "OffsetOutOfRange", "AppendResult", "ReadResult", "FileSlice", "partition_dir"]
 
@@ -39,10 +39,11 @@ class ReadResult(NamedTuple):
 
 
 class FileSlice(NamedTuple):
-    """A byte range of a segment file holding whole batches (for ``os.sendfile``).
-    ``fd`` stays valid until the segment is deleted by retention/truncation/close."""
+    """A byte range of a segment file holding whole batches. ``file`` (a
+    :class:`~.storage.StorageFile`) stays valid until the segment is deleted by
+    retention/truncation/cleaning/close."""
 
-    fd: int
+    file: Any
     position: int
     size: int
     first_offset: int

@@ -1,13 +1,13 @@
 """One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
 
-The segment owns its file descriptors and the in-memory indexes. It never parses
-records: appends write opaque batch bytes (with the 16-byte prefix patched), reads use
-``os.pread``, recovery walks batch headers and checks CRCs.
+The segment owns its file handles (from a :class:`~.storage.Storage` engine) and the
+in-memory indexes. It never parses records: appends write opaque batch bytes (with the
+16-byte prefix patched) with one ``pwritev``, reads use ``pread``, recovery walks batch
+headers and checks CRCs.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import struct
@@ -24,19 +24,18 @@ from hightide.protocol.records import (
     scan_batches,
 )
 
-from .faults import FAULTS
 from .index import IndexCorrupt, OffsetIndex, TimeIndex
+from .storage import Storage, StorageFile
 
 log = logging.getLogger("hightide.log")
 
-__all__ = ["LogSegment", "segment_name", "SegmentCorrupt"]
+__all__ = ["LogSegment", "segment_name", "SegmentCorrupt", "iter_file_headers"]
 
 _unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
 _PREFIX = struct.Struct(">qii")
 _TAIL = struct.Struct(">hiqqqhii")
 _HEAD21 = struct.Struct(">qiibI")
 _LOG_APPEND_TIME_BIT = 0x08
-_IOV_MAX = 1024
 READ_CHUNK = 4 * 1024 * 1024
 HEADER_CHUNK = 64 * 1024  # header walks: the index puts the target within a few KiB
 
@@ -60,26 +59,25 @@ class LogSegment:
     (wall-clock time of the first append, for ``segment.ms``).
     """
 
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, storage: Storage, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+        self.storage = storage
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         stem = os.path.join(directory, segment_name(base_offset))
         self.log_path = stem + ".log"
-        if FAULTS is not None:
-            FAULTS.on_open(self.log_path)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.file: StorageFile | None = storage.open(self.log_path)
         try:  # out of file descriptors (EMFILE) half-way: do not leak the first ones
-            self.index_files_missing = not (os.path.exists(stem + ".index") and os.path.exists(stem + ".timeindex"))
-            self.offset_index = OffsetIndex(stem + ".index", base_offset)
+            self.index_files_missing = not (storage.exists(stem + ".index") and storage.exists(stem + ".timeindex"))
+            self.offset_index = OffsetIndex(storage, stem + ".index", base_offset)
             try:
-                self.time_index = TimeIndex(stem + ".timeindex", base_offset)
+                self.time_index = TimeIndex(storage, stem + ".timeindex", base_offset)
             except OSError:
                 self.offset_index.close()
                 raise
         except OSError:
-            os.close(self.fd)
-            self.fd = -1
+            self.file.close()
+            self.file = None
             raise
         self.size = 0
         self.next_offset = base_offset
@@ -100,7 +98,7 @@ class LogSegment:
         index files are inconsistent, SegmentCorrupt when the tail walk does not end
         exactly at the end of the file; the caller then rebuilds via :meth:`recover`.
         """
-        self.size = os.fstat(self.fd).st_size
+        self.size = self._f.size()
         if self.index_files_missing and self.size:
             raise IndexCorrupt(f"{self.log_path}: index files missing")
         self.offset_index.load(self.size)
@@ -131,7 +129,8 @@ class LogSegment:
         Returns (bytes truncated, reason or None). Index entries are placed exactly as
         :meth:`append` would have placed them.
         """
-        file_size = os.fstat(self.fd).st_size
+        f = self._f
+        file_size = f.size()
         interval = self.index_interval_bytes
         off_entries: list[tuple[int, int]] = []
         time_entries: list[tuple[int, int]] = []
@@ -141,13 +140,13 @@ class LogSegment:
         pos = 0
         reason: str | None = None
         while pos < file_size:
-            chunk = os.pread(self.fd, min(READ_CHUNK, file_size - pos), pos)
+            chunk = f.pread(min(READ_CHUNK, file_size - pos), pos)
             if len(chunk) >= LOG_OVERHEAD:
                 # make sure the first batch fits in the chunk
                 length = struct.unpack_from(">i", chunk, 8)[0]
                 need = length + LOG_OVERHEAD
                 if length >= MIN_BATCH_LENGTH and len(chunk) < need <= file_size - pos:
-                    chunk = os.pread(self.fd, need, pos)
+                    chunk = f.pread(need, pos)
             res = scan_batches(chunk, base_offset_at_least=next_offset, position_base=pos)
             for h in res.headers:
                 last = h.base_offset + h.last_offset_delta
@@ -169,7 +168,7 @@ class LogSegment:
                 break
         truncated = file_size - pos
         if truncated:
-            os.ftruncate(self.fd, pos)
+            f.truncate(pos)
             self.dirty = True
         self.size = pos
         self.next_offset = next_offset
@@ -194,7 +193,7 @@ class LogSegment:
         Only the 16-byte prefix (BaseOffset, BatchLength, PartitionLeaderEpoch) is
         replaced, unless ``log_append_time_ms`` is given: then the header is rebuilt
         with the LogAppendTime bit, MaxTimestamp = that time and a recomputed CRC.
-        Record bytes are passed to ``os.pwritev`` as memoryviews, never copied.
+        Record bytes are passed to ``pwritev`` as memoryviews, never copied.
         Returns the offset following the last batch.
 
         All or nothing: if the write fails (OSError re-raised) whatever part of it reached
@@ -242,7 +241,7 @@ class LogSegment:
             pos += size
             offset = last + 1
         try:
-            self._write(pieces, self.size, pos - self.size)
+            self._f.pwritev(pieces, self.size)
         except OSError:
             self._cut_failed_write()
             raise
@@ -260,57 +259,29 @@ class LogSegment:
         """After a failed append: drop whatever part of it reached the file, so no torn
         batch stays behind the last acknowledged one (it would be visible to recovery)."""
         try:
-            os.ftruncate(self.fd, self.size)
+            self._f.truncate(self.size)
         except OSError as exc:
             self.tail_broken = True
             log.error("could not cut a failed write off %s at %d: %s", self.log_path, self.size, exc)
 
-    def _write(self, pieces: list[bytes | memoryview], position: int, total: int) -> None:
-        if FAULTS is not None:
-            FAULTS.on_write(self.log_path, self.fd, b"".join(bytes(p) for p in pieces), position)
-        written = 0
-        for i in range(0, len(pieces), _IOV_MAX):
-            group = pieces[i : i + _IOV_MAX]
-            n = os.pwritev(self.fd, group, position + written)
-            expected = sum(len(p) for p in group)
-            if n != expected:  # short write (disk full, signal): finish it the slow way
-                rest = b"".join(bytes(p) for p in group)[n:]
-                while rest:
-                    m = os.pwrite(self.fd, rest, position + written + n)
-                    if m == 0:
-                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.log_path)
-                    n += m
-                    rest = rest[m:]
-            written += n
-        assert written == total
-
     # ------------------------------------------------------------------ reading
 
+    @property
+    def _f(self) -> StorageFile:
+        f = self.file
+        if f is None:
+            raise ValueError(f"segment {self.log_path} is closed")
+        return f
+
     def read_at(self, position: int, size: int) -> bytes:
-        """``os.pread`` of ``size`` bytes at ``position``."""
-        return os.pread(self.fd, size, position)
+        """``pread`` of ``size`` bytes at ``position``."""
+        return self._f.pread(size, position)
 
     def iter_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
-        """Yield batch headers (file positions) from ``start`` (a batch start) to ``end``.
-
-        Reads in chunks; no CRC check. Stops at a structurally impossible header.
-        """
-        end = self.size if end is None else end
-        pos = start
-        while end - pos >= HEADER_SIZE:
-            chunk = os.pread(self.fd, min(HEADER_CHUNK, end - pos), pos)
-            clen = len(chunk)
-            cpos = 0
-            while clen - cpos >= HEADER_SIZE:
-                fields = _unpack_header(chunk, cpos)
-                length = fields[1]
-                if length < MIN_BATCH_LENGTH or pos + cpos + length + LOG_OVERHEAD > end:
-                    return
-                yield BatchHeader(*fields, pos + cpos)
-                cpos += length + LOG_OVERHEAD
-            if cpos == 0:
-                return
-            pos += cpos
+        """Yield batch headers (file positions) from ``start`` (a batch start) to ``end``
+        (default: the segment's size). Reads in chunks; no CRC check. Stops at a
+        structurally impossible header."""
+        return iter_file_headers(self._f, start, self.size if end is None else end)
 
     def find_batch(self, offset: int) -> BatchHeader | None:
         """Header of the first batch whose last offset is >= ``offset`` (None if none)."""
@@ -360,7 +331,7 @@ class LogSegment:
         """Max timestamp, or the file's mtime when no batch has a timestamp (Kafka's rule)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        return self._f.mtime_ns() // 1_000_000
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -371,13 +342,13 @@ class LogSegment:
         self.offset_index.write_pending()
         self.time_index.write_pending()
 
-    def take_dirty_fds(self) -> list[int]:
-        """Dups of the fds (log, indexes) that need an fsync; marks them clean. The
+    def take_dirty_files(self) -> list[StorageFile]:
+        """Dups of the handles (log, indexes) that need an fsync; marks them clean. The
         caller must fsync and close them; see :meth:`PartitionLog.begin_flush`."""
-        fds: list[int] = []
+        fds: list[StorageFile] = []
         try:
             if self.dirty:
-                fds.append(os.dup(self.fd))
+                fds.append(self._f.dup())
                 self.dirty = False
             for idx in (self.offset_index, self.time_index):
                 try:
@@ -388,12 +359,12 @@ class LogSegment:
                     # the entries stay pending and are written next time.
                     log.warning("could not write index entries to %s: %s", idx.path, exc)
                     continue
-                fd = idx.take_dirty_fd()
+                fd = idx.take_dirty_file()
                 if fd is not None:
                     fds.append(fd)
-        except OSError:  # os.dup out of file descriptors: give back what was taken
+        except OSError:  # dup out of file descriptors: give back what was taken
             for fd in fds:
-                os.close(fd)
+                fd.close()
             self.mark_dirty()
             raise
         return fds
@@ -409,35 +380,54 @@ class LogSegment:
         self.offset_index.write_pending()
         self.time_index.write_pending()
         if self.dirty:
-            if FAULTS is not None:
-                FAULTS.on_fsync(self.fd)
-            os.fsync(self.fd)
+            self._f.fsync()
             self.dirty = False
         self.offset_index.fsync()
         self.time_index.fsync()
 
     def truncate_to_position(self, position: int) -> None:
         """Drop bytes from ``position`` (a batch boundary) on and rebuild the indexes."""
-        os.ftruncate(self.fd, position)
+        self._f.truncate(position)
         self.dirty = True
         self.recover()
 
     def close(self) -> None:
         """Write pending index entries and close the files (no fsync)."""
-        if self.fd >= 0:
+        if self.file is not None:
             self.offset_index.close()
             self.time_index.close()
-            os.close(self.fd)
-            self.fd = -1
+            self.file.close()
+            self.file = None
 
     def delete(self) -> None:
         """Close and unlink the segment's files."""
         self.close()
-        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+        for p in (self.offset_index.path, self.time_index.path, self.log_path):
             try:
-                os.unlink(p)
+                self.storage.unlink(p)
             except FileNotFoundError:
                 pass
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+
+def iter_file_headers(f: StorageFile, start: int, end: int) -> Iterator[BatchHeader]:
+    """Batch headers (file positions) of ``f`` from ``start`` (a batch start) to ``end``,
+    read in chunks; no CRC check. Stops at a structurally impossible header or at a
+    batch reaching past ``end`` (or past the file's actual end)."""
+    pos = start
+    while end - pos >= HEADER_SIZE:
+        chunk = f.pread(min(HEADER_CHUNK, end - pos), pos)
+        clen = len(chunk)
+        cpos = 0
+        while clen - cpos >= HEADER_SIZE:
+            fields = _unpack_header(chunk, cpos)
+            length = fields[1]
+            if length < MIN_BATCH_LENGTH or pos + cpos + length + LOG_OVERHEAD > end:
+                return
+            yield BatchHeader(*fields, pos + cpos)
+            cpos += length + LOG_OVERHEAD
+        if cpos == 0:
+            return
+        pos += cpos

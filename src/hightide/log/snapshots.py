@@ -13,7 +13,7 @@ batches were replaced (truncated away, then re-appended) is recognised as stale.
 torn, empty or otherwise damaged file fails the CRC and is skipped: snapshots only
 save work, the log stays the source of truth.
 
-Written through the fault-injection hooks of :mod:`.faults` like the segment files.
+Read and written through the log's :class:`~.storage.Storage` engine like the segments.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from .faults import FAULTS
 from .producer_state import ProducerStateManager
 from .segment import segment_name
+from .storage import Storage, read_small_file, write_small_file
 
 __all__ = [
     "SNAPSHOT_SUFFIX",
@@ -56,10 +56,10 @@ def snapshot_path(directory: str, offset: int) -> str:
     return os.path.join(directory, segment_name(offset) + SNAPSHOT_SUFFIX)
 
 
-def list_snapshots(directory: str) -> list[int]:
+def list_snapshots(storage: Storage, directory: str) -> list[int]:
     """Offsets of the snapshot files in ``directory``, ascending."""
     out = []
-    for name in os.listdir(directory):
+    for name in storage.listdir(directory):
         stem, dot, ext = name.partition(".")
         if dot and ext == "snapshot" and len(stem) == 20 and stem.isdigit():
             out.append(int(stem))
@@ -76,45 +76,25 @@ def _encode(offset: int, last_batch: tuple[int, int] | None, state: dict[str, An
 
 
 def write_snapshot(
-    directory: str, offset: int, last_batch: tuple[int, int] | None, state: ProducerStateManager, *, sync: bool
+    storage: Storage,
+    directory: str,
+    offset: int,
+    last_batch: tuple[int, int] | None,
+    state: ProducerStateManager,
+    *,
+    sync: bool,
 ) -> str:
     """Write the snapshot at ``offset`` (temp file, then rename); fsync it first if
     ``sync``. Returns its path. Raises OSError (the temp file is removed)."""
     path = snapshot_path(directory, offset)
-    tmp = path + ".tmp"
-    data = _encode(offset, last_batch, state.to_json())
-    try:
-        if FAULTS is not None:
-            FAULTS.on_open(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if FAULTS is not None:
-                FAULTS.on_write(tmp, fd, data, 0)
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            if sync:
-                if FAULTS is not None:
-                    FAULTS.on_fsync(fd)
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_small_file(storage, path, _encode(offset, last_batch, state.to_json()), sync=sync)
     return path
 
 
-def read_snapshot(directory: str, offset: int) -> Snapshot:
+def read_snapshot(storage: Storage, directory: str, offset: int) -> Snapshot:
     """Read and check the snapshot at ``offset``. Raises SnapshotCorrupt when the file
     is damaged, OSError when it cannot be read."""
-    with open(snapshot_path(directory, offset), "rb") as f:
-        raw = f.read()
+    raw = read_small_file(storage, snapshot_path(directory, offset))
     head, nl, body = raw.partition(b"\n")
     try:
         if not nl or len(head) != 8 or int(head, 16) != crc32c(body):
@@ -131,10 +111,10 @@ def read_snapshot(directory: str, offset: int) -> Snapshot:
         raise SnapshotCorrupt(str(e)) from e
 
 
-def delete_snapshot(directory: str, offset: int) -> None:
+def delete_snapshot(storage: Storage, directory: str, offset: int) -> None:
     """Unlink the snapshot at ``offset`` if present (errors other than a missing file
     propagate)."""
     try:
-        os.unlink(snapshot_path(directory, offset))
+        storage.unlink(snapshot_path(directory, offset))
     except FileNotFoundError:
         pass
