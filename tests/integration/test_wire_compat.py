@@ -275,3 +275,36 @@ def test_advertised_host_is_used_as_given(fresh_server, topic_name):
         assert k.committed(KTP(topic_name, 0)) == 1
     finally:
         k.close()
+
+
+# -- hightide's own client against librdkafka's mock cluster ----------------------------
+@pytest.fixture
+def mock_cluster():
+    """librdkafka's in-memory mock cluster (ApiVersions up to v2 only), with one topic.
+    Yields its bootstrap HOST:PORT; it lives as long as the producer that created it."""
+    from confluent_kafka import Producer
+    p = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    p.produce("mocktopic", value=b"x", partition=0)
+    assert p.flush(10) == 0
+    broker = next(iter(p.list_topics(timeout=10).brokers.values()))
+    yield f"{broker.host}:{broker.port}"
+    del p
+
+
+def test_cli_and_client_connect_to_librdkafka_mock_cluster(mock_cluster):
+    """The mock answers ApiVersions v3 with an undecodable UNSUPPORTED_VERSION body; the
+    client retries with v0 like librdkafka, so the CLI and the admin client work."""
+    import subprocess
+    import sys
+
+    from hightide.client import AdminClient as HAdmin
+    out = subprocess.run([sys.executable, "-m", "hightide", "topics", "list", "-o", "json",
+                          "--bootstrap-server", mock_cluster], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "mocktopic" in out.stdout
+
+    async def describe():
+        async with HAdmin(mock_cluster) as admin:
+            return await admin.describe_topics(["mocktopic"])
+    topics = asyncio.run(asyncio.wait_for(describe(), 30))
+    assert 0 in topics["mocktopic"].partitions

@@ -20,6 +20,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, Self
 
+from kio.schema.index import api_key_map
+
 from .. import __version__
 from ..protocol.build import materialize
 from ..protocol.codec import (
@@ -61,7 +63,7 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview,
     corr = _SIZE.unpack_from(frame, 0)[0]
     if api_key == API_VERSIONS_KEY:
         if len(frame) >= 6 and struct.unpack_from(">h", frame, 4)[0] == ErrorCode.unsupported_version:
-            version = 0
+            return corr, _unsupported_api_versions(frame)
         cls, offset = response_schema(api_key, version), 4
     else:
         cls = response_schema(api_key, version)
@@ -73,6 +75,24 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview,
     except Exception as exc:
         raise KafkaError(ErrorCode.corrupt_message,
                          f"malformed {cls.__name__} v{version}: {exc!r}") from exc
+
+
+def _unsupported_api_versions(frame: bytes | memoryview) -> Any:
+    """An ApiVersions answer with UNSUPPORTED_VERSION. Kafka sends a v0 body listing its
+    ApiVersions range; a body that does not decode as v0 (librdkafka's mock cluster sends
+    one) becomes a v0 answer listing nothing, so the handshake retries with v0 as
+    librdkafka does."""
+    cls = response_schema(API_VERSIONS_KEY, 0)
+    try:
+        return read_tolerant(cls, frame, 4, {})[0]
+    except Exception:  # noqa: BLE001 - any undecodable body means "retry with v0"
+        return materialize(cls, {"error_code": ErrorCode.unsupported_version, "api_keys": []})
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API ("AlterConfigs"), or "api N" for a key kio does not know."""
+    name = api_key_map.get(api_key)
+    return "".join(w.capitalize() for w in name.split("_")) if name else f"api {api_key}"
 
 
 class BrokerConnection:
@@ -173,10 +193,15 @@ class BrokerConnection:
             for v in range(min(wanted_max, rng[1]), max(our_min, rng[0]) - 1, -1):
                 if request_schema(api_key, v) is not None:
                     return v
+        what = f"{api_name(api_key)} (api key {api_key})"
+        if rng is None:
+            raise UnsupportedVersionError(
+                ErrorCode.unsupported_version,
+                f"broker {self.host}:{self.port} does not support {what}")
         raise UnsupportedVersionError(
             ErrorCode.unsupported_version,
-            f"api {api_key}: broker {self.host}:{self.port} supports {rng}, "
-            f"client needs {our_min}..{wanted_max}")
+            f"broker {self.host}:{self.port} supports {what} versions {rng[0]}..{rng[1]}, "
+            f"this client needs {our_min}..{wanted_max}")
 
     async def request(self, api_key: int, version: int, body: Any, *,
                       timeout_s: float | None = None, unknown_tags: Unknown | None = None,
