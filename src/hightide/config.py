@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,13 @@ INT_MAX = 2**31 - 1
 
 class ConfigError(ValueError):
     """A config name is unknown or its value is invalid; the message says which."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the closest known config names, or ''."""
+    import difflib
+    close = difflib.get_close_matches(name, list(known), n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 @dataclass(frozen=True)
@@ -260,7 +267,8 @@ class BrokerConfig:
             # Kafka: a negative retention in any unit means unlimited (-1).
             value, name = (-1 if n < 0 and target == "log.retention.ms" else n * factor), target
         elif name not in BROKER_CONFIGS:
-            raise ConfigError(f"Unknown broker configuration {name!r}")
+            raise ConfigError(f"Unknown broker configuration {name!r}"
+                              f"{did_you_mean(name, [*BROKER_CONFIGS, *_TIME_ALIASES])}")
         self.values[name] = BROKER_CONFIGS[name].parse(value)
         self.explicit.add(name)
 
@@ -268,13 +276,19 @@ class BrokerConfig:
     def load(cls, toml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
         cfg = cls()
         items: list[tuple[str, Any]] = []
-        if toml_path:
+        if toml_path:  # errors from the file name the file
             with open(toml_path, "rb") as f:
-                items.extend(_flatten(tomllib.load(f)))
-        items.extend((overrides or {}).items())
+                try:
+                    items.extend((n, v, toml_path) for n, v in _flatten(tomllib.load(f)))
+                except tomllib.TOMLDecodeError as exc:
+                    raise ConfigError(f"{toml_path}: invalid TOML: {exc}") from None
+        items.extend((n, v, None) for n, v in (overrides or {}).items())
         # *.ms names first so aliases see them as explicit, then minutes before hours.
-        for name, value in sorted(items, key=lambda kv: _ALIAS_RANK.get(kv[0], 0)):
-            cfg.set(name, value)
+        for name, value, source in sorted(items, key=lambda kv: _ALIAS_RANK.get(kv[0], 0)):
+            try:
+                cfg.set(name, value)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}: {exc}" if source else str(exc)) from None
         return cfg
 
     def topic_default(self, topic_name: str) -> Any:
@@ -302,7 +316,7 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
     for name, value in configs.items():
         d = TOPIC_CONFIGS.get(name)
         if d is None:
-            raise ConfigError(f"Unknown topic config name: {name}")
+            raise ConfigError(f"Unknown topic config name: {name}{did_you_mean(name, TOPIC_CONFIGS)}")
         if value is None:
             raise ConfigError(f"Null value not supported for topic configs: {name}")
         parsed[name] = d.parse(value)
@@ -414,7 +428,7 @@ def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str]) -> 
     so a test broker with short timeouts can still take group configs.)"""
     for name in configs:
         if name not in GROUP_CONFIGS:
-            raise ConfigError(f"Unknown group config name: {name}")
+            raise ConfigError(f"Unknown group config name: {name}{did_you_mean(name, GROUP_CONFIGS)}")
     values = {n: GROUP_CONFIGS[n].parse(configs[n]) if n in configs else group_config_default(broker, n)
               for n in GROUP_CONFIGS}
     for name, (lo, hi) in GROUP_CONFIG_BOUNDS.items():

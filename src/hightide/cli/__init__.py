@@ -68,12 +68,43 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
         raise click.ClickException(str(exc)) from exc
     listen_addr = _parse_hostport(listen)
     advertised = _parse_hostport(advertised_listener) if advertised_listener else None
+    _prepare_data_dir(data_dir)
     from ..log.dirlock import DataDirLocked
     try:
         _run(_serve(config, data_dir, listen_addr, advertised))
     except DataDirLocked as exc:  # another broker owns the directory: one line, no traceback
         click.echo(f"hightide: {exc}", err=True)
         sys.exit(1)
+    except OSError as exc:  # start-up failed (listen address, data files): one line, no traceback
+        logging.getLogger("hightide").debug("start-up failed", exc_info=True)
+        raise click.ClickException(_start_error(exc, listen_addr)) from None
+
+
+def _prepare_data_dir(data_dir: str) -> None:
+    """Create ``data_dir`` if needed; raise a one-line click error when it is a file, cannot
+    be created, or is not writable by this user."""
+    import os
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise click.ClickException(f"--data-dir {data_dir} is a file, not a directory.")
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+    except OSError as exc:
+        where = f" ({exc.filename} is not a directory)" if isinstance(exc, NotADirectoryError) else ""
+        raise click.ClickException(f"cannot create data directory {data_dir}: {exc.strerror}{where}.") from None
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        raise click.ClickException(f"data directory {data_dir} is not writable by this user (uid {os.getuid()}).")
+
+
+def _start_error(exc: OSError, listen: tuple[str, int]) -> str:
+    """One line for an OSError raised while the broker starts."""
+    import errno
+    where = f"{listen[0]}:{listen[1]}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {where}: address already in use (another broker or Kafka is running "
+                f"there; choose another with --listen HOST:PORT).")
+    if exc.filename is None:  # a socket error: bind/listen
+        return f"cannot listen on {where}: {exc.strerror or exc}."
+    return f"{exc.strerror}: {exc.filename}."
 
 
 async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> None:
