@@ -194,7 +194,7 @@ class ClassicGroup:
         return ErrorCode.none if member_id in self.members else ErrorCode.unknown_member_id
 
     def join_response(self, member_id: str, skip_assignment: bool = False) -> JoinResponse:
-        members = ()
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
         if member_id == self.leader:
             members = tuple((m.member_id, m.instance_id, m.metadata(self.protocol)) for m in self.members.values())
         return JoinResponse(ErrorCode.none, member_id, self.generation, self.protocol_type, self.protocol,

@@ -101,11 +101,19 @@ class HeartbeatResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class TimersKey:
-    """Key of a live record: the value is the member's :class:`Timers` (None: cancelled)."""
+class LiveMemberKey:
+    """Key of a live record about one member: replayed after the appended records,
+    never appended itself. A subclass per kind of group."""
 
     group_id: str
     member_id: str
+
+
+class TimersKey(LiveMemberKey):
+    """Key of a live record: the value is the consumer group member's :class:`Timers`
+    (None: cancelled)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ Time is an argument (``now_ms``); the topic metadata is a :class:`TopicsView`.
 
 from __future__ import annotations
 
-import copy
 import re
 import uuid
 from collections import Counter
@@ -49,7 +48,6 @@ from .consumer_api import (
     HeartbeatRequest,
     HeartbeatResponse,
     ImageTopics,
-    Record,
     Result,
     StaticTopics,
     Timers,
@@ -67,6 +65,7 @@ from .consumer_member import (
     reconcile,
     to_wire,
 )
+from .modern_group import ModernGroup, ModernGroups, RecordTypes
 from .consumer_records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,
@@ -80,6 +79,12 @@ from .consumer_records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     TopicMetadata,
 )
+
+RECORDS = RecordTypes(
+    group=ConsumerGroupMetadataKey, subscription=ConsumerGroupPartitionMetadataKey,
+    target_epoch=ConsumerGroupTargetAssignmentMetadataKey, target_epoch_value=ConsumerGroupTargetAssignmentMetadataValue,
+    target_member=ConsumerGroupTargetAssignmentMemberKey, target_member_value=ConsumerGroupTargetAssignmentMemberValue,
+    member=ConsumerGroupMemberMetadataKey, assignment=ConsumerGroupCurrentMemberAssignmentKey, timers=TimersKey)
 
 __all__ = [
     "ConsumerGroup",
@@ -102,22 +107,22 @@ def _new_member_id() -> str:
 
 
 # -- the group ----------------------------------------------------------------------------------
-class ConsumerGroup:
-    """The state of one consumer group, as replayed from its records."""
+class ConsumerGroup(ModernGroup[Member]):
+    """The state of one consumer group, as replayed from its records: the
+    :class:`~.modern_group.ModernGroup` state plus the subscription metadata, static
+    members and the epoch of every owned partition."""
+
+    RECORDS = RECORDS
+    KIND = "consumer"
 
     def __init__(self, group_id: str, config: ConsumerGroupConfig | None = None,
                  new_member_id: Callable[[], str] = _new_member_id) -> None:
-        self.group_id = group_id
-        self.config = config or ConsumerGroupConfig()
+        super().__init__(group_id, config or ConsumerGroupConfig())
+        self.config: ConsumerGroupConfig
         self.new_member_id = new_member_id
-        self.group_epoch = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, Member] = {}
-        self.targets: dict[str, Assignment] = {}
         self.subscription_metadata: dict[str, TopicMetadata] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
-        self.timers: dict[str, Timers] = {}
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -135,12 +140,6 @@ class ConsumerGroup:
         """Epoch of the member that owns the partition, -1 if free."""
         return self.partition_epochs.get((topic_id, partition), -1)
 
-    def next_deadline(self) -> int | None:
-        """The earliest timer, for the runtime to call :meth:`poll` then (None: no timer)."""
-        deadlines = [d for t in self.timers.values() for d in (t.session_deadline_ms, t.rebalance_deadline_ms)
-                     if d is not None]
-        return min(deadlines, default=None)
-
     def preferred_assignor(self, members: Iterable[Member] | None = None) -> str:
         """The server assignor most members ask for (ties by name), else the default."""
         counts = Counter(m.server_assignor for m in (self.members.values() if members is None else members)
@@ -149,8 +148,8 @@ class ConsumerGroup:
             return self.config.assignors[0]
         return min(counts, key=lambda name: (-counts[name], name))
 
-    def copy(self) -> ConsumerGroup:
-        return copy.deepcopy(self)
+    def _new_member(self, member_id: str) -> Member:
+        return Member(member_id)
 
     # -- ConsumerGroupHeartbeat --------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> Result:
@@ -210,9 +209,7 @@ class ConsumerGroup:
         return {n: ASSIGNORS[n] for n in self.config.assignors if n in ASSIGNORS}
 
     def _join_or_heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> Result:
-        if len(self.members) >= self.config.max_size and req.member_id not in self.members:
-            raise HeartbeatError(ErrorCode.group_max_size_reached,
-                                 f"The consumer group has reached its maximum capacity of {self.config.max_size}.")
+        self._check_capacity(req.member_id)
         member_id = req.member_id or self.new_member_id()
         out = Result()
         members, targets = dict(self.members), dict(self.targets)
@@ -225,7 +222,7 @@ class ConsumerGroup:
         bump = (updated.subscribed_topic_names != member.subscribed_topic_names
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex)
         if updated != member:
-            out.records.append((ConsumerGroupMemberMetadataKey(self.group_id, member_id), updated.metadata_value()))
+            out.records.append(self._member_record(updated))
         bump = self._maybe_new_metadata(members, topics, out) or bump
         group_epoch = self.group_epoch + 1 if bump else self.group_epoch
         if bump:
@@ -236,8 +233,7 @@ class ConsumerGroup:
             target_epoch = group_epoch
         reconciled = self._reconcile(updated, target_epoch, targets.get(member_id, {}), req)
         if reconciled != updated:
-            key = ConsumerGroupCurrentMemberAssignmentKey(self.group_id, member_id)
-            out.records.append((key, reconciled.assignment_value()))
+            out.records.append(self._assignment_record(reconciled))
         out.live.append((TimersKey(self.group_id, member_id), self._timers(updated, reconciled, now_ms)))
         out.response = self._response(req, member, reconciled)
         return out
@@ -282,12 +278,8 @@ class ConsumerGroup:
         target = targets.pop(old.member_id, {})
         members.pop(old.member_id, None)
         members[new.member_id], targets[new.member_id] = new, target
-        out.records += [
-            (ConsumerGroupMemberMetadataKey(self.group_id, new.member_id), new.metadata_value()),
-            (ConsumerGroupTargetAssignmentMemberKey(self.group_id, new.member_id),
-             ConsumerGroupTargetAssignmentMemberValue(to_wire(target))),
-            (ConsumerGroupCurrentMemberAssignmentKey(self.group_id, new.member_id), new.assignment_value()),
-        ]
+        out.records += [self._member_record(new), self._target_record(new.member_id, target),
+                        self._assignment_record(new)]
 
     @staticmethod
     def _check_epoch(member: Member, req: HeartbeatRequest) -> None:
@@ -381,13 +373,7 @@ class ConsumerGroup:
                  for mid, m in members.items()}
         spec = GroupSpec(specs, {t.topic_id: t.num_partitions for t in metadata.values()})
         new = ASSIGNORS[self.preferred_assignor(members.values())].assign(spec)
-        for mid in sorted(new):
-            if new[mid] != targets.get(mid, {}):
-                key = ConsumerGroupTargetAssignmentMemberKey(self.group_id, mid)
-                out.records.append((key, ConsumerGroupTargetAssignmentMemberValue(to_wire(new[mid]))))
-        out.records.append((ConsumerGroupTargetAssignmentMetadataKey(self.group_id),
-                            ConsumerGroupTargetAssignmentMetadataValue(epoch)))
-        return new
+        return self._target_records(epoch, new, targets, out)
 
     # -- leaving and fencing ---------------------------------------------------------------
     def _leave(self, req: HeartbeatRequest, topics: TopicsView) -> Result:
@@ -407,63 +393,27 @@ class ConsumerGroup:
             return self._fence(member, topics, response)
         # A static member leaving "temporarily": it keeps its partitions until its session expires.
         left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
-        key = ConsumerGroupCurrentMemberAssignmentKey(self.group_id, member.member_id)
-        return Result(response, [(key, left.assignment_value())])
+        return Result(response, [self._assignment_record(left)])
 
-    def _member_tombstones(self, member_id: str) -> list[Record]:
-        return [(ConsumerGroupCurrentMemberAssignmentKey(self.group_id, member_id), None),
-                (ConsumerGroupTargetAssignmentMemberKey(self.group_id, member_id), None),
-                (ConsumerGroupMemberMetadataKey(self.group_id, member_id), None)]
-
-    def _fence(self, member: Member, topics: TopicsView, response: Any = None) -> Result:
-        """Remove the member: tombstones, new subscription metadata if it changed, and a
-        group epoch bump (the target is recomputed on the next heartbeat)."""
-        out = Result(response, self._member_tombstones(member.member_id),
-                     [(TimersKey(self.group_id, member.member_id), None)])
-        rest = {mid: m for mid, m in self.members.items() if mid != member.member_id}
+    def _fence_bump(self, rest: dict[str, Member], topics: TopicsView, out: Result) -> None:
+        """New subscription metadata if it changed, and the group epoch bump."""
         self._maybe_new_metadata(rest, topics, out)
         out.records.append((ConsumerGroupMetadataKey(self.group_id), ConsumerGroupMetadataValue(self.group_epoch + 1)))
-        return out
 
     # -- timers ------------------------------------------------------------------------------
-    def _expired(self, now_ms: int) -> list[str]:
-        out = []
-        for mid, t in sorted(self.timers.items()):
-            member = self.members.get(mid)
-            if member is None:
-                continue
-            rebalance_due = (t.rebalance_deadline_ms is not None and t.rebalance_deadline_ms <= now_ms
-                             and member.member_epoch == t.rebalance_epoch
-                             and member.state is MemberState.UNREVOKED_PARTITIONS)
-            if t.session_deadline_ms <= now_ms or rebalance_due:
-                out.append(mid)
-        return out
+    def _rebalance_expired(self, member: Member, timers: Timers, now_ms: int) -> bool:
+        """The member did not revoke within its rebalance timeout."""
+        return (timers.rebalance_deadline_ms is not None and timers.rebalance_deadline_ms <= now_ms
+                and member.member_epoch == timers.rebalance_epoch
+                and member.state is MemberState.UNREVOKED_PARTITIONS)
 
-    def poll(self, now_ms: int, topics: TopicsView) -> Result:
-        """Fence members whose session expired (no heartbeat for the session timeout)
-        or that did not revoke within their rebalance timeout. Records as for a leave."""
-        expired = self._expired(now_ms)
-        if not expired:
-            return Result()
-        work, out = self.copy(), Result()
-        for mid in expired:
-            r = work._fence(work.members[mid], topics)
-            work.apply(r)
-            out.records += r.records
-            out.live += r.live
-        return out
-
-    def loaded_timers(self, now_ms: int) -> Result:
-        """After loading by replay: live records arming every member's timers (as Kafka
-        schedules them on load)."""
-        live: list[Record] = []
-        for mid, m in sorted(self.members.items()):
-            t = Timers(now_ms + self.config.session_timeout_ms)
-            if m.state is MemberState.UNREVOKED_PARTITIONS:
-                t = replace(t, rebalance_deadline_ms=now_ms + max(m.rebalance_timeout_ms, 0),
-                            rebalance_epoch=m.member_epoch)
-            live.append((TimersKey(self.group_id, mid), t))
-        return Result(live=live)
+    def _loaded_timer(self, member: Member, now_ms: int, session_timeout_ms: int) -> Timers:
+        """A member still revoking gets its rebalance deadline again."""
+        t = Timers(now_ms + session_timeout_ms)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            t = replace(t, rebalance_deadline_ms=now_ms + max(member.rebalance_timeout_ms, 0),
+                        rebalance_epoch=member.member_epoch)
+        return t
 
     # -- offsets ------------------------------------------------------------------------------
     def validate_offset_commit(self, member_id: str, member_epoch: int, api_version: int = 9,
@@ -491,88 +441,29 @@ class ConsumerGroup:
         return ErrorCode.stale_member_epoch if member_epoch != member.member_epoch else ErrorCode.none
 
     # -- ConsumerGroupDescribe ---------------------------------------------------------------
-    def describe(self, topics: TopicsView) -> dict[str, Any]:
-        """The DescribedGroup fields of ConsumerGroupDescribe v0 (error fields excluded).
-        Assignments are lists of ``(topic_id, topic_name, [partitions])``; partitions of
-        topics no longer in the metadata are left out."""
-        def named(a: Assignment) -> list[tuple[uuid.UUID, str, list[int]]]:
-            out = []
-            for topic_id, parts in to_wire(a):
-                t = topics.by_id(topic_id)
-                if t is not None:
-                    out.append((topic_id, t.topic_name, list(parts)))
-            return out
+    def _assignor_name(self) -> str:
+        return self.preferred_assignor()
 
-        members = [{
-            "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
-            "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
-            "subscribed_topic_names": list(m.subscribed_topic_names),
-            "subscribed_topic_regex": m.subscribed_topic_regex,
-            "assignment": named(m.assigned), "target_assignment": named(self.targets.get(m.member_id, {})),
-        } for _, m in sorted(self.members.items())]
-        return {"group_id": self.group_id, "group_state": self.state, "group_epoch": self.group_epoch,
-                "assignment_epoch": self.assignment_epoch, "assignor_name": self.preferred_assignor(),
-                "members": members}
+    def _describe_member(self, m: Member, topics: TopicsView) -> dict[str, Any]:
+        return {"instance_id": m.instance_id, "subscribed_topic_regex": m.subscribed_topic_regex,
+                "target_assignment": self._named(self.targets.get(m.member_id, {}), topics)}
 
-    # -- the only mutator ---------------------------------------------------------------------
-    def apply(self, result: Result) -> None:
-        """Replay a result's records, then its live records (what the runtime does once
-        the records are durable)."""
-        for key, value in result.records + result.live:
-            self.replay(key, value)
+    # -- replay (the only mutator; see ModernGroup.replay) ------------------------------------
+    def _replay_subscription(self, value: ConsumerGroupPartitionMetadataValue | None) -> None:
+        topics = value.topics if value is not None else ()
+        self.subscription_metadata = {t.topic_name: TopicMetadata(t.topic_id, t.topic_name, t.num_partitions)
+                                      for t in topics}
 
-    def replay(self, key: Any, value: Any) -> None:
-        """Apply one record of this group (or a live :class:`TimersKey` record)."""
-        match key:
-            case ConsumerGroupMetadataKey():
-                self.group_epoch = value.epoch if value is not None else 0
-            case ConsumerGroupPartitionMetadataKey():
-                topics = value.topics if value is not None else ()
-                self.subscription_metadata = {t.topic_name: TopicMetadata(t.topic_id, t.topic_name, t.num_partitions)
-                                              for t in topics}
-            case ConsumerGroupTargetAssignmentMetadataKey():
-                self.assignment_epoch = value.assignment_epoch if value is not None else 0
-            case ConsumerGroupTargetAssignmentMemberKey(member_id=mid):
-                if value is None:
-                    self.targets.pop(mid, None)
-                else:
-                    self.targets[mid] = from_wire(value.topic_partitions)
-            case ConsumerGroupMemberMetadataKey(member_id=mid):
-                self._replay_member(mid, value)
-            case ConsumerGroupCurrentMemberAssignmentKey(member_id=mid):
-                self._replay_assignment(mid, value)
-            case TimersKey(member_id=mid):
-                if value is None:
-                    self.timers.pop(mid, None)
-                else:
-                    self.timers[mid] = value
-
-    def _replay_member(self, member_id: str, value: Any) -> None:
-        old = self.members.get(member_id)
-        if old is not None:
-            self._set_partition_epochs(old, None)
-            if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
-                del self.static_members[old.instance_id]
-        if value is None:
-            self.members.pop(member_id, None)
-            self.timers.pop(member_id, None)
-            return
-        member = (old or Member(member_id)).with_metadata(value)
-        self.members[member_id] = member
+    def _index(self, member: Member, metadata: bool) -> None:
+        """Record the epochs of the member's partitions (and its instance id)."""
         self._set_partition_epochs(member, member)
-        if member.instance_id is not None:
-            self.static_members[member.instance_id] = member_id
+        if metadata and member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
 
-    def _replay_assignment(self, member_id: str, value: Any) -> None:
-        old = self.members.get(member_id) or Member(member_id)
-        self._set_partition_epochs(old, None)
-        if value is None:  # as Kafka: the member keeps its subscription, loses its assignment
-            new = replace(old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
-                          state=MemberState.STABLE, assigned={}, pending_revocation={})
-        else:
-            new = old.with_assignment(value)
-        self.members[member_id] = new
-        self._set_partition_epochs(new, new)
+    def _unindex(self, member: Member, metadata: bool) -> None:
+        self._set_partition_epochs(member, None)
+        if metadata and member.instance_id is not None and self.static_members.get(member.instance_id) == member.member_id:
+            del self.static_members[member.instance_id]
 
     def _set_partition_epochs(self, member: Member, owner: Member | None) -> None:
         """Record (owner given) or clear (None) the epochs of the member's partitions."""
@@ -585,37 +476,24 @@ class ConsumerGroup:
 
     def persisted_state(self) -> dict[str, Any]:
         """Everything the records carry (for reload-equality checks): no timers."""
-        return {"group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
-                "members": dict(self.members), "targets": {k: v for k, v in self.targets.items() if v},
-                "subscription_metadata": dict(self.subscription_metadata),
+        return {**super().persisted_state(), "subscription_metadata": dict(self.subscription_metadata),
                 "static_members": dict(self.static_members), "partition_epochs": dict(self.partition_epochs)}
 
 
-class ConsumerGroups:
+class ConsumerGroups(ModernGroups[ConsumerGroup]):
     """The consumer groups of one ``__consumer_offsets`` partition, built by replay."""
+
+    RECORDS = RECORDS
 
     def __init__(self, config: ConsumerGroupConfig | None = None,
                  new_member_id: Callable[[], str] = _new_member_id) -> None:
+        super().__init__()
         self.config = config or ConsumerGroupConfig()
         self.new_member_id = new_member_id
-        self.groups: dict[str, ConsumerGroup] = {}
 
-    def get(self, group_id: str) -> ConsumerGroup | None:
-        return self.groups.get(group_id)
+    def _new(self, group_id: str) -> ConsumerGroup:
+        return ConsumerGroup(group_id, self.config, self.new_member_id)
 
-    def get_or_new(self, group_id: str) -> ConsumerGroup:
-        """The group, or a fresh empty one that is *not* kept (its records create it)."""
-        return self.groups.get(group_id) or ConsumerGroup(group_id, self.config, self.new_member_id)
-
-    def replay(self, key: Any, value: Any) -> None:
-        """Route a consumer group record (or live timer record) to its group, creating the
-        group on its first record and dropping it on the group metadata tombstone."""
-        if isinstance(key, ConsumerGroupMetadataKey) and value is None:
-            self.groups.pop(key.group_id, None)
-            return
-        group = self.groups.get(key.group_id)
-        if group is None:
-            if isinstance(key, TimersKey) and value is None:
-                return
-            group = self.groups[key.group_id] = ConsumerGroup(key.group_id, self.config, self.new_member_id)
-        group.replay(key, value)
+    def _creates_group(self, key: Any, value: Any) -> bool:
+        """Any record but a cancelled timer of a group not known yet creates it."""
+        return not (isinstance(key, TimersKey) and value is None)

@@ -29,13 +29,12 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from .assignor import Assignment
-from .consumer_records import (
-    ConsumerGroupCurrentMemberAssignmentValue,
-    ConsumerGroupMemberMetadataValue,
-    TopicPartitions,
-)
+from .consumer_records import ConsumerGroupCurrentMemberAssignmentValue, ConsumerGroupMemberMetadataValue
+from .modern_group import LEAVE_GROUP_MEMBER_EPOCH, ModernMember, from_wire, to_wire
 
-LEAVE_GROUP_MEMBER_EPOCH = -1
+__all__ = ["LEAVE_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_STATIC_MEMBER_EPOCH", "FencedMember", "Member", "MemberState",
+           "from_wire", "is_subset", "reconcile", "to_wire", "union"]
+
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 
 Owned = Mapping[uuid.UUID, Iterable[int]] | None
@@ -63,30 +62,19 @@ class FencedMember(Exception):
 
 
 @dataclass(frozen=True)
-class Member:
-    """A member as persisted by records 5 (subscription) and 8 (current assignment)."""
+class Member(ModernMember):
+    """A consumer group member as persisted by records 5 (subscription) and 8 (current
+    assignment): the :class:`~.modern_group.ModernMember` fields and the consumer's own."""
 
-    member_id: str
     instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()  # sorted, deduplicated
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = -1
     state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
-
-    def with_epoch(self, epoch: int) -> Member:
-        """Move to ``epoch``, remembering the current one as the previous epoch."""
-        return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch)
 
     def owned_partitions(self) -> Assignment:
         """What the coordinator counts as held by this member: assigned + pending revocation."""
@@ -114,22 +102,11 @@ class Member:
                        state=MemberState.of(v.state), assigned=from_wire(v.assigned_partitions),
                        pending_revocation=from_wire(v.partitions_pending_revocation))
 
+    def without_assignment(self) -> Member:
+        return replace(super().without_assignment(), state=MemberState.STABLE, pending_revocation={})
+
 
 # -- assignment helpers ---------------------------------------------------------------------------
-def to_wire(a: Assignment) -> TopicPartitions:
-    """Sorted ``((topic_id, (partition, ...)), ...)`` without empty topics."""
-    return tuple((t, tuple(sorted(ps))) for t, ps in sorted(a.items(), key=lambda kv: kv[0].bytes) if ps)
-
-
-def from_wire(tps: Iterable[tuple[uuid.UUID, Iterable[int]]]) -> Assignment:
-    out: dict[uuid.UUID, frozenset[int]] = {}
-    for t, ps in tps:
-        merged = out.get(t, frozenset()) | frozenset(ps)
-        if merged:
-            out[t] = merged
-    return out
-
-
 def union(a: Assignment, b: Assignment) -> Assignment:
     return from_wire(list(a.items()) + list(b.items()))
 

@@ -60,6 +60,7 @@ from .consumer_api import (
     TopicsView,
 )
 from .consumer_group import ConsumerGroup, ConsumerGroups
+from .modern_group import ModernGroup
 from .offsets import CommitRequest, FetchedOffset, OffsetStore, TopicPartition
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue
 from .share_group import (
@@ -200,7 +201,7 @@ class GroupCoordinatorShard:
             return CoordinatorResult(completions=fx.completions)  # nothing to keep
         result = self._result(req.group_id, g, fx)
         if cg is not None:  # an empty consumer group becomes this classic group
-            result.records[:0] = self._consumer_tombstones(cg)
+            result.records[:0] = cg.tombstones()
         return result
 
     def sync_group(self, group_id: str, member_id: str, instance_id: str | None, generation: int,
@@ -277,7 +278,7 @@ class GroupCoordinatorShard:
             return CoordinatorResult(response=ErrorCode.non_empty_group)
         records: list[Record] = [(OffsetKey(group_id, t, p), None) for t, p in self.offsets.offsets.get(group_id, {})]
         if cg is not None:
-            return CoordinatorResult(records + self._consumer_tombstones(cg), ErrorCode.none)
+            return CoordinatorResult(records + cg.tombstones(), ErrorCode.none)
         records.append((GroupKey(group_id), None))
         return CoordinatorResult(records, ErrorCode.none, live=[(LiveGroup(group_id), None)])
 
@@ -324,8 +325,17 @@ class GroupCoordinatorShard:
     def consumer_poll(self, now_ms: int, topics: TopicsView) -> CoordinatorResult:
         """Consumer group timers that are due: fence members whose session expired or
         that did not revoke in time."""
+        return self._poll_modern(self.consumer.groups.values(), now_ms, topics)
+
+    def consumer_next_deadline(self) -> int | None:
+        """The earliest consumer group timer (None: none armed)."""
+        return self.consumer.next_deadline()
+
+    @staticmethod
+    def _poll_modern(groups: Iterable[ModernGroup], now_ms: int, topics: TopicsView) -> CoordinatorResult:
+        """The records of :meth:`.ModernGroup.poll` of every group with a timer due."""
         out = CoordinatorResult()
-        for g in list(self.consumer.groups.values()):
+        for g in list(groups):
             due = g.next_deadline()
             if due is None or due > now_ms:
                 continue
@@ -333,10 +343,6 @@ class GroupCoordinatorShard:
             out.records += r.records
             out.live += r.live
         return out
-
-    def consumer_next_deadline(self) -> int | None:
-        """The earliest consumer group timer (None: none armed)."""
-        return min((d for g in self.consumer.groups.values() if (d := g.next_deadline()) is not None), default=None)
 
     def loaded(self, now_ms: int, share_session_timeout: Callable[[str], int] | None = None) -> CoordinatorResult:
         """After loading by replay: live records arming the consumer and share group
@@ -392,15 +398,7 @@ class GroupCoordinatorShard:
 
     def share_poll(self, now_ms: int, topics: TopicsView) -> CoordinatorResult:
         """Share group members whose session expired are fenced."""
-        out = CoordinatorResult()
-        for g in list(self.share.groups.values()):
-            due = g.next_deadline()
-            if due is None or due > now_ms:
-                continue
-            r = g.poll(now_ms, topics)
-            out.records += r.records
-            out.live += r.live
-        return out
+        return self._poll_modern(self.share.groups.values(), now_ms, topics)
 
     def _configured(self, group: ConsumerGroup) -> ConsumerGroup:
         """The group with its group-config timeouts (consumer.session.timeout.ms,
@@ -411,20 +409,6 @@ class GroupCoordinatorShard:
             if (session, interval) != (group.config.session_timeout_ms, group.config.heartbeat_interval_ms):
                 group.config = replace(group.config, session_timeout_ms=session, heartbeat_interval_ms=interval)
         return group
-
-    @staticmethod
-    def _consumer_tombstones(cg: ConsumerGroup) -> list[Record]:
-        """Tombstones for every record of a consumer group, in Kafka's order (members'
-        assignments, targets, target epoch, member metadata, subscription metadata, and
-        the group epoch last: replaying it drops the group)."""
-        gid, members = cg.group_id, sorted(cg.members)
-        out: list[Record] = [(CR.ConsumerGroupCurrentMemberAssignmentKey(gid, m), None) for m in members]
-        out += [(CR.ConsumerGroupTargetAssignmentMemberKey(gid, m), None) for m in sorted(set(members) | set(cg.targets))]
-        out.append((CR.ConsumerGroupTargetAssignmentMetadataKey(gid), None))
-        out += [(CR.ConsumerGroupMemberMetadataKey(gid, m), None) for m in members]
-        out.append((CR.ConsumerGroupPartitionMetadataKey(gid), None))
-        out.append((CR.ConsumerGroupMetadataKey(gid), None))
-        return out
 
     # -- OffsetCommit ---------------------------------------------------------------------
     def commit_offsets(self, group_id: str, generation: int, member_id: str, commits: Iterable[CommitRequest],

@@ -31,7 +31,6 @@ back with :meth:`ShareGroup.uninitialized`; an attempt older than
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import struct
 import uuid
@@ -43,8 +42,10 @@ from kio.schema.errors import ErrorCode
 
 from . import share_assignor
 from .assignor import Assignment
-from .consumer_api import HeartbeatError, Record, Result, Timers, TopicsView
-from .consumer_member import LEAVE_GROUP_MEMBER_EPOCH, MemberState, from_wire, to_wire
+from .consumer_api import HeartbeatError, HeartbeatResponse, LiveMemberKey, Record, Result, Timers, TopicsView
+from .consumer_member import MemberState
+from .modern_group import LEAVE_GROUP_MEMBER_EPOCH, ModernGroup, ModernGroups, ModernMember, RecordTypes, from_wire, \
+    to_wire
 from .share_records import (
     ShareGroupCurrentMemberAssignmentKey,
     ShareGroupCurrentMemberAssignmentValue,
@@ -90,22 +91,17 @@ class ShareHeartbeatRequest:
 
 
 @dataclass(frozen=True)
-class ShareHeartbeatResponse:
-    error_code: ErrorCode = ErrorCode.none
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: tuple | None = None  # TopicPartitions; None: unchanged
-    to_initialize: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)  # not on the wire
+class ShareHeartbeatResponse(HeartbeatResponse):
+    """The ConsumerGroupHeartbeat response fields (the same in ShareGroupHeartbeat), and
+    the partitions the IO shell must initialize (not on the wire)."""
+
+    to_initialize: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class ShareTimersKey:
+class ShareTimersKey(LiveMemberKey):
     """Key of a live record: the value is the member's :class:`Timers` (None: cancelled)."""
 
-    group_id: str
-    member_id: str
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,17 +113,9 @@ class ShareInitKey:
 
 
 @dataclass(frozen=True)
-class ShareMember:
-    """A member as persisted by records 10 (metadata) and 14 (current assignment)."""
-
-    member_id: str
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()  # sorted, deduplicated
-    member_epoch: int = 0
-    previous_member_epoch: int = -1
-    assigned: Assignment = field(default_factory=dict)
+class ShareMember(ModernMember):
+    """A member as persisted by records 10 (metadata) and 14 (current assignment): just
+    the :class:`~.modern_group.ModernMember` fields (always STABLE)."""
 
     def metadata_value(self) -> ShareGroupMemberMetadataValue:
         return ShareGroupMemberMetadataValue(self.rack_id, self.client_id, self.client_host,
@@ -136,6 +124,21 @@ class ShareMember:
     def assignment_value(self) -> ShareGroupCurrentMemberAssignmentValue:
         return ShareGroupCurrentMemberAssignmentValue(self.member_epoch, self.previous_member_epoch,
                                                       int(MemberState.STABLE), to_wire(self.assigned))
+
+    def with_metadata(self, v: ShareGroupMemberMetadataValue) -> ShareMember:
+        return replace(self, rack_id=v.rack_id, client_id=v.client_id, client_host=v.client_host,
+                       subscribed_topic_names=tuple(sorted(set(v.subscribed_topic_names))))
+
+    def with_assignment(self, v: ShareGroupCurrentMemberAssignmentValue) -> ShareMember:
+        return replace(self, member_epoch=v.member_epoch, previous_member_epoch=v.previous_member_epoch,
+                       assigned=from_wire(v.assigned_partitions))
+
+
+RECORDS = RecordTypes(
+    group=ShareGroupMetadataKey, subscription=ShareGroupStatePartitionMetadataKey,
+    target_epoch=ShareGroupTargetAssignmentMetadataKey, target_epoch_value=ShareGroupTargetAssignmentMetadataValue,
+    target_member=ShareGroupTargetAssignmentMemberKey, target_member_value=ShareGroupTargetAssignmentMemberValue,
+    member=ShareGroupMemberMetadataKey, assignment=ShareGroupCurrentMemberAssignmentKey, timers=ShareTimersKey)
 
 
 def metadata_hash(topic_names: Iterable[str], topics: TopicsView) -> int:
@@ -169,22 +172,22 @@ def _minus(a: Partitions, b: Partitions) -> Partitions:
 
 
 # -- the group ----------------------------------------------------------------------------------
-class ShareGroup:
-    """The state of one share group, as replayed from its records."""
+class ShareGroup(ModernGroup[ShareMember]):
+    """The state of one share group, as replayed from its records: the
+    :class:`~.modern_group.ModernGroup` state plus the subscribed topics' metadata hash
+    and which share partitions have their state initialized."""
+
+    RECORDS = RECORDS
+    KIND = "share"
 
     def __init__(self, group_id: str, config: ShareGroupConfig | None = None) -> None:
-        self.group_id = group_id
-        self.config = config or ShareGroupConfig()
-        self.group_epoch = 0
+        super().__init__(group_id, config or ShareGroupConfig())
+        self.config: ShareGroupConfig
         self.metadata_hash = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ShareMember] = {}
-        self.targets: dict[str, Assignment] = {}
         self.initializing: Partitions = {}
         self.initialized: Partitions = {}
         self.deleting: dict[uuid.UUID, str] = {}
         self.topic_names: dict[uuid.UUID, str] = {}  # names as the state metadata record last named them
-        self.timers: dict[str, Timers] = {}
         self.init_asked: dict[tuple[uuid.UUID, int], int] = {}  # soft: when initialization was asked for
 
     # -- views ----------------------------------------------------------------------------
@@ -196,11 +199,8 @@ class ShareGroup:
     def subscribed_topic_names(self, members: Iterable[ShareMember] | None = None) -> set[str]:
         return {n for m in (self.members.values() if members is None else members) for n in m.subscribed_topic_names}
 
-    def next_deadline(self) -> int | None:
-        return min((t.session_deadline_ms for t in self.timers.values()), default=None)
-
-    def copy(self) -> ShareGroup:
-        return copy.deepcopy(self)
+    def _new_member(self, member_id: str) -> ShareMember:
+        return ShareMember(member_id)
 
     # -- ShareGroupHeartbeat ----------------------------------------------------------------
     def heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
@@ -220,9 +220,7 @@ class ShareGroup:
     def _member(self, req: ShareHeartbeatRequest) -> ShareMember:
         if not self.members and self.group_epoch == 0 and req.member_epoch != 0:
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Share group {self.group_id} not found.")
-        if len(self.members) >= self.config.max_size and req.member_id not in self.members:
-            raise HeartbeatError(ErrorCode.group_max_size_reached, "The share group has reached its maximum "
-                                 f"capacity of {self.config.max_size} members.")
+        self._check_capacity(req.member_id)
         member = self.members.get(req.member_id)
         if member is None:
             if req.member_epoch != 0:
@@ -249,7 +247,7 @@ class ShareGroup:
         members = {**self.members, updated.member_id: updated}
         subscription_changed = updated.subscribed_topic_names != member.subscribed_topic_names
         if updated != member:
-            out.records.append((ShareGroupMemberMetadataKey(self.group_id, updated.member_id), updated.metadata_value()))
+            out.records.append(self._member_record(updated))
         names = self.subscribed_topic_names(members.values())
         new_hash = metadata_hash(names, topics)
         bump = subscription_changed or new_hash != self.metadata_hash or self._assignment_pending(names, topics)
@@ -264,8 +262,7 @@ class ShareGroup:
         reconciled = self._reconcile(updated, target_epoch, targets.get(updated.member_id, {}), subscription_changed,
                                      topics)
         if reconciled != updated:
-            out.records.append((ShareGroupCurrentMemberAssignmentKey(self.group_id, updated.member_id),
-                                reconciled.assignment_value()))
+            out.records.append(self._assignment_record(reconciled))
         out.live.append((ShareTimersKey(self.group_id, updated.member_id), Timers(now_ms + session_timeout_ms)))
         to_init = self._to_initialize(names, topics, now_ms, out)
         full = req.member_epoch == 0 or req.subscribed_topic_names is not None
@@ -300,14 +297,8 @@ class ShareGroup:
         specs = {mid: share_assignor.ShareMemberSpec(
             frozenset(ids[n] for n in m.subscribed_topic_names if n in ids), self.targets.get(mid, {}))
             for mid, m in members.items()}
-        new = share_assignor.assign(specs, self._assignable(set(ids), topics))
-        for mid in sorted(new):
-            if new[mid] != self.targets.get(mid, {}):
-                out.records.append((ShareGroupTargetAssignmentMemberKey(self.group_id, mid),
-                                    ShareGroupTargetAssignmentMemberValue(to_wire(new[mid]))))
-        out.records.append((ShareGroupTargetAssignmentMetadataKey(self.group_id),
-                            ShareGroupTargetAssignmentMetadataValue(epoch)))
-        return new
+        return self._target_records(epoch, share_assignor.assign(specs, self._assignable(set(ids), topics)),
+                                    self.targets, out)
 
     @staticmethod
     def _reconcile(member: ShareMember, target_epoch: int, target: Assignment, subscription_changed: bool,
@@ -319,8 +310,7 @@ class ShareGroup:
         ids = {t.topic_id for n in member.subscribed_topic_names if (t := topics.by_name(n)) is not None}
         assigned = {t: ps for t, ps in target.items() if t in ids}
         if target_epoch != member.member_epoch:
-            return replace(member, member_epoch=target_epoch, previous_member_epoch=member.member_epoch,
-                           assigned=assigned)
+            return replace(member.with_epoch(target_epoch), assigned=assigned)
         return replace(member, assigned=assigned)
 
     # -- share-group state initialization ----------------------------------------------------
@@ -404,110 +394,30 @@ class ShareGroup:
         return self._fence(member, topics, ShareHeartbeatResponse(member_id=req.member_id,
                                                                   member_epoch=LEAVE_GROUP_MEMBER_EPOCH))
 
-    def _fence(self, member: ShareMember, topics: TopicsView, response: Any = None) -> Result:
-        """Tombstones of the member and a group epoch bump with the new metadata hash."""
-        gid, mid = self.group_id, member.member_id
-        rest = [m for m in self.members.values() if m.member_id != mid]
-        records: list[Record] = [(ShareGroupCurrentMemberAssignmentKey(gid, mid), None),
-                                 (ShareGroupTargetAssignmentMemberKey(gid, mid), None),
-                                 (ShareGroupMemberMetadataKey(gid, mid), None),
-                                 (ShareGroupMetadataKey(gid), ShareGroupMetadataValue(
-                                     self.group_epoch + 1, metadata_hash(self.subscribed_topic_names(rest), topics)))]
-        return Result(response, records, [(ShareTimersKey(gid, mid), None)])
-
-    def poll(self, now_ms: int, topics: TopicsView) -> Result:
-        """Fence members whose session expired (no heartbeat for the session timeout)."""
-        expired = sorted(mid for mid, t in self.timers.items() if t.session_deadline_ms <= now_ms and mid in self.members)
-        work, out = self.copy(), Result()
-        for mid in expired:
-            r = work._fence(work.members[mid], topics)
-            work.apply(r)
-            out.records += r.records
-            out.live += r.live
-        return out
-
-    def loaded_timers(self, now_ms: int, session_timeout_ms: int | None = None) -> Result:
-        """After loading by replay: live records arming every member's session timer."""
-        timeout = session_timeout_ms or self.config.session_timeout_ms
-        return Result(live=[(ShareTimersKey(self.group_id, mid), Timers(now_ms + timeout)) for mid in sorted(self.members)])
-
-    def tombstones(self) -> list[Record]:
-        """Tombstones for every record of the group (DeleteGroups), the group epoch last:
-        replaying it drops the group."""
-        gid, members = self.group_id, sorted(self.members)
-        out: list[Record] = [(ShareGroupCurrentMemberAssignmentKey(gid, m), None) for m in members]
-        out += [(ShareGroupTargetAssignmentMemberKey(gid, m), None) for m in sorted(set(members) | set(self.targets))]
-        out.append((ShareGroupTargetAssignmentMetadataKey(gid), None))
-        out += [(ShareGroupMemberMetadataKey(gid, m), None) for m in members]
-        out.append((ShareGroupStatePartitionMetadataKey(gid), None))
-        out.append((ShareGroupMetadataKey(gid), None))
-        return out
+    def _fence_bump(self, rest: dict[str, ShareMember], topics: TopicsView, out: Result) -> None:
+        """The group epoch bump with the metadata hash of the remaining subscriptions."""
+        value = ShareGroupMetadataValue(self.group_epoch + 1,
+                                        metadata_hash(self.subscribed_topic_names(rest.values()), topics))
+        out.records.append((ShareGroupMetadataKey(self.group_id), value))
 
     # -- ShareGroupDescribe ---------------------------------------------------------------------
-    def describe(self, topics: TopicsView) -> dict[str, Any]:
-        """The DescribedGroup fields of ShareGroupDescribe v1 (error fields excluded);
-        assignments as ``[(topic_id, topic_name, [partitions])]``."""
-        def named(a: Assignment) -> list[tuple[uuid.UUID, str, list[int]]]:
-            return [(tid, t.topic_name, list(parts)) for tid, parts in to_wire(a) if (t := topics.by_id(tid))]
+    def _assignor_name(self) -> str:
+        return share_assignor.NAME
 
-        members = [{"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
-                    "client_id": m.client_id, "client_host": m.client_host,
-                    "subscribed_topic_names": list(m.subscribed_topic_names), "assignment": named(m.assigned)}
-                   for _, m in sorted(self.members.items())]
-        return {"group_id": self.group_id, "group_state": self.state, "group_epoch": self.group_epoch,
-                "assignment_epoch": self.assignment_epoch, "assignor_name": share_assignor.NAME, "members": members}
+    # -- replay (the only mutator; see ModernGroup.replay) ------------------------------------------
+    def _replay_group(self, value: ShareGroupMetadataValue | None) -> None:
+        super()._replay_group(value)
+        self.metadata_hash = value.metadata_hash if value is not None else 0
 
-    # -- the only mutator ---------------------------------------------------------------------
-    def apply(self, result: Result) -> None:
-        for key, value in result.records + result.live:
-            self.replay(key, value)
+    def _replay_other(self, key: Any, value: Any) -> None:
+        if isinstance(key, ShareInitKey):
+            for tp, ms in value.items():
+                if ms is None:
+                    self.init_asked.pop(tp, None)
+                else:
+                    self.init_asked[tp] = ms
 
-    def replay(self, key: Any, value: Any) -> None:
-        """Apply one record of this group (or a live timer / init record)."""
-        match key:
-            case ShareGroupMetadataKey():
-                self.group_epoch = value.epoch if value is not None else 0
-                self.metadata_hash = value.metadata_hash if value is not None else 0
-            case ShareGroupTargetAssignmentMetadataKey():
-                self.assignment_epoch = value.assignment_epoch if value is not None else 0
-            case ShareGroupTargetAssignmentMemberKey(member_id=mid):
-                if value is None:
-                    self.targets.pop(mid, None)
-                else:
-                    self.targets[mid] = from_wire(value.topic_partitions)
-            case ShareGroupMemberMetadataKey(member_id=mid):
-                if value is None:
-                    self.members.pop(mid, None)
-                    self.timers.pop(mid, None)
-                else:
-                    old = self.members.get(mid) or ShareMember(mid)
-                    self.members[mid] = replace(old, rack_id=value.rack_id, client_id=value.client_id,
-                                                client_host=value.client_host,
-                                                subscribed_topic_names=tuple(sorted(set(value.subscribed_topic_names))))
-            case ShareGroupCurrentMemberAssignmentKey(member_id=mid):
-                old = self.members.get(mid) or ShareMember(mid)
-                if value is None:
-                    self.members[mid] = replace(old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
-                                                previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH, assigned={})
-                else:
-                    self.members[mid] = replace(old, member_epoch=value.member_epoch,
-                                                previous_member_epoch=value.previous_member_epoch,
-                                                assigned=from_wire(value.assigned_partitions))
-            case ShareGroupStatePartitionMetadataKey():
-                self._replay_state(value)
-            case ShareTimersKey(member_id=mid):
-                if value is None:
-                    self.timers.pop(mid, None)
-                else:
-                    self.timers[mid] = value
-            case ShareInitKey():
-                for tp, ms in value.items():
-                    if ms is None:
-                        self.init_asked.pop(tp, None)
-                    else:
-                        self.init_asked[tp] = ms
-
-    def _replay_state(self, value: ShareGroupStatePartitionMetadataValue | None) -> None:
+    def _replay_subscription(self, value: ShareGroupStatePartitionMetadataValue | None) -> None:
         value = value or ShareGroupStatePartitionMetadataValue()
         for t in value.initializing_topics + value.initialized_topics + value.deleting_topics:
             self.topic_names[t.topic_id] = t.topic_name
@@ -517,10 +427,9 @@ class ShareGroup:
 
     def persisted_state(self) -> dict[str, Any]:
         """Everything the records carry (for reload-equality checks): no timers."""
-        return {"group_epoch": self.group_epoch, "metadata_hash": self.metadata_hash,
-                "assignment_epoch": self.assignment_epoch, "members": dict(self.members),
-                "targets": {k: v for k, v in self.targets.items() if v}, "initializing": dict(self.initializing),
-                "initialized": dict(self.initialized), "deleting": dict(self.deleting)}
+        return {**super().persisted_state(), "metadata_hash": self.metadata_hash,
+                "initializing": dict(self.initializing), "initialized": dict(self.initialized),
+                "deleting": dict(self.deleting)}
 
 
 def validate(req: ShareHeartbeatRequest) -> HeartbeatError | None:
@@ -541,35 +450,21 @@ def validate(req: ShareHeartbeatRequest) -> HeartbeatError | None:
     return None
 
 
-class ShareGroups:
+class ShareGroups(ModernGroups[ShareGroup]):
     """The share groups of one ``__consumer_offsets`` partition, built by replay."""
 
+    RECORDS = RECORDS
+
     def __init__(self, config: ShareGroupConfig | None = None) -> None:
+        super().__init__()
         self.config = config or ShareGroupConfig()
-        self.groups: dict[str, ShareGroup] = {}
 
-    def get(self, group_id: str) -> ShareGroup | None:
-        return self.groups.get(group_id)
+    def _new(self, group_id: str) -> ShareGroup:
+        return ShareGroup(group_id, self.config)
 
-    def get_or_new(self, group_id: str) -> ShareGroup:
-        """The group, or a fresh empty one that is *not* kept (its records create it)."""
-        return self.groups.get(group_id) or ShareGroup(group_id, self.config)
-
-    def replay(self, key: Any, value: Any) -> None:
-        """Route a share group record (or live record) to its group, creating the group
-        on its first record and dropping it on the group metadata tombstone."""
-        if isinstance(key, ShareGroupMetadataKey) and value is None:
-            self.groups.pop(key.group_id, None)
-            return
-        group = self.groups.get(key.group_id)
-        if group is None:
-            if value is None or isinstance(key, (ShareTimersKey, ShareInitKey)):
-                return
-            group = self.groups[key.group_id] = ShareGroup(key.group_id, self.config)
-        group.replay(key, value)
-
-    def next_deadline(self) -> int | None:
-        return min((d for g in self.groups.values() if (d := g.next_deadline()) is not None), default=None)
+    def _creates_group(self, key: Any, value: Any) -> bool:
+        """A record (not a tombstone, not a live record) of a group not known yet creates it."""
+        return value is not None and not isinstance(key, (ShareTimersKey, ShareInitKey))
 
 
 SessionTimeouts = Callable[[str], tuple[int, int]]
