@@ -24,7 +24,7 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 def admin_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--bootstrap-server`` and ``--output`` (the same on every operator command)."""
     f = click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
-                     show_default=True, help="Rich table or JSON (raw values, null where unknown).")(f)
+                     show_default=True, help="Aligned columns or JSON (raw values, null where unknown).")(f)
     f = click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
                      show_default=True, help="HOST:PORT[,HOST:PORT...] of hightide or any Kafka cluster.")(f)
     return f
