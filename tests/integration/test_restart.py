@@ -74,19 +74,43 @@ def test_torn_tail_is_truncated(fresh_server, topic_name, stop):
     _check(confluent_consume(srv2.bootstrap, topic_name, 1, 21), recs + more, positions + [(0, 20)])
 
 
-def test_corrupt_crc_in_tail_is_truncated(fresh_server, topic_name):
+def _batches(path) -> list[tuple[int, int, int]]:
+    """(base offset, file position, size) of every record batch in a segment file, read
+    from the v2 headers (BaseOffset int64, then Length int32 counting the rest)."""
+    out, pos = [], 0
+    with open(path, "rb") as f:
+        data = f.read()
+    while pos + 12 <= len(data):
+        base, length = int.from_bytes(data[pos:pos + 8], "big"), int.from_bytes(data[pos + 8:pos + 12], "big")
+        out.append((base, pos, 12 + length))
+        pos += 12 + length
+    assert pos == len(data), "the segment ends inside a batch header"
+    return out
+
+
+@pytest.mark.parametrize("last_batches", [1, 3], ids=["one-last-batch", "split-last-records"])
+def test_corrupt_crc_in_tail_is_truncated(fresh_server, topic_name, last_batches):
+    """A bad CRC in the last batch truncates exactly that batch, however the producer
+    batched the records (a loaded machine may split one produce call into several
+    batches: the expected offset is read from the file, never assumed)."""
     srv = fresh_server()
     confluent_create_topic(srv.bootstrap, topic_name, 1)
-    for i in range(3):  # three batches
+    for i in range(2):
         confluent_produce(srv.bootstrap, topic_name, _records(5, 1, start=5 * i))
+    for start, n in {1: [(10, 5)], 3: [(10, 2), (12, 2), (14, 1)]}[last_batches]:
+        confluent_produce(srv.bootstrap, topic_name, _records(n, 1, start=start))
     srv.kill9()
     path = _active_log(srv.data_dir, topic_name)
+    batches = _batches(path)
+    assert len(batches) >= 2 + last_batches
+    last_base, last_pos, _ = batches[-1]
     with open(path, "r+b") as f:
         f.seek(os.path.getsize(path) - 3)
         f.write(b"\xde\xad\xbe")  # flip bytes in the last batch's records
     srv2 = fresh_server(data_dir=srv.data_dir, port=srv.port)
+    assert os.path.getsize(path) == last_pos, "only the corrupt batch is truncated"
     with RawClient(srv2.bootstrap) as c:
         resp = c.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic_name, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]})
-        assert resp.topics[0].partitions[0].offset == 10
+        assert resp.topics[0].partitions[0].offset == last_base
     assert "crc" in srv2.output().lower()
