@@ -15,8 +15,10 @@ from kio.serial import entity_reader
 
 from hightide.config import BrokerConfig
 from hightide.protocol.codec import encode_request
-from hightide.server.connection import KafkaConnection, RequestContext
-from hightide.server.registry import ROUTES, CloseConnection, RawResponse, Route
+from hightide.server.connection import KafkaConnection
+from hightide.server.context import RequestContext
+from hightide.server.handlers import routes as handler_routes
+from hightide.server.registry import CloseConnection, RawResponse, Route
 
 SYNC_KEY, ASYNC_KEY, API_VERSIONS = 16, 10, 18  # ListGroups, FindCoordinator, ApiVersions
 
@@ -73,15 +75,14 @@ class FakeTransport:
 
 
 class FakeBroker:
+    """What a connection needs of a broker: config, the route table (the real one; tests
+    add routes to it), services (none: the test handlers use only the header)."""
+
     def __init__(self, **config: Any) -> None:
         self.config = BrokerConfig.load(None, config)
         self.connections: set = set()
-        self.fallbacks: list = []
-
-    def api_versions_fallback(self, header: Any) -> bytes:
-        self.fallbacks.append(header)
-        body = header.correlation_id.to_bytes(4, "big") + b"fallback"
-        return len(body).to_bytes(4, "big") + body
+        self.routes: dict[int, Route] = dict(handler_routes())
+        self.services = None
 
 
 def raw(ctx: RequestContext, note: bytes = b"") -> RawResponse:
@@ -95,6 +96,7 @@ class Harness:
 
     def __init__(self, **config: Any) -> None:
         self.broker = FakeBroker(**config)
+        self.routes = self.broker.routes  # the table the connection routes by
         self.transport = FakeTransport()
         self.conn = KafkaConnection(self.broker)  # type: ignore[arg-type]
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
@@ -135,20 +137,16 @@ def async_req(corr: int) -> bytes:
 
 
 @pytest.fixture
-def routes() -> Iterator[Callable[[int, int, int, Callable], None]]:
-    """Register test routes; the previous entries come back afterwards."""
-    saved: dict[int, Route | None] = {}
+def routes() -> Iterator[Callable[..., None]]:
+    """``routes(key, lo, hi, fn)`` routes a test handler in the latest harness's table
+    (each harness has its own copy: nothing global is changed)."""
+    current: list[Harness] = []
 
-    def add(key: int, lo: int, hi: int, fn: Callable) -> None:
-        saved.setdefault(key, ROUTES.get(key))
-        ROUTES[key] = Route(key, lo, hi, fn, f"test_{key}")
+    def add(key: int, lo: int, hi: int, fn: Callable, harness: Harness | None = None) -> None:
+        (harness or current[-1]).routes[key] = Route(key, lo, hi, fn, f"test_{key}")
 
+    add.current = current  # type: ignore[attr-defined]
     yield add
-    for key, route in saved.items():
-        if route is None:
-            ROUTES.pop(key, None)
-        else:
-            ROUTES[key] = route
 
 
 async def settle() -> None:
@@ -159,6 +157,7 @@ async def settle() -> None:
 
 def harness(routes: Callable, **config: Any) -> Harness:
     h = Harness(**config)
+    routes.current.append(h)  # type: ignore[attr-defined]
     routes(SYNC_KEY, 0, 4, h.sync_handler)
     routes(ASYNC_KEY, 0, 4, h.async_handler)
     return h
@@ -239,7 +238,7 @@ def test_kio_entity_response_is_encoded_with_header(routes: Callable) -> None:
     from hightide.protocol.build import materialize
 
     async def scenario() -> None:
-        h = Harness()
+        h = harness(routes)
         cls = load_response_schema(SYNC_KEY, 3)
         resp = materialize(cls, {"throttle_time": 0, "error_code": 0, "groups": []})
         routes(SYNC_KEY, 3, 3, lambda ctx, req: resp)
@@ -364,10 +363,15 @@ def test_api_versions_out_of_range_gets_fallback(routes: Callable) -> None:
         h.receive(async_req(1) + encode_request(API_VERSIONS, 3, 2, "c",
                                                 ApiVersionsRequest(client_software_name="x",
                                                                    client_software_version="1")))
-        assert [hdr.correlation_id for hdr in h.broker.fallbacks] == [2]
+        assert h.requests == [(1, FindCoordinatorRequest(key="g1"))]  # the handler never saw request 2
+        assert h.transport.chunks == []  # the fallback waits for the answer to request 1
         h.complete(1)
         await settle()
         assert h.transport.correlation_ids() == [1, 2] and not h.transport.closed
+        fallback = load_response_schema(API_VERSIONS, 0)
+        decoded, _ = entity_reader(fallback)(memoryview(h.transport.frames()[1]).toreadonly(), 4)  # header v0
+        assert decoded.error_code == 35  # UNSUPPORTED_VERSION
+        assert (API_VERSIONS, 0, 2) in [(k.api_key, k.min_version, k.max_version) for k in decoded.api_keys]
     asyncio.run(scenario())
 
 

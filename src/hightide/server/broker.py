@@ -29,8 +29,9 @@ from ..log.config import LogConfig
 from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
-from . import handlers  # noqa: F401  (registers routes)
+from . import handlers
 from .connection import KafkaConnection
+from .context import Services
 from .flusher import Flusher
 from .group_runtime import GroupRuntime
 from .share_groups import ShareGroupService
@@ -75,6 +76,8 @@ class Broker:
         self._bound: tuple[str, int] = listen
         self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
+        self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
+        self.services = Services.of(self, self.routes)  # what handlers get, by narrow interface
 
     # -- lifecycle ------------------------------------------------------------------
     async def __aenter__(self) -> "Broker":
@@ -387,10 +390,6 @@ class Broker:
                     log.info("retention deleted %d bytes from %s-%d", freed, *tp)
             except OSError:
                 log.exception("retention failed for %s-%d", *tp)
-
-    def api_versions_fallback(self, header: Any) -> bytes:
-        from .handlers.api_versions import unsupported_version_response
-        return unsupported_version_response(header)
 
 
 def _ipv4_for_localhost(host: str) -> str:

@@ -1,17 +1,23 @@
 """One client connection: a thin ``asyncio.BufferedProtocol`` around the sans-IO
-:class:`~hightide.protocol.framing.FrameReader`.
+:class:`~hightide.protocol.server_connection.ServerConnection`.
 
-Theory of operation: bytes are received straight into the frame reader's buffer;
-each complete frame is parsed and dispatched at once (pipelining), and gets a slot in
-an ordered queue. Synchronous handlers fill their slot immediately; asynchronous ones
-(long-poll Fetch, Produce waiting for fsync) fill it later. Responses leave strictly
-in request order: the queue is flushed from the head while slots are filled. Reading
-pauses while ``queued.max.requests`` requests are in flight, and while the transport's
-write buffer is above its high-water mark (a client that sends but does not read its
-answers): back-pressure instead of unbounded buffers. Requests already received in
-one read are still dispatched, so the overshoot is bounded by one receive buffer. The
-connection is closed after ``connections.max.idle.ms`` without a request.
-Protocol violations close the connection with a logged reason; nothing else does.
+Theory of operation: bytes are received straight into the protocol core's buffer; each
+request event it returns is run at once (pipelining) by its route's handler. A
+synchronous handler's answer is passed to the core at once, an asynchronous one's
+(long-poll Fetch, Produce waiting for fsync) when it completes; the core returns the
+bytes to write, strictly in request order. All the protocol -- framing, headers,
+version gating, the ApiVersions fallback, ordering -- is in the core; this shell only
+moves bytes, runs handlers, and applies back-pressure:
+
+* reading pauses while ``queued.max.requests`` requests are in flight (answered ones
+  waiting behind a slow one count), and while the transport's write buffer is above its
+  high-water mark (a client that sends but does not read its answers); requests already
+  received stay in the core (copied only if more bytes must be received meanwhile) and
+  run once it clears; reading resumes when in flight falls below half the limit;
+* the connection is closed after ``connections.max.idle.ms`` without a request;
+* a protocol violation, a handler's ``CloseConnection`` or a handler failure closes the
+  connection with a logged reason; nothing else does. A half-closed client gets its
+  in-flight answers, then the connection closes.
 """
 
 from __future__ import annotations
@@ -20,20 +26,19 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.codec import API_VERSIONS_KEY, RequestHeader, decode_request, encode_response, parse_header
-from ..protocol.errors import ErrorCode, PeerProtocolError
-from ..protocol.framing import FrameReader
-from .registry import ROUTES, CloseConnection, RawResponse
+from ..protocol.codec import RequestHeader
+from ..protocol.errors import PeerProtocolError
+from ..protocol.server_connection import NEED_DATA, Answered, Request, ServerConnection
+from .context import RequestContext as _RequestContext
+from .registry import CloseConnection, Route
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("hightide.server")
-
-_PENDING = object()
 
 # The rolling receive buffer of each connection. Frames larger than it get a dedicated
 # buffer anyway (see FrameReader), so it only needs to hold a run of small pipelined
@@ -42,48 +47,35 @@ RECEIVE_CHUNK = 32 * 1024
 WRITE_HIGH_WATER = 1024 * 1024  # pause reading while more than this waits to be sent
 
 
-class RequestContext:
-    """What a handler gets besides the request: the broker, the header, the peer."""
-
-    __slots__ = ("broker", "header", "peer", "unknown_tags", "now_ms")
-
-    def __init__(self, broker: "Broker", header: RequestHeader, peer: str, unknown_tags: dict) -> None:
-        self.broker = broker
-        self.header = header
-        self.peer = peer
-        self.unknown_tags = unknown_tags
-        self.now_ms = int(time.time() * 1000)
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-
-class _Slot:
-    __slots__ = ("data",)
-
-    def __init__(self) -> None:
-        self.data: Any = _PENDING
+def RequestContext(broker: "Broker", header: RequestHeader, peer: str, unknown_tags: dict) -> _RequestContext:  # noqa: N802
+    """Transitional: the context of a request to ``broker`` (the old constructor's
+    signature, still used by tests/reliability/test_fuzz_handlers.py). New code uses
+    :class:`hightide.server.context.RequestContext` with ``broker.services``."""
+    return _RequestContext(broker.services, header, peer, unknown_tags)
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
+    """``broker`` provides ``config``, ``routes``, ``services`` and the ``connections``
+    set this connection adds itself to while open."""
+
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
         cfg = broker.config
-        self.reader = FrameReader(cfg["socket.request.max.bytes"], RECEIVE_CHUNK)
+        self.conn: ServerConnection[Route] = ServerConnection(broker.routes, cfg["socket.request.max.bytes"],
+                                                              RECEIVE_CHUNK)
+        self.services = broker.services
         self.max_queued = cfg["queued.max.requests"]
         self.idle_ms = cfg["connections.max.idle.ms"]
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.slots: deque[_Slot] = deque()
-        self.paused = False  # reading paused (either reason below)
+        self.paused = False  # back-pressure applies: no request is run (either reason below)
         self.write_paused = False  # the transport's write buffer is above its high-water mark
+        self._reading_paused = False  # the transport's reading is paused by us
+        self._running = False  # inside _run_received (no re-entry)
         self.closing = False
         self.last_active = time.monotonic()
         self._idle_handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._backlog: deque[bytes] = deque()  # received requests held back by back-pressure
-        self._draining = False
 
     # -- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -111,145 +103,134 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._check_backpressure()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.reader.get_buffer(sizehint)
+        return self.conn.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         try:
-            frames = self.reader.buffer_updated(nbytes)
+            self.conn.buffer_updated(nbytes)
         except PeerProtocolError as exc:
-            self.close(f"protocol error: {exc.reason}")
+            self._protocol_error(exc)
             return
-        for i, frame in enumerate(frames):
-            if self.closing:
-                return
-            if self.paused:
-                # Back-pressure hit while this read still holds requests: keep them for
-                # when it clears (copied: the receive buffer is reused on the next read).
-                self._backlog.extend(bytes(f) for f in frames[i:])
-                return
-            self._dispatch(frame)
-
-    def _dispatch(self, frame: memoryview | bytes) -> None:
-        try:
-            self._handle_frame(memoryview(frame))
-        except PeerProtocolError as exc:
-            self.close(f"protocol error: {exc.reason}")
-
-    def _drain_backlog(self) -> None:
-        """Dispatch requests held back by back-pressure until it applies again."""
-        self._draining = True
-        try:
-            while self._backlog and not self.paused and self.transport is not None and not self.transport.is_closing():
-                self._dispatch(self._backlog.popleft())
-        finally:
-            self._draining = False
+        self._run_received()
 
     def eof_received(self) -> bool | None:
         # Client half-closed: finish in-flight work, then close.
-        if not self.slots and not self._backlog:
+        if not self.conn.in_flight:
             return False
         self.closing = True
         return True
 
-    # -- dispatch -------------------------------------------------------------------
-    def _handle_frame(self, frame: memoryview) -> None:
-        frame = frame.toreadonly()  # kio's native reader requires a read-only buffer
-        header, body_offset = parse_header(frame)
-        route = ROUTES.get(header.api_key)
-        if route is None:
-            raise PeerProtocolError(f"unknown api key {header.api_key} (correlation id {header.correlation_id})")
-        if not route.min_version <= header.api_version <= route.max_version:
-            if header.api_key == API_VERSIONS_KEY:
-                self._push(self.broker.api_versions_fallback(header))
-                return
-            raise PeerProtocolError(
-                f"unsupported version {header.api_version} of api key {header.api_key} ({route.name}); "
-                f"supported {route.min_version}-{route.max_version}", ErrorCode.unsupported_version)
-        unknown: dict = {}
-        request = decode_request(header, frame, body_offset, unknown)
-        ctx = RequestContext(self.broker, header, self.peer, unknown)
+    # -- requests -------------------------------------------------------------------
+    def _run_received(self) -> None:
+        """Run received requests until none is complete or back-pressure applies."""
+        if self._running:
+            return
+        self._running = True
         try:
-            result = route.fn(ctx, request)
+            conn = self.conn
+            while not self.paused and self._open():
+                try:
+                    event = conn.next_request()
+                except PeerProtocolError as exc:
+                    self._protocol_error(exc)
+                    return
+                if event is NEED_DATA:
+                    break
+                if type(event) is Answered:
+                    self._write(event.buffers)
+                    self._check_backpressure()
+                else:
+                    self._run(event)  # type: ignore[arg-type]
+        finally:
+            self._running = False
+        self._check_backpressure()
+
+    def _run(self, request: Request[Route]) -> None:
+        route, header = request.route, request.header
+        ctx = _RequestContext(self.services, header, self.peer, request.unknown_tags)
+        try:
+            result = route.fn(ctx, request.body)
         except CloseConnection as exc:
             self.close(exc.reason)
+            return
+        except PeerProtocolError as exc:
+            self._protocol_error(exc)
             return
         except Exception:
             log.exception("handler %s v%d failed for %s; closing connection", route.name, header.api_version, self.peer)
             self.close("internal error")
             return
         if inspect.isawaitable(result):
-            slot = _Slot()
-            self.slots.append(slot)
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
-            task.add_done_callback(lambda t, s=slot, h=header: self._finished(t, s, h))
+            task.add_done_callback(lambda t, r=request: self._finished(t, r))
             self._check_backpressure()
         else:
-            self._push(self._frame_for(header, result))
+            self._answer(request, result)
 
-    def _frame_for(self, header: RequestHeader, result: Any) -> Any:
-        if result is None:
-            return None
-        if isinstance(result, RawResponse):
-            size = result.size
-            return [size.to_bytes(4, "big"), *result.buffers]
-        return encode_response(header.api_key, header.api_version, header.correlation_id, result)
-
-    def _finished(self, task: asyncio.Task, slot: _Slot, header: RequestHeader) -> None:
+    def _finished(self, task: asyncio.Task, request: Request[Route]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
-            log.error("async handler for api %d failed for %s; closing connection", header.api_key, self.peer,
-                      exc_info=exc)
+            log.error("async handler for api %d failed for %s; closing connection", request.header.api_key,
+                      self.peer, exc_info=exc)
             self.close("internal error")
             return
-        slot.data = self._frame_for(header, task.result())
-        self._flush()
+        self._answer(request, task.result())
 
-    def _push(self, data: Any) -> None:
-        if not self.slots:
-            self._write(data)
+    def _answer(self, request: Request[Route], result: Any) -> None:
+        try:
+            out = self.conn.send(request.slot, result)
+        except Exception:
+            log.exception("encoding the answer of %s v%d for %s failed; closing connection", request.route.name,
+                          request.header.api_version, self.peer)
+            self.close("internal error")
             return
-        slot = _Slot()
-        slot.data = data
-        self.slots.append(slot)
-        self._check_backpressure()  # answered but waiting behind a slow one: still in flight
-
-    def _flush(self) -> None:
-        slots = self.slots
-        while slots and slots[0].data is not _PENDING:
-            self._write(slots.popleft().data)
+        if out:
+            self._write(out)
         self._check_backpressure()
-        if self.closing and not slots and not self._backlog and self.transport and not self.transport.is_closing():
-            self.transport.close()
+        if self.closing and not self.conn.in_flight and self._open():
+            self.transport.close()  # type: ignore[union-attr]
 
-    def _write(self, data: Any) -> None:
-        if data is None or self.transport is None or self.transport.is_closing():
+    def _write(self, buffers: Sequence[bytes | memoryview]) -> None:
+        t = self.transport
+        if not buffers or t is None or t.is_closing():
             return
-        if isinstance(data, list):
-            self.transport.writelines(data)
+        if len(buffers) == 1:
+            t.write(buffers[0])
         else:
-            self.transport.write(data)
+            t.writelines(buffers)
+
+    def _open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
 
     def _check_backpressure(self) -> None:
-        """Pause reading at ``queued.max.requests`` in flight or a full write buffer;
-        resume once both are clear (in flight below half the limit: hysteresis)."""
+        """Stop running requests (and pause reading) at ``queued.max.requests`` in flight
+        or a full write buffer; once both are clear (in flight below half the limit:
+        hysteresis) run the requests held meanwhile, then resume reading if still clear."""
         t = self.transport
         if t is None or t.is_closing():
             return
+        pending = self.conn.pending_responses
         if not self.paused:
-            if self.write_paused or len(self.slots) >= self.max_queued:
+            if self.write_paused or pending >= self.max_queued:
                 self.paused = True
-                t.pause_reading()
-        elif not self.write_paused and len(self.slots) < self.max_queued // 2 + 1:
-            self.paused = False
-            if self._backlog and not self._draining:
-                self._drain_backlog()  # may pause again
-            if not self.paused and not self._draining and not t.is_closing():
+                if not self._reading_paused:
+                    self._reading_paused = True
+                    t.pause_reading()
+            elif self._reading_paused and not self._running:
+                self._reading_paused = False
                 t.resume_reading()
+        elif not self.write_paused and pending < self.max_queued // 2 + 1:
+            self.paused = False
+            if not self._running:
+                self._run_received()  # runs held requests; ends in _check_backpressure again
+
+    def _protocol_error(self, exc: PeerProtocolError) -> None:
+        self.close(f"protocol error: {exc.reason} ({exc.error_code.name})")
 
     # -- lifecycle ------------------------------------------------------------------
     def _arm_idle_timer(self) -> None:
@@ -262,7 +243,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.closing:
             return
         idle = (time.monotonic() - self.last_active) * 1000
-        if idle >= self.idle_ms and not self.slots:
+        if idle >= self.idle_ms and not self.conn.pending_responses:
             self.close(f"idle for {idle:.0f} ms (connections.max.idle.ms={self.idle_ms})", level=logging.INFO)
             return
         loop = asyncio.get_running_loop()
@@ -277,4 +258,5 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     @property
     def in_flight(self) -> int:
-        return len(self.slots) + len(self._backlog)
+        """Requests received and not yet answered on the wire (held ones included)."""
+        return self.conn.in_flight

@@ -1,19 +1,31 @@
-"""Routes requests by API key. ApiVersions is computed from this table, so hightide
-can never advertise a version it has no handler (or no schema) for.
+"""The route table: API key -> handler. ApiVersions is computed from it, so hightide can
+never advertise a version it has no handler (or no schema) for.
+
+``@handles`` only marks a handler (and checks kio has a schema for every version it
+claims); nothing global is filled at import. :func:`build_routes` collects the marked
+handlers of the given modules into an immutable table, which the broker passes to its
+connections (``hightide.server.handlers.routes()`` builds the broker's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
 from typing import Any, Callable
 
 from kio.index import api_key_map
 from kio.schema.index import schema_name_map
 
-HandlerFn = Callable[["Any", Any], Any]
+from ..protocol.server_connection import RawResponse
+
+__all__ = ["CloseConnection", "HandlerFn", "RawResponse", "Route", "Routes", "build_routes", "handles"]
+
+HandlerFn = Callable[[Any, Any], Any]
+_MARK = "__kafka_route__"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Route:
     api_key: int
     min_version: int
@@ -22,11 +34,13 @@ class Route:
     name: str
 
 
-ROUTES: dict[int, Route] = {}
+Routes = Mapping[int, Route]
 
 
 def handles(api_key: int, min_version: int, max_version: int) -> Callable[[HandlerFn], HandlerFn]:
-    """Register ``fn(ctx, request)`` for ``api_key`` versions min..max (inclusive).
+    """Mark ``fn(ctx, request)`` as the handler of ``api_key`` versions min..max
+    (inclusive); :func:`build_routes` picks it up. Raises ``RuntimeError`` at once if kio
+    has no schema for one of those versions.
 
     The handler returns a kio response entity, a :class:`RawResponse`, ``None`` (no
     response, e.g. acks=0 Produce), or an awaitable of one of those.
@@ -36,16 +50,29 @@ def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handl
     if missing:  # checked without importing the schema modules (start-up time)
         raise RuntimeError(f"kio has no schema for api {api_key} versions {missing}")
 
-    def register(fn: HandlerFn) -> HandlerFn:
-        ROUTES[api_key] = Route(api_key, min_version, max_version, fn, fn.__module__.rsplit(".", 1)[-1])
+    def mark(fn: HandlerFn) -> HandlerFn:
+        setattr(fn, _MARK, (api_key, min_version, max_version))
         return fn
 
-    return register
+    return mark
 
 
-def supported(api_key: int, version: int) -> bool:
-    r = ROUTES.get(api_key)
-    return r is not None and r.min_version <= version <= r.max_version
+def build_routes(modules: Iterable[ModuleType]) -> Routes:
+    """The route table of the handlers marked with :func:`handles` in ``modules`` (a
+    handler re-exported by another module counts once, in its own module). Raises
+    ``RuntimeError`` if two handlers claim the same API key."""
+    table: dict[int, Route] = {}
+    for module in modules:
+        for fn in vars(module).values():
+            mark = getattr(fn, _MARK, None)
+            if mark is None or getattr(fn, "__module__", None) != module.__name__:
+                continue
+            api_key, lo, hi = mark
+            if api_key in table:
+                raise RuntimeError(f"api key {api_key} is handled by both {table[api_key].fn.__qualname__} "
+                                   f"({table[api_key].name}) and {fn.__qualname__} ({module.__name__})")
+            table[api_key] = Route(api_key, lo, hi, fn, module.__name__.rsplit(".", 1)[-1])
+    return MappingProxyType(dict(sorted(table.items())))
 
 
 class CloseConnection(Exception):
@@ -57,13 +84,11 @@ class CloseConnection(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class RawResponse:
-    """A response already encoded as buffers (header and body, without the size prefix),
-    written with ``transport.writelines`` so record bytes are never re-copied."""
-    buffers: list[bytes | memoryview]
-
-    @property
-    def size(self) -> int:
-        return sum(len(b) for b in self.buffers)
-
+def __getattr__(name: str) -> Any:
+    """``ROUTES``: the broker's route table, built on first use (transitional, for
+    callers written when the table was a global filled by imports; pass a table
+    from ``hightide.server.handlers.routes()`` instead)."""
+    if name == "ROUTES":
+        from .handlers import routes
+        return routes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,29 +1,18 @@
-"""ApiVersions (key 18): computed from the route table, never hand-maintained."""
+"""ApiVersions (key 18): computed from the route table, never hand-maintained. (An
+ApiVersions request of a version outside 0-4 is answered by the connection itself with
+UNSUPPORTED_VERSION and the same ranges: see ``protocol.server_connection``.)"""
 
 from __future__ import annotations
 
-from ...protocol.codec import response_schema
-
 from ...protocol.build import materialize
-from ...protocol.codec import RequestHeader, encode_response
+from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..registry import ROUTES, handles
-
-
-def api_keys() -> list[dict]:
-    return [{"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version}
-            for r in sorted(ROUTES.values(), key=lambda r: r.api_key)]
+from ...protocol.server_connection import api_version_ranges
+from ..context import RequestContext
+from ..registry import handles
 
 
 @handles(18, 0, 4)
-def handle(ctx, req):
+def handle(ctx: RequestContext, req):
     return materialize(response_schema(18, ctx.version),
-                       {"error_code": ErrorCode.none, "api_keys": api_keys(), "throttle_time": 0})
-
-
-def unsupported_version_response(header: RequestHeader) -> bytes:
-    """Kafka answers an ApiVersions request of an unknown version with a v0 response
-    carrying UNSUPPORTED_VERSION and the supported ranges, so the client can retry."""
-    body = materialize(response_schema(18, 0),
-                       {"error_code": ErrorCode.unsupported_version, "api_keys": api_keys()})
-    return encode_response(18, 0, header.correlation_id, body)
+                       {"error_code": ErrorCode.none, "api_keys": api_version_ranges(ctx.routes), "throttle_time": 0})

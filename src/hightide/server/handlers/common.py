@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...protocol.errors import ErrorCode
+from ..context import RequestContext
 from ..coordinator_log import CoordinatorUnavailable
 
 LEADER_EPOCH = 0  # single node: every partition is in leader epoch 0
@@ -21,13 +22,13 @@ def check_leader_epoch(current_leader_epoch: int, partition_epoch: int = LEADER_
     return ErrorCode.fenced_leader_epoch
 
 
-def resolve_partition(broker, topic: str, partition: int):
+def resolve_partition(ctx: RequestContext, topic: str, partition: int):
     """(log, error). The error is UNKNOWN_TOPIC_OR_PARTITION when the topic or the
     partition does not exist."""
-    t = broker.image.topics.get(topic)
+    t = ctx.image.topics.get(topic)
     if t is None or partition not in t.partitions:
         return None, ErrorCode.unknown_topic_or_partition
-    plog = broker.partition_log(topic, partition)
+    plog = ctx.logs.partition_log(topic, partition)
     if plog is None:
         return None, ErrorCode.unknown_topic_or_partition
     return plog, ErrorCode.none
@@ -48,7 +49,7 @@ def _described_failure(group_id: str, code: ErrorCode, message: str | None) -> d
             "authorized_operations": INT32_MIN}
 
 
-def describe_group(ctx, group_id: str, describe: Callable[[Any, Any], dict | None], kind: str,
+def describe_group(ctx: RequestContext, group_id: str, describe: Callable[[Any, Any], dict | None], kind: str,
                    members: Callable[[list[dict]], list[dict]]) -> dict:
     """One DescribedGroup of ConsumerGroupDescribe / ShareGroupDescribe: ``describe(shard,
     topics)`` gives the group as a dict (None if there is no such group of this ``kind``),
@@ -56,11 +57,11 @@ def describe_group(ctx, group_id: str, describe: Callable[[Any, Any], dict | Non
     type answer GROUP_ID_NOT_FOUND, as Kafka ("Group X is not a share group.")."""
     if not group_id:
         return _described_failure(group_id, ErrorCode.invalid_group_id, "The group id must not be empty.")
-    runtime = ctx.broker.groups
+    runtime = ctx.groups
     try:
         shard = runtime.shard_for(group_id)
     except CoordinatorUnavailable as exc:
-        return _described_failure(group_id, ErrorCode.coordinator_not_available, str(exc))
+        return _described_failure(group_id, exc.error_code, str(exc))
     d = describe(shard, runtime.topics())
     if d is None:
         what = f"is not a {kind} group" if shard.group_exists(group_id) else "not found"

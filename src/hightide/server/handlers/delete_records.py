@@ -8,18 +8,18 @@ from ...protocol.codec import response_schema
 from ...log.partition_log import OffsetOutOfRange
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..context import RequestContext
 from ..registry import handles
 from .common import resolve_partition
 
 
 @handles(21, 0, 2)
-def handle(ctx, req):
-    b = ctx.broker
+def handle(ctx: RequestContext, req):
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog, err = resolve_partition(b, t.name, p.partition_index)
+            plog, err = resolve_partition(ctx, t.name, p.partition_index)
             low = -1
             if err == ErrorCode.none:
                 try:

@@ -6,14 +6,15 @@ from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..context import RequestContext
 from ..registry import handles
 
 CLUSTER_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 @handles(60, 0, 2)
-def handle(ctx, req):
-    b = ctx.broker
+def handle(ctx: RequestContext, req):
+    b = ctx.identity
     host, port = b.advertised
     endpoint_type = getattr(req, "endpoint_type", 1)
     if endpoint_type not in (1,):

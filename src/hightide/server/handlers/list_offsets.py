@@ -17,6 +17,7 @@ from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..context import RequestContext
 from ..registry import handles
 from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
 
@@ -48,8 +49,7 @@ def lookup(plog, timestamp: int, version: int, read_committed: bool) -> tuple[Er
 
 
 @handles(2, 1, 9)
-def handle(ctx, req):
-    b = ctx.broker
+def handle(ctx: RequestContext, req):
     read_committed = getattr(req, "isolation_level", 0) == 1
     topics = []
     for t in req.topics:
@@ -64,7 +64,7 @@ def handle(ctx, req):
                 entry["error_code"] = ErrorCode.invalid_request
                 parts.append(entry)
                 continue
-            plog, err = resolve_partition(b, t.name, p.partition_index)
+            plog, err = resolve_partition(ctx, t.name, p.partition_index)
             if err == ErrorCode.none:
                 err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
             if err == ErrorCode.none:

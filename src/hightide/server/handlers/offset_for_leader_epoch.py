@@ -7,19 +7,19 @@ from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..context import RequestContext
 from ..registry import handles
 from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
 
 
 @handles(23, 2, 4)
-def handle(ctx, req):
-    b = ctx.broker
+def handle(ctx: RequestContext, req):
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
-            plog, err = resolve_partition(b, t.topic, p.partition)
+            plog, err = resolve_partition(ctx, t.topic, p.partition)
             if err == ErrorCode.none:
                 err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
             if err == ErrorCode.none and 0 <= p.leader_epoch:

@@ -1,0 +1,196 @@
+"""What a handler gets besides its request: a typed :class:`RequestContext`.
+
+Handlers do not reach into the broker object. They name what they use through narrow
+interfaces, built once per broker in :class:`Services`:
+
+* ``metadata`` (:class:`MetadataAccess`): the current metadata image, the controller
+  core, and ``commit_metadata`` to make metadata records durable and applied;
+* ``logs`` (:class:`PartitionLogs`): partition log lookup;
+* ``identity`` (:class:`BrokerIdentity`): node id, cluster id, advertised address,
+  whether the broker is stopping;
+* ``producer_ids`` (:class:`ProducerIdSource`);
+* the runtimes: ``waiters`` (append wake-ups), ``flusher`` (durability waits),
+  ``groups`` (consumer group coordinator), ``share_groups``, ``share_state`` (share
+  coordinator), ``share_manager`` (share partitions and ShareFetch sessions);
+* ``config`` and ``routes`` (the route table ApiVersions is computed from).
+
+The broker object satisfies the three protocols itself; handing it out typed as one of
+them keeps each handler to that interface (the type checker enforces it) without a
+wrapper per request. ``ctx.broker`` remains while the last handlers move over; new code
+must not use it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..cluster.controller import Controller
+    from ..cluster.image import MetadataImage, TopicImage
+    from ..cluster.records import MetadataRecord
+    from ..config import BrokerConfig
+    from ..log.partition_log import PartitionLog
+    from ..protocol.codec import RequestHeader
+    from .broker import Broker
+    from .flusher import Flusher
+    from .group_runtime import GroupRuntime
+    from .metadata_runtime import MetadataOp
+    from .registry import Routes
+    from .share_groups import ShareGroupService
+    from .share_manager import SharePartitionManager
+    from .share_runtime import ShareStateRuntime
+    from .waiters import AppendWaiters
+
+
+class MetadataAccess(Protocol):
+    """The metadata image (replaced on every commit: read it when needed, do not keep
+    it across an await), the controller core, and the commit path."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def controller(self) -> Controller: ...
+
+    async def write_metadata(self, op: MetadataOp) -> Any:
+        """Run ``op(image) -> (response, records)`` on the metadata log, wait until its
+        records are durable and applied, return the response."""
+        ...
+
+    async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None: ...
+
+    def refresh_topic_config(self, topic: TopicImage) -> None: ...
+
+
+class PartitionLogs(Protocol):
+    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The open log of a partition, or None (unknown, or its files cannot be opened)."""
+        ...
+
+
+class BrokerIdentity(Protocol):
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str | None: ...
+
+    @property
+    def advertised(self) -> tuple[str, int]: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+
+class ProducerIdSource(Protocol):
+    async def next_producer_id(self) -> int:
+        """A new producer id (may write a block reservation to the metadata log)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """The broker's services, by interface; built once per broker."""
+
+    config: BrokerConfig
+    routes: Routes
+    metadata: MetadataAccess
+    logs: PartitionLogs
+    identity: BrokerIdentity
+    producer_ids: ProducerIdSource
+    waiters: AppendWaiters
+    flusher: Flusher
+    groups: GroupRuntime
+    share_groups: ShareGroupService
+    share_state: ShareStateRuntime
+    share_manager: SharePartitionManager
+    broker: Broker  # transitional: only ctx.broker reads it
+
+    @classmethod
+    def of(cls, broker: Broker, routes: Routes) -> Services:
+        return cls(config=broker.config, routes=routes, metadata=broker, logs=broker, identity=broker,
+                   producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
+                   share_groups=broker.share_groups, share_state=broker.share_state,
+                   share_manager=broker.share_manager, broker=broker)
+
+
+class RequestContext:
+    """One request's context: its header, peer, unknown tagged fields and arrival time,
+    and the broker's :class:`Services` under the names handlers use."""
+
+    __slots__ = ("services", "header", "peer", "unknown_tags", "now_ms")
+
+    def __init__(self, services: Services, header: RequestHeader, peer: str, unknown_tags: dict,
+                 now_ms: int | None = None) -> None:
+        self.services = services
+        self.header = header
+        self.peer = peer
+        self.unknown_tags = unknown_tags
+        self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    # -- the broker's services, narrowly ---------------------------------------------
+    @property
+    def config(self) -> BrokerConfig:
+        return self.services.config
+
+    @property
+    def routes(self) -> Routes:
+        return self.services.routes
+
+    @property
+    def metadata(self) -> MetadataAccess:
+        return self.services.metadata
+
+    @property
+    def image(self) -> MetadataImage:
+        """The current metadata image (shorthand for ``metadata.image``)."""
+        return self.services.metadata.image
+
+    @property
+    def logs(self) -> PartitionLogs:
+        return self.services.logs
+
+    @property
+    def identity(self) -> BrokerIdentity:
+        return self.services.identity
+
+    @property
+    def producer_ids(self) -> ProducerIdSource:
+        return self.services.producer_ids
+
+    @property
+    def waiters(self) -> AppendWaiters:
+        return self.services.waiters
+
+    @property
+    def flusher(self) -> Flusher:
+        return self.services.flusher
+
+    @property
+    def groups(self) -> GroupRuntime:
+        return self.services.groups
+
+    @property
+    def share_groups(self) -> ShareGroupService:
+        return self.services.share_groups
+
+    @property
+    def share_state(self) -> ShareStateRuntime:
+        return self.services.share_state
+
+    @property
+    def share_manager(self) -> SharePartitionManager:
+        return self.services.share_manager
+
+    @property
+    def broker(self) -> Any:
+        """Transitional: the whole broker, for handlers not yet moved to the narrow
+        interfaces above. Do not use in new code."""
+        return self.services.broker
