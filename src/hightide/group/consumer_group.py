@@ -74,16 +74,13 @@ from .consumer_records import (
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupPartitionMetadataValue,
     ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
     TopicMetadata,
 )
 
 RECORDS = RecordTypes(
     group=ConsumerGroupMetadataKey, subscription=ConsumerGroupPartitionMetadataKey,
-    target_epoch=ConsumerGroupTargetAssignmentMetadataKey, target_epoch_value=ConsumerGroupTargetAssignmentMetadataValue,
-    target_member=ConsumerGroupTargetAssignmentMemberKey, target_member_value=ConsumerGroupTargetAssignmentMemberValue,
+    target_epoch=ConsumerGroupTargetAssignmentMetadataKey, target_member=ConsumerGroupTargetAssignmentMemberKey,
     member=ConsumerGroupMemberMetadataKey, assignment=ConsumerGroupCurrentMemberAssignmentKey, timers=TimersKey)
 
 __all__ = [

@@ -117,14 +117,8 @@ class ConsumerGroupMemberMetadataValue:
     server_assignor: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupTargetAssignmentMetadataValue:
-    assignment_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupTargetAssignmentMemberValue:
-    topic_partitions: TopicPartitions = ()
+ConsumerGroupTargetAssignmentMetadataValue = M.TargetAssignmentMetadataValue
+ConsumerGroupTargetAssignmentMemberValue = M.TargetAssignmentMemberValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +148,8 @@ _CODEC = M.Codec({
         ("client_id", STRING), ("client_host", STRING), ("subscribed_topic_names", Array(STRING)),
         ("subscribed_topic_regex", NULLABLE_STRING), ("rebalance_timeout_ms", INT32),
         ("server_assignor", NULLABLE_STRING)),  # tag 0, ClassicMemberMetadata: not modelled, skipped
-    ConsumerGroupTargetAssignmentMetadataKey: schema(ConsumerGroupTargetAssignmentMetadataValue,
-                                                     ("assignment_epoch", INT32)),
-    ConsumerGroupTargetAssignmentMemberKey: schema(ConsumerGroupTargetAssignmentMemberValue,
-                                                   ("topic_partitions", TOPIC_PARTITIONS)),
+    ConsumerGroupTargetAssignmentMetadataKey: M.TARGET_ASSIGNMENT_METADATA,
+    ConsumerGroupTargetAssignmentMemberKey: M.TARGET_ASSIGNMENT_MEMBER,
     ConsumerGroupCurrentMemberAssignmentKey: schema(
         ConsumerGroupCurrentMemberAssignmentValue, ("member_epoch", INT32), ("previous_member_epoch", INT32),
         ("state", INT8), ("assigned_partitions", TOPIC_PARTITIONS),

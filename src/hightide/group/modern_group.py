@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -35,7 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from .assignor import Assignment
 from .consumer_api import HeartbeatError, Record, Result, Timers, TopicsView
-from .modern_records import TopicPartitions
+from .modern_records import TargetAssignmentMemberValue, TargetAssignmentMetadataValue, TopicPartitions
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 
@@ -101,10 +101,8 @@ class RecordTypes:
 
     group: type  # {group} -> group epoch
     subscription: type  # {group} -> subscription metadata (consumer) / state partition metadata (share)
-    target_epoch: type  # {group} -> target assignment epoch
-    target_epoch_value: Callable[[int], Any]
-    target_member: type  # {group, member} -> target assignment
-    target_member_value: Callable[[TopicPartitions], Any]
+    target_epoch: type  # {group} -> TargetAssignmentMetadataValue
+    target_member: type  # {group, member} -> TargetAssignmentMemberValue
     member: type  # {group, member} -> member metadata
     assignment: type  # {group, member} -> current assignment
     timers: type  # live: {group, member} -> Timers
@@ -156,14 +154,14 @@ class ModernGroup(Generic[M]):
         return self.RECORDS.assignment(self.group_id, m.member_id), m.assignment_value()
 
     def _target_record(self, member_id: str, target: Assignment) -> Record:
-        return self.RECORDS.target_member(self.group_id, member_id), self.RECORDS.target_member_value(to_wire(target))
+        return self.RECORDS.target_member(self.group_id, member_id), TargetAssignmentMemberValue(to_wire(target))
 
     def _target_records(self, epoch: int, new: dict[str, Assignment], old: dict[str, Assignment],
                         out: Result) -> dict[str, Assignment]:
         """Append the records of a new target assignment at ``epoch``: the members whose
         target changed, then the assignment epoch. Returns ``new``."""
         out.records += [self._target_record(mid, new[mid]) for mid in sorted(new) if new[mid] != old.get(mid, {})]
-        out.records.append((self.RECORDS.target_epoch(self.group_id), self.RECORDS.target_epoch_value(epoch)))
+        out.records.append((self.RECORDS.target_epoch(self.group_id), TargetAssignmentMetadataValue(epoch)))
         return new
 
     def _member_tombstones(self, member_id: str) -> list[Record]:

@@ -229,6 +229,25 @@ TOPIC_PARTITIONS = Array(Tuple(UUID, Array(INT32)))
 """``[]TopicPartitions``: topic id, ``[]int32`` partitions, tags — as :data:`TopicPartitions`."""
 
 
+# -- values both families share -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMetadataValue:
+    """The target assignment epoch (consumer record 6, share record 12: the same layout)."""
+
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMemberValue:
+    """A member's target assignment (consumer record 7, share record 13: the same layout)."""
+
+    topic_partitions: TopicPartitions = ()
+
+
+TARGET_ASSIGNMENT_METADATA = schema(TargetAssignmentMetadataValue, ("assignment_epoch", INT32))
+TARGET_ASSIGNMENT_MEMBER = schema(TargetAssignmentMemberValue, ("topic_partitions", TOPIC_PARTITIONS))
+
+
 # -- a family of records ------------------------------------------------------------------------
 class Codec:
     """The records of one family: ``{key class: schema of its value}``."""

@@ -56,9 +56,7 @@ from .share_records import (
     ShareGroupStatePartitionMetadataKey,
     ShareGroupStatePartitionMetadataValue,
     ShareGroupTargetAssignmentMemberKey,
-    ShareGroupTargetAssignmentMemberValue,
     ShareGroupTargetAssignmentMetadataKey,
-    ShareGroupTargetAssignmentMetadataValue,
     TopicInfo,
     TopicPartitionsInfo,
 )
@@ -136,8 +134,7 @@ class ShareMember(ModernMember):
 
 RECORDS = RecordTypes(
     group=ShareGroupMetadataKey, subscription=ShareGroupStatePartitionMetadataKey,
-    target_epoch=ShareGroupTargetAssignmentMetadataKey, target_epoch_value=ShareGroupTargetAssignmentMetadataValue,
-    target_member=ShareGroupTargetAssignmentMemberKey, target_member_value=ShareGroupTargetAssignmentMemberValue,
+    target_epoch=ShareGroupTargetAssignmentMetadataKey, target_member=ShareGroupTargetAssignmentMemberKey,
     member=ShareGroupMemberMetadataKey, assignment=ShareGroupCurrentMemberAssignmentKey, timers=ShareTimersKey)
 
 

@@ -96,14 +96,8 @@ class ShareGroupMetadataValue:
     metadata_hash: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupTargetAssignmentMetadataValue:
-    assignment_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class ShareGroupTargetAssignmentMemberValue:
-    topic_partitions: TopicPartitions = ()
+ShareGroupTargetAssignmentMetadataValue = M.TargetAssignmentMetadataValue
+ShareGroupTargetAssignmentMemberValue = M.TargetAssignmentMemberValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +141,8 @@ _CODEC = M.Codec({
         ShareGroupMemberMetadataValue, ("rack_id", NULLABLE_STRING), ("client_id", STRING),
         ("client_host", STRING), ("subscribed_topic_names", Array(STRING))),
     ShareGroupMetadataKey: schema(ShareGroupMetadataValue, ("epoch", INT32), ("metadata_hash", INT64)),
-    ShareGroupTargetAssignmentMetadataKey: schema(ShareGroupTargetAssignmentMetadataValue,
-                                                  ("assignment_epoch", INT32)),
-    ShareGroupTargetAssignmentMemberKey: schema(ShareGroupTargetAssignmentMemberValue,
-                                                ("topic_partitions", TOPIC_PARTITIONS)),
+    ShareGroupTargetAssignmentMetadataKey: M.TARGET_ASSIGNMENT_METADATA,
+    ShareGroupTargetAssignmentMemberKey: M.TARGET_ASSIGNMENT_MEMBER,
     ShareGroupCurrentMemberAssignmentKey: schema(
         ShareGroupCurrentMemberAssignmentValue, ("member_epoch", INT32), ("previous_member_epoch", INT32),
         ("state", INT8), ("assigned_partitions", TOPIC_PARTITIONS)),
