@@ -1,26 +1,31 @@
-"""Disk faults injected at the file layer of a real ``hightide serve`` process (the
-``HIGHTIDE_FAULTS`` control file, see ``hightide.log.faults``): a full disk, a failing
-write, a failing fsync, running out of file descriptors, and a corrupt segment found
-at start-up. The broker answers KAFKA_STORAGE_ERROR for the affected partitions only,
-never acknowledges what was not written, keeps serving reads and other partitions,
-never crashes, and recovers (at once when space returns; by a restart after an I/O
-error or a failed fsync)."""
+"""Disk faults injected at the storage seam of a real broker: a broker runs in this
+process on the fault-injecting engine (``hightide.log.storage_faulty``) over the real
+file system, and real clients talk to it over loopback while the test turns faults on
+and off: a full disk, a failing write, a failing fsync, running out of file
+descriptors, failing reads, and a corrupt segment found at start-up. The broker answers
+KAFKA_STORAGE_ERROR for the affected partitions only, never acknowledges what was not
+written, keeps serving reads and other partitions, never crashes, and recovers (at once
+when space returns; by a restart after an I/O error or a failed fsync)."""
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import socket
 import struct
-import time
+
+from pathlib import Path
 
 import pytest
 
+from hightide.log.storage import POSIX
+from hightide.log.storage_faulty import Fault, FaultyStorage
 from hightide.protocol.records import build_batch, decode_records, iter_headers
 
 from ..integration.clients import confluent_create_topic
 from ..rawkafka import RawClient
+from ..waiting import wait_until
+from .embedded import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 
@@ -54,20 +59,43 @@ def _log_size(data_dir, topic: str, partition: int) -> int:
 
 
 @pytest.fixture
-def faults(tmp_path, monkeypatch):
-    control = tmp_path / "faults.json"
-    monkeypatch.setenv("HIGHTIDE_FAULTS", str(control))
+def disk():
+    """The fault-injecting engine over the real file system."""
+    return FaultyStorage(POSIX)
+
+
+@pytest.fixture
+def faults(disk):
+    """``faults(rule, ...)`` replaces the rules (dicts with Fault's fields); ``faults()``
+    clears them."""
 
     def set_rules(*rules: dict) -> None:
-        tmp = control.with_suffix(".tmp")
-        tmp.write_text(json.dumps(list(rules)))
-        os.replace(tmp, control)  # the broker never sees a half-written control file
+        disk.set_rules(*(Fault(**r) for r in rules))
 
     return set_rules
 
 
-def test_full_disk_fails_only_the_affected_partition_and_recovers(fresh_server, topic_name, faults):
-    srv = fresh_server()
+@pytest.fixture
+def embedded(tmp_path, disk):
+    """``embedded(*settings, data_dir=None, port=0)`` starts a broker in this process on
+    ``disk``; every broker started is stopped (or killed) at the end."""
+    started: list[EmbeddedBroker] = []
+
+    def make(*settings: str, data_dir=None, port: int = 0) -> EmbeddedBroker:
+        b = EmbeddedBroker(data_dir or tmp_path / "data", disk, *settings, port=port)
+        started.append(b)
+        return b.start()
+
+    yield make
+    for b in started:
+        try:
+            b.stop()
+        except Exception:
+            b.kill()
+
+
+def test_full_disk_fails_only_the_affected_partition_and_recovers(embedded, topic_name, faults):
+    srv = embedded()
     confluent_create_topic(srv.bootstrap, topic_name, 2)
     with RawClient(srv.bootstrap) as c:
         assert _produce(c, topic_name, 0, [b"a0", b"a1"]) == (0, 0)
@@ -87,7 +115,7 @@ def test_full_disk_fails_only_the_affected_partition_and_recovers(fresh_server, 
     assert out.count("append failed, nothing written, log stays writable") == 1  # once per episode
     assert "appends work again" in out
     srv.stop()
-    srv2 = fresh_server(data_dir=srv.data_dir, port=srv.port)  # nothing torn for recovery to find
+    srv2 = embedded(data_dir=srv.data_dir, port=srv.port)  # nothing torn for recovery to find
     with RawClient(srv2.bootstrap) as c:
         assert _fetch(c, topic_name, 0) == (0, [b"a0", b"a1", b"a2"])
         assert _produce(c, topic_name, 0, [b"a3"]) == (0, 3)
@@ -95,8 +123,8 @@ def test_full_disk_fails_only_the_affected_partition_and_recovers(fresh_server, 
     assert "Traceback" not in srv.output() + srv2.output()
 
 
-def test_io_error_takes_the_partition_offline_until_restart(fresh_server, topic_name, faults):
-    srv = fresh_server()
+def test_io_error_takes_the_partition_offline_until_restart(embedded, topic_name, faults):
+    srv = embedded()
     confluent_create_topic(srv.bootstrap, topic_name, 2)
     with RawClient(srv.bootstrap) as c:
         assert _produce(c, topic_name, 0, [b"a0"]) == (0, 0)
@@ -109,17 +137,17 @@ def test_io_error_takes_the_partition_offline_until_restart(fresh_server, topic_
     assert "log is offline for appends" in srv.output()
     srv.stop()
     faults()
-    srv2 = fresh_server(data_dir=srv.data_dir, port=srv.port)
+    srv2 = embedded(data_dir=srv.data_dir, port=srv.port)
     with RawClient(srv2.bootstrap) as c:
         assert _produce(c, topic_name, 0, [b"a1"]) == (0, 1)
         assert _fetch(c, topic_name, 0) == (0, [b"a0", b"a1"])
 
 
-def test_failed_fsync_is_never_acknowledged(fresh_server, topic_name, faults):
+def test_failed_fsync_is_never_acknowledged(embedded, topic_name, faults):
     """With flush.messages=1 the answer waits for the fsync; a failed fsync answers
     KAFKA_STORAGE_ERROR and takes the partition offline (no fsync retry: Linux may have
     dropped the pages and reports the error once). Other partitions are unaffected."""
-    srv = fresh_server()
+    srv = embedded()
     confluent_create_topic(srv.bootstrap, topic_name, 2, {"flush.messages": "1"})
     with RawClient(srv.bootstrap) as c:
         assert _produce(c, topic_name, 0, [b"a0"]) == (0, 0)
@@ -132,27 +160,28 @@ def test_failed_fsync_is_never_acknowledged(fresh_server, topic_name, faults):
         assert err == 0 and values[0] == b"a0"
     out = srv.output()
     assert "fsync failed" in out and "log is offline for appends" in out
-    srv.kill9()  # an offline log would also refuse the clean-shutdown marker
-    srv2 = fresh_server(data_dir=srv.data_dir, port=srv.port)
+    srv.kill()  # an offline log would also refuse the clean-shutdown marker
+    srv2 = embedded(data_dir=srv.data_dir, port=srv.port)
     with RawClient(srv2.bootstrap) as c:
         err, base = _produce(c, topic_name, 0, [b"a3"])
         assert err == 0 and base in (1, 2)  # a1 was written to the page cache, never acknowledged
         assert _fetch(c, topic_name, 0)[1][0] == b"a0"
 
 
-def test_out_of_file_descriptors_is_survived(fresh_server, topic_name, faults, monkeypatch):
+def test_out_of_file_descriptors_is_survived(embedded, fresh_server, topic_name, faults, monkeypatch):
     """EMFILE when opening a segment (new topic, or a roll) answers KAFKA_STORAGE_ERROR
     and the log is opened once descriptors are back; EMFILE on accept (the real limit,
-    set low for the broker) is logged and accepting resumes once connections close."""
-    srv = fresh_server("--set", "log.segment.bytes=2000")
+    set low for a ``hightide serve`` process) is logged and accepting resumes once
+    connections close."""
+    srv = embedded("log.segment.bytes=2000")
     with RawClient(srv.bootstrap) as c:
         faults({"op": "open", "errno": "EMFILE", "path": f"{topic_name}-"})
         confluent_create_topic(srv.bootstrap, topic_name, 1)
         assert _produce(c, topic_name, 0, [b"a0"]) == (STORAGE_ERROR, -1)
         assert _fetch(c, topic_name, 0)[0] == STORAGE_ERROR
         faults()
-        time.sleep(1.1)  # the broker retries the open at most once a second
-        assert _produce(c, topic_name, 0, [b"a0"]) == (0, 0)
+        # the broker retries the open at most once a second
+        wait_until(lambda: _produce(c, topic_name, 0, [b"a0"]) == (0, 0), 10, what="the log opens again")
         faults({"op": "open", "errno": "EMFILE", "path": f"{topic_name}-"})
         errors = {_produce(c, topic_name, 0, [b"y" * 900])[0] for _ in range(4)}  # forces a roll
         assert errors == {0, STORAGE_ERROR}
@@ -162,6 +191,7 @@ def test_out_of_file_descriptors_is_survived(fresh_server, topic_name, faults, m
         assert _fetch(c, topic_name, 0, base)[1] == [b"z"]
     assert "cannot open the log of" in srv.output()
     srv.stop()
+    assert "Traceback" not in srv.output()
 
     def low_fd_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
@@ -169,30 +199,29 @@ def test_out_of_file_descriptors_is_survived(fresh_server, topic_name, faults, m
     import subprocess
     real_popen = subprocess.Popen
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **kw: real_popen(*a, preexec_fn=low_fd_limit, **kw))
-    srv2 = fresh_server(data_dir=srv.data_dir, port=srv.port)
+    srv2 = fresh_server(data_dir=Path(srv.data_dir), port=srv.port)
     monkeypatch.setattr(subprocess, "Popen", real_popen)
     socks = []
     for _ in range(100):  # more than the broker has descriptors for
         s = socket.create_connection(("127.0.0.1", srv2.port), timeout=5)
         socks.append(s)
-    deadline = time.monotonic() + 5
-    while "open file descriptors at the limit" not in srv2.output() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: "open file descriptors at the limit" in srv2.output() or srv2.proc.poll() is not None, 5,
+               what="the descriptor warning")
     assert srv2.proc.poll() is None, "the broker must survive running out of descriptors"
     assert "open file descriptors at the limit" in srv2.output()
     for s in socks:
         s.close()
-    deadline = time.monotonic() + 5
-    while True:  # accepting again (asyncio retries accept after a second)
+
+    def produces() -> bool:  # accepting again (asyncio retries accept after a second)
         try:
             with RawClient(srv2.bootstrap, timeout=2) as c:
-                assert _produce(c, topic_name, 0, [b"after"])[0] == 0
-            break
+                return _produce(c, topic_name, 0, [b"after"])[0] == 0
         except (ConnectionError, OSError):
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+            return False
+
+    wait_until(produces, 5, interval=0.2, what="accepting connections again")
     assert srv2.proc.poll() is None
-    assert "Traceback" not in srv.output()
+    assert "Traceback" not in srv2.output()
 
 
 def test_corrupt_segment_in_the_middle_is_truncated_with_a_warning(fresh_server, topic_name):
@@ -229,23 +258,16 @@ def test_corrupt_segment_in_the_middle_is_truncated_with_a_warning(fresh_server,
         assert _produce(c, topic_name, 0, [b"next"]) == (0, 2)
 
 
-def test_append_is_all_or_nothing_in_process(tmp_path, monkeypatch):
+def test_append_is_all_or_nothing_in_process(tmp_path, disk, faults):
     """The log layer itself (no broker): a torn multi-batch write leaves the file, the
     indexes, the offsets and the producer state exactly as before; a full disk keeps
     the log writable, an I/O error takes it offline."""
-    from hightide.log import index as index_mod
-    from hightide.log import segment as segment_mod
     from hightide.log.config import LogConfig
-    from hightide.log.faults import Injector
     from hightide.log.partition_log import LogOffline, PartitionLog
     from hightide.protocol.records import validate_batches
 
-    control = tmp_path / "faults.json"
-    inj = Injector(str(control))
-    monkeypatch.setattr(segment_mod, "FAULTS", inj)
-    monkeypatch.setattr(index_mod, "FAULTS", inj)
     plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig.from_kafka({"index.interval.bytes": "100"}), 0,
-                             clean_shutdown=False)
+                             clean_shutdown=False, storage=disk)
 
     def append(n: int, seq: int):
         buf = b"".join(build_batch([(None, b"v" * 200, [], 1000 + seq + i)], producer_id=7, producer_epoch=0,
@@ -255,23 +277,23 @@ def test_append_is_all_or_nothing_in_process(tmp_path, monkeypatch):
     assert append(3, 0).last_offset == 2
     seg = plog.segments[-1]
     before = (os.path.getsize(seg.log_path), len(seg.offset_index), seg.max_timestamp, plog.log_end_offset)
-    control.write_text(json.dumps([{"op": "write", "errno": "ENOSPC", "partial": True}]))
+    faults({"op": "write", "errno": "ENOSPC", "partial": True})
     with pytest.raises(OSError):
         append(4, 3)
     assert (os.path.getsize(seg.log_path), len(seg.offset_index), seg.max_timestamp, plog.log_end_offset) == before
-    control.write_text("[]")
+    faults()
     assert append(4, 3).base_offset == 3  # the same sequence numbers are accepted: state untouched
-    control.write_text(json.dumps([{"op": "write", "errno": "EIO"}]))
+    faults({"op": "write", "errno": "EIO"})
     with pytest.raises(OSError):
         append(1, 7)
-    control.write_text("[]")
+    faults()
     with pytest.raises(LogOffline):
         append(1, 7)
     assert plog.read(0, 1 << 20).data  # reads still work
 
 
-def test_failing_read_answers_storage_error_for_that_partition_only(fresh_server, topic_name, faults):
-    srv = fresh_server()
+def test_failing_read_answers_storage_error_for_that_partition_only(embedded, topic_name, faults):
+    srv = embedded()
     confluent_create_topic(srv.bootstrap, topic_name, 2)
     with RawClient(srv.bootstrap) as c:
         assert _produce(c, topic_name, 0, [b"a0"]) == (0, 0)
@@ -282,4 +304,4 @@ def test_failing_read_answers_storage_error_for_that_partition_only(fresh_server
         assert _produce(c, topic_name, 0, [b"a1"]) == (0, 1)  # writes are not reads
         faults()
         assert _fetch(c, topic_name, 0) == (0, [b"a0", b"a1"])
-    assert srv.proc.poll() is None and "Traceback" not in srv.output()
+    assert "Traceback" not in srv.output()

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from ..log.config import LogConfig
 from ..log.partition_log import PartitionLog
+from ..log.storage import POSIX, Storage
 from ..protocol.records import build_batch, decode_records, validate_batches
 from .image import MetadataImage
 from .records import MetadataRecord, decode, encode
@@ -23,10 +24,10 @@ log = logging.getLogger("hightide.metadata")
 
 
 class MetadataLog:
-    def __init__(self, data_dir: str, now_ms: int, clean_shutdown: bool) -> None:
+    def __init__(self, data_dir: str, now_ms: int, clean_shutdown: bool, *, storage: Storage = POSIX) -> None:
         path = os.path.join(data_dir, f"{METADATA_TOPIC}-0")
         cfg = LogConfig(retention_ms=-1, retention_bytes=-1, flush_interval_messages=1)
-        self.log = PartitionLog.open(path, cfg, now_ms, clean_shutdown=clean_shutdown)
+        self.log = PartitionLog.open(path, cfg, now_ms, clean_shutdown=clean_shutdown, storage=storage)
         self.image = MetadataImage()
         self._replay()
 

@@ -24,15 +24,16 @@ from ..cluster.image import MetadataImage, TopicImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
 from ..config import BrokerConfig, effective_topic_config
-from ..log.cleaner import clean
 from ..log.config import LogConfig
 from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
+from ..log.storage import POSIX, Storage
 from . import handlers
 from .connection import KafkaConnection
 from .context import Services
 from .flusher import Flusher
+from .log_cleaner import LogCleaner
 from .group_runtime import GroupRuntime
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
@@ -51,8 +52,10 @@ def now_ms() -> int:
 class Broker:
     def __init__(self, config: BrokerConfig | None = None, *, data_dir: str = "./hightide-data",
                  listen: tuple[str, int] = ("127.0.0.1", 9092),
-                 advertised: tuple[str, int] | None = None, cluster_id: str | None = None) -> None:
+                 advertised: tuple[str, int] | None = None, cluster_id: str | None = None,
+                 storage: Storage = POSIX) -> None:
         self.config = config or BrokerConfig()
+        self.storage = storage  # every partition log's files (an in-memory or faulty engine in tests)
         self.node_id: int = self.config["node.id"]
         self.data_dir = os.path.abspath(data_dir)
         self.listen = listen
@@ -64,6 +67,7 @@ class Broker:
         self.controller = Controller(self.config, [self.node_id])
         self.waiters = AppendWaiters()
         self.flusher = Flusher(self)
+        self.cleaner = LogCleaner(self, skip_topics=(METADATA_TOPIC,))
         self.groups = GroupRuntime(self)
         self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
         self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
@@ -91,8 +95,8 @@ class Broker:
         t0 = time.monotonic()
         if self._dir_lock is None:  # first, before anything in the directory is opened or written
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
-        self.logs = LogManager(self.data_dir)
-        self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown)
+        self.logs = LogManager(self.data_dir, self.storage)
+        self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage)
         self.cluster_id = self.cluster_id or self._load_cluster_id()
         self._open_logs()
         self.groups.start()
@@ -134,6 +138,7 @@ class Broker:
                 pass
         self._tasks.clear()
         await self.share_manager.close()  # in-flight share state writes
+        self.cleaner.close()  # a worker step in progress finishes first
         await self.flusher.close()
         self.waiters.wake_all()
         if self.metadata is not None:
@@ -355,28 +360,13 @@ class Broker:
             await asyncio.sleep(interval)
 
     async def _cleaner_loop(self) -> None:
-        interval = self.config["log.cleaner.backoff.ms"] / 1000
-        while True:
-            await asyncio.sleep(interval)
-            self.run_cleaner()
+        await self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000)
 
-    def run_cleaner(self) -> None:
-        """Compact the logs of compacted topics (on the loop thread: the cleaner must
-        never run alongside an append to the same log)."""
-        assert self.logs is not None
-        ts = now_ms()
-        for tp, plog in self.logs:
-            cfg = plog.config
-            if not cfg.compact or tp[0] == METADATA_TOPIC:
-                continue
-            try:
-                r = clean(plog, ts, delete_retention_ms=cfg.delete_retention_ms,
-                          min_compaction_lag_ms=cfg.min_compaction_lag_ms, min_cleanable_ratio=cfg.min_cleanable_ratio)
-                if r.cleaned:
-                    log.info("cleaned %s-%d: %d -> %d bytes, %d records removed", *tp, r.bytes_before,
-                             r.bytes_after, r.records_removed)
-            except OSError:
-                log.exception("log cleaner failed for %s-%d", *tp)
+    async def run_cleaner(self) -> int:
+        """Compact the logs of compacted topics now: plan, swap and install on the loop,
+        read, rewrite and fsync on the cleaner's worker thread (see ``log_cleaner``).
+        Returns how many logs were cleaned."""
+        return await self.cleaner.run_once()
 
     def run_retention(self) -> None:
         assert self.logs is not None

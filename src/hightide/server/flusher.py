@@ -77,7 +77,10 @@ class Flusher:
                     targets[id(plog)] = plog
         if not targets:
             return
-        jobs = [(key, plog, plog.begin_flush(now)) for key, plog in targets.items()]
+        # requested: everything; otherwise what the policy says (maybe only a new log
+        # start offset and directory entries, without fsyncing segments)
+        jobs = [(key, plog, plog.begin_flush(now) if key in requested else plog.begin_due_flush(now))
+                for key, plog in targets.items()]
         outcomes = await asyncio.get_running_loop().run_in_executor(
             self._executor, _run_all, [job for _, _, job in jobs])
         for (key, plog, job), err in zip(jobs, outcomes):

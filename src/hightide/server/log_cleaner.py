@@ -1,0 +1,110 @@
+"""The log cleaner thread: compacts the logs of compacted topics off the event loop.
+
+Each cleaning runs the steps of :mod:`hightide.log.cleaner`: the short ones (plan,
+commit, install, end) on the event loop, where the log is owned, the disk work (reading
+and rewriting segments, every fsync) on one dedicated worker thread. So the loop keeps
+serving while a large ``__consumer_offsets`` partition is rewritten, and appends,
+retention and deletion may run meanwhile: a cleaning whose segments changed under it is
+abandoned at the commit step. One worker thread, and one cleaning at a time per log
+(``PartitionLog.cleaning``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+from ..log import cleaner as C
+from ..log.partition_log import PartitionLog
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("hightide.broker")
+T = TypeVar("T")
+
+
+class LogCleaner:
+    """Runs cleanings for ``broker``; :meth:`close` waits for the worker."""
+
+    def __init__(self, broker: "Broker", skip_topics: tuple[str, ...] = ()) -> None:
+        self.broker = broker
+        self.skip_topics = skip_topics
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="hightide-cleaner")
+        self.cleanings = 0  # cleanings completed (tests and metrics)
+        self.abandoned = 0  # cleanings abandoned because the log changed under them
+
+    async def _off_loop(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def run(self, interval_s: float) -> None:
+        """Forever: wait ``interval_s``, clean what is due."""
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.run_once()
+
+    async def run_once(self) -> int:
+        """One pass over the open logs; returns how many were cleaned. Errors of one
+        log are logged and do not stop the others."""
+        logs = self.broker.logs
+        if logs is None:
+            return 0
+        cleaned = 0
+        for tp, plog in logs:
+            if not plog.config.compact or tp[0] in self.skip_topics or plog.closed:
+                continue
+            try:
+                result = await self.clean(plog)
+            except Exception:
+                log.exception("log cleaner failed for %s-%d", *tp)
+                continue
+            if result.cleaned:
+                cleaned += 1
+                log.info("cleaned %s-%d: %d -> %d bytes, %d records removed", *tp, result.bytes_before,
+                         result.bytes_after, result.records_removed)
+        return cleaned
+
+    async def clean(self, plog: PartitionLog, *, force: bool = False) -> C.CleanResult:
+        """Clean one log (see the module docstring). Raises what a step raises; the log
+        stays consistent (a commit whose directory fsync failed is completed at the next
+        start, with segment deletion deferred until then)."""
+        cfg = plog.config
+        plan = C.plan_clean(plog, int(time.time() * 1000), delete_retention_ms=cfg.delete_retention_ms,
+                            min_compaction_lag_ms=cfg.min_compaction_lag_ms,
+                            min_cleanable_ratio=cfg.min_cleanable_ratio, force=force)
+        if isinstance(plan, C.CleanResult):
+            return plan
+        try:
+            try:
+                await self._off_loop(C.build_clean, plan)
+            except BaseException:
+                await asyncio.shield(self._off_loop(C.discard_clean, plan))
+                raise
+            if not C.commit_clean(plan):
+                self.abandoned += 1
+                log.info("%s: the log changed while it was being cleaned; cleaning abandoned", plog.path)
+                await asyncio.shield(self._off_loop(C.discard_clean, plan))
+                return C.CleanResult(0, 0, 0, plan.ratio, plan.first_dirty, False)
+            await asyncio.shield(self._off_loop(C.sync_swaps, plan))
+            result = C.install_clean(plan)
+            await asyncio.shield(self._off_loop(C.finish_clean, plan))
+            self.cleanings += 1
+            return result
+        finally:
+            plog.cleaning = False
+            self._release(plan)
+
+    def _release(self, plan: C.CleanPlan) -> None:
+        """Close the plan's frozen handles on the worker, after any step still running
+        there (a cancelled cleaning's build may still be reading them)."""
+        try:
+            self._executor.submit(plan.release)
+        except RuntimeError:  # the executor is shut down: nothing runs there any more
+            plan.release()
+
+    def close(self) -> None:
+        """Wait for a worker step in progress and stop the thread."""
+        self._executor.shutdown(wait=True)
