@@ -1,4 +1,5 @@
-"""Golden bytes of every ``__consumer_offsets`` record hightide writes or reads.
+"""Golden bytes of every ``__consumer_offsets`` record hightide writes or reads (and of
+the share coordinator's ``__share_group_state`` records).
 
 Each expected value is assembled here field by field, in the order of Kafka's message
 definitions (group-coordinator ``*Key.json`` / ``*Value.json``), with small helpers that
@@ -21,6 +22,8 @@ from hightide.group import records as R
 from hightide.group import share_records as SR
 from hightide.group.records import RecordFormatError
 from hightide.group.shard import decode_record, encode_record
+from hightide.share import records as SS
+from hightide.share.types import StateBatch
 
 T1 = uuid.UUID("00010203-0405-0607-0809-0a0b0c0d0e0f")
 T2 = uuid.UUID("f0e0d0c0-b0a0-9080-7060-504030201000")
@@ -197,3 +200,32 @@ def test_group_metadata_hash_tag_must_be_eight_bytes() -> None:
 def test_record_types_hightide_does_not_interpret_decode_to_none() -> None:
     for version in (9, 16, 17, 100):  # old share partition metadata, streams groups, ...
         assert decode_record(i16(version) + string("g"), V0) is None
+
+
+# -- __share_group_state records (share coordinator; record types 0 and 1) ------------------------
+def batch(first: int, last: int, state: int, count: int) -> bytes:
+    return i64(first) + i64(last) + i8(state) + i16(count) + NO_TAGS
+
+
+SHARE_STATE = [
+    (SS.ShareSnapshotKey("sg", T1, 3), i16(0) + string("sg") + T1.bytes + i32(3),
+     SS.ShareSnapshotValue(1, 2, 5, 100, 1000, 2000, (StateBatch(100, 104, 2, 1), StateBatch(105, 105, 0, 3)), 5),
+     V0 + i32(1) + i32(2) + i32(5) + i64(100) + i64(1000) + i64(2000)
+     + carray([batch(100, 104, 2, 1), batch(105, 105, 0, 3)]) + uvarint(1) + uvarint(0) + uvarint(4) + i32(5)),
+    (SS.ShareSnapshotKey("sg", T1, 3), i16(0) + string("sg") + T1.bytes + i32(3),
+     SS.ShareSnapshotValue(0, 0, -1, -1, 7, 7), V0 + i32(0) + i32(0) + i32(-1) + i64(-1) + i64(7) + i64(7)
+     + carray([]) + NO_TAGS),
+    (SS.ShareUpdateKey("sg", T2, 0), i16(1) + string("sg") + T2.bytes + i32(0),
+     SS.ShareUpdateValue(1, 5, 120, (StateBatch(120, 130, 4, 2),)),
+     V0 + i32(1) + i32(5) + i64(120) + carray([batch(120, 130, 4, 2)]) + NO_TAGS),
+]
+
+
+@pytest.mark.parametrize(("key", "key_bytes", "value", "value_bytes"), SHARE_STATE,
+                         ids=[f"{type(r[2]).__name__}-{i}" for i, r in enumerate(SHARE_STATE)])
+def test_share_state_records_are_byte_identical(key, key_bytes: bytes, value, value_bytes: bytes) -> None:
+    assert (SS.encode_key(key), SS.encode_value(value)) == (key_bytes, value_bytes)
+    decoded_key = SS.decode_key(key_bytes)
+    assert decoded_key == key and type(decoded_key) is type(key)
+    assert SS.decode_value(key, value_bytes) == value
+    assert SS.encode_value(None) is None and SS.decode_value(key, None) is None

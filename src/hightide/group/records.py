@@ -223,11 +223,17 @@ def decode_key(data: bytes) -> Key | None:
     return None
 
 
-def decode_offset_value(data: bytes) -> OffsetValue:
-    r = _R(data)
+def _value_version(r: _R, what: str) -> int:
+    """The int16 value version, 0-4 (4: flexible). Raises RecordFormatError otherwise."""
     v = r.i16()
     if not 0 <= v <= 4:
-        raise RecordFormatError(f"unknown offset commit value version {v}")
+        raise RecordFormatError(f"unknown {what} value version {v}")
+    return v
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    r = _R(data)
+    v = _value_version(r, "offset commit")
     flexible = v >= 4
     offset = r.i64()
     epoch = r.i32() if v >= 3 else -1
@@ -240,9 +246,7 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 def decode_group_value(data: bytes) -> GroupValue:
     r = _R(data)
-    v = r.i16()
-    if not 0 <= v <= 4:
-        raise RecordFormatError(f"unknown group metadata value version {v}")
+    v = _value_version(r, "group metadata")
     flex = v >= 4
     protocol_type = r.string(flex) or ""
     generation = r.i32()

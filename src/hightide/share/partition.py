@@ -45,6 +45,7 @@ from typing import NamedTuple
 from .types import (
     AcknowledgeType,
     RecordState,
+    ShareError,
     ShareGroupSettings,
     ShareState,
     StateBatch,
@@ -89,13 +90,8 @@ class AckBatch(NamedTuple):
     types: tuple[int, ...]
 
 
-class AckError(Exception):
+class AckError(ShareError):
     """An acknowledgement that cannot be applied; ``error_code`` is Kafka's answer."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
 
 
 @dataclass(slots=True)

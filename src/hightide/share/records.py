@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..group.records import java_string_hash
-from .types import StateBatch
+from .types import ShareStateKey, StateBatch
 
 STATE_TOPIC = "__share_group_state"
 SNAPSHOT_TYPE = 0
@@ -47,18 +47,16 @@ class ShareRecordError(ValueError):
     """A key or value that is not a valid ``__share_group_state`` record."""
 
 
-@dataclass(frozen=True, slots=True)
-class ShareSnapshotKey:
-    group_id: str
-    topic_id: uuid.UUID
-    partition: int
+class ShareSnapshotKey(ShareStateKey):
+    """Key of record type 0: the share partition whose complete state the value is."""
+
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ShareUpdateKey:
-    group_id: str
-    topic_id: uuid.UUID
-    partition: int
+class ShareUpdateKey(ShareStateKey):
+    """Key of record type 1: the share partition whose changed batches the value holds."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

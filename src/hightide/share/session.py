@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .types import ShareError
+
 __all__ = [
     "FINAL_EPOCH",
     "INITIAL_EPOCH",
@@ -48,11 +50,9 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= _MAX_EPOCH else epoch + 1
 
 
-class SessionError(Exception):
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
+class SessionError(ShareError):
+    """A share session request refused (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH,
+    SHARE_SESSION_LIMIT_REACHED)."""
 
 
 @dataclass(slots=True)

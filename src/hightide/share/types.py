@@ -24,6 +24,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+class ShareError(Exception):
+    """A share request the core refuses; ``error_code`` is Kafka's answer, ``message``
+    the text to send with it."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
 class RecordState(enum.IntEnum):
     """Delivery state of an in-flight record (Kafka's ``RecordState`` ids)."""
 
@@ -58,6 +68,8 @@ class StateBatch:
 
 @dataclass(frozen=True, slots=True)
 class ShareStateKey:
+    """A share partition: the group, the topic id and the partition."""
+
     group_id: str
     topic_id: uuid.UUID
     partition: int
