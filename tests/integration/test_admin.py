@@ -145,3 +145,47 @@ def test_kafka_python_admin(server, topic_name):
         a.delete_topics([topic_name])
     finally:
         a.close()
+
+
+# -- authorized operations (KIP-430): Kafka without an authorizer allows everything -------------
+ALL_TOPIC_OPS = {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+ALL_CLUSTER_OPS = {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER",
+                   "DESCRIBE"}
+ALL_GROUP_OPS = {"READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+
+
+def test_authorized_operations_confluent(server, admin, topic_name):
+    from confluent_kafka import Consumer, TopicCollection
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert {op.name for op in cluster.authorized_operations} == ALL_CLUSTER_OPS
+    assert admin.describe_cluster().result(10).authorized_operations is None  # not asked: omitted
+    topics = admin.describe_topics(TopicCollection([topic_name]), include_authorized_operations=True)
+    desc = topics[topic_name].result(10)
+    assert {op.name for op in desc.authorized_operations} == ALL_TOPIC_OPS
+    group = f"g-ops-{topic_name[-6:]}"
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic_name, 0, 0)], asynchronous=False)  # an Empty classic group
+        got = admin.describe_consumer_groups([group], include_authorized_operations=True)[group].result(10)
+        assert {op.name for op in got.authorized_operations} == ALL_GROUP_OPS
+    finally:
+        c.close()
+
+
+def test_authorized_operations_bit_fields(server, topic_name):
+    """The exact bits Kafka sends: 1 << AclOperation code for each supported operation."""
+    topic_bits = sum(1 << c for c in (3, 4, 5, 6, 7, 8, 10, 11))
+    cluster_bits = sum(1 << c for c in (5, 7, 8, 9, 10, 11, 12))
+    with RawClient(server.bootstrap) as c:
+        r = c.request(3, 10, {"topics": [{"name": topic_name, "topic_id": None}], "allow_auto_topic_creation": True,
+                              "include_cluster_authorized_operations": True,
+                              "include_topic_authorized_operations": True})
+        assert (r.topics[0].topic_authorized_operations, r.cluster_authorized_operations) == (topic_bits, cluster_bits)
+        r = c.request(3, 12, {"topics": [{"name": topic_name, "topic_id": None}], "allow_auto_topic_creation": False,
+                              "include_topic_authorized_operations": False})
+        assert r.topics[0].topic_authorized_operations == -(2**31)
+        d = c.request(60, 0, {"include_cluster_authorized_operations": True})
+        assert d.cluster_authorized_operations == cluster_bits
+        g = c.request(15, 5, {"groups": ["no-such-group"], "include_authorized_operations": True})
+        assert g.groups[0].authorized_operations == sum(1 << c for c in (3, 6, 8, 10, 11))  # Dead, no error

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
+from ...protocol.acl import all_operations
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from ..registry import handles
@@ -27,5 +28,7 @@ def handle(ctx: RequestContext, req):
         "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
         "endpoint_type": 1, "cluster_id": b.cluster_id, "controller_id": b.node_id,
         "brokers": [{"broker_id": b.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}],
-        "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS_OMITTED,
+        # No ACLs yet: every cluster operation, as Kafka without an authorizer.
+        "cluster_authorized_operations": all_operations("cluster") if req.include_cluster_authorized_operations
+        else CLUSTER_AUTHORIZED_OPERATIONS_OMITTED,
     })

@@ -14,6 +14,7 @@ import asyncio
 import datetime
 
 from ...group.classic import JoinRequest, JoinResponse, SyncResponse
+from ...protocol.acl import all_operations
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
@@ -176,8 +177,12 @@ def _describe(ctx, group_id: str) -> dict:
 
 @handles(15, 0, 6)
 def describe_groups(ctx, req):
-    return materialize(response_schema(15, ctx.version),
-                       {"throttle_time": 0, "groups": [_describe(ctx, g) for g in req.groups]})
+    groups = [_describe(ctx, g) for g in req.groups]
+    if getattr(req, "include_authorized_operations", False):  # v3+; no ACLs: every group operation
+        for g in groups:
+            if g["error_code"] == ErrorCode.none:
+                g["authorized_operations"] = all_operations("group")
+    return materialize(response_schema(15, ctx.version), {"throttle_time": 0, "groups": groups})
 
 
 # -- ListGroups -----------------------------------------------------------------------------

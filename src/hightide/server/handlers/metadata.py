@@ -10,6 +10,7 @@ from ...cluster.controller import NewTopic, topic_name_error
 from ...cluster.image import TopicImage
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...protocol.acl import all_operations
 from ..registry import handles
 
 OMITTED = -(2**31)
@@ -74,10 +75,14 @@ def handle(ctx, req):
                 topics.append(error_entry(rt.name, ErrorCode.invalid_topic_exception))
             else:
                 topics.append(error_entry(rt.name, ErrorCode.unknown_topic_or_partition))
+    if getattr(req, "include_topic_authorized_operations", False):  # v8+; no ACLs: every operation
+        for t in topics:
+            t["topic_authorized_operations"] = all_operations("topic")
+    cluster_ops = all_operations("cluster") if getattr(req, "include_cluster_authorized_operations", False) else OMITTED
     host, port = b.advertised
     return materialize(response_schema(3, ctx.version), {
         "throttle_time": 0,
         "brokers": [{"node_id": b.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": b.cluster_id, "controller_id": b.node_id, "topics": topics,
-        "cluster_authorized_operations": OMITTED,
+        "cluster_authorized_operations": cluster_ops,
     })
