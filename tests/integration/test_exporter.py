@@ -4,6 +4,7 @@ prometheus-client's parser, values checked against what the test produced and co
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -99,3 +100,56 @@ def test_exporter_metrics_match_oracle(server, topic_name, exporter):
 async def _commit(bootstrap, group, topic):
     async with AdminClient(bootstrap) as a:
         await a.alter_consumer_group_offsets(group, {TopicPartition(topic, 0): 6})
+
+
+def _scrape_timed(port: int, headers: dict[str, str] | None = None) -> tuple[float, dict[str, list]]:
+    t0 = time.monotonic()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers or {})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        text = r.read().decode()
+    return time.monotonic() - t0, {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def test_broker_down_answers_in_time_with_up_0_and_no_stale_series(fresh_server, topic_name):
+    """Issue 12 item 5: a hung broker (SIGSTOP: connections accepted, never answered) and a
+    dead one (killed: refused). Each scrape answers within the scrape timeout with
+    ``hightide_exporter_up 0`` and none of the last good snapshot's series, as
+    kafka_exporter does; when the broker is back, so are the series."""
+    srv = fresh_server()
+    group = f"g-{topic_name}"
+
+    async def setup():
+        async with AdminClient(srv.bootstrap) as a:
+            await a.create_topics([NewTopic(topic_name, 1, 1)])
+            await a.alter_consumer_group_offsets(group, {TopicPartition(topic_name, 0): 0})
+    asyncio.run(setup())
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hightide", "exporter", "-b", srv.bootstrap, "--port", str(port),
+                             "--listen", "127.0.0.1", "--min-interval", "0", "--scrape-timeout", "4"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        fams = scrape(port)
+        assert value(fams, "hightide_exporter_up") == 1
+        assert value(fams, "kafka_consumergroup_lag", consumergroup=group, topic=topic_name, partition="0") == 0
+        srv.proc.send_signal(signal.SIGSTOP)
+        try:
+            took, fams = _scrape_timed(port)
+            assert took < 4 + 2, took
+            assert value(fams, "hightide_exporter_up") == 0
+            assert set(fams) == {"hightide_exporter_up"}, sorted(fams)  # nothing stale
+            took, fams = _scrape_timed(port, {"X-Prometheus-Scrape-Timeout-Seconds": "2"})
+            assert took < 2 + 1, took
+            assert set(fams) == {"hightide_exporter_up"} and value(fams, "hightide_exporter_up") == 0
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
+        fams = scrape(port)
+        assert value(fams, "hightide_exporter_up") == 1
+        assert value(fams, "kafka_consumergroup_lag", consumergroup=group, topic=topic_name, partition="0") == 0
+        srv.kill9()
+        took, fams = _scrape_timed(port)
+        assert took < 4 + 2, took
+        assert set(fams) == {"hightide_exporter_up"} and value(fams, "hightide_exporter_up") == 0
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert b"Traceback" not in err, err.decode()

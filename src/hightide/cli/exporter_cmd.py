@@ -18,14 +18,19 @@ from ._common import DEFAULT_BOOTSTRAP
 @click.option("--min-samples", type=int, default=10, show_default=True, help="Scrapes for a complete window.")
 @click.option("--min-interval", type=float, default=1.0, show_default=True,
               help="Scrapes closer together than this share one snapshot.")
+@click.option("--scrape-timeout", type=float, default=9.0, show_default=True,
+              help="Seconds a scrape may take; a slower cluster is reported as hightide_exporter_up 0 "
+                   "(Prometheus' X-Prometheus-Scrape-Timeout-Seconds header shortens it).")
 @click.option("--no-extensions", is_flag=True, help="Always use OffsetFetch + ListOffsets (two calls).")
 @click.option("--cluster-name", default="default", show_default=True, help="cluster_name label (kafka-lag-exporter).")
 def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, ...], window: float,
-             min_samples: int, min_interval: float, no_extensions: bool, cluster_name: str) -> None:
+             min_samples: int, min_interval: float, scrape_timeout: float, no_extensions: bool,
+             cluster_name: str) -> None:
     """Serve consumer lag, time lag, status and partition offsets as Prometheus metrics."""
     from ..monitoring.exporter import Exporter
     from ..lag import StatusRules
     ex = Exporter(bootstrap_server, listen=(listen, port), groups=list(groups) or None,
                   rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),
-                  min_interval_s=min_interval, use_extensions=not no_extensions, cluster_name=cluster_name)
+                  min_interval_s=min_interval, use_extensions=not no_extensions, cluster_name=cluster_name,
+                  scrape_timeout_s=scrape_timeout)
     _run(ex.run_forever())

@@ -235,8 +235,13 @@ class Exporter:
 
     def __init__(self, bootstrap: str, *, listen: tuple[str, int] = ("0.0.0.0", 9308),
                  groups: list[str] | None = None, rules: StatusRules = StatusRules(),
-                 min_interval_s: float = 1.0, use_extensions: bool = True, cluster_name: str = "default") -> None:
+                 min_interval_s: float = 1.0, use_extensions: bool = True, cluster_name: str = "default",
+                 scrape_timeout_s: float = 9.0) -> None:
         self.bootstrap, self.listen, self.groups = bootstrap, listen, groups
+        self.scrape_timeout_s = scrape_timeout_s
+        """A snapshot that takes longer is abandoned: the scrape answers ``up 0`` in time
+        (Prometheus' default scrape timeout is 10 s; a scrape's own
+        ``X-Prometheus-Scrape-Timeout-Seconds`` header shortens it)."""
         self.rules, self.min_interval_s, self.use_extensions = rules, min_interval_s, use_extensions
         self.collector = SnapshotCollector(cluster_name)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -247,32 +252,52 @@ class Exporter:
         self._last = 0.0
         self.server: asyncio.Server | None = None
 
-    async def refresh(self) -> None:
-        """Take a new snapshot unless the last one is younger than ``min_interval_s``."""
-        async with self._lock:
+    async def refresh(self, timeout_s: float | None = None) -> None:
+        """Take a new snapshot unless the last one is younger than ``min_interval_s``.
+
+        Guarantees: returns within ``timeout_s`` (default :attr:`scrape_timeout_s`) plus
+        the time to close the admin client; when the snapshot fails or times out, the
+        collector holds no snapshot, so the next render is ``hightide_exporter_up 0``
+        and nothing else — never the last good (stale) series, as kafka_exporter."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.scrape_timeout_s)
+        try:
+            await asyncio.wait_for(self._lock.acquire(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:  # another scrape is still taking the snapshot: this one reports it as down
+            self._fail("a snapshot is still in progress")
+            return
+        try:
             if self.collector.snapshot is not None and time.monotonic() - self._last < self.min_interval_s:
                 return
             try:
-                if self._admin is None:
-                    admin = AdminClient(self.bootstrap, client_id="hightide-exporter", request_timeout_s=10.0,
-                                        use_extensions=self.use_extensions)
-                    await admin.start()
-                    self._admin = admin
-                    self._monitor = LagMonitor(admin, rules=self.rules)
-                assert self._monitor is not None
-                self.collector.snapshot = await self._monitor.snapshot(self.groups, all_topics=True)
-                self.collector.share = await share_snapshot(self._admin, self.groups)
+                await asyncio.wait_for(self._snapshot(), max(0.0, deadline - time.monotonic()))
                 self.collector.scrape_error = 0.0
             except Exception as exc:  # noqa: BLE001 - reported as hightide_exporter_up 0
-                log.warning("snapshot failed: %s", exc)
-                self.collector.scrape_error = 1.0
-                if self._admin is not None:
-                    await self._admin.close()
-                self._admin = self._monitor = None
+                self._fail("timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}")
+                admin, self._admin, self._monitor = self._admin, None, None
+                if admin is not None:
+                    await admin.close()
             self._last = time.monotonic()
+        finally:
+            self._lock.release()
 
-    async def render(self) -> bytes:
-        await self.refresh()
+    async def _snapshot(self) -> None:
+        if self._admin is None:
+            admin = AdminClient(self.bootstrap, client_id="hightide-exporter", request_timeout_s=10.0,
+                                use_extensions=self.use_extensions)
+            self._admin = admin  # (closed by refresh if start() fails or times out)
+            await admin.start()
+            self._monitor = LagMonitor(admin, rules=self.rules)
+        assert self._monitor is not None
+        self.collector.snapshot = await self._monitor.snapshot(self.groups, all_topics=True)
+        self.collector.share = await share_snapshot(self._admin, self.groups)
+
+    def _fail(self, why: str) -> None:
+        log.warning("snapshot failed: %s", why)
+        self.collector.scrape_error = 1.0
+        self.collector.snapshot = self.collector.share = None
+
+    async def render(self, timeout_s: float | None = None) -> bytes:
+        await self.refresh(timeout_s)
         return generate_latest(self.registry)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -283,7 +308,7 @@ class Exporter:
             if method != "GET":
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
             elif path == "/metrics":
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, await self.render()
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, await self.render(self._timeout(head))
             elif path == "/":
                 status, ctype, body = "200 OK", "text/html", b'<a href="/metrics">/metrics</a>\n'
             else:
@@ -295,6 +320,18 @@ class Exporter:
             pass
         finally:
             writer.close()
+
+    def _timeout(self, head: bytes) -> float:
+        """The time a scrape may take: Prometheus' X-Prometheus-Scrape-Timeout-Seconds
+        less half a second for the answer's way back, capped by :attr:`scrape_timeout_s`."""
+        for line in head.split(b"\r\n")[1:]:
+            name, _, val = line.partition(b":")
+            if name.strip().lower() == b"x-prometheus-scrape-timeout-seconds":
+                try:
+                    return max(0.1, min(self.scrape_timeout_s, float(val.strip()) - 0.5))
+                except ValueError:
+                    break
+        return self.scrape_timeout_s
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, *self.listen)
