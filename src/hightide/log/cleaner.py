@@ -55,10 +55,11 @@ the :class:`PartitionLog` object, and they are short (no reads of record data, n
    cleaning (:func:`discard_clean` on the worker).
 4. :func:`sync_swaps` (worker): fsync the directory, so the commit is durable before
    any old segment is unlinked.
-5. :func:`install_clean` (loop): unlink the old segments, rename the swap files and
-   indexes into place, open the new segments (from their prebuilt indexes) and put
-   them in the segment list.
-6. :func:`finish_clean` (worker): write the cleaner checkpoint and fsync the directory.
+5. :func:`install_clean` (loop): rename the old segments' files to ``.deleted``, the
+   swap files and indexes into place (renames only), open the new segments (from their
+   prebuilt indexes) and put them in the segment list.
+6. :func:`finish_clean` (worker): unlink the ``.deleted`` files, write the cleaner
+   checkpoint and fsync the directory.
 7. :func:`end_clean` (loop, always): release the frozen handles, clear ``cleaning``.
 
 :func:`clean` runs all steps in sequence on the calling thread.
@@ -82,7 +83,6 @@ from .cleaner_files import (
     CleanerCheckpoint,
     SegmentCleanInfo,
     cleaned_path,
-    complete_swap,
     read_cleaner_checkpoint,
     swap_path,
     write_cleaner_checkpoint,
@@ -184,6 +184,7 @@ class CleanPlan:
     produced: dict[int, SegmentCleanInfo] = field(default_factory=dict)
     removed: int = 0
     committed: bool = False
+    trash: list[str] = field(default_factory=list)  # replaced files renamed to .deleted
 
     @property
     def path(self) -> str:
@@ -528,12 +529,24 @@ def sync_swaps(plan: CleanPlan) -> None:
         plan.plog.storage.fsync_dir(plan.path)
 
 
-def _install_group(plog: PartitionLog, g: _Group) -> None:
+def _install_group(plan: CleanPlan, g: _Group) -> None:
+    plog = plan.plog
     storage, path = plog.storage, plog.path
     olds = [m.seg for m in g.members]
     for seg in olds:
         seg.close()
-    complete_swap(storage, path, g.base, g.end, sync=False)
+    # Renames only (cheap): the old files become ``.deleted`` (unlinked by finish_clean
+    # on the worker, or by the loader after a crash), index files first, then the swap
+    # file takes the first one's name. Any prefix of these renames that a crash keeps
+    # is completed by the loader, which finishes the committed swap.
+    for seg in olds:
+        for p in (seg.offset_index.path, seg.time_index.path, seg.log_path):
+            try:
+                storage.replace(p, p + ".deleted")
+                plan.trash.append(p + ".deleted")
+            except FileNotFoundError:
+                pass
+    storage.replace(swap_path(path, g.base, g.end), os.path.join(path, segment_name(g.base) + ".log"))
     stem = os.path.join(path, segment_name(g.base))
     off_path, time_path = _index_paths(path, g.base)
     for src, dst in ((off_path, stem + ".index"), (time_path, stem + ".timeindex")):
@@ -558,7 +571,7 @@ def install_clean(plan: CleanPlan) -> CleanResult:
     plog = plan.plog
     try:
         for g in plan.groups:
-            _install_group(plog, g)
+            _install_group(plan, g)
     finally:
         plog.swap_pending = False
     plog.mark_dir_dirty()
@@ -576,8 +589,14 @@ def install_clean(plan: CleanPlan) -> CleanResult:
 
 
 def finish_clean(plan: CleanPlan) -> None:
-    """Worker step: write the cleaner checkpoint (fsynced) and fsync the directory
-    (the installed files' names and the checkpoint's rename)."""
+    """Worker step: unlink the replaced segments' files, write the cleaner checkpoint
+    (fsynced) and fsync the directory (the installed files' names, the unlinks and the
+    checkpoint's rename)."""
+    for p in plan.trash:
+        try:
+            plan.plog.storage.unlink(p)
+        except FileNotFoundError:
+            pass
     write_cleaner_checkpoint(plan.plog.storage, plan.path, CleanerCheckpoint(plan.up_to, dict(plan.produced)))
     plan.plog.storage.fsync_dir(plan.path)
 
