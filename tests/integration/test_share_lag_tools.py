@@ -48,10 +48,10 @@ def test_lag_agrees_everywhere(server, share_oracle, exporter):  # noqa: F811
     assert value(fams, "hightide_sharegroup_lag_sum", sharegroup=group, topic=topic) == 9
     assert value(fams, "hightide_sharegroup_start_offset", sharegroup=group, topic=topic, partition="0") == 2
     counts = {s: value(fams, "hightide_sharegroup_records", sharegroup=group, topic=topic, partition="0", state=s)
-              for s in ("available", "acknowledged", "archived", "not_delivered")}
+              for s in ("available", "acknowledged", "archived", "not_persisted")}
     # seed: 2,3,4,7,8,9 in flight; 5 acknowledged; 6 archived; 10 past the in-flight window
-    assert counts == {"available": 6, "acknowledged": 1, "archived": 1, "not_delivered": 1}
-    assert counts["available"] + counts["not_delivered"] == expected[0]
+    assert counts == {"available": 6, "acknowledged": 1, "archived": 1, "not_persisted": 1}
+    assert counts["available"] + counts["not_persisted"] == expected[0]
     assert value(fams, "hightide_sharegroup_members", sharegroup=group) == 0
     assert value(fams, "hightide_sharegroup_state", sharegroup=group, state="Empty") == 1
 
@@ -156,6 +156,6 @@ def test_live_share_consumers_lag_agrees(server, topic_name, exporter):  # noqa:
     fams = scrape(exporter)
     assert value(fams, "hightide_sharegroup_lag", sharegroup=group, topic=topic_name, partition="0") == oracle
     counts = {s: value(fams, "hightide_sharegroup_records", sharegroup=group, topic=topic_name, partition="0", state=s)
-              for s in ("available", "not_delivered")}
-    assert counts["available"] + counts["not_delivered"] == oracle
-    assert counts["not_delivered"] >= 15
+              for s in ("available", "not_persisted")}
+    assert counts["available"] + counts["not_persisted"] == oracle
+    assert counts["not_persisted"] >= 15

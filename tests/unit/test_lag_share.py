@@ -16,7 +16,7 @@ def test_seed_worked_example():
                StateBatch(6, 6, 4, 1), StateBatch(7, 9, 0, 0)]
     assert share_lag(11, 2, 2).lag == 7
     c = in_flight_counts(2, batches, 11)
-    assert (c.available, c.acknowledged, c.archived, c.not_delivered) == (6, 1, 1, 1)
+    assert (c.available, c.acknowledged, c.archived, c.not_persisted) == (6, 1, 1, 1)
 
 
 def test_unknown_inputs():
@@ -26,7 +26,7 @@ def test_unknown_inputs():
     assert wire_lag(11, -1, 0) == UNKNOWN and wire_lag(11, 2, 2) == 7
     assert share_lag(0, 0, 0).lag == 0
     assert share_lag(3, 5, 0).lag == -2  # raw, not clamped (state ahead of a truncated log)
-    assert in_flight_counts(-1, [], None).not_delivered is None
+    assert in_flight_counts(-1, [], None).not_persisted is None
 
 
 states = st.sampled_from([0, 2, 4])
@@ -38,7 +38,7 @@ states = st.sampled_from([0, 2, 4])
 def test_lag_is_the_count_of_undone_offsets(start, raw, leo_extra):
     """For any persisted state: lag (LEO − SPSO − DCC) equals a brute-force count of the
     offsets in [SPSO, LEO) that are neither acknowledged nor archived, and equals
-    available + not_delivered of the in-flight counts."""
+    available + not_persisted of the in-flight counts."""
     batches = combine_batches((), [StateBatch(f, f + n, s, 1) for f, n, s in raw], start)
     leo = max([start] + [b.last_offset + 1 for b in batches]) + leo_extra
     dcc = delivery_complete_count(batches, start)
@@ -46,5 +46,5 @@ def test_lag_is_the_count_of_undone_offsets(start, raw, leo_extra):
     brute = sum(1 for o in range(start, leo) if state.get(o, 0) not in (2, 4))
     assert share_lag(leo, start, dcc).lag == brute
     c = in_flight_counts(start, batches, leo)
-    assert c.available + c.not_delivered == brute
+    assert c.available + c.not_persisted == brute
     assert c.acknowledged + c.archived == dcc

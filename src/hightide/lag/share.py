@@ -8,7 +8,8 @@ DeliveryCompleteCount is unknown, or when the end offset could not be read.
 
 The in-flight state counts come from ReadShareGroupState state batches: persisted states
 are AVAILABLE (0; acquired records are persisted as available), ACKNOWLEDGED (2) and
-ARCHIVED (4); offsets at or above the SPSO that no batch covers are not yet delivered.
+ARCHIVED (4); offsets at or above the SPSO that no batch covers are not persisted yet
+(never delivered, or acquired since the last state write).
 """
 
 from __future__ import annotations
@@ -59,12 +60,17 @@ class _Batch(Protocol):
 class InFlightCounts:
     """Offsets of one share partition by state: inside the persisted in-flight window
     (``available``, ``acknowledged``, ``archived``, at or above the SPSO) and past its end
-    up to the LEO (``not_delivered``; None when the LEO is unknown)."""
+    up to the LEO (``not_persisted``; None when the LEO is unknown).
+
+    ``not_persisted`` offsets are past the persisted window: never delivered, *or*
+    acquired by a consumer since the share state was last written (acquisitions are not
+    persisted, as in Kafka): the persisted state cannot tell these apart, so they are not
+    called "not delivered"."""
 
     available: int
     acknowledged: int
     archived: int
-    not_delivered: int | None
+    not_persisted: int | None
 
 
 def in_flight_counts(start_offset: int, batches: Iterable[_Batch], end_offset: int | None) -> InFlightCounts:

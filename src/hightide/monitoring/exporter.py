@@ -203,10 +203,11 @@ def _share_group(g: _Families, rep: Any) -> None:
         c = p.counts
         if c is not None:
             fam = g.gauge("hightide_sharegroup_records", "Offsets of a share partition from the SPSO to the log end "
-                          "by state: available (incl. acquired), acknowledged, archived, not_delivered",
+                          "by persisted state: available, acknowledged, archived, and not_persisted (past the persisted window: "
+                          "never delivered, or acquired since the last state write)",
                           [*_SHARE_PART, "state"])
             for state, n in (("available", c.available), ("acknowledged", c.acknowledged),
-                             ("archived", c.archived), ("not_delivered", c.not_delivered)):
+                             ("archived", c.archived), ("not_persisted", c.not_persisted)):
                 if n is not None:
                     fam.add_metric([*lbl, state], n)
     for topic, total in sorted(sums.items()):

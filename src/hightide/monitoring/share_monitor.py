@@ -4,7 +4,7 @@
 lag per share partition, v1) and ShareGroupDescribe (state, members); and per initialised
 share partition ReadShareGroupState (its persisted state batches) plus the partition's end
 offset, from which :func:`hightide.lag.share.in_flight_counts` derives how many offsets are
-available, acknowledged, archived or not yet delivered. ReadShareGroupState is served to
+available, acknowledged, archived or not persisted yet. ReadShareGroupState is served to
 clients by hightide only; against other brokers the counts are left out (None).
 
 Persisted state never says ACQUIRED: an acquisition lock does not survive a restart, so
