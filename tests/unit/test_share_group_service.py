@@ -5,6 +5,7 @@ heartbeats waiting for another one's initialization, failures retried, settings.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -37,6 +38,9 @@ class GatedPersister:
     def keys_for_group(self, group_id: str) -> list[ShareStateKey]:
         return [k for k, _, _ in self.initialized if k.group_id == group_id]
 
+    def close(self) -> None:
+        pass
+
 
 @pytest.fixture
 def env(tmp_path):
@@ -45,7 +49,7 @@ def env(tmp_path):
                listen=("127.0.0.1", 0))
     loop.run_until_complete(b.start())
     _, records = b.controller.create_topics(b.image, [NewTopic("t", 2)])
-    b.commit_metadata(records)
+    loop.run_until_complete(b.commit_metadata(records))
     b.share_state = GatedPersister()
     yield loop, b
     loop.run_until_complete(b.stop())
@@ -53,7 +57,11 @@ def env(tmp_path):
 
 
 def _join(b: Broker, member: str, group: str = "g"):
-    return b.share_groups.heartbeat(ShareHeartbeatRequest(group, member, 0, None, ("t",)), b.groups._now_ms())
+    return b.share_groups.heartbeat(ShareHeartbeatRequest(group, member, 0, None, ("t",)), _now())
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
 
 
 def _parts(resp) -> set[int]:
@@ -96,7 +104,7 @@ def test_failed_initialization_assigns_nothing_then_retries(env) -> None:
     assert resp.error_code == 0 and _parts(resp) == set()
     b.share_state.code = 0
     again = loop.run_until_complete(b.share_groups.heartbeat(
-        ShareHeartbeatRequest("g", "a", resp.member_epoch), b.groups._now_ms()))
+        ShareHeartbeatRequest("g", "a", resp.member_epoch), _now()))
     assert _parts(again) == {0, 1}
 
 
@@ -107,12 +115,12 @@ def test_settings_and_delete_state(env) -> None:
         ("share.auto.offset.reset", 0, "By_Duration:PT1H"), ("share.delivery.count.limit", 0, "3"),
         ("share.record.lock.duration.ms", 0, "20000")])
     assert code == 0
-    b.commit_metadata(records)
+    loop.run_until_complete(b.commit_metadata(records))
     s = b.share_groups.settings("g")
     assert (s.auto_offset_reset, s.delivery_count_limit, s.record_lock_duration_ms) == ("by_duration:PT1H", 3, 20000)
     assert b.share_groups.settings("other") == ShareGroupSettings()
     resp = loop.run_until_complete(_join(b, "a"))
-    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "a", -1), b.groups._now_ms()))
+    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "a", -1), _now()))
     assert resp.error_code == 0 and b.share_groups.group_state("g") == "Empty"
     assert loop.run_until_complete(b.share_groups.delete_state("g")) == 0
     assert sorted(k.partition for k in b.share_state.deleted) == [0, 1]
@@ -129,8 +137,8 @@ def test_leave_frees_the_members_records_and_delete_drops_cached_partitions(env)
     loop.run_until_complete(_join(b, "a"))
     loop.run_until_complete(_join(b, "b"))
     assert left == []
-    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "a", -1), b.groups._now_ms()))
+    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "a", -1), _now()))
     assert left == [("g", "a")]  # at once, not at the share manager's next sweep
-    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "b", -1), b.groups._now_ms()))
+    loop.run_until_complete(b.share_groups.heartbeat(ShareHeartbeatRequest("g", "b", -1), _now()))
     assert loop.run_until_complete(b.share_groups.delete_state("g")) == 0
     assert sorted(k.partition for k in invalidated) == [0, 1]

@@ -4,6 +4,7 @@ append changes nothing, ``flush.messages=1`` waits for the fsync, pruning and re
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -11,6 +12,7 @@ from hightide import Broker, BrokerConfig
 from hightide.cluster.controller import NewTopic
 from hightide.share.records import STATE_TOPIC
 from hightide.share.types import ShareStateKey, StateBatch
+from tests.waiting import async_wait_until
 
 
 @pytest.fixture
@@ -31,17 +33,17 @@ def env(tmp_path):
     loop.close()
 
 
-def _topic(b: Broker) -> ShareStateKey:
+def _topic(loop, b: Broker) -> ShareStateKey:
     if "t" not in b.image.topics:
         _, records = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-        b.commit_metadata(records)
+        loop.run_until_complete(b.commit_metadata(records))
     return ShareStateKey("g", b.image.topics["t"].topic_id, 0)
 
 
 def test_failed_append_changes_nothing(env, monkeypatch):
     loop, start = env
     b = start()
-    key = _topic(b)
+    key = _topic(loop, b)
     rt = b.share_state
     assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
     assert loop.run_until_complete(rt.write(key, 0, 0, 0, 1, (StateBatch(0, 0, 2, 1),))) == 0
@@ -61,7 +63,7 @@ def test_failed_append_changes_nothing(env, monkeypatch):
 def test_flush_messages_waits_for_fsync(env):
     loop, start = env
     b = start(**{"log.flush.interval.messages": 1})
-    key = _topic(b)
+    key = _topic(loop, b)
     rt = b.share_state
     assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
     plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
@@ -73,17 +75,18 @@ def test_flush_messages_waits_for_fsync(env):
 def test_prune_then_reload(env):
     loop, start = env
     b = start(**{"share.coordinator.snapshot.update.records.per.snapshot": 3})
-    key = _topic(b)
+    key = _topic(loop, b)
     rt = b.share_state
     assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
     for i in range(20):
         assert loop.run_until_complete(rt.write(key, 0, 0, i, 1, (StateBatch(i, i, 2, 1),))) == 0
-    freed = rt.prune(b.groups._now_ms())
+    freed = loop.run_until_complete(rt.prune(int(time.time() * 1000)))
     plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
     assert freed == plog.log_start_offset > 0
     before = rt.summary(key)
     loop.run_until_complete(b.stop())
     b2 = start(**{"share.coordinator.snapshot.update.records.per.snapshot": 3})
+    loop.run_until_complete(b2.share_state.wait_loaded())
     assert b2.share_state.summary(key) == before
     assert b2.share_state.loaded_records <= 4  # the latest snapshot and at most 3 updates
     assert b2.share_state.keys_for_group("g") == [key]
@@ -96,7 +99,7 @@ def test_start_prunes_without_waiting_for_the_interval(env):
     cfg = {"share.coordinator.snapshot.update.records.per.snapshot": 3,
            "share.coordinator.state.topic.prune.interval.ms": 3_600_000}
     b = start(**cfg)
-    key = _topic(b)
+    key = _topic(loop, b)
     rt = b.share_state
     assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
     for i in range(20):
@@ -106,11 +109,12 @@ def test_start_prunes_without_waiting_for_the_interval(env):
     before = rt.summary(key)
     loop.run_until_complete(b.stop())
     b2 = start(**cfg)
+    loop.run_until_complete(b2.share_state.wait_loaded())
     assert b2.share_state.loaded_records > 4  # this start still replays everything...
-    loop.run_until_complete(asyncio.sleep(0.05))  # ...but prunes at once
     plog = b2.partition_log(STATE_TOPIC, b2.share_state.partition_for(key))
-    assert plog.log_start_offset > 0
+    loop.run_until_complete(async_wait_until(lambda: plog.log_start_offset > 0, 5, what="the prune at start-up"))
     assert b2.share_state.summary(key) == before
     loop.run_until_complete(b2.stop())
     b3 = start(**cfg)
+    loop.run_until_complete(b3.share_state.wait_loaded())
     assert b3.share_state.loaded_records <= 4 and b3.share_state.summary(key) == before

@@ -1,5 +1,10 @@
-"""The metadata log runtime: ``__cluster_metadata-0`` on disk, replayed into a
-:class:`MetadataImage` at start-up, appended to (and fsynced) for every change.
+"""The metadata log: ``__cluster_metadata-0`` on disk, replayed into a
+:class:`MetadataImage` at start-up.
+
+Changes are written by the coordinator runtime (``hightide.server.metadata_runtime``):
+it appends a batch, waits until the flusher has fsynced it (``flush.messages=1``, off the
+event loop), and only then calls :meth:`MetadataLog.apply`, so nothing observes metadata
+that a crash could take back.
 
 Single node: this process is the controller (combined mode, as Kafka's KRaft). In
 cluster mode brokers will follow this same log from the controller; handlers only ever
@@ -15,7 +20,7 @@ from typing import Sequence
 from ..log.config import LogConfig
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
-from ..protocol.records import build_batch, decode_records, validate_batches
+from ..protocol.records import decode_records, validate_batches
 from .image import MetadataImage
 from .records import MetadataRecord, decode, encode
 
@@ -47,21 +52,15 @@ class MetadataLog:
                 offset = header.last_offset + 1
         log.info("metadata image loaded: %d records, %d topics", count, len(self.image.topics))
 
-    def commit(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
-        """Append ``records`` as one batch, fsync, apply to the image; return the last offset.
+    @staticmethod
+    def encode_records(records: Sequence[MetadataRecord]) -> list[tuple[None, bytes]]:
+        """(key, value) of each record as stored (metadata records have no key)."""
+        return [(None, encode(r)) for r in records]
 
-        The image changes only after the batch is durable, so nothing observes metadata
-        that a crash could take back.
-        """
-        if not records:
-            return self.image.offset
-        batch = build_batch([(None, encode(r), [], now_ms) for r in records])
-        headers = validate_batches(batch, client_origin=False)
-        result = self.log.append(batch, headers, now_ms)
-        self.log.flush()
-        for i, r in enumerate(records):
-            self.image.apply(r, result.base_offset + i)
-        return result.last_offset
+    def apply(self, records: Sequence[MetadataRecord], offsets: Sequence[int]) -> None:
+        """Apply committed (durable) records, stored at ``offsets``, to the image."""
+        for r, offset in zip(records, offsets):
+            self.image.apply(r, offset)
 
     def close(self) -> None:
         self.log.close()

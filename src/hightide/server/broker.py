@@ -34,7 +34,9 @@ from .connection import KafkaConnection
 from .context import Services
 from .flusher import Flusher
 from .log_cleaner import LogCleaner
+from .coordinator_runtime import CoordinatorRuntime
 from .group_runtime import GroupRuntime
+from .metadata_runtime import MetadataOp, metadata_runtime
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_runtime import ShareStateRuntime
@@ -64,6 +66,7 @@ class Broker:
         self.server: asyncio.base_events.Server | None = None
         self.logs: LogManager | None = None
         self.metadata: MetadataLog | None = None
+        self.metadata_runtime: CoordinatorRuntime[MetadataImage] | None = None  # writes to the metadata log
         self.controller = Controller(self.config, [self.node_id])
         self.waiters = AppendWaiters()
         self.flusher = Flusher(self)
@@ -97,6 +100,7 @@ class Broker:
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
         self.logs = LogManager(self.data_dir, self.storage)
         self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage)
+        self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
         self.cluster_id = self.cluster_id or self._load_cluster_id()
         self._open_logs()
         self.groups.start()
@@ -123,12 +127,14 @@ class Broker:
         if self.server is not None:
             self.server.close()
         self.waiters.wake_all()  # long-polls answer now with what they have
-        self.groups.close()  # parked JoinGroup/SyncGroup answer NOT_COORDINATOR
+        self.groups.close()  # parked JoinGroup/SyncGroup answer NOT_COORDINATOR; loads stop
+        self.share_state.close()
         deadline = time.monotonic() + grace_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for c in list(self.connections):
             c.close("broker shutting down", level=logging.DEBUG)
+        await self.share_manager.close()  # in-flight share state writes (the flusher still runs)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -137,7 +143,6 @@ class Broker:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
-        await self.share_manager.close()  # in-flight share state writes
         self.cleaner.close()  # a worker step in progress finishes first
         await self.flusher.close()
         self.waiters.wake_all()
@@ -203,14 +208,26 @@ class Broker:
         assert self.metadata is not None
         return self.metadata.image
 
-    def commit_metadata(self, records: Iterable[MetadataRecord]) -> None:
-        """Make metadata changes durable, apply them, and open/delete partition logs."""
-        assert self.metadata is not None
+    async def write_metadata(self, op: MetadataOp) -> Any:
+        """Run ``op(image) -> (response, records)`` on the metadata log (one write at a
+        time, so ``op`` sees every earlier change), wait until its records are durable
+        (fsynced by the flusher, off the loop), apply them to the image, open/delete
+        partition logs, and return the response. Raises
+        :class:`~.coordinator_runtime.CoordinatorUnavailable` (KAFKA_STORAGE_ERROR) if the
+        append or the fsync fails: nothing is applied then."""
+        assert self.metadata_runtime is not None
+        response, records = await self.metadata_runtime.write(0, op, now_ms())
+        if records:
+            self._open_logs()
+        return response
+
+    async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None:
+        """Commit records computed by the caller (see :meth:`write_metadata`; prefer it when
+        the records depend on the image, so concurrent writers cannot decide from the
+        same image)."""
         records = list(records)
-        if not records:
-            return
-        self.metadata.commit(records, now_ms())
-        self._open_logs()
+        if records:
+            await self.write_metadata(lambda image: (None, records))
 
     def topic_log_config(self, topic: TopicImage) -> LogConfig:
         """The topic's effective log config. Without ``delete`` in ``cleanup.policy``
@@ -275,12 +292,12 @@ class Broker:
                 plog = self._try_open_log(tp, timg, now_ms())
         return plog
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
+        while self._producer_ids[0] >= self._producer_ids[1]:
+            first = await self.write_metadata(lambda image: self.controller.allocate_producer_ids(image))
+            if self._producer_ids[0] >= self._producer_ids[1]:  # not refilled by a concurrent call
+                self._producer_ids = (first, self.image.next_producer_id)
         nxt, end = self._producer_ids
-        if nxt >= end:
-            first, records = self.controller.allocate_producer_ids(self.image)
-            self.commit_metadata(records)
-            nxt, end = first, self.image.next_producer_id
         self._producer_ids = (nxt + 1, end)
         return nxt
 
@@ -299,10 +316,10 @@ class Broker:
             await asyncio.sleep(GROUP_TIMER_INTERVAL_S)
             ts = now_ms()
             try:
-                self.groups.poll(ts)
+                await self.groups.poll(ts)
                 if ts >= next_expiry:
                     next_expiry = ts + expiry_interval
-                    self.groups.expire_offsets(ts)
+                    await self.groups.expire_offsets(ts)
             except Exception:
                 log.exception("group timers failed")
 
@@ -352,7 +369,7 @@ class Broker:
         interval = self.config["share.coordinator.state.topic.prune.interval.ms"] / 1000
         while True:
             try:
-                freed = self.share_state.prune(now_ms())
+                freed = await self.share_state.prune(now_ms())
                 if freed:
                     log.info("pruned %d records of %s", freed, "__share_group_state")
             except Exception:

@@ -64,6 +64,8 @@ class Flusher:
                 await self._round
             except Exception:
                 pass
+        if self._requested:  # durability asked after the last round (the run task is cancelled by now)
+            await self.flush_due()
         self._executor.shutdown(wait=True)
 
     async def flush_due(self) -> None:

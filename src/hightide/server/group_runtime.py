@@ -1,17 +1,20 @@
-"""The coordinator runtime: runs :class:`GroupCoordinatorShard` s over the partitions of
-``__consumer_offsets``.
+"""The group coordinator: :class:`GroupCoordinatorShard` s over the partitions of
+``__consumer_offsets``, run by the :class:`~.coordinator_runtime.CoordinatorRuntime`.
 
-For a request it picks the group's shard, calls the shard (which returns records and a
-response without changing state), appends the records as one batch to the partition's
-log, replays them into the shard, and only then returns the response. A failed append
-replays nothing, so readers only ever see state that is in the log. At start-up (and
-when the topic is created) each partition's log is replayed into a fresh shard.
+For a request the handler gives :meth:`GroupRuntime.execute` a shard call; the runtime
+runs it on the group's shard (which returns records and a response without changing
+state), appends the records as one batch, waits until they are committed (durable when
+the topic's ``flush.messages`` asks for it, see the runtime's theory of operation), and
+only then replays them into the shard and answers. A failed append or fsync applies
+nothing. Reads (OffsetFetch, describe, list) use the shard directly and so see committed
+state only. At start-up each partition's log is replayed in the background; meanwhile its
+groups answer COORDINATOR_LOAD_IN_PROGRESS.
 
 Parked requests (a JoinGroup waiting for the rebalance, a follower's SyncGroup waiting
 for the leader) stay sans-IO: :meth:`GroupRuntime.park` gives a handler an opaque handle
 and an asyncio future; the handle goes into the shard call, and whenever a shard result
 (of any request or timer) carries a completion for it, after that result's records are
-durable, the future is resolved with the response.
+committed, the future is resolved with the response.
 
 KIP-848 consumer groups run through the same path: a ConsumerGroupHeartbeat's records are
 appended and replayed, then its live records (member timers, never appended); the timer
@@ -47,13 +50,92 @@ from ..group.shard import (
     encode_record,
 )
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
-
-from .coordinator_log import CoordinatorUnavailable, append_records, ensure_internal_topic, read_records
+from ..protocol.errors import ErrorCode
+from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("hightide.group")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupAdapter:
+    """:class:`~.coordinator_runtime.ShardAdapter` of ``__consumer_offsets``. A failed
+    fsync answers NOT_COORDINATOR, as Kafka's group coordinator answers a storage error
+    (the client looks the coordinator up again)."""
+
+    topic = OFFSETS_TOPIC
+    storage_error_code = ErrorCode.not_coordinator
+
+    def __init__(self, groups: GroupRuntime) -> None:
+        self.groups = groups
+
+    def new_shard(self, partition: int) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(self.groups.group_config, consumer_timeouts=self.groups.consumer_timeouts)
+
+    def load_record(self, shard: GroupCoordinatorShard, offset: int, key: bytes | None, value: bytes | None) -> bool:
+        record = decode_record(key, value) if key is not None else None
+        if record is None:
+            return False  # a record type hightide does not interpret (written by another broker)
+        shard.replay(*record)
+        return True
+
+    def loaded(self, shard: GroupCoordinatorShard, partition: int, count: int) -> None:
+        if count:
+            log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
+        for k, v in shard.loaded(_now_ms(), lambda g: self.groups.share_timeouts(g)[0]).live:  # members' timers
+            shard.replay(k, v)
+
+    def records(self, result: CoordinatorResult) -> list[tuple[Any, Any]]:
+        return result.records
+
+    def encode(self, records: list[tuple[Any, Any]]) -> list[tuple[bytes | None, bytes | None]]:
+        return [encode_record(k, v) for k, v in records]
+
+    def apply(self, shard: GroupCoordinatorShard, partition: int, result: CoordinatorResult,
+              offsets: list[int]) -> None:
+        """Replay the committed records, then the live records (logging group state
+        changes), then resolve the parked requests the result completes."""
+        consumer_before = {k.group_id: _consumer_summary(shard, k.group_id)
+                           for k, _ in result.live if isinstance(k, TimersKey)}
+        share_before = {k.group_id: _share_summary(shard, k.group_id)
+                        for k, _ in result.live if isinstance(k, ShareTimersKey)}
+        for k, v in result.records:
+            shard.replay(k, v)
+        for k, v in result.live:
+            if not isinstance(k, LiveGroup):
+                shard.replay(k, v)
+                continue
+            old = shard.groups.get(k.group)
+            shard.replay(k, v)
+            if v is not None and (old is None or (old.state, old.generation) != (v.state, v.generation)):
+                log.info("group %s is %s (generation %d, %d members%s)", k.group, v.state.value, v.generation,
+                         len(v.members), f", leader {v.leader}" if v.leader else "")
+        _log_changes("consumer", consumer_before, lambda g: _consumer_summary(shard, g))
+        _log_changes("share", share_before, lambda g: _share_summary(shard, g))
+        for handle, response in result.completions:
+            self.groups.complete(handle, response)
+
+
+def _log_changes(kind: str, before: dict[str, tuple | None], summary: Callable[[str], tuple | None]) -> None:
+    for gid, was in before.items():
+        now = summary(gid)
+        if now != was and now is not None:
+            log.info("%s group %s is %s (group epoch %d, assignment epoch %d, %d members)", kind, gid, *now)
+
+
+def _share_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | None:
+    g = shard.share.get(group_id)
+    return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
+
+
+def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | None:
+    g = shard.consumer.get(group_id)
+    return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
 
 
 class GroupRuntime:
@@ -77,7 +159,8 @@ class GroupRuntime:
                 heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
                 max_size=cfg["group.share.max.size"],
                 initialize_retry_ms=cfg["group.share.initialize.retry.interval.ms"]))
-        self.shards: dict[int, GroupCoordinatorShard] = {}
+        self.runtime = runtime_for(broker, GroupAdapter(self))
+        self._creating: asyncio.Future | None = None
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)
         # Per connection, its latest parked request: Kafka evaluates one request per
@@ -86,91 +169,64 @@ class GroupRuntime:
 
     # -- loading --------------------------------------------------------------------------
     def start(self) -> None:
-        """Load the shards if the topic exists (it is created on first use)."""
+        """Start loading the shards if the topic exists (it is created on first use)."""
         topic = self.broker.image.topics.get(OFFSETS_TOPIC)
         if topic is not None:
             self.num_partitions = len(topic.partitions)
-            self._load_all()
+            self.runtime.load(range(self.num_partitions))
 
-    def ensure_topic(self) -> None:
-        if self.shards:
+    async def ensure_topic(self) -> None:
+        """Create the topic if needed and load its (new, empty) partitions. Raises
+        CoordinatorUnavailable if it cannot be created."""
+        if self.runtime.partitions:
             return
-        self.num_partitions = ensure_internal_topic(self.broker, OFFSETS_TOPIC, self.num_partitions, {
+        if self._creating is None:
+            self._creating = asyncio.ensure_future(self._create())
+        try:
+            await asyncio.shield(self._creating)
+        finally:
+            if self._creating is not None and self._creating.done():
+                self._creating = None
+
+    async def _create(self) -> None:
+        existed = OFFSETS_TOPIC in self.broker.image.topics
+        n = await ensure_internal_topic(self.broker, OFFSETS_TOPIC, self.num_partitions, {
             "cleanup.policy": "compact", "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])})
-        self._load_all()
+        if not self.runtime.partitions:
+            self.num_partitions = n
+            self.runtime.load(range(n), now=not existed)
 
-    def _load_all(self) -> None:
-        for p in range(self.num_partitions):
-            self.shards[p] = self._load(p)
+    async def wait_loaded(self) -> None:
+        await self.runtime.wait_loaded()
 
-    def _load(self, partition: int) -> GroupCoordinatorShard:
-        shard = GroupCoordinatorShard(self.group_config, consumer_timeouts=self.consumer_timeouts)
-        count = sum(self._replay(shard, key, value)
-                    for _, key, value in read_records(self.broker, OFFSETS_TOPIC, partition))
-        if count:
-            log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
-        for k, v in shard.loaded(self._now_ms(), lambda g: self.share_timeouts(g)[0]).live:  # members' timers
-            shard.replay(k, v)
-        return shard
-
-    @staticmethod
-    def _now_ms() -> int:
-        return int(time.time() * 1000)
-
-    @staticmethod
-    def _replay(shard: GroupCoordinatorShard, key_bytes: bytes, value_bytes: bytes | None) -> int:
-        record = decode_record(key_bytes, value_bytes)
-        if record is None:
-            return 0  # a record type hightide does not interpret (written by another broker)
-        shard.replay(*record)
-        return 1
+    @property
+    def shards(self) -> dict[int, GroupCoordinatorShard]:
+        """Shards of the loaded partitions (committed state). Raises
+        CoordinatorLoadInProgress while some partition is loading."""
+        return self.runtime.active_shards()
 
     # -- running requests -------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
     def shard_for(self, group_id: str) -> GroupCoordinatorShard:
-        self.ensure_topic()
-        return self.shards[self.partition_for(group_id)]
+        """The group's shard for reads: committed state only. Before the topic exists
+        nothing was ever written: an empty shard. Raises CoordinatorLoadInProgress /
+        CoordinatorUnavailable."""
+        if not self.runtime.partitions:
+            return self.runtime.adapter.new_shard(-1)
+        return self.runtime.shard(self.partition_for(group_id))
 
-    def execute(self, group_id: str, fn: Callable[[GroupCoordinatorShard], CoordinatorResult], now_ms: int) -> Any:
-        """Run ``fn`` on the group's shard; append and replay its records, install its
-        live state, resolve its completions; return the response. Raises
-        :class:`CoordinatorUnavailable` if the append fails (nothing is applied then)."""
-        shard = self.shard_for(group_id)
-        result = fn(shard)
-        self._apply(self.partition_for(group_id), result, now_ms)
+    async def execute(self, group_id: str, fn: Callable[[GroupCoordinatorShard], CoordinatorResult],
+                      now_ms: int) -> Any:
+        """Run ``fn`` on the group's shard; append its records, wait until they are
+        committed, replay them, install its live state, resolve its completions; return
+        the response. Raises :class:`CoordinatorUnavailable` (carrying the error code to
+        answer) if the partition is loading or the append or its fsync fails: nothing is
+        applied then."""
+        await self.ensure_topic()
+        result = await self.runtime.write(self.partition_for(group_id), fn, now_ms)
         return result.response
-
-    def _apply(self, partition: int, result: CoordinatorResult, now_ms: int) -> None:
-        shard = self.shards[partition]
-        consumer_before = {k.group_id: self._consumer_summary(shard, k.group_id)
-                           for k, _ in result.live if isinstance(k, TimersKey)}
-        share_before = {k.group_id: self._share_summary(shard, k.group_id)
-                        for k, _ in result.live if isinstance(k, ShareTimersKey)}
-        if result.records:
-            self.append(partition, result.records, now_ms)
-        for k, v in result.live:
-            if not isinstance(k, LiveGroup):
-                shard.replay(k, v)
-                continue
-            old = shard.groups.get(k.group)
-            shard.replay(k, v)
-            if v is not None and (old is None or (old.state, old.generation) != (v.state, v.generation)):
-                log.info("group %s is %s (generation %d, %d members%s)", k.group, v.state.value, v.generation,
-                         len(v.members), f", leader {v.leader}" if v.leader else "")
-        for gid, before in consumer_before.items():
-            after = self._consumer_summary(shard, gid)
-            if after != before and after is not None:
-                log.info("consumer group %s is %s (group epoch %d, assignment epoch %d, %d members)", gid, *after)
-        for gid, before in share_before.items():
-            after = self._share_summary(shard, gid)
-            if after != before and after is not None:
-                log.info("share group %s is %s (group epoch %d, assignment epoch %d, %d members)", gid, *after)
-        for handle, response in result.completions:
-            fut = self._parked.pop(handle, None)
-            if fut is not None and not fut.done():
-                fut.set_result(response)
 
     # -- parked requests ---------------------------------------------------------------------
     def park(self) -> tuple[int, asyncio.Future]:
@@ -179,6 +235,11 @@ class GroupRuntime:
         fut = asyncio.get_running_loop().create_future()
         self._parked[handle] = fut
         return handle, fut
+
+    def complete(self, handle: int, response: Any) -> None:
+        fut = self._parked.pop(handle, None)
+        if fut is not None and not fut.done():
+            fut.set_result(response)
 
     def tail(self, connection: str) -> asyncio.Future | None:
         """The connection's parked request still unanswered, if any."""
@@ -194,21 +255,12 @@ class GroupRuntime:
 
     def close(self) -> None:
         """Shutting down: parked requests fail with CoordinatorUnavailable (answered
-        NOT_COORDINATOR, so clients find the coordinator again)."""
+        NOT_COORDINATOR, so clients find the coordinator again); loads stop."""
         for fut in self._parked.values():
             if not fut.done():
-                fut.set_exception(CoordinatorUnavailable("the coordinator is shutting down"))
+                fut.set_exception(CoordinatorUnavailable("the coordinator is shutting down", ErrorCode.not_coordinator))
         self._parked.clear()
-
-    @staticmethod
-    def _share_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | None:
-        g = shard.share.get(group_id)
-        return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
-
-    @staticmethod
-    def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | None:
-        g = shard.consumer.get(group_id)
-        return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
+        self.runtime.close()
 
     def share_timeouts(self, group_id: str) -> tuple[int, int]:
         """(session timeout, heartbeat interval) of a share group: its group configs
@@ -231,38 +283,44 @@ class GroupRuntime:
         """The topics of the current metadata image, as consumer groups see them."""
         return ImageTopics(self.broker.image)
 
-    def append(self, partition: int, records: list[tuple[Any, Any]], now_ms: int) -> None:
-        append_records(self.broker, OFFSETS_TOPIC, partition, [encode_record(k, v) for k, v in records], now_ms)
-        shard = self.shards[partition]
-        for k, v in records:
-            shard.replay(k, v)
+    # -- timers (operations like any other) ----------------------------------------------------
+    async def poll(self, now_ms: int) -> None:
+        """Classic group timers (sessions, rebalance and initial delays, pending syncs),
+        consumer and share group timers (sessions, rebalance timeouts) that are due; the
+        partitions run concurrently, each through the write path."""
+        ops = []
+        for p, part in list(self.runtime.partitions.items()):
+            shard = part.shard
+            if part.lock.locked():
+                continue  # busy: its timers run at the next tick
+            if shard.groups:
+                ops.append((p, lambda s: s.poll(now_ms)))
+            due = shard.consumer_next_deadline()
+            if due is not None and due <= now_ms:
+                ops.append((p, lambda s: s.consumer_poll(now_ms, self.topics())))
+            due = shard.share.next_deadline()
+            if due is not None and due <= now_ms:
+                ops.append((p, lambda s: _share_poll(s, now_ms, self.topics())))
+        await self._run_all(ops, now_ms)
 
-    def poll(self, now_ms: int) -> None:
-        """Classic group timers (sessions, rebalance and initial delays, pending syncs) and
-        consumer group timers (sessions, rebalance timeouts) that are due."""
-        for p, shard in self.shards.items():
+    async def expire_offsets(self, now_ms: int) -> None:
+        """Offsets of groups without members past ``offsets.retention.minutes``."""
+        await self._run_all([(p, lambda s: s.expire_offsets(now_ms)) for p in self.runtime.partitions], now_ms)
+
+    async def _run_all(self, ops: list[tuple[int, Callable[[GroupCoordinatorShard], CoordinatorResult]]],
+                       now_ms: int) -> None:
+        async def one(p: int, op) -> None:
             try:
-                if shard.groups:
-                    self._apply(p, shard.poll(now_ms), now_ms)
-                due = shard.consumer_next_deadline()
-                if due is not None and due <= now_ms:
-                    self._apply(p, shard.consumer_poll(now_ms, self.topics()), now_ms)
-                due = shard.share.next_deadline()
-                if due is not None and due <= now_ms:
-                    result = shard.share_poll(now_ms, self.topics())
-                    if result.records:
-                        log.info("share group members fenced (session expired): %s", sorted(
-                            {(k.group_id, k.member_id) for k, v in result.live if v is None}))
-                    self._apply(p, result, now_ms)
+                await self.runtime.write(p, op, now_ms)
             except CoordinatorUnavailable:
                 pass
+        if ops:
+            await asyncio.gather(*(one(p, op) for p, op in ops))
 
-    def expire_offsets(self, now_ms: int) -> None:
-        """Offsets of groups without members past ``offsets.retention.minutes``."""
-        for p, shard in self.shards.items():
-            result = shard.expire_offsets(now_ms)
-            if result.records:
-                try:
-                    self.append(p, result.records, now_ms)
-                except CoordinatorUnavailable:
-                    pass
+
+def _share_poll(shard: GroupCoordinatorShard, now_ms: int, topics: ImageTopics) -> CoordinatorResult:
+    result = shard.share_poll(now_ms, topics)
+    if result.records:
+        log.info("share group members fenced (session expired): %s", sorted(
+            {(k.group_id, k.member_id) for k, v in result.live if v is None}))
+    return result

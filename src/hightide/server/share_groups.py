@@ -15,14 +15,14 @@ A thin IO shell over the share groups of the group coordinator shards
   APIs;
 * :meth:`delete_state` deletes a group's share-partition state (DeleteGroups).
 
-Without a share coordinator (``broker.share_state`` absent) partitions count as
-initialized at once: the share partitions then start from ``share.auto.offset.reset``.
+Group state is read from the coordinator shard, so it is committed state only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.share.groups")
 
 INIT_WAIT_S = 5.0  # longest a heartbeat waits for another one's state initialization
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _reset(value: str) -> str:
@@ -79,29 +83,35 @@ class ShareGroupService:
         return cached
 
     def _group(self, group_id: str):
+        """The committed share group, or None. Raises CoordinatorUnavailable (e.g. its
+        partition is loading)."""
+        return self.broker.groups.shard_for(group_id).share.get(group_id)
+
+    def _group_or_none(self, group_id: str):
         try:
-            return self.broker.groups.shard_for(group_id).share.get(group_id)
+            return self._group(group_id)
         except CoordinatorUnavailable:
             return None
 
     def is_member(self, group_id: str, member_id: str) -> bool:
-        g = self._group(group_id)
+        g = self._group_or_none(group_id)
         return g is not None and member_id in g.members
 
     def group_state(self, group_id: str) -> str | None:
-        """"Empty" or "Stable"; None if there is no share group with this id."""
+        """"Empty" or "Stable"; None if there is no share group with this id. Raises
+        CoordinatorUnavailable if the group's partition is not available (loading)."""
         g = self._group(group_id)
         return None if g is None else g.state
 
     def member_ids(self, group_id: str) -> set[str]:
-        g = self._group(group_id)
+        g = self._group_or_none(group_id)
         return set(g.members) if g is not None else set()
 
     # -- ShareGroupHeartbeat -------------------------------------------------------------------
-    def _run(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
+    async def _run(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
         runtime = self.broker.groups
         session, interval = runtime.share_timeouts(hb.group_id)
-        return runtime.execute(hb.group_id, lambda shard: shard.share_group_heartbeat(
+        return await runtime.execute(hb.group_id, lambda shard: shard.share_group_heartbeat(
             hb, now_ms, runtime.topics(), session, interval), now_ms)
 
     async def heartbeat(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
@@ -109,7 +119,7 @@ class ShareGroupService:
         A heartbeat arriving while another one's initialization for the same group is in
         flight waits for it (bounded) and is then answered with the partitions it brought.
         Raises CoordinatorUnavailable if the group's log cannot be written."""
-        resp = self._run(hb, now_ms)
+        resp = await self._run(hb, now_ms)
         if resp.error_code == ErrorCode.none and resp.member_epoch < 0:
             # it left: its share session goes and what it holds is freed now
             self.broker.share_manager.member_left(hb.group_id, hb.member_id)
@@ -130,9 +140,9 @@ class ShareGroupService:
             await asyncio.wait(list(self._inflight[hb.group_id]), timeout=INIT_WAIT_S)
         else:
             return resp
-        again = self._run(ShareHeartbeatRequest(hb.group_id, hb.member_id, resp.member_epoch,
-                                                client_id=hb.client_id, client_host=hb.client_host),
-                          self.broker.groups._now_ms())
+        again = await self._run(ShareHeartbeatRequest(hb.group_id, hb.member_id, resp.member_epoch,
+                                                      client_id=hb.client_id, client_host=hb.client_host),
+                                _now_ms())
         if again.error_code != ErrorCode.none:
             return replace(resp, to_initialize={})
         return replace(again, assignment=again.assignment if again.assignment is not None else resp.assignment,
@@ -152,11 +162,11 @@ class ShareGroupService:
                     log.warning("initializing share state of %s %s-%d failed: %s", group_id, tid, p, exc)
                     code = ErrorCode.unknown_server_error
                 (good if code == 0 else bad).setdefault(tid, set()).add(p)
-        runtime, now = self.broker.groups, self.broker.groups._now_ms()
+        runtime, now = self.broker.groups, _now_ms()
         for ok, sel in ((True, good), (False, bad)):
             if sel:
                 frozen = {t: frozenset(ps) for t, ps in sel.items()}
-                runtime.execute(group_id, lambda shard, f=frozen, o=ok: shard.share_initialized(
+                await runtime.execute(group_id, lambda shard, f=frozen, o=ok: shard.share_initialized(
                     group_id, f, runtime.topics(), o), now)
         if bad:
             log.warning("share group %s: state initialization failed for %s", group_id,
@@ -168,8 +178,11 @@ class ShareGroupService:
         """Delete the share-partition state of every partition the group may have state
         for (before its records are tombstoned). Returns an error code (0: done)."""
         persister, manager = self.broker.share_state, self.broker.share_manager
-        g = self._group(group_id)
-        keys = set(persister.keys_for_group(group_id))
+        try:
+            g = self._group(group_id)
+            keys = set(persister.keys_for_group(group_id))
+        except CoordinatorUnavailable as exc:
+            return int(exc.error_code)
         if g is not None:
             keys |= {ShareStateKey(group_id, t, p) for t, ps in g.state_partitions().items() for p in ps}
         for key in sorted(keys, key=lambda k: (k.topic_id.bytes, k.partition)):
@@ -179,14 +192,14 @@ class ShareGroupService:
                 return code
         return 0
 
-    def state_deleted(self, group_id: str, topic_ids: list[uuid.UUID]) -> None:
+    async def state_deleted(self, group_id: str, topic_ids: list[uuid.UUID]) -> None:
         """Call after deleting the share-partition state of these topics for the group
         (DeleteShareGroupOffsets): the group forgets they were initialized, so the next
         heartbeat initializes them again before assigning them (Kafka's behaviour).
         Raises CoordinatorUnavailable if the group's log cannot be written."""
         runtime = self.broker.groups
-        runtime.execute(group_id, lambda shard: shard.share_state_deleted(group_id, topic_ids, runtime.topics()),
-                        runtime._now_ms())
+        await runtime.execute(group_id, lambda shard: shard.share_state_deleted(group_id, topic_ids, runtime.topics()),
+                              _now_ms())
 
     def describe(self, group_id: str) -> dict[str, Any] | None:
         runtime = self.broker.groups

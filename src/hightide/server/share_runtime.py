@@ -1,19 +1,23 @@
-"""The share coordinator runtime: runs :class:`ShareCoordinatorShard` s over the partitions
-of ``__share_group_state`` and is the broker's :class:`~hightide.share.types.SharePersister`
-(``broker.share_state``).
+"""The share coordinator: :class:`ShareCoordinatorShard` s over the partitions of
+``__share_group_state``, run by the :class:`~.coordinator_runtime.CoordinatorRuntime`; it
+is the broker's :class:`~hightide.share.types.SharePersister` (``broker.share_state``).
 
 A call picks the share partition's shard (Kafka's ``abs(hash("group:topicId:partition")) %
 share.coordinator.state.topic.num.partitions``), asks the shard for records and a response
-(no state change), appends the records as one batch, replays them with their offsets, and
-only then answers. A failed append replays nothing. When the log's flush policy requires it
-(``flush.messages``), the answer also waits for the fsync: "written" means durable.
+(no state change), appends the records as one batch, waits until they are committed
+(fsynced when the topic's ``flush.messages`` asks for it), and only then replays them
+with their offsets and answers. A failed append answers COORDINATOR_NOT_AVAILABLE, a
+failed fsync KAFKA_STORAGE_ERROR; neither applies anything, so a following read never
+returns state that may be lost. Reads (:meth:`ShareStateRuntime.summary`, keys) see
+committed state only. While a partition's log is replayed at start-up its calls answer
+COORDINATOR_LOAD_IN_PROGRESS.
 
 At start-up each partition's log is replayed from its log start offset. Two things keep
 that replay short: a ShareSnapshot every ``share.coordinator.snapshot.update.records.per.snapshot``
 updates of a share partition, and pruning — every
 ``share.coordinator.state.topic.prune.interval.ms`` the records below the shard's redundant
 offset (older than the latest snapshot of every live share partition) are deleted, after
-quiet share partitions got a fresh "cold" snapshot.
+quiet share partitions got a fresh "cold" snapshot (written through the same path).
 
 The topic is created on first write with ``cleanup.policy=delete`` and unlimited retention,
 as Kafka does: ShareUpdate records hold only changed batches, so compaction (which keeps the
@@ -22,10 +26,11 @@ last record per key) would lose state; pruning is explicit instead.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import ErrorCode
 from ..share.coordinator import (
@@ -44,13 +49,7 @@ from ..share.records import (
     partition_for,
 )
 from ..share.types import ShareState, ShareStateKey, StateBatch
-from .coordinator_log import (
-    CoordinatorUnavailable,
-    append_records,
-    ensure_internal_topic,
-    needs_fsync,
-    read_records,
-)
+from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -60,6 +59,45 @@ log = logging.getLogger("hightide.share")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class ShareStateAdapter:
+    """:class:`~.coordinator_runtime.ShardAdapter` of ``__share_group_state``."""
+
+    topic = STATE_TOPIC
+    storage_error_code = ErrorCode.kafka_storage_error
+
+    def __init__(self, config: ShareCoordinatorConfig) -> None:
+        self.config = config
+
+    def new_shard(self, partition: int) -> ShareCoordinatorShard:
+        return ShareCoordinatorShard(self.config)
+
+    def load_record(self, shard: ShareCoordinatorShard, offset: int, key: bytes | None, value: bytes | None) -> bool:
+        try:
+            k = decode_key(key) if key is not None else None
+            if k is None:
+                return False
+            shard.replay(offset, k, decode_value(k, value))
+            return True
+        except ShareRecordError as exc:
+            log.error("skipping malformed record at %s offset %d: %s", STATE_TOPIC, offset, exc)
+            return False
+
+    def loaded(self, shard: ShareCoordinatorShard, partition: int, count: int) -> None:
+        if count:
+            log.info("loaded %d records (%d share partitions) into share coordinator %s-%d", count,
+                     len(shard.states), STATE_TOPIC, partition)
+
+    def records(self, result: ShareResult) -> list[tuple[Any, Any]]:
+        return result.records
+
+    def encode(self, records: list[tuple[Any, Any]]) -> list[tuple[bytes | None, bytes | None]]:
+        return [(encode_key(k), encode_value(v)) for k, v in records]
+
+    def apply(self, shard: ShareCoordinatorShard, partition: int, result: ShareResult, offsets: list[int]) -> None:
+        for offset, (k, v) in zip(offsets, result.records):
+            shard.replay(offset, k, v)
 
 
 class ShareStateRuntime:
@@ -72,48 +110,49 @@ class ShareStateRuntime:
         self.config = ShareCoordinatorConfig(
             snapshot_update_records_per_snapshot=cfg["share.coordinator.snapshot.update.records.per.snapshot"],
             cold_partition_snapshot_interval_ms=cfg["share.coordinator.cold.partition.snapshot.interval.ms"])
-        self.shards: dict[int, ShareCoordinatorShard] = {}
-        self.loaded_records = 0  # records replayed at the last load (tests, logs)
+        self.runtime = runtime_for(broker, ShareStateAdapter(self.config))
+        self._creating: asyncio.Future | None = None
 
     # -- loading ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Load the shards if the topic exists (it is created on first write)."""
+        """Start loading the shards if the topic exists (it is created on first write)."""
         topic = self.broker.image.topics.get(STATE_TOPIC)
         if topic is not None:
             self.num_partitions = len(topic.partitions)
-            self._load_all()
+            self.runtime.load(range(self.num_partitions))
 
-    def ensure_topic(self) -> None:
-        if self.shards:
+    async def ensure_topic(self) -> None:
+        """Create the topic if needed and load its partitions. Raises CoordinatorUnavailable."""
+        if self.runtime.partitions:
             return
+        if self._creating is None:
+            self._creating = asyncio.ensure_future(self._create())
+        try:
+            await asyncio.shield(self._creating)
+        finally:
+            if self._creating is not None and self._creating.done():
+                self._creating = None
+
+    async def _create(self) -> None:
         cfg = self.broker.config
-        self.num_partitions = ensure_internal_topic(self.broker, STATE_TOPIC, self.num_partitions, {
+        existed = STATE_TOPIC in self.broker.image.topics
+        n = await ensure_internal_topic(self.broker, STATE_TOPIC, self.num_partitions, {
             "cleanup.policy": "delete", "retention.ms": "-1",
             "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"])})
-        self._load_all()
+        if not self.runtime.partitions:
+            self.num_partitions = n
+            self.runtime.load(range(n), now=not existed)
 
-    def _load_all(self) -> None:
-        self.loaded_records = 0
-        for p in range(self.num_partitions):
-            self.shards[p] = self._load(p)
+    async def wait_loaded(self) -> None:
+        await self.runtime.wait_loaded()
 
-    def _load(self, partition: int) -> ShareCoordinatorShard:
-        shard = ShareCoordinatorShard(self.config)
-        count = 0
-        for offset, key_bytes, value_bytes in read_records(self.broker, STATE_TOPIC, partition):
-            try:
-                key = decode_key(key_bytes)
-                if key is None:
-                    continue
-                shard.replay(offset, key, decode_value(key, value_bytes))
-                count += 1
-            except ShareRecordError as exc:
-                log.error("skipping malformed record at %s-%d offset %d: %s", STATE_TOPIC, partition, offset, exc)
-        if count:
-            log.info("loaded %d records (%d share partitions) into share coordinator %s-%d", count,
-                     len(shard.states), STATE_TOPIC, partition)
-        self.loaded_records += count
-        return shard
+    def close(self) -> None:
+        self.runtime.close()
+
+    @property
+    def loaded_records(self) -> int:
+        """Records replayed by the loads so far (tests, logs)."""
+        return self.runtime.loaded_records
 
     # -- routing ----------------------------------------------------------------------------
     def partition_for(self, key: ShareStateKey) -> int:
@@ -123,38 +162,20 @@ class ShareStateRuntime:
         t = self.broker.image.topic_by_id(topic_id)
         return t is not None and partition in t.partitions
 
-    def _run(self, key: ShareStateKey, fn: Callable[[ShareCoordinatorShard], ShareResult], now_ms: int) -> tuple:
-        """(response, log to fsync or None). Raises CoordinatorUnavailable."""
-        self.ensure_topic()
-        p = self.partition_for(key)
-        shard = self.shards[p]
-        result = fn(shard)
-        if not result.records:
-            return result.response, None
-        offsets = append_records(self.broker, STATE_TOPIC, p, [(encode_key(k), encode_value(v))
-                                                               for k, v in result.records], now_ms)
-        for offset, (k, v) in zip(offsets, result.records):
-            shard.replay(offset, k, v)
-        return result.response, needs_fsync(self.broker, STATE_TOPIC, p)
-
-    async def _durable(self, plog) -> bool:
-        if plog is None:
-            return True
-        try:
-            await self.broker.flusher.durable(plog)
-            return True
-        except OSError:
-            return False
+    async def _run(self, key: ShareStateKey, fn: Callable[[ShareCoordinatorShard], ShareResult]) -> Any:
+        """The response of ``fn`` once its records are committed and applied. Raises
+        CoordinatorUnavailable (with the code to answer)."""
+        if self.broker.stopping:
+            raise CoordinatorUnavailable("the broker is shutting down")
+        await self.ensure_topic()
+        result = await self.runtime.write(self.partition_for(key), fn, _now_ms())
+        return result.response
 
     async def _code(self, key: ShareStateKey, fn: Callable[[ShareCoordinatorShard], ShareResult]) -> tuple[int, str | None]:
-        if self.broker.stopping:
-            return int(ErrorCode.coordinator_not_available), "the broker is shutting down"
         try:
-            (code, message), plog = self._run(key, fn, _now_ms())
+            code, message = await self._run(key, fn)
         except CoordinatorUnavailable as exc:
-            return int(ErrorCode.coordinator_not_available), str(exc)
-        if not await self._durable(plog):
-            return int(ErrorCode.kafka_storage_error), "fsync of the share state failed"
+            return int(exc.error_code), str(exc)
         return int(code), message
 
     # -- SharePersister -----------------------------------------------------------------------
@@ -182,51 +203,47 @@ class ShareStateRuntime:
         return (await self.delete_checked(key))[0]
 
     async def read(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
-        if self.broker.stopping:
-            return ShareState(error_code=int(ErrorCode.coordinator_not_available))
+        """ReadShareGroupState: a write operation, since a newer leader epoch is recorded."""
         try:
-            state, plog = self._run(key, lambda s: s.read(key, leader_epoch, _now_ms(), self._exists), _now_ms())
+            return await self._run(key, lambda s: s.read(key, leader_epoch, _now_ms(), self._exists))
         except CoordinatorUnavailable as exc:
-            return ShareState(error_code=int(ErrorCode.coordinator_not_available), error_message=str(exc))
-        if not await self._durable(plog):
-            return ShareState(error_code=int(ErrorCode.kafka_storage_error), error_message="fsync failed")
-        return state
+            return ShareState(error_code=int(exc.error_code), error_message=str(exc))
 
     async def read_summary(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
-        return self.summary(key)
+        try:
+            return self.summary(key)
+        except CoordinatorUnavailable as exc:
+            return ShareState(error_code=int(exc.error_code), error_message=str(exc))
 
     # -- synchronous reads (no records) -----------------------------------------------------
     def summary(self, key: ShareStateKey) -> ShareState:
-        """ReadShareGroupStateSummary for one share partition (never writes)."""
-        shard = self.shards.get(self.partition_for(key)) if self.shards else None
-        if shard is None:  # no state topic yet: nothing was ever written
+        """ReadShareGroupStateSummary for one share partition (never writes; committed
+        state). Raises CoordinatorLoadInProgress / CoordinatorUnavailable."""
+        if not self.runtime.partitions:  # no state topic yet: nothing was ever written
             return ShareCoordinatorShard(self.config).read_summary(key, self._exists)
-        return shard.read_summary(key, self._exists)
+        return self.runtime.shard(self.partition_for(key)).read_summary(key, self._exists)
 
     def keys_for_group(self, group_id: str) -> list[ShareStateKey]:
-        """Every share partition of ``group_id`` that has state."""
+        """Every share partition of ``group_id`` that has (committed) state. Raises
+        CoordinatorLoadInProgress while a partition is loading."""
         out: list[ShareStateKey] = []
-        for shard in self.shards.values():
+        for shard in self.runtime.active_shards().values():
             out.extend(shard.keys_for_group(group_id))
         return out
 
     def all_keys(self) -> list[ShareStateKey]:
-        return [k for shard in self.shards.values() for k in shard.states]
+        return [k for shard in self.runtime.active_shards().values() for k in shard.states]
 
     # -- housekeeping -------------------------------------------------------------------------
-    def prune(self, now_ms: int) -> int:
-        """Cold snapshots, then delete records below each shard's redundant offset.
-        Returns how many records became deletable (for logs and tests)."""
+    async def prune(self, now_ms: int) -> int:
+        """Cold snapshots (through the write path), then delete records below each shard's
+        redundant offset. Returns how many records became deletable (for logs and tests)."""
+        await self.runtime.wait_loaded()
         freed = 0
-        for p, shard in self.shards.items():
+        for p, part in list(self.runtime.partitions.items()):
             try:
-                cold = shard.cold_snapshots(now_ms)
-                if cold:
-                    offsets = append_records(self.broker, STATE_TOPIC, p,
-                                             [(encode_key(k), encode_value(v)) for k, v in cold], now_ms)
-                    for offset, (k, v) in zip(offsets, cold):
-                        shard.replay(offset, k, v)
-                target = shard.redundant_offset()
+                await self.runtime.write(p, lambda s: ShareResult(s.cold_snapshots(now_ms)), now_ms)
+                target = part.shard.redundant_offset()
                 plog = self.broker.partition_log(STATE_TOPIC, p)
                 if target is None or plog is None or target <= plog.log_start_offset:
                     continue

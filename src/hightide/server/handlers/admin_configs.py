@@ -9,6 +9,7 @@ from ...config import BROKER_CONFIGS, GROUP_CONFIGS, TOPIC_CONFIGS, ConfigDef
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
 from .admin_topics import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG
 
@@ -110,22 +111,32 @@ def describe_configs(ctx, req):
     return materialize(response_schema(32, ctx.version), {"throttle_time": 0, "results": results})
 
 
+async def _alter(b, alter, validate_only: bool):
+    """Run a controller alter call as one metadata write: (code, message)."""
+    def op(image):
+        code, msg, records = alter(image)
+        return (code, msg), records if code == ErrorCode.none and not validate_only else []
+    try:
+        return await b.write_metadata(op)
+    except CoordinatorUnavailable as exc:
+        return exc.error_code, str(exc)
+
+
 @handles(44, 0, 1)
-def incremental_alter_configs(ctx, req):
+async def incremental_alter_configs(ctx, req):
     b = ctx.broker
     responses = []
     for r in req.resources:
         if r.resource_type == TOPIC_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg, records = b.controller.alter_topic_configs(b.image, r.resource_name, ops)
+            code, msg = await _alter(b, lambda image, n=r.resource_name, o=ops: b.controller.alter_topic_configs(
+                image, n, o), req.validate_only)
             if code == ErrorCode.none and not req.validate_only:
-                b.commit_metadata(records)
                 b.refresh_topic_config(b.image.topics[r.resource_name])
         elif r.resource_type == GROUP_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg, records = b.controller.alter_group_configs(b.image, r.resource_name, ops)
-            if code == ErrorCode.none and not req.validate_only:
-                b.commit_metadata(records)
+            code, msg = await _alter(b, lambda image, n=r.resource_name, o=ops: b.controller.alter_group_configs(
+                image, n, o), req.validate_only)
         elif r.resource_type == BROKER_RESOURCE:
             code, msg = ErrorCode.invalid_request, "Dynamic broker configs are not supported by hightide; use --config"
         else:

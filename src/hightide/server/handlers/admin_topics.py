@@ -1,18 +1,21 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
 
 Validation lives in the sans-IO :class:`~hightide.cluster.controller.Controller`; these
-handlers translate kio requests into controller calls, commit the resulting metadata
-records, and describe the outcome in the version the client asked for.
+handlers translate kio requests into controller calls run as metadata writes (the
+controller decides from the image under the metadata log's write lock; the answer waits
+until the records are fsynced, off the event loop, and applied), and describe the outcome
+in the version the client asked for.
 """
 
 from __future__ import annotations
 
 from ...protocol.codec import response_schema
 
-from ...cluster.controller import NewTopic
+from ...cluster.controller import NewTopic, TopicResult
 from ...config import TOPIC_CONFIGS, effective_topic_config
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
 
 DEFAULT_CONFIG = 5  # ConfigSource.DEFAULT_CONFIG
@@ -37,7 +40,7 @@ def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
 
 
 @handles(19, 2, 7)
-def create_topics(ctx, req):
+async def create_topics(ctx, req):
     b = ctx.broker
     specs = []
     for t in req.topics:
@@ -45,8 +48,11 @@ def create_topics(ctx, req):
             name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
             assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
             configs={c.name: c.value for c in t.configs}))
-    results, records = b.controller.create_topics(b.image, specs, validate_only=req.validate_only)
-    b.commit_metadata(records)
+    try:
+        results = await b.write_metadata(lambda image: b.controller.create_topics(image, specs,
+                                                                                 validate_only=req.validate_only))
+    except CoordinatorUnavailable as exc:  # the metadata log failed: nothing was created
+        results = [TopicResult(s.name, exc.error_code, str(exc)) for s in specs]
     topics = []
     for r in results:
         ok = r.error_code == ErrorCode.none
@@ -61,22 +67,25 @@ def create_topics(ctx, req):
 
 
 @handles(20, 1, 6)
-def delete_topics(ctx, req):
+async def delete_topics(ctx, req):
     b = ctx.broker
     if ctx.version >= 6:
         names = [t.name for t in req.topics if t.name is not None]
         ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
     else:
         names, ids = list(req.topic_names), []
-    results, records = b.controller.delete_topics(b.image, names, ids)
-    b.commit_metadata(records)
+    try:
+        results = await b.write_metadata(lambda image: b.controller.delete_topics(image, names, ids))
+    except CoordinatorUnavailable as exc:
+        results = [(n, None, exc.error_code, str(exc)) for n in names] + [(None, i, exc.error_code, str(exc))
+                                                                        for i in ids]
     responses = [{"name": n, "topic_id": tid, "error_code": code, "error_message": msg}
                  for n, tid, code, msg in results]
     return materialize(response_schema(20, ctx.version), {"throttle_time": 0, "responses": responses})
 
 
 @handles(37, 0, 3)
-def create_partitions(ctx, req):
+async def create_partitions(ctx, req):
     b = ctx.broker
     results = []
     seen: set[str] = set()
@@ -87,8 +96,12 @@ def create_partitions(ctx, req):
             continue
         seen.add(t.name)
         assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-        code, msg, records = b.controller.create_partitions(b.image, t.name, t.count, assignments)
-        if code == ErrorCode.none and not req.validate_only:
-            b.commit_metadata(records)
+        def op(image, t=t, assignments=assignments):
+            code, msg, records = b.controller.create_partitions(image, t.name, t.count, assignments)
+            return (code, msg), records if code == ErrorCode.none and not req.validate_only else []
+        try:
+            code, msg = await b.write_metadata(op)
+        except CoordinatorUnavailable as exc:
+            code, msg = exc.error_code, str(exc)
         results.append({"name": t.name, "error_code": code, "error_message": msg})
     return materialize(response_schema(37, ctx.version), {"throttle_time": 0, "results": results})

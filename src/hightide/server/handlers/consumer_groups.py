@@ -2,8 +2,8 @@
 
 The state machine is sans-IO (:mod:`hightide.group.consumer_group`, driven through the
 shard); these handlers translate requests into its version-independent inputs, run them
-through the coordinator runtime (which appends the records, replays them, then the live
-timer records) and encode the answer for the negotiated version. Heartbeats are never
+through the coordinator runtime (which appends the records, waits until they are
+committed, replays them, then the live timer records) and encode the answer for the negotiated version. Heartbeats are never
 parked: every answer is immediate.
 """
 
@@ -45,17 +45,17 @@ def _heartbeat_request(ctx, req) -> HeartbeatRequest:
 
 
 @handles(68, 0, 1)
-def consumer_group_heartbeat(ctx, req):
+async def consumer_group_heartbeat(ctx, req):
     runtime = ctx.broker.groups
     hb = _heartbeat_request(ctx, req)
     if ctx.broker.stopping:
         resp = HeartbeatResponse(ErrorCode.not_coordinator)
     else:
         try:
-            resp = runtime.execute(req.group_id, lambda shard: shard.consumer_group_heartbeat(
+            resp = await runtime.execute(req.group_id, lambda shard: shard.consumer_group_heartbeat(
                 hb, ctx.now_ms, runtime.topics()), ctx.now_ms)
         except CoordinatorUnavailable as exc:
-            resp = HeartbeatResponse(ErrorCode.coordinator_not_available, str(exc))
+            resp = HeartbeatResponse(exc.error_code, str(exc))
     assignment = None if resp.assignment is None else {"topic_partitions": [
         {"topic_id": tid, "partitions": list(parts)} for tid, parts in resp.assignment]}
     return materialize(response_schema(68, ctx.version), {

@@ -24,7 +24,7 @@ TAG_EXPECTED_OFFSET = 10000
 
 
 # -- FindCoordinator ------------------------------------------------------------------------
-def _share_coordinator(b, key: str, version: int) -> tuple[ErrorCode, str | None]:
+async def _share_coordinator(b, key: str, version: int) -> tuple[ErrorCode, str | None]:
     """Key type SHARE (v6+): ``group:topicId:partition`` (Kafka's SharePartitionKey),
     answered by the node of its ``__share_group_state`` partition (this one)."""
     import base64
@@ -37,14 +37,14 @@ def _share_coordinator(b, key: str, version: int) -> tuple[ErrorCode, str | None
     except (ValueError, IndexError):
         return ErrorCode.invalid_request, f"invalid share coordinator key {key!r}"
     try:
-        b.share_state.ensure_topic()
+        await b.share_state.ensure_topic()
     except CoordinatorUnavailable as exc:
-        return ErrorCode.coordinator_not_available, str(exc)
+        return exc.error_code, str(exc)
     return ErrorCode.none, None
 
 
 @handles(10, 0, 6)
-def find_coordinator(ctx, req):
+async def find_coordinator(ctx, req):
     b = ctx.broker
     key_type = getattr(req, "key_type", GROUP_KEY)
     keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
@@ -55,16 +55,16 @@ def find_coordinator(ctx, req):
         if key_type == TXN_KEY:
             code, msg = ErrorCode.coordinator_not_available, "transactions are not supported yet"
         elif key_type == SHARE_KEY:
-            code, msg = _share_coordinator(b, key, ctx.version)
+            code, msg = await _share_coordinator(b, key, ctx.version)
         elif key_type != GROUP_KEY:
             code, msg = ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
         elif not key:
             code, msg = ErrorCode.invalid_request, "the group id must not be empty"
         else:
             try:
-                b.groups.ensure_topic()
+                await b.groups.ensure_topic()
             except CoordinatorUnavailable as exc:
-                code, msg = ErrorCode.coordinator_not_available, str(exc)
+                code, msg = exc.error_code, str(exc)
         ok = code == ErrorCode.none
         entries.append({"key": key, "node_id": b.node_id if ok else -1, "host": host if ok else "",
                         "port": port if ok else -1, "error_code": code, "error_message": msg})
@@ -82,7 +82,10 @@ def _expected_offset(ctx, partition) -> int | None:
 
 
 @handles(8, 2, 9)
-def offset_commit(ctx, req):
+async def offset_commit(ctx, req):
+    """Answered once the commit's records are committed: durable when the topic's
+    ``flush.messages`` says so (see docs/offsets.md); an error if the append or fsync
+    fails, and then nothing of it is visible to OffsetFetch."""
     b = ctx.broker
     commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
@@ -94,13 +97,13 @@ def offset_commit(ctx, req):
         return t is not None and partition in t.partitions
 
     try:
-        group_error, errors = b.groups.execute(
+        group_error, errors = await b.groups.execute(
             req.group_id, lambda shard: shard.commit_offsets(
                 req.group_id, req.generation_id_or_member_epoch, req.member_id, commits, ctx.now_ms, exists,
                 getattr(req, "group_instance_id", None), ctx.version),
             ctx.now_ms)
-    except CoordinatorUnavailable:
-        group_error, errors = ErrorCode.coordinator_not_available, {}
+    except CoordinatorUnavailable as exc:
+        group_error, errors = exc.error_code, {}
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index,
          "error_code": errors.get((t.name, p.partition_index), group_error)} for p in t.partitions]}
@@ -112,9 +115,9 @@ def offset_commit(ctx, req):
 def _fetch_group(ctx, group_id: str, topics, member_id: str | None = None, member_epoch: int = -1) -> GroupOffsets:
     b = ctx.broker
     try:
-        shard = b.groups.shard_for(group_id)
-    except CoordinatorUnavailable:
-        return GroupOffsets(group_id, ErrorCode.coordinator_not_available, [])
+        shard = b.groups.shard_for(group_id)  # committed state only
+    except CoordinatorUnavailable as exc:
+        return GroupOffsets(group_id, exc.error_code, [])
     member_error = shard.validate_fetch(group_id, member_id, member_epoch)
     if member_error != ErrorCode.none:  # a consumer group member with a stale epoch (v9)
         return GroupOffsets(group_id, member_error, [])
@@ -146,16 +149,16 @@ def offset_fetch(ctx, req):
 
 # -- OffsetDelete ---------------------------------------------------------------------------
 @handles(47, 0, 0)
-def offset_delete(ctx, req):
+async def offset_delete(ctx, req):
     b = ctx.broker
     partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     try:
-        group_error, errors = b.groups.execute(
+        group_error, errors = await b.groups.execute(
             req.group_id, lambda shard: shard.delete_offsets(req.group_id, partitions,
                                                              shard.subscribed_topics(req.group_id)),
             ctx.now_ms)
-    except CoordinatorUnavailable:
-        group_error, errors = ErrorCode.coordinator_not_available, {}
+    except CoordinatorUnavailable as exc:
+        group_error, errors = exc.error_code, {}
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index, "error_code": errors.get((t.name, p.partition_index), ErrorCode.none)}
         for p in t.partitions]} for t in req.topics] if group_error == ErrorCode.none else []

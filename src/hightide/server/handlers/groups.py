@@ -42,15 +42,10 @@ async def _after_tail(ctx) -> None:
         tail = ctx.broker.groups.tail(ctx.peer)
 
 
-def _in_order(ctx, fn):
-    """``fn()`` now, or (as an awaitable) once the connection's parked request is answered."""
-    if ctx.broker.groups.tail(ctx.peer) is None:
-        return fn()
-
-    async def later():
-        await _after_tail(ctx)
-        return fn()
-    return later()
+async def _in_order(ctx, fn):
+    """``await fn()`` once the connection's parked request (if any) is answered."""
+    await _after_tail(ctx)
+    return await fn()
 
 
 async def _parked(ctx, group_id: str, call, failed):
@@ -63,14 +58,16 @@ async def _parked(ctx, group_id: str, call, failed):
     handle, fut = runtime.park()
     runtime.set_tail(ctx.peer, fut)
     try:
-        runtime.execute(group_id, lambda shard: call(shard, handle), ctx.now_ms)
-    except CoordinatorUnavailable:
+        await runtime.execute(group_id, lambda shard: call(shard, handle), ctx.now_ms)
+    except CoordinatorUnavailable as exc:
         runtime.forget(handle)
-        return failed(ErrorCode.coordinator_not_available)
+        if not fut.done():
+            fut.cancel()  # releases the connection's tail
+        return failed(exc.error_code)
     try:
         return await fut
-    except CoordinatorUnavailable:
-        return failed(ErrorCode.not_coordinator)
+    except CoordinatorUnavailable as exc:
+        return failed(exc.error_code)
 
 
 # -- JoinGroup ------------------------------------------------------------------------------
@@ -121,14 +118,14 @@ def heartbeat(ctx, req):
     return _in_order(ctx, lambda: _heartbeat(ctx, req))
 
 
-def _heartbeat(ctx, req):
+async def _heartbeat(ctx, req):
     instance = getattr(req, "group_instance_id", None)
     try:
-        code = ctx.broker.groups.execute(
+        code = await ctx.broker.groups.execute(
             req.group_id, lambda shard: shard.heartbeat(req.group_id, req.member_id, instance, req.generation_id,
                                                         ctx.now_ms), ctx.now_ms)
-    except CoordinatorUnavailable:
-        code = ErrorCode.coordinator_not_available
+    except CoordinatorUnavailable as exc:
+        code = exc.error_code
     return materialize(response_schema(12, ctx.version), {"throttle_time": 0, "error_code": code})
 
 
@@ -138,16 +135,16 @@ def leave_group(ctx, req):
     return _in_order(ctx, lambda: _leave_group(ctx, req))
 
 
-def _leave_group(ctx, req):
+async def _leave_group(ctx, req):
     if ctx.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         members = [(req.member_id, None)]
     try:
-        top, codes = ctx.broker.groups.execute(
+        top, codes = await ctx.broker.groups.execute(
             req.group_id, lambda shard: shard.leave_group(req.group_id, members, ctx.now_ms), ctx.now_ms)
-    except CoordinatorUnavailable:
-        top, codes = ErrorCode.coordinator_not_available, []
+    except CoordinatorUnavailable as exc:
+        top, codes = exc.error_code, []
     if ctx.version < 3:
         top = top if top != ErrorCode.none else codes[0]
         return materialize(response_schema(13, ctx.version), {"throttle_time": 0, "error_code": top})
@@ -164,8 +161,8 @@ def _describe(ctx, group_id: str) -> dict:
     try:
         shard = ctx.broker.groups.shard_for(group_id) if group_id else None
         described = shard.describe_group(group_id) if shard is not None else None
-    except CoordinatorUnavailable:
-        return {**base, "error_code": ErrorCode.coordinator_not_available, "group_state": ""}
+    except CoordinatorUnavailable as exc:
+        return {**base, "error_code": exc.error_code, "group_state": ""}
     if described is None:
         if ctx.version >= 6:
             other = shard is not None and shard.group_exists(group_id)  # a consumer or share group
@@ -192,11 +189,10 @@ def list_groups(ctx, req):
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     groups = []
     try:
-        ctx.broker.groups.ensure_topic()
-        shards = list(ctx.broker.groups.shards.values())
-    except CoordinatorUnavailable:
+        shards = list(ctx.broker.groups.shards.values())  # none before the topic exists
+    except CoordinatorUnavailable as exc:
         return materialize(response_schema(16, ctx.version),
-                           {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []})
+                           {"throttle_time": 0, "error_code": exc.error_code, "groups": []})
     if not types or "classic" in types:
         for shard in shards:
             for gid, ptype, state in shard.list_groups():
@@ -235,8 +231,9 @@ async def delete_groups(ctx, req):
         try:
             code = await _delete_share_state(ctx, group_id)
             if code == ErrorCode.none:
-                code = ctx.broker.groups.execute(group_id, lambda shard, g=group_id: shard.delete_group(g), ctx.now_ms)
-        except CoordinatorUnavailable:
-            code = ErrorCode.coordinator_not_available
+                code = await ctx.broker.groups.execute(group_id, lambda shard, g=group_id: shard.delete_group(g),
+                                                       ctx.now_ms)
+        except CoordinatorUnavailable as exc:
+            code = exc.error_code
         results.append({"group_id": group_id, "error_code": code})
     return materialize(response_schema(42, ctx.version), {"throttle_time": 0, "results": results})

@@ -10,6 +10,7 @@ from ...cluster.controller import NewTopic, topic_name_error
 from ...cluster.image import TopicImage
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..coordinator_runtime import CoordinatorUnavailable
 from ...protocol.acl import all_operations
 from ..registry import handles
 
@@ -32,16 +33,14 @@ def error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = 
             "partitions": [], "topic_authorized_operations": OMITTED}
 
 
-def auto_create(broker, names: list[str]) -> None:
-    """Create the named topics with broker defaults (used by Metadata and Produce)."""
-    if not names:
-        return
-    _, records = broker.controller.create_topics(broker.image, [NewTopic(n) for n in names])
-    broker.commit_metadata(records)
+async def auto_create(broker, names: list[str]) -> None:
+    """Create the named topics with broker defaults (used by Metadata), durably."""
+    if names:
+        await broker.write_metadata(lambda image: broker.controller.create_topics(image, [NewTopic(n) for n in names]))
 
 
 @handles(3, 0, 12)
-def handle(ctx, req):
+async def handle(ctx, req):
     b = ctx.broker
     image = b.image
     requested = req.topics
@@ -58,7 +57,10 @@ def handle(ctx, req):
                 continue
             if name not in image.topics and allow and topic_name_error(name) is None:
                 to_create.append(name)
-        auto_create(b, list(dict.fromkeys(to_create)))
+        try:
+            await auto_create(b, list(dict.fromkeys(to_create)))
+        except CoordinatorUnavailable:
+            pass  # the metadata log failed: the topics are answered as unknown
         topics = []
         for rt in requested:
             tid = getattr(rt, "topic_id", None)

@@ -54,7 +54,15 @@ def _describe_partition(b, topic: str, key: ShareStateKey) -> dict:
 
 
 def describe_group(b, group_id: str, topics: list[tuple[str, list[int]]] | None) -> dict:
-    """One DescribeShareGroupOffsetsResponseGroup as a dict (kio field names)."""
+    """One DescribeShareGroupOffsetsResponseGroup as a dict (kio field names), from
+    committed share state; while the state is loading, the group's error says so."""
+    try:
+        return _describe_group(b, group_id, topics)
+    except _UNAVAILABLE as exc:
+        return {"group_id": group_id, "topics": [], "error_code": exc.error_code, "error_message": str(exc)}
+
+
+def _describe_group(b, group_id: str, topics: list[tuple[str, list[int]]] | None) -> dict:
     image = b.image
     if topics is None:  # every share partition with state
         by_topic: dict[uuid.UUID, list[int]] = {}
@@ -93,7 +101,7 @@ def _group_error(b, group_id: str) -> tuple[ErrorCode, str | None] | None:
     try:
         state = b.share_groups.group_state(group_id)
     except _UNAVAILABLE as exc:
-        return ErrorCode.coordinator_not_available, str(exc)
+        return exc.error_code, str(exc)
     if state is None:
         return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
     if state != "Empty":
@@ -113,12 +121,12 @@ def _group_epoch(b, group_id: str, default: int) -> int:
     return d.get("group_epoch", default) if d else default
 
 
-def _mark_initialized(b, group_id: str, parts: dict[uuid.UUID, frozenset[int]], now_ms: int) -> None:
+async def _mark_initialized(b, group_id: str, parts: dict[uuid.UUID, frozenset[int]], now_ms: int) -> None:
     """Record altered partitions as initialised in the share group, as Kafka's
     alterShareGroupOffsets does, so a later heartbeat does not initialise them again."""
     runtime = b.groups
     try:
-        runtime.execute(group_id, lambda shard: shard.share_initialized(group_id, parts, runtime.topics(), True),
+        await runtime.execute(group_id, lambda shard: shard.share_initialized(group_id, parts, runtime.topics(), True),
                         now_ms)
     except _UNAVAILABLE:
         pass
@@ -141,18 +149,22 @@ async def alter_share_group_offsets(ctx, req):
             code, message = ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE
             if timg is not None and p.partition_index in timg.partitions:
                 key = ShareStateKey(req.group_id, timg.topic_id, p.partition_index)
-                current = b.share_state.summary(key)
-                epoch = _group_epoch(b, req.group_id, max(current.state_epoch, 0) + 1)
-                code, message = await b.share_state.initialize_checked(key, max(epoch, current.state_epoch),
-                                                                       p.start_offset)
-                _invalidate(b, key)
+                try:
+                    current = b.share_state.summary(key)
+                except _UNAVAILABLE as exc:
+                    code, message = exc.error_code, str(exc)
+                else:
+                    epoch = _group_epoch(b, req.group_id, max(current.state_epoch, 0) + 1)
+                    code, message = await b.share_state.initialize_checked(key, max(epoch, current.state_epoch),
+                                                                           p.start_offset)
+                    _invalidate(b, key)
                 if code == 0:
                     done.setdefault(timg.topic_id, set()).add(p.partition_index)
             parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
         responses.append({"topic_name": t.topic_name, "topic_id": timg.topic_id if timg else ZERO_UUID,
                           "partitions": parts})
     if done:
-        _mark_initialized(b, req.group_id, {t: frozenset(ps) for t, ps in done.items()}, ctx.now_ms)
+        await _mark_initialized(b, req.group_id, {t: frozenset(ps) for t, ps in done.items()}, ctx.now_ms)
     return materialize(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                                 "responses": responses})
 
@@ -167,7 +179,12 @@ async def delete_share_group_offsets(ctx, req):
         return materialize(schema, {"throttle_time": 0, "error_code": err[0], "error_message": err[1],
                                     "responses": []})
     with_state: dict[uuid.UUID, list[ShareStateKey]] = {}
-    for key in b.share_state.keys_for_group(req.group_id):
+    try:
+        keys_with_state = b.share_state.keys_for_group(req.group_id)
+    except _UNAVAILABLE as exc:
+        return materialize(schema, {"throttle_time": 0, "error_code": exc.error_code, "error_message": str(exc),
+                                    "responses": []})
+    for key in keys_with_state:
         with_state.setdefault(key.topic_id, []).append(key)
     ok, failed = [], []
     for t in req.topics:
@@ -194,7 +211,7 @@ async def delete_share_group_offsets(ctx, req):
         # the group forgets these topics were initialized, so its next heartbeat
         # initializes them again before assigning them (as Kafka's coordinator does)
         try:
-            b.share_groups.state_deleted(req.group_id, [e["topic_id"] for e in ok])
+            await b.share_groups.state_deleted(req.group_id, [e["topic_id"] for e in ok])
         except _UNAVAILABLE:
             pass  # the share state is gone; a fetch initializes a partition it finds without state
     return materialize(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,

@@ -46,7 +46,7 @@ async def share_group_heartbeat(ctx, req):
     try:
         resp = await ctx.broker.share_groups.heartbeat(hb, ctx.now_ms)
     except CoordinatorUnavailable as exc:
-        resp = ShareHeartbeatResponse(ErrorCode.coordinator_not_available, str(exc))
+        resp = ShareHeartbeatResponse(exc.error_code, str(exc))
     return _heartbeat_response(ctx, resp)
 
 

@@ -5,7 +5,9 @@ ReadShareGroupStateSummary (87, v0–1).
 In Kafka these are inter-broker RPCs; hightide also serves them on its listener so tools
 and tests can read and write share state. Each partition of a request is one call to the
 share coordinator runtime (``broker.share_state``): the sans-IO shard decides, the runtime
-appends to ``__share_group_state`` and replays. As Kafka's ``ShareCoordinatorService``, a
+appends to ``__share_group_state``, waits until the records are committed (fsynced under
+``flush.messages``) and only then replays them and answers: a failed fsync answers
+KAFKA_STORAGE_ERROR and leaves nothing a later read could see. As Kafka's ``ShareCoordinatorService``, a
 request with an empty group id, no topics or a topic without partitions is answered with
 no results. WriteShareGroupState v0 carries no DeliveryCompleteCount (it is recomputed
 from the state batches); v1 carries it. ReadShareGroupStateSummary v1 returns it.
@@ -121,6 +123,6 @@ async def read_share_group_state_summary(ctx, req):
     rt = ctx.broker.share_state
 
     async def one(key, p):
-        return _state_part(p.partition, rt.summary(key), False)
+        return _state_part(p.partition, await rt.read_summary(key), False)
     results = [] if _empty(req) else await _per_partition(req, one, _null_state)
     return materialize(response_schema(87, ctx.version), {"results": results})
