@@ -193,6 +193,13 @@ class ClassicGroup:
             return ErrorCode.none if existing == member_id else ErrorCode.fenced_instance_id
         return ErrorCode.none if member_id in self.members else ErrorCode.unknown_member_id
 
+    def generation_check(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
+        """:meth:`member_check`, then ILLEGAL_GENERATION unless ``generation`` is the group's."""
+        code = self.member_check(member_id, instance_id)
+        if code == ErrorCode.none and generation != self.generation:
+            return ErrorCode.illegal_generation
+        return code
+
     def join_response(self, member_id: str, skip_assignment: bool = False) -> JoinResponse:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
         if member_id == self.leader:
@@ -436,11 +443,9 @@ def sync(g: ClassicGroup, member_id: str, instance_id: str | None, generation: i
 
     if g.state is S.DEAD:
         return fail(ErrorCode.coordinator_not_available)
-    code = g.member_check(member_id, instance_id)
+    code = g.generation_check(member_id, instance_id, generation)
     if code != ErrorCode.none:
         return fail(code)
-    if generation != g.generation:
-        return fail(ErrorCode.illegal_generation)
     if (protocol_type is not None and protocol_type != g.protocol_type) or (
             protocol is not None and protocol != g.protocol):
         return fail(ErrorCode.inconsistent_group_protocol)
@@ -468,11 +473,9 @@ def heartbeat(g: ClassicGroup, member_id: str, instance_id: str | None, generati
     """Heartbeat: resets the member's session timer; REBALANCE_IN_PROGRESS tells it to rejoin."""
     if g.state is S.DEAD:
         return ErrorCode.coordinator_not_available
-    code = g.member_check(member_id, instance_id)
+    code = g.generation_check(member_id, instance_id, generation)
     if code != ErrorCode.none:
         return code
-    if generation != g.generation:
-        return ErrorCode.illegal_generation
     m = g.members[member_id]
     m.heartbeat_deadline = now + m.session_timeout
     return ErrorCode.rebalance_in_progress if g.state is S.PREPARING_REBALANCE else ErrorCode.none

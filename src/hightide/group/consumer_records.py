@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from . import modern_records as M
 from .modern_records import (
@@ -158,23 +157,9 @@ _CODEC = M.Codec({
 
 
 # -- encode / decode ------------------------------------------------------------------------------
-def encode_key(key: ConsumerKey) -> bytes:
-    """The key bytes: int16 version then the group id (and member id for 5, 7, 8)."""
-    return _CODEC.encode_key(key)
-
-
-def decode_key(data: bytes) -> ConsumerKey | None:
-    """Decode a key of versions 3–8; None for any other version (offsets, classic groups,
-    share groups, transactions, regex records...). Raises RecordFormatError if truncated."""
-    return _CODEC.decode_key(data)
-
-
-def encode_value(value: ConsumerValue | None) -> bytes | None:
-    """The value bytes (version 0, flexible); None for a tombstone."""
-    return _CODEC.encode_value(value)
-
-
-def decode_value(key: ConsumerKey, data: bytes | None) -> Any:
-    """Decode the value belonging to ``key`` (None for a tombstone). Raises
-    RecordFormatError for an unknown value version, truncation or trailing bytes."""
-    return _CODEC.decode_value(key, data)
+# Key and value bytes of record versions 3–8 (:class:`.modern_records.Codec`): decode_key
+# answers None for any other version; errors are RecordFormatError.
+encode_key = _CODEC.encode_key
+decode_key = _CODEC.decode_key
+encode_value = _CODEC.encode_value
+decode_value = _CODEC.decode_value

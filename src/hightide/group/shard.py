@@ -449,11 +449,9 @@ class GroupCoordinatorShard:
         if generation < 0 and g.state is GroupState.EMPTY:
             return ErrorCode.none
         if generation >= 0 or member_id or instance_id is not None:
-            code = g.member_check(member_id, instance_id)
+            code = g.generation_check(member_id, instance_id, generation)
             if code != ErrorCode.none:
                 return code
-            if generation != g.generation:
-                return ErrorCode.illegal_generation
         else:
             return ErrorCode.unknown_member_id
         if g.state is GroupState.COMPLETING_REBALANCE:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from . import modern_records as M
 from .modern_records import (
@@ -154,23 +153,9 @@ _CODEC = M.Codec({
 
 
 # -- encode / decode ------------------------------------------------------------------------------
-def encode_key(key: ShareKey) -> bytes:
-    """The key bytes: int16 version then the group id (and member id for 10, 13, 14)."""
-    return _CODEC.encode_key(key)
-
-
-def decode_key(data: bytes) -> ShareKey | None:
-    """Decode a key of versions 10–15; None for any other version. Raises
-    RecordFormatError if truncated."""
-    return _CODEC.decode_key(data)
-
-
-def encode_value(value: ShareValue | None) -> bytes | None:
-    """The value bytes (version 0, flexible); None for a tombstone."""
-    return _CODEC.encode_value(value)
-
-
-def decode_value(key: ShareKey, data: bytes | None) -> Any:
-    """Decode the value belonging to ``key`` (None for a tombstone). Raises
-    RecordFormatError for an unknown value version, truncation or trailing bytes."""
-    return _CODEC.decode_value(key, data)
+# Key and value bytes of record versions 10–15 (:class:`.modern_records.Codec`): decode_key
+# answers None for any other version; errors are RecordFormatError.
+encode_key = _CODEC.encode_key
+decode_key = _CODEC.decode_key
+encode_value = _CODEC.encode_value
+decode_value = _CODEC.decode_value
