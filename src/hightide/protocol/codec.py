@@ -37,8 +37,9 @@ class RequestHeader:
 
 
 @cache
-def request_schema(api_key: int, version: int) -> type | None:
-    """The kio request class for (api_key, version), or None if kio has none."""
+def request_schema(api_key: int, version: int) -> Any:
+    """The kio request class for (api_key, version), or None if kio has none (typed
+    ``Any``: kio's entity classes carry their schema as class attributes)."""
     try:
         return load_request_schema(api_key, version)
     except Exception:
@@ -46,7 +47,8 @@ def request_schema(api_key: int, version: int) -> type | None:
 
 
 @cache
-def response_schema(api_key: int, version: int) -> type:
+def response_schema(api_key: int, version: int) -> Any:
+    """The kio response class for (api_key, version); raises if kio has none."""
     return load_response_schema(api_key, version)
 
 
@@ -75,10 +77,6 @@ def parse_header(frame: memoryview | bytes) -> tuple[RequestHeader, int]:
         except ValueError as exc:
             raise PeerProtocolError(f"request header tagged fields malformed: {exc}") from exc
     return header, pos
-
-
-
-
 
 
 def decode_request(header: RequestHeader, frame: memoryview | bytes, offset: int,

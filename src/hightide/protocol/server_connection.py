@@ -228,7 +228,8 @@ class ServerConnection(Generic[R]):
                 ErrorCode.unsupported_version)
         unknown: dict = {}
         body = decode_request(header, frame, body_offset, unknown)
-        return Request(self._open_slot(header), header, body, unknown, route)
+        self._slots.append([header, _PENDING])
+        return Request(self._first_slot + len(self._slots) - 1, header, body, unknown, route)
 
     def _open_slot(self, header: RequestHeader) -> int:
         self._slots.append([header, _PENDING])
@@ -265,11 +266,12 @@ class ServerConnection(Generic[R]):
 
     @staticmethod
     def _frame(header: RequestHeader, response: Any) -> Sequence[bytes | memoryview]:
+        if isinstance(response, RawResponse):
+            buffers = response.buffers
+            return [sum(map(len, buffers)).to_bytes(4, "big"), *buffers]
         if response is None:
             return _NOTHING
-        if isinstance(response, RawResponse):
-            return [response.size.to_bytes(4, "big"), *response.buffers]
-        if isinstance(response, (bytes, bytearray)):
+        if isinstance(response, bytes):
             return [response]
         return [encode_response(header.api_key, header.api_version, header.correlation_id, response)]
 

@@ -23,6 +23,7 @@ moves bytes, runs handlers, and applies back-pressure:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -164,7 +165,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
-            task.add_done_callback(lambda t, r=request: self._finished(t, r))
+            task.add_done_callback(functools.partial(self._finished, request=request))
             self._check_backpressure()
         else:
             self._answer(request, result)
@@ -191,7 +192,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if out:
             self._write(out)
-        self._check_backpressure()
+        if self.paused or self.conn.pending_responses:  # else nothing can have changed
+            self._check_backpressure()
         if self.closing and not self.conn.in_flight and self._open():
             self.transport.close()  # type: ignore[union-attr]
 
