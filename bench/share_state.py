@@ -37,7 +37,8 @@ async def _broker(d: str) -> Broker:
     await b.start()
     if "t" not in b.image.topics:
         _, records = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-        b.commit_metadata(records)
+        await b.commit_metadata(records)
+    await b.share_state.wait_loaded()
     return b
 
 
@@ -67,7 +68,7 @@ async def recovery(n_writes: int, prune: bool) -> dict:
         for i in range(n_writes):
             assert await b.share_state.write(key, 0, 0, i * 10, 5, _batches(i, 10)) == 0
         if prune:
-            b.share_state.prune(int(time.time() * 1000))
+            await b.share_state.prune(int(time.time() * 1000))
         await b.stop()
         t = time.perf_counter()
         b = await _broker(d)
