@@ -8,6 +8,9 @@ directory's own entry lives in its parent, so it needs the parent fsynced too.
 
 :meth:`MemoryStorage.crash` is the power cut: every directory goes back to its durable
 entries and every file to its durable bytes; open handles become invalid (EBADF).
+Between two fsyncs of a directory its entry changes are all kept or all lost together
+(a journaling file system keeps them in order; one that reordered them could keep a
+later change without an earlier one, which this model does not produce).
 Everything else behaves like POSIX: handles survive unlink and rename, ``dup`` shares
 the file. One lock serialises all operations, so several threads may use it.
 """
