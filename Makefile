@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test venv lint bench clean
+.PHONY: serve test venv lint bench clean jsdeps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,11 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/lint-imports
 
-test: $(STAMP) kcat
+# kafkajs for the tests that drive it (tests/js): installed from the lock file.
+jsdeps:
+	@if [ -f tests/js/package-lock.json ]; then npm ci --prefix tests/js --no-audit --no-fund --silent; fi
+
+test: $(STAMP) kcat jsdeps
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

@@ -7,6 +7,7 @@ from ..registry import Routes, build_routes
 from . import (
     admin_configs,
     admin_topics,
+    alter_configs,
     api_versions,
     consumer_groups,
     delete_records,
@@ -25,9 +26,9 @@ from . import (
     share_state,
 )
 
-MODULES = (admin_configs, admin_topics, api_versions, consumer_groups, delete_records, describe_cluster, fetch,
-           group_offsets, groups, init_producer_id, list_offsets, metadata, offset_for_leader_epoch, produce,
-           share_fetch, share_group_offsets, share_groups, share_state)
+MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_groups, delete_records,
+           describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,
+           offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state)
 
 
 def routes() -> Routes:

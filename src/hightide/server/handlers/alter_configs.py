@@ -1,0 +1,89 @@
+"""AlterConfigs (key 33), the non-incremental form Kafka 4 still serves (kafkajs'
+``alterConfigs`` uses it).
+
+Kafka's semantics (``ConfigurationControlManager.legacyAlterConfigs``): the configs in
+the request *replace* the resource's whole set of dynamic configs — a config not named is
+deleted, a config named twice keeps its last value. Each resource is validated and
+answered on its own (unknown topic, unknown or invalid config, null topic config value);
+``validate_only`` checks without writing. A resource named twice in one request answers
+INVALID_REQUEST "Duplicate resource." once; an unknown resource type answers
+UNSUPPORTED_VERSION, as Kafka's controller does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..coordinator_runtime import CoordinatorUnavailable
+from ..registry import handles
+
+SET, DELETE = 0, 1
+_KNOWN_TYPES = {1, 2, 4, 8, 16, 32}  # Kafka's ConfigResource.Type ids (UNKNOWN is 0)
+
+
+def replace_ops(current: dict[str, str], wanted: dict[str, str | None]) -> list[tuple[str, int, str | None]]:
+    """IncrementalAlterConfigs operations that turn ``current`` into exactly ``wanted``:
+    SET for every wanted config, DELETE for every current one not wanted."""
+    ops: list[tuple[str, int, str | None]] = [(k, DELETE, None) for k in sorted(current) if k not in wanted]
+    ops += [(k, SET, v) for k, v in wanted.items()]
+    return ops
+
+
+async def _write(b, alter, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Run ``alter(image) -> (code, message, records)`` as one metadata write (nothing is
+    written when it fails or with ``validate_only``). Returns (code, message)."""
+    def op(image):
+        code, msg, records = alter(image)
+        return (code, msg), records if code == ErrorCode.none and not validate_only else []
+    try:
+        return await b.write_metadata(op)
+    except CoordinatorUnavailable as exc:
+        return exc.error_code, str(exc)
+
+
+async def _alter_resource(b, rtype: int, name: str, wanted: dict[str, str | None],
+                          validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Replace the dynamic configs of one resource; (error code, message)."""
+    if rtype == TOPIC_RESOURCE:
+        nulls = [k for k, v in wanted.items() if v is None]
+        if nulls:
+            return ErrorCode.invalid_config, f"Null value not supported for topic configs: {','.join(nulls)}"
+        code, msg = await _write(b, lambda image: b.controller.alter_topic_configs(
+            image, name, replace_ops(image.topics[name].configs if name in image.topics else {}, wanted)),
+            validate_only)
+        if code == ErrorCode.none and not validate_only:
+            b.refresh_topic_config(b.image.topics[name])
+        return code, msg
+    if rtype == GROUP_RESOURCE:
+        return await _write(b, lambda image: b.controller.alter_group_configs(
+            image, name, replace_ops(image.group_configs.get(name, {}), wanted)), validate_only)
+    if rtype == BROKER_RESOURCE:
+        return ErrorCode.invalid_request, "Dynamic broker configs are not supported by hightide; use --config"
+    if rtype not in _KNOWN_TYPES:
+        return ErrorCode.unsupported_version, f"Unknown resource type {rtype}."
+    return ErrorCode.invalid_request, f"Unsupported resource type {rtype} for AlterConfigs"
+
+
+@handles(33, 0, 2)
+async def handle(ctx, req):
+    b = ctx.broker
+    count = Counter((r.resource_type, r.resource_name) for r in req.resources)
+    answered: set[tuple[int, str]] = set()
+    responses = []
+    for r in req.resources:
+        key = (r.resource_type, r.resource_name)
+        if key in answered:
+            continue
+        answered.add(key)
+        if count[key] > 1:
+            code, msg = ErrorCode.invalid_request, "Duplicate resource."
+        else:
+            wanted = {c.name: c.value for c in r.configs}  # a name given twice: the last value wins
+            code, msg = await _alter_resource(b, r.resource_type, r.resource_name, wanted, req.validate_only)
+        responses.append({"error_code": code, "error_message": msg, "resource_type": r.resource_type,
+                          "resource_name": r.resource_name})
+    return materialize(response_schema(33, ctx.version), {"throttle_time": 0, "responses": responses})
