@@ -308,3 +308,19 @@ def test_cli_and_client_connect_to_librdkafka_mock_cluster(mock_cluster):
             return await admin.describe_topics(["mocktopic"])
     topics = asyncio.run(asyncio.wait_for(describe(), 30))
     assert 0 in topics["mocktopic"].partitions
+
+
+def test_advertised_host_kafkajs(fresh_server, topic_name):
+    """kafkajs, which its admin calls reach only through the advertised name, produces,
+    joins a group and commits through ``localhost``."""
+    from ..conftest import free_port
+    from .kafkajs import run_kafkajs
+    port = free_port()
+    srv = fresh_server("--advertised-listener", f"localhost:{port}", port=port)
+    admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    got = run_kafkajs({"brokers": [srv.bootstrap], "action": "advertised", "topic": topic_name,
+                       "group": f"g-{uuid.uuid4().hex[:8]}"})
+    assert got["brokers"] == [{"host": "localhost", "port": port}]
+    assert got["value"] == "via-name"
+    assert got["offsets"][0]["partitions"] == [{"partition": 0, "offset": "1", "metadata": None}]
