@@ -150,5 +150,5 @@ def _run(coro) -> None:
 
 
 # Operator commands (lag toolkit); imported last so they can use ``main``.
-from . import exporter_cmd, groups, lagwatch, share_groups, topics  # noqa: E402,F401
+from . import configs, exporter_cmd, groups, lagwatch, share_groups, topics  # noqa: E402,F401
 from . import spark  # noqa: E402,F401

@@ -14,6 +14,7 @@ record batches, which hightide's Spark source and sink use.
 """
 
 from .admin import AdminClient, parse_servers
+from .configs import AlterOp, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 from .connection import BrokerConnection
 from .data import PartitionLeaders
 from .errors import (
@@ -62,9 +63,13 @@ __all__ = [
                      "LATEST",
                      "MAX_TIMESTAMP",
                      "AdminClient",
+                     "AlterOp",
                      "BrokerConnection",
                      "BrokerMetadata",
                      "ClusterMetadata",
+                     "ConfigEntry",
+                     "ConfigResource",
+                     "ConfigSource",
                      "Coordinator",
                      "CoordinatorError",
                      "CoordinatorLoadInProgressError",
@@ -91,6 +96,7 @@ __all__ = [
                      "PartitionLeaders",
                      "PartitionMetadata",
                      "ProducerId",
+                     "ResourceType",
                      "TopicAlreadyExistsError",
                      "TopicMetadata",
                      "TopicPartition",

@@ -6,6 +6,7 @@ group coordinators, the controller) are routed from the latest metadata; retriab
 errors (leadership moves, NOT_CONTROLLER, lost connections, coordinator moves) refresh
 the routing and retry with exponential backoff until ``request_timeout_s`` has passed.
 Group APIs live in :mod:`.groups`, share groups in :mod:`.share`, lag in :mod:`.lag`,
+configs (DescribeConfigs, IncrementalAlterConfigs) in :mod:`.configs`,
 the data-plane calls (partition leaders, Fetch, InitProducerId, Produce) in :mod:`.data`.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Self, TypeVar
 
 from ..protocol.records import HEADER_SIZE, decode_records, parse_header
+from .configs import ConfigsMixin
 from .connection import BrokerConnection
 from .data import DataMixin
 from .errors import (
@@ -66,7 +68,7 @@ def parse_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
-class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin):
+class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin):
     """An async Kafka admin client that works with hightide and any Kafka cluster.
 
     Use as ``async with AdminClient("host:9092") as admin: ...``. Every method raises
