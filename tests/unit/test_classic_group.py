@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 from hightide.group.classic import GroupLimits, GroupState, IllegalTransition, JoinRequest, JoinResponse, \
     SyncResponse, ClassicGroup, transition
 from hightide.group.offsets import CommitRequest
-from hightide.group.records import GroupKey, decode_key, decode_value, encode_key, encode_value
-from hightide.group.shard import GroupConfig, GroupCoordinatorShard
+from hightide.group.records import GroupKey, decode_key, decode_value
+from hightide.group.shard import GroupConfig
+from tests.unit.coordinator_context import GroupShardContext
 
 import pytest
 
@@ -21,32 +22,15 @@ G = "grp"
 RANGE = (("range", b"r-meta"),)
 
 
-class Ctx:
-    """Test context: calls shard methods, replays their records and live state,
-    collects parked answers, and advances a fake clock (running the timers)."""
+class Ctx(GroupShardContext):
+    """The shared shard context (call, commit through the codec, replay, fake clock) with
+    classic limits; ``answers`` collects parked answers by handle."""
 
     def __init__(self, **limits) -> None:
         limits = {"initial_rebalance_delay_ms": 3000, "min_session_timeout_ms": 6000,
                   "max_session_timeout_ms": 1800000, **limits}
-        self.config = GroupConfig(classic=GroupLimits(**limits))
-        ids = itertools.count(1)
-        self.member_ids = lambda client: f"{client}-{next(ids)}"
-        self.shard = GroupCoordinatorShard(self.config, self.member_ids)
-        self.now = 1000
+        super().__init__(GroupConfig(classic=GroupLimits(**limits)))
         self.handles = itertools.count(1)
-        self.answers: dict[int, object] = {}
-        self.log: list[tuple[bytes, bytes | None]] = []
-
-    def apply(self, result):
-        for k, v in result.records:
-            self.log.append((encode_key(k), encode_value(v)))
-            self.shard.replay(k, v)
-        for k, v in result.live:
-            self.shard.replay(k, v)
-        for h, r in result.completions:
-            assert h not in self.answers, f"handle {h} answered twice"
-            self.answers[h] = r
-        return result.response
 
     @property
     def group(self) -> ClassicGroup:
@@ -79,20 +63,12 @@ class Ctx:
     def leave(self, *members, group=G):
         return self.apply(self.shard.leave_group(group, list(members), self.now))
 
-    def advance(self, ms: int) -> None:
-        self.now += ms
-        self.apply(self.shard.poll(self.now))
-
     def answer(self, h):
         return self.answers.get(h)
 
     def reload(self) -> "Ctx":
         """A new shard loaded from the records this one wrote (through the byte format)."""
-        fresh = GroupCoordinatorShard(self.config, self.member_ids)
-        for kb, vb in self.log:
-            key = decode_key(kb)
-            fresh.replay(key, decode_value(key, vb))
-        self.shard = fresh
+        super().reload()
         return self
 
     # -- recipes ----------------------------------------------------------------------
@@ -115,7 +91,7 @@ class Ctx:
 
 def group_records(ctx: Ctx) -> list:
     out = []
-    for kb, vb in ctx.log:
+    for _, kb, vb in ctx.log:
         k = decode_key(kb)
         if isinstance(k, GroupKey):
             out.append(decode_value(k, vb))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from hightide.group import consumer_records as CR
+from tests.unit.coordinator_context import CoordinatorContext
 from hightide.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
@@ -29,17 +30,37 @@ E = ErrorCode
 REBALANCE_TIMEOUT = 30000
 
 
-class Context:
+class Context(CoordinatorContext[ConsumerGroups]):
+    """The shared coordinator test context over the consumer groups of one shard: records
+    go through the consumer group record codec, as written and read back."""
+
     def __init__(self, topics: dict[str, int] | None = None, config: ConsumerGroupConfig | None = None) -> None:
-        self.now = 0
         self.config = config or ConsumerGroupConfig()
         self.ids = itertools.count()
-        self.groups = ConsumerGroups(self.config, new_member_id=lambda: f"gen-{next(self.ids)}")
         self.counts: dict[str, int] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
-        self.log: list[tuple[bytes, bytes | None]] = []
+        super().__init__(now=0)
         for name, n in (topics or {}).items():
             self.set_topic(name, n)
+
+    @property
+    def groups(self) -> ConsumerGroups:
+        return self.shard
+
+    # -- CoordinatorContext hooks -----------------------------------------------------------
+    def new_shard(self) -> ConsumerGroups:
+        return ConsumerGroups(self.config, new_member_id=lambda: f"gen-{next(self.ids)}")
+
+    def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        return CR.encode_key(key), CR.encode_value(value)
+
+    def decode(self, key: bytes | None, value: bytes | None) -> tuple[Any, Any]:
+        decoded_key = CR.decode_key(key)
+        assert decoded_key is not None
+        return decoded_key, CR.decode_value(decoded_key, value)
+
+    def replay(self, shard: ConsumerGroups, offset: int, key: Any, value: Any) -> None:
+        shard.replay(key, value)
 
     # -- metadata ---------------------------------------------------------------------------
     def set_topic(self, name: str, partitions: int) -> None:
@@ -57,16 +78,6 @@ class Context:
         g = self.groups.get(group_id)
         assert g is not None
         return g
-
-    def apply(self, result: Result) -> None:
-        for key, value in result.records:  # through the codec, as written and read back
-            kb, vb = CR.encode_key(key), CR.encode_value(value)
-            self.log.append((kb, vb))
-            decoded_key = CR.decode_key(kb)
-            assert decoded_key is not None
-            self.groups.replay(decoded_key, CR.decode_value(decoded_key, vb))
-        for key, value in result.live:
-            self.groups.replay(key, value)
 
     def heartbeat(self, member_id: str, member_epoch: int, group_id: str = "g", **kw: Any) -> HeartbeatResponse:
         req = HeartbeatRequest(group_id, member_id, member_epoch, **kw)
@@ -90,12 +101,11 @@ class Context:
             out.records += r.records
         return out
 
-    def reload(self) -> ConsumerGroups:
-        fresh = ConsumerGroups(self.config)
-        for kb, vb in self.log:
-            key = CR.decode_key(kb)
-            assert key is not None
-            fresh.replay(key, CR.decode_value(key, vb))
+    def reload(self, from_offset: int = 0) -> ConsumerGroups:
+        """A fresh ConsumerGroups loaded from the log (the context keeps its own)."""
+        fresh = self.new_shard()
+        for offset, kb, vb in self.log[from_offset:]:
+            self.replay(fresh, offset, *self.decode(kb, vb))
         return fresh
 
     def assert_reload_equal(self) -> None:

@@ -4,7 +4,6 @@ format, one protocol per group id, and the offsets and admin APIs for consumer g
 
 from __future__ import annotations
 
-import itertools
 import uuid
 
 from kio.schema.errors import ErrorCode
@@ -18,12 +17,8 @@ from hightide.group.consumer_api import (
 )
 from hightide.group.offsets import CommitRequest
 from hightide.group.records import GroupKey, GroupValue
-from hightide.group.shard import (
-    GroupConfig,
-    GroupCoordinatorShard,
-    decode_record,
-    encode_record,
-)
+from hightide.group.shard import GroupConfig, decode_record, encode_record
+from tests.unit.coordinator_context import GroupShardContext
 
 E = ErrorCode
 G = "grp"
@@ -32,45 +27,14 @@ TOPICS = StaticTopics({"foo": (TOPIC_ID, 4)})
 SESSION_MS = 10_000
 
 
-class Ctx:
-    """Calls shard methods, appends their records to a byte log, replays the records
-    then the live records, and advances a fake clock."""
+class Ctx(GroupShardContext):
+    """The shared shard context (call, commit through the codec, replay, fake clock running
+    the consumer group timers) with short consumer group timeouts."""
 
     def __init__(self) -> None:
-        self.config = GroupConfig(consumer=ConsumerGroupConfig(session_timeout_ms=SESSION_MS,
-                                                               heartbeat_interval_ms=500))
-        ids = itertools.count(1)
-        self.classic_ids = lambda client: f"{client}-{next(ids)}"
-        self.consumer_ids = lambda: f"m-{next(ids)}"
-        self.shard = self.new_shard()
-        self.now = 1000
-        self.log: list[tuple[bytes, bytes | None]] = []
-        self.answers: dict[int, object] = {}
-
-    def new_shard(self) -> GroupCoordinatorShard:
-        return GroupCoordinatorShard(self.config, self.classic_ids, self.consumer_ids)
-
-    def apply(self, result):
-        for k, v in result.records:
-            self.log.append(encode_record(k, v))
-            self.shard.replay(k, v)
-        for k, v in result.live:
-            self.shard.replay(k, v)
-        for h, r in result.completions:
-            self.answers[h] = r
-        return result.response
-
-    def reload(self) -> GroupCoordinatorShard:
-        """A fresh shard loaded from the byte log, its consumer group timers armed."""
-        fresh = self.new_shard()
-        for kb, vb in self.log:
-            record = decode_record(kb, vb)
-            assert record is not None
-            fresh.replay(*record)
-        for k, v in fresh.loaded(self.now).live:
-            fresh.replay(k, v)
-        self.shard = fresh
-        return fresh
+        super().__init__(GroupConfig(consumer=ConsumerGroupConfig(session_timeout_ms=SESSION_MS,
+                                                                  heartbeat_interval_ms=500)))
+        self.topics = TOPICS
 
     # -- requests ---------------------------------------------------------------------
     def heartbeat(self, member_id="", epoch=0, owned=(), group=G, **kw):
@@ -90,10 +54,6 @@ class Ctx:
         return self.apply(self.shard.commit_offsets(group, epoch, member_id, commits, self.now,
                                                     lambda t, p: True, api_version=api_version))
 
-    def advance(self, ms: int) -> None:
-        self.now += ms
-        self.apply(self.shard.consumer_poll(self.now, TOPICS))
-
     def stable_member(self) -> tuple[str, int]:
         """A single member owning all four partitions; (member id, epoch)."""
         r = self.heartbeat()
@@ -110,7 +70,7 @@ def test_consumer_records_route_to_the_consumer_groups():
     assert ctx.shard.describe_group(G) is None  # DescribeGroups: not a classic group
     d = ctx.shard.describe_consumer_group(G, TOPICS)
     assert d["members"][0]["assignment"] == [(TOPIC_ID, "foo", [0, 1, 2, 3])]
-    assert {type(decode_record(kb, vb)[0]) for kb, vb in ctx.log} >= {
+    assert {type(decode_record(kb, vb)[0]) for _, kb, vb in ctx.log} >= {
         CR.ConsumerGroupMetadataKey, CR.ConsumerGroupMemberMetadataKey, CR.ConsumerGroupCurrentMemberAssignmentKey}
 
 
@@ -152,11 +112,11 @@ def test_an_empty_classic_group_becomes_a_consumer_group_and_keeps_its_offsets()
     ctx = Ctx()
     assert ctx.commit("", -1) == (E.none, {("foo", 0): E.none})  # offsets of a simple group
     empty = GroupValue("consumer", 3, None, None, ctx.now, ())  # and an Empty classic group
-    ctx.log.append(encode_record(GroupKey(G), empty))
+    ctx.log.append((len(ctx.log), *encode_record(GroupKey(G), empty)))
     ctx.shard.replay(GroupKey(G), empty)
     assert ctx.shard.list_groups() == [(G, "consumer", "Empty")]
     ctx.stable_member()
-    assert decode_record(*ctx.log[2]) == (GroupKey(G), None)  # the classic group's tombstone first
+    assert decode_record(*ctx.log[2][1:]) == (GroupKey(G), None)  # the classic group's tombstone first
     assert ctx.shard.groups == {} and ctx.shard.list_groups() == []
     shard = ctx.reload()
     assert shard.groups == {} and shard.list_consumer_groups() == [(G, "Stable")]

@@ -12,7 +12,6 @@ from kio.schema.errors import ErrorCode
 
 from hightide.share.coordinator import (
     ShareCoordinatorConfig,
-    ShareCoordinatorShard,
     combine_batches,
     delivery_complete_count,
 )
@@ -28,6 +27,7 @@ from hightide.share.records import (
     encode_value,
 )
 from hightide.share.types import RecordState, ShareStateKey, StateBatch
+from tests.unit.coordinator_context import ShareCoordinatorContext
 
 TID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 KEY = ShareStateKey("g", TID, 0)
@@ -38,32 +38,18 @@ def exists(topic_id, partition):
     return topic_id == TID and 0 <= partition < 3
 
 
-class Ctx:
-    """Test context: call a handler, append (offsets) and replay its records, as the runtime does."""
+class Ctx(ShareCoordinatorContext):
+    """The shared shard context: call a handler, append (offsets) and replay its records,
+    as the runtime does once they are committed."""
 
     def __init__(self, per_snapshot: int = 500) -> None:
-        self.shard = ShareCoordinatorShard(ShareCoordinatorConfig(snapshot_update_records_per_snapshot=per_snapshot))
-        self.log: list[tuple[int, bytes, bytes | None]] = []
-
-    def apply(self, result):
-        for k, v in result.records:
-            offset = len(self.log)
-            self.log.append((offset, encode_key(k), encode_value(v)))
-            self.shard.replay(offset, k, v)
-        return result.response
+        super().__init__(ShareCoordinatorConfig(snapshot_update_records_per_snapshot=per_snapshot))
 
     def init(self, start=-1, epoch=0, key=KEY):
         return self.apply(self.shard.initialize(key, epoch, start, 1000, exists))
 
     def write(self, start, batches, dcc=-1, epoch=0, leader=0, key=KEY):
         return self.apply(self.shard.write(key, epoch, leader, start, dcc, tuple(batches), 2000, exists))
-
-    def reload(self, from_offset: int = 0) -> ShareCoordinatorShard:
-        fresh = ShareCoordinatorShard(self.shard.config)
-        for offset, kb, vb in self.log[from_offset:]:
-            k = decode_key(kb)
-            fresh.replay(offset, k, decode_value(k, vb))
-        return fresh
 
 
 # -- records --------------------------------------------------------------------------------------

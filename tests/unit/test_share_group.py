@@ -14,12 +14,8 @@ from hightide.group import share_assignor
 from hightide.group.classic import JoinRequest
 from hightide.group.consumer_api import HeartbeatRequest, StaticTopics
 from hightide.group.offsets import CommitRequest
-from hightide.group.shard import (
-    GroupConfig,
-    GroupCoordinatorShard,
-    decode_record,
-    encode_record,
-)
+from hightide.group.shard import GroupConfig
+from tests.unit.coordinator_context import GroupShardContext
 from hightide.group.share_group import ShareGroupConfig, ShareHeartbeatRequest, validate
 
 E = ErrorCode
@@ -28,27 +24,16 @@ T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
 SESSION_MS = 10_000
 
 
-class Ctx:
-    """Calls shard methods, appends their records to a byte log, replays records then live
-    records, and advances a fake clock. ``hb`` also plays the IO shell's part: it
-    initializes what the heartbeat asks for and heartbeats again (``init=False``: not)."""
+class Ctx(GroupShardContext):
+    """The shared shard context (call, commit through the codec, replay, fake clock running
+    the share group timers). ``hb`` also plays the IO shell's part: it initializes what the
+    heartbeat asks for and heartbeats again (``init=False``: not)."""
 
     def __init__(self, topics: dict[str, tuple[uuid.UUID, int]] | None = None, max_size: int = 200) -> None:
-        self.config = GroupConfig(share=ShareGroupConfig(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-                                                         max_size=max_size, initialize_retry_ms=30_000))
+        super().__init__(GroupConfig(share=ShareGroupConfig(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
+                                                            max_size=max_size, initialize_retry_ms=30_000)))
         self.topics = StaticTopics(topics or {"foo": (T1, 1)})
-        self.shard = GroupCoordinatorShard(self.config)
-        self.now = 1000
-        self.log: list[tuple[bytes, bytes | None]] = []
         self.initialized: list[dict] = []
-
-    def apply(self, result):
-        for k, v in result.records:
-            self.log.append(encode_record(k, v))
-            self.shard.replay(k, v)
-        for k, v in result.live:
-            self.shard.replay(k, v)
-        return result.response
 
     def hb(self, member: str, epoch: int, topics: tuple[str, ...] | None = None, group: str = G, init: bool = True,
            rack: str | None = None):
@@ -66,17 +51,6 @@ class Ctx:
 
     def group(self, group: str = G):
         return self.shard.share.get(group)
-
-    def reload(self) -> GroupCoordinatorShard:
-        fresh = GroupCoordinatorShard(self.config)
-        for kb, vb in self.log:
-            record = decode_record(kb, vb)
-            assert record is not None
-            fresh.replay(*record)
-        for k, v in fresh.loaded(self.now).live:
-            fresh.replay(k, v)
-        self.shard = fresh
-        return fresh
 
 
 def parts(resp) -> set[tuple[uuid.UUID, int]]:

@@ -33,6 +33,7 @@ from ..protocol.records import iter_headers
 from ..share.partition import AckBatch, AckError, Acquired, LogBatch, SharePartition
 from ..share.session import ShareSessionCache
 from ..share.types import ShareGroupSettings, ShareStateKey
+from .coordinator_runtime import CoordinatorUnavailable
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -135,7 +136,10 @@ class SharePartitionManager:
         summary = getattr(getattr(self.broker, "share_state", None), "summary", None)
         if summary is None:
             return False
-        st = summary(key)
+        try:
+            st = summary(key)
+        except CoordinatorUnavailable:  # not loaded: keep what we hold
+            return False
         return st.error_code == 0 and st.start_offset < 0
 
     async def _load_and_store(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
