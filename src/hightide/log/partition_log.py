@@ -28,7 +28,6 @@ Files in ``<data-dir>/<topic>-<partition>/``:
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import struct
@@ -49,6 +48,7 @@ from .loader import (
     RECOVERY_POINT_FILE,
     load_segments,
 )
+from .producer_snapshots import SNAPSHOTS_KEPT, ProducerSnapshots
 from .producer_state import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     Duplicate,
@@ -58,15 +58,7 @@ from .producer_state import (
 )
 from .results import AppendResult, FileSlice, OffsetOutOfRange, ReadResult, partition_dir
 from .segment import LogSegment
-from .snapshots import (
-    SnapshotCorrupt,
-    delete_snapshot,
-    list_snapshots,
-    read_snapshot,
-    snapshot_path,
-    write_snapshot,
-)
-from .storage import POSIX, Storage, StorageFile, read_small_file, remove_tree, write_small_file
+from .storage import POSIX, Storage, StorageFile, remove_tree, write_small_file
 
 __all__ = [
     "PartitionLog",
@@ -85,7 +77,6 @@ __all__ = [
 log = logging.getLogger("hightide.log")
 
 _INT32_MAX = 2**31 - 1
-SNAPSHOTS_KEPT = 2  # producer-state snapshots kept per partition (newest first)
 _LEN = struct.Struct(">i")
 
 # Append failures that leave nothing behind and may go away by themselves (space or
@@ -103,7 +94,7 @@ class LogOffline(OSError):
         super().__init__(errno.EIO, f"log offline: {reason}; restart the broker to recover it", path)
 
 
-class PartitionLog:
+class PartitionLog(ProducerSnapshots):
     """One partition's log. Invariant: log_start_offset <= high_watermark <= log_end_offset.
 
     Create with :meth:`open`. Not thread-safe; never blocks on anything but file IO.
@@ -185,140 +176,6 @@ class PartitionLog:
         if recovered_any and not clean_shutdown:
             self.flush(now_ms)
         return self
-
-    def _load_producer_state(self, clean_shutdown: bool) -> None:
-        legacy = self._read_legacy_snapshot(clean_shutdown)
-        try:
-            self._snapshots = list_snapshots(self.storage, self.path)
-        except OSError as exc:
-            log.warning("%s: cannot list producer state snapshots: %s", self.path, exc)
-            self._snapshots = []
-        from_offset = self._reload_producer_state(legacy)
-        if from_offset < self._leo or (legacy is not None and from_offset == legacy[0]):
-            self._take_snapshot(sync=False)  # fsynced by the flush that follows recovery
-
-    def _read_legacy_snapshot(self, clean_shutdown: bool) -> tuple[int, ProducerStateManager] | None:
-        """The ``producer-state.snapshot`` of older versions (trusted only after a clean
-        shutdown, like they did), deleted once read."""
-        snap_path = os.path.join(self.path, PRODUCER_SNAPSHOT_FILE)
-        result = None
-        try:
-            data = json.loads(read_small_file(self.storage, snap_path))
-            snap_offset = int(data["offset"])
-            if clean_shutdown and snap_offset <= self._leo:
-                result = snap_offset, ProducerStateManager.from_json(data["state"])
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            log.warning("ignoring unreadable producer state snapshot %s: %s", snap_path, e)
-        try:
-            self.storage.unlink(snap_path)
-        except OSError:
-            pass
-        return result
-
-    def _reload_producer_state(self, legacy: tuple[int, ProducerStateManager] | None = None) -> int:
-        """Like Kafka's truncateAndReload: delete the snapshots outside [log start, LEO],
-        load the newest usable one (else ``legacy``, else nothing) and replay the batches
-        after it. Returns the offset the replay started from."""
-        for off in [o for o in self._snapshots if o > self._leo or o < self._log_start]:
-            self._remove_snapshot(off)
-        base = self._segments[0].base_offset
-        state, from_offset = None, base
-        for off in reversed(self._snapshots):
-            if legacy is not None and legacy[0] >= off:
-                break
-            try:
-                snap = read_snapshot(self.storage, self.path, off)
-                if off > base and snap.last_batch != self._boundary_batch(off):
-                    raise SnapshotCorrupt("the log below it has changed")
-            except SnapshotCorrupt as e:
-                log.warning("%s: discarding producer state snapshot at %d: %s", self.path, off, e)
-                self._remove_snapshot(off)
-                continue
-            except OSError as e:
-                log.warning("%s: cannot read producer state snapshot at %d: %s", self.path, off, e)
-                continue
-            state, from_offset = snap.state, off
-            break
-        if state is None and legacy is not None:
-            from_offset, state = legacy
-        self.producer_state = state if state is not None else ProducerStateManager()
-        self.producer_state_replayed = self._replay_producer_state(from_offset)
-        return from_offset
-
-    def _replay_producer_state(self, from_offset: int) -> int:
-        """Apply the batch headers at/after ``from_offset``; returns how many were read."""
-        ps = self.producer_state
-        n = 0
-        for seg in self._segments:
-            if seg.next_offset <= from_offset:
-                continue
-            start = seg.offset_index.lookup(from_offset) if from_offset > seg.base_offset else 0
-            for h in seg.iter_headers(start):
-                if h.base_offset >= from_offset:
-                    n += 1
-                    if h.producer_id >= 0:
-                        ps.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
-        return n
-
-    # ================================================================== snapshots
-
-    def _boundary_batch(self, offset: int) -> tuple[int, int] | None:
-        """(base offset, CRC) of the batch ending at ``offset - 1``, None if there is none."""
-        if offset <= self._segments[0].base_offset:
-            return None
-        seg = self._segments[self._segment_index(offset - 1)]
-        h = seg.find_batch(offset - 1)
-        if h is None or h.base_offset + h.last_offset_delta != offset - 1:
-            return None
-        return h.base_offset, h.crc
-
-    def _take_snapshot(self, *, sync: bool) -> None:
-        """Write a producer-state snapshot at the LEO and keep the newest
-        :data:`SNAPSHOTS_KEPT`. Without ``sync`` the file is fsynced by the next flush.
-        A failure is logged and otherwise ignored: a snapshot only saves replay work."""
-        off = self._leo
-        try:
-            path = write_snapshot(self.storage, self.path, off, self._boundary_batch(off), self.producer_state,
-                                  sync=sync)
-        except OSError as exc:
-            log.warning("%s: could not write the producer state snapshot at %d: %s", self.path, off, exc)
-            return
-        if off not in self._snapshots:
-            self._snapshots.append(off)
-            self._snapshots.sort()
-        if not sync:
-            self._unsynced_snapshots.append(path)
-        self._dir_dirty = True
-        while len(self._snapshots) > SNAPSHOTS_KEPT:
-            self._remove_snapshot(self._snapshots[0])
-
-    def _remove_snapshot(self, offset: int) -> None:
-        try:
-            delete_snapshot(self.storage, self.path, offset)
-        except OSError as exc:
-            log.warning("%s: could not delete the producer state snapshot at %d: %s", self.path, offset, exc)
-        if offset in self._snapshots:
-            self._snapshots.remove(offset)
-        if self._unsynced_snapshots:
-            gone = snapshot_path(self.path, offset)
-            self._unsynced_snapshots = [p for p in self._unsynced_snapshots if p != gone]
-        self._dir_dirty = True
-
-    def _delete_all_snapshots(self) -> None:
-        try:
-            offsets = list_snapshots(self.storage, self.path)
-        except OSError:
-            offsets = list(self._snapshots)
-        for off in offsets:
-            self._remove_snapshot(off)
-        self._snapshots = []
-
-    @property
-    def snapshot_offsets(self) -> tuple[int, ...]:
-        """Offsets of the producer-state snapshot files, ascending."""
-        return tuple(self._snapshots)
 
     # ================================================================== properties
 
@@ -819,18 +676,6 @@ class PartitionLog:
         return FlushJob(self.storage, files, tuple(dirs), self._leo,
                         os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None,
                         snapshot_files=snapshot_files, small_files=small, log_start=log_start)
-
-    def _take_snapshot_files(self) -> tuple[StorageFile, ...]:
-        """Handles of the snapshots written without fsync, for the flush job (a
-        snapshot deleted meanwhile, or an error opening one, is just skipped)."""
-        files: list[StorageFile] = []
-        for path in self._unsynced_snapshots:
-            try:
-                files.append(self.storage.open(path, create=False))
-            except OSError:
-                pass
-        self._unsynced_snapshots = []
-        return tuple(files)
 
     def end_flush(self, job: FlushJob, *, ok: bool) -> None:
         """On the owning thread, after :func:`run_flush`: advance the recovery point and
