@@ -19,6 +19,11 @@ server assignor; (3) reconciles the heartbeating member towards its target
 owns. Leaving, session expiry and rebalance timeouts *fence* the member (tombstones) and
 bump the group epoch; the next heartbeat of another member recomputes the target.
 
+What consumer and share groups have in common — members, group and assignment epochs,
+target assignments, timers, fencing, tombstones and the replay of those records — is
+:class:`~.modern_group.ModernGroup`; this module adds the subscription metadata, static
+members, server assignors and reconciliation.
+
 Time is an argument (``now_ms``); the topic metadata is a :class:`TopicsView`.
 """
 

@@ -10,6 +10,10 @@ never appended. :meth:`ShareGroup.replay` is the only mutator; the runtime repla
 records once they are durable, then the live records, and replays ``__consumer_offsets``
 the same way at start-up (then :meth:`ShareGroup.loaded_timers`).
 
+Both stand on :class:`~.modern_group.ModernGroup` (members, epochs, targets, timers,
+fencing, tombstones, replay of the shared records); this module adds the metadata hash
+and share-partition state initialization.
+
 Simpler than a consumer group: a share partition may be consumed by several members at
 once, so there is no revocation and no reconciliation. A heartbeat (1) creates or
 updates the member — a new or changed subscription, or a change in the subscribed
@@ -23,9 +27,9 @@ heartbeat that subscribes to partitions not yet initialized records them as
 *initializing* (ShareGroupStatePartitionMetadata) and answers which ones, in
 ``ShareHeartbeatResponse.to_initialize``; the IO shell initializes their state
 (InitializeShareGroupState through the share coordinator), then calls
-:meth:`ShareGroup.initialized` (records them as initialized) and heartbeats for the
+:meth:`ShareGroup.initialized_result` (records them as initialized) and heartbeats for the
 member again so it gets the new partitions at once. A failed initialization is taken
-back with :meth:`ShareGroup.uninitialized`; an attempt older than
+back with :meth:`ShareGroup.uninitialized_result`; an attempt older than
 ``initialize_retry_ms`` (or from before a restart) is retried by the next heartbeat.
 """
 
