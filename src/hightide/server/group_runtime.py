@@ -248,7 +248,11 @@ class GroupRuntime:
 
     def set_tail(self, connection: str, fut: asyncio.Future) -> None:
         self._tails[connection] = fut
-        fut.add_done_callback(lambda f, c=connection: self._tails.pop(c, None) if self._tails.get(c) is f else None)
+
+        def done(f: asyncio.Future) -> None:
+            if self._tails.get(connection) is f:
+                del self._tails[connection]
+        fut.add_done_callback(done)
 
     def forget(self, handle: int) -> None:
         self._parked.pop(handle, None)
@@ -288,7 +292,7 @@ class GroupRuntime:
         """Classic group timers (sessions, rebalance and initial delays, pending syncs),
         consumer and share group timers (sessions, rebalance timeouts) that are due; the
         partitions run concurrently, each through the write path."""
-        ops = []
+        ops: list[tuple[int, Callable[[GroupCoordinatorShard], CoordinatorResult]]] = []
         for p, part in list(self.runtime.partitions.items()):
             shard = part.shard
             if part.lock.locked():

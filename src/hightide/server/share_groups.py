@@ -166,8 +166,8 @@ class ShareGroupService:
         for ok, sel in ((True, good), (False, bad)):
             if sel:
                 frozen = {t: frozenset(ps) for t, ps in sel.items()}
-                await runtime.execute(group_id, lambda shard, f=frozen, o=ok: shard.share_initialized(
-                    group_id, f, runtime.topics(), o), now)
+                await runtime.execute(group_id, lambda shard: shard.share_initialized(
+                    group_id, frozen, runtime.topics(), ok), now)  # awaited: frozen/ok cannot change
         if bad:
             log.warning("share group %s: state initialization failed for %s", group_id,
                         {str(t): sorted(ps) for t, ps in bad.items()})

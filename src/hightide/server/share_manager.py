@@ -180,7 +180,7 @@ class SharePartitionManager:
         mode, duration_ms = parse_share_auto_offset_reset(settings.auto_offset_reset)
         if mode == "earliest":
             return plog.log_start_offset
-        if mode == "by_duration":
+        if mode == "by_duration" and duration_ms is not None:
             found = plog.offset_for_timestamp(_now_ms() - duration_ms, max_offset=plog.high_watermark)
             return plog.high_watermark if found is None else found[0]
         return plog.high_watermark
