@@ -371,6 +371,18 @@ class PartitionLog(ProducerSnapshots):
             return ReadResult(b"", -1, self._hw, self._log_start)
         return ReadResult(sl.file.pread(sl.size, sl.position), sl.first_offset, self._hw, self._log_start)
 
+    def position_of(self, offset: int) -> tuple[int, int]:
+        """Where ``offset`` is in the log, as Kafka's LogOffsetMetadata: (base offset of its
+        segment, byte position of the batch holding it). The LEO is the end of the active
+        segment (no IO); any other offset costs an index lookup and a header walk from
+        there (one chunked read, records not decoded). Raises OffsetOutOfRange outside
+        [log start, LEO]."""
+        if offset < self._log_start or offset > self._leo:
+            raise OffsetOutOfRange(f"offset {offset} is out of range [{self._log_start}, {self._leo}] for {self.path}")
+        seg = self._segments[-1] if offset == self._leo else self._segments[self._segment_index(offset)]
+        h = seg.find_batch(offset) if offset < seg.next_offset else None
+        return seg.base_offset, h.position if h is not None else seg.size
+
     # ================================================================== timestamps
 
     def offset_for_timestamp(self, ts: int, *, max_offset: int | None = None) -> tuple[int, int] | None:

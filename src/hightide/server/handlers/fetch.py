@@ -1,6 +1,15 @@
 """Fetch (key 1), versions 4-17: long-poll with max wait and min bytes, partition and
 response byte limits, topic ids from v13.
 
+A Fetch that finds fewer than ``min_bytes`` parks the way Kafka's DelayedFetch does: it
+remembers where each fetch offset is (segment, byte position) and, whenever one of its
+partitions is appended to, compares that with where the high watermark (the LSO for
+read_committed) now is -- positions only, no record bytes are read. It completes when
+the bytes available reach ``min_bytes``, when a partition needs an answer of its own
+(deleted or recreated, log start moved past the fetch offset, truncated below it, the
+fetch offset left behind on an older segment), when the broker stops, or when
+``max_wait`` runs out; then the partitions are read once.
+
 Record bytes go from ``os.pread`` of the segment straight into the response buffers
 (:mod:`hightide.protocol.fetch_response`); they are never decoded. Fetch sessions
 (KIP-227) are answered the way Kafka answers when its session cache is full: session
@@ -11,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
-from ...log.partition_log import OffsetOutOfRange
+from ...log.partition_log import OffsetOutOfRange, PartitionLog
 from ...protocol.errors import ErrorCode
 from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
 from ..registry import RawResponse, handles
@@ -20,9 +30,13 @@ from .common import check_leader_epoch
 
 FINAL_EPOCH = -1
 
+Watched = tuple[tuple[str, int], int, int]
+"""A partition a parked fetch waits on: ((topic, partition), fetch offset, partition max bytes)."""
 
-def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, bool, list]:
-    """One pass over the requested partitions. Returns (topics, bytes, any error, keys)."""
+
+def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, bool, list[Watched]]:
+    """One pass over the requested partitions. Returns (topics, bytes, any error, the
+    partitions to wait on)."""
     b = ctx.broker
     image = b.image
     remaining = req.max_bytes if ctx.version >= 3 else 2**31 - 1
@@ -50,7 +64,7 @@ def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, boo
                 pd.error_code = ErrorCode.kafka_storage_error
                 errors = True
                 continue
-            keys.append((timg.name, p.partition))
+            keys.append(((timg.name, p.partition), p.fetch_offset, p.partition_max_bytes))
             err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
             pd.high_watermark = plog.high_watermark
             pd.last_stable_offset = plog.last_stable_offset
@@ -86,16 +100,74 @@ def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, boo
     return out, total, errors, keys
 
 
-async def _long_poll(ctx, req, read_committed: bool, deadline: float, keys: list):
+@dataclass(slots=True)
+class _Position:
+    """Where a parked fetch starts in one partition (Kafka's FetchPartitionStatus)."""
+    key: tuple[str, int]
+    log: PartitionLog
+    offset: int
+    segment: int  # base offset of the segment holding ``offset``
+    position: int  # byte position of the batch holding ``offset`` in that segment
+    max_bytes: int
+
+
+def _park(b, watched: list[Watched]) -> list[_Position] | None:
+    """The fetch positions of ``watched``; None if a partition already needs an answer."""
+    out = []
+    for key, offset, max_bytes in watched:
+        plog = b.partition_log(*key)
+        if plog is None:
+            return None
+        try:
+            segment, position = plog.position_of(offset)
+        except (OffsetOutOfRange, OSError):
+            return None
+        out.append(_Position(key, plog, offset, segment, position, max_bytes))
+    return out
+
+
+def _ready(b, parked: list[_Position], read_committed: bool, min_bytes: int) -> bool:
+    """Kafka's DelayedFetch.tryComplete: True if the fetch should be answered now.
+
+    Compares each fetch position with the high watermark's (LSO's) position, counting
+    up to the partition's max bytes of what lies between; never reads record bytes.
+    """
+    if b.stopping:
+        return True
+    accumulated = 0
+    for p in parked:
+        plog = b.partition_log(*p.key)
+        if plog is not p.log:
+            return True  # deleted, recreated or reopened
+        end = plog.last_stable_offset if read_committed else plog.high_watermark
+        if end == p.offset:
+            continue
+        if end < p.offset or p.offset < plog.log_start_offset:
+            return True  # truncated below the fetch offset, or records deleted past it
+        try:
+            segment, position = plog.position_of(end)
+        except (OffsetOutOfRange, OSError):
+            return True
+        if segment != p.segment:
+            return True  # a new segment rolled, or the fetch is behind on an older one
+        accumulated += min(position - p.position, p.max_bytes)
+        if accumulated >= min_bytes:
+            return True
+    return False
+
+
+async def _long_poll(ctx, req, read_committed: bool, deadline: float, watched: list[Watched]):
+    """Park until :func:`_ready` or the deadline, re-checking positions on every append
+    to a watched partition; then read every partition once and answer."""
     b = ctx.broker
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        await b.waiters.wait(keys, left)
-        topics, total, errors, keys = _read_all(ctx, req, read_committed)
-        if total >= req.min_bytes or errors or time.monotonic() >= deadline or b.stopping:
-            return _respond(ctx, topics)
+    parked = _park(b, watched)
+    if parked is not None:
+        keys = [p.key for p in parked]
+        while not _ready(b, parked, read_committed, req.min_bytes):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await b.waiters.wait(keys, left)
     topics, _, _, _ = _read_all(ctx, req, read_committed)
     return _respond(ctx, topics)
 
