@@ -235,3 +235,22 @@ def test_to_wire_is_sorted_and_from_wire_inverts_it(a: dict) -> None:
     assert all(list(ps) == sorted(ps) for _, ps in wire)
     assert from_wire(wire) == a
     assert from_wire(list(wire) + [(t, ()) for t in a]) == a  # repeats merge, empty topics drop
+
+
+def test_unknown_members_and_wrong_epochs_get_kafkas_errors(drv: Driver) -> None:
+    drv.hb("a")
+    epoch = drv.epochs["a"]
+    drv.epochs["ghost"] = 3
+    resp = drv.hb("ghost")
+    assert (resp.error_code, resp.error_message) == (ErrorCode.unknown_member_id, f"Member ghost is not a member "
+                                                                                  f"of group {G}.")
+    drv.epochs["a"] = epoch + 5
+    resp = drv.hb("a")
+    assert resp.error_code == ErrorCode.fenced_member_epoch
+    assert resp.error_message == (f"The {drv.kind} group member has a greater member epoch ({epoch + 5}) than the "
+                                  f"one known by the group coordinator ({epoch}). The member must abandon all its "
+                                  "partitions and rejoin.")
+    drv.epochs["a"] = epoch
+    assert drv.hb("a").error_code == ErrorCode.none
+    resp = drv.leave("ghost")
+    assert resp.error_code == ErrorCode.unknown_member_id and "ghost" not in drv.reloaded().get(G).members

@@ -241,12 +241,9 @@ class ConsumerGroup(ModernGroup[Member]):
         return out
 
     def _dynamic_member(self, member_id: str, req: HeartbeatRequest) -> Member:
-        member = self.members.get(member_id)
-        if member is None:
-            if req.member_epoch != 0:
-                raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of the group.")
-            return Member(member_id)
-        self._check_epoch(member, req)
+        member = self._member_or_new(member_id, req.member_epoch)
+        if member_id in self.members:
+            self._check_epoch(member, req)
         return member
 
     def _static_member(self, member_id: str, req: HeartbeatRequest, out: Result,
@@ -283,18 +280,11 @@ class ConsumerGroup(ModernGroup[Member]):
         out.records += [self._member_record(new), self._target_record(new.member_id, target),
                         self._assignment_record(new)]
 
-    @staticmethod
-    def _check_epoch(member: Member, req: HeartbeatRequest) -> None:
+    def _check_epoch(self, member: Member, req: HeartbeatRequest) -> None:
         """FENCED_MEMBER_EPOCH unless the epoch is the member's, or its previous one with
         owned partitions all still assigned (the response with the bump was lost)."""
-        epoch = req.member_epoch
         owned = None if req.topic_partitions is None else from_wire(req.topic_partitions)
-        if epoch > member.member_epoch or (
-                epoch < member.member_epoch
-                and (epoch != member.previous_member_epoch or not is_subset(owned, member.assigned))):
-            raise HeartbeatError(ErrorCode.fenced_member_epoch,
-                                 f"The member epoch {epoch} does not match the coordinator's "
-                                 f"{member.member_epoch}. The member must abandon all its partitions and rejoin.")
+        self._check_member_epoch(member, req.member_epoch, is_subset(owned, member.assigned))
 
     @staticmethod
     def _updated(member: Member, req: HeartbeatRequest) -> Member:
@@ -381,10 +371,7 @@ class ConsumerGroup(ModernGroup[Member]):
     def _leave(self, req: HeartbeatRequest, topics: TopicsView) -> Result:
         response = HeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
         if req.instance_id is None:
-            member = self.members.get(req.member_id)
-            if member is None:
-                raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member.")
-            return self._fence(member, topics, response)
+            return self._fence(self._existing_member(req.member_id), topics, response)
         member = self.members.get(self.static_members.get(req.instance_id, ""))
         if member is None:
             raise HeartbeatError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")

@@ -140,6 +140,37 @@ class ModernGroup(Generic[M]):
     def _new_member(self, member_id: str) -> M:
         raise NotImplementedError
 
+    def _member_or_new(self, member_id: str, member_epoch: int) -> M:
+        """The member, or a new one for a join (epoch 0). Raises UNKNOWN_MEMBER_ID."""
+        member = self.members.get(member_id)
+        if member is not None:
+            return member
+        if member_epoch != 0:
+            raise self._unknown_member(member_id)
+        return self._new_member(member_id)
+
+    def _existing_member(self, member_id: str) -> M:
+        """The member. Raises UNKNOWN_MEMBER_ID."""
+        member = self.members.get(member_id)
+        if member is None:
+            raise self._unknown_member(member_id)
+        return member
+
+    def _unknown_member(self, member_id: str) -> HeartbeatError:
+        return HeartbeatError(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group "
+                              f"{self.group_id}.")
+
+    def _check_member_epoch(self, member: M, epoch: int, previous_ok: bool = True) -> None:
+        """Raises FENCED_MEMBER_EPOCH unless ``epoch`` is the member's, or its previous one
+        (the response with the bump was lost) while ``previous_ok``. Kafka's message."""
+        if epoch > member.member_epoch or (epoch < member.member_epoch
+                                           and (epoch != member.previous_member_epoch or not previous_ok)):
+            which = "greater" if epoch > member.member_epoch else "smaller"
+            raise HeartbeatError(ErrorCode.fenced_member_epoch,
+                                 f"The {self.KIND} group member has a {which} member epoch ({epoch}) than the one "
+                                 f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+                                 "all its partitions and rejoin.")
+
     def _check_capacity(self, member_id: str) -> None:
         """GROUP_MAX_SIZE_REACHED for a new member of a full group (Kafka's message)."""
         if len(self.members) >= self.config.max_size and member_id not in self.members:

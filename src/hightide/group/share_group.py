@@ -222,18 +222,9 @@ class ShareGroup(ModernGroup[ShareMember]):
         if not self.members and self.group_epoch == 0 and req.member_epoch != 0:
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Share group {self.group_id} not found.")
         self._check_capacity(req.member_id)
-        member = self.members.get(req.member_id)
-        if member is None:
-            if req.member_epoch != 0:
-                raise HeartbeatError(ErrorCode.unknown_member_id,
-                                     f"Member {req.member_id} is not a member of group {self.group_id}.")
-            return ShareMember(req.member_id)
-        epoch = req.member_epoch
-        if epoch > member.member_epoch or (epoch < member.member_epoch and epoch != member.previous_member_epoch):
-            raise HeartbeatError(ErrorCode.fenced_member_epoch,
-                                 f"The share group member has a {'greater' if epoch > member.member_epoch else 'smaller'}"
-                                 f" member epoch ({epoch}) than the one known by the group coordinator "
-                                 f"({member.member_epoch}). The member must abandon all its partitions and rejoin.")
+        member = self._member_or_new(req.member_id, req.member_epoch)
+        if req.member_id in self.members:
+            self._check_member_epoch(member, req.member_epoch)
         return member
 
     def _join_or_heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
@@ -388,12 +379,8 @@ class ShareGroup(ModernGroup[ShareMember]):
     def _leave(self, req: ShareHeartbeatRequest, topics: TopicsView) -> Result:
         if not self.members and self.group_epoch == 0:
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Share group {self.group_id} not found.")
-        member = self.members.get(req.member_id)
-        if member is None:
-            raise HeartbeatError(ErrorCode.unknown_member_id,
-                                 f"Member {req.member_id} is not a member of group {self.group_id}.")
-        return self._fence(member, topics, ShareHeartbeatResponse(member_id=req.member_id,
-                                                                  member_epoch=LEAVE_GROUP_MEMBER_EPOCH))
+        return self._fence(self._existing_member(req.member_id), topics,
+                           ShareHeartbeatResponse(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH))
 
     def _fence_bump(self, rest: dict[str, ShareMember], topics: TopicsView, out: Result) -> None:
         """The group epoch bump with the metadata hash of the remaining subscriptions."""
