@@ -28,7 +28,8 @@ that partition at or before ``t`` is ``c``:
 
 Written to ``<out>/lag`` (Parquet), ``<out>/summary.txt`` (worst groups by offset and
 time lag, SLO breaches) and ``<out>/offset_lag.png`` / ``<out>/time_lag.png``
-(matplotlib, Agg backend).
+(matplotlib, Agg backend). The summary and the time-lag chart say which values are lower
+bounds or estimates (see :func:`group_series`, :func:`chart`).
 """
 
 from __future__ import annotations
@@ -200,18 +201,38 @@ def lag_history(spark: Any, bootstrap_servers: str, samples_path: str | os.PathL
     return LagHistoryResult(len(rows), len({r["group"] for r in rows}), out, summary)
 
 
-def group_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, int]]]:
-    """Per group, ``(time_ms, total offset lag, max time lag)`` at each sample time (the
-    sum over the group's partitions sampled at that time)."""
-    acc: dict[tuple[str, int], list[int]] = {}
+_RANK = {"exact": 0, "estimate": 1, "lower_bound": 2}
+
+
+def group_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, int, str]]]:
+    """Per group, ``(time_ms, total offset lag, max time lag, certainty)`` at each sample
+    time (the sum and the max over the group's partitions sampled at that time).
+
+    ``certainty`` is the weakest of the partitions': if any partition's time lag is only
+    a lower bound, so is the group's maximum (that partition may really be the worst),
+    so it is ``lower_bound``; else ``estimate`` if any is interpolated; else ``exact``."""
+    acc: dict[tuple[str, int], list[Any]] = {}
     for r in rows:
-        a = acc.setdefault((r["group"], r["time_ms"]), [0, 0])
+        a = acc.setdefault((r["group"], r["time_ms"]), [0, 0, "exact"])
         a[0] += r["offset_lag"]
         a[1] = max(a[1], r["time_lag_ms"])
-    out: dict[str, list[tuple[int, int, int]]] = {}
-    for (g, t), (lag, tl) in sorted(acc.items()):
-        out.setdefault(g, []).append((t, lag, tl))
+        c = r.get("certainty") or "exact"
+        if _RANK.get(c, 0) > _RANK[a[2]]:
+            a[2] = c
+    out: dict[str, list[tuple[int, int, int, str]]] = {}
+    for (g, t), (lag, tl, cert) in sorted(acc.items()):
+        out.setdefault(g, []).append((t, lag, tl, cert))
     return out
+
+
+def _time_lag_text(ms: int, certainty: str) -> str:
+    """A time lag with its certainty: ``12.000 s``, ``~12.000 s (estimate)``, or
+    ``>= 12.000 s (lower bound)``."""
+    if certainty == "lower_bound":
+        return f">= {ms / 1000:.3f} s (lower bound)"
+    if certainty == "estimate":
+        return f"~{ms / 1000:.3f} s (estimate)"
+    return f"{ms / 1000:.3f} s"
 
 
 def _summary(rows: list[dict[str, Any]], slo_lag: int | None, slo_time_ms: int | None, top: int) -> str:
@@ -231,8 +252,12 @@ def _summary(rows: list[dict[str, Any]], slo_lag: int | None, slo_time_ms: int |
     lines.append("worst groups by time lag (max over time):")
     by_time = sorted(series.items(), key=lambda kv: (-max(x[2] for x in kv[1]), kv[0]))[:top]
     for g, pts in by_time:
-        peak = max(pts, key=lambda x: x[2])
-        lines.append(f"  {g}: max time lag {peak[2] / 1000:.3f} s at {_iso(peak[0])}, latest {pts[-1][2] / 1000:.3f} s")
+        peak = max(pts, key=lambda x: (x[2], -_RANK[x[3]]))
+        lines.append(f"  {g}: max time lag {_time_lag_text(peak[2], peak[3])} at {_iso(peak[0])}, "
+                     f"latest {_time_lag_text(pts[-1][2], pts[-1][3])}")
+    if any(p[3] == "lower_bound" for pts in series.values() for p in pts):
+        lines.append("  (lower bound: the committed record was written before the first end-offset sample,")
+        lines.append("   so its age is only known to be at least this; sample more often or for longer)")
     lines.append("")
     for label, limit, idx, unit in (("offset lag", slo_lag, 1, ""), ("time lag", slo_time_ms, 2, " ms")):
         if limit is None:
@@ -243,8 +268,9 @@ def _summary(rows: list[dict[str, Any]], slo_lag: int | None, slo_time_ms: int |
             bad = [p for p in pts if p[idx] > limit]
             if bad:
                 any_breach = True
+                bound = idx == 2 and any(p[3] == "lower_bound" for p in bad)
                 lines.append(f"  {g}: {len(bad)} of {len(pts)} samples, first {_iso(bad[0][0])}, "
-                             f"last {_iso(bad[-1][0])}, worst {max(p[idx] for p in bad)}{unit}")
+                             f"last {_iso(bad[-1][0])}, worst {'>= ' if bound else ''}{max(p[idx] for p in bad)}{unit}")
         if not any_breach:
             lines.append("  none")
         lines.append("")
@@ -255,25 +281,75 @@ def _iso(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
-def _charts(rows: list[dict[str, Any]], out: Path, top: int) -> None:
+_MARKERS = "o^sDv<>px*"
+
+
+def chart(series: dict[str, list[tuple[int, int, int, str]]], idx: int, ylabel: str, scale: float,
+          top: int) -> Any:
+    """One matplotlib figure of the ``top`` worst groups over time (``idx`` 1: offset lag,
+    2: time lag). Groups whose series are identical (e.g. several groups whose time lag is
+    only known as "at least the sampling window") are drawn once and labelled with all
+    their names; each line has its own marker. Time-lag points that are lower bounds are
+    drawn dashed with hollow markers and a shaded band above them (the true value is
+    somewhere up there); exact and interpolated points are solid."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    worst = sorted(series, key=lambda g: (-max(x[idx] for x in series[g]), g))[:top]
+    lines: dict[tuple, list[str]] = {}
+    for g in worst:
+        key = tuple((p[0], p[idx], p[3] if idx == 2 else "") for p in series[g])
+        lines.setdefault(key, []).append(g)
+    fig, ax = plt.subplots(figsize=(12, 4.5), dpi=100)
+    t_min = min((p[0] for g in worst for p in series[g]), default=0)
+    y_max = max((p[idx] / scale for g in worst for p in series[g]), default=0)
+    any_bound = False
+    for i, (key, names) in enumerate(lines.items()):
+        label = names[0] if len(names) == 1 else f"{', '.join(names)} (identical)"
+        xs = [(t - t_min) / 1000 for t, _, _ in key]
+        ys = [v / scale for _, v, _ in key]
+        bound = [c == "lower_bound" for _, _, c in key]
+        color = f"C{i % 10}"
+        marker = _MARKERS[i % len(_MARKERS)]
+        if not any(bound):
+            ax.plot(xs, ys, color=color, marker=marker, linestyle="-", label=label)
+            continue
+        any_bound = True
+        ax.plot([], [], color=color, marker=marker, markerfacecolor="none", linestyle="--",
+                label=f"{label} (lower bound)" if all(bound) else label)  # the legend entry
+        _bound_segments(ax, xs, ys, bound, color, marker, y_max)
+    ax.set_xlabel("seconds since " + (_iso(t_min) if worst else "-"))
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{ylabel} per group" + (" (dashed, hollow, shaded: lower bound)" if any_bound else ""))
+    if worst:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _bound_segments(ax: Any, xs: list[float], ys: list[float], bound: list[bool], color: str, marker: str,
+                    y_max: float) -> None:
+    """Draw a series with lower-bound points: segments touching a bound dashed, the others
+    solid; bound points hollow, with a shaded band from the bound up to the chart's top."""
+    for j in range(len(xs) - 1):
+        style = "--" if bound[j] or bound[j + 1] else "-"
+        ax.plot(xs[j:j + 2], ys[j:j + 2], color=color, linestyle=style, gid="bound" if style == "--" else None,
+                label="_nolegend_")
+    for x, y, b in zip(xs, ys, bound):
+        ax.plot([x], [y], color=color, marker=marker, markerfacecolor="none" if b else color, linestyle="none",
+                label="_nolegend_")
+    bx = [x for x, b in zip(xs, bound) if b]
+    by = [y for y, b in zip(ys, bound) if b]
+    if len(bx) > 1:
+        ax.fill_between(bx, by, [max(y_max, max(by)) * 1.05] * len(bx), color=color, alpha=0.08, linewidth=0)
+
+
+def _charts(rows: list[dict[str, Any]], out: Path, top: int) -> None:
+    import matplotlib.pyplot as plt
     series = group_series(rows)
-    worst = sorted(series, key=lambda g: -max(x[1] for x in series[g]))[:top]
     for name, idx, ylabel, scale in (("offset_lag.png", 1, "offset lag (records)", 1.0),
                                      ("time_lag.png", 2, "time lag (s)", 1000.0)):
-        fig, ax = plt.subplots(figsize=(12, 4.5), dpi=100)
-        t_min = min((p[0] for g in worst for p in series[g]), default=0)
-        for g in worst:
-            pts = series[g]
-            ax.plot([(p[0] - t_min) / 1000 for p in pts], [p[idx] / scale for p in pts], marker=".", label=g)
-        ax.set_xlabel("seconds since " + (_iso(t_min) if worst else "-"))
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{ylabel} per group")
-        if worst:
-            ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
+        fig = chart(series, idx, ylabel, scale, top)
         fig.savefig(out / name)
         plt.close(fig)
