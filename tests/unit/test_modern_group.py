@@ -254,3 +254,33 @@ def test_unknown_members_and_wrong_epochs_get_kafkas_errors(drv: Driver) -> None
     assert drv.hb("a").error_code == ErrorCode.none
     resp = drv.leave("ghost")
     assert resp.error_code == ErrorCode.unknown_member_id and "ghost" not in drv.reloaded().get(G).members
+
+
+ops = st.lists(st.tuples(st.sampled_from(["hb", "sub", "leave", "expire"]), st.sampled_from(["a", "b", "c", "d"])),
+               min_size=1, max_size=25)
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.kind)
+@given(steps=ops)
+@settings(max_examples=40, deadline=None)
+def test_any_sequence_reloads_to_the_same_state_and_keeps_the_invariants(driver: type, steps: list) -> None:
+    drv = driver()
+    for op, member in steps:
+        if op == "hb":
+            drv.hb(member)
+        elif op == "sub" and member in drv.epochs:
+            drv.hb(member, ("foo", "bar"))
+        elif op == "leave" and member in drv.epochs:
+            drv.leave(member)
+        elif op == "expire":
+            drv.now += SESSION_MS
+            drv.apply(drv.group().poll(drv.now, TOPICS))
+            drv.epochs = {m: e for m, e in drv.epochs.items() if m in drv.group().members}
+        g = drv.groups.get(G)
+        if g is None:
+            continue
+        assert g.assignment_epoch <= g.group_epoch
+        assert all(m.member_epoch <= g.assignment_epoch for m in g.members.values())
+        assert set(g.timers) <= set(g.members) and set(g.targets) <= set(g.members)
+        reloaded = drv.reloaded().get(G)
+        assert reloaded is not None and reloaded.persisted_state() == g.persisted_state()
