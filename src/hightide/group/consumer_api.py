@@ -64,10 +64,17 @@ class ImageTopics:
 
 
 @dataclass(frozen=True)
-class ConsumerGroupConfig:
-    session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
-    heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
-    max_size: int = 2**31 - 1  # group.consumer.max.size
+class ModernGroupConfig:
+    """What every KIP-848 / KIP-932 group is configured with (``group.<kind>.session.timeout.ms``,
+    ``group.<kind>.heartbeat.interval.ms``, ``group.<kind>.max.size``)."""
+
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 5000
+    max_size: int = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig(ModernGroupConfig):
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors (first = default)
 
 

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from kio.schema.errors import ErrorCode
 
 from .assignor import Assignment
-from .consumer_api import HeartbeatError, Record, Result, Timers, TopicsView
+from .consumer_api import HeartbeatError, ModernGroupConfig, Record, Result, Timers, TopicsView
 from .modern_records import TargetAssignmentMemberValue, TargetAssignmentMetadataValue, TopicPartitions
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -118,7 +118,7 @@ class ModernGroup(Generic[M]):
     RECORDS: ClassVar[RecordTypes]
     KIND: ClassVar[str]  # "consumer" or "share", for messages
 
-    def __init__(self, group_id: str, config: Any) -> None:
+    def __init__(self, group_id: str, config: ModernGroupConfig) -> None:
         self.group_id = group_id
         self.config = config
         self.group_epoch = 0

@@ -46,7 +46,16 @@ from kio.schema.errors import ErrorCode
 
 from . import share_assignor
 from .assignor import Assignment
-from .consumer_api import HeartbeatError, HeartbeatResponse, LiveMemberKey, Record, Result, Timers, TopicsView
+from .consumer_api import (
+    HeartbeatError,
+    HeartbeatResponse,
+    LiveMemberKey,
+    ModernGroupConfig,
+    Record,
+    Result,
+    Timers,
+    TopicsView,
+)
 from .consumer_member import MemberState
 from .modern_group import LEAVE_GROUP_MEMBER_EPOCH, ModernGroup, ModernGroups, ModernMember, RecordTypes, from_wire, \
     to_wire
@@ -72,9 +81,7 @@ Partitions = dict[uuid.UUID, frozenset[int]]
 
 # -- inputs and outputs -------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ShareGroupConfig:
-    session_timeout_ms: int = 45000  # group.share.session.timeout.ms
-    heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
+class ShareGroupConfig(ModernGroupConfig):
     max_size: int = 200  # group.share.max.size
     initialize_retry_ms: int = 30000  # group.share.initialize.retry.interval.ms
 
