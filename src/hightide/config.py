@@ -123,10 +123,25 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
        (lambda v: v in ("CreateTime", "LogAppendTime"), "must be CreateTime or LogAppendTime")),
     _d("log.cleanup.policy", "list", ("delete",), "delete and/or compact."),
+    _d("log.roll.jitter.ms", "long", 0, "Default segment.jitter.ms (accepted and described; hightide rolls without "
+       "jitter).", _nonneg),
+    _d("log.index.size.max.bytes", "int", 10485760, "Default segment.index.bytes (accepted and described; hightide's "
+       "indexes grow as needed).", (lambda v: v >= 8, "must be >= 8")),
+    _d("log.segment.delete.delay.ms", "long", 60000, "Default file.delete.delay.ms (accepted and described; hightide "
+       "deletes segments at once).", _nonneg),
+    _d("log.preallocate", "bool", False, "Default preallocate (accepted and described; hightide never preallocates)."),
+    _d("log.message.timestamp.before.max.ms", "long", LONG_MAX,
+       "Default message.timestamp.before.max.ms: oldest CreateTime accepted, relative to now.", _nonneg),
+    _d("log.message.timestamp.after.max.ms", "long", LONG_MAX,
+       "Default message.timestamp.after.max.ms: furthest future CreateTime accepted.", _nonneg),
+    _d("unclean.leader.election.enable", "bool", False,
+       "Default unclean.leader.election.enable (a single node has no other replica to elect)."),
     _d("log.cleaner.enable", "bool", True, "Run the log cleaner for compacted topics."),
     _d("log.cleaner.backoff.ms", "long", 15000, "Pause between cleaner passes.", _pos),
     _d("log.cleaner.delete.retention.ms", "long", 86400000, "Default delete.retention.ms.", _nonneg),
     _d("log.cleaner.min.compaction.lag.ms", "long", 0, "Default min.compaction.lag.ms.", _nonneg),
+    _d("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, "Default max.compaction.lag.ms (accepted and described; "
+       "the cleaner runs by dirty ratio).", _pos),
     _d("log.cleaner.min.cleanable.ratio", "double", 0.5, "Default min.cleanable.dirty.ratio.",
        (lambda v: 0 <= v <= 1, "must be in [0, 1]")),
     _d("compression.type", "string", "producer", "Batches are stored exactly as the producer compressed them.",
@@ -206,6 +221,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "A share partition whose last snapshot is older than this is snapshotted again (so pruning advances).", _pos),
 ]}
 
+def _valid_throttled(v: tuple[str, ...]) -> bool:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
+    return v == ("*",) or all(re.fullmatch(r"[0-9]+:[0-9]+", x) for x in v)
+
+
+_THROTTLED = (_valid_throttled, "must be the literal '*' or a list of replicas in the following format: "
+              "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
 # Topic config name -> broker synonym (None: no broker-level synonym).
 TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("cleanup.policy", "list", ("delete",), synonym="log.cleanup.policy",
@@ -213,26 +236,33 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("compression.type", "string", "producer", synonym="compression.type",
        valid=(BROKER_CONFIGS["compression.type"].valid, BROKER_CONFIGS["compression.type"].valid_doc)),
     _d("delete.retention.ms", "long", 86400000, synonym="log.cleaner.delete.retention.ms", valid=_nonneg),
-    _d("file.delete.delay.ms", "long", 60000, valid=_nonneg),
+    _d("file.delete.delay.ms", "long", 60000, synonym="log.segment.delete.delay.ms", valid=_nonneg),
     _d("flush.messages", "long", LONG_MAX, synonym="log.flush.interval.messages", valid=_pos),
     _d("flush.ms", "long", 1000, synonym="log.flush.interval.ms", valid=_nonneg),
+    _d("follower.replication.throttled.replicas", "list", (), valid=_THROTTLED),
     _d("index.interval.bytes", "int", 4096, synonym="log.index.interval.bytes", valid=_nonneg),
-    _d("max.compaction.lag.ms", "long", LONG_MAX, valid=_pos),
+    _d("leader.replication.throttled.replicas", "list", (), valid=_THROTTLED),
+    _d("max.compaction.lag.ms", "long", LONG_MAX, synonym="log.cleaner.max.compaction.lag.ms", valid=_pos),
     _d("max.message.bytes", "int", 1048588, synonym="message.max.bytes", valid=_nonneg),
     _d("message.timestamp.type", "string", "CreateTime", synonym="log.message.timestamp.type",
        valid=(BROKER_CONFIGS["log.message.timestamp.type"].valid, "must be CreateTime or LogAppendTime")),
-    _d("message.timestamp.before.max.ms", "long", LONG_MAX, valid=_nonneg),
-    _d("message.timestamp.after.max.ms", "long", LONG_MAX, valid=_nonneg),
+    _d("message.timestamp.before.max.ms", "long", LONG_MAX, synonym="log.message.timestamp.before.max.ms",
+       valid=_nonneg),
+    _d("message.timestamp.after.max.ms", "long", LONG_MAX, synonym="log.message.timestamp.after.max.ms",
+       valid=_nonneg),
     _d("min.cleanable.dirty.ratio", "double", 0.5, synonym="log.cleaner.min.cleanable.ratio",
        valid=(lambda v: 0 <= v <= 1, "must be in [0, 1]")),
     _d("min.compaction.lag.ms", "long", 0, synonym="log.cleaner.min.compaction.lag.ms", valid=_nonneg),
     _d("min.insync.replicas", "int", 1, synonym="min.insync.replicas", valid=_pos),
+    _d("preallocate", "bool", False, synonym="log.preallocate"),
     _d("retention.bytes", "long", -1, synonym="log.retention.bytes", valid=_ms_or_unlimited),
     _d("retention.ms", "long", 604800000, synonym="log.retention.ms", valid=_ms_or_unlimited),
     _d("segment.bytes", "int", 1073741824, synonym="log.segment.bytes", valid=(lambda v: v >= 14, "must be >= 14")),
-    _d("segment.index.bytes", "int", 10485760, valid=(lambda v: v >= 8, "must be >= 8")),
+    _d("segment.index.bytes", "int", 10485760, synonym="log.index.size.max.bytes",
+       valid=(lambda v: v >= 8, "must be >= 8")),
+    _d("segment.jitter.ms", "long", 0, synonym="log.roll.jitter.ms", valid=_nonneg),
     _d("segment.ms", "long", 604800000, synonym="log.roll.ms", valid=_pos),
-    _d("unclean.leader.election.enable", "bool", False),
+    _d("unclean.leader.election.enable", "bool", False, synonym="unclean.leader.election.enable"),
 ]}
 
 # Legacy broker names folded into the canonical *.ms name (Kafka's precedence: ms > minutes > hours).
@@ -240,6 +270,7 @@ _TIME_ALIASES = {
     "log.retention.minutes": ("log.retention.ms", 60_000),
     "log.retention.hours": ("log.retention.ms", 3_600_000),
     "log.roll.hours": ("log.roll.ms", 3_600_000),
+    "log.roll.jitter.hours": ("log.roll.jitter.ms", 3_600_000),
 }
 _ALIAS_RANK = {name: rank for rank, name in enumerate(_TIME_ALIASES, 1)}  # minutes before hours
 
@@ -250,6 +281,13 @@ class BrokerConfig:
 
     values: dict[str, Any] = field(default_factory=lambda: {k: d.default for k, d in BROKER_CONFIGS.items()})
     explicit: set[str] = field(default_factory=set)
+    #: The static configs as given (file and flags, aliases such as log.retention.hours
+    #: under their own name), as Kafka strings: DescribeConfigs' STATIC_BROKER_CONFIG.
+    originals: dict[str, str] = field(default_factory=dict)
+    #: Dynamic broker configs in force (metadata log): cluster default ``""`` and this broker.
+    dynamic_default: dict[str, str] = field(default_factory=dict)
+    dynamic_broker: dict[str, str] = field(default_factory=dict)
+    _static: dict[str, Any] | None = field(default=None, repr=False)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -258,19 +296,41 @@ class BrokerConfig:
         """Set a broker config by Kafka name; raise ConfigError for unknown/invalid."""
         if name in _TIME_ALIASES:
             target, factor = _TIME_ALIASES[name]
-            if target in self.explicit:
-                return  # the *.ms form wins
             try:
                 n = _parse_int(value)
             except ValueError:
                 raise ConfigError(f"Invalid value {value!r} for configuration {name}: expected int") from None
+            self.originals[name] = str(n)
+            if target in self.explicit:
+                return  # the *.ms form wins
             # Kafka: a negative retention in any unit means unlimited (-1).
             value, name = (-1 if n < 0 and target == "log.retention.ms" else n * factor), target
         elif name not in BROKER_CONFIGS:
             raise ConfigError(f"Unknown broker configuration {name!r}"
                               f"{did_you_mean(name, [*BROKER_CONFIGS, *_TIME_ALIASES])}")
+        else:
+            self.originals[name] = BROKER_CONFIGS[name].render(BROKER_CONFIGS[name].parse(value))
         self.values[name] = BROKER_CONFIGS[name].parse(value)
         self.explicit.add(name)
+
+    def apply_dynamic(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
+        """Put dynamic broker configs in force, in place (every holder of this object sees
+        them): this broker's over the cluster default over the static values. Values were
+        validated when written; one that no longer parses is ignored (the static value
+        stays)."""
+        if self._static is None:
+            self._static = dict(self.values)
+        values = dict(self._static)
+        for source in (default, per_broker):
+            for name, raw in source.items():
+                d = BROKER_CONFIGS.get(name)
+                if d is not None:
+                    try:
+                        values[name] = d.parse(raw)
+                    except ConfigError:
+                        pass
+        self.values = values
+        self.dynamic_default, self.dynamic_broker = dict(default), dict(per_broker)
 
     @classmethod
     def load(cls, toml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -442,3 +502,116 @@ def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str]) -> 
         if values[f"{kind}.session.timeout.ms"] <= values[f"{kind}.heartbeat.interval.ms"]:
             raise ConfigError(f"{kind}.session.timeout.ms must be greater than {kind}.heartbeat.interval.ms")
     return values
+
+
+# -- DescribeConfigs: Kafka's synonyms, sources and dynamic broker configs ---------------------------
+# ConfigSource ids (DescribeConfigs v1+).
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+
+# Broker configs whose names have synonyms, highest priority first (Kafka's
+# DynamicBrokerConfig.brokerConfigSynonyms).
+_BROKER_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+# Kafka's static defaults where they differ from the table: the *.ms forms of the time
+# configs have no default (null), their hours forms carry it.
+_KAFKA_DEFAULT_OVERRIDES: dict[str, str | None] = {
+    "log.retention.ms": None, "log.retention.hours": "168",
+    "log.roll.ms": None, "log.roll.hours": "168",
+    "log.roll.jitter.ms": None, "log.roll.jitter.hours": "0",
+}
+
+
+def broker_synonyms(name: str) -> tuple[str, ...]:
+    """The broker config names that set ``name``, highest priority first (just ``name``
+    for most)."""
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return group
+    return (name,)
+
+
+def broker_default_strings() -> dict[str, str]:
+    """Kafka's DEFAULT_CONFIG level: every broker config with a (non-null) default, as a
+    Kafka string."""
+    out = {n: d.render(d.default) for n, d in BROKER_CONFIGS.items() if d.default is not None}
+    for n, v in _KAFKA_DEFAULT_OVERRIDES.items():
+        if v is None:
+            out.pop(n, None)
+        else:
+            out[n] = v
+    return {n: v for n, v in out.items() if v is not None}
+
+
+def config_synonyms(broker: BrokerConfig, name: str) -> list[tuple[str, str, int]]:
+    """Kafka's ConfigHelper.configSynonyms for broker config ``name``: (name, value,
+    source) for each of its synonyms present at each level — dynamic for this broker,
+    dynamic cluster default, static, default — in that order, starting at the first entry
+    named ``name`` itself (so ``log.retention.ms`` without any value of its own has no
+    synonyms: its default lives in ``log.retention.hours``)."""
+    names = broker_synonyms(name)
+    levels = ((broker.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+              (broker.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+              (broker.originals, STATIC_BROKER_CONFIG), (broker_default_strings(), DEFAULT_CONFIG))
+    found = [(n, level[n], source) for level, source in levels for n in names if n in level]
+    for i, (n, _, _) in enumerate(found):
+        if n == name:
+            return found[i:]
+    return []
+
+
+#: Broker configs that may be changed at run time (IncrementalAlterConfigs / AlterConfigs
+#: on a BROKER resource): the broker synonyms of topic configs and the cleaner's, as Kafka
+#: (DynamicLogConfig and LogCleaner reconfigurable configs) — those hightide has.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    {d.synonym for d in TOPIC_CONFIGS.values() if d.synonym in BROKER_CONFIGS}
+    | {"message.max.bytes", "log.cleaner.backoff.ms"})
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str]) -> None:
+    """Check a resource's whole set of dynamic broker configs. Raises ConfigError with
+    Kafka's message for names that cannot change at run time ("Cannot update these
+    configs dynamically: Set(a, b)", unknown names included) or an invalid value."""
+    static = sorted(n for n in configs if n not in DYNAMIC_BROKER_CONFIGS)
+    if static:
+        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+    for name, value in configs.items():
+        BROKER_CONFIGS[name].parse(value)
+
+
+# -- docs/configuration.md: the tables are generated from the definitions above -------------------
+def _doc_default(d: ConfigDef) -> str:
+    if d.default == LONG_MAX:
+        return "Long.MAX_VALUE"
+    text = d.render(d.default)
+    return f"`{text}`" if text else '`""`'
+
+
+def _doc_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def config_doc_tables() -> str:
+    """The Markdown tables of broker, topic and group configs that docs/configuration.md
+    carries between its ``config-tables`` markers (a unit test keeps them equal)."""
+    lines = ["### Broker configs", "", "| name | type | default | dynamic | description |", "|---|---|---|---|---|"]
+    for name, d in sorted(BROKER_CONFIGS.items()):
+        valid = f" ({d.valid_doc})" if d.valid_doc else ""
+        lines.append(f"| `{name}` | {d.type} | {_doc_default(d)} | {'yes' if name in DYNAMIC_BROKER_CONFIGS else ''}"
+                     f" | {_doc_cell(d.doc + valid)} |")
+    aliases = ", ".join(f"`{a}` (→ `{t}`)" for a, (t, _) in _TIME_ALIASES.items())
+    lines += ["", f"Also accepted in larger units, as in Kafka: {aliases}.", "",
+              "### Topic configs", "", "| name | type | default | broker synonym |", "|---|---|---|---|"]
+    for name, d in sorted(TOPIC_CONFIGS.items()):
+        lines.append(f"| `{name}` | {d.type} | {_doc_default(d)} | {f'`{d.synonym}`' if d.synonym else ''} |")
+    lines += ["", "### Group configs", "", "| name | type | default | broker synonym | description |",
+              "|---|---|---|---|---|"]
+    for name, d in sorted(GROUP_CONFIGS.items()):
+        lines.append(f"| `{name}` | {d.type} | {_doc_default(d)} | {f'`{d.synonym}`' if d.synonym else ''} "
+                     f"| {_doc_cell(d.doc)} |")
+    return "\n".join(lines) + "\n"

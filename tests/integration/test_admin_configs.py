@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from ..rawkafka import RawClient
 from .kafkajs import run_kafkajs
@@ -94,3 +94,111 @@ def test_raw_alter_configs_per_resource_answers(server, admin, topic_name):
         assert got[(99, "x")][0] == 35  # UNSUPPORTED_VERSION: unknown resource type
     assert _describe(admin, topic_name)["retention.ms"] == ("7", False)
     assert _describe(admin, other)["retention.ms"] == ("1000", False)  # the failed resource is unchanged
+
+
+# -- DescribeConfigs details: Kafka's synonyms and sources, every topic config -------------------
+DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 1, 2, 3, 4, 5
+
+
+def _raw_describe(bootstrap: str, rtype: int, name: str, keys=None) -> dict:
+    """{config: (value, source, read_only, [(synonym, value, source), ...])} via DescribeConfigs v4."""
+    with RawClient(bootstrap) as c:
+        r = c.request(32, 4, {"resources": [{"resource_type": rtype, "resource_name": name,
+                                             "configuration_keys": keys}],
+                              "include_synonyms": True, "include_documentation": False})
+    res = r.results[0]
+    assert res.error_code == 0, res.error_message
+    return {e.name: (e.value, e.config_source, e.read_only, [(s.name, s.value, s.source) for s in e.synonyms])
+            for e in res.configs}
+
+
+def test_topic_synonyms_as_kafka(server, admin, topic_name):
+    _create(admin, topic_name, {"segment.bytes": "1048576"})
+    cfg = _raw_describe(server.bootstrap, 2, topic_name)
+    # log.retention.ms has no default of its own in Kafka (log.retention.hours carries it),
+    # so a default retention.ms lists no synonym at all.
+    assert cfg["retention.ms"] == ("604800000", DEFAULT, False, [])
+    assert cfg["segment.ms"] == ("604800000", DEFAULT, False, [])
+    assert cfg["segment.bytes"] == ("1048576", DYNAMIC_TOPIC, False, [
+        ("segment.bytes", "1048576", DYNAMIC_TOPIC), ("log.segment.bytes", "1073741824", DEFAULT)])
+    assert cfg["max.message.bytes"][3] == [("message.max.bytes", "1048588", DEFAULT)]
+    assert cfg["segment.index.bytes"][3] == [("log.index.size.max.bytes", "10485760", DEFAULT)]
+    # The topic configs Kafka 4 describes that were missing.
+    assert cfg["preallocate"] == ("false", DEFAULT, False, [("log.preallocate", "false", DEFAULT)])
+    assert cfg["segment.jitter.ms"] == ("0", DEFAULT, False, [])
+    assert cfg["leader.replication.throttled.replicas"] == ("", DEFAULT, False, [])
+    assert cfg["follower.replication.throttled.replicas"] == ("", DEFAULT, False, [])
+
+
+def test_static_retention_synonyms(fresh_server, topic_name):
+    srv = fresh_server("--set", "log.retention.ms=7200000", "--set", "log.retention.hours=5")
+    admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+    _create(admin, topic_name, {})
+    cfg = _raw_describe(srv.bootstrap, 2, topic_name, ["retention.ms"])
+    assert cfg["retention.ms"] == ("7200000", STATIC, False, [
+        ("log.retention.ms", "7200000", STATIC), ("log.retention.hours", "5", STATIC),
+        ("log.retention.hours", "168", DEFAULT)])
+    throttled = ConfigResource(ConfigResource.Type.TOPIC, topic_name,
+                               set_config={"leader.replication.throttled.replicas": "0:1,1:1"})
+    admin.alter_configs([throttled])[throttled].result(10)
+    bad = ConfigResource(ConfigResource.Type.TOPIC, topic_name,
+                         set_config={"leader.replication.throttled.replicas": "zero"})
+    with pytest.raises(KafkaException) as exc:
+        admin.alter_configs([bad])[bad].result(10)
+    assert exc.value.args[0].code() == 40  # INVALID_CONFIG
+
+
+# -- dynamic broker configs ----------------------------------------------------------------------
+def _incremental(bootstrap: str, name: str, ops: list, validate_only: bool = False):
+    with RawClient(bootstrap) as c:
+        r = c.request(44, 1, {"validate_only": validate_only, "resources": [{
+            "resource_type": 4, "resource_name": name,
+            "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}]})
+    return r.responses[0].error_code, r.responses[0].error_message
+
+
+def test_dynamic_broker_configs(fresh_server, topic_name):
+    from confluent_kafka import Producer
+    srv = fresh_server("--node-id", "1")
+    admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+    _create(admin, topic_name, {})
+    # Cluster default: topics without an override follow it.
+    assert _incremental(srv.bootstrap, "", [("log.retention.ms", 0, "3600000")]) == (0, None)
+    cfg = _raw_describe(srv.bootstrap, 2, topic_name, ["retention.ms"])
+    assert cfg["retention.ms"] == ("3600000", DYNAMIC_DEFAULT, False, [
+        ("log.retention.ms", "3600000", DYNAMIC_DEFAULT), ("log.retention.hours", "168", DEFAULT)])
+    assert _raw_describe(srv.bootstrap, 4, "") == {
+        "log.retention.ms": ("3600000", DYNAMIC_DEFAULT, False, [("log.retention.ms", "3600000", DYNAMIC_DEFAULT)])}
+    # Per broker, over the default; in force at once (max.message.bytes follows message.max.bytes).
+    per_broker = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("message.max.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([per_broker])[per_broker].result(10)
+    broker = _raw_describe(srv.bootstrap, 4, "1", ["message.max.bytes", "num.partitions"])
+    assert broker["message.max.bytes"] == ("2000", DYNAMIC_BROKER, False, [
+        ("message.max.bytes", "2000", DYNAMIC_BROKER), ("message.max.bytes", "1048588", DEFAULT)])
+    assert broker["num.partitions"][1:3] == (DEFAULT, True)  # read-only: not dynamic
+    p = Producer({"bootstrap.servers": srv.bootstrap, "linger.ms": 0, "message.send.max.retries": 0})
+    errors = []
+    p.produce(topic_name, value=b"x" * 5000, partition=0, on_delivery=lambda err, msg: errors.append(err))
+    p.flush(10)
+    assert errors and errors[0].code() == 10  # MESSAGE_TOO_LARGE
+    # Not dynamic, unknown or invalid: INVALID_REQUEST, nothing written; validate_only writes nothing.
+    code, msg = _incremental(srv.bootstrap, "", [("num.partitions", 0, "3")])
+    assert (code, msg) == (42, "Cannot update these configs dynamically: Set(num.partitions)")
+    assert _incremental(srv.bootstrap, "", [("log.retention.ms", 0, "soon")])[0] == 42
+    assert _incremental(srv.bootstrap, "", [("log.segment.bytes", 0, "2000000")], validate_only=True) == (0, None)
+    assert "log.segment.bytes" not in _raw_describe(srv.bootstrap, 4, "")
+    # Kept in the metadata log: in force again after a restart.
+    assert srv.stop() == 0
+    srv = fresh_server("--node-id", "1", data_dir=srv.data_dir, port=srv.port)
+    assert _raw_describe(srv.bootstrap, 4, "1", ["message.max.bytes"])["message.max.bytes"][:2] == (
+        "2000", DYNAMIC_BROKER)
+    assert _raw_describe(srv.bootstrap, 2, topic_name, ["max.message.bytes"])["max.message.bytes"][:2] == (
+        "2000", DYNAMIC_BROKER)
+    # AlterConfigs replaces the cluster default's whole set.
+    with RawClient(srv.bootstrap) as c:
+        r = c.request(33, 2, {"validate_only": False, "resources": [{
+            "resource_type": 4, "resource_name": "",
+            "configs": [{"name": "log.cleaner.backoff.ms", "value": "20000"}]}]})
+        assert r.responses[0].error_code == 0
+    assert set(_raw_describe(srv.bootstrap, 4, "")) == {"log.cleaner.backoff.ms"}

@@ -47,6 +47,8 @@ class MetadataImage:
     topics: dict[str, TopicImage] = field(default_factory=dict)
     topics_by_id: dict[uuid.UUID, TopicImage] = field(default_factory=dict)
     broker_configs: dict[str, str] = field(default_factory=dict)
+    #: Dynamic broker configs by resource name: "" (cluster default) or a broker id.
+    broker_dynamic: dict[str, dict[str, str]] = field(default_factory=dict)
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> overrides
     next_producer_id: int = 0
     offset: int = -1  # metadata log offset of the last applied record
@@ -75,9 +77,20 @@ class MetadataImage:
                         target[n] = v
                     if rt == GROUP_RESOURCE and not target:
                         self.group_configs.pop(rn, None)
+                if rt == BROKER_RESOURCE:
+                    self._apply_broker_config(rn, n, v)
             case ProducerIdsRecord(next_producer_id=nxt):
                 self.next_producer_id = max(self.next_producer_id, nxt)
         self.offset = offset
+
+    def _apply_broker_config(self, resource_name: str, name: str, value: str | None) -> None:
+        configs = self.broker_dynamic.setdefault(resource_name, {})
+        if value is None:
+            configs.pop(name, None)
+        else:
+            configs[name] = value
+        if not configs:
+            del self.broker_dynamic[resource_name]
 
     def _config_target(self, resource_type: int, name: str) -> dict[str, str] | None:
         if resource_type == TOPIC_RESOURCE:

@@ -102,6 +102,7 @@ class Broker:
         self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage)
         self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
         self.cluster_id = self.cluster_id or self._load_cluster_id()
+        self.apply_dynamic_broker_configs()
         self._open_logs()
         self.groups.start()
         self.share_state.start()
@@ -272,6 +273,15 @@ class Broker:
         if self._unopened.pop(tp, None) is not None:
             log.warning("opened the log of %s-%d after earlier failures", *tp)
         return plog
+
+    def apply_dynamic_broker_configs(self) -> None:
+        """Put the dynamic broker configs of the metadata image in force (cluster default,
+        then this broker's) and refresh every open log's config from them."""
+        dynamic = self.image.broker_dynamic
+        self.config.apply_dynamic(dynamic.get("", {}), dynamic.get(str(self.node_id), {}))
+        if self.logs is not None:
+            for topic in self.image.topics.values():
+                self.refresh_topic_config(topic)
 
     def refresh_topic_config(self, topic: TopicImage) -> None:
         cfg = self.topic_log_config(topic)

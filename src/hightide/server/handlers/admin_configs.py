@@ -1,17 +1,32 @@
 """DescribeConfigs (32) and IncrementalAlterConfigs (44) for topics, groups (GROUP
-resource 32: the ``share.*`` group configs, kept in the metadata log) and broker reads.
-Sources and synonyms follow Kafka's DescribeConfigs semantics."""
+resource 32: the ``share.*`` group configs, kept in the metadata log) and brokers
+(dynamic broker configs: cluster default ``""`` and per broker id, kept in the metadata
+log and put in force at once). Sources and synonyms follow Kafka's ConfigHelper."""
 
 from __future__ import annotations
 
-from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
-from ...config import BROKER_CONFIGS, GROUP_CONFIGS, TOPIC_CONFIGS, ConfigDef
+from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, ConfigRecord
+from ...config import (
+    BROKER_CONFIGS,
+    DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    GROUP_CONFIGS,
+    STATIC_BROKER_CONFIG,
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigError,
+    broker_synonyms,
+    config_synonyms,
+    effective_topic_config,
+    validate_dynamic_broker_configs,
+)
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
-from .admin_topics import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG
 
 GROUP_CONFIG = 8  # ConfigSource.GROUP_CONFIG
 _TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
@@ -23,45 +38,72 @@ def _entry(d: ConfigDef, value, source: int, synonyms: list[dict], include_docs:
             "config_type": _TYPE_CODES.get(d.type, 0), "documentation": d.doc if include_docs else None}
 
 
+def _synonyms(chain: list[tuple[str, str | None, int]]) -> list[dict]:
+    return [{"name": n, "value": v, "source": src} for n, v, src in chain]
+
+
 def describe_topic(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
+    """Kafka's ConfigHelper.createTopicConfigEntry: the override (DYNAMIC_TOPIC_CONFIG),
+    then the synonyms of the topic config's broker config at every level; the source is
+    the first of them, DEFAULT_CONFIG when there is none."""
     t = broker.image.topics.get(name)
     if t is None:
         return {"error_code": ErrorCode.unknown_topic_or_partition,
                 "error_message": f"Topic {name} does not exist.", "configs": []}
+    effective = effective_topic_config(broker.config, t.configs)
     configs = []
     for cname, d in sorted(TOPIC_CONFIGS.items()):
         if keys and cname not in keys:
             continue
-        chain = []
-        if cname in t.configs:
-            chain.append({"name": cname, "value": t.configs[cname], "source": DYNAMIC_TOPIC_CONFIG})
-        if d.synonym and d.synonym in broker.config.explicit:
-            chain.append({"name": d.synonym, "value": BROKER_CONFIGS[d.synonym].render(broker.config[d.synonym]),
-                          "source": STATIC_BROKER_CONFIG})
-        base = BROKER_CONFIGS.get(d.synonym or "")
-        chain.append({"name": d.synonym or cname, "value": base.render(base.default) if base else d.render(d.default),
-                      "source": DEFAULT_CONFIG})
-        value, source = chain[0]["value"], chain[0]["source"]
-        configs.append(_entry(d, value, source, chain if synonyms else [], docs))
+        value = d.render(effective[cname])
+        chain = [(cname, value, DYNAMIC_TOPIC_CONFIG)] if cname in t.configs else []
+        if d.synonym:
+            chain += config_synonyms(broker.config, d.synonym)
+        source = chain[0][2] if chain else DEFAULT_CONFIG
+        configs.append(_entry(d, value, source, _synonyms(chain) if synonyms else [], docs))
     return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
 
 
+# Broker configs Kafka also lists under their alias names (no table entry of their own).
+_ALIASES = {n: ConfigDef(n, "int" if n.endswith(("hours", "minutes")) else "long", None,
+                         f"Fallback of {broker_synonyms(n)[0]} in larger units.")
+            for n in ("log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours")}
+
+
 def describe_broker(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
-    if name not in ("", str(broker.node_id)):
+    """Kafka's createBrokerConfigEntry. Broker ``<id>``: every config with its value in
+    force, its synonyms (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+    STATIC_BROKER_CONFIG, DEFAULT_CONFIG) and read_only unless it can change at run time.
+    Cluster default ``""``: only the configs set there (DYNAMIC_DEFAULT_BROKER_CONFIG)."""
+    cfg = broker.config
+    if name == "":
+        dynamic = dict(broker.image.broker_dynamic.get("", {}))
+        configs = []
+        for cname in sorted(dynamic):
+            if keys and cname not in keys:
+                continue
+            chain = [c for c in config_synonyms(cfg, cname) if c[2] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+            d = BROKER_CONFIGS.get(cname) or ConfigDef(cname, "string", None)
+            configs.append({**_entry(d, dynamic[cname], DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                     _synonyms(chain) if synonyms else [], docs),
+                            "read_only": cname not in DYNAMIC_BROKER_CONFIGS})
+        return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
+    if name != str(broker.node_id):
         return {"error_code": ErrorCode.invalid_request,
                 "error_message": f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
                 "configs": []}
     configs = []
-    for cname, d in sorted(BROKER_CONFIGS.items()):
+    for cname, d in sorted({**BROKER_CONFIGS, **_ALIASES}.items()):
         if keys and cname not in keys:
             continue
-        explicit = cname in broker.config.explicit
-        source = STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG
-        value = d.render(broker.config[cname])
-        chain = [{"name": cname, "value": value, "source": source}]
-        if explicit:
-            chain.append({"name": cname, "value": d.render(d.default), "source": DEFAULT_CONFIG})
-        configs.append(_entry(d, value, source, chain if synonyms else [], docs))
+        chain = config_synonyms(cfg, cname)
+        if cname in _ALIASES:
+            value = next((v for n, v, _ in chain if n == cname), None)
+        else:
+            value = d.render(cfg[cname])
+        source = chain[0][2] if chain else DEFAULT_CONFIG
+        configs.append({**_entry(d, value, source, _synonyms(chain) if synonyms else [], docs),
+                        "read_only": cname not in DYNAMIC_BROKER_CONFIGS})
     return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
 
 
@@ -122,6 +164,53 @@ async def _alter(b, alter, validate_only: bool):
         return exc.error_code, str(exc)
 
 
+def alter_broker_configs(image, name: str, ops) -> tuple[ErrorCode, str | None, list]:
+    """IncrementalAlterConfigs on a BROKER resource (``""`` = cluster default, or a broker
+    id): the resulting set of dynamic configs must hold only configs Kafka lets change at
+    run time, with valid values. Returns (code, message, ConfigRecords); errors are
+    INVALID_REQUEST as in Kafka (KAFKA-13609), unknown names included."""
+    if name and not name.isdigit():
+        return ErrorCode.invalid_request, f"Unable to parse broker name as a base 10 number: {name}", []
+    old = image.broker_dynamic.get(name, {})
+    current = dict(old)
+    keys = [k for k, _, _ in ops]
+    if len(set(keys)) != len(keys):
+        return ErrorCode.invalid_request, "Error due to duplicate config keys", []
+    for key, op, value in ops:
+        d = BROKER_CONFIGS.get(key)
+        if op == 0:
+            if value is None:
+                return ErrorCode.invalid_request, f"Null value not supported for : {key}", []
+            current[key] = value
+        elif op == 1:
+            current.pop(key, None)
+        elif op in (2, 3):
+            if d is None or d.type != "list":
+                return ErrorCode.invalid_request, f"Config value append/subtract is not allowed for config key {key}", []
+            base = list(d.parse(current.get(key, d.render(d.default))))
+            items = [x.strip() for x in (value or "").split(",") if x.strip()]
+            base = base + [x for x in items if x not in base] if op == 2 else [x for x in base if x not in items]
+            current[key] = ",".join(base)
+        else:
+            return ErrorCode.invalid_request, f"Unknown operations type {op}", []
+    try:
+        validate_dynamic_broker_configs(current)
+    except ConfigError as exc:
+        return ErrorCode.invalid_request, str(exc), []
+    return ErrorCode.none, None, [ConfigRecord(BROKER_RESOURCE, name, k, current.get(k))
+                                  for k in sorted(set(current) | set(old)) if current.get(k) != old.get(k)]
+
+
+async def alter_broker(b, name: str, ops, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Write a BROKER resource's dynamic configs and put them in force. ``ops`` is a list
+    of (name, op, value) or a function of the image returning one."""
+    code, msg = await _alter(b, lambda image: alter_broker_configs(
+        image, name, ops(image) if callable(ops) else ops), validate_only)
+    if code == ErrorCode.none and not validate_only:
+        b.apply_dynamic_broker_configs()
+    return code, msg
+
+
 @handles(44, 0, 1)
 async def incremental_alter_configs(ctx, req):
     b = ctx.broker
@@ -138,7 +227,8 @@ async def incremental_alter_configs(ctx, req):
             code, msg = await _alter(b, lambda image, n=r.resource_name, o=ops: b.controller.alter_group_configs(
                 image, n, o), req.validate_only)
         elif r.resource_type == BROKER_RESOURCE:
-            code, msg = ErrorCode.invalid_request, "Dynamic broker configs are not supported by hightide; use --config"
+            ops = [(c.name, c.config_operation, c.value) for c in r.configs]
+            code, msg = await alter_broker(b, r.resource_name, ops, req.validate_only)
         else:
             code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
         responses.append({"error_code": code, "error_message": msg, "resource_type": r.resource_type,

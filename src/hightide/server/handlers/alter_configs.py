@@ -2,7 +2,8 @@
 ``alterConfigs`` uses it).
 
 Kafka's semantics (``ConfigurationControlManager.legacyAlterConfigs``): the configs in
-the request *replace* the resource's whole set of dynamic configs — a config not named is
+the request *replace* the resource's whole set of dynamic configs (a topic's, a group's, a broker's or the
+cluster default broker configs) — a config not named is
 deleted, a config named twice keeps its last value. Each resource is validated and
 answered on its own (unknown topic, unknown or invalid config, null topic config value);
 ``validate_only`` checks without writing. A resource named twice in one request answers
@@ -20,6 +21,7 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
+from .admin_configs import alter_broker
 
 SET, DELETE = 0, 1
 _KNOWN_TYPES = {1, 2, 4, 8, 16, 32}  # Kafka's ConfigResource.Type ids (UNKNOWN is 0)
@@ -62,7 +64,11 @@ async def _alter_resource(b, rtype: int, name: str, wanted: dict[str, str | None
         return await _write(b, lambda image: b.controller.alter_group_configs(
             image, name, replace_ops(image.group_configs.get(name, {}), wanted)), validate_only)
     if rtype == BROKER_RESOURCE:
-        return ErrorCode.invalid_request, "Dynamic broker configs are not supported by hightide; use --config"
+        nulls = [k for k, v in wanted.items() if v is None]
+        if nulls:
+            return ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}"
+        return await alter_broker(b, name, lambda image: replace_ops(image.broker_dynamic.get(name, {}), wanted),
+                                  validate_only)
     if rtype not in _KNOWN_TYPES:
         return ErrorCode.unsupported_version, f"Unknown resource type {rtype}."
     return ErrorCode.invalid_request, f"Unsupported resource type {rtype} for AlterConfigs"

@@ -1,0 +1,55 @@
+"""Kafka's DescribeConfigs synonyms (ConfigHelper.configSynonyms), dynamic broker configs
+in the metadata image and in force on the BrokerConfig."""
+
+import pytest
+
+from hightide.cluster import records as R
+from hightide.cluster.image import MetadataImage
+from hightide.config import (
+    DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    STATIC_BROKER_CONFIG,
+    BrokerConfig,
+    ConfigError,
+    config_synonyms,
+    effective_topic_config,
+    validate_dynamic_broker_configs,
+)
+
+
+def test_default_retention_has_no_synonym_of_its_own_name():
+    assert config_synonyms(BrokerConfig(), "log.retention.ms") == []
+    assert config_synonyms(BrokerConfig(), "log.retention.hours") == [("log.retention.hours", "168", DEFAULT_CONFIG)]
+    assert config_synonyms(BrokerConfig(), "log.segment.bytes") == [("log.segment.bytes", "1073741824", DEFAULT_CONFIG)]
+
+
+def test_levels_in_kafka_order():
+    cfg = BrokerConfig.load(overrides={"log.retention.minutes": "30"})
+    assert cfg["log.retention.ms"] == 1_800_000 and cfg.originals == {"log.retention.minutes": "30"}
+    assert config_synonyms(cfg, "log.retention.ms") == []  # no log.retention.ms anywhere
+    cfg.apply_dynamic({"log.retention.ms": "5000"}, {"log.retention.ms": "7000"})
+    assert cfg["log.retention.ms"] == 7000
+    assert config_synonyms(cfg, "log.retention.ms") == [
+        ("log.retention.ms", "7000", DYNAMIC_BROKER_CONFIG), ("log.retention.ms", "5000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.minutes", "30", STATIC_BROKER_CONFIG), ("log.retention.hours", "168", DEFAULT_CONFIG)]
+    assert effective_topic_config(cfg, {})["retention.ms"] == 7000
+    cfg.apply_dynamic({}, {})  # removed again: the static value is back
+    assert cfg["log.retention.ms"] == 1_800_000
+
+
+def test_dynamic_validation():
+    validate_dynamic_broker_configs({"log.retention.ms": "1", "message.max.bytes": "100"})
+    with pytest.raises(ConfigError, match=r"Cannot update these configs dynamically: Set\(no.such, num.partitions\)"):
+        validate_dynamic_broker_configs({"num.partitions": "3", "no.such": "1"})
+    with pytest.raises(ConfigError, match="log.retention.ms"):
+        validate_dynamic_broker_configs({"log.retention.ms": "soon"})
+
+
+def test_image_keeps_broker_configs_per_resource_name():
+    image = MetadataImage()
+    image.apply(R.ConfigRecord(R.BROKER_RESOURCE, "", "log.retention.ms", "5"), 0)
+    image.apply(R.ConfigRecord(R.BROKER_RESOURCE, "1", "message.max.bytes", "9"), 1)
+    assert image.broker_dynamic == {"": {"log.retention.ms": "5"}, "1": {"message.max.bytes": "9"}}
+    image.apply(R.ConfigRecord(R.BROKER_RESOURCE, "", "log.retention.ms", None), 2)
+    assert image.broker_dynamic == {"1": {"message.max.bytes": "9"}}
