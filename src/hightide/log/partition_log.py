@@ -57,7 +57,7 @@ from .producer_state import (
     Rejected,
 )
 from .results import AppendResult, FileSlice, OffsetOutOfRange, ReadResult, partition_dir
-from .segment import LogSegment
+from .segment import HEADER_CHUNK, LogSegment
 from .storage import POSIX, Storage, StorageFile, remove_tree, write_small_file
 
 __all__ = [
@@ -349,20 +349,30 @@ class PartitionLog(ProducerSnapshots):
             end = min(start + max(max_bytes, first_size), max_pos)
             if end < max_pos:
                 end = self._batch_boundary(seg, start, end)
-            return FileSlice(seg._f, start, end - start, h.base_offset)
+            return FileSlice(seg.file, start, end - start, h.base_offset)
         return None
 
     @staticmethod
     def _batch_boundary(seg: LogSegment, start: int, end: int) -> int:
-        """Largest batch end <= ``end``, starting from a batch boundary >= ``start``."""
+        """Largest batch end <= ``end``, starting from a batch boundary >= ``start``:
+        walks batch lengths from the index entry at/below ``end``, reading the headers'
+        range in chunks (usually one ``pread``)."""
         pos = max(seg.offset_index.floor_position(end), start)
-        f = seg._f
+        pread = seg._f.pread
+        unpack = _LEN.unpack_from
         while True:
-            (length,) = _LEN.unpack(f.pread(4, pos + 8))
-            nxt = pos + length + 12
-            if nxt > end:
-                return pos
-            pos = nxt
+            base = pos
+            chunk = pread(min(end + 12 - pos, HEADER_CHUNK), pos)
+            while True:
+                at = pos - base + 8
+                if at + 4 > len(chunk):
+                    if pos == base:  # nothing more to read (a file cut short meanwhile)
+                        return pos
+                    break  # the next header is past this chunk: read on from it
+                nxt = pos + unpack(chunk, at)[0] + 12
+                if nxt > end:
+                    return pos
+                pos = nxt
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
         """Like :meth:`read_slice` but returns the bytes (one ``pread``)."""
