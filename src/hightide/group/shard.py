@@ -56,6 +56,7 @@ from .consumer_api import (
     ConsumerGroupConfig,
     HeartbeatRequest,
     HeartbeatResponse,
+    Result,
     TimersKey,
     TopicsView,
 )
@@ -126,6 +127,11 @@ def decode_record(key: bytes, value: bytes | None) -> Record | None:
     if sk is None:
         return None
     return sk, SR.decode_value(sk, value)
+
+
+def _coordinator_result(r: Result) -> CoordinatorResult:
+    """A modern group's :class:`~.consumer_api.Result` as the shard answers it."""
+    return CoordinatorResult(list(r.records), r.response, live=list(r.live))
 
 
 def _uuid_member_id(client_id: str) -> str:
@@ -367,7 +373,7 @@ class GroupCoordinatorShard:
             return CoordinatorResult(response=ShareHeartbeatResponse(
                 ErrorCode.group_id_not_found, f"Group {gid} is not a share group."))
         r = self.share.get_or_new(gid).heartbeat(req, now_ms, topics, session_timeout_ms, heartbeat_interval_ms)
-        return CoordinatorResult(list(r.records), r.response, live=list(r.live))
+        return _coordinator_result(r)
 
     def share_initialized(self, group_id: str, parts: dict, topics: TopicsView, ok: bool) -> CoordinatorResult:
         """After InitializeShareGroupState for ``parts`` ({topic id: partitions}):
@@ -376,7 +382,7 @@ class GroupCoordinatorShard:
         if sg is None:
             return CoordinatorResult()
         r = sg.initialized_result(parts, topics) if ok else sg.uninitialized_result(parts, topics)
-        return CoordinatorResult(list(r.records), None, live=list(r.live))
+        return _coordinator_result(r)
 
     def share_state_deleted(self, group_id: str, topic_ids: Iterable, topics: TopicsView) -> CoordinatorResult:
         """After the share-partition state of these topics was deleted: record them as
@@ -385,7 +391,7 @@ class GroupCoordinatorShard:
         if sg is None:
             return CoordinatorResult()
         r = sg.state_deleted_result(topic_ids, topics)
-        return CoordinatorResult(list(r.records), None, live=list(r.live))
+        return _coordinator_result(r)
 
     def describe_share_group(self, group_id: str, topics: TopicsView) -> dict | None:
         """ShareGroupDescribe fields of a share group; None if it is not one."""
