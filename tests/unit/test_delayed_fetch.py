@@ -202,3 +202,34 @@ def test_max_wait_answers_with_what_there_is(tmp_path, monkeypatch, roll):
         resp = await asyncio.wait_for(fetch, 10)
         assert _records_bytes(resp)[0] > 1000
     run(_env(tmp_path, monkeypatch, body))
+
+
+def test_position_of_matches_the_bytes_a_read_returns(tmp_path):
+    """PartitionLog.position_of: (segment base, batch position); bytes between two
+    positions in one segment are exactly what a read between those offsets returns."""
+    from hightide.log import LogConfig, OffsetOutOfRange
+    from hightide.protocol.records import validate_batches
+
+    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(segment_bytes=2000, index_interval_bytes=300), 0,
+                             clean_shutdown=True)
+    try:
+        assert plog.position_of(0) == (0, 0)
+        ends = []
+        for i in range(12):  # ~300-byte batches of 2 records: several segments
+            b = build_batch([(None, bytes([i]) * 120, [], 0)] * 2)
+            plog.append(b, validate_batches(b), 0)
+            ends.append(plog.log_end_offset)
+        assert len(plog.segments) >= 2
+        first, second = plog.segments[0], plog.segments[1]
+        assert plog.position_of(plog.log_end_offset) == (plog.segments[-1].base_offset, plog.segments[-1].size)
+        assert plog.position_of(second.base_offset) == (second.base_offset, 0)
+        seg, pos = plog.position_of(3)  # inside the second batch: that batch's start
+        seg4, pos4 = plog.position_of(4)
+        assert seg == seg4 == 0 and 0 < pos < pos4
+        assert pos4 - pos == len(plog.read(2, 1 << 20, max_offset=4).data)
+        assert plog.position_of(second.base_offset - 1)[0] == first.base_offset
+        for bad in (-1, plog.log_end_offset + 1):
+            with pytest.raises(OffsetOutOfRange):
+                plog.position_of(bad)
+    finally:
+        plog.close()
