@@ -29,7 +29,7 @@ import copy
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -72,23 +72,27 @@ class ModernMember:
     previous_member_epoch: int = -1
     assigned: Assignment = field(default_factory=dict)
 
-    def with_epoch(self, epoch: int) -> Any:
+    def with_epoch(self, epoch: int) -> Self:
         """Move to ``epoch``, remembering the current one as the previous epoch."""
         return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch)
 
     def metadata_value(self) -> Any:
+        """The value of the member metadata record."""
         raise NotImplementedError
 
     def assignment_value(self) -> Any:
+        """The value of the current assignment record."""
         raise NotImplementedError
 
-    def with_metadata(self, value: Any) -> Any:
+    def with_metadata(self, value: Any) -> Self:
+        """The member as a member metadata record says."""
         raise NotImplementedError
 
-    def with_assignment(self, value: Any) -> Any:
+    def with_assignment(self, value: Any) -> Self:
+        """The member as a current assignment record says."""
         raise NotImplementedError
 
-    def without_assignment(self) -> Any:
+    def without_assignment(self) -> Self:
         """After a tombstone of its current assignment: as Kafka, the member keeps its
         subscription and loses its epoch and partitions."""
         return replace(self, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
