@@ -138,7 +138,8 @@ class ModernGroup(Generic[M]):
                      if d is not None]
         return min(deadlines, default=None)
 
-    def copy(self) -> Any:
+    def copy(self) -> Self:
+        """A deep copy (what :meth:`poll` fences members on, one after the other)."""
         return copy.deepcopy(self)
 
     def _new_member(self, member_id: str) -> M:
