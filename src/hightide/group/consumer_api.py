@@ -145,3 +145,8 @@ class HeartbeatError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+    @classmethod
+    def invalid_request(cls, message: str) -> HeartbeatError:
+        """INVALID_REQUEST (a request that breaks the API's rules) with ``message``."""
+        return cls(ErrorCode.invalid_request, message)

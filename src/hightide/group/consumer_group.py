@@ -168,9 +168,7 @@ class ConsumerGroup(ModernGroup[Member]):
             return Result(HeartbeatResponse(e.code, str(e)))
 
     def _validate(self, req: HeartbeatRequest) -> None:
-        def bad(message: str) -> HeartbeatError:
-            return HeartbeatError(ErrorCode.invalid_request, message)
-
+        bad = HeartbeatError.invalid_request
         if not req.group_id:
             raise bad("GroupId can't be empty.")
         if req.instance_id == "" or req.rack_id == "":
@@ -200,12 +198,12 @@ class ConsumerGroup(ModernGroup[Member]):
     @staticmethod
     def _validate_join(req: HeartbeatRequest) -> None:
         if req.rebalance_timeout_ms == -1:
-            raise HeartbeatError(ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
+            raise HeartbeatError.invalid_request("RebalanceTimeoutMs must be provided in first request.")
         if req.topic_partitions is None or len(req.topic_partitions) > 0:
-            raise HeartbeatError(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
+            raise HeartbeatError.invalid_request("TopicPartitions must be empty when (re-)joining.")
         if not req.subscribed_topic_names and not req.subscribed_topic_regex:
-            raise HeartbeatError(ErrorCode.invalid_request,
-                                 "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+            raise HeartbeatError.invalid_request(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
 
     def _assignors(self) -> dict[str, PartitionAssignor]:
         return {n: ASSIGNORS[n] for n in self.config.assignors if n in ASSIGNORS}

@@ -429,9 +429,7 @@ class ShareGroup(ModernGroup[ShareMember]):
 
 def validate(req: ShareHeartbeatRequest) -> HeartbeatError | None:
     """Kafka's request validation (INVALID_REQUEST), before any group is looked at."""
-    def bad(message: str) -> HeartbeatError:
-        return HeartbeatError(ErrorCode.invalid_request, message)
-
+    bad = HeartbeatError.invalid_request
     if not req.member_id:
         return bad("MemberId can't be empty.")
     if not req.group_id:
