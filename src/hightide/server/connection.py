@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 import time
 from collections.abc import Sequence
@@ -162,7 +161,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("handler %s v%d failed for %s; closing connection", route.name, header.api_version, self.peer)
             self.close("internal error")
             return
-        if inspect.isawaitable(result):
+        if hasattr(result, "__await__"):  # a coroutine or future (inspect.isawaitable costs 10x)
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._finished, request=request))
