@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -78,11 +79,11 @@ class FakeBroker:
     """What a connection needs of a broker: config, the route table (the real one; tests
     add routes to it), services (none: the test handlers use only the header)."""
 
-    def __init__(self, **config: Any) -> None:
+    def __init__(self, services: Any = None, **config: Any) -> None:
         self.config = BrokerConfig.load(None, config)
         self.connections: set = set()
         self.routes: dict[int, Route] = dict(handler_routes())
-        self.services = None
+        self.services = services
 
 
 def raw(ctx: RequestContext, note: bytes = b"") -> RawResponse:
@@ -94,8 +95,8 @@ class Harness:
     """A connection on a fake transport with test routes; the async route's futures
     are kept by correlation id so a test can complete them in any order."""
 
-    def __init__(self, **config: Any) -> None:
-        self.broker = FakeBroker(**config)
+    def __init__(self, services: Any = None, **config: Any) -> None:
+        self.broker = FakeBroker(services, **config)
         self.routes = self.broker.routes  # the table the connection routes by
         self.transport = FakeTransport()
         self.conn = KafkaConnection(self.broker)  # type: ignore[arg-type]
@@ -142,8 +143,8 @@ def routes() -> Iterator[Callable[..., None]]:
     (each harness has its own copy: nothing global is changed)."""
     current: list[Harness] = []
 
-    def add(key: int, lo: int, hi: int, fn: Callable, harness: Harness | None = None) -> None:
-        (harness or current[-1]).routes[key] = Route(key, lo, hi, fn, f"test_{key}")
+    def add(key: int, lo: int, hi: int, fn: Callable) -> None:
+        current[-1].routes[key] = Route(key, lo, hi, fn, f"test_{key}")
 
     add.current = current  # type: ignore[attr-defined]
     yield add
@@ -155,8 +156,8 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def harness(routes: Callable, **config: Any) -> Harness:
-    h = Harness(**config)
+def harness(routes: Callable, services: Any = None, **config: Any) -> Harness:
+    h = Harness(services, **config)
     routes.current.append(h)  # type: ignore[attr-defined]
     routes(SYNC_KEY, 0, 4, h.sync_handler)
     routes(ASYNC_KEY, 0, 4, h.async_handler)
@@ -450,4 +451,35 @@ def test_eof_with_in_flight_requests_closes_after_flush(routes: Callable) -> Non
         h.complete(1)
         await settle()
         assert h.transport.correlation_ids() == [1, 2] and h.transport.closed
+    asyncio.run(scenario())
+
+
+def test_handlers_get_a_typed_context_on_the_broker_services(routes: Callable) -> None:
+    seen: list[RequestContext] = []
+
+    async def scenario() -> None:
+        services = object()  # a marker: the connection hands the broker's services through as they are
+        h = harness(routes, services=services)
+        routes(SYNC_KEY, 0, 4, lambda ctx, req: seen.append(ctx) or raw(ctx))
+        h.receive(sync_req(7))
+        (ctx,) = seen
+        assert isinstance(ctx, RequestContext) and ctx.services is services
+        assert (ctx.header.correlation_id, ctx.version, ctx.peer) == (7, 0, "127.0.0.1:54321")
+        assert abs(ctx.now_ms - time.time() * 1000) < 5000 and ctx.unknown_tags == {}
+    asyncio.run(scenario())
+
+
+def test_protocol_error_from_a_handler_closes_with_the_reason_logged(routes: Callable, caplog) -> None:
+    from hightide.protocol.errors import ErrorCode, PeerProtocolError
+
+    def refuse(ctx: RequestContext, req: Any) -> Any:
+        raise PeerProtocolError("records are not a record batch", ErrorCode.corrupt_message)
+
+    async def scenario() -> None:
+        h = harness(routes)
+        routes(SYNC_KEY, 0, 4, refuse)
+        with caplog.at_level("WARNING", logger="hightide.server"):
+            h.receive(sync_req(1) + sync_req(2))
+        assert h.transport.closed and h.transport.chunks == []
+        assert "protocol error: records are not a record batch (corrupt_message)" in caplog.text
     asyncio.run(scenario())
