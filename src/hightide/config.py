@@ -91,6 +91,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "double": lambda v: float(v),
 }
 
+#: Kafka's compression.type values (BrokerCompressionType).
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
 _nonneg = (lambda v: v >= 0, "must be >= 0")
 _pos = (lambda v: v >= 1, "must be >= 1")
 _ms_or_unlimited = (lambda v: v >= -1, "must be >= -1 (-1 = unlimited)")
@@ -144,9 +147,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "the cleaner runs by dirty ratio).", _pos),
     _d("log.cleaner.min.cleanable.ratio", "double", 0.5, "Default min.cleanable.dirty.ratio.",
        (lambda v: 0 <= v <= 1, "must be in [0, 1]")),
-    _d("compression.type", "string", "producer", "Batches are stored exactly as the producer compressed them.",
-       (lambda v: v == "producer", "hightide stores record batches exactly as produced and does not recompress; "
-        "only 'producer' is supported")),
+    _d("compression.type", "string", "producer",
+       "producer: batches are stored exactly as the producer compressed them; uncompressed, gzip, snappy, lz4 or "
+       "zstd: batches with another codec are recompressed to it.",
+       (lambda v: v in COMPRESSION_TYPES, "must be one of [uncompressed, zstd, lz4, snappy, gzip, producer]")),
+    _d("compression.gzip.level", "int", -1, "gzip level of recompressed batches (-1 = the codec's default, 6).",
+       (lambda v: v == -1 or 1 <= v <= 9, "must be -1 or in [1, 9]")),
+    _d("compression.lz4.level", "int", 9, "lz4 level of recompressed batches.",
+       (lambda v: 1 <= v <= 17, "must be in [1, 17]")),
+    _d("compression.zstd.level", "int", 3, "zstd level of recompressed batches.",
+       (lambda v: -131072 <= v <= 22, "must be in [-131072, 22]")),
     _d("min.insync.replicas", "int", 1, "Minimum in-sync replicas for acks=all.", _pos),
     _d("offset.metadata.max.bytes", "int", 4096, "Largest offset commit metadata.", _nonneg),
     _d("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets (fixed once created).", _pos),
@@ -233,8 +243,14 @@ _THROTTLED = (_valid_throttled, "must be the literal '*' or a list of replicas i
 TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("cleanup.policy", "list", ("delete",), synonym="log.cleanup.policy",
        valid=(lambda v: set(v) <= {"delete", "compact"}, "must be a subset of [delete, compact]")),
+    _d("compression.gzip.level", "int", -1, synonym="compression.gzip.level",
+       valid=(BROKER_CONFIGS["compression.gzip.level"].valid, BROKER_CONFIGS["compression.gzip.level"].valid_doc)),
+    _d("compression.lz4.level", "int", 9, synonym="compression.lz4.level",
+       valid=(BROKER_CONFIGS["compression.lz4.level"].valid, BROKER_CONFIGS["compression.lz4.level"].valid_doc)),
     _d("compression.type", "string", "producer", synonym="compression.type",
        valid=(BROKER_CONFIGS["compression.type"].valid, BROKER_CONFIGS["compression.type"].valid_doc)),
+    _d("compression.zstd.level", "int", 3, synonym="compression.zstd.level",
+       valid=(BROKER_CONFIGS["compression.zstd.level"].valid, BROKER_CONFIGS["compression.zstd.level"].valid_doc)),
     _d("delete.retention.ms", "long", 86400000, synonym="log.cleaner.delete.retention.ms", valid=_nonneg),
     _d("file.delete.delay.ms", "long", 60000, synonym="log.segment.delete.delay.ms", valid=_nonneg),
     _d("flush.messages", "long", LONG_MAX, synonym="log.flush.interval.messages", valid=_pos),

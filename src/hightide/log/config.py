@@ -10,6 +10,8 @@ __all__ = ["LogConfig"]
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
+# compression.type -> batch codec (None: keep the producer's).
+_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,11 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     #: ``min.cleanable.dirty.ratio``: compact when dirty bytes / cleanable bytes reach it.
     min_cleanable_ratio: float = 0.5
+    #: ``compression.type`` as a batch codec (0 none .. 4 zstd) produced batches are
+    #: recompressed to; None = ``producer`` (stored as sent).
+    compression_codec: int | None = None
+    #: ``compression.<codec>.level`` of that codec (None: snappy/none, or the default).
+    compression_level: int | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 14:
@@ -140,6 +147,14 @@ class LogConfig:
             out["min_cleanable_ratio"] = ratio
         if "min.insync.replicas" in props:
             out["min_insync_replicas"] = num("min.insync.replicas", 1, _INT32_MAX)
+        if "compression.type" in props:
+            kind = str(props["compression.type"]).strip()
+            if kind not in _CODECS:
+                raise ValueError(f"Invalid value {kind!r} for configuration compression.type")
+            out["compression_codec"] = _CODECS[kind]
+            level_name = f"compression.{kind}.level"
+            if level_name in props:
+                out["compression_level"] = num(level_name, -131072, _INT32_MAX)
         if "message.timestamp.type" in props:
             v = str(props["message.timestamp.type"]).strip()
             if v not in ("CreateTime", "LogAppendTime"):

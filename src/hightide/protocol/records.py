@@ -64,6 +64,7 @@ __all__ = [
     "compress",
     "decompress",
     "batch_crc",
+    "recompress_batch",
 ]
 
 HEADER_SIZE = 61
@@ -418,12 +419,14 @@ def decompress(codec: int, data: Buffer) -> bytes:
     raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records section the way the Java client does (xerial snappy, LZ4 frame)."""
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """Compress a records section the way the Java client does (xerial snappy, LZ4 frame).
+    ``level`` (gzip, lz4, zstd; None = the codec's Kafka default) is Kafka's
+    ``compression.<codec>.level``; snappy has none."""
     if codec == COMPRESSION_NONE:
         return data
     if codec == COMPRESSION_GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=6 if level in (None, -1) else level))
     if codec == COMPRESSION_SNAPPY:
         out = bytearray(_XERIAL_HEADER)
         for i in range(0, len(data), _XERIAL_BLOCK) or [0]:
@@ -432,10 +435,33 @@ def compress(codec: int, data: bytes) -> bytes:
             out += block
         return bytes(out)
     if codec == COMPRESSION_LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        # Kafka: the default level (9) uses lz4's fast compressor, any other the HC one.
+        return bytes(cramjam.lz4.compress(data, level=0 if level in (None, 9) else level))
     if codec == COMPRESSION_ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=3 if level is None else level))
     raise ValueError(f"unknown compression codec {codec}")
+
+
+def recompress_batch(batch: Buffer, codec: int, level: int | None = None) -> bytes:
+    """One v2 batch with its records section recompressed to ``codec`` (Kafka's broker-side
+    ``compression.type``): the records themselves are not parsed (their encoding does not
+    depend on the codec), every header field but Length, CRC and the compression bits of
+    Attributes is kept. Raises :class:`InvalidRecords` (CORRUPT_MESSAGE) when the records
+    cannot be decompressed."""
+    h = parse_header(batch, 0)
+    view = memoryview(batch)
+    body = view[HEADER_SIZE:h.size]
+    raw = decompress(h.compression, body) if h.compression else bytes(body)
+    packed = compress(codec, raw, level)
+    out = bytearray(view[:HEADER_SIZE])
+    out += packed
+    struct.pack_into(">i", out, _LENGTH_AT, len(out) - LOG_OVERHEAD)
+    struct.pack_into(">h", out, _ATTRIBUTES_AT, (h.attributes & ~_COMPRESSION_MASK) | codec)
+    struct.pack_into(">I", out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return bytes(out)
+
+
+_LENGTH_AT, _CRC_AT, _ATTRIBUTES_AT = 8, 17, 21  # byte offsets in the batch header
 
 
 # --------------------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 Per partition: resolve the topic, validate the batch header and CRC (never the records
 themselves), check the idempotent producer's sequence, append the batch as opaque bytes
-with its offsets assigned, wake long-polling fetches, and answer according to ``acks``:
+with its offsets assigned, wake long-polling fetches, and answer according to ``acks``.
+A topic whose ``compression.type`` is a codec (not the default ``producer``) gets
+batches of another codec recompressed to it first (records section only, never parsed
+record by record):
 
 * ``acks=0``: no response; if any partition failed the connection is closed, which is
   how Kafka tells a fire-and-forget producer something went wrong;
@@ -18,7 +21,7 @@ import asyncio
 from ...log.producer_state import ProducerStateError
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
-from ...protocol.records import InvalidRecords, decode_records, validate_batches
+from ...protocol.records import InvalidRecords, decode_records, recompress_batch, validate_batches
 from ..registry import CloseConnection, RawResponse, handles
 from .common import LEADER_EPOCH
 
@@ -68,6 +71,19 @@ def _record_errors_summary(errors: list[dict]) -> str:
             f"and only showing the first three errors at most: [{shown}]")
 
 
+def _recompressed(records, cfg, topic_partition: str):
+    """The batch recompressed to the topic's ``compression.type`` and its new header
+    (Kafka's LogValidator does the same when the codecs differ). Raises InvalidRecords:
+    CORRUPT_MESSAGE if it cannot be decompressed, MESSAGE_TOO_LARGE if the result exceeds
+    ``max.message.bytes``."""
+    out = recompress_batch(records, cfg.compression_codec, cfg.compression_level)
+    if len(out) > cfg.max_message_bytes:
+        raise InvalidRecords(ErrorCode.message_too_large,
+                             f"Message batch size is {len(out)} bytes in append to partition {topic_partition} "
+                             f"which exceeds the maximum configured size of {cfg.max_message_bytes}.")
+    return out, validate_batches(out, None)
+
+
 def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tuple[dict, object | None]:
     """Returns (partition response dict, log needing a durable ack or None)."""
     b = ctx.broker
@@ -108,6 +124,13 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
             resp["error_code"], resp["error_message"] = ErrorCode.invalid_record, _record_errors_summary(bad)
             resp["record_errors"] = bad
             resp["log_start_offset"] = plog.log_start_offset
+            return resp, None
+    codec = plog.config.compression_codec
+    if codec is not None and h.compression != codec:
+        try:
+            records, headers = _recompressed(records, plog.config, f"{topic}-{partition}")
+        except InvalidRecords as exc:
+            resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
             return resp, None
     if h.is_transactional:
         resp["error_code"] = ErrorCode.invalid_txn_state
