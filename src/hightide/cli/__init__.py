@@ -29,7 +29,25 @@ def _parse_hostport(value: str, default_port: int = 9092) -> tuple[str, int]:
         raise click.BadParameter(f"expected HOST:PORT, got {value!r}") from None
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """The top-level group: operator commands live in their own modules, imported only
+    when one of them is run (or listed in ``--help``), so ``hightide serve`` does not
+    pay for them at start-up. Each module registers its commands on :data:`main`."""
+
+    MODULES = {"topics": "topics", "offsets": "topics", "groups": "groups", "share-groups": "share_groups",
+               "lag": "lagwatch", "exporter": "exporter_cmd", "configs": "configs", "spark": "spark"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.MODULES})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in self.MODULES:
+            import importlib
+            importlib.import_module(f"{__name__}.{self.MODULES[name]}")
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup)
 @click.version_option(__version__, prog_name="hightide")
 def main() -> None:
     """hightide: a Kafka-compatible streaming log that knows its own lag."""
@@ -148,7 +166,3 @@ def _run(coro) -> None:
         return
     uvloop.run(coro)
 
-
-# Operator commands (lag toolkit); imported last so they can use ``main``.
-from . import configs, exporter_cmd, groups, lagwatch, share_groups, topics  # noqa: E402,F401
-from . import spark  # noqa: E402,F401

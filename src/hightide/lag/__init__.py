@@ -5,28 +5,56 @@ The monitor that feeds it from a cluster is :mod:`hightide.monitoring.monitor`; 
 Prometheus exporter is :mod:`hightide.monitoring.exporter`.
 """
 
-from .assignment import decode_assignment
-from .offsets import Anomaly, OffsetLag, offset_lag
-from .status import (
-    GroupStatus,
-    PartitionStatus,
-    Sample,
-    Status,
-    StatusRules,
-    StatusTracker,
-    evaluate_group,
-    evaluate_partition,
-)
-from .timelag import (
-    Certainty,
-    OffsetHistory,
-    TimeLag,
-    TimeLagMethod,
-    best_time_lag,
-    time_lag_from_max_timestamp,
-    time_lag_from_record,
-    time_lag_interpolated,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .assignment import decode_assignment
+    from .offsets import Anomaly, OffsetLag, offset_lag
+    from .status import (
+        GroupStatus,
+        PartitionStatus,
+        Sample,
+        Status,
+        StatusRules,
+        StatusTracker,
+        evaluate_group,
+        evaluate_partition,
+    )
+    from .timelag import (
+        Certainty,
+        OffsetHistory,
+        TimeLag,
+        TimeLagMethod,
+        best_time_lag,
+        time_lag_from_max_timestamp,
+        time_lag_from_record,
+        time_lag_interpolated,
+    )
+
+_HOME = {
+    "decode_assignment": "assignment",
+    **dict.fromkeys(("Anomaly", "OffsetLag", "offset_lag"), "offsets"),
+    **dict.fromkeys(("GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRules", "StatusTracker",
+                     "evaluate_group", "evaluate_partition"), "status"),
+    **dict.fromkeys(("Certainty", "OffsetHistory", "TimeLag", "TimeLagMethod", "best_time_lag",
+                     "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated"), "timelag"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Names are imported from their module on first use, so the broker, which needs only
+    :mod:`.share` (share-partition lag on the wire), does not pay for the status and
+    time-lag modules at start-up."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'hightide.lag' has no attribute {name!r}")
+    value = getattr(import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Anomaly", "Certainty", "GroupStatus", "OffsetHistory", "OffsetLag", "PartitionStatus", "Sample",
