@@ -5,6 +5,8 @@ log and put in force at once). Sources and synonyms follow Kafka's ConfigHelper.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, ConfigRecord
 from ...config import (
     BROKER_CONFIGS,
@@ -38,7 +40,7 @@ def _entry(d: ConfigDef, value, source: int, synonyms: list[dict], include_docs:
             "config_type": _TYPE_CODES.get(d.type, 0), "documentation": d.doc if include_docs else None}
 
 
-def _synonyms(chain: list[tuple[str, str | None, int]]) -> list[dict]:
+def _synonyms(chain: Sequence[tuple[str, str | None, int]]) -> list[dict]:
     return [{"name": n, "value": v, "source": src} for n, v, src in chain]
 
 
