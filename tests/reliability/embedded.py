@@ -50,6 +50,7 @@ class EmbeddedBroker:
         self._thread = threading.Thread(target=self.loop.run_forever, name="embedded-broker", daemon=True)
         self._capture = _Capture()
         self._running = False
+        self._old_level: int | None = None
 
     # ------------------------------------------------------------------ running code on the loop
 
@@ -69,6 +70,7 @@ class EmbeddedBroker:
     def start(self) -> "EmbeddedBroker":
         logger = logging.getLogger("hightide")
         logger.addHandler(self._capture)
+        self._old_level = logger.level
         if logger.level == logging.NOTSET or logger.level > logging.INFO:
             logger.setLevel(logging.INFO)
         self._thread.start()
@@ -136,7 +138,11 @@ class EmbeddedBroker:
             self._end_thread()
 
     def _end_thread(self) -> None:
-        logging.getLogger("hightide").removeHandler(self._capture)
+        logger = logging.getLogger("hightide")
+        logger.removeHandler(self._capture)
+        if self._old_level is not None:
+            logger.setLevel(self._old_level)
+            self._old_level = None
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(30)
