@@ -93,7 +93,9 @@ class ProducerIdSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """The broker's services, by interface; built once per broker."""
+    """The broker's services, by interface; built once per broker, at the end of its
+    ``__init__``: a component replaced on the broker afterwards is not seen by handlers
+    (build the broker with it instead)."""
 
     config: BrokerConfig
     routes: Routes
