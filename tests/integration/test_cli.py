@@ -184,13 +184,13 @@ def test_describe_key_columns_survive_every_width(server, live_group):
         "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | STATUS",
         "GROUP | TOPIC | 0 | 5 | 7 | 2 | OK",
         "GROUP | TOPIC | 1 | - | 3 | - | ERR",
-        "stderr: (hidden to fit the terminal: CLIENT-ID, HOST, CONSUMER-ID, NOTE, TIME-LAG; widen it or use -o json)",
+        "stderr: hidden columns: CLIENT-ID HOST CONSUMER-ID NOTE TIME-LAG (-o json shows all)",
     ]
     assert _describe_at(server, 120, topic, group) == [
         "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | TIME-LAG | STATUS | NOTE",
         "GROUP | TOPIC | 0 | 5 | 7 | 2 | <secs> | OK | -",
         "GROUP | TOPIC | 1 | - | 3 | - | - | ERR | no_commit",
-        "stderr: (hidden to fit the terminal: CLIENT-ID, HOST, CONSUMER-ID; widen it or use -o json)",
+        "stderr: hidden columns: CLIENT-ID HOST CONSUMER-ID (-o json shows all)",
     ]
     full = [
         "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | CONSUMER-ID | HOST | CLIENT-ID | "
@@ -204,8 +204,7 @@ def test_describe_key_columns_survive_every_width(server, live_group):
     row = dict(zip(narrow[0].split(" | "), narrow[1].split(" | ")))
     assert {k: row[k] for k in ("GROUP", "STATE", "#MEMBERS", "STATUS", "TOTAL-LAG")} == {
         "GROUP": "GROUP", "STATE": "Stable", "#MEMBERS": "1", "STATUS": "ERR", "TOTAL-LAG": "2"}
-    assert "ASSIGNMENT-STRATEGY" not in row and narrow[-1].startswith("stderr: (hidden to fit the terminal: "
-                                                                      "ASSIGNMENT-STRATEGY")
+    assert "ASSIGNMENT-STRATEGY" not in row and narrow[-1].startswith("stderr: hidden columns: ASSIGNMENT-STRATEGY")
     assert _describe_at(server, 120, topic, group, "--state") == [
         "GROUP | COORDINATOR (ID) | ASSIGNMENT-STRATEGY | STATE | #MEMBERS | STATUS | TOTAL-LAG | MAX-TIME-LAG",
         f"GROUP | {coordinator} | range | Stable | 1 | ERR | 2 | <secs>"]

@@ -124,7 +124,7 @@ def print_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]]) -> None:
     text, hidden = render_table(cols, rows, terminal_width())
     click.echo(text)
     if hidden:
-        click.echo(f"(hidden to fit the terminal: {', '.join(hidden)}; widen it or use -o json)", err=True)
+        click.echo(f"hidden columns: {' '.join(hidden)} (-o json shows all)", err=True)
 
 
 def emit(output: str, cols: Sequence[Col], rows: Sequence[dict[str, Any]], *, json_doc: Any = None) -> None:
