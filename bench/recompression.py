@@ -98,10 +98,11 @@ def produce_throughput(total_mb: int) -> dict:
         values = [_value(rng) for _ in range(512)]
         count = total_mb * MB // 1024
         out = {}
-        # producer first and last: the spread between the two is the run's noise.
-        for kind in ("producer", "lz4", "zstd", "snappy", "gzip", "producer-again"):
+        # A warm-up topic first (not reported); producer first and last: the spread
+        # between the two is the run's noise.
+        for kind in ("producer-warmup", "producer", "lz4", "zstd", "snappy", "gzip", "producer-again"):
             topic = f"bench-{kind}"
-            kind = kind.removesuffix("-again")
+            kind = kind.removesuffix("-again").removesuffix("-warmup")
             admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": kind})])[topic].result(30)
             p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20, "acks": 1,
                           "compression.type": "none", "queue.buffering.max.kbytes": 1 << 20})
@@ -117,6 +118,8 @@ def produce_throughput(total_mb: int) -> dict:
             p.flush(120)
             dt = time.perf_counter() - t0
             stored = sum(f.stat().st_size for f in Path(d, "data", f"{topic}-0").glob("*.log"))
+            if topic.endswith("-warmup"):
+                continue
             out[topic.removeprefix("bench-")] = {"records_per_s": round(count / dt), "mb_per_s": round(count * 1024 / dt / MB, 1),
                          "stored_bytes_per_value_byte": round(stored / (count * 1024), 3)}
         return {"records": count, "value_bytes": 1024, "topics": out}

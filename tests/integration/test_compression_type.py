@@ -59,7 +59,10 @@ def test_alter_compression_type_and_level(server, topic_name):
     confluent_produce(server.bootstrap, topic_name, _records(5, "b"), compression="lz4")
     confluent_produce(server.bootstrap, topic_name, _records(5, "c"), compression="zstd")
     # producer kept lz4 as sent; afterwards lz4 is recompressed, zstd stays as sent
-    assert _stored_codecs(server.bootstrap, topic_name) == [3, 4, 4]
+    # (the client may split a produce call into several batches)
+    codecs = _stored_codecs(server.bootstrap, topic_name)
+    first_zstd = codecs.index(4)
+    assert set(codecs[:first_zstd]) == {3} and set(codecs[first_zstd:]) == {4} and len(codecs) - first_zstd >= 2
     got = confluent_consume(server.bootstrap, topic_name, 1, 15)
     assert [g.value for g in got] == [r.value for r in _records(5, "a") + _records(5, "b") + _records(5, "c")]
     bad = ConfigResource(ConfigResource.Type.TOPIC, topic_name, incremental_configs=[
