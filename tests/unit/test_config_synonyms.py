@@ -53,3 +53,25 @@ def test_image_keeps_broker_configs_per_resource_name():
     assert image.broker_dynamic == {"": {"log.retention.ms": "5"}, "1": {"message.max.bytes": "9"}}
     image.apply(R.ConfigRecord(R.BROKER_RESOURCE, "", "log.retention.ms", None), 2)
     assert image.broker_dynamic == {"1": {"message.max.bytes": "9"}}
+
+
+def test_alter_broker_configs_records_and_errors():
+    from hightide.protocol.errors import ErrorCode
+    from hightide.server.handlers.admin_configs import alter_broker_configs
+    from hightide.server.handlers.alter_configs import replace_ops
+    image = MetadataImage()
+    code, msg, recs = alter_broker_configs(image, "", [("log.retention.ms", 0, "5"), ("log.cleanup.policy", 2, "compact")])
+    assert (code, msg) == (ErrorCode.none, None)
+    assert recs == [R.ConfigRecord(R.BROKER_RESOURCE, "", "log.cleanup.policy", "delete,compact"),
+                    R.ConfigRecord(R.BROKER_RESOURCE, "", "log.retention.ms", "5")]
+    for i, r in enumerate(recs):
+        image.apply(r, i)
+    # AlterConfigs: the whole set replaced
+    code, _, recs = alter_broker_configs(image, "", replace_ops(image.broker_dynamic[""], {"log.retention.ms": "6"}))
+    assert code == ErrorCode.none and recs == [
+        R.ConfigRecord(R.BROKER_RESOURCE, "", "log.cleanup.policy", None),
+        R.ConfigRecord(R.BROKER_RESOURCE, "", "log.retention.ms", "6")]
+    assert alter_broker_configs(image, "x", [])[0] == ErrorCode.invalid_request
+    assert alter_broker_configs(image, "1", [("a", 0, "1"), ("a", 1, None)])[1] == "Error due to duplicate config keys"
+    assert alter_broker_configs(image, "1", [("log.retention.ms", 0, None)])[0] == ErrorCode.invalid_request
+    assert alter_broker_configs(image, "1", [("node.id", 0, "2")])[1] == "Cannot update these configs dynamically: Set(node.id)"
