@@ -1,36 +1,234 @@
-"""One local[2] SparkSession for every Spark test (the JVM starts once), and helpers to
-put records into a real ``hightide serve`` (the shared ``server`` fixture)."""
+"""The Spark tests run in three modes, one shared session per mode (the ``spark`` fixture
+is parametrised at session scope, so pytest runs every test of one mode, stops that
+mode's processes, then starts the next):
+
+* ``local``: a classic ``local[2]`` session in this process's JVM;
+* ``standalone``: a standalone master and one worker started here from pip's pyspark
+  (``bin/spark-class ...Master`` / ``...Worker``), a classic session against it, so
+  reads and writes run in executor JVMs and their own Python workers;
+* ``connect``: a Spark Connect server (``SparkConnectServer``, ``local[2]``) started here,
+  and a Connect client session (``SparkSession.builder.remote``): no JVM in this process,
+  the progress listener runs client-side.
+
+``HIGHTIDE_SPARK_MODES=local,connect`` limits the modes (default: all three). A test
+marked ``@pytest.mark.spark_modes("local")`` runs only in those modes. Every process
+started here runs in its own process group and is stopped (TERM, then KILL) when its mode
+ends, also when a test or the start-up fails.
+
+Also: helpers to put records into a real ``hightide serve`` (the shared ``server``
+fixture)."""
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
+import socket
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+MODES = ("local", "standalone", "connect")
+SESSION_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def enabled_modes() -> list[str]:
+    raw = os.environ.get("HIGHTIDE_SPARK_MODES", ",".join(MODES))
+    modes = [m.strip() for m in raw.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise pytest.UsageError(f"HIGHTIDE_SPARK_MODES: unknown modes {unknown}; known: {', '.join(MODES)}")
+    return modes
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark_modes(*modes): run this Spark test only in these modes")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "spark" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("spark_modes")
+    wanted = marker.args if marker else MODES
+    modes = [m for m in enabled_modes() if m in wanted]
+    # indirect, session-scoped: one session per mode, tests grouped by mode
+    metafunc.parametrize("spark_mode", modes, indirect=True, scope="session")
+
+
+def spark_home() -> Path:
+    from pyspark.find_spark_home import _find_spark_home
+    return Path(_find_spark_home())
+
+
+class JvmProcess:
+    """A Spark JVM daemon (master, worker, Connect server) run in the foreground in its
+    own process group, with its output in ``log``."""
+
+    def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> None:
+        self.name, self.log = name, log
+        self._out = open(log, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def wait_port(self, port: int, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not listen on {port} within {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-5000:]
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """TERM the whole process group (the JVM and anything it started: executors and
+        their Python workers), then KILL what is left."""
+        try:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers of the group
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self._out.close()
+
+
+def _daemon_env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp), SPARK_PID_DIR=str(tmp),
+               SPARK_WORKER_DIR=str(tmp / "work"))
+    env.pop("SPARK_REMOTE", None)
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    return env
+
+
+def start_standalone(tmp: Path, stack: list[JvmProcess]) -> str:
+    """A master and one worker (2 cores); returns the master URL. Each started process is
+    appended to ``stack`` as soon as it runs, so the caller can stop it on failure."""
+    cls = str(spark_home() / "bin" / "spark-class")
+    env = _daemon_env(tmp)
+    port = free_port()
+    master = JvmProcess("spark master", [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                         "--port", str(port), "--webui-port", str(free_port())],
+                        tmp / "master.log", env)
+    stack.append(master)
+    master.wait_port(port)
+    url = f"spark://127.0.0.1:{port}"
+    worker_port = free_port()
+    worker = JvmProcess("spark worker", [cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                                         "--port", str(worker_port), "--webui-port", str(free_port()),
+                                         "--cores", "2", "--memory", "2g", "--work-dir", str(tmp / "work"), url],
+                        tmp / "worker.log", env)
+    stack.append(worker)
+    worker.wait_port(worker_port)
+    return url
+
+
+def start_connect_server(tmp: Path, stack: list[JvmProcess]) -> str:
+    """A Spark Connect server on ``local[2]`` (pip's pyspark has it built in: the class
+    ``start-connect-server.sh`` submits, run here in the foreground); returns its
+    ``sc://`` URL."""
+    port = free_port()
+    confs = {**SESSION_CONF, "spark.connect.grpc.binding.address": "127.0.0.1",
+             "spark.connect.grpc.binding.port": str(port), "spark.driver.memory": "1g",
+             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--class",
+           "org.apache.spark.sql.connect.service.SparkConnectServer", "--name", "hightide-tests-connect",
+           "--master", "local[2]"]
+    for k, v in confs.items():
+        cmd += ["--conf", f"{k}={v}"]
+    server = JvmProcess("spark connect server", cmd, tmp / "connect.log", _daemon_env(tmp))
+    stack.append(server)
+    server.wait_port(port, timeout=120)
+    return f"sc://127.0.0.1:{port}"
+
+
+def classic_session(master: str, **conf: str) -> Any:
+    from pyspark.sql import SparkSession
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    b = SparkSession.builder.master(master).appName("hightide-tests")
+    for k, v in {**SESSION_CONF, "spark.driver.memory": "1g", "spark.driver.host": "127.0.0.1",
+                 "spark.driver.bindAddress": "127.0.0.1", **conf}.items():
+        b = b.config(k, v)
+    session = b.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def connect_session(url: str) -> Any:
+    from pyspark.sql import SparkSession
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
+def stop_connect_client(session: Any) -> None:
+    """Stop a Connect client session and leave this process usable for classic
+    sessions again (Connect mode is a process-wide environment flag in PySpark)."""
+    try:
+        session.stop()
+    finally:
+        for var in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+            os.environ.pop(var, None)
 
 
 @pytest.fixture(scope="session")
-def spark():
-    from pyspark.sql import SparkSession
-
+def spark_mode(request, tmp_path_factory) -> Iterator[tuple[str, Any]]:
+    """``(mode, session)``: the mode's processes and session, with ``format("hightide")``
+    and the progress listener registered. Stopped when pytest moves on to another mode."""
     import hightide.spark
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[2]").appName("hightide-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-               .config("spark.driver.memory", "1g")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    hightide.spark.register(session)
-    yield session
-    session.stop()
+    mode = request.param
+    tmp = tmp_path_factory.mktemp(f"spark-{mode}")
+    stack: list[JvmProcess] = []
+    session = None
+    try:
+        if mode == "local":
+            session = classic_session("local[2]")
+        elif mode == "standalone":
+            url = start_standalone(tmp, stack)
+            session = classic_session(url, **{"spark.executor.memory": "1g", "spark.executor.cores": "2",
+                                              "spark.cores.max": "2"})
+        else:
+            session = connect_session(start_connect_server(tmp, stack))
+        reg = hightide.spark.register(session)
+        assert reg.progress_listener is not None and not reg.unavailable, reg
+        yield mode, session
+    finally:
+        try:
+            if session is not None:
+                stop_connect_client(session) if mode == "connect" else session.stop()
+        finally:
+            for proc in reversed(stack):
+                proc.stop()
+
+
+@pytest.fixture
+def spark(spark_mode):
+    return spark_mode[1]
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
     with KafkaIO(bootstrap) as io:
         meta = json.loads(io.committed(group)[TopicPartition(topic_name, 0)][1])
     assert meta["query"] == str(q.id) and meta["name"] == "ingest"
-    assert meta["batch"] == batches[-1]["batchId"] and meta["checkpoint"].endswith("ckpt")
+    assert meta["batch"] == batches[-1]["batchId"] and meta["run"] == str(q.runId)
 
     # while stopped: more records, and a partition added -> the group shows the lag
     acked += produce(bootstrap, topic_name, [(None, b"second-%d" % i, [], i % 3) for i in range(150)])

@@ -83,16 +83,26 @@ def _ms(ts: Any) -> int:
     return round(ts.timestamp() * 1000)
 
 
+def decode_commit_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: Arrow batches of ``__consumer_offsets`` rows (key, value,
+    offset, timestamp) → :data:`COMMITS_SCHEMA` batches (:func:`decode_commits`)."""
+    for batch in batches:
+        rows = list(decode_commits(iter(batch.to_pylist())))
+        if rows:
+            cols = list(zip(*rows))
+            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, COMMITS_SCHEMA)],
+                                             schema=COMMITS_SCHEMA)
+
+
 def read_commits(spark: Any, bootstrap_servers: str) -> Any:
     """The commits DataFrame (:data:`COMMITS_SCHEMA`) read through the ``hightide``
     source. ``__consumer_offsets`` is compacted and small, so its records are decoded
-    row by row (``mapPartitions``; mapInArrow would need pandas)."""
+    row by row in ``mapInArrow`` (DataFrame API only, no RDD: works on Spark Connect)."""
     raw = (spark.read.format("hightide").option("kafka.bootstrap.servers", bootstrap_servers)
            .option("subscribe", OFFSETS_TOPIC).option("startingOffsets", "earliest")
            .option("failOnDataLoss", "false").load())
     ddl = "group string, topic string, partition int, committed long, commit_ms long, log_offset long, metadata string"
-    rdd = raw.select("key", "value", "offset", "timestamp").rdd.mapPartitions(decode_commits)
-    return spark.createDataFrame(rdd, ddl)
+    return raw.select("key", "value", "offset", "timestamp").mapInArrow(decode_commit_batches, ddl)
 
 
 def sample_end_offsets(bootstrap_servers: str, out_dir: str | os.PathLike[str], *,

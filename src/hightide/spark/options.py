@@ -4,7 +4,11 @@ and the pure offset arithmetic behind them (no Spark, no network: unit-testable)
 Offsets are plain dicts in the JSON shape Spark's Kafka source uses,
 ``{"topic": {"0": 23, "1": 5}}``, always with topics sorted by name and partitions in
 numeric order, so the same offsets always serialise to the same JSON (Spark compares
-and stores offsets as JSON strings).
+and stores offsets as JSON strings). A streaming source whose progress is committed as
+group offsets adds one more entry, :data:`PROGRESS_KEY` (``"@hightide"``, never a Kafka
+topic name), naming where to commit (see :func:`progress_entry`): the progress event of
+every micro-batch then carries all the listener needs, on classic Spark and on Spark
+Connect alike, without looking into the query's JVM plan.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from typing import Any
 
 from ..client import TopicPartition
 
-__all__ = ["EARLIEST", "LATEST", "OffsetSpec", "SourceOptions", "SinkOptions", "from_offsets_dict",
-           "rate_limit", "split_ranges", "to_offsets_dict"]
+__all__ = ["EARLIEST", "LATEST", "PROGRESS_KEY", "OffsetSpec", "ProgressTarget", "SourceOptions", "SinkOptions",
+           "from_offsets_dict", "progress_target", "rate_limit", "split_ranges", "to_offsets_dict"]
 
 EARLIEST, LATEST = -2, -1
 Offsets = dict[TopicPartition, int]
@@ -29,17 +33,60 @@ class OptionError(ValueError):
     """An option is missing, malformed or not allowed in this mode (batch/streaming)."""
 
 
-def to_offsets_dict(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
-    """``{tp: offset}`` → Spark's offset JSON shape, in a stable key order."""
-    out: dict[str, dict[str, int]] = {}
+PROGRESS_KEY = "@hightide"
+"""The offsets entry naming where a streaming source's progress is committed. Kafka topic
+names are ``[a-zA-Z0-9._-]+``, so it never collides with a topic."""
+
+
+def to_offsets_dict(offsets: Mapping[TopicPartition, int],
+                    progress: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{tp: offset}`` → Spark's offset JSON shape, in a stable key order, with
+    ``progress`` (from :func:`progress_entry`) as the last entry when given."""
+    out: dict[str, Any] = {}
     for tp in sorted(offsets, key=lambda tp: (tp[0], tp[1])):
         out.setdefault(tp[0], {})[str(tp[1])] = int(offsets[tp])
+    if progress is not None:
+        out[PROGRESS_KEY] = dict(progress)
     return out
 
 
-def from_offsets_dict(d: Mapping[str, Mapping[str, int]] | None) -> Offsets:
-    """The inverse of :func:`to_offsets_dict`."""
-    return {TopicPartition(t, int(p)): int(o) for t, ps in (d or {}).items() for p, o in ps.items()}
+def from_offsets_dict(d: Mapping[str, Any] | None) -> Offsets:
+    """The inverse of :func:`to_offsets_dict` (the :data:`PROGRESS_KEY` entry is not an
+    offset and is skipped; offsets written before it existed have none)."""
+    return {TopicPartition(t, int(p)): int(o) for t, ps in (d or {}).items() if t != PROGRESS_KEY
+            for p, o in ps.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressTarget:
+    """Where a streaming source's progress is committed: the cluster, and ``group`` (the
+    ``groupId`` option) or, without it, ``<prefix>-<query id>``."""
+
+    bootstrap_servers: str
+    group: str | None
+    prefix: str
+
+    def group_for(self, query_id: str) -> str:
+        return self.group or f"{self.prefix}-{query_id}"
+
+
+def progress_target(offsets_json: str | None) -> tuple[ProgressTarget, Offsets] | None:
+    """Parse a source's end offset as a progress event shows it (a JSON string). Returns
+    the commit target and the offsets, or None when it is not a ``hightide`` source's
+    offset with progress commits on (another source's offset, which may not even be a
+    JSON object, or a source with ``commitOffsets=false``)."""
+    if not offsets_json:
+        return None
+    try:
+        doc = json.loads(offsets_json)
+    except ValueError:
+        return None
+    entry = doc.get(PROGRESS_KEY) if isinstance(doc, dict) else None
+    if not isinstance(entry, dict) or not entry.get("servers"):
+        return None
+    target = ProgressTarget(str(entry["servers"]), entry.get("group") or None,
+                            str(entry.get("prefix") or "spark-hightide"))
+    return target, from_offsets_dict(doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +259,14 @@ class SourceOptions:
     def commit_group(self, query_id: str) -> str:
         """The consumer group the progress listener commits to."""
         return self.group_id or f"{self.group_id_prefix}-{query_id}"
+
+    def progress_entry(self) -> dict[str, Any] | None:
+        """The :data:`PROGRESS_KEY` entry a streaming reader adds to its offsets (None
+        with ``commitOffsets=false``): ``{"servers": …, "group": groupId or null,
+        "prefix": groupIdPrefix}``; :func:`progress_target` reads it back."""
+        if not self.commit_offsets:
+            return None
+        return {"servers": self.bootstrap_servers, "group": self.group_id, "prefix": self.group_id_prefix}
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,9 @@ Where the pieces run:
 
 Nothing here commits consumer-group offsets: Spark calls a source's ``commit()`` one
 batch late, so progress is committed by :class:`.progress.GroupOffsetCommitter`, a
-streaming-query listener, after each micro-batch.
+streaming-query listener, after each micro-batch. The streaming reader's offsets carry
+where to commit (cluster and group), so the listener needs nothing but the progress
+event (it runs in the client on Spark Connect, with no access to the query's plan).
 """
 
 from __future__ import annotations
@@ -251,7 +253,9 @@ class HightideBatchReader(DataSourceReader):
 
 
 class HightideStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader. Offsets: ``{"topic": {"partition": next offset}}``.
+    """Micro-batch reader. Offsets: ``{"topic": {"partition": next offset}}``, plus the
+    ``"@hightide"`` entry naming the group to commit progress to (unless
+    ``commitOffsets=false``; see :func:`.options.progress_target`).
 
     * Partitions that appear while the query runs are picked up by ``latestOffset`` and
       read from their log start offset (as Spark's Kafka source does).
@@ -266,10 +270,11 @@ class HightideStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.planner = _Planner(opts)
         self._target: dict[TopicPartition, int] | None = None
+        self._progress = opts.progress_entry()  # where the listener commits: carried in the offsets
 
     def initialOffset(self) -> dict:
         tps = self.planner.topic_partitions()
-        return to_offsets_dict(self.planner.resolve(self.opts.starting, tps, "starting"))
+        return to_offsets_dict(self.planner.resolve(self.opts.starting, tps, "starting"), self._progress)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:
@@ -302,7 +307,7 @@ class HightideStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 latest[tp] = frm[tp]
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(frm, latest, limit.max_rows)
-        return to_offsets_dict(latest)
+        return to_offsets_dict(latest, self._progress)
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
         begin, until = from_offsets_dict(start), from_offsets_dict(end)
