@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test venv lint bench clean jsdeps
+.PHONY: serve test venv lint bench clean jsdeps chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,13 @@ kcat:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null) || \
 	  echo "kcat not installed; kcat tests will be skipped")
 
+# Headless Chromium and its driver for the console's browser tests (tests/console).
+chromium:
+	@(command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1) || \
+	  (command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) || \
+	  echo "chromium not installed; the console's browser tests will be skipped")
+
 serve: $(STAMP)
 	$(BIN)/hightide serve $(ARGS)
 
@@ -31,7 +38,7 @@ lint: $(STAMP)
 jsdeps:
 	@if [ -f tests/js/package-lock.json ]; then npm ci --prefix tests/js --no-audit --no-fund --silent; fi
 
-test: $(STAMP) kcat jsdeps
+test: $(STAMP) kcat chromium jsdeps
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

@@ -35,7 +35,8 @@ class _LazyGroup(click.Group):
     pay for them at start-up. Each module registers its commands on :data:`main`."""
 
     MODULES = {"topics": "topics", "offsets": "topics", "groups": "groups", "share-groups": "share_groups",
-               "lag": "lagwatch", "exporter": "exporter_cmd", "configs": "configs", "spark": "spark"}
+               "lag": "lagwatch", "exporter": "exporter_cmd", "configs": "configs", "spark": "spark",
+               "console": "console"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.MODULES})
