@@ -209,3 +209,20 @@ def test_timers_take_the_write_path(tmp_path):
         await expiry
         assert _fetched(groups) == -1
     asyncio.run(scenario())
+
+
+def test_a_caller_that_goes_away_does_not_cut_the_write_off(tmp_path):
+    """The connection closes while its commit waits for the fsync: the commit still
+    completes and is applied, so memory matches the log."""
+    groups, broker = _runtime(tmp_path, **{"log.flush.interval.messages": 1})
+
+    async def scenario():
+        commit = asyncio.ensure_future(_commit(groups, 42))
+        await _until_fsync_requested(broker)
+        commit.cancel()
+        broker.flusher.complete()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert _fetched(groups) == 42  # in the log, so in the shard
+        assert groups.runtime.committed_offset(0) == 1
+    asyncio.run(scenario())

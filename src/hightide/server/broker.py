@@ -148,7 +148,10 @@ class Broker:
         await self.flusher.close()
         self.waiters.wake_all()
         if self.metadata is not None:
-            self.metadata.close()
+            try:
+                self.metadata.close()
+            except OSError as exc:  # offline after a failed fsync: what is on disk is recovered at start
+                log.error("closing the metadata log failed: %s", exc)
             self.metadata = None
         if self.logs is not None:
             self.logs.close()

@@ -242,8 +242,17 @@ class CoordinatorRuntime(Generic[S]):
         result as one batch, wait until they are committed, apply the result and return
         it. Raises :class:`CoordinatorUnavailable` (nothing applied) if the partition is
         not active, the append fails or the commit fails; an exception from ``op`` itself
-        propagates with nothing appended or applied."""
+        propagates with nothing appended or applied.
+
+        The write runs in its own task: a caller that goes away (its connection closed)
+        does not cut it off between the append and the apply, so the shard never misses
+        records that are in the log."""
         self._active(partition)
+        task = asyncio.ensure_future(self._write(partition, op, now_ms))
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _write(self, partition: int, op: Callable[[S], Any], now_ms: int) -> Any:
         part = self.partitions[partition]
         async with part.lock:
             self._active(partition)  # it may have changed while waiting for the lock
@@ -275,6 +284,12 @@ class CoordinatorRuntime(Generic[S]):
                                              self.adapter.storage_error_code) from exc
         part.committed_offset = max(part.committed_offset, result.last_offset + 1)
         return list(range(result.base_offset, result.base_offset + len(records)))
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """Mark a write's exception retrieved (its caller may be gone)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def fsync_due(plog: PartitionLog) -> bool:
