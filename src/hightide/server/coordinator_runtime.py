@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.coordinator")
 
-LOAD_CHUNK_BYTES = 256 * 1024  # replayed between two yields to the event loop
+LOAD_CHUNK_BYTES = 64 * 1024  # replayed between two yields to the event loop
 S = TypeVar("S")  # a shard
 LoggedRecord = tuple[int, "bytes | None", "bytes | None"]  # offset, key, value as stored
 
