@@ -9,6 +9,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from .broker_image import BrokerRegistration, apply_broker_record
+from .broker_records import BROKER_RECORD_TYPES
 from .records import (
     BROKER_RESOURCE,
     GROUP_RESOURCE,
@@ -52,6 +54,8 @@ class MetadataImage:
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> overrides
     next_producer_id: int = 0
     offset: int = -1  # metadata log offset of the last applied record
+    #: Registered brokers by id (cluster mode; see hightide.cluster.broker_image).
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
 
     def apply(self, record: MetadataRecord, offset: int) -> None:
         """Apply one record (the only mutator)."""
@@ -81,6 +85,8 @@ class MetadataImage:
                     self._apply_broker_config(rn, n, v)
             case ProducerIdsRecord(next_producer_id=nxt):
                 self.next_producer_id = max(self.next_producer_id, nxt)
+            case _ if isinstance(record, BROKER_RECORD_TYPES):
+                apply_broker_record(self.brokers, record, offset)
         self.offset = offset
 
     def _apply_broker_config(self, resource_name: str, name: str, value: str | None) -> None:

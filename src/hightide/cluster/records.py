@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
+from .broker_records import BROKER_RECORD_TYPES, BrokerRecord
+
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 GROUP_RESOURCE = 32  # group configs (share.*), Kafka's ConfigResource.Type.GROUP
@@ -58,8 +60,9 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
-MetadataRecord = TopicRecord | PartitionRecord | RemoveTopicRecord | ConfigRecord | ProducerIdsRecord
-_TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord)}
+MetadataRecord = TopicRecord | PartitionRecord | RemoveTopicRecord | ConfigRecord | ProducerIdsRecord | BrokerRecord
+_TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord,
+                                    *BROKER_RECORD_TYPES)}
 
 
 def encode(record: MetadataRecord) -> bytes:
