@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 import secrets
 import time
 from pathlib import Path
@@ -177,6 +179,15 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         return JSONResponse({"group": group, "interval_s": sampler.interval_s, "samples": sampler.samples,
                              "error": sampler.error, **sampler.series(group)})
 
+    async def status_api(request: Request) -> Response:
+        snap = sampler.snapshot
+        return JSONResponse({"bootstrap": config.bootstrap, "samples": sampler.samples, "error": sampler.error,
+                             "last_ok_ms": sampler.last_ok_ms, "last_sample_s": sampler.last_duration_s,
+                             "groups": len(snap.groups) if snap else None,
+                             "group_partitions": sum(len(g.partitions) for g in snap.groups.values()) if snap else None,
+                             "share_groups": len(sampler.share.groups) if sampler.share else None,
+                             "read_only": not config.allow_writes})
+
     # -- resets ------------------------------------------------------------------------------------
     async def reset_preview(request: Request) -> Response:
         form = await check_post(request)
@@ -299,34 +310,27 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         return render(request, "error.html", {"title": f"{exc.status_code}", "message": msg},
                       status=exc.status_code)
 
-    async def lifespan_start() -> None:
-        sampler.start()
-
-    async def lifespan_stop() -> None:
-        await sampler.stop()
-
-    from contextlib import asynccontextmanager
-
     @asynccontextmanager
-    async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
-        await lifespan_start()
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler.start()
         try:
             yield
         finally:
-            await lifespan_stop()
+            await sampler.stop()
 
     routes = [
         Route("/", home), Route("/groups", groups_page), Route("/groups/{group}", group_page),
         Route("/groups/{group}/reset", reset_preview, methods=["POST"]),
         Route("/groups/{group}/reset/confirm", reset_confirm, methods=["POST"]),
-        Route("/api/groups/{group}", group_api), Route("/api/groups/{group}/history", history_api),
+        Route("/api/status", status_api), Route("/api/groups/{group}", group_api),
+        Route("/api/groups/{group}/history", history_api),
         Route("/share-groups/{group}", share_group_page), Route("/topics", topics_page),
         Route("/topics/{topic}", topic_page), Route("/cluster", cluster_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     handlers = {NotFound: not_found, Unreachable: unreachable, HTTPException: http_error,
                 KafkaError: kafka_error, TimeoutError: unreachable, OSError: unreachable, Exception: internal_error}
-    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
 
 
 async def _offsets(admin: Any, tps: list[tuple[str, int]], specs: tuple[str, ...]) -> tuple[dict[Any, Any], ...]:

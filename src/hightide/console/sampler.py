@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -58,7 +59,6 @@ class Sampler:
         self.rules = rules or StatusRules(window_ms=max(1, int(interval_s * 10_000)), min_samples=5)
         self.client_options = {"request_timeout_s": 5.0, **(client_options or {})}
         self.clock = clock
-        self.admin: AdminClient | None = None
         self.monitor: LagMonitor | None = None
         self.snapshot: Snapshot | None = None
         self.share: ShareSnapshot | None = None
@@ -68,79 +68,122 @@ class Sampler:
         self.last_ok_ms: int | None = None
         self.samples = 0
         self.last_duration_s: float | None = None
-        self._lock = asyncio.Lock()
-        self._wake = asyncio.Event()
+        self._admin: AdminClient | None = None  # the sampler loop's client
+        self._web_admin: AdminClient | None = None  # the pages' client (the web loop's)
+        self._mutex = threading.Lock()  # history and error, shared with the web thread
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._lock: asyncio.Lock | None = None
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """Start sampling in the background (call from the running loop)."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="console-sampler")
+        """Start sampling on a thread of its own with its own event loop: a snapshot of a
+        large cluster runs long synchronous stretches (building 50,000 partition reports
+        blocks its loop ~0.8 s), which must not stall the pages. Idempotent."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._thread_main, name="console-sampler", daemon=True)
+            self._thread.start()
+            self._started.wait()
+
+    def _thread_main(self) -> None:
+        loop: asyncio.AbstractEventLoop
+        try:
+            import uvloop
+            loop = uvloop.new_event_loop()
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+            loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._lock = asyncio.Lock()
+        self._task = loop.create_task(self._run(), name="console-sampler")
+        self._started.set()
+        try:
+            loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            loop.run_until_complete(self._drop_client())
+            loop.close()
 
     async def stop(self) -> None:
-        """Stop sampling and close the client. Idempotent."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-        await self._drop_client()
+        """Stop sampling and close both clients. Idempotent."""
+        if self._thread is not None and self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+            await asyncio.to_thread(self._thread.join)
+        self._thread = None
+        web, self._web_admin = self._web_admin, None
+        if web is not None:
+            await _close(web)
 
     async def _run(self) -> None:
         while True:
-            await self.sample()
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+            await self._sample()
+            await asyncio.sleep(self.interval_s)
 
-    # -- the client ------------------------------------------------------------------------------
+    # -- the clients ----------------------------------------------------------------------------
+    def _new_client(self) -> AdminClient:
+        return AdminClient(self.bootstrap, **{"client_id": "hightide-console", **self.client_options})
+
     async def client(self) -> AdminClient:
-        """The connected admin client, connecting if needed. Raises one of
-        :data:`UNREACHABLE` when the cluster cannot be reached."""
-        if self.admin is None:
-            admin = AdminClient(self.bootstrap, **{"client_id": "hightide-console", **self.client_options})
+        """The pages' connected admin client (of the calling loop), connecting if needed.
+        Raises one of :data:`UNREACHABLE` when the cluster cannot be reached."""
+        if self._web_admin is None:
+            admin = self._new_client()
             try:
                 await admin.start()
             except BaseException:
-                await admin.close()
+                await _close(admin)
                 raise
-            self.admin = admin
+            self._web_admin = admin
+        return self._web_admin
+
+    async def _sampler_client(self) -> AdminClient:
+        if self._admin is None:
+            admin = self._new_client()
+            try:
+                await admin.start()
+            except BaseException:
+                await _close(admin)
+                raise
+            self._admin = admin
             if self.monitor is None:
                 self.monitor = LagMonitor(admin, rules=self.rules)
             self.monitor.admin = admin
-        return self.admin
+        return self._admin
 
     async def _drop_client(self) -> None:
-        admin, self.admin = self.admin, None
+        admin, self._admin = self._admin, None
         if admin is not None:
-            try:
-                await admin.close()
-            except Exception:  # closing a broken client: nothing left to do
-                log.debug("closing the admin client failed", exc_info=True)
+            await _close(admin)
 
     def failed(self, exc: BaseException) -> None:
         """Record that the cluster could not be reached (pages show the banner)."""
         now = int(self.clock() * 1000)
-        if self.error is None:
-            self.error_since_ms = now
-        self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        with self._mutex:
+            if self.error is None:
+                self.error_since_ms = now
+            self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
     # -- sampling -------------------------------------------------------------------------------
     async def sample(self) -> bool:
-        """Take one snapshot now (waits for one in progress instead of starting a second).
-        Returns True when it succeeded; on failure records the error and keeps the last
-        good snapshot."""
+        """Take one snapshot now, on the sampler's loop (waits for one in progress instead
+        of starting a second). Returns True when it succeeded; on failure records the error
+        and keeps the last good snapshot. Without :meth:`start`, samples on the caller's loop."""
+        if self._loop is None or self._thread is None:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            return await self._sample()
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._sample(), self._loop))
+
+    async def _sample(self) -> bool:
+        assert self._lock is not None
         if self._lock.locked():
             async with self._lock:
                 return self.error is None
         async with self._lock:
             try:
-                admin = await self.client()
+                admin = await self._sampler_client()
                 assert self.monitor is not None
                 # The monitor reads an unlistable cluster as "no groups": ask for the
                 # brokers first so that a lost cluster is an error, not an empty page.
@@ -157,23 +200,20 @@ class Sampler:
                 return False
             if self.error is not None:
                 log.warning("console: %s reachable again", self.bootstrap)
-            self.snapshot, self.share = snap, share
-            self.error = self.error_since_ms = None
-            self.last_ok_ms = snap.time_ms
-            self.last_duration_s = snap.duration_s
-            self.samples += 1
-            self._record(snap)
+            with self._mutex:
+                self._record(snap)
+                self.snapshot, self.share = snap, share
+                self.error = self.error_since_ms = None
+                self.last_ok_ms = snap.time_ms
+                self.last_duration_s = snap.duration_s
+                self.samples += 1
             return True
-
-    def wake(self) -> None:
-        """Ask the background loop for a sample now."""
-        self._wake.set()
 
     def _record(self, snap: Snapshot) -> None:
         cutoff = snap.time_ms - self.history_ms
         for name, rep in snap.groups.items():
             best = [p.time_lag for p in rep.partitions if p.time_lag is not None and p.time_lag.ms is not None]
-            top = max(best, key=lambda t: t.ms) if best else None
+            top = max(best, key=lambda t: t.ms or 0) if best else None
             point = HistoryPoint(snap.time_ms, rep.total_lag if rep.partitions else None,
                                  top.ms if top else None, top.certainty.value if top else None)
             h = self.history.get(name)
@@ -193,10 +233,18 @@ class Sampler:
         """The group's history as columns for the chart: ``t`` (seconds), ``lag``,
         ``time_lag_s`` (exact or estimated values) and ``time_lag_bound_s`` (lower bounds),
         null where a column has no value at that time."""
-        pts = list(self.history.get(group, ()))
+        with self._mutex:
+            pts = list(self.history.get(group, ()))
         return {"t": [p.time_ms / 1000 for p in pts],
                 "lag": [p.total_lag for p in pts],
                 "time_lag_s": [None if p.max_time_lag_ms is None or p.certainty == "lower_bound"
                                else p.max_time_lag_ms / 1000 for p in pts],
                 "time_lag_bound_s": [p.max_time_lag_ms / 1000 if p.max_time_lag_ms is not None
                                      and p.certainty == "lower_bound" else None for p in pts]}
+
+
+async def _close(admin: AdminClient) -> None:
+    try:
+        await admin.close()
+    except Exception:  # closing a broken client: nothing left to do
+        log.debug("closing the admin client failed", exc_info=True)

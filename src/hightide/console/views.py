@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote
+
+from ..client.types import ListOffsetsResult
 
 __all__ = ["ANOMALY_WORDS", "RULE_WORDS", "anomaly_words", "fmt_ms", "fmt_time", "group_list",
            "group_view", "liveness", "rule_words", "share_group_view", "topic_list", "topic_view"]
@@ -127,7 +129,8 @@ def group_view(report: Any, rows: list[dict[str, Any]], *, now_ms: int) -> dict[
         "coordinator": report.coordinator, "assignment_strategy": report.assignment_strategy,
         "status": gs.status.value if gs else None, "complete": gs.complete if gs else None,
         "rule": rule_words(worst.reason) if worst else "",
-        "decided_by": f"{wk.topic}-{wk.partition}" if worst is not None and hasattr(wk, "topic") else None,
+        "decided_by": f"{wk.topic}-{wk.partition}" if worst is not None and wk is not None and hasattr(wk, "topic")
+        else None,
         "total_lag": report.total_lag, "max_time_lag_ms": report.max_time_lag_ms,
         "max_time_lag_text": _max_time_lag_text(rows), "partitions": len(rows), "error": report.error,
         "active": report.state not in (None, "Empty", "Dead") and bool(report.members),
@@ -248,8 +251,9 @@ def _count(items: Iterable[str]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _is_result(r: Any) -> bool:
-    return r is not None and hasattr(r, "offset") and hasattr(r, "timestamp")
+def _is_result(r: Any) -> TypeGuard[ListOffsetsResult]:
+    """True for a ListOffsets answer (a partition's failure is a KafkaError instead)."""
+    return isinstance(r, ListOffsetsResult)
 
 
 def _off(r: Any) -> int | None:
