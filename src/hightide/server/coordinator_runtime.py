@@ -23,7 +23,8 @@ operation on the shard, append its records as one batch, wait until that batch i
 *committed*, and only then apply the result to the shard (replay the records with their
 offsets, then whatever the adapter applies besides: live state, parked completions) and
 return it. Timers (session timeouts, offset expiry, share-state snapshots) are
-operations too and take the same path.
+operations too and take the same path. A write runs in a task of its own, so a caller
+that goes away (its connection closed) never cuts it off between append and apply.
 
 *Committed* is one notion, the partition's committed offset; a batch is committed once
 the committed offset passes its last record. Today (one node) the offset advances:
