@@ -18,6 +18,10 @@ moves bytes, runs handlers, and applies back-pressure:
 * a protocol violation, a handler's ``CloseConnection`` or a handler failure closes the
   connection with a logged reason; nothing else does. A half-closed client gets its
   in-flight answers, then the connection closes.
+
+Each request is written to the request log (:mod:`.request_log`, logger
+``hightide.request`` at DEBUG) when it is answered; when that logger is off, a request
+costs one ``isEnabledFor`` check.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.codec import RequestHeader
 from ..protocol.errors import PeerProtocolError
 from ..protocol.server_connection import NEED_DATA, Answered, Request, ServerConnection
+from . import request_log
 from .context import RequestContext as _RequestContext
 from .registry import CloseConnection, Route
 
@@ -39,6 +44,8 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("hightide.server")
+_REQUEST_LOG = request_log.REQUEST_LOGGER
+_DEBUG = logging.DEBUG
 
 # The rolling receive buffer of each connection. Frames larger than it get a dedicated
 # buffer anyway (see FrameReader), so it only needs to hold a run of small pipelined
@@ -76,6 +83,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         self._idle_handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._started: dict[int, float] = {}  # slot -> receipt time, only while the request log is on
 
     # -- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -139,6 +147,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     break
                 if type(event) is Answered:
                     self._write(event.buffers)
+                    if _REQUEST_LOG.isEnabledFor(_DEBUG):
+                        request_log.log_answered(event.header, self.peer)
                     self._check_backpressure()
                 else:
                     self._run(event)  # type: ignore[arg-type]
@@ -148,6 +158,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _run(self, request: Request[Route]) -> None:
         route, header = request.route, request.header
+        if _REQUEST_LOG.isEnabledFor(_DEBUG):  # the request log's one check per request when off
+            self._started[request.slot] = time.perf_counter()
         ctx = _RequestContext(self.services, header, self.peer, request.unknown_tags)
         try:
             result = route.fn(ctx, request.body)
@@ -191,6 +203,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if out:
             self._write(out)
+        if self._started:
+            started = self._started.pop(request.slot, None)
+            if started is not None:
+                request_log.log_completed(request.header, self.peer, result, started)
         if self.paused or self.conn.pending_responses:  # else nothing can have changed
             self._check_backpressure()
         if self.closing and not self.conn.in_flight and self._open():
