@@ -220,7 +220,10 @@ def spark_mode(request, tmp_path_factory) -> Iterator[tuple[str, Any]]:
     finally:
         try:
             if session is not None:
-                stop_connect_client(session) if mode == "connect" else session.stop()
+                try:
+                    hightide.spark.unregister(session)
+                finally:
+                    stop_connect_client(session) if mode == "connect" else session.stop()
         finally:
             for proc in reversed(stack):
                 proc.stop()

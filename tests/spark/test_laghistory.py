@@ -75,6 +75,7 @@ def _expected(commits: list[tuple], samples: list[tuple]) -> list[tuple]:
     return rows
 
 
+@pytest.mark.spark_modes("local", "connect")
 def test_lag_history_matches_the_oracle(spark, bootstrap, topic_name, tmp_path):
     create_topic(bootstrap, topic_name, 2)
     samples, out = tmp_path / "samples", tmp_path / "out"

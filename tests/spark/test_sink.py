@@ -73,9 +73,10 @@ def _pipe(spark, bootstrap, src, dst, ckpt, **sink_options):
     q = w.trigger(availableNow=True).start()
     q.awaitTermination(240)
     assert q.exception() is None, q.exception()
-    return q, {p["batchId"]: p["numInputRows"] for p in q.recentProgress if p["numInputRows"] > 0}
+    return q, {p.batchId: p.numInputRows for p in q.recentProgress if p.numInputRows > 0}
 
 
+@pytest.mark.spark_modes("local")
 def test_replayed_batch_writes_nothing_twice(spark, bootstrap, topic_name, tmp_path):
     src, dst = topic_name, topic_name + "-out"
     create_topic(bootstrap, src, 2)

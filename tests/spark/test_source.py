@@ -35,6 +35,7 @@ def test_batch_read_equals_what_was_produced(spark, bootstrap, topic_name):
     assert "headers" not in _read(spark, bootstrap, subscribe=topic_name).columns
 
 
+@pytest.mark.spark_modes("local")
 def test_offset_ranges_and_timestamps(spark, bootstrap, topic_name):
     create_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, [(None, b"a%d" % i, [], i % 2) for i in range(40)])
@@ -61,6 +62,7 @@ def test_offset_ranges_and_timestamps(spark, bootstrap, topic_name):
     assert df.count() == 0
 
 
+@pytest.mark.spark_modes("local")
 def test_deleted_records_are_data_loss(spark, bootstrap, topic_name):
     from hightide.client import TopicPartition
     from hightide.spark.kafkaio import KafkaIO

@@ -32,7 +32,7 @@ def _run(spark, bootstrap, topic, out, checkpoint, group):
          .queryName("ingest").trigger(availableNow=True).start())
     q.awaitTermination(240)
     assert q.exception() is None, q.exception()
-    return q, [p for p in q.recentProgress if p["numInputRows"] > 0]
+    return q, [p for p in q.recentProgress if p.numInputRows > 0]
 
 
 def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topic_name, tmp_path):
@@ -43,8 +43,8 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
 
     q, batches = _run(spark, bootstrap, topic_name, out, ckpt, group)
     assert len(batches) >= 4  # 900 records at most ~250 per trigger
-    assert all(p["numInputRows"] <= 250 + 3 for p in batches)  # + one per partition: Spark's rounding
-    assert sum(p["numInputRows"] for p in batches) == 900
+    assert all(p.numInputRows <= 250 + 3 for p in batches)  # + one per partition: Spark's rounding
+    assert sum(p.numInputRows for p in batches) == 900
 
     # the listener commits each batch's end offsets: caught up -> lag 0 everywhere
     def caught_up():
@@ -56,7 +56,7 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
     with KafkaIO(bootstrap) as io:
         meta = json.loads(io.committed(group)[TopicPartition(topic_name, 0)][1])
     assert meta["query"] == str(q.id) and meta["name"] == "ingest"
-    assert meta["batch"] == batches[-1]["batchId"] and meta["run"] == str(q.runId)
+    assert meta["batch"] == batches[-1].batchId and meta["run"] == str(q.runId)
 
     # while stopped: more records, and a partition added -> the group shows the lag
     acked += produce(bootstrap, topic_name, [(None, b"second-%d" % i, [], i % 3) for i in range(150)])
@@ -68,7 +68,7 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
 
     q2, batches2 = _run(spark, bootstrap, topic_name, out, ckpt, group)
     assert q2.id == q.id  # same query, restarted from its checkpoint
-    assert sum(p["numInputRows"] for p in batches2) == 200
+    assert sum(p.numInputRows for p in batches2) == 200
     got = sorted((r.partition, r.offset, r.value) for r in spark.read.parquet(str(out)).collect())
     assert got == sorted((a[0], a[1], a[3]) for a in acked)  # no gap, no duplicate
     rows = wait_for(lambda: (d := _describe(bootstrap, group)) and len(d) == 4
@@ -76,6 +76,7 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
     assert rows[(topic_name, 3)]["current_offset"] == 50
 
 
+@pytest.mark.spark_modes("local")
 def test_partitions_added_while_running_are_picked_up(spark, bootstrap, topic_name):
     from hightide.spark.kafkaio import KafkaIO
     create_topic(bootstrap, topic_name, 1)

@@ -1,0 +1,52 @@
+"""Shipping hightide to the executors: ``ship_to_executors`` puts the package zip on the
+Python workers' ``sys.path`` (``addPyFile`` on classic, ``addArtifacts(pyfile=True)`` on
+Connect), and a batch read through the source still works after it."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import hightide
+import hightide.spark
+from hightide.spark.deploy import package_zip
+
+from .conftest import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+
+def test_package_zip_holds_the_installed_package(tmp_path):
+    z = package_zip(str(tmp_path))
+    root = Path(hightide.__file__).parent
+    with zipfile.ZipFile(z) as zf:
+        names = set(zf.namelist())
+        assert zf.read("hightide/spark/source.py") == (root / "spark" / "source.py").read_bytes()
+    want = {f"hightide/{p.relative_to(root)}" for p in root.rglob("*.py") if "__pycache__" not in p.parts}
+    assert want <= names and not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert package_zip(str(tmp_path)) == z  # content-addressed name: the same zip again
+
+
+@pytest.mark.spark_modes("standalone", "connect")
+def test_shipped_zip_reaches_the_python_workers(spark, bootstrap, topic_name, tmp_path):
+    shipped = Path(hightide.spark.ship_to_executors(spark, str(tmp_path))).name
+
+    def paths(batches):
+        import sys
+
+        import pyarrow as pa
+        for _ in batches:
+            pass
+        found = [p for p in sys.path if p.endswith(shipped)]
+        yield pa.RecordBatch.from_pylist([{"path": p} for p in found] or [{"path": None}],
+                                         schema=pa.schema([("path", pa.string())]))
+
+    got = {r.path for r in spark.range(2, numPartitions=2).mapInArrow(paths, "path string").collect()}
+    assert got != {None} and all(p is not None and p.endswith(shipped) for p in got), got
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, [(None, b"v%d" % i, [], i % 2) for i in range(20)])
+    df = spark.read.format("hightide").option("kafka.bootstrap.servers", bootstrap) \
+        .option("subscribe", topic_name).load()
+    assert sorted(r.value for r in df.collect()) == sorted(b"v%d" % i for i in range(20))
