@@ -65,9 +65,11 @@ def sample_offsets(bootstrap_server: str, out_dir: str, topics: tuple[str, ...],
 @click.option("--slo-time-lag", type=float, default=None, help="Time-lag SLO in seconds: report breaches.")
 @click.option("--top", type=int, default=10, show_default=True, help="Groups in the rankings and charts.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option("--remote", default=None, help="Spark Connect URL (sc://host:port) to run on instead of --master.")
 @click.option("--no-sample-now", is_flag=True, help="Do not add a sample of the end offsets at job start.")
 def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: tuple[str, ...], slo_lag: int | None,
-                    slo_time_lag: float | None, top: int, master: str, no_sample_now: bool) -> None:
+                    slo_time_lag: float | None, top: int, master: str, remote: str | None,
+                    no_sample_now: bool) -> None:
     """Spark batch job: lag per group/partition over time from __consumer_offsets and
     end-offset samples, as Parquet plus a text summary and PNG charts."""
     try:
@@ -75,10 +77,13 @@ def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: t
     except ImportError:
         raise click.ClickException("pyspark is not installed: pip install 'hightide[spark]'") from None
     from ..spark.laghistory import lag_history
-    existing = SparkSession.getActiveSession()
-    spark = existing or (SparkSession.builder.master(master).appName("hightide-lag-history")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    if existing is None:
+    existing = None if remote else SparkSession.getActiveSession()
+    if remote:
+        spark = SparkSession.builder.remote(remote).appName("hightide-lag-history").getOrCreate()
+    else:
+        spark = existing or (SparkSession.builder.master(master).appName("hightide-lag-history")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    if existing is None and not remote:
         spark.sparkContext.setLogLevel("ERROR")
     try:
         result = lag_history(spark, bootstrap_server, samples, out_dir, groups=list(groups) or None,
