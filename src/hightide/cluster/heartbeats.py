@@ -15,13 +15,15 @@ per broker and per broker epoch (a :class:`Session`):
   capped at the controller's committed offset. It never decreases within a session; a
   new registration (new epoch) starts a new session with -1 (unknown).
 * ``shutdown_offset`` — Kafka's controlled-shutdown offset: the end offset of the batch
-  that put the broker into controlled shutdown, -1 when not shutting down.
+  that put the broker into controlled shutdown, -1 when not shutting down (or when this
+  controller has not seen the broker ask for it yet).
 
 A session is looked up against the image's registration: a session for another epoch
 than the registered one is stale and replaced by a fresh one (``last_contact_ms`` = now,
 so a broker first seen by a new controller gets a full session, as in Kafka's failover).
 
-The *active* brokers are the registered, unfenced brokers not in controlled shutdown.
+The *active* brokers are the registered brokers that the image shows unfenced and not in
+controlled shutdown.
 :meth:`BrokerHeartbeats.lowest_acknowledged` is the smallest ``acked_offset`` among them
 (seed 004), -1 when there is no active broker or one of them has not reported yet.
 
@@ -97,13 +99,11 @@ class BrokerHeartbeats:
             return True  # first seen by this controller: it gets a full session from now
         return not self.expired(s, now_ms)
 
-    def shutting_down(self, reg: BrokerRegistration) -> bool:
-        s = self.sessions.get(reg.broker_id)
-        return reg.in_controlled_shutdown or (s is not None and s.epoch == reg.epoch and s.shutdown_offset >= 0)
-
-    def is_active(self, reg: BrokerRegistration) -> bool:
-        """Unfenced and not shutting down: counted in the lowest acknowledged offset."""
-        return not reg.fenced and not self.shutting_down(reg)
+    @staticmethod
+    def is_active(reg: BrokerRegistration) -> bool:
+        """Unfenced and not in controlled shutdown (logged state): counted in the lowest
+        acknowledged offset."""
+        return not reg.fenced and not reg.in_controlled_shutdown
 
     # -- the lowest acknowledged offset (seed 004) ---------------------------------------
     def lowest_acknowledged(self, brokers: Iterable[BrokerRegistration], now_ms: int,

@@ -220,7 +220,7 @@ class BrokerLifecycle:
         records = self._transition_records(reg, current, nxt)
         if nxt.fenced:
             session.shutdown_offset = -1
-        elif nxt is BrokerState.CONTROLLED_SHUTDOWN and session.shutdown_offset < 0:
+        elif nxt is BrokerState.CONTROLLED_SHUTDOWN and current is not nxt:
             session.shutdown_offset = next_offset + len(records) - 1  # the batch's end offset, as Kafka
         lowest = self.heartbeats.publish(self.heartbeats.lowest_acknowledged(
             image.brokers.values(), now_ms, (reg.broker_id, nxt is BrokerState.UNFENCED)))
@@ -234,10 +234,15 @@ class BrokerLifecycle:
         return max(reg.registration_offset, self.heartbeats.floor)
 
     def _current_state(self, reg: BrokerRegistration) -> BrokerState:
+        """Controlled shutdown needs both the logged state and this controller's shutdown
+        offset; without the offset (a new controller, or a failed append) the broker is
+        treated as unfenced and re-enters controlled shutdown on its next WantShutDown."""
+        if reg.fenced:
+            return BrokerState.FENCED
         s = self.heartbeats.sessions.get(reg.broker_id)
-        if s is not None and s.epoch == reg.epoch and s.shutdown_offset >= 0:
+        if reg.in_controlled_shutdown and s is not None and s.epoch == reg.epoch and s.shutdown_offset >= 0:
             return BrokerState.CONTROLLED_SHUTDOWN
-        return BrokerState.FENCED if reg.fenced else BrokerState.UNFENCED
+        return BrokerState.UNFENCED
 
     def _next_state(self, image: MetadataImage, reg: BrokerRegistration, req: Heartbeat, catch_up: int,
                     now_ms: int) -> tuple[BrokerState, BrokerState]:
