@@ -96,3 +96,21 @@ def test_plan_book_takes_once_per_group_and_expires(monkeypatch):
     monkeypatch.setattr(actions.time, "monotonic", lambda: 111.0)
     with pytest.raises(ResetError, match="expired"):
         book.take("p3", "g")
+
+
+def test_serving_never_imports_the_console():
+    """``hightide serve`` does not pay for the console: its libraries are imported only by
+    ``hightide console``, and listing the commands does not import them either."""
+    import subprocess
+    import sys
+    code = ("import sys, click, hightide.cli as c, hightide.server.broker\n"
+            "ctx = click.Context(c.main)\n"
+            "assert 'console' in c.main.list_commands(ctx)\n"
+            "c.main.get_command(ctx, 'serve')\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'jinja2', 'uvicorn')\n"
+            "             or m.startswith('hightide.console'))\n"
+            "assert not bad, bad\n"
+            "c.main.get_command(ctx, 'console')\n"
+            "assert 'hightide.cli.console' in sys.modules and 'starlette' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
