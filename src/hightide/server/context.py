@@ -62,7 +62,13 @@ class MetadataAccess(Protocol):
 
     async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None: ...
 
-    def refresh_topic_config(self, topic: TopicImage) -> None: ...
+    def refresh_topic_config(self, topic: TopicImage) -> None:
+        """Put the topic's effective config (after a change to it) in force on its open logs."""
+        ...
+
+    def apply_dynamic_broker_configs(self) -> None:
+        """Put the image's dynamic broker configs in force (after a change to them)."""
+        ...
 
 
 class PartitionLogs(Protocol):

@@ -5,7 +5,9 @@ log and put in force at once). Sources and synonyms follow Kafka's ConfigHelper.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, ConfigRecord
 from ...config import (
@@ -27,8 +29,13 @@ from ...config import (
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
+
+if TYPE_CHECKING:
+    from ...cluster.image import MetadataImage
+    from ...config import BrokerConfig
 
 GROUP_CONFIG = 8  # ConfigSource.GROUP_CONFIG
 _TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
@@ -44,15 +51,16 @@ def _synonyms(chain: Sequence[tuple[str, str | None, int]]) -> list[dict]:
     return [{"name": n, "value": v, "source": src} for n, v, src in chain]
 
 
-def describe_topic(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
+def describe_topic(image: MetadataImage, config: BrokerConfig, name: str, keys: set[str] | None, synonyms: bool,
+                   docs: bool) -> dict:
     """Kafka's ConfigHelper.createTopicConfigEntry: the override (DYNAMIC_TOPIC_CONFIG),
     then the synonyms of the topic config's broker config at every level; the source is
     the first of them, DEFAULT_CONFIG when there is none."""
-    t = broker.image.topics.get(name)
+    t = image.topics.get(name)
     if t is None:
         return {"error_code": ErrorCode.unknown_topic_or_partition,
                 "error_message": f"Topic {name} does not exist.", "configs": []}
-    effective = effective_topic_config(broker.config, t.configs)
+    effective = effective_topic_config(config, t.configs)
     configs = []
     for cname, d in sorted(TOPIC_CONFIGS.items()):
         if keys and cname not in keys:
@@ -60,7 +68,7 @@ def describe_topic(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
         value = d.render(effective[cname])
         chain = [(cname, value, DYNAMIC_TOPIC_CONFIG)] if cname in t.configs else []
         if d.synonym:
-            chain += config_synonyms(broker.config, d.synonym)
+            chain += config_synonyms(config, d.synonym)
         source = chain[0][2] if chain else DEFAULT_CONFIG
         configs.append(_entry(d, value, source, _synonyms(chain) if synonyms else [], docs))
     return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
@@ -72,14 +80,14 @@ _ALIASES = {n: ConfigDef(n, "int" if n.endswith(("hours", "minutes")) else "long
             for n in ("log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours")}
 
 
-def describe_broker(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
+def describe_broker(image: MetadataImage, cfg: BrokerConfig, node_id: int, name: str, keys: set[str] | None,
+                    synonyms: bool, docs: bool) -> dict:
     """Kafka's createBrokerConfigEntry. Broker ``<id>``: every config with its value in
     force, its synonyms (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
     STATIC_BROKER_CONFIG, DEFAULT_CONFIG) and read_only unless it can change at run time.
     Cluster default ``""``: only the configs set there (DYNAMIC_DEFAULT_BROKER_CONFIG)."""
-    cfg = broker.config
     if name == "":
-        dynamic = dict(broker.image.broker_dynamic.get("", {}))
+        dynamic = dict(image.broker_dynamic.get("", {}))
         configs = []
         for cname in sorted(dynamic):
             if keys and cname not in keys:
@@ -90,9 +98,9 @@ def describe_broker(broker, name: str, keys, synonyms: bool, docs: bool) -> dict
                                      _synonyms(chain) if synonyms else [], docs),
                             "read_only": cname not in DYNAMIC_BROKER_CONFIGS})
         return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
-    if name != str(broker.node_id):
+    if name != str(node_id):
         return {"error_code": ErrorCode.invalid_request,
-                "error_message": f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
+                "error_message": f"Unexpected broker id, expected {node_id} or empty string, but received {name}",
                 "configs": []}
     configs = []
     for cname, d in sorted({**BROKER_CONFIGS, **_ALIASES}.items()):
@@ -109,24 +117,25 @@ def describe_broker(broker, name: str, keys, synonyms: bool, docs: bool) -> dict
     return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
 
 
-def describe_group(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
+def describe_group(image: MetadataImage, config: BrokerConfig, name: str, keys: set[str] | None, synonyms: bool,
+                   docs: bool) -> dict:
     """A group's configs: its overrides (GROUP_CONFIG), else the broker's ``group.share.*``
     value (STATIC_BROKER_CONFIG when set explicitly) or default. Any group id may have
     configs, whether or not the group exists (as in Kafka)."""
     if not name:
         return {"error_code": ErrorCode.invalid_request, "error_message": "Group name must not be empty",
                 "configs": []}
-    overrides = broker.image.group_configs.get(name, {})
+    overrides = image.group_configs.get(name, {})
     configs = []
     for cname, d in sorted(GROUP_CONFIGS.items()):
         if keys and cname not in keys:
             continue
-        chain = []
+        chain: list[dict[str, Any]] = []
         if cname in overrides:
             chain.append({"name": cname, "value": overrides[cname], "source": GROUP_CONFIG})
         base = BROKER_CONFIGS.get(d.synonym or "")
-        if base is not None and d.synonym in broker.config.explicit:
-            chain.append({"name": d.synonym, "value": base.render(broker.config[d.synonym]),
+        if base is not None and d.synonym in config.explicit:
+            chain.append({"name": d.synonym, "value": base.render(config[d.synonym]),
                           "source": STATIC_BROKER_CONFIG})
         chain.append({"name": d.synonym or cname, "value": base.render(base.default) if base else d.render(d.default),
                       "source": DEFAULT_CONFIG})
@@ -135,18 +144,19 @@ def describe_group(broker, name: str, keys, synonyms: bool, docs: bool) -> dict:
 
 
 @handles(32, 1, 4)
-def describe_configs(ctx, req):
+def describe_configs(ctx: RequestContext, req: Any) -> Any:
     results = []
     synonyms = bool(getattr(req, "include_synonyms", False))
     docs = bool(getattr(req, "include_documentation", False))
+    image, config = ctx.image, ctx.config
     for r in req.resources:
         keys = set(r.configuration_keys) if r.configuration_keys else None
         if r.resource_type == TOPIC_RESOURCE:
-            res = describe_topic(ctx.broker, r.resource_name, keys, synonyms, docs)
+            res = describe_topic(image, config, r.resource_name, keys, synonyms, docs)
         elif r.resource_type == BROKER_RESOURCE:
-            res = describe_broker(ctx.broker, r.resource_name, keys, synonyms, docs)
+            res = describe_broker(image, config, ctx.identity.node_id, r.resource_name, keys, synonyms, docs)
         elif r.resource_type == GROUP_RESOURCE:
-            res = describe_group(ctx.broker, r.resource_name, keys, synonyms, docs)
+            res = describe_group(image, config, r.resource_name, keys, synonyms, docs)
         else:
             res = {"error_code": ErrorCode.invalid_request,
                    "error_message": f"Unsupported resource type {r.resource_type}", "configs": []}
@@ -155,18 +165,26 @@ def describe_configs(ctx, req):
     return materialize(response_schema(32, ctx.version), {"throttle_time": 0, "results": results})
 
 
-async def _alter(b, alter, validate_only: bool):
-    """Run a controller alter call as one metadata write: (code, message)."""
-    def op(image):
+AlterFn = Callable[["MetadataImage"], tuple[ErrorCode, str | None, list]]
+"""A controller alter call: image -> (code, message, records to write)."""
+ConfigOps = list[tuple[str, int, str | None]]
+"""IncrementalAlterConfigs operations: (config name, operation, value)."""
+
+
+async def _alter(metadata: MetadataAccess, alter: AlterFn, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Run a controller alter call as one metadata write: (code, message); nothing is
+    written when it fails or with ``validate_only``."""
+    def op(image: MetadataImage) -> tuple[tuple[ErrorCode, str | None], list]:
         code, msg, records = alter(image)
         return (code, msg), records if code == ErrorCode.none and not validate_only else []
     try:
-        return await b.write_metadata(op)
+        result: tuple[ErrorCode, str | None] = await metadata.write_metadata(op)
     except CoordinatorUnavailable as exc:
         return exc.error_code, str(exc)
+    return result
 
 
-def alter_broker_configs(image, name: str, ops) -> tuple[ErrorCode, str | None, list]:
+def alter_broker_configs(image: MetadataImage, name: str, ops: ConfigOps) -> tuple[ErrorCode, str | None, list]:
     """IncrementalAlterConfigs on a BROKER resource (``""`` = cluster default, or a broker
     id): the resulting set of dynamic configs must hold only configs Kafka lets change at
     run time, with valid values. Returns (code, message, ConfigRecords); errors are
@@ -203,34 +221,36 @@ def alter_broker_configs(image, name: str, ops) -> tuple[ErrorCode, str | None, 
                                   for k in sorted(set(current) | set(old)) if current.get(k) != old.get(k)]
 
 
-async def alter_broker(b, name: str, ops, validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def alter_broker(metadata: MetadataAccess, name: str, ops: ConfigOps | Callable[[MetadataImage], ConfigOps],
+                       validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Write a BROKER resource's dynamic configs and put them in force. ``ops`` is a list
     of (name, op, value) or a function of the image returning one."""
-    code, msg = await _alter(b, lambda image: alter_broker_configs(
+    code, msg = await _alter(metadata, lambda image: alter_broker_configs(
         image, name, ops(image) if callable(ops) else ops), validate_only)
     if code == ErrorCode.none and not validate_only:
-        b.apply_dynamic_broker_configs()
+        metadata.apply_dynamic_broker_configs()
     return code, msg
 
 
 @handles(44, 0, 1)
-async def incremental_alter_configs(ctx, req):
-    b = ctx.broker
+async def incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
+    metadata = ctx.metadata
     responses = []
+    ops: ConfigOps
     for r in req.resources:
         if r.resource_type == TOPIC_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg = await _alter(b, lambda image, n=r.resource_name, o=ops: b.controller.alter_topic_configs(
-                image, n, o), req.validate_only)
+            code, msg = await _alter(metadata, partial(metadata.controller.alter_topic_configs,
+                                                       name=r.resource_name, ops=ops), req.validate_only)
             if code == ErrorCode.none and not req.validate_only:
-                b.refresh_topic_config(b.image.topics[r.resource_name])
+                metadata.refresh_topic_config(metadata.image.topics[r.resource_name])
         elif r.resource_type == GROUP_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg = await _alter(b, lambda image, n=r.resource_name, o=ops: b.controller.alter_group_configs(
-                image, n, o), req.validate_only)
+            code, msg = await _alter(metadata, partial(metadata.controller.alter_group_configs,
+                                                       group_id=r.resource_name, ops=ops), req.validate_only)
         elif r.resource_type == BROKER_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg = await alter_broker(b, r.resource_name, ops, req.validate_only)
+            code, msg = await alter_broker(metadata, r.resource_name, ops, req.validate_only)
         else:
             code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
         responses.append({"error_code": code, "error_message": msg, "resource_type": r.resource_type,

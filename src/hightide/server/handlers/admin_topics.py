@@ -9,28 +9,35 @@ in the version the client asked for.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ...protocol.codec import response_schema
 
 from ...cluster.controller import NewTopic, TopicResult
 from ...config import TOPIC_CONFIGS, effective_topic_config
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..context import RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
+
+if TYPE_CHECKING:
+    from ...cluster.image import MetadataImage
+    from ...config import BrokerConfig
 
 DEFAULT_CONFIG = 5  # ConfigSource.DEFAULT_CONFIG
 STATIC_BROKER_CONFIG = 4
 DYNAMIC_TOPIC_CONFIG = 1
 
 
-def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
+def topic_config_entries(config: BrokerConfig, overrides: dict[str, str]) -> list[dict]:
     """Every topic config with its value and source, as CreateTopics v5+ reports it."""
-    eff = effective_topic_config(broker.config, overrides)
+    eff = effective_topic_config(config, overrides)
     out = []
     for name, d in sorted(TOPIC_CONFIGS.items()):
         if name in overrides:
             source = DYNAMIC_TOPIC_CONFIG
-        elif d.synonym and d.synonym in broker.config.explicit:
+        elif d.synonym and d.synonym in config.explicit:
             source = STATIC_BROKER_CONFIG
         else:
             source = DEFAULT_CONFIG
@@ -40,8 +47,8 @@ def topic_config_entries(broker, overrides: dict[str, str]) -> list[dict]:
 
 
 @handles(19, 2, 7)
-async def create_topics(ctx, req):
-    b = ctx.broker
+async def create_topics(ctx: RequestContext, req: Any) -> Any:
+    b = ctx.metadata
     specs = []
     for t in req.topics:
         specs.append(NewTopic(
@@ -61,14 +68,14 @@ async def create_topics(ctx, req):
             "error_code": r.error_code, "error_message": r.message,
             "num_partitions": r.num_partitions if ok else -1,
             "replication_factor": r.replication_factor if ok else -1,
-            "configs": topic_config_entries(b, r.configs) if ok else None,
+            "configs": topic_config_entries(ctx.config, r.configs) if ok else None,
         })
     return materialize(response_schema(19, ctx.version), {"throttle_time": 0, "topics": topics})
 
 
 @handles(20, 1, 6)
-async def delete_topics(ctx, req):
-    b = ctx.broker
+async def delete_topics(ctx: RequestContext, req: Any) -> Any:
+    b = ctx.metadata
     if ctx.version >= 6:
         names = [t.name for t in req.topics if t.name is not None]
         ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
@@ -85,8 +92,8 @@ async def delete_topics(ctx, req):
 
 
 @handles(37, 0, 3)
-async def create_partitions(ctx, req):
-    b = ctx.broker
+async def create_partitions(ctx: RequestContext, req: Any) -> Any:
+    b = ctx.metadata
     results = []
     seen: set[str] = set()
     for t in req.topics:
@@ -96,7 +103,7 @@ async def create_partitions(ctx, req):
             continue
         seen.add(t.name)
         assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-        def op(image, t=t, assignments=assignments):
+        def op(image: MetadataImage, t: Any = t, assignments: list[list[int]] | None = assignments) -> tuple:
             code, msg, records = b.controller.create_partitions(image, t.name, t.count, assignments)
             return (code, msg), records if code == ErrorCode.none and not req.validate_only else []
         try:

@@ -14,14 +14,19 @@ UNSUPPORTED_VERSION, as Kafka's controller does.
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
-from .admin_configs import alter_broker
+from .admin_configs import AlterFn, alter_broker
+
+if TYPE_CHECKING:
+    from ...cluster.image import MetadataImage
 
 SET, DELETE = 0, 1
 _KNOWN_TYPES = {1, 2, 4, 8, 16, 32}  # Kafka's ConfigResource.Type ids (UNKNOWN is 0)
@@ -35,39 +40,40 @@ def replace_ops(current: dict[str, str], wanted: dict[str, str | None]) -> list[
     return ops
 
 
-async def _write(b, alter, validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def _write(metadata: MetadataAccess, alter: AlterFn, validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Run ``alter(image) -> (code, message, records)`` as one metadata write (nothing is
     written when it fails or with ``validate_only``). Returns (code, message)."""
-    def op(image):
+    def op(image: MetadataImage) -> tuple[tuple[ErrorCode, str | None], list]:
         code, msg, records = alter(image)
         return (code, msg), records if code == ErrorCode.none and not validate_only else []
     try:
-        return await b.write_metadata(op)
+        result: tuple[ErrorCode, str | None] = await metadata.write_metadata(op)
     except CoordinatorUnavailable as exc:
         return exc.error_code, str(exc)
+    return result
 
 
-async def _alter_resource(b, rtype: int, name: str, wanted: dict[str, str | None],
+async def _alter_resource(metadata: MetadataAccess, rtype: int, name: str, wanted: dict[str, str | None],
                           validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Replace the dynamic configs of one resource; (error code, message)."""
     if rtype == TOPIC_RESOURCE:
         nulls = [k for k, v in wanted.items() if v is None]
         if nulls:
             return ErrorCode.invalid_config, f"Null value not supported for topic configs: {','.join(nulls)}"
-        code, msg = await _write(b, lambda image: b.controller.alter_topic_configs(
+        code, msg = await _write(metadata, lambda image: metadata.controller.alter_topic_configs(
             image, name, replace_ops(image.topics[name].configs if name in image.topics else {}, wanted)),
             validate_only)
         if code == ErrorCode.none and not validate_only:
-            b.refresh_topic_config(b.image.topics[name])
+            metadata.refresh_topic_config(metadata.image.topics[name])
         return code, msg
     if rtype == GROUP_RESOURCE:
-        return await _write(b, lambda image: b.controller.alter_group_configs(
+        return await _write(metadata, lambda image: metadata.controller.alter_group_configs(
             image, name, replace_ops(image.group_configs.get(name, {}), wanted)), validate_only)
     if rtype == BROKER_RESOURCE:
         nulls = [k for k, v in wanted.items() if v is None]
         if nulls:
             return ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}"
-        return await alter_broker(b, name, lambda image: replace_ops(image.broker_dynamic.get(name, {}), wanted),
+        return await alter_broker(metadata, name, lambda image: replace_ops(image.broker_dynamic.get(name, {}), wanted),
                                   validate_only)
     if rtype not in _KNOWN_TYPES:
         return ErrorCode.unsupported_version, f"Unknown resource type {rtype}."
@@ -75,10 +81,10 @@ async def _alter_resource(b, rtype: int, name: str, wanted: dict[str, str | None
 
 
 @handles(33, 0, 2)
-async def handle(ctx, req):
-    b = ctx.broker
+async def handle(ctx: RequestContext, req: Any) -> Any:
     count = Counter((r.resource_type, r.resource_name) for r in req.resources)
     answered: set[tuple[int, str]] = set()
+    msg: str | None
     responses = []
     for r in req.resources:
         key = (r.resource_type, r.resource_name)
@@ -89,7 +95,7 @@ async def handle(ctx, req):
             code, msg = ErrorCode.invalid_request, "Duplicate resource."
         else:
             wanted = {c.name: c.value for c in r.configs}  # a name given twice: the last value wins
-            code, msg = await _alter_resource(b, r.resource_type, r.resource_name, wanted, req.validate_only)
+            code, msg = await _alter_resource(ctx.metadata, r.resource_type, r.resource_name, wanted, req.validate_only)
         responses.append({"error_code": code, "error_message": msg, "resource_type": r.resource_type,
                           "resource_name": r.resource_name})
     return materialize(response_schema(33, ctx.version), {"throttle_time": 0, "responses": responses})
