@@ -212,3 +212,21 @@ def test_broker_down_shows_a_banner_not_a_stack_trace():
             assert r.status_code == 503, (path, r.status_code)
             assert 'class="banner"' in r.text and "Cannot reach the cluster at 127.0.0.1:" in r.text, path
             assert "Traceback" not in r.text and "cannot connect to 127.0.0.1:" in r.text
+
+
+def test_any_group_id_has_a_working_page(scenario, web):
+    """Group ids may hold '/', '?', '#', spaces and non-ASCII: links and live updates are quoted."""
+    from urllib.parse import quote
+    group = "team a/b?c#d é"
+    commit(scenario.bootstrap, group, {TopicPartition(scenario.topic, 0): 4})
+    href = "/groups/" + quote(group, safe="")
+    wait_until(lambda: f'href="{href}"' in web.get("/groups").text, 10, what="the group in the list")
+    page = web.get(href)
+    assert page.status_code == 200 and 'id="total-lag">6<' in page.text
+    assert f'hx-get="{quote("/groups/" + group)}?fragment=1"' in page.text
+    assert web.get(quote("/groups/" + group) + "?fragment=1").status_code == 200
+    hist = web.get(quote(f"/api/groups/{group}/history")).json()
+    assert hist["group"] == group and hist["lag"][-1] == 6
+    tok = token(web, href)
+    r = web.post(href + "/reset", data={"csrf": tok, "scope": "all", "to": "latest"})
+    assert r.status_code == 200 and re.findall(r'class="num new">(\d+)<', r.text) == ["10"]

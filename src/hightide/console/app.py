@@ -93,7 +93,7 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
         fragment = request.query_params.get("fragment") == "1"
         base = {"request": request, "config": config, "banner": banner(), "csrf": token,
-                "fragment": fragment, "path": request.url.path, "sampler": sampler,
+                "fragment": fragment, "path": quote(request.scope["path"]), "sampler": sampler,
                 "as_of": views.fmt_time(sampler.last_ok_ms), "now_ms": int(time.time() * 1000)}
         html = env.get_template(name).render({**base, **ctx})
         resp = HTMLResponse(html, status_code=status)
@@ -145,7 +145,7 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
             listed = {g.group_id: g.group_type for g in await (await admin()).list_groups()}
             kind = listed.get(group)
             if kind == "share":
-                raise NotFound(f"Group '{group}' is a share group: see /share-groups/{group}.")
+                raise NotFound(f"Group '{group}' is a share group: see /share-groups/{quote(group, safe='')}.")
             if kind is None:
                 raise NotFound(f"Consumer group '{group}' does not exist.")
             await sampler.sample()
@@ -221,7 +221,7 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         if share is None or group not in share.groups:
             kind = {g.group_id: g.group_type for g in await (await admin()).list_groups()}.get(group)
             if kind is not None and kind != "share":
-                raise NotFound(f"Group '{group}' is a consumer group: see /groups/{group}.")
+                raise NotFound(f"Group '{group}' is a consumer group: see /groups/{quote(group, safe='')}.")
             if kind == "share":
                 await sampler.sample()
                 share = sampler.share
@@ -319,12 +319,14 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
             await sampler.stop()
 
     routes = [
-        Route("/", home), Route("/groups", groups_page), Route("/groups/{group}", group_page),
-        Route("/groups/{group}/reset", reset_preview, methods=["POST"]),
-        Route("/groups/{group}/reset/confirm", reset_confirm, methods=["POST"]),
-        Route("/api/status", status_api), Route("/api/groups/{group}", group_api),
-        Route("/api/groups/{group}/history", history_api),
-        Route("/share-groups/{group}", share_group_page), Route("/topics", topics_page),
+        # a group id may hold any character, "/" too: {group:path}, the longer routes first
+        Route("/", home), Route("/groups", groups_page),
+        Route("/groups/{group:path}/reset/confirm", reset_confirm, methods=["POST"]),
+        Route("/groups/{group:path}/reset", reset_preview, methods=["POST"]),
+        Route("/groups/{group:path}", group_page),
+        Route("/api/status", status_api), Route("/api/groups/{group:path}/history", history_api),
+        Route("/api/groups/{group:path}", group_api),
+        Route("/share-groups/{group:path}", share_group_page), Route("/topics", topics_page),
         Route("/topics/{topic}", topic_page), Route("/cluster", cluster_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
