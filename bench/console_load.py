@@ -101,8 +101,8 @@ def browser_timing(base: str, paths: list[str], repeat: int) -> dict:
                 chart = None
                 if "/groups/" in path:
                     t0 = time.perf_counter()
-                    while time.perf_counter() - t0 < 10 and drv.execute_script(
-                            "return (document.getElementById('charts') || {dataset: {}}).dataset.points") in (None, "0"):
+                    points = "return (document.getElementById('charts') || {dataset: {}}).dataset.points"
+                    while time.perf_counter() - t0 < 10 and drv.execute_script(points) in (None, "0"):
                         time.sleep(0.01)
                     chart = drv.execute_script("return performance.now();")
                 rows.append((t[0] / 1000, t[1] / 1000, t[2] / 1000, chart / 1000 if chart else None))

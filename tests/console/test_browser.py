@@ -107,7 +107,8 @@ def cells(browser, table_id: str) -> dict[int, dict[str, str]]:
         const out = {};
         for (const row of document.querySelectorAll('#' + arguments[0] + ' tr[data-partition]')) {
           const r = {};
-          for (const td of row.querySelectorAll('td[class]')) r[td.classList[td.classList.length - 1]] = td.innerText.trim();
+          for (const td of row.querySelectorAll('td[class]'))
+            r[td.classList[td.classList.length - 1]] = td.innerText.trim();
           out[row.dataset.partition] = r;
         }
         return out;""", table_id)
@@ -115,8 +116,8 @@ def cells(browser, table_id: str) -> dict[int, dict[str, str]]:
 
 
 def text(browser, css: str) -> str:
-    return browser.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;",
-                                  css)
+    return browser.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;", css)
 
 
 def test_pages_show_the_cli_numbers(server, scenario, console, browser):

@@ -66,7 +66,8 @@ def test_properties_and_command_config(tmp_path):
 
 def test_reset_form():
     spec, what = spec_from_form({"scope": "all", "to": "earliest"}, ["t"])
-    assert spec.all_topics and spec.to == "earliest" and what == "Reset every partition with offsets to the earliest offset"
+    assert spec.all_topics and spec.to == "earliest"
+    assert what == "Reset every partition with offsets to the earliest offset"
     spec, what = spec_from_form({"scope": "t", "to": "offset", "value": " 7 "}, ["t"])
     assert spec.topics == ("t",) and spec.to_offset == 7 and not spec.all_topics
     spec.check()  # the CLI's own validation accepts what the form builds

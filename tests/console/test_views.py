@@ -93,7 +93,8 @@ def test_group_list_mixes_consumer_and_share_groups_sorted_with_quoted_links():
     share = ShareGroupReport("a-share", "Empty", 0, (SharePartitionReport("t", 0, 2, 7, 11), SharePartitionReport(
         "t", 1, None, None)))
     rows = views.group_list({"b g/1": rep}, {"a-share": share})
-    assert [(r["group"], r["type"], r["total_lag"]) for r in rows] == [("a-share", "share", 7), ("b g/1", "consumer", 3)]
+    assert [(r["group"], r["type"], r["total_lag"]) for r in rows] == [
+        ("a-share", "share", 7), ("b g/1", "consumer", 3)]
     assert rows[1]["href"] == "/groups/b%20g%2F1" and rows[0]["href"] == "/share-groups/a-share"
 
 
@@ -124,7 +125,8 @@ def test_topic_view_and_list():
     maxts = {0: ListOffsetsResult(7, NOW - 400_000), 1: ListOffsetsResult(-1, -1)}
     v = views.topic_view(t, ends, starts, maxts, now_ms=NOW, idle_after_ms=300_000)
     p0, p1 = v["partitions"]
-    assert (p0["log_start_offset"], p0["log_end_offset"], p0["max_timestamp_offset"], p0["status"]) == (2, 10, 7, "IDLE")
+    assert (p0["log_start_offset"], p0["log_end_offset"], p0["max_timestamp_offset"], p0["status"]) == (
+        2, 10, 7, "IDLE")
     assert p0["idle_text"] == "6 min 40 s"
     assert (p1["log_end_offset"], p1["status"], p1["last_write_text"]) == (0, "EMPTY", "-")
     assert v["liveness"] == {"EMPTY": 1, "IDLE": 1}
