@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ...log.partition_log import OffsetOutOfRange, PartitionLog
 from ...protocol.errors import ErrorCode
 from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
+from ..context import PartitionLogs, RequestContext
 from ..registry import RawResponse, handles
 from .common import check_leader_epoch
 
@@ -34,11 +36,11 @@ Watched = tuple[tuple[str, int], int, int]
 """A partition a parked fetch waits on: ((topic, partition), fetch offset, partition max bytes)."""
 
 
-def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, bool, list[Watched]]:
+def _read_all(ctx: RequestContext, req: Any, read_committed: bool) -> tuple[list[TopicData], int, bool, list[Watched]]:
     """One pass over the requested partitions. Returns (topics, bytes, any error, the
     partitions to wait on)."""
-    b = ctx.broker
-    image = b.image
+    image = ctx.image
+    partition_log = ctx.logs.partition_log
     remaining = req.max_bytes if ctx.version >= 3 else 2**31 - 1
     total = 0
     errors = False
@@ -59,7 +61,7 @@ def _read_all(ctx, req, read_committed: bool) -> tuple[list[TopicData], int, boo
                 pd.error_code = (ErrorCode.unknown_topic_id if ctx.version >= 13 else ErrorCode.unknown_topic_or_partition)
                 errors = True
                 continue
-            plog = b.partition_log(timg.name, p.partition)
+            plog = partition_log(timg.name, p.partition)
             if plog is None:  # in the metadata but its log could not be opened
                 pd.error_code = ErrorCode.kafka_storage_error
                 errors = True
@@ -111,11 +113,11 @@ class _Position:
     max_bytes: int
 
 
-def _park(b, watched: list[Watched]) -> list[_Position] | None:
+def _park(logs: PartitionLogs, watched: list[Watched]) -> list[_Position] | None:
     """The fetch positions of ``watched``; None if a partition already needs an answer."""
     out = []
     for key, offset, max_bytes in watched:
-        plog = b.partition_log(*key)
+        plog = logs.partition_log(*key)
         if plog is None:
             return None
         try:
@@ -126,17 +128,18 @@ def _park(b, watched: list[Watched]) -> list[_Position] | None:
     return out
 
 
-def _ready(b, parked: list[_Position], read_committed: bool, min_bytes: int) -> bool:
+def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, min_bytes: int) -> bool:
     """Kafka's DelayedFetch.tryComplete: True if the fetch should be answered now.
 
     Compares each fetch position with the high watermark's (LSO's) position, counting
     up to the partition's max bytes of what lies between; never reads record bytes.
     """
-    if b.stopping:
+    if ctx.identity.stopping:
         return True
     accumulated = 0
+    partition_log = ctx.logs.partition_log
     for p in parked:
-        plog = b.partition_log(*p.key)
+        plog = partition_log(*p.key)
         if plog is not p.log:
             return True  # deleted, recreated or reopened
         end = plog.last_stable_offset if read_committed else plog.high_watermark
@@ -156,24 +159,24 @@ def _ready(b, parked: list[_Position], read_committed: bool, min_bytes: int) -> 
     return False
 
 
-async def _long_poll(ctx, req, read_committed: bool, deadline: float, watched: list[Watched]):
+async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadline: float,
+                     watched: list[Watched]) -> RawResponse:
     """Park until :func:`_ready` or the deadline, re-checking positions on every append
     to a watched partition; then read every partition once and answer."""
-    b = ctx.broker
-    parked = _park(b, watched)
+    parked = _park(ctx.logs, watched)
     if parked is not None:
         keys = [p.key for p in parked]
-        while not _ready(b, parked, read_committed, req.min_bytes):
+        while not _ready(ctx, parked, read_committed, req.min_bytes):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            await b.waiters.wait(keys, left)
+            await ctx.waiters.wait(keys, left)
     topics, _, _, _ = _read_all(ctx, req, read_committed)
     return _respond(ctx, topics)
 
 
-def _respond(ctx, topics: list[TopicData], error: int = 0) -> RawResponse:
-    b = ctx.broker
+def _respond(ctx: RequestContext, topics: list[TopicData], error: int = 0) -> RawResponse:
+    b = ctx.identity
     host, port = b.advertised
     buffers, _ = encode_fetch_response(ctx.version, ctx.header.correlation_id, topics, error_code=error,
                                        session_id=0, node_endpoints=[(b.node_id, host, port, None)])
@@ -181,7 +184,7 @@ def _respond(ctx, topics: list[TopicData], error: int = 0) -> RawResponse:
 
 
 @handles(1, 4, 17)
-def handle(ctx, req):
+def handle(ctx: RequestContext, req: Any) -> Any:
     session_id = getattr(req, "session_id", 0)
     if session_id != 0:
         # We never hand out sessions, so any id a client names is unknown to us.
@@ -197,7 +200,7 @@ def handle(ctx, req):
     return _long_poll(ctx, req, read_committed, deadline, keys)
 
 
-async def _sleep_then_respond(ctx, max_wait_ms: float):
+async def _sleep_then_respond(ctx: RequestContext, max_wait_ms: float) -> RawResponse:
     # An empty fetch (no partitions) waits out max_wait like Kafka, so idle clients
     # do not spin.
     await asyncio.sleep(max_wait_ms / 1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from ...protocol.codec import response_schema
 
@@ -10,6 +11,7 @@ from ...cluster.controller import NewTopic, topic_name_error
 from ...cluster.image import TopicImage
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ...protocol.acl import all_operations
 from ..registry import handles
@@ -33,23 +35,23 @@ def error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = 
             "partitions": [], "topic_authorized_operations": OMITTED}
 
 
-async def auto_create(broker, names: list[str]) -> None:
+async def auto_create(metadata: MetadataAccess, names: list[str]) -> None:
     """Create the named topics with broker defaults (used by Metadata), durably."""
     if names:
-        await broker.write_metadata(lambda image: broker.controller.create_topics(image, [NewTopic(n) for n in names]))
+        await metadata.write_metadata(lambda image: metadata.controller.create_topics(
+            image, [NewTopic(n) for n in names]))
 
 
 @handles(3, 0, 12)
-async def handle(ctx, req):
-    b = ctx.broker
-    image = b.image
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    image = ctx.image
     requested = req.topics
     if ctx.version == 0 and requested is not None and len(requested) == 0:
         requested = None  # v0: empty list means all topics
     if requested is None:
         topics = [topic_entry(t) for t in sorted(image.topics.values(), key=lambda t: t.name)]
     else:
-        allow = getattr(req, "allow_auto_topic_creation", True) and b.config["auto.create.topics.enable"]
+        allow = getattr(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
         to_create = []
         for rt in requested:
             name = rt.name
@@ -58,7 +60,7 @@ async def handle(ctx, req):
             if name not in image.topics and allow and topic_name_error(name) is None:
                 to_create.append(name)
         try:
-            await auto_create(b, list(dict.fromkeys(to_create)))
+            await auto_create(ctx.metadata, list(dict.fromkeys(to_create)))
         except CoordinatorUnavailable:
             pass  # the metadata log failed: the topics are answered as unknown
         topics = []
@@ -78,9 +80,10 @@ async def handle(ctx, req):
             else:
                 topics.append(error_entry(rt.name, ErrorCode.unknown_topic_or_partition))
     if getattr(req, "include_topic_authorized_operations", False):  # v8+; no ACLs: every operation
-        for t in topics:
-            t["topic_authorized_operations"] = all_operations("topic")
+        for entry in topics:
+            entry["topic_authorized_operations"] = all_operations("topic")
     cluster_ops = all_operations("cluster") if getattr(req, "include_cluster_authorized_operations", False) else OMITTED
+    b = ctx.identity
     host, port = b.advertised
     return materialize(response_schema(3, ctx.version), {
         "throttle_time": 0,

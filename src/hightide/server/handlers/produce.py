@@ -16,12 +16,14 @@ record by record):
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-
+from ...log.partition_log import PartitionLog
 from ...log.producer_state import ProducerStateError
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
 from ...protocol.records import InvalidRecords, decode_records, recompress_batch, validate_batches
+from ..context import RequestContext
 from ..registry import CloseConnection, RawResponse, handles
 from .common import LEADER_EPOCH
 
@@ -84,15 +86,15 @@ def _recompressed(records, cfg, topic_partition: str):
     return out, validate_batches(out, None)
 
 
-def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tuple[dict, object | None]:
+def _append_partition(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+                      acks: int) -> tuple[dict, PartitionLog | None]:
     """Returns (partition response dict, log needing a durable ack or None)."""
-    b = ctx.broker
     resp = {"index": partition, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": None}
-    timg = b.image.topics.get(topic)
+    timg = ctx.image.topics.get(topic)
     known = timg is not None and partition in timg.partitions
-    plog = b.partition_log(topic, partition) if known else None
-    if plog is None:
+    plog = ctx.logs.partition_log(topic, partition) if known else None
+    if timg is None or plog is None:
         # A partition whose log could not be opened (e.g. out of file descriptors) is a
         # storage problem, not an unknown partition.
         resp["error_code"] = ErrorCode.kafka_storage_error if known else ErrorCode.unknown_topic_or_partition
@@ -157,7 +159,7 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
         # acknowledged before the batch is durable either.
         fsync_first = plog.config.flush_interval_messages is not None and plog.recovery_point <= result.last_offset
         return resp, plog if fsync_first else None
-    b.waiters.wake((topic, partition))
+    ctx.waiters.wake((topic, partition))
     resp.update(base_offset=result.base_offset, log_append_time=result.log_append_time_ms,
                 log_start_offset=result.log_start_offset)
     needs_fsync = plog.config.flush_interval_messages is not None and plog.unflushed_messages >= plog.config.flush_interval_messages
@@ -165,8 +167,7 @@ def _append_partition(ctx, topic: str, partition: int, records, acks: int) -> tu
 
 
 @handles(0, 3, 11)
-def handle(ctx, req):
-    b = ctx.broker
+def handle(ctx: RequestContext, req: Any) -> Any:
     responses = []
     durable = []
     failed = False
@@ -191,7 +192,7 @@ def handle(ctx, req):
                            if p["error_code"] != ErrorCode.none})
             raise CloseConnection(f"acks=0 produce failed ({', '.join(errs)}); closing so the client notices")
         for _, plog in durable:
-            b.flusher.durable(plog)
+            ctx.flusher.durable(plog)
         return None
     response = {"responses": responses, "throttle_time": 0}
     if durable:
@@ -199,10 +200,10 @@ def handle(ctx, req):
     return _encode(ctx, response)
 
 
-async def _after_fsync(ctx, durable, response):
+async def _after_fsync(ctx: RequestContext, durable: list[tuple[dict, PartitionLog]], response: dict) -> RawResponse:
     """Answer once the partitions that need it are fsynced; a partition whose fsync
     failed answers KAFKA_STORAGE_ERROR (never an acknowledgement), the others succeed."""
-    futures = [ctx.broker.flusher.durable(plog) for _, plog in durable]
+    futures = [ctx.flusher.durable(plog) for _, plog in durable]
     results = await asyncio.gather(*futures, return_exceptions=True)
     for (resp, _), r in zip(durable, results):
         if isinstance(r, BaseException):
@@ -212,7 +213,7 @@ async def _after_fsync(ctx, durable, response):
     return _encode(ctx, response)
 
 
-def _encode(ctx, response) -> RawResponse:
+def _encode(ctx: RequestContext, response: dict) -> RawResponse:
     topics = [(t["name"], [(p["index"], int(p["error_code"]), p["base_offset"], p["log_append_time"],
                             p["log_start_offset"], p["error_message"],
                             [(e["batch_index"], e["batch_index_error_message"]) for e in p["record_errors"]])
