@@ -6,6 +6,8 @@ only when the command runs.
 
 from __future__ import annotations
 
+import socket
+
 import click
 
 from . import _parse_hostport, main
@@ -59,9 +61,26 @@ def console(bootstrap_server: str | None, command_config: str | None, listen: st
                       client_options=options)
     app = create_app(sampler, ConsoleConfig(bootstrap, allow_writes=allow_writes, refresh_s=refresh,
                                             idle_after_s=idle_after))
-    click.echo(f"hightide console on http://{host}:{port}/ for {bootstrap} "
+    sock = _bind(host, port)
+    click.echo(f"hightide console on http://{host}:{sock.getsockname()[1]}/ for {bootstrap} "
                f"({'read-write' if allow_writes else 'read-only'})", err=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on HOST:PORT, or a one-line click error (as ``serve`` says it)."""
+    import errno
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        sock.bind((host, port))
+        sock.listen(128)
     except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(f"cannot listen on {host}:{port}: address already in use (choose another "
+                                       f"with --listen HOST:PORT).") from None
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
+    return sock

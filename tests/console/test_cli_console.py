@@ -1,0 +1,34 @@
+"""``hightide console``'s command line: errors are one line and exit 1, before serving."""
+
+from __future__ import annotations
+
+import socket
+
+from click.testing import CliRunner
+
+from hightide.cli import main
+
+
+def test_port_in_use_is_one_line():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = CliRunner().invoke(main, ["console", "-b", "127.0.0.1:1", "--listen", f"127.0.0.1:{port}"])
+    assert r.exit_code == 1
+    assert r.output.strip() == (f"Error: cannot listen on 127.0.0.1:{port}: address already in use (choose another "
+                                f"with --listen HOST:PORT).")
+
+
+def test_command_config_security_it_cannot_honour_is_refused(tmp_path):
+    f = tmp_path / "client.properties"
+    f.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n")
+    r = CliRunner().invoke(main, ["console", "--command-config", str(f), "--listen", "127.0.0.1:0"])
+    assert r.exit_code == 1
+    assert r.output.strip() == (f"Error: {f}: security.protocol=SASL_SSL is not supported by hightide's admin client "
+                                f"yet (it connects with PLAINTEXT only).")
+
+
+def test_bad_numbers_are_usage_errors():
+    r = CliRunner().invoke(main, ["console", "--interval", "0", "--listen", "127.0.0.1:0"])
+    assert r.exit_code == 2 and "--interval, --refresh, --history and --window must be > 0" in r.output
