@@ -600,6 +600,92 @@ def validate_dynamic_broker_configs(configs: Mapping[str, str]) -> None:
         BROKER_CONFIGS[name].parse(value)
 
 
+# -- cluster mode (issue 13): Kafka's KRaft config names, not yet accepted by `hightide serve` -------
+# Kept apart from BROKER_CONFIGS so a single-node broker behaves exactly as before (these
+# names are still unknown to it) until cluster mode is wired; docs/cluster.md carries the
+# table (cluster_config_doc_table, pinned by tests/unit/test_cluster_lifecycle_config.py).
+_LISTENER = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:/\s]*):([0-9]{1,5})")
+_VOTER = re.compile(r"([0-9]+)@(\[[0-9A-Fa-f:.]+\]|[^:@\s]+):([0-9]{1,5})")
+_HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^:\s]+):([0-9]{1,5})")
+
+
+def _all_match(pattern: re.Pattern[str]) -> Callable[[tuple[str, ...]], bool]:
+    return lambda v: all(pattern.fullmatch(x) and int(pattern.fullmatch(x).groups()[-1]) <= 65535  # type: ignore[union-attr]
+                         for x in v)
+
+
+CLUSTER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
+    _d("process.roles", "list", ("broker", "controller"),
+       "The roles of this process: broker, controller or both (hightide's default is both, the single-node "
+       "combined mode; Kafka's has no default).",
+       (lambda v: len(v) > 0 and len(set(v)) == len(v) and set(v) <= {"broker", "controller"},
+        "must be a non-empty list of distinct roles among [broker, controller]")),
+    _d("controller.quorum.voters", "list", (), "Static voters as id@host:port.",
+       (_all_match(_VOTER), "must be a list of {id}@{host}:{port}")),
+    _d("controller.quorum.bootstrap.servers", "list", (), "host:port of controllers to discover the quorum from.",
+       (_all_match(_HOSTPORT), "must be a list of {host}:{port}")),
+    _d("controller.listener.names", "list", (), "Names of the listeners the controller serves on."),
+    _d("listeners", "list", ("PLAINTEXT://:9092",), "NAME://host:port for each listener.",
+       (_all_match(_LISTENER), "must be a list of {name}://{host}:{port}")),
+    _d("advertised.listeners", "list", None, "NAME://host:port published to clients (default: listeners).",
+       (_all_match(_LISTENER), "must be a list of {name}://{host}:{port}")),
+    _d("broker.heartbeat.interval.ms", "int", 2000, "How often a broker heartbeats to the controller.", _pos),
+    _d("broker.session.timeout.ms", "int", 9000,
+       "A broker without a heartbeat for this long is fenced by the controller.", _pos),
+    _d("metadata.max.idle.interval.ms", "int", 500,
+       "The controller appends a NoOp record when the metadata log has been idle this long (0 = never).", _nonneg),
+    _d("metadata.read.consistency", "string", "acknowledged",
+       "acknowledged: a broker serves metadata only at offsets every unfenced broker has applied (seed 004); "
+       "local: its own latest, as Kafka.",
+       (lambda v: v in ("acknowledged", "local"), "must be acknowledged or local")),
+]}
+
+
+def validate_cluster_configs(node_id: int, configs: Mapping[str, Any]) -> dict[str, Any]:
+    """All cluster-mode configs parsed (``configs`` over the defaults) and checked together
+    as Kafka's KafkaConfig does: unique listener names; the controller listener names are
+    listeners of a controller and are never advertised; a broker-only process names
+    its controller listener and a controller quorum; a controller with static voters is
+    one of them. Raises ConfigError naming the setting."""
+    for name in configs:
+        if name not in CLUSTER_CONFIGS:
+            raise ConfigError(f"Unknown cluster configuration {name!r}{did_you_mean(name, CLUSTER_CONFIGS)}")
+    v = {n: CLUSTER_CONFIGS[n].parse(configs[n]) if n in configs else d.default for n, d in CLUSTER_CONFIGS.items()}
+    roles = set(v["process.roles"])
+    names = [x.split("://", 1)[0] for x in v["listeners"]]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"listeners: each listener must have a different name, listeners: {','.join(v['listeners'])}")
+    controller_names = set(v["controller.listener.names"])
+    advertised = v["advertised.listeners"]
+    if advertised and controller_names & {x.split("://", 1)[0] for x in advertised}:
+        raise ConfigError("advertised.listeners must not contain a listener named in controller.listener.names")
+    if "controller" in roles and controller_names - set(names):
+        raise ConfigError("controller.listener.names must name listeners of this controller: "
+                          f"{', '.join(sorted(controller_names - set(names)))} not in listeners")
+    if roles == {"broker"}:
+        if not controller_names:
+            raise ConfigError("controller.listener.names must contain at least one value when running with just "
+                              "the broker role")
+        if not v["controller.quorum.voters"] and not v["controller.quorum.bootstrap.servers"]:
+            raise ConfigError("a broker-only process needs controller.quorum.voters or "
+                              "controller.quorum.bootstrap.servers")
+    voters = [int(x.split("@", 1)[0]) for x in v["controller.quorum.voters"]]
+    if "controller" in roles and voters and node_id not in voters:
+        raise ConfigError(f"If process.roles contains controller, the node.id {node_id} must be included in the "
+                          "set of voters controller.quorum.voters")
+    return v
+
+
+def cluster_config_doc_table() -> str:
+    """The Markdown table of the cluster-mode configs that docs/cluster.md carries."""
+    lines = ["| name | type | default | description |", "|---|---|---|---|"]
+    for name, d in sorted(CLUSTER_CONFIGS.items()):
+        valid = f" ({d.valid_doc})" if d.valid_doc else ""
+        default = "null" if d.default is None else _doc_default(d)
+        lines.append(f"| `{name}` | {d.type} | {default} | {_doc_cell(d.doc + valid)} |")
+    return "\n".join(lines) + "\n"
+
+
 # -- docs/configuration.md: the tables are generated from the definitions above -------------------
 def _doc_default(d: ConfigDef) -> str:
     if d.default == LONG_MAX:

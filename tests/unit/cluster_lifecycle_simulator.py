@@ -106,7 +106,12 @@ class Simulation:
         self.stats = Stats(seed)
         self.epochs: list[int] = []
         self.published: list[int] = []
-        self.pending_cover: dict[int, int] = {}  # committed offset -> time it was committed
+        self.pending_cover: dict[int, int] = {}  # committed offset -> time it was committed (for replies)
+        self.pending_known: dict[int, int] = {}  # the same, for the controller's own knowledge
+        #: Per committed offset: ms until the controller's lowest acknowledged offset covered
+        #: it (known) and until a heartbeat answer carried that (delivered).
+        self.known_ms: list[int] = []
+        self.delivered_ms: list[int] = []
         self.topics: list[str] = []
         self.slack: dict[int, int] = {}  # extra fencing delay from failed appends, by broker
 
@@ -149,7 +154,7 @@ class Simulation:
             self.image.apply(stored, offset)
             self.log.append(stored)
         self.last_append_ms = self.now
-        self.pending_cover[self.committed] = self.now
+        self.pending_cover[self.committed] = self.pending_known[self.committed] = self.now
         self.stats.max_committed = self.committed
         return True
 
@@ -361,7 +366,9 @@ class Simulation:
             self.published.append(lowest)
             self.stats.lowest_published = lowest
             for off in [o for o in self.pending_cover if o <= lowest]:
-                self.stats.max_lag_ms = max(self.stats.max_lag_ms, self.now - self.pending_cover.pop(off))
+                lag = self.now - self.pending_cover.pop(off)
+                self.delivered_ms.append(lag)
+                self.stats.max_lag_ms = max(self.stats.max_lag_ms, lag)
 
     def _check_lowest(self, lowest: int, what: str) -> None:
         if lowest < 0:
@@ -374,7 +381,11 @@ class Simulation:
 
     def check(self) -> None:
         hb = self.core.heartbeats
-        self._check_lowest(self._expected_lowest(), "after the event")
+        lowest = self._expected_lowest()
+        self._check_lowest(lowest, "after the event")
+        if lowest >= 0 and self.pending_known and min(self.pending_known) <= lowest:
+            for off in [o for o in self.pending_known if o <= lowest]:
+                self.known_ms.append(self.now - self.pending_known.pop(off))
         for reg in self.image.brokers.values():
             if reg.fenced:
                 self.slack.pop(reg.broker_id, None)

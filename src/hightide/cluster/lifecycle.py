@@ -48,6 +48,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -74,6 +75,11 @@ class LifecycleConfig:
     ``metadata.max.idle.interval.ms`` (500; 0 disables NoOp records)."""
     session_timeout_ms: int = 9000
     max_idle_interval_ms: int = 500
+
+    @classmethod
+    def from_configs(cls, values: Mapping[str, Any]) -> LifecycleConfig:
+        """From :func:`hightide.config.validate_cluster_configs`' result."""
+        return cls(values["broker.session.timeout.ms"], values["metadata.max.idle.interval.ms"])
 
 
 class BrokerState(Enum):
