@@ -3,6 +3,7 @@ browser): numbers equal the CLI's JSON, 404s, CSRF, read-only, resets, the banne
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -14,11 +15,12 @@ with warnings.catch_warnings():  # starlette asks for httpx2, which is not relea
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from hightide.client import TopicPartition
+from hightide.client import AdminClient, NewTopic, TopicPartition
 from hightide.console.app import CSRF_COOKIE, ConsoleConfig, create_app
 from hightide.console.sampler import Sampler
 
 from ..conftest import free_port
+from ..integration.clients import Rec, confluent_produce
 from ..integration.test_cli import run
 from ..waiting import wait_until
 from .conftest import cli_rows, commit
@@ -230,3 +232,25 @@ def test_any_group_id_has_a_working_page(scenario, web):
     tok = token(web, href)
     r = web.post(href + "/reset", data={"csrf": tok, "scope": "all", "to": "latest"})
     assert r.status_code == 200 and re.findall(r'class="num new">(\d+)<', r.text) == ["10"]
+
+
+def test_broker_lost_then_back_keeps_the_last_data_under_a_banner(fresh_server):
+    srv = fresh_server()
+
+    async def topic() -> None:
+        async with AdminClient(srv.bootstrap) as a:
+            await a.create_topics([NewTopic("lost", 1, 1)])
+    asyncio.run(topic())
+    confluent_produce(srv.bootstrap, "lost", [Rec(0, None, b"x", (), 0) for _ in range(3)])
+    commit(srv.bootstrap, "g-lost", {TopicPartition("lost", 0): 1})
+    with make_client(srv.bootstrap, interval=0.2) as web:
+        wait_until(lambda: 'id="total-lag">2<' in web.get("/groups/g-lost").text, 10, what="the group's lag")
+        srv.stop()
+        wait_until(lambda: 'class="banner"' in web.get("/groups").text, 20, what="the banner")
+        r = web.get("/groups/g-lost")
+        assert r.status_code == 200 and 'id="total-lag">2<' in r.text  # the last data, under the banner
+        assert "Showing the last data, from" in r.text and "Traceback" not in r.text
+        assert web.get("/api/status").json()["error"].startswith("KafkaConnectionError")
+        fresh_server(data_dir=srv.data_dir, port=srv.port)
+        wait_until(lambda: 'class="banner"' not in web.get("/groups").text, 20, what="the banner to go")
+        assert web.get("/api/status").json()["error"] is None
