@@ -43,6 +43,10 @@ def test_group_view_rows_are_the_cli_rows_plus_words():
     assert (p0["current_offset"], p0["log_end_offset"], p0["lag"]) == (5, 9, 4)
     assert p0["time_lag_text"] == "4.2 s" and p0["time_lag_certainty"] == "exact"
     assert p1["time_lag_text"] == "≥ 1 min 01 s"  # a lower bound is marked as one
+    assert p1["time_lags_text"] == "max_timestamp_anchor: ≥ 1 min 01 s (lower_bound)"
+    assert views._all_time_lags({"interpolation": {"ms": None, "certainty": "estimate", "reason": "no_history"},
+                                 "record_timestamp": {"ms": 1500, "certainty": "exact", "reason": None}}) == (
+        "interpolation: no answer (no_history); record_timestamp: 1.5 s (exact)")
     assert p1["anomaly_text"] == ["The committed offset is below the log start offset: 5 records were deleted "
                                   "(retention or DeleteRecords) before the group read them."]
     assert p1["status"] == "ERR" and p1["rule"] == "rule 1 (ERR): committed offset below the log start"

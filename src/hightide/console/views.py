@@ -113,7 +113,8 @@ def group_view(report: Any, rows: list[dict[str, Any]], *, now_ms: int) -> dict[
         notes += [f"{r['topic']}-{r['partition']}: {w}" for w in words]
         parts.append({**r, "rule": rule_words(r["status_reason"]), "anomaly_text": words,
                       "time_lag_text": _certainty_mark(r["time_lag_certainty"]) + fmt_ms(r["time_lag_ms"]),
-                      "time_lag_method_text": TIME_LAG_METHODS.get(r["time_lag_method"] or "", "")})
+                      "time_lag_method_text": TIME_LAG_METHODS.get(r["time_lag_method"] or "", ""),
+                      "time_lags_text": _all_time_lags(r["time_lags"])})
     counts: dict[str, int] = {}
     for p in report.partitions:
         if p.member is not None:
@@ -137,6 +138,18 @@ def group_view(report: Any, rows: list[dict[str, Any]], *, now_ms: int) -> dict[
     }
     return {"summary": summary, "members": members, "partitions": parts, "anomalies": notes,
             "time_ms": now_ms}
+
+
+def _all_time_lags(time_lags: Mapping[str, Mapping[str, Any]]) -> str:
+    """Every method's answer on one line (the time-lag cell's tooltip), e.g.
+    ``record_timestamp: 4.2 s (exact); interpolation: no answer (no_history)``."""
+    parts = []
+    for method, t in time_lags.items():
+        if t["ms"] is None:
+            parts.append(f"{method}: no answer ({t['reason'] or 'unknown'})")
+        else:
+            parts.append(f"{method}: {_certainty_mark(t['certainty'])}{fmt_ms(t['ms'])} ({t['certainty']})")
+    return "; ".join(parts)
 
 
 def _max_time_lag_text(rows: list[dict[str, Any]]) -> str:
