@@ -384,3 +384,30 @@ def test_records_round_trip_and_replay():
     assert 3 in image.brokers
     image.apply(UnregisterBrokerRecord(3, 0), 11)
     assert image.brokers == {}
+
+
+# -- failed appends (the shell answers with an error and writes nothing) --------------------------
+def test_a_failed_append_of_a_new_incarnation_leaves_the_old_registration_as_it_was():
+    c = Ctx()
+    e1 = c.up(1)
+    c.now += TIMEOUT + 1  # expired, not yet fenced
+    reply, _ = c.core.register(c.image, Registration(1, CLUSTER, inc(2), LISTENERS), c.now, c.next_offset)
+    assert reply.error_code == ErrorCode.none  # ... but its record is lost
+    assert c.image.brokers[1].epoch == e1
+    assert c.tick() == [BrokerRegistrationChangeRecord(1, e1, fenced=FENCE)]  # the old session still expires
+    reply, _ = c.register(1, 2)
+    assert reply.error_code == ErrorCode.none and c.image.brokers[1].incarnation_id == inc(2)
+
+
+def test_a_failed_append_of_the_controlled_shutdown_record_is_written_again():
+    c = Ctx()
+    e1, e2 = c.up(1), c.up(2)
+    _lead_a_partition(c, 1)
+    hb = Heartbeat(1, e1, c.committed, want_shut_down=True)
+    reply, records = c.core.heartbeat(c.image, hb, c.now, c.next_offset, c.committed)  # records lost
+    assert records and not c.image.brokers[1].in_controlled_shutdown
+    # still counted (the image says it is not shutting down), and asked again it re-enters
+    assert c.heartbeat(2, e2)[0].lowest_acknowledged_offset == c.committed
+    reply, records = c.heartbeat(1, e1, want_shut_down=True)
+    assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN)]
+    assert c.image.brokers[1].in_controlled_shutdown

@@ -77,11 +77,6 @@ class BrokerHeartbeats:
             s = self.sessions[reg.broker_id] = Session(reg.broker_id, reg.epoch, now_ms)
         return s
 
-    def start(self, broker_id: int, epoch: int, now_ms: int) -> Session:
-        """A new session for a registration about to be written with ``epoch``."""
-        s = self.sessions[broker_id] = Session(broker_id, epoch, now_ms)
-        return s
-
     def remove(self, broker_id: int) -> None:
         self.sessions.pop(broker_id, None)
 

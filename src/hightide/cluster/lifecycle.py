@@ -150,7 +150,7 @@ class BrokerLifecycle:
     def register(self, image: MetadataImage, req: Registration, now_ms: int,
                  next_offset: int) -> tuple[RegistrationReply, list[MetadataRecord]]:
         """Register a broker. A new incarnation gets epoch ``next_offset`` (the offset its
-        RegisterBrokerRecord will have) and starts fenced with a fresh session; the same
+        RegisterBrokerRecord will have) and starts fenced (a new session); the same
         incarnation again amends the registration and keeps epoch and state. Errors:
         INCONSISTENT_CLUSTER_ID, DUPLICATE_BROKER_REGISTRATION (another incarnation holds
         a live session: unfenced and not expired), INVALID_REGISTRATION (duplicate
@@ -167,10 +167,11 @@ class BrokerLifecycle:
             fenced=existing.fenced if same and existing is not None else True,
             in_controlled_shutdown=existing.in_controlled_shutdown if same and existing is not None else False,
             log_dirs=req.log_dirs)
-        if not same:
-            self.heartbeats.start(req.broker_id, epoch, now_ms)
-        else:
-            self.heartbeats.session(existing, now_ms).last_contact_ms = now_ms  # type: ignore[arg-type]
+        if same and existing is not None:
+            self.heartbeats.session(existing, now_ms).last_contact_ms = now_ms
+        # A new incarnation's session starts when its record is applied (the old one's
+        # session is kept until then, so a failed append leaves the old registration as
+        # it was); it is fenced, so it cannot expire before its first heartbeat.
         return RegistrationReply(ErrorCode.none, epoch), [record]
 
     def _registration_error(self, image: MetadataImage, req: Registration, now_ms: int) -> RegistrationReply | None:
