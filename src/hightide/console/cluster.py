@@ -49,6 +49,13 @@ class QuorumView:
         offs = [r.log_end_offset for r in self.replicas if r.role == "voter" and r.log_end_offset >= 0]
         return min(offs) if offs else None
 
+    @property
+    def lowest_replica_offset(self) -> int | None:
+        """The lowest log end offset of every replica the leader reports, voters and
+        observers (brokers): the metadata offset every one of them has reached."""
+        offs = [r.log_end_offset for r in self.replicas if r.log_end_offset >= 0]
+        return min(offs) if offs else None
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:
