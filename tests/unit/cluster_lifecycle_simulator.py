@@ -21,7 +21,7 @@ import heapq
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -417,4 +417,4 @@ def simulate(seed: int, params: Params | None = None) -> Stats:
     return Simulation(seed, params).run()
 
 
-__all__ = ["Params", "Stats", "InvariantViolation", "simulate", "field"]
+__all__ = ["Params", "Stats", "InvariantViolation", "Simulation", "simulate"]

@@ -17,9 +17,9 @@ from tests.unit.cluster_lifecycle_simulator import InvariantViolation, Params, S
 SEEDS = 100  # per mode: 200 runs, a few seconds
 
 
-def _run_seeds(params: Params) -> list[Stats]:
+def _run_seeds(params: Params, seeds: int = SEEDS) -> list[Stats]:
     out = []
-    for seed in range(SEEDS):
+    for seed in range(seeds):
         try:
             out.append(simulate(seed, params))
         except InvariantViolation as exc:
@@ -35,6 +35,12 @@ def test_invariants_hold_for_every_seed(fetch_acks):
     for name in ("crashes", "pauses", "duplicates", "fenced_by_timeout", "controlled_shutdowns", "unfenced"):
         assert total[name] > 0, (name, total)
     assert all(s.lowest_published > 0 for s in stats)  # the seed's offset moved in every run
+
+
+@pytest.mark.parametrize("brokers", [1, 5])
+def test_invariants_hold_with_one_and_five_brokers(brokers):
+    stats = _run_seeds(Params(brokers=brokers, fetch_acks=brokers == 5), seeds=20)
+    assert sum(s.unfenced for s in stats) >= 20 and sum(s.fenced_by_timeout for s in stats) > 0
 
 
 def test_a_seed_replays_exactly():
