@@ -411,3 +411,18 @@ def test_a_failed_append_of_the_controlled_shutdown_record_is_written_again():
     reply, records = c.heartbeat(1, e1, want_shut_down=True)
     assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN)]
     assert c.image.brokers[1].in_controlled_shutdown
+
+
+def test_the_reply_on_the_wire_carries_the_lowest_acknowledged_offset():
+    from hightide.cluster.lifecycle import heartbeat_response
+    from hightide.protocol.broker_heartbeat_response import (decode_broker_heartbeat_response,
+                                                             encode_broker_heartbeat_response)
+    c = Ctx()
+    e1 = c.up(1)
+    reply, _ = c.heartbeat(1, e1)
+    frame = encode_broker_heartbeat_response(2, 5, heartbeat_response(reply))
+    _, wire = decode_broker_heartbeat_response(2, frame[4:])
+    assert (wire.is_fenced, wire.is_caught_up, wire.lowest_acknowledged_offset) == (False, True, c.committed)
+    stale, _ = c.heartbeat(1, e1 + 1)
+    _, wire = decode_broker_heartbeat_response(0, encode_broker_heartbeat_response(0, 5, heartbeat_response(stale))[4:])
+    assert (wire.error_code, wire.lowest_acknowledged_offset) == (ErrorCode.stale_broker_epoch.value, -1)

@@ -52,6 +52,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.broker_heartbeat_response import BrokerHeartbeatResponse
 from .broker_image import BrokerRegistration
 from .broker_records import (
     FENCE,
@@ -339,6 +340,14 @@ class BrokerLifecycle:
         return min(times, default=None)
 
 
+def heartbeat_response(reply: HeartbeatReply) -> BrokerHeartbeatResponse:
+    """The wire form of ``reply`` for :func:`~hightide.protocol.broker_heartbeat_response.
+    encode_broker_heartbeat_response`: the LowestAcknowledgedOffset tag is always sent
+    (-1 when unknown), so a hightide broker can tell "unknown" from "old controller"."""
+    return BrokerHeartbeatResponse(int(reply.error_code), reply.is_caught_up, reply.is_fenced,
+                                   reply.should_shut_down, 0, reply.lowest_acknowledged_offset)
+
+
 def leads_partitions(image: MetadataImage, broker_id: int) -> bool:
     """True if the image names ``broker_id`` leader of any partition."""
     return any(p.leader == broker_id for t in image.topics.values() for p in t.partitions.values())
@@ -349,4 +358,5 @@ def _any_other_active(heartbeats: BrokerHeartbeats, image: MetadataImage, broker
 
 
 __all__: Sequence[str] = ("BrokerLifecycle", "LifecycleConfig", "BrokerState", "Registration",
-                          "RegistrationReply", "Heartbeat", "HeartbeatReply", "leads_partitions")
+                          "RegistrationReply", "Heartbeat", "HeartbeatReply", "heartbeat_response",
+                          "leads_partitions")
