@@ -115,3 +115,22 @@ def test_serving_never_imports_the_console():
             "assert 'hightide.cli.console' in sys.modules and 'starlette' not in sys.modules\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_group_history_columns_bounds_and_order():
+    from hightide.console.history import GroupHistory
+    h = GroupHistory(3)
+    h.add(1000, 5, 200, "exact")
+    h.add(1000, 9, 9, "exact")  # not newer: ignored
+    h.add(2000, None, None, None)
+    h.add(3000, -1, -7, "estimate")  # raw values kept, negative ones too
+    h.add(4000, 7, 9000, "lower_bound")
+    assert len(h) == 3
+    assert h.columns() == {"t": [2.0, 3.0, 4.0], "lag": [None, -1, 7], "time_lag_s": [None, -0.007, None],
+                           "time_lag_bound_s": [None, None, 9.0]}
+    h.trim(3500)
+    assert h.columns()["t"] == [4.0]
+    h.trim(10_000)
+    assert len(h) == 0 and h.columns() == {"t": [], "lag": [], "time_lag_s": [], "time_lag_bound_s": []}
+    with pytest.raises(ValueError):
+        GroupHistory(0)

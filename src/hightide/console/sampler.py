@@ -16,33 +16,21 @@ import asyncio
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..client import AdminClient, KafkaError
 from ..lag import StatusRules
 from ..monitoring.monitor import LagMonitor, Snapshot
 from ..monitoring.share_monitor import ShareSnapshot, share_snapshot
+from .history import GroupHistory
 
-__all__ = ["HistoryPoint", "Sampler", "UNREACHABLE"]
+__all__ = ["Sampler", "UNREACHABLE"]
 
 log = logging.getLogger("hightide.console")
 
 UNREACHABLE = (KafkaError, OSError, asyncio.TimeoutError, ValueError)
 """What a lost or unreachable cluster raises through the admin client."""
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryPoint:
-    """One sample of a group: total positive offset lag, and its largest best time lag
-    with that value's certainty (None when unknown)."""
-
-    time_ms: int
-    total_lag: int | None
-    max_time_lag_ms: int | None
-    certainty: str | None
 
 
 class Sampler:
@@ -62,7 +50,7 @@ class Sampler:
         self.monitor: LagMonitor | None = None
         self.snapshot: Snapshot | None = None
         self.share: ShareSnapshot | None = None
-        self.history: dict[str, deque[HistoryPoint]] = {}
+        self.history: dict[str, GroupHistory] = {}
         self.error: str | None = None
         self.error_since_ms: int | None = None
         self.last_ok_ms: int | None = None
@@ -214,33 +202,24 @@ class Sampler:
         for name, rep in snap.groups.items():
             best = [p.time_lag for p in rep.partitions if p.time_lag is not None and p.time_lag.ms is not None]
             top = max(best, key=lambda t: t.ms or 0) if best else None
-            point = HistoryPoint(snap.time_ms, rep.total_lag if rep.partitions else None,
-                                 top.ms if top else None, top.certainty.value if top else None)
             h = self.history.get(name)
             if h is None:
-                h = self.history[name] = deque(maxlen=self.max_points)
-            h.append(point)
-            while h and h[0].time_ms < cutoff:
-                h.popleft()
+                h = self.history[name] = GroupHistory(self.max_points)
+            h.add(snap.time_ms, rep.total_lag if rep.partitions else None, top.ms if top else None,
+                  top.certainty.value if top else None)
+            h.trim(cutoff)
         for name in [g for g in self.history if g not in snap.groups]:
             h = self.history[name]
-            while h and h[0].time_ms < cutoff:
-                h.popleft()
-            if not h:
+            h.trim(cutoff)
+            if not len(h):
                 del self.history[name]
 
     def series(self, group: str) -> dict[str, list[Any]]:
-        """The group's history as columns for the chart: ``t`` (seconds), ``lag``,
-        ``time_lag_s`` (exact or estimated values) and ``time_lag_bound_s`` (lower bounds),
-        null where a column has no value at that time."""
+        """The group's history as the chart's columns (see :meth:`GroupHistory.columns`);
+        empty columns for a group without history."""
         with self._mutex:
-            pts = list(self.history.get(group, ()))
-        return {"t": [p.time_ms / 1000 for p in pts],
-                "lag": [p.total_lag for p in pts],
-                "time_lag_s": [None if p.max_time_lag_ms is None or p.certainty == "lower_bound"
-                               else p.max_time_lag_ms / 1000 for p in pts],
-                "time_lag_bound_s": [p.max_time_lag_ms / 1000 if p.max_time_lag_ms is not None
-                                     and p.certainty == "lower_bound" else None for p in pts]}
+            h = self.history.get(group)
+            return h.columns() if h is not None else GroupHistory(1).columns()
 
 
 async def _close(admin: AdminClient) -> None:
