@@ -10,12 +10,14 @@ parked: every answer is immediate.
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from ...group.consumer_api import HeartbeatRequest, HeartbeatResponse
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group
 
@@ -26,12 +28,12 @@ def _ms(td: datetime.timedelta) -> int:
     return td // datetime.timedelta(milliseconds=1)
 
 
-def _host(ctx) -> str:
+def _host(ctx: RequestContext) -> str:
     return "/" + ctx.peer.rsplit(":", 1)[0]
 
 
 # -- ConsumerGroupHeartbeat -------------------------------------------------------------------
-def _heartbeat_request(ctx, req) -> HeartbeatRequest:
+def _heartbeat_request(ctx: RequestContext, req: Any) -> HeartbeatRequest:
     owned = req.topic_partitions
     names = req.subscribed_topic_names
     return HeartbeatRequest(
@@ -45,10 +47,10 @@ def _heartbeat_request(ctx, req) -> HeartbeatRequest:
 
 
 @handles(68, 0, 1)
-async def consumer_group_heartbeat(ctx, req):
-    runtime = ctx.broker.groups
+async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    runtime = ctx.groups
     hb = _heartbeat_request(ctx, req)
-    if ctx.broker.stopping:
+    if ctx.identity.stopping:
         resp = HeartbeatResponse(ErrorCode.not_coordinator)
     else:
         try:
@@ -70,7 +72,7 @@ def _members(members: list[dict]) -> list[dict]:
              "target_assignment": _assignment(m["target_assignment"])} for m in members]
 
 
-def _describe(ctx, group_id: str) -> dict:
+def _describe(ctx: RequestContext, group_id: str) -> dict:
     """Classic groups answer GROUP_ID_NOT_FOUND too (as Kafka 4.0, whose admin client then
     falls back to DescribeGroups)."""
     return describe_group(ctx, group_id, lambda shard, topics: shard.describe_consumer_group(group_id, topics),
@@ -78,6 +80,6 @@ def _describe(ctx, group_id: str) -> dict:
 
 
 @handles(69, 0, 1)
-def consumer_group_describe(ctx, req):
+def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(69, ctx.version),
                        {"throttle_time": 0, "groups": [_describe(ctx, g) for g in req.group_ids]})

@@ -10,6 +10,7 @@ OffsetCommit requests may carry ``ExpectedOffset`` (tag 10000 per partition).
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from ...group.offsets import CommitRequest
 from ...protocol.build import materialize
@@ -17,6 +18,7 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...protocol.offset_fetch_response import GroupOffsets, PartitionOffset, encode_offset_fetch_response
 from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
 from ..registry import RawResponse, handles
 
 GROUP_KEY, TXN_KEY, SHARE_KEY = 0, 1, 2
@@ -24,7 +26,7 @@ TAG_EXPECTED_OFFSET = 10000
 
 
 # -- FindCoordinator ------------------------------------------------------------------------
-async def _share_coordinator(b, key: str, version: int) -> tuple[ErrorCode, str | None]:
+async def _share_coordinator(ctx: RequestContext, key: str, version: int) -> tuple[ErrorCode, str | None]:
     """Key type SHARE (v6+): ``group:topicId:partition`` (Kafka's SharePartitionKey),
     answered by the node of its ``__share_group_state`` partition (this one)."""
     import base64
@@ -37,36 +39,35 @@ async def _share_coordinator(b, key: str, version: int) -> tuple[ErrorCode, str 
     except (ValueError, IndexError):
         return ErrorCode.invalid_request, f"invalid share coordinator key {key!r}"
     try:
-        await b.share_state.ensure_topic()
+        await ctx.share_state.ensure_topic()
     except CoordinatorUnavailable as exc:
         return exc.error_code, str(exc)
     return ErrorCode.none, None
 
 
 @handles(10, 0, 6)
-async def find_coordinator(ctx, req):
-    b = ctx.broker
+async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
     key_type = getattr(req, "key_type", GROUP_KEY)
     keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
-    host, port = b.advertised
+    host, port = ctx.identity.advertised
     entries = []
     for key in keys:
         code, msg = ErrorCode.none, None
         if key_type == TXN_KEY:
             code, msg = ErrorCode.coordinator_not_available, "transactions are not supported yet"
         elif key_type == SHARE_KEY:
-            code, msg = await _share_coordinator(b, key, ctx.version)
+            code, msg = await _share_coordinator(ctx, key, ctx.version)
         elif key_type != GROUP_KEY:
             code, msg = ErrorCode.invalid_request, f"unsupported coordinator key type {key_type}"
         elif not key:
             code, msg = ErrorCode.invalid_request, "the group id must not be empty"
         else:
             try:
-                await b.groups.ensure_topic()
+                await ctx.groups.ensure_topic()
             except CoordinatorUnavailable as exc:
                 code, msg = exc.error_code, str(exc)
         ok = code == ErrorCode.none
-        entries.append({"key": key, "node_id": b.node_id if ok else -1, "host": host if ok else "",
+        entries.append({"key": key, "node_id": ctx.identity.node_id if ok else -1, "host": host if ok else "",
                         "port": port if ok else -1, "error_code": code, "error_message": msg})
     if ctx.version >= 4:
         body = {"throttle_time": 0, "coordinators": entries}
@@ -76,28 +77,27 @@ async def find_coordinator(ctx, req):
 
 
 # -- OffsetCommit ---------------------------------------------------------------------------
-def _expected_offset(ctx, partition) -> int | None:
+def _expected_offset(ctx: RequestContext, partition: Any) -> int | None:
     raw = ctx.unknown_tags.get(id(partition), {}).get(TAG_EXPECTED_OFFSET)
     return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
 
 
 @handles(8, 2, 9)
-async def offset_commit(ctx, req):
+async def offset_commit(ctx: RequestContext, req: Any) -> Any:
     """Answered once the commit's records are committed: durable when the topic's
     ``flush.messages`` says so (see docs/offsets.md); an error if the append or fsync
     fails, and then nothing of it is visible to OffsetFetch."""
-    b = ctx.broker
     commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
                              _expected_offset(ctx, p))
                for t in req.topics for p in t.partitions]
 
     def exists(topic: str, partition: int) -> bool:
-        t = b.image.topics.get(topic)
+        t = ctx.image.topics.get(topic)
         return t is not None and partition in t.partitions
 
     try:
-        group_error, errors = await b.groups.execute(
+        group_error, errors = await ctx.groups.execute(
             req.group_id, lambda shard: shard.commit_offsets(
                 req.group_id, req.generation_id_or_member_epoch, req.member_id, commits, ctx.now_ms, exists,
                 getattr(req, "group_instance_id", None), ctx.version),
@@ -112,10 +112,10 @@ async def offset_commit(ctx, req):
 
 
 # -- OffsetFetch ----------------------------------------------------------------------------
-def _fetch_group(ctx, group_id: str, topics, member_id: str | None = None, member_epoch: int = -1) -> GroupOffsets:
-    b = ctx.broker
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
+                 member_epoch: int = -1) -> GroupOffsets:
     try:
-        shard = b.groups.shard_for(group_id)  # committed state only
+        shard = ctx.groups.shard_for(group_id)  # committed state only
     except CoordinatorUnavailable as exc:
         return GroupOffsets(group_id, exc.error_code, [])
     member_error = shard.validate_fetch(group_id, member_id, member_epoch)
@@ -127,7 +127,7 @@ def _fetch_group(ctx, group_id: str, topics, member_id: str | None = None, membe
     by_topic: dict[str, list[PartitionOffset]] = {}
     for f in fetched:
         po = PartitionOffset(f.partition, f.offset, f.leader_epoch, f.metadata, f.error_code)
-        plog = b.partition_log(f.topic, f.partition) if extend else None
+        plog = ctx.logs.partition_log(f.topic, f.partition) if extend else None
         if plog is not None:
             po.high_watermark = plog.high_watermark
             po.log_start_offset = plog.log_start_offset
@@ -137,7 +137,7 @@ def _fetch_group(ctx, group_id: str, topics, member_id: str | None = None, membe
 
 
 @handles(9, 1, 9)
-def offset_fetch(ctx, req):
+def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 8:
         groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),
                                getattr(g, "member_epoch", -1)) for g in req.groups]
@@ -149,11 +149,10 @@ def offset_fetch(ctx, req):
 
 # -- OffsetDelete ---------------------------------------------------------------------------
 @handles(47, 0, 0)
-async def offset_delete(ctx, req):
-    b = ctx.broker
+async def offset_delete(ctx: RequestContext, req: Any) -> Any:
     partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     try:
-        group_error, errors = await b.groups.execute(
+        group_error, errors = await ctx.groups.execute(
             req.group_id, lambda shard: shard.delete_offsets(req.group_id, partitions,
                                                              shard.subscribed_topics(req.group_id)),
             ctx.now_ms)

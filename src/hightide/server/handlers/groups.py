@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from functools import partial
+from typing import Any
 
 from ...group.classic import JoinRequest, JoinResponse, SyncResponse
+from ...group.shard import CoordinatorResult, GroupCoordinatorShard
 from ...protocol.acl import all_operations
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
 from ..registry import handles
 
 INT32_MIN = -2**31
@@ -29,31 +33,31 @@ def _ms(td) -> int:
     return td // _MS if isinstance(td, datetime.timedelta) else int(td)
 
 
-def _host(ctx) -> str:
+def _host(ctx: RequestContext) -> str:
     return "/" + ctx.peer.rsplit(":", 1)[0]
 
 
-async def _after_tail(ctx) -> None:
+async def _after_tail(ctx: RequestContext) -> None:
     """Kafka reads a connection's next request only after answering the previous one: a
     Heartbeat pipelined behind a parked JoinGroup must see the group after the join."""
-    tail = ctx.broker.groups.tail(ctx.peer)
+    tail = ctx.groups.tail(ctx.peer)
     while tail is not None:
         await asyncio.wait([tail])
-        tail = ctx.broker.groups.tail(ctx.peer)
+        tail = ctx.groups.tail(ctx.peer)
 
 
-async def _in_order(ctx, fn):
+async def _in_order(ctx: RequestContext, fn):
     """``await fn()`` once the connection's parked request (if any) is answered."""
     await _after_tail(ctx)
     return await fn()
 
 
-async def _parked(ctx, group_id: str, call, failed):
+async def _parked(ctx: RequestContext, group_id: str, call, failed):
     """Run ``call(shard, handle)`` and await the parked answer. ``failed(code)`` builds
     the answer when the coordinator cannot serve."""
-    runtime = ctx.broker.groups
+    runtime = ctx.groups
     await _after_tail(ctx)
-    if ctx.broker.stopping:
+    if ctx.identity.stopping:
         return failed(ErrorCode.not_coordinator)
     handle, fut = runtime.park()
     runtime.set_tail(ctx.peer, fut)
@@ -72,7 +76,7 @@ async def _parked(ctx, group_id: str, call, failed):
 
 # -- JoinGroup ------------------------------------------------------------------------------
 @handles(11, 0, 9)
-async def join_group(ctx, req):
+async def join_group(ctx: RequestContext, req: Any) -> Any:
     session = _ms(req.session_timeout)
     rebalance = _ms(getattr(req, "rebalance_timeout", -1))
     jr = JoinRequest(req.group_id, req.member_id, getattr(req, "group_instance_id", None),
@@ -97,7 +101,7 @@ async def join_group(ctx, req):
 
 # -- SyncGroup ------------------------------------------------------------------------------
 @handles(14, 0, 5)
-async def sync_group(ctx, req):
+async def sync_group(ctx: RequestContext, req: Any) -> Any:
     assignments = {a.member_id: a.assignment for a in req.assignments}
     instance = getattr(req, "group_instance_id", None)
     ptype, pname = getattr(req, "protocol_type", None), getattr(req, "protocol_name", None)
@@ -114,14 +118,14 @@ async def sync_group(ctx, req):
 
 # -- Heartbeat ------------------------------------------------------------------------------
 @handles(12, 0, 4)
-def heartbeat(ctx, req):
+def heartbeat(ctx: RequestContext, req: Any) -> Any:
     return _in_order(ctx, lambda: _heartbeat(ctx, req))
 
 
-async def _heartbeat(ctx, req):
+async def _heartbeat(ctx: RequestContext, req: Any) -> Any:
     instance = getattr(req, "group_instance_id", None)
     try:
-        code = await ctx.broker.groups.execute(
+        code = await ctx.groups.execute(
             req.group_id, lambda shard: shard.heartbeat(req.group_id, req.member_id, instance, req.generation_id,
                                                         ctx.now_ms), ctx.now_ms)
     except CoordinatorUnavailable as exc:
@@ -131,17 +135,17 @@ async def _heartbeat(ctx, req):
 
 # -- LeaveGroup -----------------------------------------------------------------------------
 @handles(13, 0, 5)
-def leave_group(ctx, req):
+def leave_group(ctx: RequestContext, req: Any) -> Any:
     return _in_order(ctx, lambda: _leave_group(ctx, req))
 
 
-async def _leave_group(ctx, req):
+async def _leave_group(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         members = [(req.member_id, None)]
     try:
-        top, codes = await ctx.broker.groups.execute(
+        top, codes = await ctx.groups.execute(
             req.group_id, lambda shard: shard.leave_group(req.group_id, members, ctx.now_ms), ctx.now_ms)
     except CoordinatorUnavailable as exc:
         top, codes = exc.error_code, []
@@ -155,11 +159,11 @@ async def _leave_group(ctx, req):
 
 
 # -- DescribeGroups -------------------------------------------------------------------------
-def _describe(ctx, group_id: str) -> dict:
+def _describe(ctx: RequestContext, group_id: str) -> dict:
     base = {"group_id": group_id, "error_code": ErrorCode.none, "error_message": None, "group_state": "Dead",
             "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": INT32_MIN}
     try:
-        shard = ctx.broker.groups.shard_for(group_id) if group_id else None
+        shard = ctx.groups.shard_for(group_id) if group_id else None
         described = shard.describe_group(group_id) if shard is not None else None
     except CoordinatorUnavailable as exc:
         return {**base, "error_code": exc.error_code, "group_state": ""}
@@ -173,7 +177,7 @@ def _describe(ctx, group_id: str) -> dict:
 
 
 @handles(15, 0, 6)
-def describe_groups(ctx, req):
+def describe_groups(ctx: RequestContext, req: Any) -> Any:
     groups = [_describe(ctx, g) for g in req.groups]
     if getattr(req, "include_authorized_operations", False):  # v3+; no ACLs: every group operation
         for g in groups:
@@ -184,12 +188,12 @@ def describe_groups(ctx, req):
 
 # -- ListGroups -----------------------------------------------------------------------------
 @handles(16, 0, 5)
-def list_groups(ctx, req):
+def list_groups(ctx: RequestContext, req: Any) -> Any:
     states = {s.lower() for s in getattr(req, "states_filter", ())}
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     groups = []
     try:
-        shards = list(ctx.broker.groups.shards.values())  # none before the topic exists
+        shards = list(ctx.groups.shards.values())  # none before the topic exists
     except CoordinatorUnavailable as exc:
         return materialize(response_schema(16, ctx.version),
                            {"throttle_time": 0, "error_code": exc.error_code, "groups": []})
@@ -216,23 +220,26 @@ def list_groups(ctx, req):
 
 
 # -- DeleteGroups ---------------------------------------------------------------------------
-async def _delete_share_state(ctx, group_id: str) -> ErrorCode:
+async def _delete_share_state(ctx: RequestContext, group_id: str) -> ErrorCode:
     """An empty share group's share-partition state goes first (as Kafka's
     GroupCoordinatorService.deleteGroups); a non-empty one is refused by the shard."""
-    if not group_id or ctx.broker.share_groups.group_state(group_id) != "Empty":
+    if not group_id or ctx.share_groups.group_state(group_id) != "Empty":
         return ErrorCode.none
-    return ErrorCode(await ctx.broker.share_groups.delete_state(group_id))
+    return ErrorCode(await ctx.share_groups.delete_state(group_id))
+
+
+def _delete_group(shard: GroupCoordinatorShard, group_id: str) -> CoordinatorResult:
+    return shard.delete_group(group_id)
 
 
 @handles(42, 0, 2)
-async def delete_groups(ctx, req):
+async def delete_groups(ctx: RequestContext, req: Any) -> Any:
     results = []
     for group_id in req.groups_names:
         try:
             code = await _delete_share_state(ctx, group_id)
             if code == ErrorCode.none:
-                code = await ctx.broker.groups.execute(group_id, lambda shard, g=group_id: shard.delete_group(g),
-                                                       ctx.now_ms)
+                code = await ctx.groups.execute(group_id, partial(_delete_group, group_id=group_id), ctx.now_ms)
         except CoordinatorUnavailable as exc:
             code = exc.error_code
         results.append({"group_id": group_id, "error_code": code})

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterable
+from typing import Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
@@ -31,6 +33,7 @@ from ...protocol.share_fetch_response import (
 from ...share.partition import RENEW, AckBatch
 from ...share.session import FINAL_EPOCH, SessionError
 from ...share.types import ShareStateKey
+from ..context import RequestContext
 from ..registry import RawResponse, handles
 from .common import LEADER_EPOCH
 
@@ -39,8 +42,8 @@ _MAX_ACK_TYPE = 3  # GAP..REJECT; RENEW (4) needs v2 and IsRenewAck
 
 
 # -- shared helpers ---------------------------------------------------------------------------
-def _resolve(ctx, topic_id: uuid.UUID, partition: int) -> tuple[str | None, int]:
-    timg = ctx.broker.image.topic_by_id(topic_id)
+def _resolve(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> tuple[str | None, int]:
+    timg = ctx.image.topic_by_id(topic_id)
     if timg is None:
         return None, int(ErrorCode.unknown_topic_id)
     if partition not in timg.partitions:
@@ -48,7 +51,7 @@ def _resolve(ctx, topic_id: uuid.UUID, partition: int) -> tuple[str | None, int]
     return timg.name, 0
 
 
-def _ack_batches(ctx, req, parts) -> tuple[list[AckBatch] | None, int]:
+def _ack_batches(ctx: RequestContext, req: Any, parts: Any) -> tuple[list[AckBatch] | None, int]:
     """AckBatches of one partition, or (None, INVALID_REQUEST) for a malformed one
     (Kafka's validateAcknowledgementBatches)."""
     renew_ok = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
@@ -65,18 +68,19 @@ def _ack_batches(ctx, req, parts) -> tuple[list[AckBatch] | None, int]:
     return out, 0
 
 
-async def _acknowledge_all(ctx, req, group_id: str, member_id: str, acks: dict) -> dict[tuple, tuple[int, str | None]]:
+async def _acknowledge_all(ctx: RequestContext, req: Any, group_id: str, member_id: str,
+                           acks: dict) -> dict[tuple, tuple[int, str | None]]:
     """Apply {(topic id, partition): raw batches}; {(topic id, partition): (code, message)}."""
-    manager = ctx.broker.share_manager
+    manager = ctx.share_manager
     results: dict[tuple, tuple[int, str | None]] = {}
     jobs = []
     for (tid, p), raw in acks.items():
         name, code = _resolve(ctx, tid, p)
-        if code:
+        if name is None:
             results[(tid, p)] = (code, None)
             continue
         batches, code = _ack_batches(ctx, req, raw)
-        if code:
+        if batches is None:
             results[(tid, p)] = (code, "malformed acknowledgement batches")
             continue
         key = ShareStateKey(group_id, tid, p)
@@ -88,30 +92,30 @@ async def _acknowledge_all(ctx, req, group_id: str, member_id: str, acks: dict) 
     return results
 
 
-def _member_error(ctx, group_id: str | None, member_id: str | None, epoch: int) -> tuple[int, str] | None:
+def _member_error(ctx: RequestContext, group_id: str | None, member_id: str | None,
+                  epoch: int) -> tuple[int, str] | None:
     if not group_id:
         return int(ErrorCode.invalid_group_id), "The group id must not be empty."
     if not member_id:
         return int(ErrorCode.unknown_member_id), "The member id must not be empty."
-    if epoch != FINAL_EPOCH and not ctx.broker.share_manager.is_member(group_id, member_id):
+    if epoch != FINAL_EPOCH and not ctx.share_manager.is_member(group_id, member_id):
         return int(ErrorCode.unknown_member_id), f"{member_id} is not a member of share group {group_id}."
     return None
 
 
 # -- ShareFetch --------------------------------------------------------------------------------
-def _fetch_error(ctx, code: int, message: str | None) -> RawResponse:
+def _fetch_error(ctx: RequestContext, code: int, message: str | None) -> RawResponse:
     return RawResponse(encode_share_fetch_response(ctx.version, ctx.header.correlation_id, [], error_code=code,
                                                    error_message=message))
 
 
 @handles(78, 1, 2)
-def share_fetch(ctx, req):
+def share_fetch(ctx: RequestContext, req: Any) -> Any:
     return _share_fetch(ctx, req)
 
 
-async def _share_fetch(ctx, req) -> RawResponse:
-    b = ctx.broker
-    manager = b.share_manager
+async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
+    manager = ctx.share_manager
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
     err = _member_error(ctx, group_id, member_id, epoch)
     if err:
@@ -139,7 +143,7 @@ async def _share_fetch(ctx, req) -> RawResponse:
     for tp, (code, msg) in ack_results.items():
         pd = results.get(tp)
         if pd is None:
-            pd = results[tp] = SharePartitionData(tp[1], leader_id=b.node_id, leader_epoch=LEADER_EPOCH)
+            pd = results[tp] = SharePartitionData(tp[1], leader_id=ctx.identity.node_id, leader_epoch=LEADER_EPOCH)
         pd.acknowledge_error_code, pd.acknowledge_error_message = code, msg
     topics: dict[uuid.UUID, ShareTopicData] = {}
     for (tid, p), pd in results.items():
@@ -150,14 +154,15 @@ async def _share_fetch(ctx, req) -> RawResponse:
                                                    acquisition_lock_timeout_ms=lock_ms))
 
 
-async def _fetch_partitions(ctx, req, group_id: str, member_id: str, partitions, results: dict) -> None:
-    b = ctx.broker
-    manager = b.share_manager
-    live: list[tuple[tuple, ShareStateKey, str]] = []
+async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member_id: str,
+                            partitions: Iterable[tuple[uuid.UUID, int]],
+                            results: dict[tuple[uuid.UUID, int], SharePartitionData]) -> None:
+    manager = ctx.share_manager
+    live: list[tuple[tuple[uuid.UUID, int], ShareStateKey, str]] = []
     for tid, p in partitions:
-        pd = results[(tid, p)] = SharePartitionData(p, leader_id=b.node_id, leader_epoch=LEADER_EPOCH)
+        pd = results[(tid, p)] = SharePartitionData(p, leader_id=ctx.identity.node_id, leader_epoch=LEADER_EPOCH)
         name, code = _resolve(ctx, tid, p)
-        if code:
+        if name is None:
             pd.error_code = code
             continue
         key = ShareStateKey(group_id, tid, p)
@@ -195,10 +200,10 @@ async def _fetch_partitions(ctx, req, group_id: str, member_id: str, partitions,
                 max_bytes -= n
                 max_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
         left = deadline - time.monotonic()
-        if total >= min_bytes or left <= 0 or b.stopping or max_records <= 0 or max_bytes <= 0:
+        if total >= min_bytes or left <= 0 or ctx.identity.stopping or max_records <= 0 or max_bytes <= 0:
             return
         keys = [(name, tp[1]) for tp, _, name in live] + [manager.wait_key(key) for _, key, _ in live]
-        await b.waiters.wait(keys, left)
+        await ctx.waiters.wait(keys, left)
         # partitions dropped meanwhile (invalidate) are loaded again
         for tp, key, name in live:
             if manager.cached(key) is None:
@@ -206,19 +211,20 @@ async def _fetch_partitions(ctx, req, group_id: str, member_id: str, partitions,
 
 
 # -- ShareAcknowledge --------------------------------------------------------------------------
-def _ack_response(ctx, code: int, message: str | None, topics: list | None = None, lock_ms: int = 0):
+def _ack_response(ctx: RequestContext, code: int, message: str | None, topics: list | None = None,
+                  lock_ms: int = 0) -> Any:
     return materialize(response_schema(79, ctx.version), {
         "throttle_time": 0, "error_code": code, "error_message": message, "acquisition_lock_timeout": lock_ms,
         "responses": topics or [], "node_endpoints": []})
 
 
 @handles(79, 1, 2)
-def share_acknowledge(ctx, req):
+def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     return _share_acknowledge(ctx, req)
 
 
-async def _share_acknowledge(ctx, req):
-    manager = ctx.broker.share_manager
+async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
+    manager = ctx.share_manager
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
     err = _member_error(ctx, group_id, member_id, epoch)
     if err:
@@ -235,6 +241,6 @@ async def _share_acknowledge(ctx, req):
     for (tid, p), (code, msg) in results.items():
         by_topic.setdefault(tid, []).append({
             "partition_index": p, "error_code": code, "error_message": msg,
-            "current_leader": {"leader_id": ctx.broker.node_id, "leader_epoch": LEADER_EPOCH}})
+            "current_leader": {"leader_id": ctx.identity.node_id, "leader_epoch": LEADER_EPOCH}})
     topics = [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()]
     return _ack_response(ctx, 0, None, topics, manager.settings(group_id).record_lock_duration_ms)

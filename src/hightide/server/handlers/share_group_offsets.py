@@ -2,7 +2,7 @@
 DeleteShareGroupOffsets (92), as Kafka 4.x's ``GroupCoordinatorService`` answers them.
 
 * Describe reads each share partition's summary (start offset, leader epoch, delivery
-  complete count) from the share coordinator (``broker.share_state``). v1 adds ``Lag`` =
+  complete count) from the share coordinator (``ctx.share_state``). v1 adds ``Lag`` =
   LEO − SPSO − DeliveryCompleteCount, -1 while the share partition is uninitialised or the
   count is unknown. A topic that does not exist answers start offset -1; a request without
   topics (null) describes every share partition the group has state for; an empty list
@@ -13,11 +13,12 @@ DeleteShareGroupOffsets (92), as Kafka 4.x's ``GroupCoordinatorService`` answers
   epoch as state epoch and records the partitions as initialised in the group; Delete
   deletes the state of every partition of each named topic (UNKNOWN_TOPIC_OR_PARTITION for
   an unknown topic or one without state). Either way the share-partition cache drops the
-  partitions (``broker.share_manager.invalidate``) so the next fetch reads the new state.
+  partitions (``ctx.share_manager.invalidate``) so the next fetch reads the new state.
 """
 
 from __future__ import annotations
 
+from typing import Any
 import uuid
 
 from ...lag.share import UNKNOWN, wire_lag
@@ -26,6 +27,7 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...share.types import ShareStateKey
 from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
 from ..registry import handles
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -39,13 +41,13 @@ def _partition(index: int, start_offset: int = -1, leader_epoch: int = 0) -> dic
             "error_code": ErrorCode.none, "error_message": None}
 
 
-def _describe_partition(b, topic: str, key: ShareStateKey) -> dict:
-    s = b.share_state.summary(key)
+def _describe_partition(ctx: RequestContext, topic: str, key: ShareStateKey) -> dict:
+    s = ctx.share_state.summary(key)
     if s.error_code != 0:  # as Kafka: absence of data, not an error
         return _partition(key.partition)
     out = _partition(key.partition, s.start_offset, s.leader_epoch)
     if s.start_offset >= 0 and s.delivery_complete_count >= 0:
-        plog = b.partition_log(topic, key.partition)
+        plog = ctx.logs.partition_log(topic, key.partition)
         if plog is None:
             out.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=UNKNOWN_TOPIC_MESSAGE)
         else:
@@ -53,20 +55,20 @@ def _describe_partition(b, topic: str, key: ShareStateKey) -> dict:
     return out
 
 
-def describe_group(b, group_id: str, topics: list[tuple[str, list[int]]] | None) -> dict:
+def describe_group(ctx: RequestContext, group_id: str, topics: list[tuple[str, list[int]]] | None) -> dict:
     """One DescribeShareGroupOffsetsResponseGroup as a dict (kio field names), from
     committed share state; while the state is loading, the group's error says so."""
     try:
-        return _describe_group(b, group_id, topics)
+        return _describe_group(ctx, group_id, topics)
     except _UNAVAILABLE as exc:
         return {"group_id": group_id, "topics": [], "error_code": exc.error_code, "error_message": str(exc)}
 
 
-def _describe_group(b, group_id: str, topics: list[tuple[str, list[int]]] | None) -> dict:
-    image = b.image
+def _describe_group(ctx: RequestContext, group_id: str, topics: list[tuple[str, list[int]]] | None) -> dict:
+    image = ctx.image
     if topics is None:  # every share partition with state
         by_topic: dict[uuid.UUID, list[int]] = {}
-        for key in b.share_state.keys_for_group(group_id):
+        for key in ctx.share_state.keys_for_group(group_id):
             by_topic.setdefault(key.topic_id, []).append(key.partition)
         topics = []
         for tid, parts in by_topic.items():
@@ -81,25 +83,25 @@ def _describe_group(b, group_id: str, topics: list[tuple[str, list[int]]] | None
             unknown.append({"topic_name": name, "topic_id": ZERO_UUID, "partitions": [_partition(p) for p in parts]})
             continue
         known.append({"topic_name": name, "topic_id": t.topic_id, "partitions": [
-            _describe_partition(b, name, ShareStateKey(group_id, t.topic_id, p)) for p in parts]})
+            _describe_partition(ctx, name, ShareStateKey(group_id, t.topic_id, p)) for p in parts]})
     return {"group_id": group_id, "topics": known + unknown, "error_code": ErrorCode.none, "error_message": None}
 
 
 @handles(90, 0, 1)
-def describe_share_group_offsets(ctx, req):
+def describe_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
     groups = []
     for g in req.groups:
         topics = None if g.topics is None else [(t.topic_name, list(t.partitions)) for t in g.topics]
-        groups.append(describe_group(ctx.broker, g.group_id, topics))
+        groups.append(describe_group(ctx, g.group_id, topics))
     return materialize(response_schema(90, ctx.version), {"throttle_time": 0, "groups": groups})
 
 
 # -- shared checks ----------------------------------------------------------------------------
-def _group_error(b, group_id: str) -> tuple[ErrorCode, str | None] | None:
+def _group_error(ctx: RequestContext, group_id: str) -> tuple[ErrorCode, str | None] | None:
     if not group_id:
         return ErrorCode.invalid_group_id, "The group id must not be empty."
     try:
-        state = b.share_groups.group_state(group_id)
+        state = ctx.share_groups.group_state(group_id)
     except _UNAVAILABLE as exc:
         return exc.error_code, str(exc)
     if state is None:
@@ -109,22 +111,22 @@ def _group_error(b, group_id: str) -> tuple[ErrorCode, str | None] | None:
     return None
 
 
-def _invalidate(b, key: ShareStateKey) -> None:
-    b.share_manager.invalidate(key)
+def _invalidate(ctx: RequestContext, key: ShareStateKey) -> None:
+    ctx.share_manager.invalidate(key)
 
 
-def _group_epoch(b, group_id: str, default: int) -> int:
+def _group_epoch(ctx: RequestContext, group_id: str, default: int) -> int:
     try:
-        d = b.share_groups.describe(group_id)
+        d = ctx.share_groups.describe(group_id)
     except (AttributeError, *_UNAVAILABLE):
         return default
     return d.get("group_epoch", default) if d else default
 
 
-async def _mark_initialized(b, group_id: str, parts: dict[uuid.UUID, frozenset[int]], now_ms: int) -> None:
+async def _mark_initialized(ctx: RequestContext, group_id: str, parts: dict[uuid.UUID, frozenset[int]], now_ms: int) -> None:
     """Record altered partitions as initialised in the share group, as Kafka's
     alterShareGroupOffsets does, so a later heartbeat does not initialise them again."""
-    runtime = b.groups
+    runtime = ctx.groups
     try:
         await runtime.execute(group_id, lambda shard: shard.share_initialized(group_id, parts, runtime.topics(), True),
                         now_ms)
@@ -134,61 +136,63 @@ async def _mark_initialized(b, group_id: str, parts: dict[uuid.UUID, frozenset[i
 
 # -- AlterShareGroupOffsets ------------------------------------------------------------------
 @handles(91, 0, 0)
-async def alter_share_group_offsets(ctx, req):
-    b = ctx.broker
+async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
     schema = response_schema(91, ctx.version)
-    err = _group_error(b, req.group_id)
+    err = _group_error(ctx, req.group_id)
     if err:
         return materialize(schema, {"throttle_time": 0, "error_code": err[0], "error_message": err[1],
                                     "responses": []})
-    responses, done = [], {}
+    responses: list[dict] = []
+    done: dict[uuid.UUID, set[int]] = {}
+    code: int
+    message: str | None
     for t in req.topics:
-        timg = b.image.topics.get(t.topic_name)
+        timg = ctx.image.topics.get(t.topic_name)
         parts = []
         for p in t.partitions:
             code, message = ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE
             if timg is not None and p.partition_index in timg.partitions:
                 key = ShareStateKey(req.group_id, timg.topic_id, p.partition_index)
                 try:
-                    current = b.share_state.summary(key)
+                    current = ctx.share_state.summary(key)
                 except _UNAVAILABLE as exc:
                     code, message = exc.error_code, str(exc)
                 else:
-                    epoch = _group_epoch(b, req.group_id, max(current.state_epoch, 0) + 1)
-                    code, message = await b.share_state.initialize_checked(key, max(epoch, current.state_epoch),
-                                                                           p.start_offset)
-                    _invalidate(b, key)
+                    epoch = _group_epoch(ctx, req.group_id, max(current.state_epoch, 0) + 1)
+                    code, message = await ctx.share_state.initialize_checked(key, max(epoch, current.state_epoch),
+                                                                             p.start_offset)
+                    _invalidate(ctx, key)
                 if code == 0:
                     done.setdefault(timg.topic_id, set()).add(p.partition_index)
             parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
         responses.append({"topic_name": t.topic_name, "topic_id": timg.topic_id if timg else ZERO_UUID,
                           "partitions": parts})
     if done:
-        await _mark_initialized(b, req.group_id, {t: frozenset(ps) for t, ps in done.items()}, ctx.now_ms)
+        await _mark_initialized(ctx, req.group_id, {t: frozenset(ps) for t, ps in done.items()}, ctx.now_ms)
     return materialize(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                                 "responses": responses})
 
 
 # -- DeleteShareGroupOffsets -----------------------------------------------------------------
 @handles(92, 0, 0)
-async def delete_share_group_offsets(ctx, req):
-    b = ctx.broker
+async def delete_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
     schema = response_schema(92, ctx.version)
-    err = _group_error(b, req.group_id)
+    err = _group_error(ctx, req.group_id)
     if err:
         return materialize(schema, {"throttle_time": 0, "error_code": err[0], "error_message": err[1],
                                     "responses": []})
     with_state: dict[uuid.UUID, list[ShareStateKey]] = {}
     try:
-        keys_with_state = b.share_state.keys_for_group(req.group_id)
+        keys_with_state = ctx.share_state.keys_for_group(req.group_id)
     except _UNAVAILABLE as exc:
         return materialize(schema, {"throttle_time": 0, "error_code": exc.error_code, "error_message": str(exc),
                                     "responses": []})
     for key in keys_with_state:
         with_state.setdefault(key.topic_id, []).append(key)
-    ok, failed = [], []
+    ok: list[dict] = []
+    failed: list[dict] = []
     for t in req.topics:
-        timg = b.image.topics.get(t.topic_name)
+        timg = ctx.image.topics.get(t.topic_name)
         if timg is None:
             failed.append({"topic_name": t.topic_name, "topic_id": ZERO_UUID,
                            "error_code": ErrorCode.unknown_topic_or_partition, "error_message": UNKNOWN_TOPIC_MESSAGE})
@@ -201,8 +205,8 @@ async def delete_share_group_offsets(ctx, req):
             continue
         code, message = ErrorCode.none, None
         for key in keys:
-            c, m = await b.share_state.delete_checked(key)
-            _invalidate(b, key)
+            c, m = await ctx.share_state.delete_checked(key)
+            _invalidate(ctx, key)
             if c != 0 and code == ErrorCode.none:
                 code, message = ErrorCode(c), m
         entry = {"topic_name": t.topic_name, "topic_id": timg.topic_id, "error_code": code, "error_message": message}
@@ -211,7 +215,7 @@ async def delete_share_group_offsets(ctx, req):
         # the group forgets these topics were initialized, so its next heartbeat
         # initializes them again before assigning them (as Kafka's coordinator does)
         try:
-            await b.share_groups.state_deleted(req.group_id, [e["topic_id"] for e in ok])
+            await ctx.share_groups.state_deleted(req.group_id, [e["topic_id"] for e in ok])
         except _UNAVAILABLE:
             pass  # the share state is gone; a fetch initializes a partition it finds without state
     return materialize(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,

@@ -8,21 +8,24 @@ state of newly subscribed partitions before answering. Heartbeats are never park
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...group.share_group import ShareHeartbeatRequest, ShareHeartbeatResponse, validate
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group
 
 
 
-def _host(ctx) -> str:
+def _host(ctx: RequestContext) -> str:
     return "/" + ctx.peer.rsplit(":", 1)[0]
 
 
-def _heartbeat_response(ctx, resp: ShareHeartbeatResponse):
+def _heartbeat_response(ctx: RequestContext, resp: ShareHeartbeatResponse):
     assignment = None if resp.assignment is None else {"topic_partitions": [
         {"topic_id": tid, "partitions": list(parts)} for tid, parts in resp.assignment]}
     return materialize(response_schema(76, ctx.version), {
@@ -32,7 +35,7 @@ def _heartbeat_response(ctx, resp: ShareHeartbeatResponse):
 
 
 @handles(76, 1, 1)
-async def share_group_heartbeat(ctx, req):
+async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     names = req.subscribed_topic_names
     hb = ShareHeartbeatRequest(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
@@ -41,10 +44,10 @@ async def share_group_heartbeat(ctx, req):
     invalid = validate(hb)
     if invalid is not None:
         return _heartbeat_response(ctx, ShareHeartbeatResponse(invalid.code, str(invalid)))
-    if ctx.broker.stopping:
+    if ctx.identity.stopping:
         return _heartbeat_response(ctx, ShareHeartbeatResponse(ErrorCode.not_coordinator))
     try:
-        resp = await ctx.broker.share_groups.heartbeat(hb, ctx.now_ms)
+        resp = await ctx.share_groups.heartbeat(hb, ctx.now_ms)
     except CoordinatorUnavailable as exc:
         resp = ShareHeartbeatResponse(exc.error_code, str(exc))
     return _heartbeat_response(ctx, resp)
@@ -55,12 +58,12 @@ def _members(members: list[dict]) -> list[dict]:
     return [{**m, "assignment": _assignment(m["assignment"])} for m in members]
 
 
-def _describe(ctx, group_id: str) -> dict:
+def _describe(ctx: RequestContext, group_id: str) -> dict:
     return describe_group(ctx, group_id, lambda shard, topics: shard.describe_share_group(group_id, topics),
                           "share", _members)
 
 
 @handles(77, 1, 1)
-def share_group_describe(ctx, req):
+def share_group_describe(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(77, ctx.version),
                        {"throttle_time": 0, "groups": [_describe(ctx, g) for g in req.group_ids]})

@@ -15,10 +15,13 @@ from the state batches); v1 carries it. ReadShareGroupStateSummary v1 returns it
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...share.types import ShareState, ShareStateKey, StateBatch
+from ..context import RequestContext
 from ..registry import handles
 
 
@@ -61,8 +64,8 @@ def _null_state(partition: int) -> dict:
 
 
 @handles(83, 0, 0)
-async def initialize_share_group_state(ctx, req):
-    rt = ctx.broker.share_state
+async def initialize_share_group_state(ctx: RequestContext, req: Any) -> Any:
+    rt = ctx.share_state
 
     async def one(key, p):
         return _code_part(p.partition, await rt.initialize_checked(key, p.state_epoch, p.start_offset))
@@ -76,8 +79,8 @@ def _batches(p) -> tuple[StateBatch, ...]:
 
 
 @handles(85, 0, 1)
-async def write_share_group_state(ctx, req):
-    rt = ctx.broker.share_state
+async def write_share_group_state(ctx: RequestContext, req: Any) -> Any:
+    rt = ctx.share_state
 
     async def one(key, p):
         dcc = getattr(p, "delivery_complete_count", -1)
@@ -88,8 +91,8 @@ async def write_share_group_state(ctx, req):
 
 
 @handles(86, 0, 0)
-async def delete_share_group_state(ctx, req):
-    rt = ctx.broker.share_state
+async def delete_share_group_state(ctx: RequestContext, req: Any) -> Any:
+    rt = ctx.share_state
 
     async def one(key, p):
         return _code_part(p.partition, await rt.delete_checked(key))
@@ -98,7 +101,7 @@ async def delete_share_group_state(ctx, req):
 
 
 def _state_part(partition: int, s: ShareState, with_batches: bool) -> dict:
-    out = {"partition": partition, "error_code": s.error_code, "error_message": s.error_message,
+    out: dict[str, Any] = {"partition": partition, "error_code": s.error_code, "error_message": s.error_message,
            "state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch, "start_offset": s.start_offset,
            "delivery_complete_count": s.delivery_complete_count}
     if with_batches:
@@ -109,8 +112,8 @@ def _state_part(partition: int, s: ShareState, with_batches: bool) -> dict:
 
 
 @handles(84, 0, 0)
-async def read_share_group_state(ctx, req):
-    rt = ctx.broker.share_state
+async def read_share_group_state(ctx: RequestContext, req: Any) -> Any:
+    rt = ctx.share_state
 
     async def one(key, p):
         return _state_part(p.partition, await rt.read(key, p.leader_epoch), True)
@@ -119,8 +122,8 @@ async def read_share_group_state(ctx, req):
 
 
 @handles(87, 0, 1)
-async def read_share_group_state_summary(ctx, req):
-    rt = ctx.broker.share_state
+async def read_share_group_state_summary(ctx: RequestContext, req: Any) -> Any:
+    rt = ctx.share_state
 
     async def one(key, p):
         return _state_part(p.partition, await rt.read_summary(key), False)
