@@ -120,6 +120,10 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         return await asyncio.wait_for(coro, config.page_timeout_s)
 
     async def admin() -> Any:
+        """The pages' admin client; Unreachable at once while the sampler's last round
+        failed (it retries every interval: the pages recover with it)."""
+        if sampler.error is not None:
+            raise Unreachable(sampler.error)
         try:
             return await sampler.client()
         except UNREACHABLE as exc:
@@ -131,7 +135,9 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         return RedirectResponse("/groups", status_code=307)
 
     async def groups_page(request: Request) -> Response:
-        if sampler.snapshot is None and not await sampler.sample() and sampler.snapshot is None:
+        if sampler.snapshot is None:
+            await sampler.sample()  # the first page before the first sample: take it now
+        if sampler.snapshot is None:
             raise Unreachable(sampler.error or "no snapshot")
         snap, share = sampler.snapshot, sampler.share
         rows = views.group_list(snap.groups if snap else {}, share.groups if share else None)
