@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from hightide import Broker, BrokerConfig
 from hightide.protocol.codec import decode_request, encode_request, encode_response, parse_header, request_schema
 from hightide.protocol.errors import PeerProtocolError
-from hightide.server.connection import RequestContext
-from hightide.server.registry import ROUTES, CloseConnection, RawResponse
+from hightide.server.context import RequestContext
+from hightide.server.handlers import routes
+from hightide.server.registry import CloseConnection, RawResponse
 
 from ..unit.test_codec import minimal
 
@@ -38,7 +39,8 @@ st.register_type_strategy(Records, st.one_of(
     st.builds(lambda k, v, ts, codec: build_batch([(k, v, [], ts)], compression=codec),
               st.one_of(st.none(), st.binary(max_size=20)), st.binary(max_size=50),
               st.integers(0, 2**41), st.sampled_from([0, 1, 2, 3, 4]))))
-ROUTED = [(k, v) for k, r in sorted(ROUTES.items()) for v in range(r.min_version, r.max_version + 1)]
+# The broker's route table (what Broker builds at start), for the parametrisation.
+ROUTED = [(k, v) for k, r in sorted(routes().items()) for v in range(r.min_version, r.max_version + 1)]
 
 
 def _address_space_bytes() -> int:
@@ -83,9 +85,9 @@ async def _seed(b: Broker) -> None:
 def run_handler(loop, b, api_key: int, version: int, request) -> None:
     from hightide.protocol.codec import RequestHeader
     header = RequestHeader(api_key, version, 7, "fuzz")
-    ctx = RequestContext(b, header, "fuzz", {})
+    ctx = RequestContext(b.services, header, "fuzz", {})
     try:
-        result = ROUTES[api_key].fn(ctx, request)
+        result = b.routes[api_key].fn(ctx, request)
         if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
             result = loop.run_until_complete(asyncio.wait_for(result, PARK_S))
     except (CloseConnection, asyncio.TimeoutError):

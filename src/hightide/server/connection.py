@@ -33,11 +33,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.codec import RequestHeader
 from ..protocol.errors import PeerProtocolError
 from ..protocol.server_connection import NEED_DATA, Answered, Request, ServerConnection
 from . import request_log
-from .context import RequestContext as _RequestContext
+from .context import RequestContext
 from .registry import CloseConnection, Route
 
 if TYPE_CHECKING:
@@ -52,13 +51,6 @@ _DEBUG = logging.DEBUG
 # requests; 256 KiB per connection made 1,000 idle connections cost 250 MB of RSS.
 RECEIVE_CHUNK = 32 * 1024
 WRITE_HIGH_WATER = 1024 * 1024  # pause reading while more than this waits to be sent
-
-
-def RequestContext(broker: "Broker", header: RequestHeader, peer: str, unknown_tags: dict) -> _RequestContext:  # noqa: N802
-    """Transitional: the context of a request to ``broker`` (the old constructor's
-    signature, still used by tests/reliability/test_fuzz_handlers.py). New code uses
-    :class:`hightide.server.context.RequestContext` with ``broker.services``."""
-    return _RequestContext(broker.services, header, peer, unknown_tags)
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -160,7 +152,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         route, header = request.route, request.header
         if _REQUEST_LOG.isEnabledFor(_DEBUG):  # the request log's one check per request when off
             self._started[request.slot] = time.perf_counter()
-        ctx = _RequestContext(self.services, header, self.peer, request.unknown_tags)
+        ctx = RequestContext(self.services, header, self.peer, request.unknown_tags)
         try:
             result = route.fn(ctx, request.body)
         except CloseConnection as exc:

@@ -4,7 +4,9 @@ Handlers do not reach into the broker object. They name what they use through na
 interfaces, built once per broker in :class:`Services`:
 
 * ``metadata`` (:class:`MetadataAccess`): the current metadata image, the controller
-  core, and ``commit_metadata`` to make metadata records durable and applied;
+  core, ``write_metadata``/``commit_metadata`` to make metadata records durable and
+  applied, and ``refresh_topic_config``/``apply_dynamic_broker_configs`` to put changed
+  configs in force;
 * ``logs`` (:class:`PartitionLogs`): partition log lookup;
 * ``identity`` (:class:`BrokerIdentity`): node id, cluster id, advertised address,
   whether the broker is stopping;
@@ -14,10 +16,10 @@ interfaces, built once per broker in :class:`Services`:
   coordinator), ``share_manager`` (share partitions and ShareFetch sessions);
 * ``config`` and ``routes`` (the route table ApiVersions is computed from).
 
-The broker object satisfies the three protocols itself; handing it out typed as one of
+The broker object satisfies the four protocols itself; handing it out typed as one of
 them keeps each handler to that interface (the type checker enforces it) without a
-wrapper per request. ``ctx.broker`` remains while the last handlers move over; new code
-must not use it.
+wrapper per request. There is deliberately no way from a context to the broker object:
+a handler that needs something new gets a narrow interface here.
 """
 
 from __future__ import annotations
@@ -115,14 +117,13 @@ class Services:
     share_groups: ShareGroupService
     share_state: ShareStateRuntime
     share_manager: SharePartitionManager
-    broker: Broker  # transitional: only ctx.broker reads it
 
     @classmethod
     def of(cls, broker: Broker, routes: Routes) -> Services:
         return cls(config=broker.config, routes=routes, metadata=broker, logs=broker, identity=broker,
                    producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
                    share_groups=broker.share_groups, share_state=broker.share_state,
-                   share_manager=broker.share_manager, broker=broker)
+                   share_manager=broker.share_manager)
 
 
 class RequestContext:
@@ -196,9 +197,3 @@ class RequestContext:
     @property
     def share_manager(self) -> SharePartitionManager:
         return self.services.share_manager
-
-    @property
-    def broker(self) -> Any:
-        """Transitional: the whole broker, for handlers not yet moved to the narrow
-        interfaces above. Do not use in new code."""
-        return self.services.broker

@@ -82,13 +82,3 @@ class CloseConnection(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def __getattr__(name: str) -> Any:
-    """``ROUTES``: the broker's route table, built on first use (transitional, for
-    callers written when the table was a global filled by imports; pass a table
-    from ``hightide.server.handlers.routes()`` instead)."""
-    if name == "ROUTES":
-        from .handlers import routes
-        return routes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
