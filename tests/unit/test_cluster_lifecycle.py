@@ -426,3 +426,20 @@ def test_the_reply_on_the_wire_carries_the_lowest_acknowledged_offset():
     stale, _ = c.heartbeat(1, e1 + 1)
     _, wire = decode_broker_heartbeat_response(0, encode_broker_heartbeat_response(0, 5, heartbeat_response(stale))[4:])
     assert (wire.error_code, wire.lowest_acknowledged_offset) == (ErrorCode.stale_broker_epoch.value, -1)
+
+
+def test_a_broker_fenced_during_controlled_shutdown_is_not_unfenced_again():
+    """Found by the simulator (seed 601, one broker): a heartbeat sent before the broker
+    asked to shut down, delayed past its fencing, must not unfence a registration that is
+    logged in controlled shutdown (Kafka keeps that flag on fencing; its process restarts
+    with a new incarnation)."""
+    c = Ctx()
+    e1 = c.up(1)
+    _lead_a_partition(c, 1)
+    c.heartbeat(1, e1, want_shut_down=True)
+    c.now += TIMEOUT + 1
+    c.tick()
+    assert c.image.brokers[1].fenced and c.image.brokers[1].in_controlled_shutdown
+    reply, records = c.heartbeat(1, e1)  # the late heartbeat, without WantShutDown
+    assert reply.is_fenced and records == [] and reply.lowest_acknowledged_offset == -1
+    assert c.register(1, 2)[0].error_code == ErrorCode.none  # the restarted process registers anew

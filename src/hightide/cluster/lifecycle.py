@@ -21,7 +21,8 @@ the first returned record will get (the log end offset under the lock);
 A broker's state (Kafka's ``BrokerControlState``) and its transitions on a heartbeat::
 
     FENCED       --WantShutDown-->                        SHUTDOWN_NOW
-    FENCED       --not WantFence, offset >= catch-up-->   UNFENCED
+    FENCED       --not WantFence, offset >= catch-up,
+                   not logged in controlled shutdown-->   UNFENCED
     UNFENCED     --WantFence (+WantShutDown)-->           FENCED (SHUTDOWN_NOW)
     UNFENCED     --WantShutDown, leads partitions-->      CONTROLLED_SHUTDOWN
     UNFENCED     --WantShutDown, leads nothing-->         SHUTDOWN_NOW
@@ -230,8 +231,9 @@ class BrokerLifecycle:
             session.shutdown_offset = -1
         elif nxt is BrokerState.CONTROLLED_SHUTDOWN and current is not nxt:
             session.shutdown_offset = next_offset + len(records) - 1  # the batch's end offset, as Kafka
+        active = nxt is BrokerState.UNFENCED and not reg.in_controlled_shutdown  # as the image will say
         lowest = self.heartbeats.publish(self.heartbeats.lowest_acknowledged(
-            image.brokers.values(), now_ms, (reg.broker_id, nxt is BrokerState.UNFENCED)))
+            image.brokers.values(), now_ms, (reg.broker_id, active)))
         return HeartbeatReply(ErrorCode.none, session.acked_offset >= catch_up, nxt.fenced,
                               nxt is BrokerState.SHUTDOWN_NOW, lowest), records
 
@@ -259,7 +261,7 @@ class BrokerLifecycle:
         if current is BrokerState.FENCED:
             if req.want_shut_down:
                 return current, BrokerState.SHUTDOWN_NOW
-            if not req.want_fence and acked >= catch_up:
+            if not req.want_fence and acked >= catch_up and not reg.in_controlled_shutdown:
                 return current, BrokerState.UNFENCED
             return current, BrokerState.FENCED
         if current is BrokerState.UNFENCED:
