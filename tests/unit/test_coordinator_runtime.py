@@ -1,8 +1,10 @@
 """The coordinator runtime with the group coordinator on it, over a real partition log and a
 fake flusher whose fsyncs the test completes (or fails) by hand: an OffsetCommit is
 answered only once its records are committed, reads never see uncommitted records, a
-failed fsync answers an error and applies nothing, operations of one partition run one
-after the other, loading answers COORDINATOR_LOAD_IN_PROGRESS, timers take the same path.
+failed fsync answers an error and applies nothing readable, writes of one partition are
+pipelined (each sees the earlier ones, all share one fsync round), loading answers
+COORDINATOR_LOAD_IN_PROGRESS, timers take the same path. Simulation tests in
+test_coordinator_runtime_sim.py.
 """
 
 from __future__ import annotations
@@ -22,16 +24,22 @@ from hightide.protocol.errors import ErrorCode
 from hightide.server import coordinator_runtime
 from hightide.server.coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
 from hightide.server.group_runtime import GroupRuntime
+from tests.waiting import async_wait_until
 
 GROUP = "g"
 T0 = 1_000_000
 
 
 class FakeFlusher:
-    """``durable(plog)`` hands out futures the test resolves: ``complete()`` / ``fail()``."""
+    """``durable(plog)`` hands out futures the test resolves, one flusher round at a time:
+    ``complete()`` fsyncs each log asked for once and resolves every future; ``fail()``
+    fails them, taking the log offline as ``PartitionLog.end_flush`` does after a real
+    fsync failure (``offline=False``: the fsync could not even start, e.g. EMFILE)."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[PartitionLog, asyncio.Future]] = []
+        self.rounds = 0  # rounds that fsynced something
+        self.fsyncs = 0  # logs fsynced, over all rounds
 
     def durable(self, plog: PartitionLog) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -39,15 +47,23 @@ class FakeFlusher:
         return fut
 
     def complete(self) -> None:
-        for plog, fut in self.pending:
+        pending, self.pending = self.pending, []
+        logs = {id(plog): plog for plog, _ in pending}
+        for plog in logs.values():
             plog.flush()
-            fut.set_result(None)
-        self.pending.clear()
+        self.fsyncs += len(logs)
+        self.rounds += bool(logs)
+        for _, fut in pending:
+            if not fut.done():
+                fut.set_result(None)
 
-    def fail(self) -> None:
-        for _, fut in self.pending:
-            fut.set_exception(OSError(5, "Input/output error"))
-        self.pending.clear()
+    def fail(self, *, offline: bool = True) -> None:
+        pending, self.pending = self.pending, []
+        for plog, fut in pending:
+            if offline:
+                plog.go_offline("an fsync failed")
+            if not fut.done():
+                fut.set_exception(OSError(5, "Input/output error"))
 
 
 class FakeBroker:
@@ -149,23 +165,23 @@ def test_failed_append_answers_coordinator_not_available(tmp_path, monkeypatch):
 
 
 def test_writes_of_a_partition_see_every_earlier_write(tmp_path):
-    """The second commit is decided only after the first is committed and applied, so
-    its ExpectedOffset (optimistic locking) sees the first one."""
+    """The second commit runs while the first waits for its fsync, against the working
+    shard, so its ExpectedOffset (optimistic locking) sees the first one; both share one
+    fsync and are answered in log order; reads see neither until then."""
     groups, broker = _runtime(tmp_path, **{"log.flush.interval.messages": 1})
 
     async def scenario():
         first = asyncio.ensure_future(_commit(groups, 10))
         second = asyncio.ensure_future(_commit(groups, 20, expected=10))
         await _until_fsync_requested(broker)
-        for _ in range(10):
-            await asyncio.sleep(0)
-        assert len(broker.flusher.pending) == 1 and not second.done()  # queued behind the first
+        await async_wait_until(lambda: broker.log.log_end_offset == 2, 5, what="both commits appended")
+        assert not first.done() and not second.done()
+        assert _fetched(groups) == -1
         broker.flusher.complete()
         assert (await first)[0] == ErrorCode.none
-        await _until_fsync_requested(broker)
-        broker.flusher.complete()
-        assert (await second)[1] == {("t", 0): ErrorCode.none}
+        assert (await second)[1] == {("t", 0): ErrorCode.none}  # the expected offset matched
         assert _fetched(groups) == 20
+        assert broker.flusher.rounds == 1
     asyncio.run(scenario())
 
 
@@ -225,4 +241,125 @@ def test_a_caller_that_goes_away_does_not_cut_the_write_off(tmp_path):
             await asyncio.sleep(0)
         assert _fetched(groups) == 42  # in the log, so in the shard
         assert groups.runtime.committed_offset(0) == 1
+    asyncio.run(scenario())
+
+
+# -- pipelined writes, reads of committed state, failures ------------------------------------
+def _commit_tp(groups: GroupRuntime, partition: int, offset: int):
+    commit = CommitRequest("t", partition, offset, -1, "", None)
+    return groups.execute(GROUP, lambda shard: shard.commit_offsets(
+        GROUP, -1, "", [commit], T0, lambda t, p: True), T0)
+
+
+def _offsets(shard) -> dict:
+    return {g: dict(tps) for g, tps in shard.offsets.offsets.items()}
+
+
+def _log_state(groups: GroupRuntime, broker: FakeBroker, upto: int | None = None) -> dict:
+    """The offsets a fresh load of the log (its records below ``upto``) would hold."""
+    shard = groups.runtime.adapter.new_shard(0)
+    for chunk in coordinator_runtime.iter_record_chunks(broker.log):
+        for offset, key, value in chunk:
+            if upto is None or offset < upto:
+                groups.runtime.adapter.load_record([shard], offset, key, value)
+    return _offsets(shard)
+
+
+def test_concurrent_commits_of_one_partition_share_one_fsync_round(tmp_path):
+    groups, broker = _runtime(tmp_path, **{"log.flush.interval.messages": 1})
+
+    async def scenario():
+        commits = [asyncio.ensure_future(_commit_tp(groups, p, 100 + p)) for p in range(50)]
+        await async_wait_until(lambda: broker.log.log_end_offset == 50, 5, what="all 50 commits appended")
+        assert not any(c.done() for c in commits)  # none answered before the fsync
+        assert _fetched(groups) == -1
+        broker.flusher.complete()
+        answers = await asyncio.gather(*commits)
+        assert all(a[0] == ErrorCode.none for a in answers)
+        assert (broker.flusher.rounds, broker.flusher.fsyncs) == (1, 1)  # was one round per commit
+        assert groups.runtime.committed_offset(0) == 50
+        assert _offsets(groups.shard_for(GROUP)) == _log_state(groups, broker)
+    asyncio.run(scenario())
+
+
+def test_a_read_during_an_uncommitted_write_sees_committed_state_then_the_write(tmp_path):
+    """OffsetFetch answers at once from the committed shard while a commit waits for its
+    fsync (the old value), and sees the new value as soon as the commit is answered; an
+    operation without records waits behind the uncommitted write."""
+    groups, broker = _runtime(tmp_path, **{"log.flush.interval.messages": 1})
+
+    async def scenario():
+        first = asyncio.ensure_future(_commit(groups, 5))
+        await _until_fsync_requested(broker)
+        broker.flusher.complete()
+        await first
+        second = asyncio.ensure_future(_commit(groups, 6))
+        await _until_fsync_requested(broker)
+        assert _fetched(groups) == 5  # committed state, not the pending 6
+        no_records = asyncio.ensure_future(groups.execute(GROUP, lambda s: s.expire_offsets(T0), T0))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not no_records.done()  # its answer may depend on the uncommitted commit
+        broker.flusher.complete()
+        await second
+        assert _fetched(groups) == 6
+        await no_records
+    asyncio.run(scenario())
+
+
+def test_failed_fsync_fails_every_write_in_flight_and_reads_stay_committed(tmp_path):
+    """A real fsync failure (the log goes offline): every write in flight fails with
+    NOT_COORDINATOR, none of them is readable, the committed shard equals a load of the
+    log's committed prefix, later writes are refused."""
+    groups, broker = _runtime(tmp_path, **{"log.flush.interval.messages": 1})
+
+    async def scenario():
+        ok = asyncio.ensure_future(_commit_tp(groups, 0, 1))
+        await _until_fsync_requested(broker)
+        broker.flusher.complete()
+        await ok
+        writes = [asyncio.ensure_future(_commit_tp(groups, p, 50 + p)) for p in range(5)]
+        await async_wait_until(lambda: broker.log.log_end_offset == 6, 5, what="5 commits appended")
+        broker.flusher.fail()
+        for w in writes:
+            with pytest.raises(CoordinatorUnavailable) as info:
+                await w
+            assert info.value.error_code == ErrorCode.not_coordinator
+        assert groups.runtime.committed_offset(0) == 1
+        assert _offsets(groups.shard_for(GROUP)) == _log_state(groups, broker, upto=1)
+        assert [f.offset for f in groups.shard_for(GROUP).fetch_offsets(GROUP, [("t", p) for p in range(5)])] \
+            == [1, -1, -1, -1, -1]
+        with pytest.raises(CoordinatorUnavailable) as info:
+            await _commit_tp(groups, 0, 2)
+        assert info.value.error_code == ErrorCode.not_coordinator
+        assert groups.runtime.working_shard(0) is None  # no timers run on a fenced partition
+    asyncio.run(scenario())
+
+
+def test_fsync_that_could_not_start_reloads_the_shard_from_the_log(tmp_path):
+    """The fsync fails but the log stays writable (e.g. out of descriptors): the writes in
+    flight fail, the partition reloads (an fsync first, then a replay), and afterwards
+    memory equals the whole log and writes work again."""
+    groups, broker = _runtime(tmp_path, **{"log.flush.interval.messages": 1})
+
+    async def scenario():
+        writes = [asyncio.ensure_future(_commit_tp(groups, p, 70 + p)) for p in range(4)]
+        await async_wait_until(lambda: broker.log.log_end_offset == 4, 5, what="4 commits appended")
+        broker.flusher.fail(offline=False)
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        assert all(isinstance(r, CoordinatorUnavailable) for r in results)
+        assert _offsets(groups.shard_for(GROUP)) == {}  # reads: still the committed state
+        with pytest.raises(CoordinatorLoadInProgress):
+            await _commit_tp(groups, 0, 1)  # reloading
+        await _until_fsync_requested(broker)  # the reload makes the log durable first
+        broker.flusher.complete()
+        await async_wait_until(lambda: groups.runtime.working_shard(0) is not None, 5, what="the reload")
+        assert groups.runtime.committed_offset(0) == 4
+        assert _offsets(groups.shard_for(GROUP)) == _log_state(groups, broker) != {}
+        assert _offsets(groups.runtime.working_shard(0)) == _log_state(groups, broker)
+        nxt = asyncio.ensure_future(_commit_tp(groups, 0, 99))
+        await _until_fsync_requested(broker)
+        broker.flusher.complete()
+        assert (await nxt)[0] == ErrorCode.none
+        assert _fetched(groups) == 99
     asyncio.run(scenario())

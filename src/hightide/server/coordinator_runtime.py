@@ -7,60 +7,80 @@ Theory of operation
 A coordinator is split into a sans-IO *shard* per partition of its log (a state machine
 whose request methods return a result holding a response and records, without changing
 state, and whose ``replay`` is the only mutator) and this runtime, which does the IO. A
-:class:`ShardAdapter` tells the runtime how to make, load, encode and apply one kind of
-shard. For each partition the runtime keeps a :class:`_Partition`: its shard, a state
-(LOADING, ACTIVE, FAILED), its *committed offset* and a write lock.
+:class:`ShardAdapter` tells the runtime how to make, load, encode, replay and apply one
+kind of shard. For each partition the runtime keeps a :class:`_Partition`: a state
+(LOADING, ACTIVE, FAILED), its *committed offset*, the writes in flight and two views:
+
+* the **committed shard** (``shard``): exactly the committed prefix of the log. Every
+  read (OffsetFetch, describes, lists, ReadShareGroupStateSummary, lag answers) uses it,
+  synchronously and without waiting: a read can never see a record that is not
+  committed. It is Kafka's snapshot at the last committed offset, kept by replay instead
+  of a snapshot registry.
+* the **working shard** (``working``): the committed prefix plus every write appended but
+  not yet committed. Writes run against it, so each write sees every earlier write of
+  its partition (optimistic locking, generations and member epochs stay exact) — as
+  Kafka's write operations see uncommitted state.
 
 *Loading.* :meth:`CoordinatorRuntime.load` replays each partition's log, from its log
-start offset to its high watermark, in a task that yields to the event loop after every
-chunk (``LOAD_CHUNK_BYTES``), so a big log never stalls the loop for long. Until it is done
-the partition is LOADING: reads and writes raise :class:`CoordinatorLoadInProgress`
-(answered COORDINATOR_LOAD_IN_PROGRESS; clients retry). A partition whose log cannot be
-read is FAILED (COORDINATOR_NOT_AVAILABLE).
+start offset to its high watermark, into both views (each record decoded once), in a
+task that yields to the event loop after every chunk (``LOAD_CHUNK_BYTES``). Until it is
+done the partition is LOADING: reads and writes raise :class:`CoordinatorLoadInProgress`
+(COORDINATOR_LOAD_IN_PROGRESS; clients retry). A log that cannot be read: FAILED
+(COORDINATOR_NOT_AVAILABLE).
 
-*Writes* (:meth:`CoordinatorRuntime.write`): under the partition's write lock, call the
-operation on the shard, append its records as one batch, wait until that batch is
-*committed*, and only then apply the result to the shard (replay the records with their
-offsets, then whatever the adapter applies besides: live state, parked completions) and
-return it. Timers (session timeouts, offset expiry, share-state snapshots) are
-operations too and take the same path. A write runs in a task of its own, so a caller
-that goes away (its connection closed) never cuts it off between append and apply.
+*Writes* (:meth:`CoordinatorRuntime.write`) are pipelined. A write runs the operation on
+the working shard, appends its records as one batch (page cache, synchronous), replays
+them (and the result's live state) into the working shard at once, asks the flusher for
+an fsync if the flush policy wants one, and parks the answer in the partition's
+in-flight queue. The next write of the partition runs right away, without waiting for
+the previous commit: writes that arrive during an fsync append their own batches and
+share the next fsync round (group commit), instead of one write per fsync round. All of
+this happens between two awaits, so the event loop serializes the writes of a partition
+without a lock. Timers (session timeouts, offset expiry, share-state snapshots) are
+writes too. An operation that appends nothing still waits behind the writes before it
+(its answer may depend on them), like Kafka's writes that wait for the high watermark.
 
-*Committed* is one notion, the partition's committed offset; a batch is committed once
-the committed offset passes its last record. Today (one node) the offset advances:
+*Committed* is one notion, the partition's committed offset; the in-flight queue is
+committed from its head, in log order: a write whose append made an fsync due
+(``flush.messages`` / ``log.flush.interval.messages`` reached; always, for 1) once an
+fsync covering it is reported done; any other write (interval flushing, the default) as
+soon as everything before it is committed — its records are in the page cache, and a
+machine crash before the next periodic fsync can lose them, exactly as it can lose an
+acknowledged produce. Committing a write applies its result to the committed shard
+(replay, live state, log lines, parked completions such as a JoinGroup answered by this
+write) and only then answers its caller. So an answer is sent only after its records are
+committed, and every read after it sees them. With replication the committed offset
+becomes the high watermark (replicated to the ISR); nothing above this notion changes.
 
-* with ``flush.messages`` / ``log.flush.interval.messages`` set, when the append makes
-  an fsync due (``unflushed >= flush.messages``; always, for 1): once the
-  :class:`~.flusher.Flusher` reports the fsync of that batch done — the answer is sent
-  after the records are on disk;
-* otherwise (interval flushing, the default): right after the append — the records are
-  in the page cache; a crash of the machine (not of the process) before the next
-  periodic fsync can lose them, exactly as it can lose an acknowledged produce.
+Both views replay the same record and live objects, which is sound because they are
+immutable (frozen records; a classic group is cloned by the operation that changes it).
+A write runs to the end of its append without awaiting, and its answer future is
+shielded, so a caller that goes away (its connection closed) never cuts a write off
+between the append and the replay.
 
-With replication the committed offset becomes the high watermark (replicated to the
-ISR); nothing above this notion changes.
+*Serial adapters.* An adapter with ``pipelined = False`` (the metadata image, which the
+broker reads directly) has one view: its writes run one at a time, the next one only
+after the previous is committed and applied, as Kafka's controller did before it
+pipelined. Nothing else differs.
 
-*Reads serve committed state only.* Because a result is applied only once committed, the
-shard always holds exactly the committed prefix of its log: a read (OffsetFetch,
-ReadShareGroupStateSummary, describe, lag answers) uses the shard directly, without the
-lock, and can never see a record whose commit has not completed. The price, and the
-choice made here instead of Kafka's snapshot registry (writes see uncommitted state,
-reads a snapshot at the committed offset): the write lock serializes the operations of
-one partition, so the next operation runs only after the previous one's records are
-committed and applied. Every write therefore sees all earlier writes (read-your-writes
-within a shard holds trivially) and no rollback is ever needed. With interval flushing
-commit is immediate and nothing waits; with ``flush.messages=1`` a partition completes
-one operation per fsync (the flusher's group commit still shares one fsync among
-partitions and with produce). Batching several operations of one partition into one
-append would need Kafka's snapshots; not needed yet.
+*Failures.* An operation that raises appends nothing and changes nothing. A failed
+append (the log refuses: offline, full disk) fails that write alone
+(COORDINATOR_NOT_AVAILABLE): nothing of it is in the log or in either view. A failed
+fsync fails every write of the partition not yet committed, with the adapter's
+``storage_error_code`` (NOT_COORDINATOR for groups, KAFKA_STORAGE_ERROR for share state),
+and *unloads* the working shard, as Kafka unloads a coordinator whose log fails: it holds
+writes that may be lost, and the log holds records nobody was told about. Parked
+requests the partition holds are answered NOT_COORDINATOR (clients look the coordinator
+up again). Reads keep serving the committed shard, which is exactly what is durable.
+Then:
 
-*Failures.* A failed append (the log refuses: offline, full disk) raises
-:class:`CoordinatorUnavailable` (COORDINATOR_NOT_AVAILABLE) and applies nothing. A
-failed fsync raises :class:`CoordinatorUnavailable` with the adapter's
-``storage_error_code`` and applies nothing either; the log is then offline for appends
-(see ``PartitionLog.end_flush``), so every later write fails the same way while reads
-keep serving the committed state — which is what is durable. After a restart the records
-whose fsync failed may or may not be in the log, like any unacknowledged write.
+* the log is offline (a real fsync failure: see ``PartitionLog.end_flush``): writes
+  answer the storage error until the broker is restarted and recovers the log from disk;
+* the log is still writable (the fsync could not even start, e.g. out of descriptors):
+  the partition reloads in the background — first an fsync of everything in the log,
+  then a replay of the whole log into fresh views, swapped in at the end, so memory again
+  equals the log and nothing in it can be lost. Writes answer
+  COORDINATOR_LOAD_IN_PROGRESS meanwhile.
 """
 
 from __future__ import annotations
@@ -68,7 +88,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -81,6 +102,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.coordinator")
 
 LOAD_CHUNK_BYTES = 64 * 1024  # replayed between two yields to the event loop
+RELOAD_RETRY_S = 1.0  # a reload whose fsync failed while the log stayed writable retries after this
 S = TypeVar("S")  # a shard
 LoggedRecord = tuple[int, "bytes | None", "bytes | None"]  # offset, key, value as stored
 
@@ -102,18 +124,21 @@ class CoordinatorLoadInProgress(CoordinatorUnavailable):
 
 
 class ShardAdapter(Protocol[S]):
-    """How the runtime makes, loads, encodes and applies one kind of shard."""
+    """How the runtime makes, loads, encodes, replays and applies one kind of shard."""
 
     topic: str
     storage_error_code: ErrorCode  # the answer when the fsync of a write fails
+    pipelined: bool  # two views and pipelined writes (see the module doc); False: serial
 
     def new_shard(self, partition: int) -> S: ...
 
-    def load_record(self, shard: S, offset: int, key: bytes | None, value: bytes | None) -> bool:
-        """Replay one stored record at start-up; False if it was skipped."""
+    def load_record(self, shards: Sequence[S], offset: int, key: bytes | None, value: bytes | None) -> bool:
+        """Replay one stored record into each of ``shards`` (decoded once); False if it
+        was skipped."""
 
-    def loaded(self, shard: S, partition: int, count: int) -> None:
-        """The partition's log is replayed (``count`` records): arm timers, log."""
+    def loaded(self, shards: Sequence[S], partition: int, count: int) -> None:
+        """The partition's log is replayed into ``shards`` (``count`` records): arm
+        timers in each, log."""
 
     def records(self, result: Any) -> list[Any]:
         """The records an operation's result asks to append (empty: nothing to write)."""
@@ -121,9 +146,17 @@ class ShardAdapter(Protocol[S]):
     def encode(self, records: list[Any]) -> list[tuple[bytes | None, bytes | None]]:
         """(key, value) bytes of the records, in order."""
 
+    def replay(self, shard: S, partition: int, result: Any, offsets: list[int]) -> None:
+        """The state change of a result: replay its records (at ``offsets``) and its live
+        state into ``shard``; nothing else (the working shard, as soon as appended)."""
+
     def apply(self, shard: S, partition: int, result: Any, offsets: list[int]) -> None:
-        """The result's records are committed at ``offsets``: replay them, then apply the
-        rest of the result (live state, parked completions)."""
+        """The result is committed: :meth:`replay` it into the committed shard, then its
+        side effects (log lines, parked completions)."""
+
+    def abandon(self, partition: int, shards: Sequence[S], results: Sequence[Any]) -> None:
+        """The partition's working shard is unloaded: fail every parked request these
+        shards hold or these (failed) results would have completed."""
 
 
 class LoadState(enum.Enum):
@@ -133,12 +166,31 @@ class LoadState(enum.Enum):
 
 
 @dataclass(eq=False)
+class _Write:
+    """One write: its operation, then (once run) its result, offsets and end offset."""
+
+    fn: Callable[[Any], Any]
+    now_ms: int
+    fut: asyncio.Future
+    result: Any = None
+    offsets: list[int] = field(default_factory=list)
+    end: int = 0  # the log end offset after it: committed once the committed offset reaches it
+    needs_fsync: bool = False
+
+
+@dataclass(eq=False)
 class _Partition(Generic[S]):
-    shard: S
+    shard: S  # committed view: every read
+    working: S | None = None  # committed + in flight: every write (None: not writable now)
     state: LoadState = LoadState.LOADING
     committed_offset: int = 0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    task: asyncio.Task | None = None
+    written_offset: int = 0  # end of the last append (== committed_offset when idle)
+    durable_offset: int = 0  # end covered by the fsyncs reported done
+    inflight: deque[_Write] = field(default_factory=deque)  # appended, not committed, log order
+    queue: deque[_Write] = field(default_factory=deque)  # serial adapters: not run yet
+    fenced: CoordinatorUnavailable | None = None  # why writes are refused (log offline)
+    epoch: int = 0  # bumped when the partition's writes fail: older callbacks are ignored
+    task: asyncio.Task | None = None  # loading or reloading
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -165,37 +217,57 @@ class CoordinatorRuntime(Generic[S]):
             part: _Partition[S] = _Partition(self.adapter.new_shard(p))
             self.partitions[p] = part
             if now:
-                for _ in self._replay_chunks(p, part):
+                for _ in self._load_chunks(p, part):
                     pass
             else:
                 part.task = asyncio.get_running_loop().create_task(self._load(p, part),
                                                                      name=f"load {self.adapter.topic}-{p}")
 
     def add_loaded(self, partition: int, shard: S, committed_offset: int) -> None:
-        """Serve a partition whose shard was loaded elsewhere (the metadata image)."""
-        self.partitions[partition] = _Partition(shard, LoadState.ACTIVE, committed_offset)
+        """Serve a partition whose shard was loaded elsewhere (the metadata image; a
+        serial adapter, so the shard is both views)."""
+        part: _Partition[S] = _Partition(shard, shard, LoadState.ACTIVE)
+        part.committed_offset = part.written_offset = part.durable_offset = committed_offset
+        self.partitions[partition] = part
 
     async def _load(self, p: int, part: _Partition[S]) -> None:
-        for _ in self._replay_chunks(p, part):
+        for _ in self._load_chunks(p, part):
             await asyncio.sleep(0)
 
-    def _replay_chunks(self, p: int, part: _Partition[S]) -> Iterator[None]:
-        """Replay the partition's log chunk by chunk (a yield after each); ACTIVE at the end,
-        FAILED if the log cannot be read."""
-        count = 0
+    def _load_chunks(self, p: int, part: _Partition[S]) -> Iterator[None]:
+        """Load the partition (a yield after each chunk): ACTIVE at the end, FAILED if its
+        log cannot be read."""
         try:
-            plog = self._log_for(p)
-            for chunk in iter_record_chunks(plog):
-                for offset, key, value in chunk:
-                    count += self.adapter.load_record(part.shard, offset, key, value)
-                yield
-            part.committed_offset = plog.high_watermark if plog is not None else 0
-            self.adapter.loaded(part.shard, p, count)
+            views = self._views(p, part.shard)
+            yield from self._replay_log(p, views)
+            self._install(p, part, views)
             part.state = LoadState.ACTIVE
         except OSError as exc:
             log.error("loading %s-%d failed: %s", self.adapter.topic, p, exc)
             part.state = LoadState.FAILED
+
+    def _views(self, p: int, committed: S | None = None) -> list[S]:
+        """Fresh (committed, working) shards; one shard for a serial adapter."""
+        first = committed if committed is not None else self.adapter.new_shard(p)
+        return [first, self.adapter.new_shard(p)] if self.adapter.pipelined else [first]
+
+    def _replay_log(self, p: int, views: list[S]) -> Iterator[None]:
+        """Replay the partition's log to its high watermark into ``views``, a yield after
+        each chunk. Raises OSError if the log cannot be read."""
+        plog = self._log_for(p)
+        count = 0
+        for chunk in iter_record_chunks(plog):
+            for offset, key, value in chunk:
+                count += self.adapter.load_record(views, offset, key, value)
+            yield
+        self.adapter.loaded(views, p, count)
         self.loaded_records += count
+
+    def _install(self, p: int, part: _Partition[S], views: list[S]) -> None:
+        plog = self._log_for(p)
+        part.shard, part.working = views[0], views[-1]
+        part.committed_offset = part.written_offset = part.durable_offset = \
+            plog.high_watermark if plog is not None else 0
 
     async def wait_loaded(self) -> None:
         """Until every partition has finished loading (or failed)."""
@@ -204,17 +276,26 @@ class CoordinatorRuntime(Generic[S]):
             await asyncio.wait(tasks)
 
     def close(self) -> None:
-        """Stop loads in progress (shutdown)."""
+        """Stop loads and reloads in progress (shutdown)."""
         for part in self.partitions.values():
             if part.task is not None and not part.task.done():
                 part.task.cancel()
 
     # -- reads ---------------------------------------------------------------------------------
     def shard(self, partition: int) -> S:
-        """The partition's shard, holding committed state only (see the module doc). Raises
-        :class:`CoordinatorLoadInProgress` while loading, :class:`CoordinatorUnavailable` if
-        the partition is not loaded or failed to load."""
+        """The partition's committed shard: committed state only (see the module doc).
+        Raises :class:`CoordinatorLoadInProgress` while loading,
+        :class:`CoordinatorUnavailable` if the partition is not loaded or failed to load."""
         return self._active(partition).shard
+
+    def working_shard(self, partition: int) -> S | None:
+        """The state the next write of the partition will see (committed plus in flight);
+        None if the partition takes no writes now. For deciding which timers are due,
+        never for answering a read."""
+        part = self.partitions.get(partition)
+        if part is None or part.state is not LoadState.ACTIVE or part.fenced is not None:
+            return None
+        return part.working
 
     def _active(self, partition: int) -> _Partition[S]:
         part = self.partitions.get(partition)
@@ -227,45 +308,78 @@ class CoordinatorRuntime(Generic[S]):
         return part
 
     def active_shards(self) -> dict[int, S]:
-        """Shards of every ACTIVE partition. Raises :class:`CoordinatorLoadInProgress` if
-        some partition is still loading (a listing would be incomplete)."""
+        """Committed shards of every ACTIVE partition. Raises
+        :class:`CoordinatorLoadInProgress` if some partition is still loading (a listing
+        would be incomplete)."""
         if any(part.state is LoadState.LOADING for part in self.partitions.values()):
             raise CoordinatorLoadInProgress(f"{self.adapter.topic} is loading")
         return {p: part.shard for p, part in self.partitions.items() if part.state is LoadState.ACTIVE}
 
     def committed_offset(self, partition: int) -> int:
-        """The offset below which the partition's records are committed (and applied)."""
+        """The offset below which the partition's records are committed (and applied to
+        the committed shard)."""
         return self.partitions[partition].committed_offset
 
     # -- writes --------------------------------------------------------------------------------
     async def write(self, partition: int, op: Callable[[S], Any], now_ms: int) -> Any:
-        """Run ``op(shard)`` under the partition's write lock, append the records of its
-        result as one batch, wait until they are committed, apply the result and return
-        it. Raises :class:`CoordinatorUnavailable` (nothing applied) if the partition is
-        not active, the append fails or the commit fails; an exception from ``op`` itself
+        """Run ``op(working shard)``, append the records of its result as one batch, and
+        return the result once they are committed and applied to the committed shard (see
+        the module doc). Raises :class:`CoordinatorUnavailable` if the partition takes no
+        writes (loading, reloading, offline), if the append fails (nothing appended or
+        applied) or if the fsync fails (the adapter's ``storage_error_code``; applied to
+        no read, the working shard is unloaded); an exception from ``op`` itself
         propagates with nothing appended or applied.
 
-        The write runs in its own task: a caller that goes away (its connection closed)
-        does not cut it off between the append and the apply, so the shard never misses
-        records that are in the log."""
-        self._active(partition)
-        task = asyncio.ensure_future(self._write(partition, op, now_ms))
-        task.add_done_callback(_retrieve)
-        return await asyncio.shield(task)
+        The write is not cut off if the caller goes away (its connection closed): it
+        still commits (or fails) and is applied, so memory never misses records of the
+        log."""
+        part = self._writable(partition)
+        w = _Write(op, now_ms, asyncio.get_running_loop().create_future())
+        w.fut.add_done_callback(_retrieve)
+        if self.adapter.pipelined or not (part.inflight or part.queue):
+            self._run(partition, part, w)
+            self._advance(partition, part)
+        else:
+            part.queue.append(w)  # serial: run once the write in flight is committed
+        return await asyncio.shield(w.fut)
 
-    async def _write(self, partition: int, op: Callable[[S], Any], now_ms: int) -> Any:
-        part = self.partitions[partition]
-        async with part.lock:
-            self._active(partition)  # it may have changed while waiting for the lock
-            result = op(part.shard)
-            records = self.adapter.records(result)
-            offsets: list[int] = []
+    def _writable(self, partition: int) -> _Partition[S]:
+        part = self._active(partition)
+        if part.fenced is not None:
+            raise part.fenced
+        if part.working is None:
+            raise CoordinatorLoadInProgress(f"{self.adapter.topic}-{partition} is reloading after a failed write")
+        return part
+
+    def _run(self, p: int, part: _Partition[S], w: _Write) -> None:
+        """Run the write's operation, append its records, replay them into the working
+        shard (pipelined adapters) and queue it as in flight; or fail its future. No
+        await in here: writes of a partition never interleave."""
+        assert part.working is not None
+        try:
+            w.result = w.fn(part.working)
+            records = self.adapter.records(w.result)
             if records:
-                offsets = await self._append_committed(partition, part, records, now_ms)
-            self.adapter.apply(part.shard, partition, result, offsets)
-            return result
+                w.offsets, w.needs_fsync = self._append(p, records, w.now_ms)
+                part.written_offset = w.offsets[-1] + 1
+        except Exception as exc:  # the caller gets it; nothing was appended or replayed
+            w.fut.set_exception(exc)
+            return
+        w.end = part.written_offset
+        part.inflight.append(w)
+        if self.adapter.pipelined:
+            try:
+                self.adapter.replay(part.working, p, w.result, w.offsets)
+            except Exception as exc:  # a replay bug: the working shard is broken, unload it
+                log.exception("replaying a write into %s-%d failed", self.adapter.topic, p)
+                self._fail(p, part, exc)
+                return
+        if w.needs_fsync:
+            self._when_durable(p, part, w)
 
-    async def _append_committed(self, p: int, part: _Partition[S], records: list[Any], now_ms: int) -> list[int]:
+    def _append(self, p: int, records: list[Any], now_ms: int) -> tuple[list[int], bool]:
+        """Append ``records`` as one batch: their offsets, and whether the flush policy
+        wants them fsynced before they count as committed. Raises CoordinatorUnavailable."""
         plog = self._log_for(p)
         if plog is None:
             raise CoordinatorUnavailable(f"{self.adapter.topic}-{p} is not available")
@@ -277,20 +391,110 @@ class CoordinatorRuntime(Generic[S]):
             raise CoordinatorUnavailable(f"append to {self.adapter.topic}-{p} failed: {exc}") from exc
         if self._on_append is not None:
             self._on_append(p)
-        if fsync_due(plog):
+        return list(range(result.base_offset, result.base_offset + len(records))), fsync_due(plog)
+
+    def _when_durable(self, p: int, part: _Partition[S], w: _Write) -> None:
+        """Ask for an fsync covering ``w`` (shared with every write and produce that asks
+        before the flusher's next round); commit or fail when it is done."""
+        epoch = part.epoch
+        plog = self._log_for(p)
+        assert plog is not None
+        fut = asyncio.ensure_future(self._durable(plog))
+
+        def done(f: asyncio.Future) -> None:
+            exc: BaseException | None = asyncio.CancelledError() if f.cancelled() else f.exception()
+            if part.epoch != epoch:
+                return  # the partition's writes failed meanwhile
+            if exc is None:
+                part.durable_offset = max(part.durable_offset, w.end)
+                self._advance(p, part)
+            else:
+                self._fail(p, part, exc)
+        fut.add_done_callback(done)
+
+    def _advance(self, p: int, part: _Partition[S]) -> None:
+        """Commit the in-flight writes from the head while they are committable; apply
+        each to the committed shard and answer it. Serial adapters: then run the next
+        queued write."""
+        while True:
+            while part.inflight:
+                w = part.inflight[0]
+                if w.needs_fsync and w.end > part.durable_offset:
+                    return
+                part.inflight.popleft()
+                part.committed_offset = max(part.committed_offset, w.end)
+                try:
+                    self.adapter.apply(part.shard, p, w.result, w.offsets)
+                except Exception as exc:  # an apply bug: answer it, reload from the log
+                    log.exception("applying a committed write to %s-%d failed", self.adapter.topic, p)
+                    w.fut.set_exception(exc)
+                    self._fail(p, part, exc)
+                    return
+                if not w.fut.done():
+                    w.fut.set_result(w.result)
+            if not part.queue or part.working is None:
+                return
+            self._run(p, part, part.queue.popleft())
+
+    def _fail(self, p: int, part: _Partition[S], exc: BaseException) -> None:
+        """An fsync (or an apply) failed: fail every write of the partition not committed
+        yet, unload the working shard and reload from the log if it is writable, else
+        refuse writes (reads keep the committed shard)."""
+        topic = self.adapter.topic
+        err = CoordinatorUnavailable(f"fsync of {topic}-{p} failed: {exc}", self.adapter.storage_error_code)
+        part.epoch += 1
+        failed = list(part.inflight) + list(part.queue)
+        part.inflight.clear()
+        part.queue.clear()
+        for w in failed:
+            if not w.fut.done():
+                w.fut.set_exception(err)
+        plog = self._log_for(p)
+        offline = plog is None or plog.offline_reason is not None
+        if self.adapter.pipelined and part.working is not None:
+            dirty, part.working = part.working, None
+            self.adapter.abandon(p, [dirty, part.shard], [w.result for w in failed])
+            log.error("%s-%d: %d write(s) failed (%s); unloaded its working state, %s", topic, p, len(failed),
+                      exc, "writes refused until restart (log offline)" if offline else "reloading from the log")
+        if offline:
+            reason = plog.offline_reason if plog is not None else "no log"
+            part.fenced = CoordinatorUnavailable(f"{topic}-{p} takes no writes: {reason}",
+                                                 self.adapter.storage_error_code)
+        elif self.adapter.pipelined:
+            part.task = asyncio.get_running_loop().create_task(self._reload(p, part), name=f"reload {topic}-{p}")
+        else:  # serial: memory holds committed writes only; the log may hold the failed one
+            part.written_offset = part.durable_offset = part.committed_offset
+
+    async def _reload(self, p: int, part: _Partition[S]) -> None:
+        """Make everything in the log durable, then replay it into fresh views and swap
+        them in; reads keep the old committed shard meanwhile."""
+        plog = self._log_for(p)
+        while True:
             try:
+                if plog is None or plog.offline_reason is not None:
+                    raise OSError(f"log offline: {plog.offline_reason if plog else 'no log'}")
                 await self._durable(plog)
+                views = self._views(p)
+                for _ in self._replay_log(p, views):
+                    await asyncio.sleep(0)
             except OSError as exc:
-                raise CoordinatorUnavailable(f"fsync of {self.adapter.topic}-{p} failed: {exc}",
-                                             self.adapter.storage_error_code) from exc
-        part.committed_offset = max(part.committed_offset, result.last_offset + 1)
-        return list(range(result.base_offset, result.base_offset + len(records)))
+                if plog is None or plog.offline_reason is not None:
+                    part.fenced = CoordinatorUnavailable(f"{self.adapter.topic}-{p} takes no writes: {exc}",
+                                                         self.adapter.storage_error_code)
+                    log.error("%s-%d: reload failed, writes refused until restart: %s", self.adapter.topic, p, exc)
+                    return
+                log.warning("%s-%d: reload failed (%s), retrying", self.adapter.topic, p, exc)
+                await asyncio.sleep(RELOAD_RETRY_S)
+                continue
+            self._install(p, part, views)
+            log.warning("%s-%d reloaded from its log (to offset %d)", self.adapter.topic, p, part.committed_offset)
+            return
 
 
-def _retrieve(task: asyncio.Task) -> None:
+def _retrieve(fut: asyncio.Future) -> None:
     """Mark a write's exception retrieved (its caller may be gone)."""
-    if not task.cancelled():
-        task.exception()
+    if not fut.cancelled():
+        fut.exception()
 
 
 def fsync_due(plog: PartitionLog) -> bool:

@@ -34,7 +34,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config import group_config_default
@@ -70,6 +70,7 @@ class GroupAdapter:
 
     topic = OFFSETS_TOPIC
     storage_error_code = ErrorCode.not_coordinator
+    pipelined = True
 
     def __init__(self, groups: GroupRuntime) -> None:
         self.groups = groups
@@ -77,24 +78,35 @@ class GroupAdapter:
     def new_shard(self, partition: int) -> GroupCoordinatorShard:
         return GroupCoordinatorShard(self.groups.group_config, consumer_timeouts=self.groups.consumer_timeouts)
 
-    def load_record(self, shard: GroupCoordinatorShard, offset: int, key: bytes | None, value: bytes | None) -> bool:
+    def load_record(self, shards: Sequence[GroupCoordinatorShard], offset: int, key: bytes | None,
+                    value: bytes | None) -> bool:
         record = decode_record(key, value) if key is not None else None
         if record is None:
             return False  # a record type hightide does not interpret (written by another broker)
-        shard.replay(*record)
+        for shard in shards:
+            shard.replay(*record)
         return True
 
-    def loaded(self, shard: GroupCoordinatorShard, partition: int, count: int) -> None:
+    def loaded(self, shards: Sequence[GroupCoordinatorShard], partition: int, count: int) -> None:
         if count:
             log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
-        for k, v in shard.loaded(_now_ms(), lambda g: self.groups.share_timeouts(g)[0]).live:  # members' timers
-            shard.replay(k, v)
+        live = shards[0].loaded(_now_ms(), lambda g: self.groups.share_timeouts(g)[0]).live  # members' timers
+        for shard in shards:
+            for k, v in live:
+                shard.replay(k, v)
 
     def records(self, result: CoordinatorResult) -> list[tuple[Any, Any]]:
         return result.records
 
     def encode(self, records: list[tuple[Any, Any]]) -> list[tuple[bytes | None, bytes | None]]:
         return [encode_record(k, v) for k, v in records]
+
+    def replay(self, shard: GroupCoordinatorShard, partition: int, result: CoordinatorResult,
+               offsets: list[int]) -> None:
+        for k, v in result.records:
+            shard.replay(k, v)
+        for k, v in result.live:
+            shard.replay(k, v)
 
     def apply(self, shard: GroupCoordinatorShard, partition: int, result: CoordinatorResult,
               offsets: list[int]) -> None:
@@ -104,21 +116,32 @@ class GroupAdapter:
                            for k, _ in result.live if isinstance(k, TimersKey)}
         share_before = {k.group_id: _share_summary(shard, k.group_id)
                         for k, _ in result.live if isinstance(k, ShareTimersKey)}
-        for k, v in result.records:
-            shard.replay(k, v)
-        for k, v in result.live:
-            if not isinstance(k, LiveGroup):
-                shard.replay(k, v)
-                continue
-            old = shard.groups.get(k.group)
-            shard.replay(k, v)
+        classic_before = {k.group: shard.groups.get(k.group) for k, _ in result.live if isinstance(k, LiveGroup)}
+        self.replay(shard, partition, result, offsets)
+        for gid, old in classic_before.items():
+            v = shard.groups.get(gid)
             if v is not None and (old is None or (old.state, old.generation) != (v.state, v.generation)):
-                log.info("group %s is %s (generation %d, %d members%s)", k.group, v.state.value, v.generation,
+                log.info("group %s is %s (generation %d, %d members%s)", gid, v.state.value, v.generation,
                          len(v.members), f", leader {v.leader}" if v.leader else "")
         _log_changes("consumer", consumer_before, lambda g: _consumer_summary(shard, g))
         _log_changes("share", share_before, lambda g: _share_summary(shard, g))
         for handle, response in result.completions:
             self.groups.complete(handle, response)
+
+    def abandon(self, partition: int, shards: Sequence[GroupCoordinatorShard],
+                results: Sequence[CoordinatorResult | None]) -> None:
+        """Parked JoinGroup/SyncGroup requests of the partition's classic groups, and
+        those the failed results would have answered, fail with NOT_COORDINATOR."""
+        handles = [h for r in results if r is not None for h, _ in r.completions]
+        for shard in shards:
+            for g in shard.groups.values():
+                for m in g.members.values():
+                    handles += [m.join_handle, m.sync_handle]
+        err = CoordinatorUnavailable(f"{OFFSETS_TOPIC}-{partition} was unloaded after a failed write",
+                                     ErrorCode.not_coordinator)
+        for h in handles:
+            if h is not None:
+                self.groups.fail(h, err)
 
 
 def _log_changes(kind: str, before: dict[str, tuple | None], summary: Callable[[str], tuple | None]) -> None:
@@ -254,6 +277,12 @@ class GroupRuntime:
                 del self._tails[connection]
         fut.add_done_callback(done)
 
+    def fail(self, handle: int, exc: Exception) -> None:
+        """Answer a parked request with ``exc`` (its handler turns it into an error code)."""
+        fut = self._parked.pop(handle, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(exc)
+
     def forget(self, handle: int) -> None:
         self._parked.pop(handle, None)
 
@@ -293,10 +322,10 @@ class GroupRuntime:
         consumer and share group timers (sessions, rebalance timeouts) that are due; the
         partitions run concurrently, each through the write path."""
         ops: list[tuple[int, Callable[[GroupCoordinatorShard], CoordinatorResult]]] = []
-        for p, part in list(self.runtime.partitions.items()):
-            shard = part.shard
-            if part.lock.locked():
-                continue  # busy: its timers run at the next tick
+        for p in list(self.runtime.partitions):
+            shard = self.runtime.working_shard(p)  # the state the timers' writes will see
+            if shard is None:
+                continue  # loading, reloading or offline
             if shard.groups:
                 ops.append((p, lambda s: s.poll(now_ms)))
             due = shard.consumer_next_deadline()

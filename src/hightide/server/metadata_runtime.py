@@ -2,12 +2,14 @@
 whose "shard" is the :class:`~hightide.cluster.image.MetadataImage`.
 
 A metadata write is an operation ``op(image) -> (response, records)`` (for instance a
-controller call such as ``Controller.create_topics``): it runs under the log's write lock
+controller call such as ``Controller.create_topics``): it runs after every earlier write is applied,
 against the current image, its records are appended as one batch, the answer waits until
 the flusher has fsynced them (the metadata log flushes every message; the fsync runs on
 the flusher's worker thread, never on the event loop), and only then are they applied to
-the image. Two concurrent writes therefore never decide from the same image (no double
-creation of a topic), and no handler ever reads metadata a crash could take back.
+the image. The adapter is *serial* (the image is the one view the broker reads): the next
+write runs only after that. Two concurrent writes therefore never decide from the same
+image (no double creation of a topic), and no handler ever reads metadata a crash could
+take back.
 
 The image itself is replayed synchronously at start-up by
 :class:`~hightide.cluster.metadata_log.MetadataLog`, before the broker serves.
@@ -36,6 +38,7 @@ class MetadataAdapter:
 
     topic = METADATA_TOPIC
     storage_error_code = ErrorCode.kafka_storage_error
+    pipelined = False  # one view: the image the broker reads (see the runtime's doc)
 
     def __init__(self, metadata: MetadataLog) -> None:
         self.metadata = metadata
@@ -43,10 +46,11 @@ class MetadataAdapter:
     def new_shard(self, partition: int) -> MetadataImage:
         return self.metadata.image
 
-    def load_record(self, shard: MetadataImage, offset: int, key: bytes | None, value: bytes | None) -> bool:
+    def load_record(self, shards: Sequence[MetadataImage], offset: int, key: bytes | None,
+                    value: bytes | None) -> bool:
         raise AssertionError("the metadata image is loaded by MetadataLog")  # never called: add_loaded
 
-    def loaded(self, shard: MetadataImage, partition: int, count: int) -> None:
+    def loaded(self, shards: Sequence[MetadataImage], partition: int, count: int) -> None:
         pass
 
     def records(self, result: tuple[Any, Sequence[MetadataRecord]]) -> list[MetadataRecord]:
@@ -55,9 +59,16 @@ class MetadataAdapter:
     def encode(self, records: list[MetadataRecord]) -> list[tuple[bytes | None, bytes | None]]:
         return list(MetadataLog.encode_records(records))
 
+    def replay(self, shard: MetadataImage, partition: int, result: tuple[Any, Sequence[MetadataRecord]],
+               offsets: list[int]) -> None:
+        self.metadata.apply(list(result[1]), offsets)
+
     def apply(self, shard: MetadataImage, partition: int, result: tuple[Any, Sequence[MetadataRecord]],
               offsets: list[int]) -> None:
-        self.metadata.apply(list(result[1]), offsets)
+        self.replay(shard, partition, result, offsets)
+
+    def abandon(self, partition: int, shards: Sequence[MetadataImage], results: Sequence[Any]) -> None:
+        """Never called: a serial adapter has no working view to unload."""
 
 
 def metadata_runtime(metadata: MetadataLog, flusher: Flusher) -> CoordinatorRuntime[MetadataImage]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import ErrorCode
@@ -66,6 +66,7 @@ class ShareStateAdapter:
 
     topic = STATE_TOPIC
     storage_error_code = ErrorCode.kafka_storage_error
+    pipelined = True
 
     def __init__(self, config: ShareCoordinatorConfig) -> None:
         self.config = config
@@ -73,21 +74,24 @@ class ShareStateAdapter:
     def new_shard(self, partition: int) -> ShareCoordinatorShard:
         return ShareCoordinatorShard(self.config)
 
-    def load_record(self, shard: ShareCoordinatorShard, offset: int, key: bytes | None, value: bytes | None) -> bool:
+    def load_record(self, shards: Sequence[ShareCoordinatorShard], offset: int, key: bytes | None,
+                    value: bytes | None) -> bool:
         try:
             k = decode_key(key) if key is not None else None
             if k is None:
                 return False
-            shard.replay(offset, k, decode_value(k, value))
-            return True
+            v = decode_value(k, value)
         except ShareRecordError as exc:
             log.error("skipping malformed record at %s offset %d: %s", STATE_TOPIC, offset, exc)
             return False
+        for shard in shards:
+            shard.replay(offset, k, v)
+        return True
 
-    def loaded(self, shard: ShareCoordinatorShard, partition: int, count: int) -> None:
+    def loaded(self, shards: Sequence[ShareCoordinatorShard], partition: int, count: int) -> None:
         if count:
             log.info("loaded %d records (%d share partitions) into share coordinator %s-%d", count,
-                     len(shard.states), STATE_TOPIC, partition)
+                     len(shards[0].states), STATE_TOPIC, partition)
 
     def records(self, result: ShareResult) -> list[tuple[Any, Any]]:
         return result.records
@@ -95,9 +99,15 @@ class ShareStateAdapter:
     def encode(self, records: list[tuple[Any, Any]]) -> list[tuple[bytes | None, bytes | None]]:
         return [(encode_key(k), encode_value(v)) for k, v in records]
 
-    def apply(self, shard: ShareCoordinatorShard, partition: int, result: ShareResult, offsets: list[int]) -> None:
+    def replay(self, shard: ShareCoordinatorShard, partition: int, result: ShareResult, offsets: list[int]) -> None:
         for offset, (k, v) in zip(offsets, result.records):
             shard.replay(offset, k, v)
+
+    def apply(self, shard: ShareCoordinatorShard, partition: int, result: ShareResult, offsets: list[int]) -> None:
+        self.replay(shard, partition, result, offsets)
+
+    def abandon(self, partition: int, shards: Sequence[ShareCoordinatorShard], results: Sequence[Any]) -> None:
+        """Nothing is parked in share-state shards."""
 
 
 class ShareStateRuntime:
