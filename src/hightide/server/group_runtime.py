@@ -2,12 +2,13 @@
 ``__consumer_offsets``, run by the :class:`~.coordinator_runtime.CoordinatorRuntime`.
 
 For a request the handler gives :meth:`GroupRuntime.execute` a shard call; the runtime
-runs it on the group's shard (which returns records and a response without changing
-state), appends the records as one batch, waits until they are committed (durable when
+runs it on the partition's working shard (which returns records and a response without
+changing state), appends the records as one batch and replays them there at once (so the
+next request of the partition sees them), waits until they are committed (durable when
 the topic's ``flush.messages`` asks for it, see the runtime's theory of operation), and
-only then replays them into the shard and answers. A failed append or fsync applies
-nothing. Reads (OffsetFetch, describe, list) use the shard directly and so see committed
-state only. At start-up each partition's log is replayed in the background; meanwhile its
+only then applies them to the committed shard and answers. A failed append or fsync
+reaches no reader. Reads (OffsetFetch, describe, list) use the committed shard and so
+see committed state only. At start-up each partition's log is replayed in the background; meanwhile its
 groups answer COORDINATOR_LOAD_IN_PROGRESS.
 
 Parked requests (a JoinGroup waiting for the rebalance, a follower's SyncGroup waiting

@@ -4,10 +4,12 @@ is the broker's :class:`~hightide.share.types.SharePersister` (``broker.share_st
 
 A call picks the share partition's shard (Kafka's ``abs(hash("group:topicId:partition")) %
 share.coordinator.state.topic.num.partitions``), asks the shard for records and a response
-(no state change), appends the records as one batch, waits until they are committed
-(fsynced when the topic's ``flush.messages`` asks for it), and only then replays them
-with their offsets and answers. A failed append answers COORDINATOR_NOT_AVAILABLE, a
-failed fsync KAFKA_STORAGE_ERROR; neither applies anything, so a following read never
+(no state change) on the partition's working shard, appends the records as one batch,
+waits until they are committed (fsynced when the topic's ``flush.messages`` asks for
+it), and only then replays them with their offsets into the committed shard and answers
+(writes of one partition are pipelined and share fsync rounds; see the runtime's theory
+of operation). A failed append answers COORDINATOR_NOT_AVAILABLE, a failed fsync
+KAFKA_STORAGE_ERROR; neither reaches the committed shard, so a following read never
 returns state that may be lost. Reads (:meth:`ShareStateRuntime.summary`, keys) see
 committed state only. While a partition's log is replayed at start-up its calls answer
 COORDINATOR_LOAD_IN_PROGRESS.
