@@ -3,9 +3,9 @@ shape of Kafka's RaftEventSimulationTest: one event queue on a simulated clock, 
 as actors that register, fetch the metadata log and heartbeat at intervals with jitter,
 a network that delays and drops messages, and faults — pauses (SIGSTOP-like: the
 process neither sends nor receives until resumed), crashes and restarts with a new
-incarnation, controlled shutdowns, failed appends. After every event the invariants are
-checked; a violation raises :class:`InvariantViolation` naming the seed, so
-``simulate(seed)`` replays it exactly.
+incarnation, controlled shutdowns, failed appends, controller failovers. After every
+event the invariants are checked; a violation raises :class:`InvariantViolation` naming
+the seed, so ``simulate(seed)`` replays it exactly.
 
 The controller side is the real core (:class:`~hightide.cluster.lifecycle.BrokerLifecycle`)
 over the real image, driven as the shell must drive it: calls serialized, the records of a
@@ -55,6 +55,7 @@ class Params:
     crash_p: float = 0.002  # per heartbeat: kill -9, restart later with a new incarnation
     shutdown_p: float = 0.002  # per heartbeat: controlled shutdown, then restart
     write_p: float = 0.3  # per heartbeat: the cluster writes some metadata
+    failover_p: float = 0.0005  # per timer tick: a new controller takes over (soft state lost)
     fetch_acks: bool = False  # count metadata Fetch offsets as acknowledgements
 
 
@@ -70,6 +71,7 @@ class Stats:
     controlled_shutdowns: int = 0
     crashes: int = 0
     pauses: int = 0
+    failovers: int = 0
     lowest_published: int = -1
     max_committed: int = -1
     max_lag_ms: int = 0  # longest time a committed offset took to be covered by the lowest acknowledged
@@ -202,6 +204,13 @@ class Simulation:
         self.send(lambda: self.broker_fetched(proc, gen, committed))
 
     def controller_tick(self) -> None:
+        if self.rng.random() < self.p.failover_p:
+            # A new active controller: same log and image, no sessions or acknowledged
+            # offsets; the monotonicity of the lowest acknowledged offset restarts.
+            self.stats.failovers += 1
+            self.core = BrokerLifecycle(CLUSTER, LifecycleConfig(self.p.session_timeout_ms, self.p.idle_ms))
+            self.published = []
+            self.slack.clear()
         expired = self.core.fence_expired(self.image, self.now)
         if self.append(expired):
             self.stats.fenced_by_timeout += len(expired)

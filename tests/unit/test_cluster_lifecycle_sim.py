@@ -1,8 +1,8 @@
 """The broker-lifecycle core under a seeded simulation (tests/unit/cluster_lifecycle_simulator.py):
-three brokers heartbeating with jitter over a lossy, delaying network, with pauses, crashes,
-restarts under new incarnations, controlled shutdowns and failed appends; invariants are
-checked after every event. A failure names its seed: ``simulate(seed)`` replays it.
-bench/cluster_lifecycle_sim.py runs thousands of seeds."""
+brokers heartbeating with jitter over a lossy, delaying network, with pauses, crashes,
+restarts under new incarnations, controlled shutdowns, failed appends and controller
+failovers; invariants are checked after every event. A failure names its seed:
+``simulate(seed)`` replays it. bench/cluster_lifecycle_sim.py runs thousands of seeds."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def test_invariants_hold_for_every_seed(fetch_acks):
     stats = _run_seeds(Params(fetch_acks=fetch_acks))
     total = {f.name: sum(getattr(s, f.name) for s in stats) for f in dataclasses.fields(Stats) if f.name != "seed"}
     # the faults really happened, so the invariants were exercised
-    for name in ("crashes", "pauses", "duplicates", "fenced_by_timeout", "controlled_shutdowns", "unfenced"):
+    for name in ("crashes", "pauses", "duplicates", "fenced_by_timeout", "controlled_shutdowns", "unfenced",
+                 "failovers"):
         assert total[name] > 0, (name, total)
     assert all(s.lowest_published > 0 for s in stats)  # the seed's offset moved in every run
 
