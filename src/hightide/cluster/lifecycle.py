@@ -109,6 +109,8 @@ class Registration:
 
 @dataclass(frozen=True)
 class RegistrationReply:
+    """BrokerRegistrationResponse fields. ``message`` is for the controller's log: neither
+    lifecycle response has an error-message field."""
     error_code: ErrorCode = ErrorCode.none
     broker_epoch: int = -1
     message: str | None = None
