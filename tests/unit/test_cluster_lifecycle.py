@@ -443,3 +443,24 @@ def test_a_broker_fenced_during_controlled_shutdown_is_not_unfenced_again():
     reply, records = c.heartbeat(1, e1)  # the late heartbeat, without WantShutDown
     assert reply.is_fenced and records == [] and reply.lowest_acknowledged_offset == -1
     assert c.register(1, 2)[0].error_code == ErrorCode.none  # the restarted process registers anew
+
+
+def test_the_metadata_log_replays_broker_registrations(tmp_path):
+    """The records as the metadata log stores them (one batch on disk), reopened."""
+    from hightide.cluster.metadata_log import MetadataLog
+    from hightide.protocol.records import build_batch, validate_batches
+    c = Ctx()
+    c.noop()
+    e1, e2 = c.up(1), c.up(2)
+    c.heartbeat(2, e2, want_fence=True)
+    log = MetadataLog(str(tmp_path), c.now, clean_shutdown=True)
+    batch = build_batch([(k, v, [], c.now) for k, v in MetadataLog.encode_records(c.log)])
+    log.log.append(batch, validate_batches(batch, client_origin=False), c.now)
+    log.close()
+    reopened = MetadataLog(str(tmp_path), c.now, clean_shutdown=True)
+    try:
+        assert reopened.image.brokers == c.image.brokers
+        assert (reopened.image.brokers[1].fenced, reopened.image.brokers[2].fenced) == (False, True)
+        assert reopened.image.brokers[1].epoch == e1 and reopened.image.offset == c.committed
+    finally:
+        reopened.close()
