@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -51,7 +51,7 @@ class NewTopic:
     num_partitions: int = -1
     replication_factor: int = -1
     assignments: dict[int, list[int]] = field(default_factory=dict)
-    configs: dict[str, str | None] = field(default_factory=dict)
+    configs: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,7 +153,8 @@ class Controller:
         recs: list[MetadataRecord] = [TopicRecord(t.name, str(tid))]
         recs += self._partition_records(tid, range(n), rf)
         recs += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
-        return TopicResult(t.name, ErrorCode.none, None, tid, n, rf, dict(t.configs)), recs
+        given = {k: v for k, v in t.configs.items() if v is not None}  # all of them: validated above
+        return TopicResult(t.name, ErrorCode.none, None, tid, n, rf, given), recs
 
     def _partition_records(self, tid: uuid.UUID, parts: Iterable[int], rf: int) -> list[MetadataRecord]:
         out: list[MetadataRecord] = []
@@ -166,7 +167,7 @@ class Controller:
     def delete_topics(self, image: MetadataImage, names: Iterable[str | None],
                       ids: Iterable[uuid.UUID] = ()) -> tuple[list[tuple[str | None, uuid.UUID | None, ErrorCode, str | None]], list[MetadataRecord]]:
         """Results are (name, topic_id, error, message) in request order."""
-        out = []
+        out: list[tuple[str | None, uuid.UUID | None, ErrorCode, str | None]] = []
         records: list[MetadataRecord] = []
         if not self.config["delete.topic.enable"]:
             off = (ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")

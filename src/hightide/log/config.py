@@ -156,11 +156,11 @@ class LogConfig:
             if level_name in props:
                 out["compression_level"] = num(level_name, -131072, _INT32_MAX)
         if "message.timestamp.type" in props:
-            v = str(props["message.timestamp.type"]).strip()
-            if v not in ("CreateTime", "LogAppendTime"):
+            ts_type = str(props["message.timestamp.type"]).strip()
+            if ts_type not in ("CreateTime", "LogAppendTime"):
                 raise ValueError(
-                    f"Invalid value {v!r} for configuration message.timestamp.type: "
+                    f"Invalid value {ts_type!r} for configuration message.timestamp.type: "
                     "must be CreateTime or LogAppendTime"
                 )
-            out["message_timestamp_type"] = v
+            out["message_timestamp_type"] = ts_type
         return dataclasses.replace(base, **out)  # type: ignore[arg-type]

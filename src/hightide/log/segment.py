@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -20,6 +20,7 @@ from hightide.protocol.records import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
+    HeaderFields,
     decode_records,
     scan_batches,
 )
@@ -31,7 +32,7 @@ log = logging.getLogger("hightide.log")
 
 __all__ = ["LogSegment", "segment_name", "SegmentCorrupt", "iter_file_headers"]
 
-_unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
+_unpack_header: Callable[[bytes | memoryview, int], HeaderFields] = struct.Struct(">qiibIhiqqqhii").unpack_from
 _PREFIX = struct.Struct(">qii")
 _TAIL = struct.Struct(">hiqqqhii")
 _HEAD21 = struct.Struct(">qiibI")

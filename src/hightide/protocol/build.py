@@ -29,8 +29,8 @@ def _plan(cls: type) -> tuple[tuple[str, str, Any, Any], ...]:
         mode = "tuple" if isinstance(kind, EntityTupleField) else ("entity" if sub else ktype)
         if f.default is not MISSING:
             default = f.default
-        elif f.default_factory is not MISSING:  # type: ignore[misc]
-            default = f.default_factory()  # type: ignore[misc]
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
         else:
             default = MISSING
         plan.append((f.name, mode, sub, default))

@@ -27,7 +27,7 @@ Layout of a batch (all integers big-endian)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import cramjam
@@ -101,7 +101,9 @@ INVALID_RECORD = 87
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LENGTH = struct.Struct(">qi")  # BaseOffset, BatchLength
 _I32 = struct.Struct(">i")
-_unpack_header = _HEADER.unpack_from
+HeaderFields = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int]
+"""The 13 fields of a batch header as ``_HEADER`` unpacks them (BatchHeader minus position)."""
+_unpack_header: Callable[[Buffer, int], HeaderFields] = _HEADER.unpack_from  # struct only knows tuple[Any, ...]
 _unpack_length = _LENGTH.unpack_from
 
 

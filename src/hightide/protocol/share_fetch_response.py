@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .primitives import array_len, string, uvarint
@@ -46,7 +47,7 @@ class ShareTopicData:
 def encode_share_fetch_response(version: int, correlation_id: int, topics: list[ShareTopicData], *,
                                 throttle_ms: int = 0, error_code: int = 0, error_message: str | None = None,
                                 acquisition_lock_timeout_ms: int = 0,
-                                node_endpoints: list[tuple[int, str, int, str | None]] = (),
+                                node_endpoints: Sequence[tuple[int, str, int, str | None]] = (),
                                 ) -> list[bytes | memoryview]:
     """Buffers of the response frame without the 4-byte size prefix (header + body)."""
     if version not in (1, 2):

@@ -24,6 +24,7 @@ from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveTupleField, classify_field, get_field_tag,
                                     get_schema_field_type, is_optional)
 from kio._kio_native import get_field_reader, get_reader
+from kio.static.protocol import Entity
 from kio.serial.readers import (
     read_compact_array_length,
     read_int8,
@@ -35,7 +36,7 @@ Unknown = dict[int, dict[int, bytes]]
 _Reader = Callable[[Any, int, Unknown], tuple[Any, int]]
 
 
-def read_tolerant(entity_type: type, buf: Any, offset: int,
+def read_tolerant(entity_type: type[Entity], buf: Any, offset: int,
                   unknown_tags: Unknown | None = None) -> tuple[Any, int]:
     """Decode ``entity_type`` from ``buf`` at ``offset``; return (entity, bytes consumed).
 
@@ -46,7 +47,7 @@ def read_tolerant(entity_type: type, buf: Any, offset: int,
 
 
 @cache
-def _entity_reader(entity_type: type, nullable: bool) -> _Reader:
+def _entity_reader(entity_type: type[Entity], nullable: bool) -> _Reader:
     flexible = entity_type.__flexible__
     is_header = entity_type.__name__ == "RequestHeader"
     plain: list[tuple[str, _Reader]] = []
@@ -99,7 +100,7 @@ def _entity_reader(entity_type: type, nullable: bool) -> _Reader:
     return read
 
 
-def _field_reader(entity_type: type, f: Any, is_header: bool, is_tag: bool) -> _Reader:
+def _field_reader(entity_type: type[Entity], f: Any, is_header: bool, is_tag: bool) -> _Reader:
     cls = classify_field(f)
     flexible = entity_type.__flexible__
     if isinstance(cls, EntityField):
