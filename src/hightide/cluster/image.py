@@ -69,9 +69,9 @@ class MetadataImage:
                 t.partitions[record.partition] = PartitionImage(
                     record.partition, record.leader, record.leader_epoch, tuple(record.replicas))
             case RemoveTopicRecord(topic_id=tid):
-                t = self.topics_by_id.pop(uuid.UUID(tid), None)
-                if t is not None:
-                    self.topics.pop(t.name, None)
+                removed = self.topics_by_id.pop(uuid.UUID(tid), None)
+                if removed is not None:
+                    self.topics.pop(removed.name, None)
             case ConfigRecord(resource_type=rt, resource_name=rn, name=n, value=v):
                 target = self._config_target(rt, rn)
                 if target is not None:

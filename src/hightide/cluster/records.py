@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .broker_records import BROKER_RECORD_TYPES, BrokerRecord
 
@@ -80,5 +80,5 @@ def decode(value: bytes) -> MetadataRecord:
         raise ValueError(f"unknown metadata record {value[:80]!r}")
     body.pop("v", None)
     names = {f.name for f in fields(cls)}
-    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in body.items() if k in names}
+    kwargs: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in body.items() if k in names}
     return cls(**kwargs)
