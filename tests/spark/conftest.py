@@ -12,8 +12,9 @@ mode's processes, then starts the next):
 
 ``HIGHTIDE_SPARK_MODES=local,connect`` limits the modes (default: all three). A test
 marked ``@pytest.mark.spark_modes("local")`` runs only in those modes. Every process
-started here runs in its own process group and is stopped (TERM, then KILL) when its mode
-ends, also when a test or the start-up fails.
+started here (:class:`hightide.spark.localcluster.LocalCluster`) runs in its own process
+group and is stopped (TERM, then KILL) when its mode ends, also when a test or the
+start-up fails.
 
 Also: helpers to put records into a real ``hightide serve`` (the shared ``server``
 fixture)."""
@@ -22,13 +23,9 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,12 +37,6 @@ SESSION_CONF = {
     "spark.default.parallelism": "2",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def enabled_modes() -> list[str]:
@@ -69,104 +60,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     modes = [m for m in enabled_modes() if m in wanted]
     # indirect, session-scoped: one session per mode, tests grouped by mode
     metafunc.parametrize("spark_mode", modes, indirect=True, scope="session")
-
-
-def spark_home() -> Path:
-    from pyspark.find_spark_home import _find_spark_home
-    return Path(_find_spark_home())
-
-
-class JvmProcess:
-    """A Spark JVM daemon (master, worker, Connect server) run in the foreground in its
-    own process group, with its output in ``log``."""
-
-    def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> None:
-        self.name, self.log = name, log
-        self._out = open(log, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
-
-    def wait_port(self, port: int, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"{self.name} did not listen on {port} within {timeout}s:\n{self.output()}")
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-5000:]
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """TERM the whole process group (the JVM and anything it started: executors and
-        their Python workers), then KILL what is left."""
-        try:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    pass
-            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers of the group
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self._out.close()
-
-
-def _daemon_env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp), SPARK_PID_DIR=str(tmp),
-               SPARK_WORKER_DIR=str(tmp / "work"))
-    env.pop("SPARK_REMOTE", None)
-    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    return env
-
-
-def start_standalone(tmp: Path, stack: list[JvmProcess]) -> str:
-    """A master and one worker (2 cores); returns the master URL. Each started process is
-    appended to ``stack`` as soon as it runs, so the caller can stop it on failure."""
-    cls = str(spark_home() / "bin" / "spark-class")
-    env = _daemon_env(tmp)
-    port = free_port()
-    master = JvmProcess("spark master", [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                         "--port", str(port), "--webui-port", str(free_port())],
-                        tmp / "master.log", env)
-    stack.append(master)
-    master.wait_port(port)
-    url = f"spark://127.0.0.1:{port}"
-    worker_port = free_port()
-    worker = JvmProcess("spark worker", [cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                         "--port", str(worker_port), "--webui-port", str(free_port()),
-                                         "--cores", "2", "--memory", "2g", "--work-dir", str(tmp / "work"), url],
-                        tmp / "worker.log", env)
-    stack.append(worker)
-    worker.wait_port(worker_port)
-    return url
-
-
-def start_connect_server(tmp: Path, stack: list[JvmProcess]) -> str:
-    """A Spark Connect server on ``local[2]`` (pip's pyspark has it built in: the class
-    ``start-connect-server.sh`` submits, run here in the foreground); returns its
-    ``sc://`` URL."""
-    port = free_port()
-    confs = {**SESSION_CONF, "spark.connect.grpc.binding.address": "127.0.0.1",
-             "spark.connect.grpc.binding.port": str(port), "spark.driver.memory": "1g",
-             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-    cmd = [str(spark_home() / "bin" / "spark-submit"), "--class",
-           "org.apache.spark.sql.connect.service.SparkConnectServer", "--name", "hightide-tests-connect",
-           "--master", "local[2]"]
-    for k, v in confs.items():
-        cmd += ["--conf", f"{k}={v}"]
-    server = JvmProcess("spark connect server", cmd, tmp / "connect.log", _daemon_env(tmp))
-    stack.append(server)
-    server.wait_port(port, timeout=120)
-    return f"sc://127.0.0.1:{port}"
 
 
 def classic_session(master: str, **conf: str) -> Any:
@@ -201,32 +94,29 @@ def spark_mode(request, tmp_path_factory) -> Iterator[tuple[str, Any]]:
     """``(mode, session)``: the mode's processes and session, with ``format("hightide")``
     and the progress listener registered. Stopped when pytest moves on to another mode."""
     import hightide.spark
+    from hightide.spark.localcluster import LocalCluster
     mode = request.param
-    tmp = tmp_path_factory.mktemp(f"spark-{mode}")
-    stack: list[JvmProcess] = []
     session = None
-    try:
-        if mode == "local":
-            session = classic_session("local[2]")
-        elif mode == "standalone":
-            url = start_standalone(tmp, stack)
-            session = classic_session(url, **{"spark.executor.memory": "1g", "spark.executor.cores": "2",
-                                              "spark.cores.max": "2"})
-        else:
-            session = connect_session(start_connect_server(tmp, stack))
-        reg = hightide.spark.register(session)
-        assert reg.progress_listener is not None and not reg.unavailable, reg
-        yield mode, session
-    finally:
+    with LocalCluster(tmp_path_factory.mktemp(f"spark-{mode}")) as cluster:
         try:
+            if mode == "local":
+                session = classic_session("local[2]")
+            elif mode == "standalone":
+                session = classic_session(cluster.start_standalone(cores=2, memory="2g"),
+                                          **{"spark.executor.memory": "1g", "spark.executor.cores": "2",
+                                             "spark.cores.max": "2"})
+            else:
+                session = connect_session(cluster.start_connect_server(
+                    "local[2]", {**SESSION_CONF, "spark.driver.memory": "1g"}))
+            reg = hightide.spark.register(session)
+            assert reg.progress_listener is not None and not reg.unavailable, reg
+            yield mode, session
+        finally:
             if session is not None:
                 try:
                     hightide.spark.unregister(session)
                 finally:
                     stop_connect_client(session) if mode == "connect" else session.stop()
-        finally:
-            for proc in reversed(stack):
-                proc.stop()
 
 
 @pytest.fixture
