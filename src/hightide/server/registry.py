@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import Any, Callable
 
-from kio.index import api_key_map
+from kio.schema.index import api_key_map
 from kio.schema.index import schema_name_map
 
 from ..protocol.server_connection import RawResponse

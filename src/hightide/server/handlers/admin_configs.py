@@ -41,7 +41,7 @@ GROUP_CONFIG = 8  # ConfigSource.GROUP_CONFIG
 _TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 
-def _entry(d: ConfigDef, value, source: int, synonyms: list[dict], include_docs: bool) -> dict:
+def _entry(d: ConfigDef, value: str | None, source: int, synonyms: list[dict], include_docs: bool) -> dict:
     return {"name": d.name, "value": value, "read_only": False, "config_source": source,
             "is_default": source == DEFAULT_CONFIG, "is_sensitive": d.sensitive, "synonyms": synonyms,
             "config_type": _TYPE_CODES.get(d.type, 0), "documentation": d.doc if include_docs else None}

@@ -4,6 +4,8 @@ UNSUPPORTED_VERSION and the same ranges: see ``protocol.server_connection``.)"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
@@ -13,6 +15,6 @@ from ..registry import handles
 
 
 @handles(18, 0, 4)
-def handle(ctx: RequestContext, req):
+def handle(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(18, ctx.version),
                        {"error_code": ErrorCode.none, "api_keys": api_version_ranges(ctx.routes), "throttle_time": 0})

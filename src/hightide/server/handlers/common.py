@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from ..coordinator_log import CoordinatorUnavailable
+
+if TYPE_CHECKING:
+    from ...log.partition_log import PartitionLog
 
 LEADER_EPOCH = 0  # single node: every partition is in leader epoch 0
 
@@ -22,7 +26,7 @@ def check_leader_epoch(current_leader_epoch: int, partition_epoch: int = LEADER_
     return ErrorCode.fenced_leader_epoch
 
 
-def resolve_partition(ctx: RequestContext, topic: str, partition: int):
+def resolve_partition(ctx: RequestContext, topic: str, partition: int) -> tuple[PartitionLog | None, ErrorCode]:
     """(log, error). The error is UNKNOWN_TOPIC_OR_PARTITION when the topic or the
     partition does not exist."""
     t = ctx.image.topics.get(topic)
@@ -37,7 +41,7 @@ def resolve_partition(ctx: RequestContext, topic: str, partition: int):
 INT32_MIN = -2**31  # authorized operations not requested
 
 
-def assignment(named) -> dict:
+def assignment(named: Iterable[tuple[uuid.UUID, str, list[int]]]) -> dict:
     """A described member's assignment: ``((topic_id, topic_name, partitions), ...)`` on the wire."""
     return {"topic_partitions": [{"topic_id": tid, "topic_name": name, "partitions": parts}
                                  for tid, name, parts in named]}

@@ -3,6 +3,8 @@ watermark); whole segments below it are deleted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.codec import response_schema
 
 from ...log.partition_log import OffsetOutOfRange
@@ -14,14 +16,14 @@ from .common import resolve_partition
 
 
 @handles(21, 0, 2)
-def handle(ctx: RequestContext, req):
+def handle(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             plog, err = resolve_partition(ctx, t.name, p.partition_index)
             low = -1
-            if err == ErrorCode.none:
+            if plog is not None:
                 try:
                     low = plog.delete_records_before(p.offset)
                 except OffsetOutOfRange:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
@@ -14,7 +16,7 @@ CLUSTER_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 @handles(60, 0, 2)
-def handle(ctx: RequestContext, req):
+def handle(ctx: RequestContext, req: Any) -> Any:
     b = ctx.identity
     host, port = b.advertised
     endpoint_type = getattr(req, "endpoint_type", 1)

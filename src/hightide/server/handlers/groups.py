@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from ...group.classic import JoinRequest, JoinResponse, SyncResponse
 from ...group.shard import CoordinatorResult, GroupCoordinatorShard
@@ -26,10 +27,11 @@ from ..context import RequestContext
 from ..registry import handles
 
 INT32_MIN = -2**31
+T = TypeVar("T")
 _MS = datetime.timedelta(milliseconds=1)
 
 
-def _ms(td) -> int:
+def _ms(td: datetime.timedelta | int) -> int:
     return td // _MS if isinstance(td, datetime.timedelta) else int(td)
 
 
@@ -46,13 +48,14 @@ async def _after_tail(ctx: RequestContext) -> None:
         tail = ctx.groups.tail(ctx.peer)
 
 
-async def _in_order(ctx: RequestContext, fn):
+async def _in_order(ctx: RequestContext, fn: Callable[[], Awaitable[T]]) -> T:
     """``await fn()`` once the connection's parked request (if any) is answered."""
     await _after_tail(ctx)
     return await fn()
 
 
-async def _parked(ctx: RequestContext, group_id: str, call, failed):
+async def _parked(ctx: RequestContext, group_id: str, call: Callable[[GroupCoordinatorShard, int], CoordinatorResult],
+                  failed: Callable[[ErrorCode], T]) -> T:
     """Run ``call(shard, handle)`` and await the parked answer. ``failed(code)`` builds
     the answer when the coordinator cannot serve."""
     runtime = ctx.groups

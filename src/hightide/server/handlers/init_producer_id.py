@@ -3,6 +3,8 @@ transactional id is answered with COORDINATOR_NOT_AVAILABLE (see docs/compatibil
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
@@ -12,7 +14,7 @@ from ..registry import handles
 
 
 @handles(22, 0, 5)
-def handle(ctx: RequestContext, req):
+def handle(ctx: RequestContext, req: Any) -> Any:
     if req.transactional_id is not None:
         # No transaction coordinator yet: say so rather than hand out a producer id
         # whose transactional guarantees we could not honour.
@@ -22,7 +24,7 @@ def handle(ctx: RequestContext, req):
     return _allocate(ctx)
 
 
-async def _allocate(ctx: RequestContext):
+async def _allocate(ctx: RequestContext) -> Any:
     """A new producer id (a block is reserved in the metadata log when the last one is
     used up, which waits for that write to be durable)."""
     pid = await ctx.producer_ids.next_producer_id()

@@ -13,6 +13,9 @@ Anything at or past the fetchable end (HW, or LSO for read_committed) answers -1
 
 from __future__ import annotations
 
+from typing import Any
+
+from ...log.partition_log import PartitionLog
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
@@ -25,7 +28,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
-def lookup(plog, timestamp: int, version: int, read_committed: bool) -> tuple[ErrorCode, int, int]:
+def lookup(plog: PartitionLog, timestamp: int, version: int, read_committed: bool) -> tuple[ErrorCode, int, int]:
     """(error, timestamp, offset) for one partition."""
     end = plog.last_stable_offset if read_committed else plog.high_watermark
     if version < _MIN_VERSION.get(timestamp, 0):
@@ -49,7 +52,7 @@ def lookup(plog, timestamp: int, version: int, read_committed: bool) -> tuple[Er
 
 
 @handles(2, 1, 9)
-def handle(ctx: RequestContext, req):
+def handle(ctx: RequestContext, req: Any) -> Any:
     read_committed = getattr(req, "isolation_level", 0) == 1
     topics = []
     for t in req.topics:
@@ -67,7 +70,7 @@ def handle(ctx: RequestContext, req):
             plog, err = resolve_partition(ctx, t.name, p.partition_index)
             if err == ErrorCode.none:
                 err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-            if err == ErrorCode.none:
+            if plog is not None and err == ErrorCode.none:
                 err, ts, off = lookup(plog, p.timestamp, ctx.version, read_committed)
                 if err == ErrorCode.none:
                     entry.update(timestamp=ts, offset=off, leader_epoch=LEADER_EPOCH if off >= 0 else -1)

@@ -3,6 +3,8 @@ partition, so epoch 0 ends at the log end offset and any other epoch is undefine
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
@@ -13,7 +15,7 @@ from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
 
 
 @handles(23, 2, 4)
-def handle(ctx: RequestContext, req):
+def handle(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for t in req.topics:
         parts = []
@@ -22,7 +24,7 @@ def handle(ctx: RequestContext, req):
             plog, err = resolve_partition(ctx, t.topic, p.partition)
             if err == ErrorCode.none:
                 err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-            if err == ErrorCode.none and 0 <= p.leader_epoch:
+            if plog is not None and err == ErrorCode.none and 0 <= p.leader_epoch:
                 # Requested epoch >= ours: the largest epoch <= requested is ours.
                 entry.update(leader_epoch=LEADER_EPOCH, end_offset=plog.log_end_offset)
             entry["error_code"] = err

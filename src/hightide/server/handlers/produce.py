@@ -18,17 +18,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ...log.config import LogConfig
 from ...log.partition_log import PartitionLog
 from ...log.producer_state import ProducerStateError
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
-from ...protocol.records import InvalidRecords, decode_records, recompress_batch, validate_batches
+from ...protocol.records import BatchHeader, InvalidRecords, decode_records, recompress_batch, validate_batches
 from ..context import RequestContext
 from ..registry import CloseConnection, RawResponse, handles
 from .common import LEADER_EPOCH
 
 
-def _policy_error(cfg, h, records, now_ms: int, acks: int) -> tuple[ErrorCode, str, list[dict]] | None:
+def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, acks: int) -> tuple[ErrorCode, str, list[dict]] | None:
     """Topic policies Kafka enforces before appending: min.insync.replicas for acks=all
     (a single node has an ISR of 1) and the CreateTime bounds
     message.timestamp.before/after.max.ms. Returns (error, message, record errors) or
@@ -55,7 +56,7 @@ def _policy_error(cfg, h, records, now_ms: int, acks: int) -> tuple[ErrorCode, s
     return ErrorCode.invalid_timestamp, "One or more records have been rejected due to invalid timestamp", bad
 
 
-def _keyless_record_errors(records, topic_partition: str) -> list[dict]:
+def _keyless_record_errors(records: bytes, topic_partition: str) -> list[dict]:
     """Kafka's LogValidator.validateKey for a compacted topic: one RecordError per record
     without a key, by its index in the batch (a client sends exactly one batch per
     partition, checked before). Decodes (decompresses) the batch: compacted topics only.
@@ -73,12 +74,12 @@ def _record_errors_summary(errors: list[dict]) -> str:
             f"and only showing the first three errors at most: [{shown}]")
 
 
-def _recompressed(records, cfg, topic_partition: str):
+def _recompressed(records: bytes, codec: int, cfg: LogConfig, topic_partition: str) -> tuple[bytes, list[BatchHeader]]:
     """The batch recompressed to the topic's ``compression.type`` and its new header
     (Kafka's LogValidator does the same when the codecs differ). Raises InvalidRecords:
     CORRUPT_MESSAGE if it cannot be decompressed, MESSAGE_TOO_LARGE if the result exceeds
     ``max.message.bytes``."""
-    out = recompress_batch(records, cfg.compression_codec, cfg.compression_level)
+    out = recompress_batch(records, codec, cfg.compression_level)
     if len(out) > cfg.max_message_bytes:
         raise InvalidRecords(ErrorCode.message_too_large,
                              f"Message batch size is {len(out)} bytes in append to partition {topic_partition} "
@@ -130,7 +131,7 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
     codec = plog.config.compression_codec
     if codec is not None and h.compression != codec:
         try:
-            records, headers = _recompressed(records, plog.config, f"{topic}-{partition}")
+            records, headers = _recompressed(records, codec, plog.config, f"{topic}-{partition}")
         except InvalidRecords as exc:
             resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
             return resp, None

@@ -25,7 +25,7 @@ def _host(ctx: RequestContext) -> str:
     return "/" + ctx.peer.rsplit(":", 1)[0]
 
 
-def _heartbeat_response(ctx: RequestContext, resp: ShareHeartbeatResponse):
+def _heartbeat_response(ctx: RequestContext, resp: ShareHeartbeatResponse) -> Any:
     assignment = None if resp.assignment is None else {"topic_partitions": [
         {"topic_id": tid, "partitions": list(parts)} for tid, parts in resp.assignment]}
     return materialize(response_schema(76, ctx.version), {

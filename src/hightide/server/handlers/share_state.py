@@ -15,6 +15,7 @@ from the state batches); v1 carries it. ReadShareGroupStateSummary v1 returns it
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...protocol.build import materialize
@@ -25,7 +26,7 @@ from ..context import RequestContext
 from ..registry import handles
 
 
-def _empty(req) -> bool:
+def _empty(req: Any) -> bool:
     return not req.group_id or not req.topics or any(not t.partitions for t in req.topics)
 
 
@@ -40,7 +41,8 @@ def _code_part(partition: int, outcome: tuple[int, str | None]) -> dict:
 NULL_TOPIC_ID = (int(ErrorCode.invalid_request), "The topic id cannot be null.")
 
 
-async def _per_partition(req, call, null_topic) -> list[dict]:
+async def _per_partition(req: Any, call: Callable[[ShareStateKey, Any], Awaitable[dict]],
+                         null_topic: Callable[[int], dict]) -> list[dict]:
     """``call(key, partition)`` per partition; ``null_topic(partition)`` answers the
     partitions of a topic without an id (INVALID_REQUEST, as Kafka)."""
     out = []
@@ -67,13 +69,13 @@ def _null_state(partition: int) -> dict:
 async def initialize_share_group_state(ctx: RequestContext, req: Any) -> Any:
     rt = ctx.share_state
 
-    async def one(key, p):
+    async def one(key: ShareStateKey, p: Any) -> dict:
         return _code_part(p.partition, await rt.initialize_checked(key, p.state_epoch, p.start_offset))
     results = [] if _empty(req) else await _per_partition(req, one, _null_code)
     return materialize(response_schema(83, ctx.version), {"results": results})
 
 
-def _batches(p) -> tuple[StateBatch, ...]:
+def _batches(p: Any) -> tuple[StateBatch, ...]:
     return tuple(StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                  for b in p.state_batches)
 
@@ -82,7 +84,7 @@ def _batches(p) -> tuple[StateBatch, ...]:
 async def write_share_group_state(ctx: RequestContext, req: Any) -> Any:
     rt = ctx.share_state
 
-    async def one(key, p):
+    async def one(key: ShareStateKey, p: Any) -> dict:
         dcc = getattr(p, "delivery_complete_count", -1)
         return _code_part(p.partition, await rt.write_checked(key, p.state_epoch, p.leader_epoch, p.start_offset,
                                                               dcc, _batches(p)))
@@ -94,7 +96,7 @@ async def write_share_group_state(ctx: RequestContext, req: Any) -> Any:
 async def delete_share_group_state(ctx: RequestContext, req: Any) -> Any:
     rt = ctx.share_state
 
-    async def one(key, p):
+    async def one(key: ShareStateKey, p: Any) -> dict:
         return _code_part(p.partition, await rt.delete_checked(key))
     results = [] if _empty(req) else await _per_partition(req, one, _null_code)
     return materialize(response_schema(86, ctx.version), {"results": results})
@@ -115,7 +117,7 @@ def _state_part(partition: int, s: ShareState, with_batches: bool) -> dict:
 async def read_share_group_state(ctx: RequestContext, req: Any) -> Any:
     rt = ctx.share_state
 
-    async def one(key, p):
+    async def one(key: ShareStateKey, p: Any) -> dict:
         return _state_part(p.partition, await rt.read(key, p.leader_epoch), True)
     results = [] if _empty(req) else await _per_partition(req, one, lambda p: {**_null_state(p), "state_batches": []})
     return materialize(response_schema(84, ctx.version), {"results": results})
@@ -125,7 +127,7 @@ async def read_share_group_state(ctx: RequestContext, req: Any) -> Any:
 async def read_share_group_state_summary(ctx: RequestContext, req: Any) -> Any:
     rt = ctx.share_state
 
-    async def one(key, p):
+    async def one(key: ShareStateKey, p: Any) -> dict:
         return _state_part(p.partition, await rt.read_summary(key), False)
     results = [] if _empty(req) else await _per_partition(req, one, _null_state)
     return materialize(response_schema(87, ctx.version), {"results": results})
