@@ -27,6 +27,7 @@ import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .storage import Buffer, Storage, StorageFile
 
@@ -137,7 +138,7 @@ class FaultyStorage:
     def set_mtime_ns(self, path: str, mtime_ns: int) -> None:
         self.inner.set_mtime_ns(path, mtime_ns)
 
-    def __getattr__(self, name: str):  # crash() of a wrapped MemoryStorage, ...
+    def __getattr__(self, name: str) -> Any:  # crash() of a wrapped MemoryStorage, ...
         return getattr(self.inner, name)
 
     def __repr__(self) -> str:

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, parse_share_auto_offset_reset, validate_group_configs
-from ..group.share_group import ShareHeartbeatRequest, ShareHeartbeatResponse
+from ..group.share_group import ShareGroup, ShareHeartbeatRequest, ShareHeartbeatResponse
 from ..protocol.errors import ErrorCode
 from ..share.types import ShareGroupSettings, ShareStateKey
 from .coordinator_log import CoordinatorUnavailable
@@ -82,12 +82,12 @@ class ShareGroupService:
                 isolation_level=v["share.isolation.level"])
         return cached
 
-    def _group(self, group_id: str):
+    def _group(self, group_id: str) -> ShareGroup | None:
         """The committed share group, or None. Raises CoordinatorUnavailable (e.g. its
         partition is loading)."""
         return self.broker.groups.shard_for(group_id).share.get(group_id)
 
-    def _group_or_none(self, group_id: str):
+    def _group_or_none(self, group_id: str) -> ShareGroup | None:
         try:
             return self._group(group_id)
         except CoordinatorUnavailable:

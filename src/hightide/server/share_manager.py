@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..config import parse_share_auto_offset_reset
-from ..log.partition_log import OffsetOutOfRange
+from ..log.partition_log import OffsetOutOfRange, PartitionLog
 from ..protocol.errors import ErrorCode
 from ..protocol.records import iter_headers
 from ..share.partition import AckBatch, AckError, Acquired, LogBatch, SharePartition
@@ -176,7 +176,7 @@ class SharePartitionManager:
         return _Entry(key, topic, core), 0, None
 
     @staticmethod
-    def _reset_offset(settings: ShareGroupSettings, plog) -> int:
+    def _reset_offset(settings: ShareGroupSettings, plog: PartitionLog) -> int:
         mode, duration_ms = parse_share_auto_offset_reset(settings.auto_offset_reset)
         if mode == "earliest":
             return plog.log_start_offset

@@ -36,7 +36,7 @@ the terminal offsets inside the window.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from operator import attrgetter
@@ -403,7 +403,7 @@ class SharePartition:
         left the group). True if any was."""
         return self._release_where(lambda r: r.member == member_id)
 
-    def _release_where(self, pred) -> bool:
+    def _release_where(self, pred: Callable[[_Run], bool]) -> bool:
         changed = False
         for r in self._runs:
             if r.state == ACQUIRED and pred(r):
