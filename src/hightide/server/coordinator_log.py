@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, TypeVar
 
-from ..cluster.controller import NewTopic
+from ..cluster.controller import NewTopic, TopicResult
 from .coordinator_runtime import CoordinatorLoadInProgress, CoordinatorRuntime, CoordinatorUnavailable, ShardAdapter
 
 if TYPE_CHECKING:
+    from ..cluster.image import MetadataImage
+    from ..cluster.records import MetadataRecord
     from .broker import Broker
 
 __all__ = ["CoordinatorLoadInProgress", "CoordinatorUnavailable", "ensure_internal_topic", "runtime_for"]
@@ -30,7 +32,7 @@ async def ensure_internal_topic(broker: Broker, name: str, partitions: int, conf
     """Create ``name`` if missing (the metadata commit is durable before this returns);
     return its partition count (fixed once created). Raises CoordinatorUnavailable if
     the controller refuses."""
-    def create(image):
+    def create(image: MetadataImage) -> tuple[TopicResult | None, list[MetadataRecord]]:
         if name in image.topics:
             return None, []
         results, records = broker.controller.create_topics(image, [NewTopic(name, partitions, 1, configs=configs)])

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from kio.index import api_key_map
+from kio.schema.index import api_key_map
 
 from ..protocol.codec import API_VERSIONS_KEY, RequestHeader, response_schema
 from ..protocol.errors import ErrorCode
