@@ -351,7 +351,7 @@ class BrokerConfig:
     @classmethod
     def load(cls, toml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
         cfg = cls()
-        items: list[tuple[str, Any]] = []
+        items: list[tuple[str, Any, str | None]] = []  # (name, value, the file it came from)
         if toml_path:  # errors from the file name the file
             with open(toml_path, "rb") as f:
                 try:
