@@ -343,7 +343,7 @@ class GroupRuntime:
 
     async def _run_all(self, ops: list[tuple[int, Callable[[GroupCoordinatorShard], CoordinatorResult]]],
                        now_ms: int) -> None:
-        async def one(p: int, op) -> None:
+        async def one(p: int, op: Callable[[GroupCoordinatorShard], CoordinatorResult]) -> None:
             try:
                 await self.runtime.write(p, op, now_ms)
             except CoordinatorUnavailable:

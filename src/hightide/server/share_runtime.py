@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -170,7 +171,7 @@ class ShareStateRuntime:
     def partition_for(self, key: ShareStateKey) -> int:
         return partition_for(coordinator_key(key.group_id, key.topic_id, key.partition), self.num_partitions)
 
-    def _exists(self, topic_id, partition: int) -> bool:
+    def _exists(self, topic_id: uuid.UUID, partition: int) -> bool:
         t = self.broker.image.topic_by_id(topic_id)
         return t is not None and partition in t.partitions
 
