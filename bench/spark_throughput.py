@@ -15,6 +15,12 @@ Measures:
   tiny records read 2 per trigger (10 micro-batches): the median ``triggerExecution``
   time per batch, broken into Spark's phases (latestOffset, queryPlanning,
   addBatch, walCommit, commitOffsets).
+* **batch read per deploy mode** (``--modes``, default ``local,standalone,connect``): the
+  same batch read in each of the test suite's modes, one after the other in this run:
+  ``local[2]``; a standalone master + one worker (2 cores) started from pip's pyspark
+  (executor JVM and Python workers apart from the driver); a Spark Connect server on
+  ``local[2]`` with a Connect client session. The rows go to the ``noop`` sink on the
+  server side in every mode (nothing is collected to the client).
 
 Target: >= 200,000 rows/s of 100-byte records in the batch read on local[2]. Prints one
 JSON document (progress on stderr) with the same-run physical limits.
@@ -137,13 +143,51 @@ def overhead(spark, bootstrap: str, topic: str, ckpt: str) -> dict:
     return out
 
 
+def batch_read_in_mode(mode: str, bootstrap: str, topic: str, n: int, runs: int, work: Path) -> dict:
+    """:func:`batch_read` in one deploy mode (see the module docstring), with the
+    session start-up time; every process started for it is stopped before returning."""
+    from pyspark.sql import SparkSession
+
+    import hightide.spark
+    from hightide.spark.localcluster import LocalCluster
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1"}
+    spark = None
+    with LocalCluster(work) as cluster:
+        try:
+            t0 = time.perf_counter()
+            if mode == "connect":
+                spark = SparkSession.builder.remote(cluster.start_connect_server("local[2]", conf)).getOrCreate()
+            else:
+                master = "local[2]" if mode == "local" else cluster.start_standalone(cores=2, memory="2g")
+                b = SparkSession.builder.master(master).appName(f"hightide-spark-bench-{mode}")
+                for k, v in {**conf, "spark.executor.memory": "1g", "spark.cores.max": "2"}.items():
+                    b = b.config(k, v)
+                spark = b.getOrCreate()
+                spark.sparkContext.setLogLevel("ERROR")
+            hightide.spark.register(spark, commit_progress=False)
+            start_s = time.perf_counter() - t0
+            log(f"mode {mode}: session ready in {start_s:.1f}s")
+            out = batch_read(spark, bootstrap, topic, n, runs)
+            out["session_start_s"] = round(start_s, 2)
+            return out
+        finally:
+            if spark is not None:
+                spark.stop()
+            for var in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+                os.environ.pop(var, None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=3_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--modes", default="local,standalone,connect",
+                    help="deploy modes for the batch-read comparison (empty: skip it)")
     args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors' Python: this one (has hightide)
     from pyspark.sql import SparkSession
 
     import hightide.spark
@@ -169,6 +213,11 @@ def main() -> None:
             over = overhead(spark, broker.bootstrap, "spark-overhead", f"{tmp}/ck3")
             write = batch_write(spark, broker.bootstrap, "spark-sink", min(args.records, 1_000_000), args.size,
                                 2)
+            spark.stop()
+            spark = None
+            modes = [m for m in args.modes.split(",") if m]
+            per_mode = {m: batch_read_in_mode(m, broker.bootstrap, "spark-bench", args.records, args.runs,
+                                              Path(tmp) / f"mode-{m}") for m in modes}
         finally:
             if spark is not None:
                 spark.stop()
@@ -177,7 +226,7 @@ def main() -> None:
         "benchmark": "spark_throughput", "records": args.records, "value_bytes": args.size,
         "partitions": args.partitions, "master": "local[2]", "spark_session_start_s": round(start_s, 2),
         "batch_read_noop": batch, "stream_read_noop": stream, "stream_read_noop_10_batches": stream10,
-        "micro_batch_overhead": over, "batch_write": write,
+        "micro_batch_overhead": over, "batch_write": write, "batch_read_noop_by_mode": per_mode,
         "targets": {"batch_rows_per_s_min": TARGET_ROWS_PER_S,
                     "met": batch["rows_per_s_median"] >= TARGET_ROWS_PER_S},
         "limits": limits, "machine": _limits.machine(),
