@@ -464,3 +464,14 @@ def test_the_metadata_log_replays_broker_registrations(tmp_path):
         assert reopened.image.brokers[1].epoch == e1 and reopened.image.offset == c.committed
     finally:
         reopened.close()
+
+
+def test_a_broker_told_to_shut_down_is_not_unfenced_by_an_older_heartbeat():
+    """Found by the simulator (seed 931, five brokers): an older heartbeat without
+    WantShutDown, delivered after the one that was granted the shutdown."""
+    c = Ctx()
+    e1 = c.up(1)
+    reply, _ = c.heartbeat(1, e1, want_shut_down=True)
+    assert reply.should_shut_down and c.image.brokers[1].fenced
+    reply, records = c.heartbeat(1, e1, offset=c.committed - 1)  # the older one
+    assert reply.is_fenced and records == []

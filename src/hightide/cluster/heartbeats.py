@@ -50,6 +50,9 @@ class Session:
     last_contact_ms: int
     acked_offset: int = -1
     shutdown_offset: int = -1
+    #: Told ShouldShutDown: this incarnation is never unfenced again (a delayed older
+    #: heartbeat without WantShutDown must not bring it back).
+    shut_down: bool = False
 
     def acknowledge(self, offset: int, committed_offset: int) -> None:
         """Raise ``acked_offset`` to ``offset`` capped at ``committed_offset`` (a broker

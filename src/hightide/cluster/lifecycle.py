@@ -21,8 +21,8 @@ the first returned record will get (the log end offset under the lock);
 A broker's state (Kafka's ``BrokerControlState``) and its transitions on a heartbeat::
 
     FENCED       --WantShutDown-->                        SHUTDOWN_NOW
-    FENCED       --not WantFence, offset >= catch-up,
-                   not logged in controlled shutdown-->   UNFENCED
+    FENCED       --not WantFence, offset >= catch-up, never
+                   in controlled shutdown or told to-->   UNFENCED
     UNFENCED     --WantFence (+WantShutDown)-->           FENCED (SHUTDOWN_NOW)
     UNFENCED     --WantShutDown, leads partitions-->      CONTROLLED_SHUTDOWN
     UNFENCED     --WantShutDown, leads nothing-->         SHUTDOWN_NOW
@@ -231,6 +231,7 @@ class BrokerLifecycle:
         records = self._transition_records(reg, current, nxt)
         if nxt.fenced:
             session.shutdown_offset = -1
+            session.shut_down = session.shut_down or nxt is BrokerState.SHUTDOWN_NOW
         elif nxt is BrokerState.CONTROLLED_SHUTDOWN and current is not nxt:
             session.shutdown_offset = next_offset + len(records) - 1  # the batch's end offset, as Kafka
         active = nxt is BrokerState.UNFENCED and not reg.in_controlled_shutdown  # as the image will say
@@ -263,7 +264,8 @@ class BrokerLifecycle:
         if current is BrokerState.FENCED:
             if req.want_shut_down:
                 return current, BrokerState.SHUTDOWN_NOW
-            if not req.want_fence and acked >= catch_up and not reg.in_controlled_shutdown:
+            session = self.heartbeats.session(reg, now_ms)
+            if not req.want_fence and acked >= catch_up and not reg.in_controlled_shutdown and not session.shut_down:
                 return current, BrokerState.UNFENCED
             return current, BrokerState.FENCED
         if current is BrokerState.UNFENCED:
