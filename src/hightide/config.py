@@ -299,7 +299,7 @@ class BrokerConfig:
     explicit: set[str] = field(default_factory=set)
     #: The static configs as given (file and flags, aliases such as log.retention.hours
     #: under their own name), as Kafka strings: DescribeConfigs' STATIC_BROKER_CONFIG.
-    originals: dict[str, str] = field(default_factory=dict)
+    originals: dict[str, str | None] = field(default_factory=dict)
     #: Dynamic broker configs in force (metadata log): cluster default ``""`` and this broker.
     dynamic_default: dict[str, str] = field(default_factory=dict)
     dynamic_broker: dict[str, str] = field(default_factory=dict)
@@ -564,7 +564,7 @@ def broker_default_strings() -> dict[str, str]:
     return {n: v for n, v in out.items() if v is not None}
 
 
-def config_synonyms(broker: BrokerConfig, name: str) -> list[tuple[str, str, int]]:
+def config_synonyms(broker: BrokerConfig, name: str) -> list[tuple[str, str | None, int]]:
     """Kafka's ConfigHelper.configSynonyms for broker config ``name``: (name, value,
     source) for each of its synonyms present at each level — dynamic for this broker,
     dynamic cluster default, static, default — in that order, starting at the first entry
