@@ -33,6 +33,7 @@ serve: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # kafkajs for the tests that drive it (tests/js): installed from the lock file.
 jsdeps:
@@ -40,6 +41,7 @@ jsdeps:
 
 test: $(STAMP) kcat chromium jsdeps
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
