@@ -3,11 +3,13 @@
 for acks that must wait for durability.
 
 fsync never runs on the event loop: each round captures what to flush on the loop
-(:meth:`PartitionLog.begin_flush`), fsyncs on one dedicated worker thread
-(:func:`run_flush`; fsync releases the GIL, so the loop keeps serving), and completes on
-the loop (:meth:`PartitionLog.end_flush`). Rounds never overlap, so a log is never
-flushed twice at once; durability requests that arrive during a round share the next
-one (group commit).
+(:meth:`PartitionLog.begin_flush`), fsyncs on a small pool of worker threads
+(:func:`run_flush`, the round's logs spread over ``FSYNC_THREADS`` threads; fsync
+releases the GIL, so the loop keeps serving, and the file system overlaps the fsyncs of
+different files), and completes on the loop (:meth:`PartitionLog.end_flush`). A log is
+in a round at most once and rounds never overlap, so a log is never flushed twice at
+once; a failed fsync is never retried (``end_flush`` takes the log offline).
+Durability requests that arrive during a round share the next one (group commit).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.flush")
 TICK_S = 0.05
+FSYNC_THREADS = 4  # a round's logs are fsynced on this many threads at once
 
 
 class Flusher:
@@ -33,7 +36,7 @@ class Flusher:
         self.broker = broker
         self._requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]] = {}
         self._wakeup: asyncio.Event | None = None
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="hightide-fsync")
+        self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hightide-fsync")
         self._round: asyncio.Future | None = None
 
     def durable(self, plog: "PartitionLog") -> asyncio.Future:
@@ -58,7 +61,7 @@ class Flusher:
             await asyncio.shield(self._round)
 
     async def close(self) -> None:
-        """Wait for a round in progress, then stop the worker thread."""
+        """Wait for a round in progress, then stop the worker threads."""
         if self._round is not None and not self._round.done():
             try:
                 await self._round
@@ -83,8 +86,7 @@ class Flusher:
         # start offset and directory entries, without fsyncing segments)
         jobs = [(key, plog, plog.begin_flush(now) if key in requested else plog.begin_due_flush(now))
                 for key, plog in targets.items()]
-        outcomes = await asyncio.get_running_loop().run_in_executor(
-            self._executor, _run_all, [job for _, _, job in jobs])
+        outcomes = await self._run_jobs([job for _, _, job in jobs])
         for (key, plog, job), err in zip(jobs, outcomes):
             plog.end_flush(job, ok=err is None)
             if err is not None:
@@ -96,6 +98,17 @@ class Flusher:
                     fut.set_result(None)
                 else:
                     fut.set_exception(err)
+
+    async def _run_jobs(self, jobs: list[FlushJob]) -> list[OSError | None]:
+        """Run the jobs on up to ``FSYNC_THREADS`` threads (job i on share i mod n, each
+        share in order); the outcome of each job, in the jobs' order."""
+        n = min(FSYNC_THREADS, len(jobs))
+        loop = asyncio.get_running_loop()
+        shares = await asyncio.gather(*(loop.run_in_executor(self._executor, _run_all, jobs[i::n]) for i in range(n)))
+        out: list[OSError | None] = [None] * len(jobs)
+        for i, share in enumerate(shares):
+            out[i::n] = share
+        return out
 
 
 def _run_all(jobs: list[FlushJob]) -> list[OSError | None]:
