@@ -261,7 +261,7 @@ def _log_state(groups: GroupRuntime, broker: FakeBroker, upto: int | None = None
     for chunk in coordinator_runtime.iter_record_chunks(broker.log):
         for offset, key, value in chunk:
             if upto is None or offset < upto:
-                groups.runtime.adapter.load_record([shard], offset, key, value)
+                groups.runtime.adapter.load_record([shard], 0, offset, key, value)
     return _offsets(shard)
 
 
@@ -362,4 +362,30 @@ def test_fsync_that_could_not_start_reloads_the_shard_from_the_log(tmp_path):
         broker.flusher.complete()
         assert (await nxt)[0] == ErrorCode.none
         assert _fetched(groups) == 99
+    asyncio.run(scenario())
+
+
+def test_unloading_answers_parked_joins_not_coordinator(tmp_path):
+    """A JoinGroup parked in the initial rebalance delay, then a failed fsync of its
+    partition: the unloaded working shard's parked request answers NOT_COORDINATOR (the
+    client finds the coordinator again) instead of hanging."""
+    from hightide.group.classic import JoinRequest
+    groups, broker = _runtime(tmp_path, **{"log.flush.interval.messages": 1,
+                                           "group.initial.rebalance.delay.ms": 60_000})
+
+    async def scenario():
+        handle, parked = groups.park()
+        req = JoinRequest("jg", "", None, "c", "h", 30_000, 30_000, "consumer", (("range", b""),), False)
+        await groups.execute("jg", lambda s: s.join_group(req, handle, T0), T0)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not parked.done()  # waiting for the rebalance delay
+        commit = asyncio.ensure_future(_commit(groups, 1))
+        await _until_fsync_requested(broker)
+        broker.flusher.fail()
+        with pytest.raises(CoordinatorUnavailable):
+            await commit
+        with pytest.raises(CoordinatorUnavailable) as info:
+            await asyncio.wait_for(parked, 5)
+        assert info.value.error_code == ErrorCode.not_coordinator
     asyncio.run(scenario())

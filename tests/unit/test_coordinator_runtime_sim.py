@@ -62,7 +62,7 @@ def _log_values(groups, broker):
     for chunk in coordinator_runtime.iter_record_chunks(broker.log):
         for offset, key, value in chunk:
             shard = groups.runtime.adapter.new_shard(0)
-            groups.runtime.adapter.load_record([shard], offset, key, value)
+            groups.runtime.adapter.load_record([shard], 0, offset, key, value)
             for tps in shard.offsets.offsets.values():
                 for v in tps.values():
                     yield offset, v.offset

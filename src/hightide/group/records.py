@@ -37,9 +37,17 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def java_abs(n: int) -> int:
+    """Kafka's ``Utils.abs`` of an int32: ``abs(n)``, and 0 for ``Integer.MIN_VALUE``
+    (whose absolute value does not fit). Not ``n & 0x7FFFFFFF`` (``Utils.toPositive``, the
+    producer partitioner's function), which differs for every negative ``n``."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group (Kafka's ``Utils.abs(hash) % n``)."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+    """The ``__consumer_offsets`` partition of a group: Kafka's
+    ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``."""
+    return java_abs(java_string_hash(group_id)) % num_partitions
 
 
 # -- records ------------------------------------------------------------------------------

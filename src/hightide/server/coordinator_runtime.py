@@ -132,9 +132,10 @@ class ShardAdapter(Protocol[S]):
 
     def new_shard(self, partition: int) -> S: ...
 
-    def load_record(self, shards: Sequence[S], offset: int, key: bytes | None, value: bytes | None) -> bool:
-        """Replay one stored record into each of ``shards`` (decoded once); False if it
-        was skipped."""
+    def load_record(self, shards: Sequence[S], partition: int, offset: int, key: bytes | None,
+                    value: bytes | None) -> bool:
+        """Replay one stored record of ``partition`` into each of ``shards`` (decoded
+        once); False if it was skipped."""
 
     def loaded(self, shards: Sequence[S], partition: int, count: int) -> None:
         """The partition's log is replayed into ``shards`` (``count`` records): arm
@@ -189,6 +190,7 @@ class _Partition(Generic[S]):
     inflight: deque[_Write] = field(default_factory=deque)  # appended, not committed, log order
     queue: deque[_Write] = field(default_factory=deque)  # serial adapters: not run yet
     fenced: CoordinatorUnavailable | None = None  # why writes are refused (log offline)
+    held: bool = False  # loaded, but LOADING to callers until released (start-up migration)
     epoch: int = 0  # bumped when the partition's writes fail: older callbacks are ignored
     task: asyncio.Task | None = None  # loading or reloading
 
@@ -210,11 +212,13 @@ class CoordinatorRuntime(Generic[S]):
         self.loaded_records = 0  # records replayed by the loads so far (tests, logs)
 
     # -- loading -------------------------------------------------------------------------------
-    def load(self, partitions: range | list[int], *, now: bool = False) -> None:
+    def load(self, partitions: range | list[int], *, now: bool = False, hold: bool = False) -> None:
         """Start loading ``partitions`` (each in its own task). ``now=True`` replays on the
-        spot instead (for logs known to be empty, e.g. a topic just created)."""
+        spot instead (for logs known to be empty, e.g. a topic just created). ``hold=True``:
+        once loaded, the partitions still answer COORDINATOR_LOAD_IN_PROGRESS to everyone
+        but ``internal`` writes, until :meth:`release` (a migration runs in between)."""
         for p in partitions:
-            part: _Partition[S] = _Partition(self.adapter.new_shard(p))
+            part: _Partition[S] = _Partition(self.adapter.new_shard(p), held=hold)
             self.partitions[p] = part
             if now:
                 for _ in self._load_chunks(p, part):
@@ -258,7 +262,7 @@ class CoordinatorRuntime(Generic[S]):
         count = 0
         for chunk in iter_record_chunks(plog):
             for offset, key, value in chunk:
-                count += self.adapter.load_record(views, offset, key, value)
+                count += self.adapter.load_record(views, p, offset, key, value)
             yield
         self.adapter.loaded(views, p, count)
         self.loaded_records += count
@@ -274,6 +278,12 @@ class CoordinatorRuntime(Generic[S]):
         tasks = [part.task for part in self.partitions.values() if part.task is not None and not part.task.done()]
         if tasks:
             await asyncio.wait(tasks)
+
+    def release(self, exclude: set[int] | frozenset[int] = frozenset()) -> None:
+        """Serve the partitions loaded with ``hold=True`` (except ``exclude``)."""
+        for p, part in self.partitions.items():
+            if p not in exclude:
+                part.held = False
 
     def close(self) -> None:
         """Stop loads and reloads in progress (shutdown)."""
@@ -293,15 +303,15 @@ class CoordinatorRuntime(Generic[S]):
         None if the partition takes no writes now. For deciding which timers are due,
         never for answering a read."""
         part = self.partitions.get(partition)
-        if part is None or part.state is not LoadState.ACTIVE or part.fenced is not None:
+        if part is None or part.state is not LoadState.ACTIVE or part.fenced is not None or part.held:
             return None
         return part.working
 
-    def _active(self, partition: int) -> _Partition[S]:
+    def _active(self, partition: int, internal: bool = False) -> _Partition[S]:
         part = self.partitions.get(partition)
         if part is None:
             raise CoordinatorUnavailable(f"{self.adapter.topic}-{partition} is not loaded")
-        if part.state is LoadState.LOADING:
+        if part.state is LoadState.LOADING or (part.held and not internal):
             raise CoordinatorLoadInProgress(f"{self.adapter.topic}-{partition} is loading")
         if part.state is LoadState.FAILED:
             raise CoordinatorUnavailable(f"{self.adapter.topic}-{partition} failed to load")
@@ -311,7 +321,7 @@ class CoordinatorRuntime(Generic[S]):
         """Committed shards of every ACTIVE partition. Raises
         :class:`CoordinatorLoadInProgress` if some partition is still loading (a listing
         would be incomplete)."""
-        if any(part.state is LoadState.LOADING for part in self.partitions.values()):
+        if any(part.state is LoadState.LOADING or part.held for part in self.partitions.values()):
             raise CoordinatorLoadInProgress(f"{self.adapter.topic} is loading")
         return {p: part.shard for p, part in self.partitions.items() if part.state is LoadState.ACTIVE}
 
@@ -321,7 +331,7 @@ class CoordinatorRuntime(Generic[S]):
         return self.partitions[partition].committed_offset
 
     # -- writes --------------------------------------------------------------------------------
-    async def write(self, partition: int, op: Callable[[S], Any], now_ms: int) -> Any:
+    async def write(self, partition: int, op: Callable[[S], Any], now_ms: int, *, internal: bool = False) -> Any:
         """Run ``op(working shard)``, append the records of its result as one batch, and
         return the result once they are committed and applied to the committed shard (see
         the module doc). Raises :class:`CoordinatorUnavailable` if the partition takes no
@@ -332,8 +342,8 @@ class CoordinatorRuntime(Generic[S]):
 
         The write is not cut off if the caller goes away (its connection closed): it
         still commits (or fails) and is applied, so memory never misses records of the
-        log."""
-        part = self._writable(partition)
+        log. ``internal``: the runtime's owner writing to a held partition (migration)."""
+        part = self._writable(partition, internal)
         w = _Write(op, now_ms, asyncio.get_running_loop().create_future())
         w.fut.add_done_callback(_retrieve)
         if self.adapter.pipelined or not (part.inflight or part.queue):
@@ -343,8 +353,8 @@ class CoordinatorRuntime(Generic[S]):
             part.queue.append(w)  # serial: run once the write in flight is committed
         return await asyncio.shield(w.fut)
 
-    def _writable(self, partition: int) -> _Partition[S]:
-        part = self._active(partition)
+    def _writable(self, partition: int, internal: bool = False) -> _Partition[S]:
+        part = self._active(partition, internal)
         if part.fenced is not None:
             raise part.fenced
         if part.working is None:

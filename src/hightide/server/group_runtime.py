@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import group_config_default
 from ..group.classic import GroupLimits
 from ..group.consumer_api import ConsumerGroupConfig, ImageTopics, TimersKey
-from ..group.records import OFFSETS_TOPIC, partition_for
+from ..group.records import OFFSETS_TOPIC, GroupKey, OffsetKey, partition_for
 from ..group.shard import (
     CoordinatorResult,
     GroupConfig,
@@ -53,6 +53,7 @@ from ..group.shard import (
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
 from ..protocol.errors import ErrorCode
 from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
+from .coordinator_runtime import LoadState
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -79,13 +80,14 @@ class GroupAdapter:
     def new_shard(self, partition: int) -> GroupCoordinatorShard:
         return GroupCoordinatorShard(self.groups.group_config, consumer_timeouts=self.groups.consumer_timeouts)
 
-    def load_record(self, shards: Sequence[GroupCoordinatorShard], offset: int, key: bytes | None,
-                    value: bytes | None) -> bool:
+    def load_record(self, shards: Sequence[GroupCoordinatorShard], partition: int, offset: int,
+                    key: bytes | None, value: bytes | None) -> bool:
         record = decode_record(key, value) if key is not None else None
         if record is None:
             return False  # a record type hightide does not interpret (written by another broker)
         for shard in shards:
             shard.replay(*record)
+        self.groups.note_placement(partition, *record)
         return True
 
     def loaded(self, shards: Sequence[GroupCoordinatorShard], partition: int, count: int) -> None:
@@ -190,14 +192,91 @@ class GroupRuntime:
         # Per connection, its latest parked request: Kafka evaluates one request per
         # connection at a time, so later group requests on it wait for that answer.
         self._tails: dict[str, asyncio.Future] = {}
+        self._placing: asyncio.Task | None = None  # start-up: moving misplaced groups (then serving)
+        self._homes: dict[str, int] = {}  # group id -> partition, while loading
+        self._misplaced: dict[int, dict[Any, Any]] = {}  # partition -> {key: latest value} to move
 
     # -- loading --------------------------------------------------------------------------
     def start(self) -> None:
-        """Start loading the shards if the topic exists (it is created on first use)."""
+        """Start loading the shards if the topic exists (it is created on first use); the
+        partitions are served once loaded and misplaced groups moved (see
+        :meth:`_place_groups`)."""
         topic = self.broker.image.topics.get(OFFSETS_TOPIC)
         if topic is not None:
             self.num_partitions = len(topic.partitions)
-            self.runtime.load(range(self.num_partitions))
+            self.runtime.load(range(self.num_partitions), hold=True)
+            self._placing = asyncio.get_running_loop().create_task(self._place_groups(), name="place groups")
+
+    # -- groups stored in the wrong partition (written before the placement fix) ------------
+    def note_placement(self, partition: int, key: Any, value: Any) -> None:
+        """While loading: remember the latest record of every key whose group belongs in
+        another partition (its last write wins, as compaction would keep it)."""
+        if self._placing is None or self._placing.done():
+            return  # only the start-up load looks for misplaced groups
+        gid = _group_of(key)
+        home = self._homes.get(gid)
+        if home is None:
+            home = self._homes[gid] = self.partition_for(gid)
+        if home == partition:
+            return
+        moved = self._misplaced.setdefault(partition, {})
+        moved.pop(key, None)
+        if value is not None:
+            moved[key] = value  # reinserted: the dict keeps log order of the latest records
+
+    async def _place_groups(self) -> None:
+        """Once every partition is loaded: move the groups found in a partition other than
+        Kafka's ``abs(hashCode) % n`` (hightide before this fix placed groups with a
+        negative hash by ``hash & 0x7FFFFFFF``), then serve. A partition whose move failed
+        stays LOADING (a restart retries the move) rather than answer without the group."""
+        await self.runtime.wait_loaded()
+        self._homes.clear()
+        moves, self._misplaced = self._misplaced, {}
+        failed: set[int] = set()
+        try:
+            failed = await self.move_records(moves, _now_ms())
+        finally:
+            self.runtime.release(exclude=failed)
+
+    async def move_records(self, moves: dict[int, dict[Any, Any]], now_ms: int) -> set[int]:
+        """Move ``{partition: {key: latest value}}`` to the partitions their groups belong
+        in, through the write path: first the copies (and each destination's log fsynced,
+        whatever the flush policy), then tombstones at the old place, so a crash in
+        between leaves both copies and the next start moves the same records again.
+        Returns the partitions involved in a move that failed (logged)."""
+        by_home: dict[int, list[tuple[Any, Any]]] = {}
+        sources = {p: recs for p, recs in moves.items()
+                   if recs and self.runtime.partitions[p].state is LoadState.ACTIVE}
+        for recs in sources.values():
+            for k, v in recs.items():
+                by_home.setdefault(self.partition_for(_group_of(k)), []).append((k, v))
+        failed: set[int] = set()
+        for q, copies in by_home.items():
+            try:
+                await self.runtime.write(q, _returning(CoordinatorResult(copies)), now_ms, internal=True)
+                plog = self.broker.partition_log(OFFSETS_TOPIC, q)
+                if plog is not None:
+                    await self.broker.flusher.durable(plog)
+                await self.runtime.write(q, lambda s: CoordinatorResult(live=s.loaded(
+                    now_ms, lambda g: self.share_timeouts(g)[0]).live), now_ms, internal=True)  # arm moved timers
+            except (CoordinatorUnavailable, OSError) as exc:
+                log.error("moving %d group records into %s-%d failed: %s", len(copies), OFFSETS_TOPIC, q, exc)
+                failed.add(q)
+                failed.update(p for p, src in sources.items()
+                              if any(self.partition_for(_group_of(k)) == q for k in src))
+        for p, recs in sources.items():
+            if p in failed:
+                continue
+            tombstones = [(k, None) for k in reversed(list(recs))]
+            try:
+                await self.runtime.write(p, _returning(CoordinatorResult(tombstones)), now_ms, internal=True)
+            except CoordinatorUnavailable as exc:  # the copies are in place: only old records stay behind
+                log.error("tombstoning moved group records in %s-%d failed: %s", OFFSETS_TOPIC, p, exc)
+            groups = sorted({_group_of(k) for k in recs})
+            log.warning("moved %d records of %d group(s) from %s-%d to their partition (Kafka's placement): %s",
+                        len(recs), len(groups), OFFSETS_TOPIC, p, ", ".join(groups[:10]) +
+                        (f" and {len(groups) - 10} more" if len(groups) > 10 else ""))
+        return failed
 
     async def ensure_topic(self) -> None:
         """Create the topic if needed and load its (new, empty) partitions. Raises
@@ -221,7 +300,10 @@ class GroupRuntime:
             self.runtime.load(range(n), now=not existed)
 
     async def wait_loaded(self) -> None:
+        """Until every partition is loaded and misplaced groups are moved (served)."""
         await self.runtime.wait_loaded()
+        if self._placing is not None and not self._placing.done():
+            await asyncio.wait([self._placing])
 
     @property
     def shards(self) -> dict[int, GroupCoordinatorShard]:
@@ -294,6 +376,8 @@ class GroupRuntime:
             if not fut.done():
                 fut.set_exception(CoordinatorUnavailable("the coordinator is shutting down", ErrorCode.not_coordinator))
         self._parked.clear()
+        if self._placing is not None and not self._placing.done():
+            self._placing.cancel()
         self.runtime.close()
 
     def share_timeouts(self, group_id: str) -> tuple[int, int]:
@@ -350,6 +434,16 @@ class GroupRuntime:
                 pass
         if ops:
             await asyncio.gather(*(one(p, op) for p, op in ops))
+
+
+def _returning(result: CoordinatorResult) -> Callable[[GroupCoordinatorShard], CoordinatorResult]:
+    """An operation that returns ``result`` whatever the shard (records decided beforehand)."""
+    return lambda shard: result
+
+
+def _group_of(key: Any) -> str:
+    """The group id of a ``__consumer_offsets`` record key (any version)."""
+    return key.group if isinstance(key, (OffsetKey, GroupKey)) else key.group_id
 
 
 def _share_poll(shard: GroupCoordinatorShard, now_ms: int, topics: ImageTopics) -> CoordinatorResult:

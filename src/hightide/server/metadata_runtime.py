@@ -46,7 +46,7 @@ class MetadataAdapter:
     def new_shard(self, partition: int) -> MetadataImage:
         return self.metadata.image
 
-    def load_record(self, shards: Sequence[MetadataImage], offset: int, key: bytes | None,
+    def load_record(self, shards: Sequence[MetadataImage], partition: int, offset: int, key: bytes | None,
                     value: bytes | None) -> bool:
         raise AssertionError("the metadata image is loaded by MetadataLog")  # never called: add_loaded
 

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import ErrorCode
 from ..share.coordinator import (
+    PartitionState,
+    Record,
     ShareCoordinatorConfig,
     ShareCoordinatorShard,
     ShareResult,
@@ -44,6 +46,8 @@ from ..share.coordinator import (
 from ..share.records import (
     STATE_TOPIC,
     ShareRecordError,
+    ShareSnapshotKey,
+    ShareSnapshotValue,
     coordinator_key,
     decode_key,
     decode_value,
@@ -53,6 +57,7 @@ from ..share.records import (
 )
 from ..share.types import ShareState, ShareStateKey, StateBatch
 from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
+from .coordinator_runtime import LoadState
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -77,8 +82,8 @@ class ShareStateAdapter:
     def new_shard(self, partition: int) -> ShareCoordinatorShard:
         return ShareCoordinatorShard(self.config)
 
-    def load_record(self, shards: Sequence[ShareCoordinatorShard], offset: int, key: bytes | None,
-                    value: bytes | None) -> bool:
+    def load_record(self, shards: Sequence[ShareCoordinatorShard], partition: int, offset: int,
+                    key: bytes | None, value: bytes | None) -> bool:
         try:
             k = decode_key(key) if key is not None else None
             if k is None:
@@ -125,14 +130,68 @@ class ShareStateRuntime:
             cold_partition_snapshot_interval_ms=cfg["share.coordinator.cold.partition.snapshot.interval.ms"])
         self.runtime = runtime_for(broker, ShareStateAdapter(self.config))
         self._creating: asyncio.Future | None = None
+        self._placing: asyncio.Task | None = None  # start-up: moving misplaced share state (then serving)
 
     # -- loading ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start loading the shards if the topic exists (it is created on first write)."""
+        """Start loading the shards if the topic exists (it is created on first write); the
+        partitions are served once loaded and misplaced share partitions moved."""
         topic = self.broker.image.topics.get(STATE_TOPIC)
         if topic is not None:
             self.num_partitions = len(topic.partitions)
-            self.runtime.load(range(self.num_partitions))
+            self.runtime.load(range(self.num_partitions), hold=True)
+            self._placing = asyncio.get_running_loop().create_task(self._place(), name="place share state")
+
+    async def _place(self) -> None:
+        """Once loaded: share partitions whose state is in a partition other than Kafka's
+        ``abs(hashCode("group:topicId:partition")) % n`` (hightide before this fix used
+        ``hash & 0x7FFFFFFF``) get a ShareSnapshot of their state in the right partition
+        (fsynced), then a tombstone at the old place; then the partitions are served. A
+        partition whose move failed stays LOADING until a restart retries it."""
+        await self.runtime.wait_loaded()
+        failed: set[int] = set()
+        try:
+            failed = await self.move_misplaced(_now_ms())
+        finally:
+            self.runtime.release(exclude=failed)
+
+    async def move_misplaced(self, now_ms: int) -> set[int]:
+        """Move every misplaced share partition's state (see :meth:`_place`); returns the
+        partitions involved in a move that failed (logged)."""
+        moves: dict[int, dict[int, list[tuple[ShareStateKey, PartitionState]]]] = {}  # home -> source -> states
+        for p, part in self.runtime.partitions.items():
+            if part.state is not LoadState.ACTIVE:
+                continue
+            for key, st in part.shard.states.items():
+                home = self.partition_for(key)
+                if home != p:
+                    moves.setdefault(home, {}).setdefault(p, []).append((key, st))
+        failed: set[int] = set()
+        for home, by_source in moves.items():
+            snapshots: list[Record] = [(ShareSnapshotKey(k.group_id, k.topic_id, k.partition), ShareSnapshotValue(
+                st.snapshot_epoch + 1, st.state_epoch, st.leader_epoch, st.start_offset, st.create_timestamp,
+                st.write_timestamp, st.batches, st.delivery_complete_count))
+                for states in by_source.values() for k, st in states]
+            try:
+                await self.runtime.write(home, _returning(ShareResult(snapshots)), now_ms, internal=True)
+                plog = self.broker.partition_log(STATE_TOPIC, home)
+                if plog is not None:
+                    await self.broker.flusher.durable(plog)
+            except (CoordinatorUnavailable, OSError) as exc:
+                log.error("moving share state into %s-%d failed: %s", STATE_TOPIC, home, exc)
+                failed.add(home)
+                failed.update(by_source)
+                continue
+            for p, states in by_source.items():
+                tombstones: list[Record] = [(ShareSnapshotKey(k.group_id, k.topic_id, k.partition), None)
+                                            for k, _ in states]
+                try:
+                    await self.runtime.write(p, _returning(ShareResult(tombstones)), now_ms, internal=True)
+                except CoordinatorUnavailable as exc:  # the snapshot is in place: old records stay behind
+                    log.error("tombstoning moved share state in %s-%d failed: %s", STATE_TOPIC, p, exc)
+                log.warning("moved the state of %d share partition(s) from %s-%d to %s-%d (Kafka's placement)",
+                            len(states), STATE_TOPIC, p, STATE_TOPIC, home)
+        return failed
 
     async def ensure_topic(self) -> None:
         """Create the topic if needed and load its partitions. Raises CoordinatorUnavailable."""
@@ -157,9 +216,14 @@ class ShareStateRuntime:
             self.runtime.load(range(n), now=not existed)
 
     async def wait_loaded(self) -> None:
+        """Until every partition is loaded and misplaced state is moved (served)."""
         await self.runtime.wait_loaded()
+        if self._placing is not None and not self._placing.done():
+            await asyncio.wait([self._placing])
 
     def close(self) -> None:
+        if self._placing is not None and not self._placing.done():
+            self._placing.cancel()
         self.runtime.close()
 
     @property
@@ -266,3 +330,8 @@ class ShareStateRuntime:
             except (CoordinatorUnavailable, OSError) as exc:
                 log.warning("pruning %s-%d failed: %s", STATE_TOPIC, p, exc)
         return freed
+
+
+def _returning(result: ShareResult) -> Callable[[ShareCoordinatorShard], ShareResult]:
+    """An operation that returns ``result`` whatever the shard (records decided beforehand)."""
+    return lambda shard: result

@@ -27,7 +27,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from ..group.records import java_string_hash
+from ..group.records import java_abs, java_string_hash
 from .types import ShareStateKey, StateBatch
 
 STATE_TOPIC = "__share_group_state"
@@ -241,7 +241,7 @@ def decode_value(key: ShareKey, data: bytes | None) -> ShareValue | None:
 def partition_for(key_text: str, num_partitions: int) -> int:
     """The ``__share_group_state`` partition of a share partition, by Kafka's
     ``Utils.abs(hash("group:topicId:partition")) % n`` (the FindCoordinator key of type SHARE)."""
-    return (java_string_hash(key_text) & 0x7FFFFFFF) % num_partitions
+    return java_abs(java_string_hash(key_text)) % num_partitions
 
 
 def coordinator_key(group_id: str, topic_id: uuid.UUID, partition: int) -> str:
