@@ -26,7 +26,10 @@ start offset to its high watermark, into both views (each record decoded once), 
 task that yields to the event loop after every chunk (``LOAD_CHUNK_BYTES``). Until it is
 done the partition is LOADING: reads and writes raise :class:`CoordinatorLoadInProgress`
 (COORDINATOR_LOAD_IN_PROGRESS; clients retry). A log that cannot be read: FAILED
-(COORDINATOR_NOT_AVAILABLE).
+(COORDINATOR_NOT_AVAILABLE). Loaded with ``hold=True``, partitions keep answering
+COORDINATOR_LOAD_IN_PROGRESS to everyone but their owner's ``internal`` writes until
+:meth:`CoordinatorRuntime.release`: the group and share coordinators first move records an
+older hightide stored in the wrong partition (see ``GroupRuntime.move_records``).
 
 *Writes* (:meth:`CoordinatorRuntime.write`) are pipelined. A write runs the operation on
 the working shard, appends its records as one batch (page cache, synchronous), replays
