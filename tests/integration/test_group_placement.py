@@ -127,3 +127,77 @@ def test_a_group_with_a_negative_hash_is_moved_to_kafkas_partition(fresh_server,
     assert srv.stop() == 0
     assert _log_ends(data) == ends
     assert "Kafka's placement" not in srv.output()
+
+
+def _old_partition_for(group_id: str, num_partitions: int) -> int:
+    """What hightide computed before the fix (``toPositive``)."""
+    from hightide.group.records import java_string_hash
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+
+
+class _EmbeddedBroker:
+    """An in-process broker on its own event-loop thread over ``data_dir``."""
+
+    def __init__(self, data_dir) -> None:
+        import asyncio
+        import threading
+
+        from hightide import Broker, BrokerConfig
+        self.loop = asyncio.new_event_loop()
+        self.broker = Broker(BrokerConfig.load(overrides={}), data_dir=str(data_dir), listen=("127.0.0.1", 0))
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.broker.start(), self.loop).result(30)
+        self.bootstrap = f"127.0.0.1:{self.broker.port}"
+
+    def stop(self) -> None:
+        import asyncio
+        try:
+            asyncio.run_coroutine_threadsafe(self.broker.stop(), self.loop).result(30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+def test_a_consumer_group_written_with_the_old_placement_keeps_its_members_and_offsets(tmp_path, monkeypatch):
+    """A KIP-848 consumer group (member, assignment and epoch records) and its offsets, all
+    written by a broker placing groups the old way, are served after a restart with the
+    right placement: same member, same epoch, same offset; nothing left in partition 1."""
+    import uuid
+
+    from hightide.server import group_runtime
+    monkeypatch.setattr(group_runtime, "partition_for", _old_partition_for)
+    b = _EmbeddedBroker(tmp_path)
+    try:
+        with RawClient(b.bootstrap) as c:
+            _create_topic(c, "t")
+            member = str(uuid.uuid4())
+            hb = c.request(68, 0, {"group_id": GROUP, "member_id": member, "member_epoch": 0,
+                                   "rebalance_timeout": 30000, "subscribed_topic_names": ["t"],
+                                   "topic_partitions": []})
+            assert hb.error_code == 0 and hb.member_epoch > 0
+            epoch = hb.member_epoch
+            resp = c.request(8, 9, {"group_id": GROUP, "generation_id_or_member_epoch": epoch, "member_id": member,
+                                    "group_instance_id": None, "topics": [{"name": "t", "partitions": [
+                                        {"partition_index": 0, "committed_offset": 42, "committed_leader_epoch": -1,
+                                         "committed_metadata": ""}]}]})
+            assert resp.topics[0].partitions[0].error_code == 0
+    finally:
+        b.stop()
+    assert any(getattr(k, "group_id", None) == GROUP for _, k, _ in _records(tmp_path, OLD_PARTITION))
+    monkeypatch.undo()
+
+    b = _EmbeddedBroker(tmp_path)
+    try:
+        with RawClient(b.bootstrap) as c:
+            assert wait_until(lambda: _fetched(c, GROUP), 20, what="OffsetFetch after the load") == 42
+            described = c.request(69, 0, {"group_ids": [GROUP], "include_authorized_operations": False}).groups[0]
+            assert described.error_code == 0
+            assert [m.member_id for m in described.members] == [member]
+            assert described.group_epoch == epoch
+        shards = b.broker.groups.runtime.active_shards()
+        assert shards[KAFKA_PARTITION].consumer.get(GROUP) is not None
+        assert shards[OLD_PARTITION].consumer.get(GROUP) is None
+    finally:
+        b.stop()
