@@ -315,7 +315,7 @@ class ShareStateRuntime:
     async def prune(self, now_ms: int) -> int:
         """Cold snapshots (through the write path), then delete records below each shard's
         redundant offset. Returns how many records became deletable (for logs and tests)."""
-        await self.runtime.wait_loaded()
+        await self.wait_loaded()
         freed = 0
         for p, part in list(self.runtime.partitions.items()):
             try:
