@@ -42,6 +42,8 @@ log = logging.getLogger("hightide.share")
 
 LOCK_TIMER_INTERVAL_S = 0.05
 _MEMBER_CHECK_TICKS = 20  # departed members' records are released within a second
+# A departed member's share session waits this long for the client's final-epoch request.
+DEPARTED_SESSION_RETENTION_MS = 30_000
 LEADER_EPOCH = 0
 _MIN_READ = 16 * 1024
 
@@ -273,9 +275,13 @@ class SharePartitionManager:
         self.sessions.remove(group_id, member_id)
         self.release_member(group_id, member_id)
 
-    def member_left(self, group_id: str, member_id: str) -> None:
-        """The group coordinator removed ``member_id``: drop its session, free its records."""
-        self.sessions.remove(group_id, member_id)
+    def member_left(self, group_id: str, member_id: str, now_ms: int | None = None) -> None:
+        """The group coordinator removed ``member_id``: free its records now. Its share
+        session stays (marked departed) so the client's final ShareAcknowledge/ShareFetch,
+        sent after the leave heartbeat, still finds it (Kafka ends a session only on the
+        final epoch or when its connection closes); :meth:`release_departed` drops it
+        after ``DEPARTED_SESSION_RETENTION_MS`` if the client never closes it."""
+        self.sessions.mark_departed(group_id, member_id, _now_ms() if now_ms is None else now_ms)
         self.release_member(group_id, member_id)
 
     # -- persistence ---------------------------------------------------------------------
@@ -349,20 +355,26 @@ class SharePartitionManager:
                 self._wake(e.key)
         return n
 
-    def release_departed(self) -> int:
+    def release_departed(self, now_ms: int | None = None) -> int:
         """Release records held by members the share group no longer has (fenced or
-        left), as Kafka does when a member leaves, instead of waiting for their locks, and
-        drop their share sessions. Returns the members whose records were released."""
+        left), as Kafka does when a member leaves, instead of waiting for their locks.
+        Their share sessions are only marked departed (see :meth:`member_left`) and are
+        dropped ``DEPARTED_SESSION_RETENTION_MS`` later unless closed by the client first
+        or evicted to make room. Returns the members whose records were released."""
+        now = _now_ms() if now_ms is None else now_ms
         n = 0
         for key, e in list(self._parts.items()):
             for member in e.core.holders():
                 if not self.is_member(key.group_id, member):
-                    self.sessions.remove(key.group_id, member)
+                    self.sessions.mark_departed(key.group_id, member, now)
                     self.release_member(key.group_id, member)
                     n += 1
-        for s in self.sessions.sessions():  # sessions of departed members free their slots
-            if not self.is_member(s.group_id, s.member_id):
-                self.sessions.remove(s.group_id, s.member_id)
+        for s in self.sessions.sessions():
+            if self.is_member(s.group_id, s.member_id):
+                self.sessions.mark_present(s.group_id, s.member_id)
+            else:
+                self.sessions.mark_departed(s.group_id, s.member_id, now)
+        self.sessions.expire_departed(now, DEPARTED_SESSION_RETENTION_MS)
         return n
 
     async def run_timers(self) -> None:

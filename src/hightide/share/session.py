@@ -13,6 +13,15 @@ Epoch rules (Kafka's ``SharePartitionManager.newContext`` / ``acknowledgeSession
 * Epoch -1 closes the session after its acknowledgements (no partitions to fetch).
 * ShareAcknowledge uses the same epochs but never opens a session (epoch 0 ->
   INVALID_SHARE_SESSION_EPOCH).
+
+Lifetime (Kafka 4.1+): a session ends with the final epoch, or when its connection closes
+(Kafka's disconnect listener). It is *not* ended by the member leaving the group: a
+closing consumer sends its leave heartbeat first and its final ShareAcknowledge after, and
+that final request must still find the session. A departed member's session is marked
+(:meth:`ShareSessionCache.mark_departed`); the broker drops it when the client closes it,
+after a retention time (:meth:`ShareSessionCache.expire_departed`), or to make room when
+the cache is full (departed sessions are evicted first, oldest first), so departed members
+never hold slots for good.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ class ShareSession:
     epoch: int  # the epoch the next request must carry
     partitions: dict[TopicIdPartition, None] = field(default_factory=dict)  # ordered set
     last_used_ms: int = 0
+    departed_ms: int | None = None  # when the member was first seen gone from its group
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +107,39 @@ class ShareSessionCache:
     def sessions(self) -> list[ShareSession]:
         return list(self._sessions.values())
 
+    def mark_departed(self, group_id: str, member_id: str, now_ms: int) -> bool:
+        """Record that the session's member left its group (the session stays, see the
+        module doc). Returns True when the mark is new; False if there is no session or it
+        was already marked (the first departure time is kept)."""
+        s = self._sessions.get((group_id, member_id))
+        if s is None or s.departed_ms is not None:
+            return False
+        s.departed_ms = now_ms
+        return True
+
+    def mark_present(self, group_id: str, member_id: str) -> None:
+        """The member is in its group (again): its session is no longer departed."""
+        s = self._sessions.get((group_id, member_id))
+        if s is not None:
+            s.departed_ms = None
+
+    def expire_departed(self, now_ms: int, retention_ms: int) -> list[ShareSession]:
+        """Remove sessions whose member departed at least ``retention_ms`` ago; returns them."""
+        gone = [s for s in self._sessions.values()
+                if s.departed_ms is not None and now_ms - s.departed_ms >= retention_ms]
+        for s in gone:
+            del self._sessions[(s.group_id, s.member_id)]
+        return gone
+
+    def _evict_departed(self) -> bool:
+        """Make room: remove the session that departed first. False if none departed."""
+        departed = [s for s in self._sessions.values() if s.departed_ms is not None]
+        if not departed:
+            return False
+        oldest = min(departed, key=lambda s: s.departed_ms or 0)
+        del self._sessions[(oldest.group_id, oldest.member_id)]
+        return True
+
     def fetch_context(self, group_id: str, member_id: str, epoch: int, partitions: Iterable[TopicIdPartition],
                       forgotten: Iterable[TopicIdPartition], has_acknowledgements: bool, now_ms: int) -> FetchContext:
         """Validate a ShareFetch's session epoch and update the session. Raises
@@ -113,7 +156,7 @@ class ShareSessionCache:
             if has_acknowledgements:
                 raise SessionError(INVALID_REQUEST, "acknowledgements in an initial share fetch")
             self._sessions.pop(key, None)
-            if len(self._sessions) >= self.max_sessions:
+            if len(self._sessions) >= self.max_sessions and not self._evict_departed():
                 raise SessionError(SHARE_SESSION_LIMIT_REACHED, "the share session cache is full")
             s = ShareSession(group_id, member_id, next_epoch(INITIAL_EPOCH), dict.fromkeys(partitions), now_ms)
             self._sessions[key] = s
