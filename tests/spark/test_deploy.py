@@ -1,6 +1,7 @@
 """Shipping hightide to the executors: ``ship_to_executors`` puts the package zip on the
 Python workers' ``sys.path`` (``addPyFile`` on classic, ``addArtifacts(pyfile=True)`` on
-Connect), and a batch read through the source still works after it."""
+Connect), and a batch read through the source still works after it; ``register``
+installs the progress listener in every mode."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ from hightide.spark.deploy import package_zip
 from .conftest import create_topic, produce
 
 pytestmark = pytest.mark.integration
+
+
+def test_register_installs_the_listener_in_every_mode(spark_mode):
+    mode, spark = spark_mode
+    reg = hightide.spark.register(spark)  # again: idempotent, the same listener
+    assert reg.connect == (mode == "connect") and reg.unavailable == []
+    assert reg.progress_listener is not None and hightide.spark.register(spark).progress_listener is reg.progress_listener
 
 
 def test_package_zip_holds_the_installed_package(tmp_path):
@@ -45,8 +53,9 @@ def test_shipped_zip_reaches_the_python_workers(spark, bootstrap, topic_name, tm
 
     got = {r.path for r in spark.range(2, numPartitions=2).mapInArrow(paths, "path string").collect()}
     assert got != {None} and all(p is not None and p.endswith(shipped) for p in got), got
-    create_topic(bootstrap, topic_name, 2)
-    produce(bootstrap, topic_name, [(None, b"v%d" % i, [], i % 2) for i in range(20)])
+    # and the source still reads (the zip's hightide is the installed one)
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, [(None, b"v%d" % i, [], 0) for i in range(5)])
     df = spark.read.format("hightide").option("kafka.bootstrap.servers", bootstrap) \
         .option("subscribe", topic_name).load()
-    assert sorted(r.value for r in df.collect()) == sorted(b"v%d" % i for i in range(20))
+    assert sorted(r.value for r in df.collect()) == [b"v%d" % i for i in range(5)]
