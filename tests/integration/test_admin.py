@@ -6,6 +6,7 @@ Metadata auto-creation."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
@@ -189,3 +190,29 @@ def test_authorized_operations_bit_fields(server, topic_name):
         assert d.cluster_authorized_operations == cluster_bits
         g = c.request(15, 5, {"groups": ["no-such-group"], "include_authorized_operations": True})
         assert g.groups[0].authorized_operations == sum(1 << c for c in (3, 6, 8, 10, 11))  # Dead, no error
+
+
+def test_group_describe_apis_answer_authorized_operations(server, topic_name):
+    """ConsumerGroupDescribe (69) and ShareGroupDescribe (77): a described group carries
+    every group operation when asked (Kafka without an authorizer), INT32_MIN when not
+    asked; a group that failed (GROUP_ID_NOT_FOUND) carries INT32_MIN either way."""
+    group_bits, omitted = sum(1 << c for c in (3, 6, 8, 10, 11)), -(2**31)
+    cg, sg = f"cg-ops-{topic_name[-6:]}", f"sg-ops-{topic_name[-6:]}"
+    with RawClient(server.bootstrap) as c:
+        c.request(3, 12, {"topics": [{"name": topic_name, "topic_id": None}], "allow_auto_topic_creation": True,
+                          "include_topic_authorized_operations": False})
+        hb = c.request(68, 0, {"group_id": cg, "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                               "instance_id": None, "rack_id": None, "rebalance_timeout": 30000,
+                               "subscribed_topic_names": [topic_name], "server_assignor": None,
+                               "topic_partitions": []})
+        assert hb.error_code == 0, hb.error_message
+        hb = c.request(76, 1, {"group_id": sg, "member_id": str(uuid.uuid4()), "member_epoch": 0, "rack_id": None,
+                               "subscribed_topic_names": [topic_name]})
+        assert hb.error_code == 0, hb.error_message
+        for api, version, group in ((69, 0, cg), (69, 1, cg), (77, 1, sg)):
+            for asked, bits in ((True, group_bits), (False, omitted)):
+                r = c.request(api, version, {"group_ids": [group, "no-such-group"],
+                                             "include_authorized_operations": asked})
+                ok, missing = r.groups
+                assert (ok.error_code, ok.authorized_operations) == (0, bits), (api, version, asked)
+                assert (missing.error_code, missing.authorized_operations) == (69, omitted)  # GROUP_ID_NOT_FOUND

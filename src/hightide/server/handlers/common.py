@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ...protocol.acl import all_operations
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from ..coordinator_log import CoordinatorUnavailable
@@ -54,11 +55,14 @@ def _described_failure(group_id: str, code: ErrorCode, message: str | None) -> d
 
 
 def describe_group(ctx: RequestContext, group_id: str, describe: Callable[[Any, Any], dict | None], kind: str,
-                   members: Callable[[list[dict]], list[dict]]) -> dict:
+                   members: Callable[[list[dict]], list[dict]], include_authorized_operations: bool = False) -> dict:
     """One DescribedGroup of ConsumerGroupDescribe / ShareGroupDescribe: ``describe(shard,
     topics)`` gives the group as a dict (None if there is no such group of this ``kind``),
     ``members`` shapes its members for the wire. Unknown groups and groups of another
-    type answer GROUP_ID_NOT_FOUND, as Kafka ("Group X is not a share group.")."""
+    type answer GROUP_ID_NOT_FOUND, as Kafka ("Group X is not a share group.").
+    AuthorizedOperations: with ``include_authorized_operations``, a described group
+    carries every group operation (Kafka without an authorizer); failed groups, and
+    requests that did not ask, carry INT32_MIN ("omitted"), as Kafka's KafkaApis."""
     if not group_id:
         return _described_failure(group_id, ErrorCode.invalid_group_id, "The group id must not be empty.")
     runtime = ctx.groups
@@ -71,4 +75,4 @@ def describe_group(ctx: RequestContext, group_id: str, describe: Callable[[Any, 
         what = f"is not a {kind} group" if shard.group_exists(group_id) else "not found"
         return _described_failure(group_id, ErrorCode.group_id_not_found, f"Group {group_id} {what}.")
     return {**d, "error_code": ErrorCode.none, "error_message": None, "members": members(d["members"]),
-            "authorized_operations": INT32_MIN}
+            "authorized_operations": all_operations("group") if include_authorized_operations else INT32_MIN}

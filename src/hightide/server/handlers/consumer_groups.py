@@ -72,14 +72,15 @@ def _members(members: list[dict]) -> list[dict]:
              "target_assignment": _assignment(m["target_assignment"])} for m in members]
 
 
-def _describe(ctx: RequestContext, group_id: str) -> dict:
+def _describe(ctx: RequestContext, group_id: str, authorized_operations: bool) -> dict:
     """Classic groups answer GROUP_ID_NOT_FOUND too (as Kafka 4.0, whose admin client then
     falls back to DescribeGroups)."""
     return describe_group(ctx, group_id, lambda shard, topics: shard.describe_consumer_group(group_id, topics),
-                          "consumer", _members)
+                          "consumer", _members, authorized_operations)
 
 
 @handles(69, 0, 1)
 def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(69, ctx.version),
-                       {"throttle_time": 0, "groups": [_describe(ctx, g) for g in req.group_ids]})
+                       {"throttle_time": 0, "groups": [_describe(ctx, g, req.include_authorized_operations)
+                                                        for g in req.group_ids]})

@@ -58,12 +58,13 @@ def _members(members: list[dict]) -> list[dict]:
     return [{**m, "assignment": _assignment(m["assignment"])} for m in members]
 
 
-def _describe(ctx: RequestContext, group_id: str) -> dict:
+def _describe(ctx: RequestContext, group_id: str, authorized_operations: bool) -> dict:
     return describe_group(ctx, group_id, lambda shard, topics: shard.describe_share_group(group_id, topics),
-                          "share", _members)
+                          "share", _members, authorized_operations)
 
 
 @handles(77, 1, 1)
 def share_group_describe(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(77, ctx.version),
-                       {"throttle_time": 0, "groups": [_describe(ctx, g) for g in req.group_ids]})
+                       {"throttle_time": 0, "groups": [_describe(ctx, g, req.include_authorized_operations)
+                                                        for g in req.group_ids]})
