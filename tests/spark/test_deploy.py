@@ -23,7 +23,8 @@ def test_register_installs_the_listener_in_every_mode(spark_mode):
     mode, spark = spark_mode
     reg = hightide.spark.register(spark)  # again: idempotent, the same listener
     assert reg.connect == (mode == "connect") and reg.unavailable == []
-    assert reg.progress_listener is not None and hightide.spark.register(spark).progress_listener is reg.progress_listener
+    assert reg.progress_listener is not None
+    assert hightide.spark.register(spark).progress_listener is reg.progress_listener
 
 
 def test_package_zip_holds_the_installed_package(tmp_path):

@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Registration", "is_connect", "register", "ship_to_executors"]
+__all__ = ["Registration", "is_connect", "register", "ship_to_executors", "unregister"]
 
 _REGISTERED_ATTR = "_hightide_progress_listener"
 log = logging.getLogger("hightide.spark")
@@ -75,6 +75,15 @@ def register(spark: Any, *, commit_progress: bool = True) -> Registration:
             setattr(spark, _REGISTERED_ATTR, listener)
             reg.progress_listener = listener
     return reg
+
+
+def unregister(spark: Any) -> None:
+    """Remove the progress listener :func:`register` installed on ``spark`` (if any);
+    call it before stopping a Connect session to end the listener stream cleanly."""
+    listener = getattr(spark, _REGISTERED_ATTR, None)
+    if listener is not None:
+        spark.streams.removeListener(listener)
+        setattr(spark, _REGISTERED_ATTR, None)
 
 
 def _unavailable(reg: Registration, what: str) -> None:
