@@ -217,7 +217,7 @@ def final_counts(spark, bootstrap: str) -> dict[tuple[str, str], int]:
 
 def run(args: argparse.Namespace, work: Path) -> int:
     from hightide.client import NewTopic
-    from hightide.spark import register
+    from hightide.spark import register, unregister
     from hightide.spark.kafkaio import KafkaIO
     from hightide.spark.laghistory import lag_history
 
@@ -312,6 +312,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         if q is not None and q.isActive:
             q.stop()
         if spark is not None:
+            unregister(spark)  # ends a Connect session's listener stream cleanly
             spark.stop()
         for p in reversed(procs):
             p.terminate()
