@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..rawkafka import RawClient
+from ..waiting import wait_until
 from .clients import confluent_consume
 
 pytestmark = pytest.mark.integration
@@ -57,12 +58,17 @@ def test_consumer_offsets_reload_after_compaction(fresh_server, topic_name):
     with RawClient(srv.bootstrap) as c:
         for i in range(300):
             commit_v9(c, "g-compact", topic_name, [CommitPartition(0, i), CommitPartition(1, 2 * i, metadata="x" * 20)])
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and "cleaned __consumer_offsets-0" not in srv.output():
-        time.sleep(0.1)
-    assert "cleaned __consumer_offsets-0" in srv.output()
+    wait_until(lambda: "cleaned __consumer_offsets-0" in srv.output(), what="a cleaning of __consumer_offsets-0")
     srv.kill9()
     srv2 = fresh_server(data_dir=srv.data_dir, port=srv.port)
     with RawClient(srv2.bootstrap) as c:
-        group, _ = fetch_v9(c, "g-compact", topic_name, [0, 1])
+        # After a restart the coordinator loads its partition in the background and
+        # answers COORDINATOR_LOAD_IN_PROGRESS (14) meanwhile, as Kafka does.
+        group = wait_until(lambda: _loaded(fetch_v9(c, "g-compact", topic_name, [0, 1])[0]),
+                           what="the offsets coordinator to finish loading")
         assert [p.committed_offset for p in group.topics[0].partitions] == [299, 598]
+
+
+def _loaded(group):
+    """The OffsetFetch answer's group once the coordinator has loaded, else None."""
+    return None if group.error_code == 14 else group
