@@ -121,7 +121,8 @@ class ShareGroupService:
         Raises CoordinatorUnavailable if the group's log cannot be written."""
         resp = await self._run(hb, now_ms)
         if resp.error_code == ErrorCode.none and resp.member_epoch < 0:
-            # it left: its share session goes and what it holds is freed now
+            # it left: what it holds is freed now; its share session waits (bounded) for
+            # the client's final-epoch request, as Kafka's does
             self.broker.share_manager.member_left(hb.group_id, hb.member_id)
         if resp.error_code != ErrorCode.none or resp.member_epoch < 0:
             return resp
