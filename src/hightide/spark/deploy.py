@@ -3,15 +3,17 @@
 :func:`ship_to_executors` zips the installed ``hightide`` package (pure Python) and adds
 it to the session: ``spark.addArtifacts(zip, pyfile=True)`` on Spark Connect,
 ``spark.sparkContext.addPyFile(zip)`` on classic PySpark. Spark then puts the zip on the
-``sys.path`` of the Python workers that run the session's **batch** tasks (reads, the
-sink's writes, ``mapInArrow`` of lag-history). What it cannot do (Spark's limits, not
-hightide's):
+``sys.path`` of the Python workers that run the session's **batch** work (the source's
+planning and reads, the sink's writes, ``mapInArrow`` of lag-history). Verified with
+workers whose Python lacks hightide: a batch read fails with ``No module named
+'hightide'`` before, and works after. What it cannot do (Spark's limits, not hightide's):
 
 * hightide's compiled dependencies (pyarrow, numpy, crc32c, cramjam, kio) must already
   be installed in the workers' Python (``PYSPARK_PYTHON``); a zip cannot carry them.
-* On Spark Connect, **streaming** reads and writes of a Python data source run in
-  Python processes the server starts outside the session's artifacts, so hightide must
-  be installed on the server and its executors for ``readStream``/``writeStream``.
+* **Streaming** reads and writes of a Python data source run in long-lived Python
+  processes Spark starts for the query without the session's shipped files (classic)
+  or artifacts (Connect), so hightide must be installed in the workers' Python for
+  ``readStream``/``writeStream`` — on Connect, on the server and its executors.
 
 See docs/spark.md, "Running on a cluster".
 """
@@ -53,12 +55,17 @@ def package_zip(work_dir: str | None = None) -> Path:
 
 def ship_to_executors(spark: Any, work_dir: str | None = None) -> str:
     """Add the hightide package to ``spark``'s Python workers for batch jobs (see the
-    module docstring for what this does not cover). Returns the zip's path. Raises
-    whatever the session raises if it refuses the file."""
+    module docstring for what this does not cover), then register ``format("hightide")``
+    again: Spark captures a Python data source's includes when it is registered, so a
+    registration made before the zip was added would still fail on workers without
+    hightide. Returns the zip's path. Raises whatever the session raises if it refuses
+    the file."""
     from . import is_connect
+    from .source import HightideDataSource
     path = package_zip(work_dir)
     if is_connect(spark):
         spark.addArtifacts(str(path), pyfile=True)
     else:
         spark.sparkContext.addPyFile(str(path))
+    spark.dataSource.register(HightideDataSource)
     return str(path)
