@@ -1,10 +1,13 @@
-"""Shipping hightide to the executors: ``ship_to_executors`` puts the package zip on the
-Python workers' ``sys.path`` (``addPyFile`` on classic, ``addArtifacts(pyfile=True)`` on
-Connect), and a batch read through the source still works after it; ``register``
-installs the progress listener in every mode."""
+"""Shipping hightide to the executors: on workers whose Python lacks hightide, batch
+reads work once ``ship_to_executors`` added the package (``addPyFile`` on classic); on
+Connect the zip reaches the workers' ``sys.path`` (``addArtifacts(pyfile=True)``);
+``register`` installs the progress listener in every mode."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -38,7 +41,23 @@ def test_package_zip_holds_the_installed_package(tmp_path):
     assert package_zip(str(tmp_path)) == z  # content-addressed name: the same zip again
 
 
-@pytest.mark.spark_modes("standalone", "connect")
+def test_shipping_makes_batch_reads_work_on_workers_without_hightide(bootstrap, topic_name, tmp_path):
+    """A fresh local[2] Spark in a subprocess whose workers' Python cannot import the
+    installed hightide (``ship_probe.py``): batch reads fail until the package is shipped,
+    then work; streaming still needs hightide installed (Spark starts the streaming
+    source's Python process without the shipped files), as docs/spark.md says."""
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, [(None, b"v%d" % i, [], i % 2) for i in range(30)])
+    probe = Path(__file__).with_name("ship_probe.py")
+    res = subprocess.run([sys.executable, str(probe), bootstrap, topic_name, str(tmp_path)],
+                         capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got == {"batch before shipping": "no hightide", "batch after shipping": "ok 30",
+                   "streaming after shipping": "no hightide"}, got
+
+
+@pytest.mark.spark_modes("connect")
 def test_shipped_zip_reaches_the_python_workers(spark, bootstrap, topic_name, tmp_path):
     shipped = Path(hightide.spark.ship_to_executors(spark, str(tmp_path))).name
 
