@@ -6,6 +6,7 @@ Connect the zip reaches the workers' ``sys.path`` (``addArtifacts(pyfile=True)``
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -49,8 +50,10 @@ def test_shipping_makes_batch_reads_work_on_workers_without_hightide(bootstrap, 
     create_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, [(None, b"v%d" % i, [], i % 2) for i in range(30)])
     probe = Path(__file__).with_name("ship_probe.py")
+    env = {k: v for k, v in os.environ.items()  # a classic session, even while Connect mode runs here
+           if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")}
     res = subprocess.run([sys.executable, str(probe), bootstrap, topic_name, str(tmp_path)],
-                         capture_output=True, text=True, timeout=240)
+                         capture_output=True, text=True, timeout=240, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got == {"batch before shipping": "no hightide", "batch after shipping": "ok 30",
