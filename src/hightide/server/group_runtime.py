@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +51,10 @@ from ..group.shard import (
 )
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
 from ..protocol.errors import ErrorCode
-from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
+from .coordinator_log import CoordinatorUnavailable
 from .coordinator_runtime import LoadState
+from .coordinator_service import AdapterDefaults, CoordinatorService, returning
+from .coordinator_service import now_ms as _now_ms
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -61,18 +62,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.group")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class GroupAdapter:
+class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
     """:class:`~.coordinator_runtime.ShardAdapter` of ``__consumer_offsets``. A failed
     fsync answers NOT_COORDINATOR, as Kafka's group coordinator answers a storage error
     (the client looks the coordinator up again)."""
 
     topic = OFFSETS_TOPIC
     storage_error_code = ErrorCode.not_coordinator
-    pipelined = True
 
     def __init__(self, groups: GroupRuntime) -> None:
         self.groups = groups
@@ -97,9 +93,6 @@ class GroupAdapter:
         for shard in shards:
             for k, v in live:
                 shard.replay(k, v)
-
-    def records(self, result: CoordinatorResult) -> list[tuple[Any, Any]]:
-        return result.records
 
     def encode(self, records: list[tuple[Any, Any]]) -> list[tuple[bytes | None, bytes | None]]:
         return [encode_record(k, v) for k, v in records]
@@ -164,11 +157,16 @@ def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | No
     return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
 
 
-class GroupRuntime:
+class GroupRuntime(CoordinatorService[GroupCoordinatorShard]):
+    """The group coordinator (``broker.groups``). Start-up, placement, topic creation and
+    close: :class:`~.coordinator_service.CoordinatorService`; here the groups' placement
+    rule, the write path of group requests, parked requests and timers."""
+
+    topic = OFFSETS_TOPIC
+    place_task = "place groups"
+
     def __init__(self, broker: Broker) -> None:
-        self.broker = broker
         cfg = broker.config
-        self.num_partitions: int = cfg["offsets.topic.num.partitions"]
         self.group_config = GroupConfig(
             offset_metadata_max_bytes=cfg["offset.metadata.max.bytes"],
             offsets_retention_ms=cfg["offsets.retention.minutes"] * 60_000,
@@ -185,27 +183,18 @@ class GroupRuntime:
                 heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
                 max_size=cfg["group.share.max.size"],
                 initialize_retry_ms=cfg["group.share.initialize.retry.interval.ms"]))
-        self.runtime = runtime_for(broker, GroupAdapter(self))
-        self._creating: asyncio.Future | None = None
+        super().__init__(broker, GroupAdapter(self), cfg["offsets.topic.num.partitions"])
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)
         # Per connection, its latest parked request: Kafka evaluates one request per
         # connection at a time, so later group requests on it wait for that answer.
         self._tails: dict[str, asyncio.Future] = {}
-        self._placing: asyncio.Task | None = None  # start-up: moving misplaced groups (then serving)
         self._homes: dict[str, int] = {}  # group id -> partition, while loading
         self._misplaced: dict[int, dict[Any, Any]] = {}  # partition -> {key: latest value} to move
 
-    # -- loading --------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start loading the shards if the topic exists (it is created on first use); the
-        partitions are served once loaded and misplaced groups moved (see
-        :meth:`_place_groups`)."""
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
-        if topic is not None:
-            self.num_partitions = len(topic.partitions)
-            self.runtime.load(range(self.num_partitions), hold=True)
-            self._placing = asyncio.get_running_loop().create_task(self._place_groups(), name="place groups")
+    def topic_configs(self) -> dict[str, str]:
+        """``cleanup.policy=compact``, as Kafka's."""
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])}
 
     # -- groups stored in the wrong partition (written before the placement fix) ------------
     def note_placement(self, partition: int, key: Any, value: Any) -> None:
@@ -224,19 +213,13 @@ class GroupRuntime:
         if value is not None:
             moved[key] = value  # reinserted: the dict keeps log order of the latest records
 
-    async def _place_groups(self) -> None:
-        """Once every partition is loaded: move the groups found in a partition other than
-        Kafka's ``abs(hashCode) % n`` (hightide before this fix placed groups with a
-        negative hash by ``hash & 0x7FFFFFFF``), then serve. A partition whose move failed
-        stays LOADING (a restart retries the move) rather than answer without the group."""
-        await self.runtime.wait_loaded()
+    async def move_misplaced(self, now_ms: int) -> set[int]:
+        """Once every partition is loaded: move the groups found (by :meth:`note_placement`)
+        in a partition other than Kafka's ``abs(hashCode) % n`` (hightide before this fix
+        placed groups with a negative hash by ``hash & 0x7FFFFFFF``); see :meth:`move_records`."""
         self._homes.clear()
         moves, self._misplaced = self._misplaced, {}
-        failed: set[int] = set()
-        try:
-            failed = await self.move_records(moves, _now_ms())
-        finally:
-            self.runtime.release(exclude=failed)
+        return await self.move_records(moves, now_ms)
 
     async def move_records(self, moves: dict[int, dict[Any, Any]], now_ms: int) -> set[int]:
         """Move ``{partition: {key: latest value}}`` to the partitions their groups belong
@@ -253,10 +236,7 @@ class GroupRuntime:
         failed: set[int] = set()
         for q, copies in by_home.items():
             try:
-                await self.runtime.write(q, _returning(CoordinatorResult(copies)), now_ms, internal=True)
-                plog = self.broker.partition_log(OFFSETS_TOPIC, q)
-                if plog is not None:
-                    await self.broker.flusher.durable(plog)
+                await self.write_durable(q, CoordinatorResult(copies), now_ms)
                 await self.runtime.write(q, lambda s: CoordinatorResult(live=s.loaded(
                     now_ms, lambda g: self.share_timeouts(g)[0]).live), now_ms, internal=True)  # arm moved timers
             except (CoordinatorUnavailable, OSError) as exc:
@@ -269,7 +249,7 @@ class GroupRuntime:
                 continue
             tombstones = [(k, None) for k in reversed(list(recs))]
             try:
-                await self.runtime.write(p, _returning(CoordinatorResult(tombstones)), now_ms, internal=True)
+                await self.runtime.write(p, returning(CoordinatorResult(tombstones)), now_ms, internal=True)
             except CoordinatorUnavailable as exc:  # the copies are in place: only old records stay behind
                 log.error("tombstoning moved group records in %s-%d failed: %s", OFFSETS_TOPIC, p, exc)
             groups = sorted({_group_of(k) for k in recs})
@@ -277,33 +257,6 @@ class GroupRuntime:
                         len(recs), len(groups), OFFSETS_TOPIC, p, ", ".join(groups[:10]) +
                         (f" and {len(groups) - 10} more" if len(groups) > 10 else ""))
         return failed
-
-    async def ensure_topic(self) -> None:
-        """Create the topic if needed and load its (new, empty) partitions. Raises
-        CoordinatorUnavailable if it cannot be created."""
-        if self.runtime.partitions:
-            return
-        if self._creating is None:
-            self._creating = asyncio.ensure_future(self._create())
-        try:
-            await asyncio.shield(self._creating)
-        finally:
-            if self._creating is not None and self._creating.done():
-                self._creating = None
-
-    async def _create(self) -> None:
-        existed = OFFSETS_TOPIC in self.broker.image.topics
-        n = await ensure_internal_topic(self.broker, OFFSETS_TOPIC, self.num_partitions, {
-            "cleanup.policy": "compact", "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])})
-        if not self.runtime.partitions:
-            self.num_partitions = n
-            self.runtime.load(range(n), now=not existed)
-
-    async def wait_loaded(self) -> None:
-        """Until every partition is loaded and misplaced groups are moved (served)."""
-        await self.runtime.wait_loaded()
-        if self._placing is not None and not self._placing.done():
-            await asyncio.wait([self._placing])
 
     @property
     def shards(self) -> dict[int, GroupCoordinatorShard]:
@@ -376,9 +329,7 @@ class GroupRuntime:
             if not fut.done():
                 fut.set_exception(CoordinatorUnavailable("the coordinator is shutting down", ErrorCode.not_coordinator))
         self._parked.clear()
-        if self._placing is not None and not self._placing.done():
-            self._placing.cancel()
-        self.runtime.close()
+        super().close()
 
     def share_timeouts(self, group_id: str) -> tuple[int, int]:
         """(session timeout, heartbeat interval) of a share group: its group configs
@@ -434,11 +385,6 @@ class GroupRuntime:
                 pass
         if ops:
             await asyncio.gather(*(one(p, op) for p, op in ops))
-
-
-def _returning(result: CoordinatorResult) -> Callable[[GroupCoordinatorShard], CoordinatorResult]:
-    """An operation that returns ``result`` whatever the shard (records decided beforehand)."""
-    return lambda shard: result
 
 
 def _group_of(key: Any) -> str:

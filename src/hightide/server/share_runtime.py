@@ -28,9 +28,7 @@ last record per key) would lose state; pruning is explicit instead.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -56,8 +54,10 @@ from ..share.records import (
     partition_for,
 )
 from ..share.types import ShareState, ShareStateKey, StateBatch
-from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
+from .coordinator_log import CoordinatorUnavailable
 from .coordinator_runtime import LoadState
+from .coordinator_service import AdapterDefaults, CoordinatorService, returning
+from .coordinator_service import now_ms as _now_ms
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -65,16 +65,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.share")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class ShareStateAdapter:
-    """:class:`~.coordinator_runtime.ShardAdapter` of ``__share_group_state``."""
+class ShareStateAdapter(AdapterDefaults[ShareCoordinatorShard]):
+    """:class:`~.coordinator_runtime.ShardAdapter` of ``__share_group_state`` (a failed
+    fsync answers KAFKA_STORAGE_ERROR; nothing is parked)."""
 
     topic = STATE_TOPIC
     storage_error_code = ErrorCode.kafka_storage_error
-    pipelined = True
 
     def __init__(self, config: ShareCoordinatorConfig) -> None:
         self.config = config
@@ -101,9 +97,6 @@ class ShareStateAdapter:
             log.info("loaded %d records (%d share partitions) into share coordinator %s-%d", count,
                      len(shards[0].states), STATE_TOPIC, partition)
 
-    def records(self, result: ShareResult) -> list[tuple[Any, Any]]:
-        return result.records
-
     def encode(self, records: list[tuple[Any, Any]]) -> list[tuple[bytes | None, bytes | None]]:
         return [(encode_key(k), encode_value(v)) for k, v in records]
 
@@ -111,53 +104,33 @@ class ShareStateAdapter:
         for offset, (k, v) in zip(offsets, result.records):
             shard.replay(offset, k, v)
 
-    def apply(self, shard: ShareCoordinatorShard, partition: int, result: ShareResult, offsets: list[int]) -> None:
-        self.replay(shard, partition, result, offsets)
 
-    def abandon(self, partition: int, shards: Sequence[ShareCoordinatorShard], results: Sequence[Any]) -> None:
-        """Nothing is parked in share-state shards."""
+class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard]):
+    """SharePersister over ``__share_group_state``; also the state RPC handlers' backend.
+    Start-up, placement, topic creation and close: :class:`~.coordinator_service.CoordinatorService`."""
 
-
-class ShareStateRuntime:
-    """SharePersister over ``__share_group_state``; also the state RPC handlers' backend."""
+    topic = STATE_TOPIC
+    place_task = "place share state"
 
     def __init__(self, broker: Broker) -> None:
-        self.broker = broker
         cfg = broker.config
-        self.num_partitions: int = cfg["share.coordinator.state.topic.num.partitions"]
         self.config = ShareCoordinatorConfig(
             snapshot_update_records_per_snapshot=cfg["share.coordinator.snapshot.update.records.per.snapshot"],
             cold_partition_snapshot_interval_ms=cfg["share.coordinator.cold.partition.snapshot.interval.ms"])
-        self.runtime = runtime_for(broker, ShareStateAdapter(self.config))
-        self._creating: asyncio.Future | None = None
-        self._placing: asyncio.Task | None = None  # start-up: moving misplaced share state (then serving)
+        super().__init__(broker, ShareStateAdapter(self.config), cfg["share.coordinator.state.topic.num.partitions"])
+
+    def topic_configs(self) -> dict[str, str]:
+        """``cleanup.policy=delete`` and unlimited retention, as Kafka's (see the module doc)."""
+        return {"cleanup.policy": "delete", "retention.ms": "-1",
+                "segment.bytes": str(self.broker.config["share.coordinator.state.topic.segment.bytes"])}
 
     # -- loading ----------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start loading the shards if the topic exists (it is created on first write); the
-        partitions are served once loaded and misplaced share partitions moved."""
-        topic = self.broker.image.topics.get(STATE_TOPIC)
-        if topic is not None:
-            self.num_partitions = len(topic.partitions)
-            self.runtime.load(range(self.num_partitions), hold=True)
-            self._placing = asyncio.get_running_loop().create_task(self._place(), name="place share state")
-
-    async def _place(self) -> None:
-        """Once loaded: share partitions whose state is in a partition other than Kafka's
+    async def move_misplaced(self, now_ms: int) -> set[int]:
+        """Share partitions whose state is in a partition other than Kafka's
         ``abs(hashCode("group:topicId:partition")) % n`` (hightide before this fix used
         ``hash & 0x7FFFFFFF``) get a ShareSnapshot of their state in the right partition
-        (fsynced), then a tombstone at the old place; then the partitions are served. A
-        partition whose move failed stays LOADING until a restart retries it."""
-        await self.runtime.wait_loaded()
-        failed: set[int] = set()
-        try:
-            failed = await self.move_misplaced(_now_ms())
-        finally:
-            self.runtime.release(exclude=failed)
-
-    async def move_misplaced(self, now_ms: int) -> set[int]:
-        """Move every misplaced share partition's state (see :meth:`_place`); returns the
-        partitions involved in a move that failed (logged)."""
+        (fsynced), then a tombstone at the old place. Returns the partitions involved in a
+        move that failed (logged)."""
         moves: dict[int, dict[int, list[tuple[ShareStateKey, PartitionState]]]] = {}  # home -> source -> states
         for p, part in self.runtime.partitions.items():
             if part.state is not LoadState.ACTIVE:
@@ -173,10 +146,7 @@ class ShareStateRuntime:
                 st.write_timestamp, st.batches, st.delivery_complete_count))
                 for states in by_source.values() for k, st in states]
             try:
-                await self.runtime.write(home, _returning(ShareResult(snapshots)), now_ms, internal=True)
-                plog = self.broker.partition_log(STATE_TOPIC, home)
-                if plog is not None:
-                    await self.broker.flusher.durable(plog)
+                await self.write_durable(home, ShareResult(snapshots), now_ms)
             except (CoordinatorUnavailable, OSError) as exc:
                 log.error("moving share state into %s-%d failed: %s", STATE_TOPIC, home, exc)
                 failed.add(home)
@@ -186,45 +156,12 @@ class ShareStateRuntime:
                 tombstones: list[Record] = [(ShareSnapshotKey(k.group_id, k.topic_id, k.partition), None)
                                             for k, _ in states]
                 try:
-                    await self.runtime.write(p, _returning(ShareResult(tombstones)), now_ms, internal=True)
+                    await self.runtime.write(p, returning(ShareResult(tombstones)), now_ms, internal=True)
                 except CoordinatorUnavailable as exc:  # the snapshot is in place: old records stay behind
                     log.error("tombstoning moved share state in %s-%d failed: %s", STATE_TOPIC, p, exc)
                 log.warning("moved the state of %d share partition(s) from %s-%d to %s-%d (Kafka's placement)",
                             len(states), STATE_TOPIC, p, STATE_TOPIC, home)
         return failed
-
-    async def ensure_topic(self) -> None:
-        """Create the topic if needed and load its partitions. Raises CoordinatorUnavailable."""
-        if self.runtime.partitions:
-            return
-        if self._creating is None:
-            self._creating = asyncio.ensure_future(self._create())
-        try:
-            await asyncio.shield(self._creating)
-        finally:
-            if self._creating is not None and self._creating.done():
-                self._creating = None
-
-    async def _create(self) -> None:
-        cfg = self.broker.config
-        existed = STATE_TOPIC in self.broker.image.topics
-        n = await ensure_internal_topic(self.broker, STATE_TOPIC, self.num_partitions, {
-            "cleanup.policy": "delete", "retention.ms": "-1",
-            "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"])})
-        if not self.runtime.partitions:
-            self.num_partitions = n
-            self.runtime.load(range(n), now=not existed)
-
-    async def wait_loaded(self) -> None:
-        """Until every partition is loaded and misplaced state is moved (served)."""
-        await self.runtime.wait_loaded()
-        if self._placing is not None and not self._placing.done():
-            await asyncio.wait([self._placing])
-
-    def close(self) -> None:
-        if self._placing is not None and not self._placing.done():
-            self._placing.cancel()
-        self.runtime.close()
 
     @property
     def loaded_records(self) -> int:
@@ -330,8 +267,3 @@ class ShareStateRuntime:
             except (CoordinatorUnavailable, OSError) as exc:
                 log.warning("pruning %s-%d failed: %s", STATE_TOPIC, p, exc)
         return freed
-
-
-def _returning(result: ShareResult) -> Callable[[ShareCoordinatorShard], ShareResult]:
-    """An operation that returns ``result`` whatever the shard (records decided beforehand)."""
-    return lambda shard: result
