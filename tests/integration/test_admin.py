@@ -5,7 +5,6 @@ Metadata auto-creation."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -14,6 +13,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    NewTopic, OffsetSpec)
 
 from ..rawkafka import RawClient
+from ..waiting import wait_until
 from .clients import Rec, confluent_produce
 
 pytestmark = pytest.mark.integration
@@ -137,10 +137,7 @@ def test_kafka_python_admin(server, topic_name):
     a = KafkaAdminClient(bootstrap_servers=server.bootstrap)
     try:
         a.create_topics([KNewTopic(topic_name, 2, 1, topic_configs={"retention.bytes": "1048576"})])
-        deadline = time.monotonic() + 5
-        while topic_name not in a.list_topics() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert topic_name in a.list_topics()
+        wait_until(lambda: topic_name in a.list_topics(), timeout=5, interval=0.05, what="the created topic to be listed")
         cfgs = a.describe_configs([KRes(ConfigResourceType.TOPIC, topic_name)])
         assert "1048576" in repr(cfgs)
         a.delete_topics([topic_name])

@@ -16,6 +16,7 @@ from hightide.protocol.build import materialize
 from kio.index import load_request_schema
 
 from ..rawkafka import RawClient
+from ..waiting import wait_until
 from .clients import Rec, confluent_create_topic, confluent_produce
 
 pytestmark = pytest.mark.integration
@@ -126,12 +127,8 @@ def test_time_retention_and_flush_every_message(fresh_server, topic_name):
     with RawClient(srv.bootstrap) as c:
         body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic_name, "partitions": [
             {"partition_index": 0, "timestamp": -2, "current_leader_epoch": -1}]}]}
-        deadline = time.monotonic() + 10
-        start = 0
-        while time.monotonic() < deadline and start < 12:
-            start = c.request(2, 7, body).topics[0].partitions[0].offset
-            time.sleep(0.1)
-        assert start >= 12, "old segments must be deleted by time retention"
+        wait_until(lambda: c.request(2, 7, body).topics[0].partitions[0].offset >= 12, timeout=10, interval=0.1,
+                   what="time retention to delete the old segments (log start offset >= 12)")
         body["topics"][0]["partitions"][0]["timestamp"] = -1
         assert c.request(2, 7, body).topics[0].partitions[0].offset == 15
         body["topics"][0]["name"] = compact  # compact-only: retention never deletes

@@ -5,9 +5,9 @@ ReadShareGroupState and ReadShareGroupStateSummary v0/v1."""
 from __future__ import annotations
 
 import re
-import time
 
 from tests.rawkafka import RawClient
+from tests.waiting import wait_until
 
 from .clients import confluent_create_topic
 
@@ -111,15 +111,12 @@ def test_pruning_keeps_recovery_short(fresh_server, topic_name):
             assert write(c, "g", tid, 0, i, [batch(i, i, 2, 1), batch(i + 1, i + 1, 0, 1)], dcc=1).error_code == 0
         before = read(c, "g", tid, 0)
         # records: snapshot (init) at 0, then a snapshot every 5th write: 5, 10, ..., 60 (the last write)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # the earliest offset moves once the pruner ran after the writes
+        def earliest() -> int:  # the earliest offset moves once the pruner ran after the writes
             r = c.request(2, 1, {"replica_id": -1, "topics": [{"name": "__share_group_state", "partitions": [
                 {"partition_index": 0, "timestamp": -2}]}]})
-            if r.topics[0].partitions[0].offset >= 60:
-                break
-            time.sleep(0.1)
-        earliest = r.topics[0].partitions[0].offset
-        assert earliest == 60
+            return r.topics[0].partitions[0].offset
+        wait_until(lambda: earliest() >= 60, timeout=10, interval=0.1, what="the pruner to move the earliest offset")
+        assert earliest() == 60
     assert srv.stop() == 0
     srv2 = fresh_server(*args, data_dir=srv.data_dir, port=srv.port)
     with RawClient(srv2.bootstrap) as c:
