@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 S = TypeVar("S")  # a shard
 R = TypeVar("R")  # a shard call's result
+K = TypeVar("K")  # what a request is routed by (a group id, a share partition's key)
 
 
 def now_ms() -> int:
@@ -70,12 +71,13 @@ class AdapterDefaults(Generic[S]):
         """Nothing is parked in these shards."""
 
 
-class CoordinatorService(abc.ABC, Generic[S]):
+class CoordinatorService(abc.ABC, Generic[S, K]):
     """A coordinator over the internal topic ``topic``: the runtime (``self.runtime``), its
     partition count (``self.num_partitions``, the configured default until the topic
-    exists), start-up placement and topic creation. A subclass states ``topic``,
-    ``place_task`` (the placement task's name), :meth:`topic_configs` and
-    :meth:`move_misplaced`."""
+    exists), start-up placement, topic creation, and routing a request by its key to
+    the partition's shard. A subclass states ``topic``, ``place_task`` (the placement
+    task's name), :meth:`topic_configs`, :meth:`partition_for` (Kafka's placement rule)
+    and :meth:`move_misplaced`."""
 
     topic: str
     place_task: str
@@ -90,6 +92,10 @@ class CoordinatorService(abc.ABC, Generic[S]):
     @abc.abstractmethod
     def topic_configs(self) -> dict[str, str]:
         """The configs the topic is created with."""
+
+    @abc.abstractmethod
+    def partition_for(self, key: K) -> int:
+        """The partition ``key`` belongs in (Kafka's placement over ``num_partitions``)."""
 
     @abc.abstractmethod
     async def move_misplaced(self, now_ms: int) -> set[int]:
@@ -127,6 +133,27 @@ class CoordinatorService(abc.ABC, Generic[S]):
         if plog is not None:
             await self.broker.flusher.durable(plog)
 
+    # -- routing ----------------------------------------------------------------------------
+    def shard_for(self, key: K) -> S:
+        """The shard of ``key`` for reads: committed state only. Before the topic exists
+        nothing was ever written: an empty shard. Raises CoordinatorLoadInProgress /
+        CoordinatorUnavailable."""
+        if not self.runtime.partitions:
+            return self.runtime.adapter.new_shard(-1)
+        return self.runtime.shard(self.partition_for(key))
+
+    async def execute(self, key: K, fn: Callable[[S], Any], now_ms: int) -> Any:
+        """Run ``fn`` on the shard of ``key`` (creating the topic on first use); append its
+        records, wait until they are committed, apply them (replay, live state,
+        completions); return the result's ``response``. Raises
+        :class:`~.coordinator_runtime.CoordinatorUnavailable` (carrying the error code to
+        answer) if the partition is loading or the append or its fsync fails: nothing is
+        applied then."""
+        await self.ensure_topic()
+        result = await self.runtime.write(self.partition_for(key), fn, now_ms)
+        return result.response
+
+    # -- topic creation ---------------------------------------------------------------------
     async def ensure_topic(self) -> None:
         """Create the topic if needed and load its (new, empty) partitions. Raises
         CoordinatorUnavailable if it cannot be created."""

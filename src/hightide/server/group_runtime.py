@@ -157,7 +157,7 @@ def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | No
     return None if g is None else (g.state, g.group_epoch, g.assignment_epoch, len(g.members))
 
 
-class GroupRuntime(CoordinatorService[GroupCoordinatorShard]):
+class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
     """The group coordinator (``broker.groups``). Start-up, placement, topic creation and
     close: :class:`~.coordinator_service.CoordinatorService`; here the groups' placement
     rule, the write path of group requests, parked requests and timers."""
@@ -267,25 +267,6 @@ class GroupRuntime(CoordinatorService[GroupCoordinatorShard]):
     # -- running requests -------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
-
-    def shard_for(self, group_id: str) -> GroupCoordinatorShard:
-        """The group's shard for reads: committed state only. Before the topic exists
-        nothing was ever written: an empty shard. Raises CoordinatorLoadInProgress /
-        CoordinatorUnavailable."""
-        if not self.runtime.partitions:
-            return self.runtime.adapter.new_shard(-1)
-        return self.runtime.shard(self.partition_for(group_id))
-
-    async def execute(self, group_id: str, fn: Callable[[GroupCoordinatorShard], CoordinatorResult],
-                      now_ms: int) -> Any:
-        """Run ``fn`` on the group's shard; append its records, wait until they are
-        committed, replay them, install its live state, resolve its completions; return
-        the response. Raises :class:`CoordinatorUnavailable` (carrying the error code to
-        answer) if the partition is loading or the append or its fsync fails: nothing is
-        applied then."""
-        await self.ensure_topic()
-        result = await self.runtime.write(self.partition_for(group_id), fn, now_ms)
-        return result.response
 
     # -- parked requests ---------------------------------------------------------------------
     def park(self) -> tuple[int, asyncio.Future]:

@@ -105,7 +105,7 @@ class ShareStateAdapter(AdapterDefaults[ShareCoordinatorShard]):
             shard.replay(offset, k, v)
 
 
-class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard]):
+class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]):
     """SharePersister over ``__share_group_state``; also the state RPC handlers' backend.
     Start-up, placement, topic creation and close: :class:`~.coordinator_service.CoordinatorService`."""
 
@@ -181,9 +181,7 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard]):
         CoordinatorUnavailable (with the code to answer)."""
         if self.broker.stopping:
             raise CoordinatorUnavailable("the broker is shutting down")
-        await self.ensure_topic()
-        result = await self.runtime.write(self.partition_for(key), fn, _now_ms())
-        return result.response
+        return await self.execute(key, fn, _now_ms())
 
     async def _code(self, key: ShareStateKey, fn: Callable[[ShareCoordinatorShard], ShareResult]) -> tuple[int, str | None]:
         try:
@@ -233,9 +231,7 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard]):
     def summary(self, key: ShareStateKey) -> ShareState:
         """ReadShareGroupStateSummary for one share partition (never writes; committed
         state). Raises CoordinatorLoadInProgress / CoordinatorUnavailable."""
-        if not self.runtime.partitions:  # no state topic yet: nothing was ever written
-            return ShareCoordinatorShard(self.config).read_summary(key, self._exists)
-        return self.runtime.shard(self.partition_for(key)).read_summary(key, self._exists)
+        return self.shard_for(key).read_summary(key, self._exists)  # no topic yet: an empty shard
 
     def keys_for_group(self, group_id: str) -> list[ShareStateKey]:
         """Every share partition of ``group_id`` that has (committed) state. Raises
