@@ -1,6 +1,8 @@
 """One coordinator runtime for every log-backed state machine (Kafka's CoordinatorRuntime
 shape): the consumer-group coordinator over ``__consumer_offsets``, the share coordinator
 over ``__share_group_state`` and the metadata image over ``__cluster_metadata`` run on it.
+The first two share their service shell (start-up, placement, topic creation, routing):
+:class:`~.coordinator_service.CoordinatorService`.
 
 Theory of operation
 -------------------
@@ -29,7 +31,7 @@ done the partition is LOADING: reads and writes raise :class:`CoordinatorLoadInP
 (COORDINATOR_NOT_AVAILABLE). Loaded with ``hold=True``, partitions keep answering
 COORDINATOR_LOAD_IN_PROGRESS to everyone but their owner's ``internal`` writes until
 :meth:`CoordinatorRuntime.release`: the group and share coordinators first move records an
-older hightide stored in the wrong partition (see ``GroupRuntime.move_records``).
+older hightide stored in the wrong partition (see ``CoordinatorService.move_misplaced``).
 
 *Writes* (:meth:`CoordinatorRuntime.write`) are pipelined. A write runs the operation on
 the working shard, appends its records as one batch (page cache, synchronous), replays
