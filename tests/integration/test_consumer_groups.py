@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from ..waiting import wait_until
 from .clients import LIBRARIES, Rec, confluent_create_topic, confluent_produce
 
 SERVE_ARGS = ("--set", "group.initial.rebalance.delay.ms=100")
@@ -113,7 +114,7 @@ class KafkaPythonMember:
         assert done.wait(self.POLL_MS / 1000 + 10), "kafka-python member did not answer"
 
     def poll(self, timeout: float) -> list[tuple[int, int, bytes]]:
-        time.sleep(timeout)
+        time.sleep(timeout)  # a poll's timeout: the member's thread polls meanwhile, then hand over what came
         with self._lock:
             out, self._records = self._records, []
         return out
@@ -280,15 +281,6 @@ def make_admin(bootstrap: str) -> AdminClient:
     return admin
 
 
-def _wait(cond, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # -- the lifecycle, per library --------------------------------------------------------------------------
 @pytest.mark.parametrize("lib", LIBRARIES)
 def test_group_lifecycle(fresh_server, member_factory, lib):
@@ -341,7 +333,7 @@ def test_group_lifecycle(fresh_server, member_factory, lib):
     finally:
         for m in members:
             m.close()
-    _wait(lambda: _describe(admin, group).state == ConsumerGroupState.EMPTY, what="group to become Empty")
+    wait_until(lambda: _describe(admin, group).state == ConsumerGroupState.EMPTY, what="group to become Empty")
     admin.delete_consumer_groups([group], request_timeout=10)[group].result()
     assert group not in {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid}
 

@@ -20,6 +20,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from ..waiting import wait_until
 from .clients import Rec, confluent_create_topic, confluent_produce
 
 SERVE_ARGS = ("--set", "group.consumer.heartbeat.interval.ms=200",
@@ -80,15 +81,6 @@ def _consume(members: list[Member], expected: int, timeout: float = 20.0) -> lis
     for m in members:  # nothing more arrives
         got += m.poll(0.2)
     return got
-
-
-def _wait(cond, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _describe(admin: AdminClient, group: str):
@@ -167,7 +159,7 @@ def test_consumer_protocol_lifecycle(fresh_server):
             m.close()
 
     # once empty, the group can be deleted, offsets and all
-    _wait(lambda: _describe(admin, group).state == ConsumerGroupState.EMPTY, what="group to become Empty")
+    wait_until(lambda: _describe(admin, group).state == ConsumerGroupState.EMPTY, what="group to become Empty")
     assert group in _listed(admin, states={ConsumerGroupState.EMPTY})
     admin.delete_consumer_groups([group], request_timeout=10)[group].result()
     assert group not in _listed(admin)
