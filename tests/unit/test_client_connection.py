@@ -21,6 +21,7 @@ from hightide.protocol.offset_fetch_response import (
     PartitionOffset,
     encode_offset_fetch_response,
 )
+from tests.waiting import async_wait_until
 
 
 def run(coro):
@@ -180,7 +181,7 @@ def test_close_fails_pending_and_is_idempotent():
             broker.on(10, lambda h, r: NO_RESPONSE)
             conn = await connect(broker)
             pending = asyncio.ensure_future(conn.request(10, 3, {"key": "k", "key_type": 0}))
-            await asyncio.sleep(0.05)
+            await async_wait_until(lambda: broker.requests_for(10), timeout=5, what="the request at the broker")
             await conn.close()
             await conn.close()
             with pytest.raises(KafkaConnectionError):

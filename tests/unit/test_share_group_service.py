@@ -14,20 +14,25 @@ from hightide import Broker, BrokerConfig
 from hightide.cluster.controller import NewTopic
 from hightide.group.share_group import ShareHeartbeatRequest
 from hightide.share.types import ShareGroupSettings, ShareStateKey
+from tests.waiting import async_wait_until
 
 
 class GatedPersister:
-    """Initialize waits for ``gate``; answers ``code``; records what it was asked."""
+    """Initialize waits for ``gate`` (counting its waiters in ``waiting``); answers ``code``;
+    records what it was asked."""
 
     def __init__(self) -> None:
         self.gate = asyncio.Event()
         self.gate.set()
         self.code = 0
         self.initialized: list[tuple[ShareStateKey, int, int]] = []
+        self.waiting = 0
         self.deleted: list[ShareStateKey] = []
 
     async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> int:
+        self.waiting += 1
         await self.gate.wait()
+        self.waiting -= 1
         self.initialized.append((key, state_epoch, start_offset))
         return self.code
 
@@ -85,9 +90,9 @@ def test_concurrent_join_waits_for_the_initialization(env) -> None:
 
     async def both():
         first = asyncio.ensure_future(_join(b, "a"))
-        await asyncio.sleep(0.05)  # a's initialization is under way (gated)
+        await async_wait_until(lambda: b.share_state.waiting, timeout=5, what="a's initialization to be under way (gated)")
         second = asyncio.ensure_future(_join(b, "b"))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # fixed: that b keeps waiting is an absence, checked over a time span
         assert not second.done()  # b waits for a's initialization instead of answering empty
         b.share_state.gate.set()
         return await first, await second

@@ -25,6 +25,7 @@ from hightide.share.types import (
     ShareState,
     ShareStateKey,
 )
+from tests.waiting import async_wait_until
 
 TID = uuid.uuid4()
 KEY = ShareStateKey("g", TID, 0)
@@ -181,10 +182,7 @@ def test_control_batches_skipped_and_lock_expiry_persisted(plog):
         assert m.cached(KEY).state_at(3)[0] == RecordState.ARCHIVED
         assert m.expire_locks(999) == 0
         assert m.expire_locks(1000) == 1
-        for _ in range(50):
-            if b.share_state.writes:
-                break
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: b.share_state.writes, timeout=5, interval=0.01, what="a share state write")
         st = b.share_state.writes[-1]
         assert st.start_offset == 0 and st.delivery_complete_count == 1
         assert {(s.first_offset, s.last_offset, s.delivery_state, s.delivery_count) for s in st.state_batches} == {
