@@ -16,23 +16,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from hightide.client import AdminClient, NewTopic, TopicPartition
 
 from ..conftest import free_port
+from ..waiting import wait_until
 from .clients import Rec, confluent_produce
 
 pytestmark = pytest.mark.integration
 
 
 def scrape(port: int, timeout: float = 10.0) -> dict[str, list]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                assert r.status == 200
-                text = r.read().decode()
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    def get() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            assert r.status == 200
+            return r.read().decode()
+    text = wait_until(get, timeout=timeout, interval=0.1, what=f"the exporter's /metrics on port {port}")
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 

@@ -11,6 +11,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from ..rawkafka import RawClient
+from ..waiting import wait_until
 from .clients import confluent_create_topic
 
 sc = pytest.importorskip("confluent_kafka")
@@ -113,12 +114,8 @@ def test_three_consumers_share_one_partition_every_record_once(server, topic_nam
         for c in consumers:
             c.close()
     with RawClient(server.bootstrap) as raw:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            s = _summary(raw, group, tid)
-            if s.start_offset == 3000:
-                break
-            time.sleep(0.1)
+        s = wait_until(lambda: (s := _summary(raw, group, tid)).start_offset == 3000 and s, timeout=10, interval=0.1,
+                       what="the share partition's start offset to reach 3000")
         assert (s.error_code, s.start_offset, s.delivery_complete_count) == (0, 3000, 0)  # lag 0
 
 
@@ -151,7 +148,7 @@ def test_release_redelivers_reject_and_limit_archive(server, topic_name):
             c.commit_sync()
         assert done(), deliveries
         assert all(deliveries[o] == [1, 2] for o in range(5, 15))
-        time.sleep(0.5)
+        time.sleep(0.5)  # fixed: an absence is checked over a time span (the poll below adds 1 s more)
         assert not _poll_all([a, b], lambda: False, timeout=1.0)  # archived records never come back
     finally:
         a.close()
@@ -374,7 +371,7 @@ def test_raw_full_window_long_poll_wakes_when_acks_make_room(server, topic_name)
 
         th = threading.Thread(target=m2_fetch)
         th.start()
-        time.sleep(0.5)
+        time.sleep(0.5)  # fixed: that the fetch stays parked is an absence, checked over a time span
         assert "r" not in out  # parked: nothing can be acquired
         assert _ack(c1, group, m1, 1, tid, [(0, 99, (1,))]).responses[0].partitions[0].error_code == 0
         th.join(10)
@@ -396,10 +393,7 @@ def test_compacted_offsets_are_archived_and_lag_reaches_zero(fresh_server, topic
         p.produce(topic_name, key=f"k{i % 10}".encode(), value=f"v{i}".encode())
         p.poll(0)
     assert p.flush(10) == 0
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and "cleaned" not in srv.output():
-        time.sleep(0.1)
-    assert "cleaned" in srv.output()
+    wait_until(lambda: "cleaned" in srv.output(), what="the cleaner's first pass")
     with RawClient(srv.bootstrap) as raw:
         _group(raw, group, share_auto_offset_reset="earliest")
         tid = _topic_id(raw, topic_name)
@@ -414,12 +408,8 @@ def test_compacted_offsets_are_archived_and_lag_reaches_zero(fresh_server, topic
         c.close()
     assert len(seen) == len(set(seen)) < 200  # compacted records are not delivered
     with RawClient(srv.bootstrap) as raw:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            s = _summary(raw, group, tid)
-            if s.start_offset == 200:
-                break
-            time.sleep(0.1)
+        s = wait_until(lambda: (s := _summary(raw, group, tid)).start_offset == 200 and s, timeout=10, interval=0.1,
+                       what="the share partition's start offset to reach 200")
         assert (s.start_offset, s.delivery_complete_count) == (200, 0)
 
 
@@ -439,13 +429,9 @@ def test_deleted_and_recreated_group_starts_over(server, topic_name):
 
     assert sorted(consume_all(10)) == list(range(10))
     with RawClient(server.bootstrap) as raw:
-        deadline = time.monotonic() + 10
-        while True:  # the member's leave is processed asynchronously
-            r = raw.request(42, 2, {"groups_names": [group]}).results[0]
-            if r.error_code == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert r.error_code == 0, r
+        # the member's leave is processed asynchronously
+        wait_until(lambda: raw.request(42, 2, {"groups_names": [group]}).results[0].error_code == 0, timeout=10,
+                   interval=0.2, what="DeleteGroups to succeed once the member has left")
         _group(raw, group, share_auto_offset_reset="earliest")
     _produce(server.bootstrap, topic_name, 5)
     assert sorted(consume_all(15)) == list(range(15))  # no progress survives the deletion

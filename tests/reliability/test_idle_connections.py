@@ -21,7 +21,7 @@ def test_idle_connections_are_closed(fresh_server):
     t0 = time.monotonic()
     while time.monotonic() - t0 < 1.5:  # keep one connection busy past the idle limit
         busy.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
-        time.sleep(0.1)
+        time.sleep(0.1)  # fixed: pacing of the busy connection's requests, the scenario itself
     assert idle.is_closed(timeout=2)
     assert half.is_closed(timeout=2)
     busy.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})  # still open
