@@ -63,7 +63,7 @@ def test_lag_rises_while_paused_time_lag_and_stall_then_back_to_ok(server, topic
                 produced[1] += 3
                 statuses, snaps = [], []
                 for _ in range(8):
-                    await asyncio.sleep(0.3)
+                    await asyncio.sleep(0.3)  # fixed: the status is judged over a window of samples in time
                     s = await mon.snapshot([group])
                     snaps.append(s)
                     statuses.append(s.groups[group].status.status)

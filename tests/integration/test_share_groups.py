@@ -4,7 +4,6 @@ configs on the GROUP resource, and state surviving a restart."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from kio.schema.errors import ErrorCode
@@ -247,15 +246,14 @@ def test_share_consumers_join_and_leave(server, topic_name):
     try:
         for sc in consumers:
             sc.subscribe([topic_name])
-        deadline = time.monotonic() + 30
         with RawClient(server.bootstrap) as c:
-            while True:
+            def all_joined_and_read():  # the polls drive the consumers: no sleep between tries
                 for sc in consumers:
-                    got += [m.value() for m in sc.poll(0.2) if m.error() is None]
+                    got.extend(m.value() for m in sc.poll(0.2) if m.error() is None)
                 d = _describe(c, group)
-                if len(d.members) == 3 and len(got) >= 30:
-                    break
-                assert time.monotonic() < deadline, (len(d.members), len(got))
+                return d if len(d.members) == 3 and len(got) >= 30 else None
+            d = wait_until(all_joined_and_read, timeout=30, interval=0,
+                           what="3 members in the group and 30 records read")
             assert d.group_state == "Stable"
             assert all([tuple(t.partitions) for t in m.assignment.topic_partitions] == [(0,)] for m in d.members)
     finally:
