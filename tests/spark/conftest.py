@@ -24,8 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -164,14 +163,3 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes 
     assert not errors, errors
     assert len(acked) == len(records)
     return acked
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last: {got!r})")
-        time.sleep(interval)

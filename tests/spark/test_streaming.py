@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from hightide.cli import main as cli
 from hightide.client import TopicPartition
 
-from .conftest import create_topic, produce, wait_for
+from ..waiting import wait_until
+from .conftest import create_topic, produce
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
     def caught_up():
         d = _describe(bootstrap, group)
         return d if len(d) == 3 and all(r["lag"] == 0 for r in d.values()) else None
-    rows = wait_for(caught_up)
+    rows = wait_until(caught_up, timeout=30, interval=0.2, what="the group committed at lag 0 on 3 partitions")
     assert {k: r["current_offset"] for k, r in rows.items()} == {(topic_name, p): 300 for p in range(3)}
     from hightide.spark.kafkaio import KafkaIO
     with KafkaIO(bootstrap) as io:
@@ -71,8 +72,9 @@ def test_stream_exactly_once_across_restart_and_group_lag(spark, bootstrap, topi
     assert sum(p.numInputRows for p in batches2) == 200
     got = sorted((r.partition, r.offset, r.value) for r in spark.read.parquet(str(out)).collect())
     assert got == sorted((a[0], a[1], a[3]) for a in acked)  # no gap, no duplicate
-    rows = wait_for(lambda: (d := _describe(bootstrap, group)) and len(d) == 4
-                    and all(r["lag"] == 0 for r in d.values()) and d)
+    rows = wait_until(lambda: (d := _describe(bootstrap, group)) and len(d) == 4
+                      and all(r["lag"] == 0 for r in d.values()) and d,
+                      timeout=30, interval=0.2, what="the group committed at lag 0 on 4 partitions")
     assert rows[(topic_name, 3)]["current_offset"] == 50
 
 
@@ -89,11 +91,11 @@ def test_partitions_added_while_running_are_picked_up(spark, bootstrap, topic_na
     try:
         def rows():
             return sorted(tuple(r) for r in spark.sql(f"select * from {table}").collect())
-        wait_for(lambda: len(rows()) == 10, timeout=60)
+        wait_until(lambda: len(rows()) == 10, timeout=60, interval=0.2, what="10 rows from partition 0")
         with KafkaIO(bootstrap) as io:
             io.run(io.admin.create_partitions({topic_name: 2}))
         produce(bootstrap, topic_name, [(None, b"b%d" % i, [], 1) for i in range(5)])
-        wait_for(lambda: len(rows()) == 15, timeout=60)
+        wait_until(lambda: len(rows()) == 15, timeout=60, interval=0.2, what="5 more rows from the new partition 1")
         assert rows() == [(0, o) for o in range(10)] + [(1, o) for o in range(5)]
     finally:
         q.stop()
