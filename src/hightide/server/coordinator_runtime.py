@@ -350,12 +350,14 @@ class CoordinatorRuntime(Generic[S]):
         log. ``internal``: the runtime's owner writing to a held partition (migration)."""
         part = self._writable(partition, internal)
         w = _Write(op, now_ms, asyncio.get_running_loop().create_future())
-        w.fut.add_done_callback(_retrieve)
         if self.adapter.pipelined or not (part.inflight or part.queue):
             self._run(partition, part, w)
             self._advance(partition, part)
         else:
             part.queue.append(w)  # serial: run once the write in flight is committed
+        if w.fut.done():  # committed (or failed) at once, e.g. interval flushing: no shield needed
+            return w.fut.result()
+        w.fut.add_done_callback(_retrieve)
         return await asyncio.shield(w.fut)
 
     def _writable(self, partition: int, internal: bool = False) -> _Partition[S]:

@@ -149,7 +149,8 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         :class:`~.coordinator_runtime.CoordinatorUnavailable` (carrying the error code to
         answer) if the partition is loading or the append or its fsync fails: nothing is
         applied then."""
-        await self.ensure_topic()
+        if not self.runtime.partitions:
+            await self.ensure_topic()
         result = await self.runtime.write(self.partition_for(key), fn, now_ms)
         return result.response
 

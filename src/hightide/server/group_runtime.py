@@ -108,6 +108,11 @@ class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
               offsets: list[int]) -> None:
         """Replay the committed records, then the live records (logging group state
         changes), then resolve the parked requests the result completes."""
+        if not result.live:  # records only (offset commits): no group state change to log
+            self.replay(shard, partition, result, offsets)
+            for handle, response in result.completions:
+                self.groups.complete(handle, response)
+            return
         consumer_before = {k.group_id: _consumer_summary(shard, k.group_id)
                            for k, _ in result.live if isinstance(k, TimersKey)}
         share_before = {k.group_id: _share_summary(shard, k.group_id)
