@@ -171,7 +171,7 @@ ConfigOps = list[tuple[str, int, str | None]]
 """IncrementalAlterConfigs operations: (config name, operation, value)."""
 
 
-async def _alter(metadata: MetadataAccess, alter: AlterFn, validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def write_alter(metadata: MetadataAccess, alter: AlterFn, validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Run a controller alter call as one metadata write: (code, message); nothing is
     written when it fails or with ``validate_only``."""
     def op(image: MetadataImage) -> tuple[tuple[ErrorCode, str | None], list]:
@@ -225,7 +225,7 @@ async def alter_broker(metadata: MetadataAccess, name: str, ops: ConfigOps | Cal
                        validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Write a BROKER resource's dynamic configs and put them in force. ``ops`` is a list
     of (name, op, value) or a function of the image returning one."""
-    code, msg = await _alter(metadata, lambda image: alter_broker_configs(
+    code, msg = await write_alter(metadata, lambda image: alter_broker_configs(
         image, name, ops(image) if callable(ops) else ops), validate_only)
     if code == ErrorCode.none and not validate_only:
         metadata.apply_dynamic_broker_configs()
@@ -240,13 +240,13 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
     for r in req.resources:
         if r.resource_type == TOPIC_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg = await _alter(metadata, partial(metadata.controller.alter_topic_configs,
+            code, msg = await write_alter(metadata, partial(metadata.controller.alter_topic_configs,
                                                        name=r.resource_name, ops=ops), req.validate_only)
             if code == ErrorCode.none and not req.validate_only:
                 metadata.refresh_topic_config(metadata.image.topics[r.resource_name])
         elif r.resource_type == GROUP_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg = await _alter(metadata, partial(metadata.controller.alter_group_configs,
+            code, msg = await write_alter(metadata, partial(metadata.controller.alter_group_configs,
                                                        group_id=r.resource_name, ops=ops), req.validate_only)
         elif r.resource_type == BROKER_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]

@@ -21,9 +21,8 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..context import MetadataAccess, RequestContext
-from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
-from .admin_configs import AlterFn, alter_broker
+from .admin_configs import alter_broker, write_alter
 
 if TYPE_CHECKING:
     from ...cluster.image import MetadataImage
@@ -40,19 +39,6 @@ def replace_ops(current: dict[str, str], wanted: dict[str, str | None]) -> list[
     return ops
 
 
-async def _write(metadata: MetadataAccess, alter: AlterFn, validate_only: bool) -> tuple[ErrorCode, str | None]:
-    """Run ``alter(image) -> (code, message, records)`` as one metadata write (nothing is
-    written when it fails or with ``validate_only``). Returns (code, message)."""
-    def op(image: MetadataImage) -> tuple[tuple[ErrorCode, str | None], list]:
-        code, msg, records = alter(image)
-        return (code, msg), records if code == ErrorCode.none and not validate_only else []
-    try:
-        result: tuple[ErrorCode, str | None] = await metadata.write_metadata(op)
-    except CoordinatorUnavailable as exc:
-        return exc.error_code, str(exc)
-    return result
-
-
 async def _alter_resource(metadata: MetadataAccess, rtype: int, name: str, wanted: dict[str, str | None],
                           validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Replace the dynamic configs of one resource; (error code, message)."""
@@ -60,14 +46,14 @@ async def _alter_resource(metadata: MetadataAccess, rtype: int, name: str, wante
         nulls = [k for k, v in wanted.items() if v is None]
         if nulls:
             return ErrorCode.invalid_config, f"Null value not supported for topic configs: {','.join(nulls)}"
-        code, msg = await _write(metadata, lambda image: metadata.controller.alter_topic_configs(
+        code, msg = await write_alter(metadata, lambda image: metadata.controller.alter_topic_configs(
             image, name, replace_ops(image.topics[name].configs if name in image.topics else {}, wanted)),
             validate_only)
         if code == ErrorCode.none and not validate_only:
             metadata.refresh_topic_config(metadata.image.topics[name])
         return code, msg
     if rtype == GROUP_RESOURCE:
-        return await _write(metadata, lambda image: metadata.controller.alter_group_configs(
+        return await write_alter(metadata, lambda image: metadata.controller.alter_group_configs(
             image, name, replace_ops(image.group_configs.get(name, {}), wanted)), validate_only)
     if rtype == BROKER_RESOURCE:
         nulls = [k for k, v in wanted.items() if v is None]
