@@ -13,7 +13,10 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster.settings import ClusterSettings
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -304,6 +307,9 @@ class BrokerConfig:
     dynamic_default: dict[str, str] = field(default_factory=dict)
     dynamic_broker: dict[str, str] = field(default_factory=dict)
     _static: dict[str, Any] | None = field(default=None, repr=False)
+    #: Cluster-mode settings as given (Kafka names: process.roles, listeners, ...);
+    #: validated together by :meth:`cluster_settings`.
+    cluster_values: dict[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -322,8 +328,14 @@ class BrokerConfig:
             # Kafka: a negative retention in any unit means unlimited (-1).
             value, name = (-1 if n < 0 and target == "log.retention.ms" else n * factor), target
         elif name not in BROKER_CONFIGS:
+            from .cluster.settings import CLUSTER_CONFIGS  # late: cluster.settings imports this module
+            if name in CLUSTER_CONFIGS:
+                parsed = CLUSTER_CONFIGS[name].parse(value)
+                self.cluster_values[name] = parsed
+                self.originals[name] = None if parsed is None else CLUSTER_CONFIGS[name].render(parsed)
+                return
             raise ConfigError(f"Unknown broker configuration {name!r}"
-                              f"{did_you_mean(name, [*BROKER_CONFIGS, *_TIME_ALIASES])}")
+                              f"{did_you_mean(name, [*BROKER_CONFIGS, *_TIME_ALIASES, *CLUSTER_CONFIGS])}")
         else:
             self.originals[name] = BROKER_CONFIGS[name].render(BROKER_CONFIGS[name].parse(value))
         self.values[name] = BROKER_CONFIGS[name].parse(value)
@@ -366,6 +378,12 @@ class BrokerConfig:
             except ConfigError as exc:
                 raise ConfigError(f"{source}: {exc}" if source else str(exc)) from None
         return cfg
+
+    def cluster_settings(self) -> "ClusterSettings":
+        """The cluster-mode settings (roles, listeners, voters, ...) checked together;
+        raises ConfigError naming the setting."""
+        from .cluster.settings import ClusterSettings
+        return ClusterSettings.from_values(self["node.id"], self.cluster_values)
 
     def topic_default(self, topic_name: str) -> Any:
         """Default of a topic config: its broker synonym's value, else its own default."""
@@ -598,92 +616,6 @@ def validate_dynamic_broker_configs(configs: Mapping[str, str]) -> None:
         raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
     for name, value in configs.items():
         BROKER_CONFIGS[name].parse(value)
-
-
-# -- cluster mode (issue 13): Kafka's KRaft config names, not yet accepted by `hightide serve` -------
-# Kept apart from BROKER_CONFIGS so a single-node broker behaves exactly as before (these
-# names are still unknown to it) until cluster mode is wired; docs/cluster.md carries the
-# table (cluster_config_doc_table, pinned by tests/unit/test_cluster_lifecycle_config.py).
-_LISTENER = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:/\s]*):([0-9]{1,5})")
-_VOTER = re.compile(r"([0-9]+)@(\[[0-9A-Fa-f:.]+\]|[^:@\s]+):([0-9]{1,5})")
-_HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^:\s]+):([0-9]{1,5})")
-
-
-def _all_match(pattern: re.Pattern[str]) -> Callable[[tuple[str, ...]], bool]:
-    return lambda v: all(pattern.fullmatch(x) and int(pattern.fullmatch(x).groups()[-1]) <= 65535  # type: ignore[union-attr]
-                         for x in v)
-
-
-CLUSTER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
-    _d("process.roles", "list", ("broker", "controller"),
-       "The roles of this process: broker, controller or both (hightide's default is both, the single-node "
-       "combined mode; Kafka's has no default).",
-       (lambda v: len(v) > 0 and len(set(v)) == len(v) and set(v) <= {"broker", "controller"},
-        "must be a non-empty list of distinct roles among [broker, controller]")),
-    _d("controller.quorum.voters", "list", (), "Static voters as id@host:port.",
-       (_all_match(_VOTER), "must be a list of {id}@{host}:{port}")),
-    _d("controller.quorum.bootstrap.servers", "list", (), "host:port of controllers to discover the quorum from.",
-       (_all_match(_HOSTPORT), "must be a list of {host}:{port}")),
-    _d("controller.listener.names", "list", (), "Names of the listeners the controller serves on."),
-    _d("listeners", "list", ("PLAINTEXT://:9092",), "NAME://host:port for each listener.",
-       (_all_match(_LISTENER), "must be a list of {name}://{host}:{port}")),
-    _d("advertised.listeners", "list", None, "NAME://host:port published to clients (default: listeners).",
-       (_all_match(_LISTENER), "must be a list of {name}://{host}:{port}")),
-    _d("broker.heartbeat.interval.ms", "int", 2000, "How often a broker heartbeats to the controller.", _pos),
-    _d("broker.session.timeout.ms", "int", 9000,
-       "A broker without a heartbeat for this long is fenced by the controller.", _pos),
-    _d("metadata.max.idle.interval.ms", "int", 500,
-       "The controller appends a NoOp record when the metadata log has been idle this long (0 = never).", _nonneg),
-    _d("metadata.read.consistency", "string", "acknowledged",
-       "acknowledged: a broker serves metadata only at offsets every unfenced broker has applied (seed 004); "
-       "local: its own latest, as Kafka.",
-       (lambda v: v in ("acknowledged", "local"), "must be acknowledged or local")),
-]}
-
-
-def validate_cluster_configs(node_id: int, configs: Mapping[str, Any]) -> dict[str, Any]:
-    """All cluster-mode configs parsed (``configs`` over the defaults) and checked together
-    as Kafka's KafkaConfig does: unique listener names; the controller listener names are
-    listeners of a controller and are never advertised; a broker-only process names
-    its controller listener and a controller quorum; a controller with static voters is
-    one of them. Raises ConfigError naming the setting."""
-    for name in configs:
-        if name not in CLUSTER_CONFIGS:
-            raise ConfigError(f"Unknown cluster configuration {name!r}{did_you_mean(name, CLUSTER_CONFIGS)}")
-    v = {n: CLUSTER_CONFIGS[n].parse(configs[n]) if n in configs else d.default for n, d in CLUSTER_CONFIGS.items()}
-    roles = set(v["process.roles"])
-    names = [x.split("://", 1)[0] for x in v["listeners"]]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"listeners: each listener must have a different name, listeners: {','.join(v['listeners'])}")
-    controller_names = set(v["controller.listener.names"])
-    advertised = v["advertised.listeners"]
-    if advertised and controller_names & {x.split("://", 1)[0] for x in advertised}:
-        raise ConfigError("advertised.listeners must not contain a listener named in controller.listener.names")
-    if "controller" in roles and controller_names - set(names):
-        raise ConfigError("controller.listener.names must name listeners of this controller: "
-                          f"{', '.join(sorted(controller_names - set(names)))} not in listeners")
-    if roles == {"broker"}:
-        if not controller_names:
-            raise ConfigError("controller.listener.names must contain at least one value when running with just "
-                              "the broker role")
-        if not v["controller.quorum.voters"] and not v["controller.quorum.bootstrap.servers"]:
-            raise ConfigError("a broker-only process needs controller.quorum.voters or "
-                              "controller.quorum.bootstrap.servers")
-    voters = [int(x.split("@", 1)[0]) for x in v["controller.quorum.voters"]]
-    if "controller" in roles and voters and node_id not in voters:
-        raise ConfigError(f"If process.roles contains controller, the node.id {node_id} must be included in the "
-                          "set of voters controller.quorum.voters")
-    return v
-
-
-def cluster_config_doc_table() -> str:
-    """The Markdown table of the cluster-mode configs that docs/cluster.md carries."""
-    lines = ["| name | type | default | description |", "|---|---|---|---|"]
-    for name, d in sorted(CLUSTER_CONFIGS.items()):
-        valid = f" ({d.valid_doc})" if d.valid_doc else ""
-        default = "null" if d.default is None else _doc_default(d)
-        lines.append(f"| `{name}` | {d.type} | {default} | {_doc_cell(d.doc + valid)} |")
-    return "\n".join(lines) + "\n"
 
 
 # -- docs/configuration.md: the tables are generated from the definitions above -------------------

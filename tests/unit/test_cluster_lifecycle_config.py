@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from hightide.cluster.lifecycle import LifecycleConfig
-from hightide.config import (
-    BROKER_CONFIGS,
+from hightide.cluster.settings import (
     CLUSTER_CONFIGS,
-    BrokerConfig,
-    ConfigError,
+    ClusterSettings,
+    Listener,
+    Voter,
     cluster_config_doc_table,
     validate_cluster_configs,
 )
+from hightide.config import BROKER_CONFIGS, BrokerConfig, ConfigError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
 BEGIN, END = "<!-- cluster-config-table:begin -->\n", "<!-- cluster-config-table:end -->"
@@ -34,10 +35,22 @@ def test_kafka_defaults():
     assert LifecycleConfig.from_configs(v) == LifecycleConfig(9000, 500)
 
 
-def test_the_single_node_broker_still_rejects_them():
+def test_the_broker_config_accepts_them_and_checks_them_together():
     assert not set(CLUSTER_CONFIGS) & set(BROKER_CONFIGS)
-    with pytest.raises(ConfigError, match="Unknown broker configuration 'process.roles'"):
-        BrokerConfig.load(overrides={"process.roles": "broker"})
+    assert BrokerConfig().cluster_settings().single_node  # no cluster config: today's single node
+    cfg = BrokerConfig.load(overrides={"process.roles": "broker", "node.id": 2, "controller.listener.names": "CONTROLLER",
+                                       "controller.quorum.voters": "1@127.0.0.1:9093",
+                                       "listeners": "PLAINTEXT://127.0.0.1:0"})
+    s = cfg.cluster_settings()
+    assert s == ClusterSettings(frozenset({"broker"}), 2, voters=(Voter(1, "127.0.0.1", 9093),),
+                                listeners=(Listener("PLAINTEXT", "127.0.0.1", 0),),
+                                controller_listener_names=("CONTROLLER",))
+    assert not s.single_node and s.broker_listeners == s.listeners and s.controller_addresses() == [("127.0.0.1", 9093)]
+    assert cfg.originals["process.roles"] == "broker"  # reported as a static config
+    with pytest.raises(ConfigError, match="at least one value"):
+        BrokerConfig.load(overrides={"process.roles": "broker"}).cluster_settings()
+    with pytest.raises(ConfigError, match="did you mean 'process.roles'"):
+        BrokerConfig.load(overrides={"process.role": "broker"})
 
 
 def test_a_valid_three_node_layout():

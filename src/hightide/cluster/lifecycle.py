@@ -80,7 +80,7 @@ class LifecycleConfig:
 
     @classmethod
     def from_configs(cls, values: Mapping[str, Any]) -> LifecycleConfig:
-        """From :func:`hightide.config.validate_cluster_configs`' result."""
+        """From :func:`hightide.cluster.settings.validate_cluster_configs`' result."""
         return cls(values["broker.session.timeout.ms"], values["metadata.max.idle.interval.ms"])
 
 

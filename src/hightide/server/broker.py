@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import resource
@@ -23,6 +24,7 @@ from ..cluster.controller import Controller
 from ..cluster.image import MetadataImage, TopicImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
+from ..cluster.settings import ClusterSettings, Listener
 from ..config import BrokerConfig, effective_topic_config
 from ..log.config import LogConfig
 from ..log.dirlock import DirLock
@@ -57,13 +59,18 @@ class Broker:
                  advertised: tuple[str, int] | None = None, cluster_id: str | None = None,
                  storage: Storage = POSIX) -> None:
         self.config = config or BrokerConfig()
+        #: Roles, listeners and controller addresses (cluster mode, issue 13). Raises
+        #: ConfigError when the cluster configs do not fit together.
+        self.cluster: ClusterSettings = self.config.cluster_settings()
         self.storage = storage  # every partition log's files (an in-memory or faulty engine in tests)
         self.node_id: int = self.config["node.id"]
         self.data_dir = os.path.abspath(data_dir)
         self.listen = listen
         self._advertised = advertised
         self.connections: set[KafkaConnection] = set()
-        self.server: asyncio.base_events.Server | None = None
+        self.server: asyncio.base_events.Server | None = None  # the first listener's (single node: the only one)
+        #: Every listener's server (cluster mode may have a broker and a controller listener).
+        self.servers: list[tuple[Listener, asyncio.base_events.Server]] = []
         self.logs: LogManager | None = None
         self.metadata: MetadataLog | None = None
         self.metadata_runtime: CoordinatorRuntime[MetadataImage] | None = None  # writes to the metadata log
@@ -106,10 +113,7 @@ class Broker:
         self._open_logs()
         self.groups.start()
         self.share_state.start()
-        loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: KafkaConnection(self), self.listen[0], self.listen[1],
-                                               reuse_address=True, backlog=1024)
-        self._bound = self.server.sockets[0].getsockname()[:2]
+        await self._start_listeners()
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
@@ -123,10 +127,37 @@ class Broker:
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
                  (time.monotonic() - t0) * 1000)
 
+    def _listeners(self) -> list[tuple[Listener, Services]]:
+        """The listeners this process serves and the services (route table) of each: the
+        single node has one, from ``listen``, serving every API."""
+        if self.cluster.single_node:
+            return [(Listener("PLAINTEXT", *self.listen), self.services)]
+        wanted = list(self.cluster.broker_listeners) if self.cluster.is_broker else []
+        if self.cluster.is_controller:
+            wanted += self.cluster.controller_listeners
+        return [(x, self.services) for x in wanted]
+
+    async def _start_listeners(self) -> None:
+        loop = asyncio.get_running_loop()
+        for listener, services in self._listeners():
+            server = await loop.create_server(functools.partial(KafkaConnection, self, services), listener.host or None,
+                                              listener.port, reuse_address=True, backlog=1024)
+            port = server.sockets[0].getsockname()[1]
+            self.servers.append((Listener(listener.name, listener.host, port), server))  # the bound port
+        self.server = self.servers[0][1]
+        self._bound = self.server.sockets[0].getsockname()[:2]
+
+    def bound_port(self, listener_name: str) -> int | None:
+        """The port a listener is bound to (its configured port may be 0), or None."""
+        for listener, _ in self.servers:
+            if listener.name == listener_name:
+                return listener.port
+        return None
+
     async def stop(self, grace_s: float = 5.0) -> None:
         self.stopping = True
-        if self.server is not None:
-            self.server.close()
+        for _, server in self.servers:
+            server.close()
         self.waiters.wake_all()  # long-polls answer now with what they have
         self.groups.close()  # parked JoinGroup/SyncGroup answer NOT_COORDINATOR; loads stop
         self.share_state.close()
@@ -366,14 +397,28 @@ class Broker:
                 elif at_limit and in_use < limit * 9 // 10:
                     at_limit = False
                     log.warning("open file descriptors back under the limit (%d of %d)", in_use, limit)
-            if self.server is not None and not self.server.is_serving() and not self.stopping:
-                log.error("the listener on %s:%d was closed by the event loop; reopening it", self.host, self.port)
-                try:
-                    loop = asyncio.get_running_loop()
-                    self.server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port,
-                                                           reuse_address=True, backlog=1024)
-                except OSError as exc:
-                    log.error("reopening the listener failed (retrying): %s", exc)
+            if not self.stopping:
+                await self._reopen_closed_listeners()
+
+    async def _reopen_closed_listeners(self) -> None:
+        """Re-open any listener the event loop gave up (see :meth:`_watch_descriptors`)."""
+        services = {listener.name: s for listener, s in self._listeners()}
+        for i, (listener, server) in enumerate(self.servers):
+            if server.is_serving():
+                continue
+            host, port = listener.host or None, listener.port
+            log.error("the listener %s on %s:%d was closed by the event loop; reopening it", listener.name,
+                      listener.host, port)
+            try:
+                loop = asyncio.get_running_loop()
+                server = await loop.create_server(functools.partial(KafkaConnection, self, services[listener.name]),
+                                                  host, port, reuse_address=True, backlog=1024)
+            except OSError as exc:
+                log.error("reopening the listener failed (retrying): %s", exc)
+                continue
+            self.servers[i] = (listener, server)
+            if i == 0:
+                self.server = server
 
     async def _share_state_pruning(self) -> None:
         """Cold snapshots and pruning of __share_group_state: once right after start-up

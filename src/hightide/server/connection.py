@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.errors import PeerProtocolError
 from ..protocol.server_connection import NEED_DATA, Answered, Request, ServerConnection
 from . import request_log
-from .context import RequestContext
+from .context import RequestContext, Services
 from .registry import CloseConnection, Route
 
 if TYPE_CHECKING:
@@ -54,15 +54,17 @@ WRITE_HIGH_WATER = 1024 * 1024  # pause reading while more than this waits to be
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    """``broker`` provides ``config``, ``routes``, ``services`` and the ``connections``
-    set this connection adds itself to while open."""
+    """``broker`` provides ``config``, ``services`` (the route table is
+    ``services.routes``) and the ``connections`` set this connection adds itself to while
+    open. ``services`` overrides the broker's (a listener with its own route table, such
+    as a controller listener)."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "Broker", services: "Services | None" = None) -> None:
         self.broker = broker
         cfg = broker.config
-        self.conn: ServerConnection[Route] = ServerConnection(broker.routes, cfg["socket.request.max.bytes"],
+        self.services = services or broker.services
+        self.conn: ServerConnection[Route] = ServerConnection(self.services.routes, cfg["socket.request.max.bytes"],
                                                               RECEIVE_CHUNK)
-        self.services = broker.services
         self.max_queued = cfg["queued.max.requests"]
         self.idle_ms = cfg["connections.max.idle.ms"]
         self.transport: asyncio.Transport | None = None
