@@ -12,6 +12,7 @@ close connections, flush and close every log, write the clean-shutdown marker.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import functools
 import logging
@@ -135,7 +136,7 @@ class Broker:
         wanted = list(self.cluster.broker_listeners) if self.cluster.is_broker else []
         if self.cluster.is_controller:
             wanted += self.cluster.controller_listeners
-        return [(x, self.services) for x in wanted]
+        return [(x, dataclasses.replace(self.services, listener=x.name)) for x in wanted]
 
     async def _start_listeners(self) -> None:
         loop = asyncio.get_running_loop()

@@ -117,6 +117,8 @@ class Services:
     share_groups: ShareGroupService
     share_state: ShareStateRuntime
     share_manager: SharePartitionManager
+    #: The listener these services answer on (cluster mode: brokers are advertised with its endpoint).
+    listener: str = "PLAINTEXT"
 
     @classmethod
     def of(cls, broker: Broker, routes: Routes) -> Services:
