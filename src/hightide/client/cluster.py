@@ -1,0 +1,136 @@
+"""Cluster-view calls on one connection: DescribeCluster (60) and DescribeQuorum (55).
+
+They take a :class:`~hightide.client.connection.BrokerConnection` rather than an
+:class:`~hightide.client.admin.AdminClient` because they must also work against a
+controller (KIP-919 ``--bootstrap-controller``), which answers neither Metadata nor the
+other broker APIs the admin client starts with. Both work against hightide and Kafka.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .connection import BrokerConnection
+from .errors import ErrorCode, KafkaError, error_for
+
+__all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "connect_any",
+           "describe_cluster", "describe_quorum", "METADATA_TOPIC"]
+
+METADATA_TOPIC = "__cluster_metadata"
+_BROKERS, _CONTROLLERS = 1, 2  # DescribeCluster EndpointType (KIP-919)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterBroker:
+    """One node as DescribeCluster lists it. ``fenced`` is None when the answering node's
+    version of DescribeCluster cannot say (below v2: only unfenced brokers are listed)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    fenced: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """A DescribeCluster answer. ``brokers`` are controllers when it was asked of a
+    controller (``controllers=True``)."""
+
+    cluster_id: str
+    controller_id: int
+    brokers: tuple[ClusterBroker, ...]
+    includes_fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumReplica:
+    """One voter or observer of the metadata partition (DescribeQuorum's ReplicaState).
+    Timestamps are ms since the epoch, -1 when unknown; ``directory_id`` None below v2."""
+
+    node_id: int
+    directory_id: uuid.UUID | None
+    log_end_offset: int
+    last_fetch_timestamp: int
+    last_caught_up_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumInfo:
+    """DescribeQuorum of ``__cluster_metadata-0``: the leader, its high watermark, the
+    voters and observers; ``nodes`` maps a voter id to its listeners (v2 only)."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[QuorumReplica, ...]
+    observers: tuple[QuorumReplica, ...]
+    nodes: dict[int, tuple[tuple[str, str, int], ...]]
+
+
+async def connect_any(servers: list[tuple[str, int]], *, timeout_s: float = 15.0) -> BrokerConnection:
+    """A connection to the first reachable of ``servers`` (ApiVersions done). Raises
+    :class:`~hightide.client.errors.KafkaConnectionError` naming every failure."""
+    from .errors import KafkaConnectionError
+    errors = []
+    for host, port in servers:
+        conn = BrokerConnection(host, port, "hightide-admin", request_timeout_s=timeout_s)
+        try:
+            await conn.connect()
+            return conn
+        except KafkaError as exc:
+            errors.append(f"{host}:{port}: {exc}")
+    raise KafkaConnectionError("no server reachable: " + "; ".join(errors))
+
+
+async def describe_cluster(conn: BrokerConnection, *, controllers: bool = False,
+                           include_fenced: bool = True) -> ClusterDescription:
+    """DescribeCluster on ``conn``: the brokers (``controllers=False``) or, asked of a
+    controller, the controllers (KIP-919, needs v1). ``include_fenced`` lists fenced
+    brokers too where the node supports v2 (KIP-1073); otherwise only unfenced ones and
+    ``fenced`` is None. Raises the answer's error (e.g. UNSUPPORTED_ENDPOINT_TYPE when a
+    broker is asked for controllers) as :class:`KafkaError`."""
+    v = conn.pick_version(60, 2, 1 if controllers else 0)
+    body: dict[str, Any] = {"include_cluster_authorized_operations": False}
+    if v >= 1:
+        body["endpoint_type"] = _CONTROLLERS if controllers else _BROKERS
+    if v >= 2:
+        body["include_fenced_brokers"] = include_fenced
+    resp = await conn.request(60, v, body)
+    if resp.error_code != ErrorCode.none:
+        raise error_for(resp.error_code, resp.error_message or f"DescribeCluster on {conn.host}:{conn.port}")
+    brokers = tuple(sorted((ClusterBroker(int(b.broker_id), b.host, int(b.port), b.rack,
+                                          bool(b.is_fenced) if v >= 2 else None)
+                            for b in resp.brokers), key=lambda b: b.node_id))
+    return ClusterDescription(resp.cluster_id, int(resp.controller_id), brokers, v >= 2 and include_fenced)
+
+
+def _replica(r: Any) -> QuorumReplica:
+    return QuorumReplica(int(r.replica_id), getattr(r, "replica_directory_id", None), int(r.log_end_offset),
+                         int(getattr(r, "last_fetch_timestamp", -1)), int(getattr(r, "last_caught_up_timestamp", -1)))
+
+
+async def describe_quorum(conn: BrokerConnection) -> QuorumInfo:
+    """DescribeQuorum of ``__cluster_metadata-0`` on ``conn`` (a controller, or a node
+    that answers it: hightide's single node, a Kafka broker that forwards it). Raises
+    :class:`~hightide.client.errors.UnsupportedVersionError` when ``conn`` does not
+    offer the API, and the answer's error (top level or partition) as :class:`KafkaError`."""
+    v = conn.pick_version(55, 2, 0)
+    resp = await conn.request(55, v, {"topics": [{"topic_name": METADATA_TOPIC,
+                                                  "partitions": [{"partition_index": 0}]}]})
+    if resp.error_code != ErrorCode.none:
+        raise error_for(resp.error_code, getattr(resp, "error_message", None) or "DescribeQuorum")
+    for t in resp.topics:
+        for p in t.partitions:
+            if t.topic_name != METADATA_TOPIC or int(p.partition_index) != 0:
+                continue
+            if p.error_code != ErrorCode.none:
+                raise error_for(p.error_code, getattr(p, "error_message", None) or f"{METADATA_TOPIC}-0")
+            nodes = {int(n.node_id): tuple((x.name, x.host, int(x.port)) for x in n.listeners)
+                     for n in getattr(resp, "nodes", ())}
+            return QuorumInfo(int(p.leader_id), int(p.leader_epoch), int(p.high_watermark),
+                              tuple(_replica(r) for r in p.current_voters),
+                              tuple(_replica(r) for r in p.observers), nodes)
+    raise KafkaError(ErrorCode.unknown_server_error, f"DescribeQuorum answered without {METADATA_TOPIC}-0")
