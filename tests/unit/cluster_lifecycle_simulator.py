@@ -27,9 +27,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from hightide.cluster import records as R
-from hightide.cluster.broker_records import RegisterBrokerRecord
+from hightide.cluster.broker_records import BrokerRegistrationChangeRecord, RegisterBrokerRecord
 from hightide.cluster.image import MetadataImage
 from hightide.cluster.lifecycle import BrokerLifecycle, Heartbeat, LifecycleConfig, Registration
+from hightide.cluster.placement import usable_brokers
 
 CLUSTER = "sim-cluster"
 
@@ -212,11 +213,12 @@ class Simulation:
             self.published = []
             self.slack.clear()
         expired = self.core.fence_expired(self.image, self.now)
+        fenced = [r.broker_id for r in expired if isinstance(r, BrokerRegistrationChangeRecord)]
         if self.append(expired):
-            self.stats.fenced_by_timeout += len(expired)
+            self.stats.fenced_by_timeout += len(fenced)
         else:  # the shell retries at the next tick: each failed append adds one tick
-            for r in expired:
-                self.slack[r.broker_id] = self.slack.get(r.broker_id, 0) + self.p.tick_ms
+            for broker_id in fenced:
+                self.slack[broker_id] = self.slack.get(broker_id, 0) + self.p.tick_ms
         self.append(self.core.idle_records(self.now, self.last_append_ms))
         if self.rng.random() < self.p.write_p * self.p.tick_ms / self.p.heartbeat_ms / self.p.brokers:
             self._admin_write()
@@ -230,7 +232,10 @@ class Simulation:
             if t is not None and not self.append([R.RemoveTopicRecord(str(t.topic_id))]):
                 self.topics.append(name)
             return
-        leader = self.rng.choice(sorted(self.procs))
+        active = usable_brokers(self.image)  # placement: registered, unfenced, not shutting down
+        if not active:
+            return
+        leader = self.rng.choice(active)
         name, tid = f"t{self.seq}", str(self._uuid())
         if self.append([R.TopicRecord(name, tid), R.PartitionRecord(tid, 0, leader, 0, (leader,))]):
             self.topics.append(name)
@@ -388,8 +393,21 @@ class Simulation:
                 self.fail(f"{what}: lowest acknowledged {lowest} exceeds active broker {reg.broker_id}'s "
                           f"applied offset {proc.applied}")
 
+    def _check_leaders(self) -> None:
+        """Leadership follows fencing (in the same batch): a partition's leader is an
+        active broker or -1, and a leaderless partition has no active replica."""
+        active = {r.broker_id for r in self._active()}
+        for t in self.image.topics.values():
+            for p in t.partitions.values():
+                if p.leader != -1 and p.leader not in active:
+                    self.fail(f"{t.name}-{p.partition} is led by broker {p.leader}, which is not active")
+                if p.leader == -1 and active.intersection(p.replicas):
+                    self.fail(f"{t.name}-{p.partition} is leaderless although replica(s) "
+                              f"{sorted(active.intersection(p.replicas))} are active")
+
     def check(self) -> None:
         hb = self.core.heartbeats
+        self._check_leaders()
         lowest = self._expected_lowest()
         self._check_lowest(lowest, "after the event")
         if lowest >= 0 and self.pending_known and min(self.pending_known) <= lowest:

@@ -223,22 +223,28 @@ def _lead_a_partition(c: Ctx, broker_id: int) -> str:
     return tid
 
 
-def test_controlled_shutdown_of_a_leader_waits_until_it_leads_nothing_and_everyone_applied_it():
+def _leader(c: Ctx, tid: str) -> tuple[int, int]:
+    p = c.image.topics_by_id[uuid.UUID(tid)].partitions[0]
+    return p.leader, p.leader_epoch
+
+
+def test_controlled_shutdown_of_a_leader_moves_leadership_and_waits_until_everyone_applied_it():
     c = Ctx()
     e1, e2 = c.up(1), c.up(2)
     tid = _lead_a_partition(c, 1)
     c.heartbeat(2, e2)
     reply, records = c.heartbeat(1, e1, want_shut_down=True)
     assert (reply.is_fenced, reply.should_shut_down) == (False, False)
-    assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN)]
+    # RF=1: no other replica, so the partition goes leaderless (epoch + 1) in the same batch
+    assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN),
+                       R.PartitionRecord(tid, 0, -1, 1, (1,))]
+    assert _leader(c, tid) == (-1, 1)
     shutdown_offset = c.committed
     assert c.image.brokers[1].in_controlled_shutdown
     # broker 1 is no longer counted: the lowest acknowledged offset is broker 2's
     reply2, _ = c.heartbeat(2, e2, offset=shutdown_offset - 1)
     assert reply2.lowest_acknowledged_offset == shutdown_offset - 1
-    # RF=1: nothing to move leadership to, so it stays in controlled shutdown
-    assert c.heartbeat(1, e1, want_shut_down=True)[0].should_shut_down is False
-    c.append([R.RemoveTopicRecord(tid)])  # leads nothing now, but broker 2 has not applied the record
+    # it leads nothing now, but broker 2 has not applied the shutdown batch yet
     reply, _ = c.heartbeat(1, e1, want_shut_down=True)
     assert reply.should_shut_down is False
     c.heartbeat(2, e2)  # broker 2 applied everything
@@ -247,15 +253,53 @@ def test_controlled_shutdown_of_a_leader_waits_until_it_leads_nothing_and_everyo
     assert records == [BrokerRegistrationChangeRecord(1, e1, fenced=FENCE)]
 
 
-def test_a_leader_in_controlled_shutdown_is_released_by_fencing():
+def test_a_lone_leader_in_controlled_shutdown_is_released_at_its_next_heartbeat():
     c = Ctx()
     e1 = c.up(1)
-    _lead_a_partition(c, 1)
+    tid = _lead_a_partition(c, 1)
     assert c.heartbeat(1, e1, want_shut_down=True)[0].should_shut_down is False
-    c.now += TIMEOUT + 1
-    assert c.tick() == [BrokerRegistrationChangeRecord(1, e1, fenced=FENCE)]
+    assert _leader(c, tid) == (-1, 1)
     reply, _ = c.heartbeat(1, e1, want_shut_down=True)
     assert reply.should_shut_down and reply.is_fenced
+
+
+def test_session_expiry_makes_the_partitions_leaderless_and_unfencing_gives_them_back():
+    c = Ctx()
+    e1, e2 = c.up(1), c.up(2)
+    t1, t2 = _lead_a_partition(c, 1), _lead_a_partition(c, 2)
+    c.now += TIMEOUT
+    c.heartbeat(2, e2)
+    c.now += 1
+    assert c.tick() == [BrokerRegistrationChangeRecord(1, e1, fenced=FENCE), R.PartitionRecord(t1, 0, -1, 1, (1,))]
+    assert _leader(c, t1) == (-1, 1) and _leader(c, t2) == (2, 0)
+    reply, records = c.heartbeat(1, e1)  # back, caught up: unfenced and leader again
+    assert not reply.is_fenced
+    assert records == [BrokerRegistrationChangeRecord(1, e1, fenced=UNFENCE), R.PartitionRecord(t1, 0, 1, 2, (1,))]
+    assert _leader(c, t1) == (1, 2)
+
+
+def test_want_fence_and_unregister_make_the_partitions_leaderless():
+    c = Ctx()
+    e1 = c.up(1)
+    tid = _lead_a_partition(c, 1)
+    _, records = c.heartbeat(1, e1, want_fence=True)
+    assert records[1:] == [R.PartitionRecord(tid, 0, -1, 1, (1,))]
+    _, records = c.heartbeat(1, e1)  # unfenced again: leader again
+    assert _leader(c, tid) == (1, 2)
+    code, _, records = c.core.unregister(c.image, 1)
+    c.append(records)
+    assert records[0] == R.PartitionRecord(tid, 0, -1, 3, (1,)) and 1 not in c.image.brokers
+
+
+def test_a_new_incarnation_replacing_an_expired_leader_moves_its_partitions_first():
+    c = Ctx()
+    e1 = c.up(1)
+    tid = _lead_a_partition(c, 1)
+    c.now += TIMEOUT + 1  # expired, not fenced yet (no tick ran)
+    reply, records = c.register(1, 2)
+    assert records[0] == R.PartitionRecord(tid, 0, -1, 1, (1,))
+    assert reply.broker_epoch == c.committed != e1  # the epoch is the RegisterBrokerRecord's offset
+    assert isinstance(records[1], RegisterBrokerRecord) and _leader(c, tid) == (-1, 1)
 
 
 # -- session expiry ------------------------------------------------------------------------
@@ -402,14 +446,15 @@ def test_a_failed_append_of_a_new_incarnation_leaves_the_old_registration_as_it_
 def test_a_failed_append_of_the_controlled_shutdown_record_is_written_again():
     c = Ctx()
     e1, e2 = c.up(1), c.up(2)
-    _lead_a_partition(c, 1)
+    tid = _lead_a_partition(c, 1)
     hb = Heartbeat(1, e1, c.committed, want_shut_down=True)
     reply, records = c.core.heartbeat(c.image, hb, c.now, c.next_offset, c.committed)  # records lost
     assert records and not c.image.brokers[1].in_controlled_shutdown
     # still counted (the image says it is not shutting down), and asked again it re-enters
     assert c.heartbeat(2, e2)[0].lowest_acknowledged_offset == c.committed
     reply, records = c.heartbeat(1, e1, want_shut_down=True)
-    assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN)]
+    assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN),
+                       R.PartitionRecord(tid, 0, -1, 1, (1,))]
     assert c.image.brokers[1].in_controlled_shutdown
 
 

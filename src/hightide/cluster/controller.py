@@ -25,6 +25,7 @@ from ..config import (
     validate_topic_configs,
 )
 from .image import MetadataImage, TopicImage
+from .placement import PlacementError, place, usable_brokers
 from .records import (
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
@@ -80,11 +81,35 @@ def topic_name_error(name: str) -> str | None:
 
 
 class Controller:
-    """Validates cluster-metadata changes. ``node_ids`` are the live brokers."""
+    """Validates cluster-metadata changes.
 
-    def __init__(self, config: BrokerConfig, node_ids: Sequence[int]) -> None:
+    ``node_ids``: the single node's fixed broker list (``[own id]``: every partition is
+    led by this node). None: cluster mode — partitions are placed over the brokers the
+    image shows registered, unfenced and not shutting down (:mod:`.placement`), and a
+    manual assignment may name any registered broker."""
+
+    def __init__(self, config: BrokerConfig, node_ids: Sequence[int] | None) -> None:
         self.config = config
-        self.node_ids = list(node_ids)
+        self.node_ids = None if node_ids is None else list(node_ids)
+
+    def usable(self, image: MetadataImage) -> list[int]:
+        """The brokers new partitions are placed on."""
+        return usable_brokers(image) if self.node_ids is None else self.node_ids
+
+    def _unknown_broker(self, image: MetadataImage, assignments: Iterable[Sequence[int]]) -> str | None:
+        """Kafka's INVALID_REPLICA_ASSIGNMENT text for a manual assignment naming a broker
+        that is not registered (or, cluster mode, a partition whose replicas are all
+        fenced or shutting down); None when it is valid."""
+        known = set(image.brokers) if self.node_ids is None else set(self.node_ids)
+        usable = set(self.usable(image))
+        for p, reps in enumerate(assignments):
+            bad = [b for b in reps if b not in known]
+            if bad:
+                return f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered."
+            if reps and not usable.intersection(reps):
+                return (f"All brokers specified in the manual partition assignment for partition {p} are fenced "
+                        "or in controlled shutdown.")
+        return None
 
     # -- topics ---------------------------------------------------------------------
     def create_topics(self, image: MetadataImage, topics: Iterable[NewTopic],
@@ -127,10 +152,9 @@ class Controller:
                 return TopicResult(t.name, ErrorCode.invalid_request,
                                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
                                    "Both cannot be used at the same time."), []
-            bad = [b for reps in t.assignments.values() for b in reps if b not in self.node_ids]
+            bad = self._unknown_broker(image, [t.assignments[p] for p in sorted(t.assignments)])
             if bad:
-                return TopicResult(t.name, ErrorCode.invalid_replica_assignment,
-                                   f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered."), []
+                return TopicResult(t.name, ErrorCode.invalid_replica_assignment, bad), []
         else:
             n = self.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
             rf = self.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
@@ -141,27 +165,31 @@ class Controller:
                                f"Number of partitions {n} exceeds hightide's limit of {MAX_PARTITIONS_PER_TOPIC} per topic."), []
         if rf <= 0:
             return TopicResult(t.name, ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0, or -1 to use the default value."), []
-        if rf > len(self.node_ids):
-            return TopicResult(t.name, ErrorCode.invalid_replication_factor,
-                               f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
-                               f"cannot be reached because only {len(self.node_ids)} broker(s) are registered."), []
+        try:
+            replicas = ([tuple(t.assignments[p]) for p in sorted(t.assignments)] if t.assignments
+                        else place(t.name, range(n), rf, self.usable(image)))
+        except PlacementError as exc:
+            return TopicResult(t.name, ErrorCode.invalid_replication_factor, str(exc)), []
         try:
             validate_topic_configs(t.configs)
         except ConfigError as exc:
             return TopicResult(t.name, ErrorCode.invalid_config, str(exc)), []
         tid = uuid.uuid4()
         recs: list[MetadataRecord] = [TopicRecord(t.name, str(tid))]
-        recs += self._partition_records(tid, range(n), rf)
+        recs += self._partition_records(image, tid, 0, replicas)
         recs += [ConfigRecord(TOPIC_RESOURCE, t.name, k, v) for k, v in sorted(t.configs.items())]
         given = {k: v for k, v in t.configs.items() if v is not None}  # all of them: validated above
         return TopicResult(t.name, ErrorCode.none, None, tid, n, rf, given), recs
 
-    def _partition_records(self, tid: uuid.UUID, parts: Iterable[int], rf: int) -> list[MetadataRecord]:
+    def _partition_records(self, image: MetadataImage, tid: uuid.UUID, first: int,
+                           replicas: Sequence[tuple[int, ...]]) -> list[MetadataRecord]:
+        """Partitions ``first``, ``first + 1``, ... with the given replicas; the leader is
+        the first usable replica (a manual assignment may list a fenced one first)."""
+        usable = set(self.usable(image))
         out: list[MetadataRecord] = []
-        nodes = self.node_ids
-        for p in parts:
-            replicas = tuple(nodes[(p + i) % len(nodes)] for i in range(rf))
-            out.append(PartitionRecord(str(tid), p, replicas[0], 0, replicas))
+        for i, reps in enumerate(replicas):
+            leader = next((b for b in reps if b in usable), reps[0])
+            out.append(PartitionRecord(str(tid), first + i, leader, 0, tuple(reps)))
         return out
 
     def delete_topics(self, image: MetadataImage, names: Iterable[str | None],
@@ -208,12 +236,16 @@ class Controller:
         if assignments is not None and len(assignments) != count - cur:
             return ErrorCode.invalid_replica_assignment, \
                 f"Attempted to add {count - cur} additional partition(s), but only {len(assignments)} assignment(s) were specified.", []
-        bad = [b for reps in assignments or () for b in reps if b not in self.node_ids]
+        bad = self._unknown_broker(image, assignments or ())
         if bad:
-            return ErrorCode.invalid_replica_assignment, \
-                f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered.", []
+            return ErrorCode.invalid_replica_assignment, bad, []
         rf = len(next(iter(t.partitions.values())).replicas) if t.partitions else 1
-        return ErrorCode.none, None, self._partition_records(t.topic_id, range(cur, count), rf)
+        try:
+            replicas = ([tuple(a) for a in assignments] if assignments is not None
+                        else place(name, range(cur, count), rf, self.usable(image)))
+        except PlacementError as exc:
+            return ErrorCode.invalid_replication_factor, str(exc), []
+        return ErrorCode.none, None, self._partition_records(image, t.topic_id, cur, replicas)
 
     # -- configs --------------------------------------------------------------------
     def alter_topic_configs(self, image: MetadataImage, name: str,

@@ -10,12 +10,13 @@ import uuid
 from dataclasses import dataclass, field
 
 from .broker_image import BrokerRegistration, apply_broker_record
-from .broker_records import BROKER_RECORD_TYPES
+from .broker_records import BROKER_RECORD_TYPES, NoOpRecord
 from .records import (
     BROKER_RESOURCE,
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
     ConfigRecord,
+    FeatureLevelRecord,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -54,6 +55,11 @@ class MetadataImage:
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> overrides
     next_producer_id: int = 0
     offset: int = -1  # metadata log offset of the last applied record
+    #: Offset of the last applied record that is not a NoOp (-1: none): what a broker's
+    #: read gate waits for (a NoOp changes nothing a reader can see).
+    content_offset: int = -1
+    #: Finalized feature levels by name (FeatureLevelRecord; UpdateFeatures).
+    features: dict[str, int] = field(default_factory=dict)
     #: Registered brokers by id (cluster mode; see hightide.cluster.broker_image).
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
 
@@ -85,9 +91,16 @@ class MetadataImage:
                     self._apply_broker_config(rn, n, v)
             case ProducerIdsRecord(next_producer_id=nxt):
                 self.next_producer_id = max(self.next_producer_id, nxt)
+            case FeatureLevelRecord(name=name, feature_level=level):
+                if level > 0:
+                    self.features[name] = level
+                else:
+                    self.features.pop(name, None)
             case _ if isinstance(record, BROKER_RECORD_TYPES):
                 apply_broker_record(self.brokers, record, offset)
         self.offset = offset
+        if not isinstance(record, NoOpRecord):
+            self.content_offset = offset
 
     def _apply_broker_config(self, resource_name: str, name: str, value: str | None) -> None:
         configs = self.broker_dynamic.setdefault(resource_name, {})

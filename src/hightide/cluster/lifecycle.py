@@ -34,13 +34,14 @@ The catch-up offset is Kafka's (the offset of the broker's RegisterBrokerRecord)
 to the largest lowest-acknowledged offset already handed out, so a broker joining the
 active set never pulls the seed's value backwards. ``IsCaughtUp`` answers the same test.
 
-Leadership: Kafka moves partition leadership away from a broker entering controlled
-shutdown or being fenced. This core does not write partition changes yet (partition
-placement across brokers is a later step of cluster mode). With RF=1 there is no other
-replica to move to anyway, so a broker that leads partitions stays in controlled
-shutdown (``ShouldShutDown`` false) until it leads nothing or is fenced (WantFence, or
-its session expires after it stops heartbeating); a broker that leads nothing is told to
-shut down once every active broker has applied its controlled-shutdown record.
+Leadership (Kafka's ``ReplicationControlManager``): every batch that fences a broker
+(heartbeat with WantFence, session expiry, a new incarnation replacing an unfenced
+registration), puts it in controlled shutdown or unregisters it also moves every
+partition it leads to NO_LEADER (leader -1, leader epoch + 1; with RF=1 there is no other
+replica to move to); the batch that unfences a broker makes it leader again (epoch + 1)
+of every leaderless partition it is a replica of (:mod:`.placement`). So a broker in
+controlled shutdown leads nothing once its record is applied, and is told to shut down
+once every active broker has applied that record (Kafka's test).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from .broker_records import (
 )
 from .heartbeats import BrokerHeartbeats
 from .image import MetadataImage
+from .placement import leaderless_records, regained_records
 from .records import MetadataRecord
 
 
@@ -150,11 +152,18 @@ class BrokerLifecycle:
     def __post_init__(self) -> None:
         self.heartbeats = BrokerHeartbeats(self.config.session_timeout_ms)
 
+    def features(self, image: MetadataImage) -> dict[str, int]:
+        """The finalized feature levels: the image's (FeatureLevelRecord) over the
+        constructor's ``finalized_features``."""
+        return {**self.finalized_features, **image.features}
+
     # -- BrokerRegistration (62) --------------------------------------------------------
     def register(self, image: MetadataImage, req: Registration, now_ms: int,
                  next_offset: int) -> tuple[RegistrationReply, list[MetadataRecord]]:
-        """Register a broker. A new incarnation gets epoch ``next_offset`` (the offset its
-        RegisterBrokerRecord will have) and starts fenced (a new session); the same
+        """Register a broker. A new incarnation gets epoch = the offset its
+        RegisterBrokerRecord will have (``next_offset``, or after the leaderless records
+        when it replaces an unfenced registration whose session expired: the partitions
+        that one led go leaderless first, in the same batch) and starts fenced; the same
         incarnation again amends the registration and keeps epoch and state. Errors:
         INCONSISTENT_CLUSTER_ID, DUPLICATE_BROKER_REGISTRATION (another incarnation holds
         a live session: unfenced and not expired), INVALID_REGISTRATION (duplicate
@@ -165,7 +174,8 @@ class BrokerLifecycle:
             return error, []
         existing = image.brokers.get(req.broker_id)
         same = existing is not None and existing.incarnation_id == req.incarnation_id
-        epoch = existing.epoch if same and existing is not None else next_offset
+        moved = 0 if existing is None or same or existing.fenced else len(leaderless_records(image, req.broker_id))
+        epoch = existing.epoch if same and existing is not None else next_offset + moved
         record = RegisterBrokerRecord(
             req.broker_id, str(req.incarnation_id), epoch, req.listeners, req.features, req.rack,
             fenced=existing.fenced if same and existing is not None else True,
@@ -173,10 +183,11 @@ class BrokerLifecycle:
             log_dirs=req.log_dirs)
         if same and existing is not None:
             self.heartbeats.session(existing, now_ms).last_contact_ms = now_ms
+        replaced = [] if existing is None or same or existing.fenced else leaderless_records(image, req.broker_id)
         # A new incarnation's session starts when its record is applied (the old one's
         # session is kept until then, so a failed append leaves the old registration as
         # it was); it is fenced, so it cannot expire before its first heartbeat.
-        return RegistrationReply(ErrorCode.none, epoch), [record]
+        return RegistrationReply(ErrorCode.none, epoch), [*replaced, record]
 
     def _registration_error(self, image: MetadataImage, req: Registration, now_ms: int) -> RegistrationReply | None:
         if req.cluster_id != self.cluster_id:
@@ -193,7 +204,7 @@ class BrokerLifecycle:
         if len(set(names)) != len(names):
             return RegistrationReply(ErrorCode.invalid_registration, -1, "Duplicate listener name in request")
         supported = {f[0]: (f[1], f[2]) for f in req.features}
-        for name, level in sorted(self.finalized_features.items()):
+        for name, level in sorted(self.features(image).items()):
             lo, hi = supported.get(name, (0, 0))
             if not lo <= level <= hi:
                 return RegistrationReply(ErrorCode.unsupported_version, -1,
@@ -209,7 +220,7 @@ class BrokerLifecycle:
         if reg is None:
             return ErrorCode.broker_id_not_registered, f"Broker ID {broker_id} is not currently registered", []
         self.heartbeats.remove(broker_id)
-        return ErrorCode.none, None, [UnregisterBrokerRecord(broker_id, reg.epoch)]
+        return ErrorCode.none, None, [*leaderless_records(image, broker_id), UnregisterBrokerRecord(broker_id, reg.epoch)]
 
     # -- BrokerHeartbeat (63) -----------------------------------------------------------
     def heartbeat(self, image: MetadataImage, req: Heartbeat, now_ms: int, next_offset: int,
@@ -228,7 +239,7 @@ class BrokerLifecycle:
         session.acknowledge(req.current_metadata_offset, committed_offset)
         catch_up = self.catch_up_offset(reg)
         current, nxt = self._next_state(image, reg, req, catch_up, now_ms)
-        records = self._transition_records(reg, current, nxt)
+        records = self._transition_records(reg, current, nxt) + self._leadership_records(image, reg, current, nxt)
         if nxt.fenced:
             session.shutdown_offset = -1
             session.shut_down = session.shut_down or nxt is BrokerState.SHUTDOWN_NOW
@@ -286,6 +297,16 @@ class BrokerLifecycle:
         return current, current
 
     @staticmethod
+    def _leadership_records(image: MetadataImage, reg: BrokerRegistration, current: BrokerState,
+                            nxt: BrokerState) -> list[MetadataRecord]:
+        """Partition leadership moving with a state change (see the module doc)."""
+        if nxt is BrokerState.UNFENCED and current is BrokerState.FENCED:
+            return list(regained_records(image, reg.broker_id))
+        if nxt is BrokerState.CONTROLLED_SHUTDOWN or (nxt.fenced and not reg.fenced):
+            return list(leaderless_records(image, reg.broker_id))
+        return []
+
+    @staticmethod
     def _transition_records(reg: BrokerRegistration, current: BrokerState,
                             nxt: BrokerState) -> list[MetadataRecord]:
         if nxt is current:
@@ -318,7 +339,8 @@ class BrokerLifecycle:
 
     # -- timers -------------------------------------------------------------------------
     def fence_expired(self, image: MetadataImage, now_ms: int) -> list[MetadataRecord]:
-        """Records fencing every unfenced broker whose session has expired. (Kafka fences
+        """Records fencing every unfenced broker whose session has expired, each followed
+        by the records making its partitions leaderless. (Kafka fences
         one stale broker per event and reschedules at once; this fences them in one
         batch.)"""
         records: list[MetadataRecord] = []
@@ -329,6 +351,7 @@ class BrokerLifecycle:
             if self.heartbeats.expired(session, now_ms):
                 session.shutdown_offset = -1
                 records.append(BrokerRegistrationChangeRecord(reg.broker_id, reg.epoch, fenced=FENCE))
+                records += leaderless_records(image, reg.broker_id)
         return records
 
     def idle_records(self, now_ms: int, last_append_ms: int) -> list[MetadataRecord]:

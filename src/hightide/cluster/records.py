@@ -60,9 +60,19 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
-MetadataRecord = TopicRecord | PartitionRecord | RemoveTopicRecord | ConfigRecord | ProducerIdsRecord | BrokerRecord
+@dataclass(frozen=True)
+class FeatureLevelRecord:
+    """Kafka's ``FeatureLevelRecord``: the finalized level of feature ``name`` (UpdateFeatures);
+    level 0 removes the feature (Kafka's rule)."""
+    type: ClassVar[str] = "feature_level"
+    name: str
+    feature_level: int
+
+
+MetadataRecord = (TopicRecord | PartitionRecord | RemoveTopicRecord | ConfigRecord | ProducerIdsRecord
+                  | FeatureLevelRecord | BrokerRecord)
 _TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord,
-                                    *BROKER_RECORD_TYPES)}
+                                    FeatureLevelRecord, *BROKER_RECORD_TYPES)}
 
 
 def encode(record: MetadataRecord) -> bytes:

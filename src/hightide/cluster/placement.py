@@ -1,0 +1,81 @@
+"""Partition placement and leadership on broker fencing (cluster mode), sans-IO.
+
+Placement (Kafka's ``StripedReplicaPlacer``, without racks): the brokers a new partition
+may be placed on are the *usable* ones — registered, unfenced, not in controlled shutdown
+(:func:`usable_brokers`). Partition ``p`` of a topic gets replicas
+``brokers[(start + p + i) % n]`` for ``i < rf``, the first being the leader, where
+``start`` is a stable hash of the topic name: leaders are striped round-robin over the
+brokers, each topic starting somewhere else, and the outcome is deterministic (tests,
+and a replayed decision is the same decision).
+
+Leadership (Kafka's ``ReplicationControlManager``): when a broker is fenced, enters
+controlled shutdown or is unregistered, every partition it leads gets a
+:class:`PartitionRecord` with leader -1 (NO_LEADER) and leader epoch + 1, replicas kept
+(:func:`leaderless_records`); with replication factor 1 there is no other replica to
+move to, so the partition is unavailable until the broker returns. When a broker is
+unfenced, every leaderless partition it is a replica of gets it back as leader, epoch + 1
+(:func:`regained_records`). The lifecycle core writes these in the same batch as the
+fence/unfence record, so no image ever shows a fenced leader.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+
+from .image import MetadataImage
+from .records import PartitionRecord
+
+NO_LEADER = -1
+
+
+class PlacementError(ValueError):
+    """Not enough usable brokers; ``str()`` is Kafka's message (INVALID_REPLICATION_FACTOR)."""
+
+
+def usable_brokers(image: MetadataImage) -> list[int]:
+    """Ids of the brokers new partitions may be placed on, ascending: registered,
+    unfenced and not in controlled shutdown."""
+    return sorted(b.broker_id for b in image.brokers.values() if not b.fenced and not b.in_controlled_shutdown)
+
+
+def start_index(topic: str, count: int) -> int:
+    """Where topic ``topic``'s stripe starts among ``count`` brokers (a stable hash)."""
+    return zlib.crc32(topic.encode()) % count if count else 0
+
+
+def place(topic: str, partitions: Iterable[int], rf: int, brokers: Sequence[int]) -> list[tuple[int, ...]]:
+    """The replicas (leader first) of each of ``partitions`` of ``topic`` over
+    ``brokers``. Raises :class:`PlacementError` with Kafka's text when fewer than ``rf``
+    brokers are usable."""
+    n = len(brokers)
+    if rf > n:
+        raise PlacementError(f"Unable to replicate the partition {rf} time(s): The target replication factor of "
+                             f"{rf} cannot be reached because only {n} broker(s) are registered.")
+    start = start_index(topic, n)
+    return [tuple(brokers[(start + p + i) % n] for i in range(rf)) for p in partitions]
+
+
+def leaderless_records(image: MetadataImage, broker_id: int) -> list[PartitionRecord]:
+    """A record moving every partition ``broker_id`` leads to NO_LEADER (epoch + 1)."""
+    out = []
+    for t in sorted(image.topics.values(), key=lambda t: t.name):
+        for p in sorted(t.partitions.values(), key=lambda p: p.partition):
+            if p.leader == broker_id:
+                out.append(PartitionRecord(str(t.topic_id), p.partition, NO_LEADER, p.leader_epoch + 1, p.replicas))
+    return out
+
+
+def regained_records(image: MetadataImage, broker_id: int) -> list[PartitionRecord]:
+    """A record making ``broker_id`` leader (epoch + 1) of every leaderless partition it
+    is a replica of (with RF=1: the partitions it led before it was fenced)."""
+    out = []
+    for t in sorted(image.topics.values(), key=lambda t: t.name):
+        for p in sorted(t.partitions.values(), key=lambda p: p.partition):
+            if p.leader == NO_LEADER and broker_id in p.replicas:
+                out.append(PartitionRecord(str(t.topic_id), p.partition, broker_id, p.leader_epoch + 1, p.replicas))
+    return out
+
+
+__all__ = ["NO_LEADER", "PlacementError", "usable_brokers", "start_index", "place", "leaderless_records",
+           "regained_records"]
