@@ -91,6 +91,7 @@ class Controller:
     def __init__(self, config: BrokerConfig, node_ids: Sequence[int] | None) -> None:
         self.config = config
         self.node_ids = None if node_ids is None else list(node_ids)
+        self._start = None if node_ids is None else 0  # a fixed list stripes from its first node
 
     def usable(self, image: MetadataImage) -> list[int]:
         """The brokers new partitions are placed on."""
@@ -167,7 +168,7 @@ class Controller:
             return TopicResult(t.name, ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0, or -1 to use the default value."), []
         try:
             replicas = ([tuple(t.assignments[p]) for p in sorted(t.assignments)] if t.assignments
-                        else place(t.name, range(n), rf, self.usable(image)))
+                        else place(t.name, range(n), rf, self.usable(image), self._start))
         except PlacementError as exc:
             return TopicResult(t.name, ErrorCode.invalid_replication_factor, str(exc)), []
         try:
@@ -242,7 +243,7 @@ class Controller:
         rf = len(next(iter(t.partitions.values())).replicas) if t.partitions else 1
         try:
             replicas = ([tuple(a) for a in assignments] if assignments is not None
-                        else place(name, range(cur, count), rf, self.usable(image)))
+                        else place(name, range(cur, count), rf, self.usable(image), self._start))
         except PlacementError as exc:
             return ErrorCode.invalid_replication_factor, str(exc), []
         return ErrorCode.none, None, self._partition_records(image, t.topic_id, cur, replicas)

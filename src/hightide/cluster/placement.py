@@ -44,15 +44,16 @@ def start_index(topic: str, count: int) -> int:
     return zlib.crc32(topic.encode()) % count if count else 0
 
 
-def place(topic: str, partitions: Iterable[int], rf: int, brokers: Sequence[int]) -> list[tuple[int, ...]]:
+def place(topic: str, partitions: Iterable[int], rf: int, brokers: Sequence[int],
+          start: int | None = None) -> list[tuple[int, ...]]:
     """The replicas (leader first) of each of ``partitions`` of ``topic`` over
-    ``brokers``. Raises :class:`PlacementError` with Kafka's text when fewer than ``rf``
-    brokers are usable."""
+    ``brokers``, the stripe starting at ``start`` (default :func:`start_index`). Raises
+    :class:`PlacementError` with Kafka's text when fewer than ``rf`` brokers are usable."""
     n = len(brokers)
     if rf > n:
         raise PlacementError(f"Unable to replicate the partition {rf} time(s): The target replication factor of "
                              f"{rf} cannot be reached because only {n} broker(s) are registered.")
-    start = start_index(topic, n)
+    start = start_index(topic, n) if start is None else start
     return [tuple(brokers[(start + p + i) % n] for i in range(rf)) for p in partitions]
 
 

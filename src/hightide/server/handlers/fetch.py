@@ -10,7 +10,9 @@ the bytes available reach ``min_bytes``, when a partition needs an answer of its
 fetch offset left behind on an older segment), when the broker stops, or when
 ``max_wait`` runs out; then the partitions are read once.
 
-Record bytes go from ``os.pread`` of the segment straight into the response buffers
+A read_committed fetch (isolation level 1) gets data up to the last stable offset and
+the aborted transactions overlapping it, from the log's in-memory index (no per-record
+work). Record bytes go from ``os.pread`` of the segment straight into the response buffers
 (:mod:`hightide.protocol.fetch_response`); they are never decoded. Fetch sessions
 (KIP-227) are answered the way Kafka answers when its session cache is full: session
 id 0, i.e. every fetch is a full fetch, which every client supports.
@@ -80,9 +82,11 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool) -> tuple[list
             if limit <= 0:
                 pd.records = b""
                 continue
-            max_offset = plog.last_stable_offset if read_committed else plog.high_watermark
             try:
-                result = plog.read(p.fetch_offset, limit, max_offset=max_offset)
+                if read_committed:
+                    result, pd.aborted = plog.read_committed(p.fetch_offset, limit)
+                else:
+                    result = plog.read(p.fetch_offset, limit, max_offset=plog.high_watermark)
             except OffsetOutOfRange:
                 pd.error_code = ErrorCode.offset_out_of_range
                 errors = True
@@ -94,6 +98,8 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool) -> tuple[list
             data = result.data
             if total and len(data) > limit:
                 data = b""  # only the first partition with data may exceed the limits (KIP-74)
+                if read_committed:
+                    pd.aborted = []
             pd.records = data
             n = len(data)
             total += n
@@ -145,8 +151,10 @@ def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, m
         end = plog.last_stable_offset if read_committed else plog.high_watermark
         if end == p.offset:
             continue
-        if end < p.offset or p.offset < plog.log_start_offset:
+        if plog.high_watermark < p.offset or p.offset < plog.log_start_offset:
             return True  # truncated below the fetch offset, or records deleted past it
+        if end < p.offset:
+            continue  # read_committed past the LSO: nothing to read until it moves past the offset
         try:
             segment, position = plog.position_of(end)
         except (OffsetOutOfRange, OSError):

@@ -21,6 +21,7 @@ from typing import Any
 from ...log.config import LogConfig
 from ...log.partition_log import PartitionLog
 from ...log.producer_state import ProducerStateError
+from ...log.transactions import verification_error_for_produce
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
 from ...protocol.records import BatchHeader, InvalidRecords, decode_records, recompress_batch, validate_batches
@@ -87,8 +88,24 @@ def _recompressed(records: bytes, codec: int, cfg: LogConfig, topic_partition: s
     return out, validate_batches(out, None)
 
 
+def _unverified_transaction(ctx: RequestContext, transactional_id: str | None, plog: PartitionLog, h: BatchHeader,
+                           topic: str, partition: int) -> tuple[ErrorCode, str] | None:
+    """KIP-890 part 1: (error, message) when a transactional batch may not be appended,
+    None when it may. A producer with an open transaction of this epoch in the
+    partition needs no check (as in Kafka); otherwise the transaction coordinator must
+    confirm the partition is in its ongoing transaction. Without a transactional id
+    Kafka refuses transactional records as TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    if transactional_id is None:
+        return (ErrorCode.transactional_id_authorization_failed,
+                "transactional records need the produce request's transactional id")
+    if plog.has_ongoing_transaction(h.producer_id, h.producer_epoch):
+        return None
+    err = ctx.txn_verifier.verify(transactional_id, h.producer_id, h.producer_epoch, topic, partition)
+    return None if err == ErrorCode.none else verification_error_for_produce(err)
+
+
 def _append_partition(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                      acks: int) -> tuple[dict, PartitionLog | None]:
+                      acks: int, transactional_id: str | None = None) -> tuple[dict, PartitionLog | None]:
     """Returns (partition response dict, log needing a durable ack or None)."""
     resp = {"index": partition, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": None}
@@ -136,9 +153,10 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
             resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
             return resp, None
     if h.is_transactional:
-        resp["error_code"] = ErrorCode.invalid_txn_state
-        resp["error_message"] = "transactions are not supported by this hightide version"
-        return resp, None
+        refused = _unverified_transaction(ctx, transactional_id, plog, h, topic, partition)
+        if refused is not None:
+            resp["error_code"], resp["error_message"] = refused
+            return resp, None
     try:
         result = plog.append(records, headers, ctx.now_ms, LEADER_EPOCH)
     except ProducerStateError as exc:
@@ -181,7 +199,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                         "log_append_time": -1, "log_start_offset": -1, "record_errors": [], "error_message": None}
                 plog = None
             else:
-                resp, plog = _append_partition(ctx, t.name, p.index, p.records, acks)
+                resp, plog = _append_partition(ctx, t.name, p.index, p.records, acks, req.transactional_id)
             failed |= resp["error_code"] != ErrorCode.none
             if plog is not None:
                 durable.append((resp, plog))
