@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from .storage import Storage, StorageFile
 
@@ -141,6 +141,13 @@ class OffsetIndex(_IndexFile):
 
     def last_position(self) -> int:
         return self.positions[-1] if self.positions else 0
+
+    def offset_from_position(self, position: int) -> int | None:
+        """Offset of the first indexed entry whose batch starts at/after ``position``
+        (the last offset of that batch), None if none: every offset of the batches
+        before ``position`` is below it (an upper bound for a read ending there)."""
+        i = bisect_left(self.positions, position)
+        return self.offsets[i] if i < len(self.offsets) else None
 
     def floor_position(self, position: int) -> int:
         """Largest indexed batch position <= ``position`` (0 if none)."""

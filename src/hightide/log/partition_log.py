@@ -22,7 +22,10 @@ Files in ``<data-dir>/<topic>-<partition>/``:
 * ``producer-state.snapshot``: the single JSON snapshot of older versions, read once
   (after a clean shutdown) and deleted;
 * ``cleaner-offset-checkpoint``: log compaction progress, see :mod:`.cleaner_files`
-  (compaction itself lives in :mod:`.cleaner`).
+  (compaction itself lives in :mod:`.cleaner`);
+* ``<20-digit base offset>.txnindex``: aborted transactions whose ABORT marker is in that
+  segment (:mod:`.txn_index`; markers, the LSO and the rest of transactions live in
+  :mod:`.txn_log`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ from .producer_state import (
 from .results import AppendResult, FileSlice, OffsetOutOfRange, ReadResult, partition_dir
 from .segment import HEADER_CHUNK, LogSegment
 from .storage import POSIX, Storage, StorageFile, remove_tree, write_small_file
+from .txn_index import TxnIndex
+from .txn_log import TransactionalLog
 
 __all__ = [
     "PartitionLog",
@@ -94,7 +99,7 @@ class LogOffline(OSError):
         super().__init__(errno.EIO, f"log offline: {reason}; restart the broker to recover it", path)
 
 
-class PartitionLog(ProducerSnapshots):
+class PartitionLog(TransactionalLog, ProducerSnapshots):
     """One partition's log. Invariant: log_start_offset <= high_watermark <= log_end_offset.
 
     Create with :meth:`open`. Not thread-safe; never blocks on anything but file IO.
@@ -112,6 +117,7 @@ class PartitionLog(ProducerSnapshots):
         self._hw = self._leo
         self._recovery_point = 0
         self.producer_state = ProducerStateManager()
+        self.txn_index = TxnIndex(storage, path)
         self.unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._recovery_file_written = False
@@ -172,6 +178,8 @@ class PartitionLog(ProducerSnapshots):
         self._delete_segments_below_start()
         if self._segments[-1].size:
             self._segments[-1].first_append_ms = now_ms
+        if self.txn_index.load(self._bases):
+            self._dir_dirty = True
         self._load_producer_state(clean_shutdown)
         if recovered_any and not clean_shutdown:
             self.flush(now_ms)
@@ -196,11 +204,6 @@ class PartitionLog(ProducerSnapshots):
     def high_watermark(self, value: int) -> None:
         """Set by replication later; clamped to [log start offset, LEO]."""
         self._hw = max(self._log_start, min(value, self._leo))
-
-    @property
-    def last_stable_offset(self) -> int:
-        """LSO; equals the high watermark until transactions are implemented."""
-        return self._hw
 
     @property
     def size_bytes(self) -> int:
@@ -270,6 +273,26 @@ class PartitionLog(ProducerSnapshots):
                     raise ProducerStateError(r.error_code, r.message)
                 txn.update(h, offset, last, h.max_timestamp if log_append_ms is None else log_append_ms)
             offset = last + 1
+        self._write_batches(buf, headers, now_ms, leader_epoch, (offset, total, count))
+        if txn is not None:
+            txn.commit()
+        return AppendResult(first, offset - 1, -1 if log_append_ms is None else log_append_ms, self._log_start)
+
+    def _write_batches(self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int,
+                       leader_epoch: int, sums: tuple[int, int, int] | None = None) -> int:
+        """Write checked batches at the LEO (rolling first if due), advance LEO and HW.
+        Returns the first offset written. ``sums``: (the LEO after them, their bytes,
+        their records) when the caller has them already. Raises OSError like
+        :meth:`append`."""
+        if self.offline_reason is not None:
+            raise LogOffline(self.path, self.offline_reason)
+        first = self._leo
+        if sums is None:
+            sums = (first + sum(h.last_offset_delta + 1 for h in headers), sum(h.length + 12 for h in headers),
+                    sum(h.records_count for h in headers))
+        offset, total, count = sums
+        cfg = self.config
+        log_append_ms = now_ms if cfg.log_append_time else None
         seg = self._segments[-1]
         try:
             if seg.size > 0 and (
@@ -288,12 +311,10 @@ class PartitionLog(ProducerSnapshots):
             log.warning("%s: appends work again", self.path)
         if seg.first_append_ms is None:
             seg.first_append_ms = now_ms
-        if txn is not None:
-            txn.commit()
         self._leo = offset
         self._hw = offset
         self.unflushed_messages += count
-        return AppendResult(first, offset - 1, -1 if log_append_ms is None else log_append_ms, self._log_start)
+        return first
 
     def _append_failed(self, exc: OSError, seg: LogSegment) -> None:
         """Log a failed append once per episode; take the log offline unless the error is
@@ -471,6 +492,7 @@ class PartitionLog(ProducerSnapshots):
             seg.delete()
         del self._segments[:n]
         del self._bases[:n]
+        self.txn_index.drop_below(self._bases[0])
         self._dir_dirty = True
         return freed
 
@@ -615,6 +637,13 @@ class PartitionLog(ProducerSnapshots):
         self._segments[i:j] = [new]
         self._bases[i:j] = [new.base_offset]
         self._dir_dirty = True
+        if self.txn_index.entries:  # the merged segments' aborted transactions now belong to ``new``
+            try:
+                self.txn_index.rewrite_segment(new.base_offset, self._bases)
+                for seg in old[1:]:
+                    self.txn_index.unlink_segment(seg.base_offset)
+            except OSError as exc:  # memory is right; the next start merges the files
+                log.warning("%s: could not rewrite the aborted transaction index: %s", self.path, exc)
 
     # ================================================================== durability
 

@@ -14,6 +14,8 @@ import logging
 import os
 
 from .loader import PRODUCER_SNAPSHOT_FILE
+from hightide.protocol.records import LOG_OVERHEAD, BatchHeader, InvalidRecords
+
 from .producer_state import ProducerStateManager
 from .segment import LogSegment
 from .snapshots import (
@@ -25,6 +27,8 @@ from .snapshots import (
     write_snapshot,
 )
 from .storage import Storage, StorageFile, read_small_file
+from .transactions import CompletedTxn, parse_marker
+from .txn_index import TxnIndex
 
 __all__ = ["ProducerSnapshots", "SNAPSHOTS_KEPT"]
 
@@ -40,7 +44,9 @@ class ProducerSnapshots:
     path: str
     producer_state: ProducerStateManager
     producer_state_replayed: int
+    txn_index: TxnIndex
     _segments: list[LogSegment]
+    _bases: list[int]
     _leo: int
     _log_start: int
     _dir_dirty: bool
@@ -49,6 +55,9 @@ class ProducerSnapshots:
 
     def _segment_index(self, offset: int) -> int:
         raise NotImplementedError
+
+    def _replayed_marker(self, completed: CompletedTxn) -> None:
+        raise NotImplementedError  # TransactionalLog's, which precedes this class in PartitionLog's MRO
 
     def _load_producer_state(self, clean_shutdown: bool) -> None:
         legacy = self._read_legacy_snapshot(clean_shutdown)
@@ -84,7 +93,9 @@ class ProducerSnapshots:
     def _reload_producer_state(self, legacy: tuple[int, ProducerStateManager] | None = None) -> int:
         """Like Kafka's truncateAndReload: delete the snapshots outside [log start, LEO],
         load the newest usable one (else ``legacy``, else nothing) and replay the batches
-        after it. Returns the offset the replay started from."""
+        after it. The aborted transactions index is rebuilt from the same offset (its
+        entries for markers below it are trusted). Returns the offset the replay started
+        from."""
         for off in [o for o in self._snapshots if o > self._leo or o < self._log_start]:
             self._remove_snapshot(off)
         base = self._segments[0].base_offset
@@ -108,7 +119,13 @@ class ProducerSnapshots:
         if state is None and legacy is not None:
             from_offset, state = legacy
         self.producer_state = state if state is not None else ProducerStateManager()
+        self.txn_index.forget_from(from_offset)
         self.producer_state_replayed = self._replay_producer_state(from_offset)
+        try:
+            if self.txn_index.sync_files(from_offset, self._bases):
+                self._dir_dirty = True
+        except OSError as exc:  # memory is right; the next start rebuilds the files
+            log.warning("%s: could not write the aborted transaction index: %s", self.path, exc)
         return from_offset
 
     def _replay_producer_state(self, from_offset: int) -> int:
@@ -122,9 +139,28 @@ class ProducerSnapshots:
             for h in seg.iter_headers(start):
                 if h.base_offset >= from_offset:
                     n += 1
-                    if h.producer_id >= 0:
-                        ps.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
+                    if h.producer_id < 0:
+                        continue
+                    if h.is_control and self._replay_marker(seg, h):
+                        continue
+                    ps.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
         return n
+
+    def _replay_marker(self, seg: LogSegment, h: BatchHeader) -> bool:
+        """Apply the end-transaction marker in control batch ``h`` (decoding its one
+        record); False if it holds no marker Kafka knows (then it only ends the open
+        transaction, like any control batch)."""
+        try:
+            marker = parse_marker(seg.read_at(h.position, h.length + LOG_OVERHEAD))
+        except (InvalidRecords, OSError) as exc:
+            log.warning("%s: unreadable control batch at offset %d: %s", self.path, h.base_offset, exc)
+            return False
+        if marker is None:
+            return False
+        completed = self.producer_state.apply_marker(h.producer_id, h.producer_epoch, marker.coordinator_epoch,
+                                                     h.base_offset, marker.commit, h.max_timestamp)
+        self._replayed_marker(completed)
+        return True
 
     # ================================================================== snapshots
 
@@ -194,4 +230,5 @@ class ProducerSnapshots:
             except OSError:
                 pass
         self._unsynced_snapshots = []
+        files.extend(self.txn_index.take_dirty_files())  # aborted transaction index files, likewise
         return tuple(files)

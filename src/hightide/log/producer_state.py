@@ -14,22 +14,35 @@ the last :data:`NUM_BATCHES_TO_RETAIN` batches. Before an append, each batch is 
 * newer epoch: must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (45).
 * same epoch: base_sequence must be last_sequence + 1 (int32 wrap-around: 0 after
   2**31-1), else OUT_OF_ORDER_SEQUENCE_NUMBER (45).
-* control batches (transaction markers) only bump the epoch and end the open
-  transaction; they carry no sequence numbers.
+* a non-transactional data batch while the producer has an open transaction:
+  INVALID_TXN_STATE (48), like Kafka's ProducerAppendInfo.
+* control batches (transaction markers) carry no sequence numbers; they end the open
+  transaction (see :meth:`ProducerStateManager.check_marker` / ``apply_marker``): an
+  older producer epoch is INVALID_PRODUCER_EPOCH (47), an older coordinator epoch
+  TRANSACTION_COORDINATOR_FENCED (52).
+
+The first offsets of the open transactions are also kept sorted
+(:meth:`ProducerStateManager.first_unstable_offset` is O(1)), for the last stable offset.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from hightide.protocol.records import BatchHeader
 
+from .transactions import CompletedTxn
+
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
     "OUT_OF_ORDER_SEQUENCE_NUMBER",
     "INVALID_PRODUCER_EPOCH",
+    "INVALID_TXN_STATE",
+    "TRANSACTION_COORDINATOR_FENCED",
     "BatchMetadata",
     "ProducerEntry",
     "Accepted",
@@ -45,6 +58,8 @@ __all__ = [
 NUM_BATCHES_TO_RETAIN = 5
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTION_COORDINATOR_FENCED = 52
 _INT32_MAX = 2**31 - 1
 
 
@@ -58,13 +73,16 @@ class BatchMetadata(NamedTuple):
 
 @dataclass(slots=True)
 class ProducerEntry:
-    """State of one producer id: epoch, last batches (oldest first), open transaction."""
+    """State of one producer id: epoch, last batches (oldest first), open transaction
+    (its first offset, None when none) and the epoch of the coordinator that wrote its
+    last marker (-1 before any)."""
 
     producer_id: int
     epoch: int = -1
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp: int = -1
     current_txn_first_offset: int | None = None
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -77,6 +95,7 @@ class ProducerEntry:
             deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
             self.last_timestamp,
             self.current_txn_first_offset,
+            self.coordinator_epoch,
         )
 
 
@@ -133,6 +152,12 @@ def _check(entry: ProducerEntry | None, h: BatchHeader) -> CheckResult:
         )
     if h.is_control:
         return ACCEPTED
+    if not h.is_transactional and entry.current_txn_first_offset is not None:
+        return Rejected(
+            INVALID_TXN_STATE,
+            f"expected a transactional write from producer {h.producer_id}: its transaction starting at offset "
+            f"{entry.current_txn_first_offset} is still open",
+        )
     if epoch != entry.epoch:
         if h.base_sequence != 0 and entry.epoch != -1:
             return Rejected(
@@ -165,10 +190,28 @@ def _update(entry: ProducerEntry, h: BatchHeader, first_offset: int, last_offset
 
 
 class ProducerStateManager:
-    """Producer id -> :class:`ProducerEntry` for one partition. Pure in-memory."""
+    """Producer id -> :class:`ProducerEntry` for one partition. Pure in-memory.
+
+    Besides ``producers`` it keeps ``(first offset, producer id)`` of every open
+    transaction sorted, so the first unstable offset costs nothing to read; every
+    change of an entry's ``current_txn_first_offset`` goes through :meth:`_track`.
+    """
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self._ongoing: list[tuple[int, int]] = []
+
+    def _track(self, pid: int, old_first: int | None, new_first: int | None) -> None:
+        """Keep ``_ongoing`` in step with one producer's open transaction."""
+        if old_first == new_first:
+            return
+        ongoing = self._ongoing
+        if old_first is not None:
+            i = bisect_left(ongoing, (old_first, pid))
+            if i < len(ongoing) and ongoing[i] == (old_first, pid):
+                del ongoing[i]
+        if new_first is not None:
+            insort(ongoing, (new_first, pid))
 
     def check(self, h: BatchHeader) -> CheckResult:
         """Check one batch against the current state (see module docstring)."""
@@ -178,13 +221,17 @@ class ProducerStateManager:
 
     def update(self, h: BatchHeader, first_offset: int, last_offset: int, now_ms: int) -> None:
         """Record an appended batch. ``now_ms`` is the batch's timestamp as stored
-        (MaxTimestamp, or the append time for LogAppendTime topics)."""
+        (MaxTimestamp, or the append time for LogAppendTime topics). A control batch
+        given here ends the open transaction without checks (use :meth:`apply_marker`
+        to learn what it completed)."""
         if h.producer_id < 0:
             return
         entry = self.producers.get(h.producer_id)
         if entry is None:
             entry = self.producers[h.producer_id] = ProducerEntry(h.producer_id)
+        old = entry.current_txn_first_offset
         _update(entry, h, first_offset, last_offset, now_ms)
+        self._track(h.producer_id, old, entry.current_txn_first_offset)
 
     def begin(self) -> ProducerAppend:
         """Start checking several batches of one append sequentially (see ProducerAppend)."""
@@ -194,25 +241,85 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     def first_unstable_offset(self) -> int | None:
-        """Smallest first offset of an open transaction (for the LSO), None if none."""
-        offs = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset is not None]
-        return min(offs) if offs else None
+        """Smallest first offset of an open transaction (for the LSO), None if none. O(1)."""
+        return self._ongoing[0][0] if self._ongoing else None
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """(first offset, producer id) of every open transaction, ascending."""
+        return list(self._ongoing)
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """True if ``producer_id`` has an open transaction here under ``producer_epoch``."""
+        e = self.producers.get(producer_id)
+        return e is not None and e.epoch == producer_epoch and e.current_txn_first_offset is not None
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Rejected | None:
+        """Kafka's checks before an end-transaction marker is appended: None if it may
+        be, else INVALID_PRODUCER_EPOCH (the producer epoch is older than the current
+        one) or TRANSACTION_COORDINATOR_FENCED (the coordinator epoch is older than the
+        one of the producer's last marker)."""
+        e = self.producers.get(producer_id)
+        if e is None:
+            return None
+        if producer_epoch < e.epoch:
+            return Rejected(INVALID_PRODUCER_EPOCH,
+                            f"marker epoch {producer_epoch} of producer {producer_id} is older than the current "
+                            f"epoch {e.epoch}")
+        if coordinator_epoch < e.coordinator_epoch:
+            return Rejected(TRANSACTION_COORDINATOR_FENCED,
+                            f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, older "
+                            f"than {e.coordinator_epoch}")
+        return None
+
+    def apply_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, offset: int,
+                     commit: bool, timestamp: int) -> CompletedTxn:
+        """Record an appended marker at ``offset`` (no checks: see :meth:`check_marker`)
+        and return the transaction it completed; a marker without an open transaction
+        completes an empty one starting at the marker itself, as in Kafka."""
+        e = self.producers.get(producer_id)
+        if e is None:
+            e = self.producers[producer_id] = ProducerEntry(producer_id)
+        if producer_epoch != e.epoch:
+            e.epoch = producer_epoch
+            e.batches.clear()
+        first = e.current_txn_first_offset
+        self._track(producer_id, first, None)
+        e.current_txn_first_offset = None
+        e.coordinator_epoch = coordinator_epoch
+        e.last_timestamp = timestamp
+        return CompletedTxn(producer_id, offset if first is None else first, offset, not commit)
 
     def clear(self) -> None:
         self.producers.clear()
+        self._ongoing.clear()
+
+    def _rebuild_ongoing(self) -> None:
+        self._ongoing = sorted((e.current_txn_first_offset, e.producer_id) for e in self.producers.values()
+                               if e.current_txn_first_offset is not None)
+
+    def _commit(self, updated: Iterable[ProducerEntry]) -> None:
+        producers = self.producers
+        for e in updated:
+            old = producers.get(e.producer_id)
+            old_first = old.current_txn_first_offset if old is not None else None
+            producers[e.producer_id] = e
+            if old_first != e.current_txn_first_offset:
+                self._track(e.producer_id, old_first, e.current_txn_first_offset)
 
     # ------------------------------------------------------------- snapshots
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable snapshot of all entries."""
+        """A JSON-serialisable snapshot of all entries (version 2: with the coordinator
+        epoch; the open transaction's first offset is Kafka's CurrentTxnFirstOffset)."""
         return {
-            "version": 1,
+            "version": 2,
             "producers": [
                 {
                     "id": e.producer_id,
                     "epoch": e.epoch,
                     "last_timestamp": e.last_timestamp,
                     "txn_first_offset": e.current_txn_first_offset,
+                    "coordinator_epoch": e.coordinator_epoch,
                     "batches": [list(b) for b in e.batches],
                 }
                 for e in self.producers.values()
@@ -221,8 +328,10 @@ class ProducerStateManager:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProducerStateManager:
-        """Inverse of :meth:`to_json`; raises ValueError/KeyError/TypeError on bad input."""
-        if data.get("version") != 1:
+        """Inverse of :meth:`to_json` (also reads version 1, without coordinator
+        epochs); raises ValueError/KeyError/TypeError on bad input."""
+        version = data.get("version")
+        if version not in (1, 2):
             raise ValueError("unsupported producer state snapshot version")
         mgr = cls()
         for p in data["producers"]:
@@ -230,9 +339,11 @@ class ProducerStateManager:
             e.last_timestamp = int(p["last_timestamp"])
             t = p["txn_first_offset"]
             e.current_txn_first_offset = None if t is None else int(t)
+            e.coordinator_epoch = int(p["coordinator_epoch"]) if version == 2 else -1
             for b in p["batches"]:
                 e.batches.append(BatchMetadata(*(int(x) for x in b)))
             mgr.producers[e.producer_id] = e
+        mgr._rebuild_ongoing()
         return mgr
 
 
@@ -268,5 +379,5 @@ class ProducerAppend:
         _update(e, h, first_offset, last_offset, timestamp)
 
     def commit(self) -> None:
-        self._manager.producers.update(self._updated)
+        self._manager._commit(self._updated.values())
         self._updated = {}

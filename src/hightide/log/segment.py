@@ -401,9 +401,10 @@ class LogSegment:
             self.file = None
 
     def delete(self) -> None:
-        """Close and unlink the segment's files."""
+        """Close and unlink the segment's files (its ``.txnindex`` too, if any)."""
         self.close()
-        for p in (self.offset_index.path, self.time_index.path, self.log_path):
+        txn_index = self.log_path[: -len(".log")] + ".txnindex"  # aborted transactions (see .txn_index)
+        for p in (self.offset_index.path, self.time_index.path, txn_index, self.log_path):
             try:
                 self.storage.unlink(p)
             except FileNotFoundError:

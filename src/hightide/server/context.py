@@ -14,7 +14,10 @@ interfaces, built once per broker in :class:`Services`:
 * the runtimes: ``waiters`` (append wake-ups), ``flusher`` (durability waits),
   ``groups`` (consumer group coordinator), ``share_groups``, ``share_state`` (share
   coordinator), ``share_manager`` (share partitions and ShareFetch sessions);
-* ``config`` and ``routes`` (the route table ApiVersions is computed from).
+* ``config`` and ``routes`` (the route table ApiVersions is computed from);
+* ``txn_verifier`` (:class:`~hightide.log.transactions.TxnVerifier`): KIP-890's check
+  that a transactional produce targets a partition of the producer's ongoing
+  transaction; without a transaction coordinator every check fails as in Kafka.
 
 The broker object satisfies the four protocols itself; handing it out typed as one of
 them keeps each handler to that interface (the type checker enforces it) without a
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from ..log.transactions import NoTransactionCoordinator, TxnVerifier
 
 if TYPE_CHECKING:
     from ..cluster.controller import Controller
@@ -119,6 +124,8 @@ class Services:
     share_manager: SharePartitionManager
     #: The listener these services answer on (cluster mode: brokers are advertised with its endpoint).
     listener: str = "PLAINTEXT"
+    #: KIP-890 verification of transactional produce (the transaction coordinator).
+    txn_verifier: TxnVerifier = field(default_factory=NoTransactionCoordinator)
 
     @classmethod
     def of(cls, broker: Broker, routes: Routes) -> Services:
@@ -199,3 +206,7 @@ class RequestContext:
     @property
     def share_manager(self) -> SharePartitionManager:
         return self.services.share_manager
+
+    @property
+    def txn_verifier(self) -> TxnVerifier:
+        return self.services.txn_verifier
