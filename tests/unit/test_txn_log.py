@@ -317,3 +317,54 @@ def test_orphan_index_of_a_merged_segment_is_merged(tmp_path: Path) -> None:
     assert not os.path.exists(txn_index_path(d, bases[1]))
     assert os.path.getsize(txn_index_path(d, bases[0])) > ENTRY_SIZE
     lg.close()
+
+
+# ------------------------------------------------------------------ log cleaner
+
+
+def test_cleaning_keeps_transactions_and_merges_their_index(tmp_path: Path) -> None:
+    from hightide.log import clean
+
+    cfg = LogConfig(segment_bytes=1000, index_interval_bytes=100, compact=True)
+    t = Txns(tmp_path / "p-0", cfg)
+    for _ in range(4):
+        for pid in (1, 2):
+            t.data(pid)
+        t.end(1, False)
+        t.end(2, True)
+        t.plain(3)  # plain overwrites of key b"k", which the cleaner compacts away
+        t.lg.roll(30)  # small segments, so the cleaner merges them
+    t.data(3)  # an open transaction: the cleaner stops below the LSO
+    t.plain(1)
+    t.lg.roll(30)
+    before_entries = list(t.lg.txn_index.entries)
+    n_segments = len(t.lg.segments)
+    result = clean(t.lg, 40, force=True)
+    assert result.cleaned and len(t.lg.segments) < n_segments  # segments were merged
+    assert result.cleaned_up_to <= t.lg.last_stable_offset
+    assert t.lg.txn_index.entries == before_entries
+    res, aborted = t.lg.read_committed(0, 1 << 20)  # now one merged segment's worth
+    end = max(h.next_offset for h in iter_headers(res.data))
+    assert aborted == [(e.producer_id, e.first_offset) for e in before_entries if e.first_offset < end]
+    # every index file holds exactly the entries whose marker is in its segment
+    bases = [s.base_offset for s in t.lg.segments]
+    on_disk = []
+    for name in sorted(os.listdir(t.path)):
+        if name.endswith(".txnindex"):
+            assert int(name.split(".")[0]) in bases, name
+            with open(os.path.join(t.path, name), "rb") as f:
+                on_disk += [AbortedTxn(*e[1:]) for e in struct.iter_unpack(">hqqqq", f.read())]
+    assert on_disk == before_entries
+    # every control batch and transactional batch survived
+    kinds = []
+    off = 0
+    while off < t.lg.log_end_offset:
+        data = t.lg.read(off, 1 << 20).data
+        for h in iter_headers(data):
+            if h.is_transactional:
+                kinds.append((h.base_offset, h.is_control))
+            off = h.next_offset
+    assert sum(1 for _, c in kinds if c) == 8 and sum(1 for _, c in kinds if not c) == 9
+    lg = t.reopen(clean=False)
+    assert lg.txn_index.entries == before_entries
+    lg.close()

@@ -43,6 +43,9 @@ class OffsetStore:
     def __init__(self, metadata_max_bytes: int = 4096) -> None:
         self.metadata_max_bytes = metadata_max_bytes
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        # Kafka's pendingTransactionalOffsetCommits: producer id -> group -> offsets that
+        # TxnOffsetCommit wrote, visible in ``offsets`` only once the COMMIT marker is replayed.
+        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
 
     # -- reads ------------------------------------------------------------------------
     def fetch(self, group: str, partitions: Iterable[TopicPartition] | None) -> list[FetchedOffset]:
@@ -62,6 +65,14 @@ class OffsetStore:
 
     def has_offsets(self, group: str) -> bool:
         return bool(self.offsets.get(group))
+
+    def has_pending(self, group: str, tp: TopicPartition | None = None) -> bool:
+        """Whether an open transaction holds an offset of ``group`` (for ``tp``, or any)."""
+        for groups in self.pending.values():
+            offsets = groups.get(group)
+            if offsets and (tp is None or tp in offsets):
+                return True
+        return False
 
     # -- writes (return records; never mutate) ------------------------------------------
     def commit(self, group: str, commits: Iterable[CommitRequest], now_ms: int,
@@ -111,7 +122,21 @@ class OffsetStore:
                 out.append((OffsetKey(group, t, p), None))
         return out
 
-    # -- the only mutator -------------------------------------------------------------
+    # -- the only mutators --------------------------------------------------------------
+    def replay_pending(self, producer_id: int, key: OffsetKey, value: OffsetValue | None) -> None:
+        """An offset record of ``producer_id``'s transaction: pending until its marker."""
+        if value is not None:
+            self.pending.setdefault(producer_id, {}).setdefault(key.group, {})[(key.topic, key.partition)] = value
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended: its pending offsets become committed
+        (COMMIT) or are dropped (ABORT)."""
+        groups = self.pending.pop(producer_id, {})
+        if commit:
+            for group, offsets in groups.items():
+                for (t, p), v in offsets.items():
+                    self.replay(OffsetKey(group, t, p), v)
+
     def replay(self, key: OffsetKey, value: OffsetValue | None) -> None:
         tp = (key.topic, key.partition)
         if value is None:

@@ -17,8 +17,10 @@
   first cleaned (``first-cleaned ms + delete.retention.ms < now``; Kafka ≥ 3.1 keeps
   this horizon in the batch, hightide in the checkpoint, per segment).
 * Control batches and transactional batches are kept byte for byte and not mapped
-  (transactions are not implemented yet; an aborted value must never shadow older
-  ones). Records without a key are dropped (Kafka's cleaner does the same; produce
+  (an aborted value must never shadow older ones; Kafka removes aborted records and
+  old markers once safe, hightide keeps them, and read_committed readers skip aborted
+  ones through the ``.txnindex``, which ``PartitionLog.replace_segments`` merges
+  along with the segments). The last stable offset bounds the dirty section. Records without a key are dropped (Kafka's cleaner does the same; produce
   rejects them on compacted topics, see :func:`validate_compacted_batch`).
 * Batches whose records all survive are copied byte for byte. Others are re-encoded
   with the same base offset, LastOffsetDelta, BaseTimestamp, producer id/epoch/base

@@ -43,6 +43,7 @@ from .metadata_runtime import MetadataOp, metadata_runtime
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_runtime import ShareStateRuntime
+from .txn_runtime import TransactionCoordinator
 from .waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
@@ -83,6 +84,7 @@ class Broker:
         self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
         self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
         self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
+        self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
@@ -114,12 +116,14 @@ class Broker:
         self._open_logs()
         self.groups.start()
         self.share_state.start()
+        self.txns.start()
         await self._start_listeners()
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
         self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
         self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
+        self._tasks.append(asyncio.create_task(self.txns.run_timers(), name="transaction-timers"))
         self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"]:
             self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
@@ -162,6 +166,7 @@ class Broker:
         self.waiters.wake_all()  # long-polls answer now with what they have
         self.groups.close()  # parked JoinGroup/SyncGroup answer NOT_COORDINATOR; loads stop
         self.share_state.close()
+        self.txns.close()  # marker writes stop; the next start completes decided transactions
         deadline = time.monotonic() + grace_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

@@ -45,6 +45,18 @@ async def _share_coordinator(ctx: RequestContext, key: str, version: int) -> tup
     return ErrorCode.none, None
 
 
+async def _txn_coordinator(ctx: RequestContext, key: str) -> tuple[ErrorCode, str | None]:
+    """Key type TRANSACTION: a transactional id, answered by the node of its
+    ``__transaction_state`` partition (this one; the topic is created on first use)."""
+    if not key:
+        return ErrorCode.invalid_request, "the transactional id must not be empty"
+    try:
+        await ctx.txns.ensure_topic()
+    except CoordinatorUnavailable as exc:
+        return exc.error_code, str(exc)
+    return ErrorCode.none, None
+
+
 @handles(10, 0, 6)
 async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
     key_type = getattr(req, "key_type", GROUP_KEY)
@@ -54,7 +66,7 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
     for key in keys:
         code, msg = ErrorCode.none, None
         if key_type == TXN_KEY:
-            code, msg = ErrorCode.coordinator_not_available, "transactions are not supported yet"
+            code, msg = await _txn_coordinator(ctx, key)
         elif key_type == SHARE_KEY:
             code, msg = await _share_coordinator(ctx, key, ctx.version)
         elif key_type != GROUP_KEY:
