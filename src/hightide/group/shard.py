@@ -39,6 +39,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..txn.batch import TxnBatch
 from . import classic
 from . import consumer_records as CR
 from . import records as R
@@ -86,6 +87,7 @@ class CoordinatorResult:
     response: Any = None
     completions: list[tuple[Any, Any]] = field(default_factory=list)
     live: list[Record] = field(default_factory=list)
+    txn_batch: TxnBatch | None = None  # a transactional batch / marker (hightide.txn.batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +442,34 @@ class GroupCoordinatorShard:
         errors, records = self.offsets.commit(group_id, commits, now_ms, partition_exists)
         return CoordinatorResult(records, (ErrorCode.none, errors))
 
+    def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                           member_id: str, instance_id: str | None, commits: Iterable[CommitRequest],
+                           now_ms: int, partition_exists: Callable[[str, int], bool]) -> CoordinatorResult:
+        """TxnOffsetCommit: validated like an OffsetCommit (a consumer group's member epoch,
+        a classic group's member and generation; no group and no generation: a simple
+        commit), and written as a transactional batch of the producer: pending until the
+        transaction's marker (:meth:`replay_marker`). Response: (group error, {tp: error})."""
+        commits = list(commits)
+        cg = self.consumer.get(group_id)
+        if not group_id:
+            group_error = ErrorCode.invalid_group_id
+        elif group_id in self.share.groups:
+            group_error = ErrorCode.group_id_not_found
+        elif cg is not None:
+            group_error = cg.validate_offset_commit(member_id, generation, 9, True)
+        else:
+            group_error = self._validate_member(group_id, generation, member_id, instance_id)
+        if group_error != ErrorCode.none:
+            return CoordinatorResult([], (group_error, {(c.topic, c.partition): group_error for c in commits}))
+        errors, records = self.offsets.commit(group_id, commits, now_ms, partition_exists)
+        return CoordinatorResult(records, (ErrorCode.none, errors),
+                                 txn_batch=TxnBatch(producer_id, producer_epoch) if records else None)
+
+    def has_pending_offsets(self, group_id: str, tp: TopicPartition | None = None) -> bool:
+        """Whether an open transaction holds an offset of the group (OffsetFetch's
+        UNSTABLE_OFFSET_COMMIT when the client requires stable offsets)."""
+        return self.offsets.has_pending(group_id, tp)
+
     def _validate_member(self, group_id: str, generation: int, member_id: str,
                          instance_id: str | None = None) -> ErrorCode:
         """Kafka's classic ``validateOffsetCommit``: a simple commit (generation < 0, no
@@ -519,7 +549,15 @@ class GroupCoordinatorShard:
             records += self.offsets.expired(group_id, now_ms, self.config.offsets_retention_ms, since)
         return CoordinatorResult(records)
 
-    # -- the only mutator -------------------------------------------------------------
+    # -- the only mutators -------------------------------------------------------------
+    def replay_txn(self, txn: TxnBatch, key: Any, value: Any) -> None:
+        """A record of a transactional batch (pending offsets), or ``txn``'s marker
+        (``key`` None): the producer's pending offsets committed or dropped."""
+        if txn.marker is not None:
+            self.offsets.replay_marker(txn.producer_id, txn.marker)
+        elif isinstance(key, OffsetKey):
+            self.offsets.replay_pending(txn.producer_id, key, value)
+
     def replay(self, key: Any, value: Any) -> None:
         if isinstance(key, OffsetKey):
             self.offsets.replay(key, value if isinstance(value, OffsetValue) or value is None else None)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..log.transactions import NoTransactionCoordinator, TxnVerifier
 
 if TYPE_CHECKING:
-    from ..cluster.controller import Controller
+    from ..cluster.controller import Controller, NewTopic, TopicResult
     from ..cluster.image import MetadataImage, TopicImage
     from ..cluster.records import MetadataRecord
     from ..config import BrokerConfig
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .share_groups import ShareGroupService
     from .share_manager import SharePartitionManager
     from .share_runtime import ShareStateRuntime
+    from .txn_runtime import TransactionCoordinator
     from .waiters import AppendWaiters
 
 
@@ -68,6 +69,13 @@ class MetadataAccess(Protocol):
         ...
 
     async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None: ...
+
+    async def create_topics(self, topics: list[NewTopic]) -> list[TopicResult]:
+        """Create topics for the node's own use (Metadata's auto-creation, internal
+        topics): through the local metadata log, or the controller on a broker-only node
+        (no closure crosses a process). Returns once the image shows them; raises
+        CoordinatorUnavailable when the write fails."""
+        ...
 
     def refresh_topic_config(self, topic: TopicImage) -> None:
         """Put the topic's effective config (after a change to it) in force on its open logs."""
@@ -126,13 +134,16 @@ class Services:
     listener: str = "PLAINTEXT"
     #: KIP-890 verification of transactional produce (the transaction coordinator).
     txn_verifier: TxnVerifier = field(default_factory=NoTransactionCoordinator)
+    #: The transaction coordinator (None: a broker built without one answers
+    #: COORDINATOR_NOT_AVAILABLE to the transaction APIs).
+    txns: TransactionCoordinator | None = None
 
     @classmethod
     def of(cls, broker: Broker, routes: Routes) -> Services:
         return cls(config=broker.config, routes=routes, metadata=broker, logs=broker, identity=broker,
                    producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
                    share_groups=broker.share_groups, share_state=broker.share_state,
-                   share_manager=broker.share_manager)
+                   share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns)
 
 
 class RequestContext:
@@ -210,3 +221,11 @@ class RequestContext:
     @property
     def txn_verifier(self) -> TxnVerifier:
         return self.services.txn_verifier
+
+    @property
+    def txns(self) -> TransactionCoordinator:
+        """The transaction coordinator. Raises CoordinatorUnavailable if there is none."""
+        if self.services.txns is None:
+            from .coordinator_log import CoordinatorUnavailable
+            raise CoordinatorUnavailable("this broker has no transaction coordinator")
+        return self.services.txns

@@ -63,6 +63,13 @@ A write runs to the end of its append without awaiting, and its answer future is
 shielded, so a caller that goes away (its connection closed) never cuts a write off
 between the append and the replay.
 
+*Transactional writes.* A result carrying a :class:`~hightide.txn.batch.TxnBatch` as
+``txn_batch`` is appended as a transactional batch of that producer (TxnOffsetCommit's
+offsets), or as a COMMIT/ABORT marker instead of records (``PartitionLog.append_marker``).
+An adapter with a ``load_txn(shards, partition, offset, txn, key, value)`` method gets
+such records and markers that way when its partitions are loaded (others never see
+them), so pending transactional state is rebuilt exactly as replay built it.
+
 *Serial adapters.* An adapter with ``pipelined = False`` (the metadata image, which the
 broker reads directly) has one view: its writes run one at a time, the next one only
 after the previous is committed and applied, as Kafka's controller did before it
@@ -100,6 +107,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..protocol.errors import ErrorCode
 from ..protocol.records import build_batch, decode_records, validate_batches
+from ..txn.batch import TxnBatch
 
 if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog
@@ -110,6 +118,7 @@ LOAD_CHUNK_BYTES = 64 * 1024  # replayed between two yields to the event loop
 RELOAD_RETRY_S = 1.0  # a reload whose fsync failed while the log stayed writable retries after this
 S = TypeVar("S")  # a shard
 LoggedRecord = tuple[int, "bytes | None", "bytes | None"]  # offset, key, value as stored
+TxnLoggedRecord = tuple[int, "bytes | None", "bytes | None", "TxnBatch | None"]  # and the batch's producer
 
 
 class CoordinatorUnavailable(Exception):
@@ -265,9 +274,14 @@ class CoordinatorRuntime(Generic[S]):
         each chunk. Raises OSError if the log cannot be read."""
         plog = self._log_for(p)
         count = 0
-        for chunk in iter_record_chunks(plog):
-            for offset, key, value in chunk:
-                count += self.adapter.load_record(views, p, offset, key, value)
+        load_txn = getattr(self.adapter, "load_txn", None)  # adapters whose logs hold transactional batches
+        chunks = iter_txn_record_chunks(plog) if load_txn is not None else _chunks(plog, LOAD_CHUNK_BYTES, False)
+        for chunk in chunks:
+            for offset, key, value, txn in chunk:
+                if txn is None or load_txn is None:
+                    count += self.adapter.load_record(views, p, offset, key, value)
+                else:
+                    count += load_txn(views, p, offset, txn, key, value)
             yield
         self.adapter.loaded(views, p, count)
         self.loaded_records += count
@@ -376,8 +390,9 @@ class CoordinatorRuntime(Generic[S]):
         try:
             w.result = w.fn(part.working)
             records = self.adapter.records(w.result)
-            if records:
-                w.offsets, w.needs_fsync = self._append(p, records, w.now_ms)
+            txn: TxnBatch | None = getattr(w.result, "txn_batch", None)  # see hightide.txn.batch
+            if records or (txn is not None and txn.marker is not None):
+                w.offsets, w.needs_fsync = self._append(p, records, w.now_ms, txn)
                 part.written_offset = w.offsets[-1] + 1
         except Exception as exc:  # the caller gets it; nothing was appended or replayed
             w.fut.set_exception(exc)
@@ -394,21 +409,33 @@ class CoordinatorRuntime(Generic[S]):
         if w.needs_fsync:
             self._when_durable(p, part, w)
 
-    def _append(self, p: int, records: list[Any], now_ms: int) -> tuple[list[int], bool]:
-        """Append ``records`` as one batch: their offsets, and whether the flush policy
-        wants them fsynced before they count as committed. Raises CoordinatorUnavailable."""
+    def _append(self, p: int, records: list[Any], now_ms: int,
+                txn: TxnBatch | None = None) -> tuple[list[int], bool]:
+        """Append ``records`` as one batch (``txn``: a transactional batch of that producer,
+        or its marker instead of records): their offsets (the marker's), and whether the
+        flush policy wants them fsynced before they count as committed. Raises
+        CoordinatorUnavailable."""
         plog = self._log_for(p)
         if plog is None:
             raise CoordinatorUnavailable(f"{self.adapter.topic}-{p} is not available")
-        batch = build_batch([(k, v, [], now_ms) for k, v in self.adapter.encode(records)])
         try:
-            result = plog.append(batch, validate_batches(batch, client_origin=False), now_ms)
+            if txn is not None and txn.marker is not None:
+                base = plog.append_marker(txn.producer_id, txn.producer_epoch, txn.marker, txn.coordinator_epoch,
+                                          now_ms)
+                count = 1
+            else:
+                batch = build_batch([(k, v, [], now_ms) for k, v in self.adapter.encode(records)],
+                                    producer_id=-1 if txn is None else txn.producer_id,
+                                    producer_epoch=-1 if txn is None else txn.producer_epoch,
+                                    is_transactional=txn is not None)
+                base = plog.append(batch, validate_batches(batch, client_origin=False), now_ms).base_offset
+                count = len(records)
         except OSError as exc:
             log.error("append to %s-%d failed: %s", self.adapter.topic, p, exc)
             raise CoordinatorUnavailable(f"append to {self.adapter.topic}-{p} failed: {exc}") from exc
         if self._on_append is not None:
             self._on_append(p)
-        return list(range(result.base_offset, result.base_offset + len(records))), fsync_due(plog)
+        return list(range(base, base + count)), fsync_due(plog)
 
     def _when_durable(self, p: int, part: _Partition[S], w: _Write) -> None:
         """Ask for an fsync covering ``w`` (shared with every write and produce that asks
@@ -524,6 +551,19 @@ def fsync_due(plog: PartitionLog) -> bool:
 def iter_record_chunks(plog: PartitionLog | None, chunk_bytes: int = LOAD_CHUNK_BYTES) -> Iterator[list[LoggedRecord]]:
     """The partition's non-control records from its log start offset to its high
     watermark, as lists of ``(offset, key, value)``, about ``chunk_bytes`` of log each."""
+    for chunk in _chunks(plog, chunk_bytes, False):
+        yield [(offset, key, value) for offset, key, value, _ in chunk]
+
+
+def iter_txn_record_chunks(plog: PartitionLog | None,
+                           chunk_bytes: int = LOAD_CHUNK_BYTES) -> Iterator[list[TxnLoggedRecord]]:
+    """Like :func:`iter_record_chunks`, as ``(offset, key, value, txn)``: the records of a
+    transactional batch carry its :class:`~hightide.txn.batch.TxnBatch` (else None), and
+    each transaction marker comes as ``(offset, None, None, TxnBatch(marker=commit))``."""
+    return _chunks(plog, chunk_bytes, True)
+
+
+def _chunks(plog: PartitionLog | None, chunk_bytes: int, txn: bool) -> Iterator[list[TxnLoggedRecord]]:
     if plog is None:
         return
     offset = plog.log_start_offset
@@ -532,13 +572,30 @@ def iter_record_chunks(plog: PartitionLog | None, chunk_bytes: int = LOAD_CHUNK_
         chunk = plog.read(offset, chunk_bytes, max_offset=end)
         if not chunk.data:
             return
-        out: list[LoggedRecord] = []
+        out: list[TxnLoggedRecord] = []
         for h in validate_batches(chunk.data, client_origin=False):
-            if not h.is_control:
+            producer = TxnBatch(h.producer_id, h.producer_epoch) if txn and h.is_transactional else None
+            if not h.is_control or producer is not None:
                 batch = memoryview(chunk.data)[h.position:h.position + h.size]
                 for rec in decode_records(batch):
-                    if rec.offset >= offset:
+                    if rec.offset < offset:
+                        continue
+                    if h.is_control:
+                        out.append((rec.offset, None, None, _marker(producer, rec.key, rec.value)))
+                    else:
                         out.append((rec.offset, None if rec.key is None else bytes(rec.key),
-                                    None if rec.value is None else bytes(rec.value)))
+                                    None if rec.value is None else bytes(rec.value), producer))
             offset = h.last_offset + 1
         yield out
+
+
+def _marker(producer: TxnBatch | None, key: Any, value: Any) -> TxnBatch | None:
+    """The marker a control record holds (key: int16 version, int16 type, 1 = COMMIT;
+    value: int16 version, int32 coordinator epoch); None if it is not a marker."""
+    if producer is None or key is None or len(key) < 4:
+        return None
+    ctype = int.from_bytes(bytes(key[2:4]), "big", signed=True)
+    if ctype not in (0, 1):
+        return None
+    epoch = int.from_bytes(bytes(value[2:6]), "big", signed=True) if value is not None and len(value) >= 6 else 0
+    return TxnBatch(producer.producer_id, producer.producer_epoch, ctype == 1, epoch)

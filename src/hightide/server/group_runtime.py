@@ -51,6 +51,7 @@ from ..group.shard import (
 )
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
 from ..protocol.errors import ErrorCode
+from ..txn.batch import TxnBatch
 from .coordinator_log import CoordinatorUnavailable
 from .coordinator_runtime import LoadState
 from .coordinator_service import AdapterDefaults, CoordinatorService, returning
@@ -86,6 +87,17 @@ class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
         self.groups.note_placement(partition, *record)
         return True
 
+    def load_txn(self, shards: Sequence[GroupCoordinatorShard], partition: int, offset: int, txn: TxnBatch,
+                 key: bytes | None, value: bytes | None) -> bool:
+        """A record of a transactional batch (TxnOffsetCommit: pending offsets) or a
+        transaction marker (key None): replayed as such into each shard."""
+        record = decode_record(key, value) if key is not None else (None, None)
+        if record is None:
+            return False
+        for shard in shards:
+            shard.replay_txn(txn, *record)
+        return True
+
     def loaded(self, shards: Sequence[GroupCoordinatorShard], partition: int, count: int) -> None:
         if count:
             log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
@@ -99,6 +111,10 @@ class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
 
     def replay(self, shard: GroupCoordinatorShard, partition: int, result: CoordinatorResult,
                offsets: list[int]) -> None:
+        if result.txn_batch is not None:  # pending transactional offsets, or a marker
+            for k, v in result.records or [(None, None)]:
+                shard.replay_txn(result.txn_batch, k, v)
+            return
         for k, v in result.records:
             shard.replay(k, v)
         for k, v in result.live:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from ..registry import Routes, build_routes
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     admin_configs,
     admin_topics,
     alter_configs,
@@ -12,6 +14,7 @@ from . import (
     consumer_groups,
     delete_records,
     describe_cluster,
+    end_txn,
     fetch,
     group_offsets,
     groups,
@@ -24,11 +27,14 @@ from . import (
     share_group_offsets,
     share_groups,
     share_state,
+    txn_offset_commit,
+    write_txn_markers,
 )
 
 MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_groups, delete_records,
            describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,
-           offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state)
+           offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
+           add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers)
 
 
 def routes() -> Routes:

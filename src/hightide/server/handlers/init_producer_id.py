@@ -1,32 +1,46 @@
-"""InitProducerId (key 22) for idempotent producers. Transactions come later: a
-transactional id is answered with COORDINATOR_NOT_AVAILABLE (see docs/compatibility.md)."""
+"""InitProducerId (key 22): a producer id for an idempotent producer, or, with a
+transactional id, the transaction coordinator's answer (a new id or a bumped epoch; an
+ongoing transaction is aborted first; KIP-360's producer id and epoch on v3+)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...protocol.codec import response_schema
-
 from ...protocol.build import materialize
+from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ..coordinator_log import CoordinatorUnavailable
 from ..context import RequestContext
 from ..registry import handles
+from .txn_common import fenced_error
 
 
 @handles(22, 0, 5)
 def handle(ctx: RequestContext, req: Any) -> Any:
     if req.transactional_id is not None:
-        # No transaction coordinator yet: say so rather than hand out a producer id
-        # whose transactional guarantees we could not honour.
-        return materialize(response_schema(22, ctx.version), {
-            "throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
-            "producer_id": -1, "producer_epoch": -1})
+        return _transactional(ctx, req)
     return _allocate(ctx)
+
+
+def _answer(ctx: RequestContext, code: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
+    return materialize(response_schema(22, ctx.version), {
+        "throttle_time": 0, "error_code": code, "producer_id": pid, "producer_epoch": epoch})
 
 
 async def _allocate(ctx: RequestContext) -> Any:
     """A new producer id (a block is reserved in the metadata log when the last one is
     used up, which waits for that write to be durable)."""
     pid = await ctx.producer_ids.next_producer_id()
-    return materialize(response_schema(22, ctx.version), {
-        "throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0})
+    return _answer(ctx, ErrorCode.none, pid, 0)
+
+
+async def _transactional(ctx: RequestContext, req: Any) -> Any:
+    """The coordinator's answer; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4."""
+    timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
+    pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
+    expected = (int(pid), int(epoch)) if pid != -1 else None
+    try:
+        r = await ctx.txns.init_producer_id(req.transactional_id, timeout_ms, expected)
+    except CoordinatorUnavailable as exc:
+        return _answer(ctx, exc.error_code)
+    return _answer(ctx, fenced_error(r.error, ctx.version, 4), r.producer_id, r.producer_epoch)

@@ -1,0 +1,33 @@
+"""AddOffsetsToTxn (key 25), v0-v4: add the group's ``__consumer_offsets`` partition to
+the producer's transaction, so the COMMIT/ABORT marker reaches the offsets that
+TxnOffsetCommit holds pending there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...group.records import OFFSETS_TOPIC
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
+from ..registry import handles
+from .txn_common import fenced_error
+
+
+@handles(25, 0, 4)
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    code: ErrorCode
+    if not req.group_id:
+        code = ErrorCode.invalid_group_id
+    else:
+        try:
+            await ctx.groups.ensure_topic()
+            partition = ctx.groups.partition_for(req.group_id)
+            code = await ctx.txns.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                 [(OFFSETS_TOPIC, partition)])
+        except CoordinatorUnavailable as exc:
+            code = exc.error_code
+    return materialize(response_schema(25, ctx.version), {
+        "throttle_time": 0, "error_code": fenced_error(code, ctx.version, 2)})

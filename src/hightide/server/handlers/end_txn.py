@@ -1,0 +1,25 @@
+"""EndTxn (key 26), v0-v4: commit or abort the producer's transaction (transaction
+version 1; v5 would mean KIP-890 part 2's epoch bump per transaction and is not
+offered). Answered once the decision is durable (and its markers are written, see
+:mod:`hightide.server.txn_runtime`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
+from ..registry import handles
+from .txn_common import fenced_error
+
+
+@handles(26, 0, 4)
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    try:
+        code = await ctx.txns.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+    except CoordinatorUnavailable as exc:
+        code = exc.error_code
+    return materialize(response_schema(26, ctx.version), {
+        "throttle_time": 0, "error_code": fenced_error(code, ctx.version, 2)})

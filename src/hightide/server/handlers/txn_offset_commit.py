@@ -1,0 +1,61 @@
+"""TxnOffsetCommit (key 28), v0-v5: offsets a transactional producer commits for a
+consumer group (``send_offsets_to_transaction``). The group coordinator writes them as a
+transactional batch of the producer to ``__consumer_offsets``; they stay pending (not
+visible to OffsetFetch) until the transaction's COMMIT marker reaches that partition, and
+are dropped on ABORT (Kafka's pendingTransactionalOffsetCommits).
+
+First KIP-890's check: the group's offsets partition must be in the producer's ongoing
+transaction (AddOffsetsToTxn); then the group checks the member as for an OffsetCommit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...group.offsets import CommitRequest
+from ...group.records import OFFSETS_TOPIC
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ...log.transactions import verification_error_for_produce
+from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
+from ..registry import handles
+
+
+@handles(28, 0, 5)
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
+                             getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+               for t in req.topics for p in t.partitions]
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    try:
+        group_error = _verified(ctx, req)
+        if group_error == ErrorCode.none:
+            group_error, errors = await ctx.groups.execute(req.group_id, lambda shard: shard.txn_commit_offsets(
+                req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
+                getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), commits, ctx.now_ms,
+                lambda t, p: _exists(ctx, t, p)), ctx.now_ms)
+    except CoordinatorUnavailable as exc:
+        group_error = exc.error_code
+    topics = [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index,
+         "error_code": errors.get((t.name, p.partition_index), group_error)} for p in t.partitions]}
+        for t in req.topics]
+    return materialize(response_schema(28, ctx.version), {"throttle_time": 0, "topics": topics})
+
+
+def _verified(ctx: RequestContext, req: Any) -> ErrorCode:
+    """NONE if the group's offsets partition is in the producer's ongoing transaction,
+    else the error Kafka answers (as for a transactional produce). Raises
+    CoordinatorUnavailable (the offsets topic cannot be placed yet)."""
+    if not req.group_id:
+        return ErrorCode.invalid_group_id
+    partition = ctx.groups.partition_for(req.group_id)
+    code = ctx.txns.verify(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, partition)
+    return code if code == ErrorCode.none else verification_error_for_produce(code)[0]
+
+
+def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
+    t = ctx.image.topics.get(topic)
+    return t is not None and partition in t.partitions

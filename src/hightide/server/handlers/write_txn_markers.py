@@ -1,0 +1,31 @@
+"""WriteTxnMarkers (key 27), v1-v2: the API a transaction coordinator uses to have COMMIT
+or ABORT markers written to the partitions this broker hosts. The local coordinator
+writes its markers through the same path (:meth:`TransactionCoordinator.write_markers`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..coordinator_log import CoordinatorUnavailable
+from ..context import RequestContext
+from ..registry import handles
+
+
+@handles(27, 1, 2)
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    results = []
+    for m in req.markers:
+        parts = [(t.name, int(p)) for t in m.topics for p in t.partition_indexes]
+        try:
+            errors = await ctx.txns.write_markers(m.producer_id, m.producer_epoch, m.transaction_result,
+                                                  m.coordinator_epoch, parts)
+        except CoordinatorUnavailable as exc:
+            errors = {tp: exc.error_code for tp in parts}
+        results.append({"producer_id": m.producer_id, "topics": [
+            {"name": t.name, "partitions": [
+                {"partition_index": p, "error_code": errors.get((t.name, int(p)), ErrorCode.none)}
+                for p in t.partition_indexes]} for t in m.topics]})
+    return materialize(response_schema(27, ctx.version), {"markers": results})

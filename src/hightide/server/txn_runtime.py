@@ -1,0 +1,405 @@
+"""The transaction coordinator: :class:`~hightide.txn.coordinator.TxnShard` s over the
+partitions of ``__transaction_state``, run by the one
+:class:`~.coordinator_runtime.CoordinatorRuntime` (``broker.txns``).
+
+A request (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) picks the
+transactional id's partition (Kafka's ``abs(hashCode) % transaction.state.log.num.partitions``),
+runs the shard's method on the working shard, appends its records, and answers once they
+are committed; reads (KIP-890 verification, describe, list) see committed state only.
+
+*Markers* (Kafka's TransactionMarkerChannelManager, on one node): when a result carries
+:class:`~hightide.txn.coordinator.Markers` — an EndTxn, a fencing InitProducerId or a
+timed-out transaction decided PrepareCommit/PrepareAbort — a completion task writes a
+COMMIT/ABORT marker to every partition of the transaction, each through its owner: data
+partitions with ``PartitionLog.append_marker`` (parked fetches woken, fsynced first when
+the topic's flush policy asks for it, as after a produce), ``__consumer_offsets``
+partitions through the group coordinator's write path, so the group shard makes the
+transaction's pending offsets visible (or drops them) exactly when the marker is in its
+log. Then the CompleteCommit/CompleteAbort record. A marker that cannot be written now
+(log offline, coordinator loading) is retried with backoff; a partition deleted meanwhile
+is skipped, as Kafka does. EndTxn answers once the decision is committed and, unless that
+takes longer than ``END_TXN_WAIT_S``, once the markers are written too (so the client's next
+transaction does not meet CONCURRENT_TRANSACTIONS).
+
+*Timers* (:meth:`TransactionCoordinator.run_timers`): at start, once the partitions are
+loaded, every transaction found in a Prepare state is completed; then every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` ongoing transactions past
+their ``transaction.timeout.ms`` are aborted with their epoch bumped (the producer is
+fenced), and every ``transaction.remove.expired.transaction.cleanup.interval.ms`` idle
+transactional ids older than ``transactional.id.expiration.ms`` are removed (tombstones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from ..group.records import OFFSETS_TOPIC
+from ..group.shard import CoordinatorResult
+from ..log.producer_state import ProducerStateError
+from ..protocol.errors import ErrorCode
+from ..txn.batch import TxnBatch
+from ..txn.coordinator import NEED_PRODUCER_ID, InitResponse, Markers, TxnConfig, TxnResult, TxnShard
+from ..txn.records import STATE_TOPIC, TxnRecordError, decode_key, decode_value, encode_key, encode_value
+from ..txn.records import partition_for as txn_partition_for
+from ..txn.state import TopicPartition, TxnMetadata, TxnState
+from .coordinator_log import CoordinatorUnavailable
+from .coordinator_runtime import fsync_due
+from .coordinator_service import AdapterDefaults, CoordinatorService, returning
+from .coordinator_service import now_ms as _now_ms
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("hightide.txn")
+
+END_TXN_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering anyway
+MARKER_RETRY_MAX_S = 1.0  # backoff cap of a marker that could not be written
+#: a marker error that means "do not retry": the partition is gone, or a newer epoch or
+#: coordinator already wrote there (the producer was fenced)
+_FINAL = frozenset({ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_producer_epoch,
+                    ErrorCode.transaction_coordinator_fenced})
+
+
+class TxnAdapter(AdapterDefaults[TxnShard]):
+    """:class:`~.coordinator_runtime.ShardAdapter` of ``__transaction_state`` (a failed
+    fsync answers NOT_COORDINATOR, as Kafka's coordinator answers a storage error)."""
+
+    topic = STATE_TOPIC
+    storage_error_code = ErrorCode.not_coordinator
+
+    def __init__(self, config: TxnConfig) -> None:
+        self.config = config
+
+    def new_shard(self, partition: int) -> TxnShard:
+        return TxnShard(self.config)
+
+    def load_record(self, shards: Sequence[TxnShard], partition: int, offset: int, key: bytes | None,
+                    value: bytes | None) -> bool:
+        try:
+            tid = decode_key(key) if key is not None else None
+            if tid is None:
+                return False
+            meta = decode_value(tid, value)
+        except (TxnRecordError, UnicodeDecodeError) as exc:
+            log.error("skipping malformed record at %s-%d offset %d: %s", STATE_TOPIC, partition, offset, exc)
+            return False
+        for shard in shards:
+            shard.replay(tid, meta)
+        return True
+
+    def loaded(self, shards: Sequence[TxnShard], partition: int, count: int) -> None:
+        if count:
+            log.info("loaded %d records (%d transactional ids) into transaction coordinator %s-%d", count,
+                     len(shards[0].txns), STATE_TOPIC, partition)
+
+    def encode(self, records: list[tuple[str, TxnMetadata | None]]) -> list[tuple[bytes | None, bytes | None]]:
+        return [(encode_key(tid), encode_value(meta)) for tid, meta in records]
+
+    def replay(self, shard: TxnShard, partition: int, result: TxnResult, offsets: list[int]) -> None:
+        for tid, meta in result.records:
+            shard.replay(tid, meta)
+
+
+class TransactionCoordinator(CoordinatorService[TxnShard, str]):
+    """The transaction coordinator (``broker.txns``), also the broker's KIP-890
+    :class:`~hightide.log.transactions.TxnVerifier`. Start-up, topic creation and close:
+    :class:`~.coordinator_service.CoordinatorService`."""
+
+    topic = STATE_TOPIC
+    place_task = "place transactions"
+
+    def __init__(self, broker: Broker) -> None:
+        cfg = broker.config
+        self.config = TxnConfig(max_timeout_ms=cfg["transaction.max.timeout.ms"],
+                                id_expiration_ms=cfg["transactional.id.expiration.ms"])
+        super().__init__(broker, TxnAdapter(self.config), cfg["transaction.state.log.num.partitions"])
+        self._completing: dict[str, asyncio.Task] = {}  # transactional id -> its markers being written
+
+    def topic_configs(self) -> dict[str, str]:
+        """``cleanup.policy=compact``, as Kafka's."""
+        return {"cleanup.policy": "compact",
+                "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"])}
+
+    async def move_misplaced(self, now_ms: int) -> set[int]:
+        """Nothing: hightide always placed transactional ids by Kafka's rule."""
+        return set()
+
+    def partition_for(self, key: str) -> int:
+        return txn_partition_for(key, self.num_partitions)
+
+    # -- requests ----------------------------------------------------------------------------
+    async def _write(self, transactional_id: str, fn: Callable[[TxnShard], TxnResult]) -> TxnResult:
+        """Run ``fn`` on the id's working shard through the write path (the topic created
+        on first use); start writing the markers of a decided transaction. Raises
+        CoordinatorUnavailable."""
+        if self.broker.stopping:
+            raise CoordinatorUnavailable("the broker is shutting down", ErrorCode.not_coordinator)
+        await self.ensure_topic()
+        result: TxnResult = await self.runtime.write(self.partition_for(transactional_id), fn, _now_ms())
+        if result.markers is not None:
+            self._start_completion(result.markers)
+        return result
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None) -> InitResponse:
+        """InitProducerId with a transactional id (see :meth:`TxnShard.init_producer_id`);
+        a new producer id comes from the broker's producer id blocks. Raises
+        CoordinatorUnavailable."""
+        new_pid: int | None = None
+        while True:
+            now = _now_ms()
+            result = await self._write(transactional_id, lambda s: s.init_producer_id(
+                transactional_id, timeout_ms, expected, new_pid, now))
+            resp = result.response
+            assert isinstance(resp, InitResponse)
+            if resp is not NEED_PRODUCER_ID:
+                return resp
+            new_pid = await self.broker.next_producer_id()
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[TopicPartition]) -> ErrorCode:
+        """AddPartitionsToTxn / AddOffsetsToTxn: the error for every partition. Raises
+        CoordinatorUnavailable."""
+        parts = list(partitions)
+        now = _now_ms()
+        result = await self._write(transactional_id, lambda s: s.add_partitions(
+            transactional_id, producer_id, producer_epoch, parts, now))
+        return _code(result)
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> ErrorCode:
+        """EndTxn: answered once the decision (PrepareCommit/PrepareAbort) is committed
+        and, within ``END_TXN_WAIT_S``, its markers are written. Raises
+        CoordinatorUnavailable."""
+        now = _now_ms()
+        result = await self._write(transactional_id, lambda s: s.end_txn(
+            transactional_id, producer_id, producer_epoch, commit, now))
+        task = self._completing.get(transactional_id)
+        if result.markers is not None and task is not None:
+            await asyncio.wait([task], timeout=END_TXN_WAIT_S)
+        return _code(result)
+
+    # -- reads: KIP-890 verification, describe, list -------------------------------------------
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+               partition: int) -> ErrorCode:
+        """:class:`~hightide.log.transactions.TxnVerifier`: is the partition in the
+        producer's ongoing transaction (committed state)?"""
+        return self.verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)])[
+            (topic, partition)]
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn verifyOnly (v4+): the error of each partition (see
+        :meth:`TxnShard.verify`), or the coordinator's (loading, unavailable) for all."""
+        parts = list(partitions)
+        try:
+            shard = self.shard_for(transactional_id)
+        except CoordinatorUnavailable as exc:
+            return {tp: exc.error_code for tp in parts}
+        return shard.verify(transactional_id, producer_id, producer_epoch, parts)
+
+    def describe(self, transactional_id: str) -> TxnMetadata | None:
+        """The committed state of a transactional id (None: unknown; DescribeTransactions
+        answers TRANSACTIONAL_ID_NOT_FOUND). Raises CoordinatorLoadInProgress /
+        CoordinatorUnavailable."""
+        return self.shard_for(transactional_id).describe(transactional_id)
+
+    def list_transactions(self, states: Iterable[str] | None = None, producer_ids: Iterable[int] | None = None,
+                          min_duration_ms: int = -1) -> list[TxnMetadata]:
+        """Every transactional id this coordinator holds (ListTransactions: filters by
+        Kafka's state names, producer ids, and ongoing for at least ``min_duration_ms``),
+        committed state, sorted by id. Raises ValueError for an unknown state name and
+        CoordinatorLoadInProgress while a partition is loading."""
+        wanted = [TxnState.from_label(s) for s in states] if states else None
+        now = _now_ms()
+        out = [m for shard in self.runtime.active_shards().values()
+               for m in shard.transactions(wanted, producer_ids, min_duration_ms, now)]
+        return sorted(out, key=lambda m: m.transactional_id)
+
+    # -- markers ---------------------------------------------------------------------------------
+    def _start_completion(self, markers: Markers) -> None:
+        """Write ``markers`` and complete the transaction in a task (one per id at a time)."""
+        tid = markers.transactional_id
+        task = self._completing.get(tid)
+        if task is not None and not task.done():
+            return
+        task = asyncio.get_running_loop().create_task(self._complete(markers), name=f"complete txn {tid}")
+        self._completing[tid] = task
+
+        def done(t: asyncio.Task) -> None:
+            if self._completing.get(tid) is t:
+                del self._completing[tid]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("completing the transaction of %r failed: %s", tid, t.exception())
+        task.add_done_callback(done)
+
+    async def _complete(self, m: Markers) -> None:
+        """Markers to every partition (retrying those that can be retried), then the
+        CompleteCommit/CompleteAbort record."""
+        todo = list(m.partitions)
+        delay = 0.05
+        while todo:
+            errors = await self.write_markers(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch, todo)
+            todo = [tp for tp, err in errors.items() if err not in _FINAL]
+            if todo:
+                if self.broker.stopping:
+                    return  # the next start completes it (the Prepare record is in the log)
+                log.warning("markers of %r to %s not written yet (%s), retrying", m.transactional_id, todo,
+                            ", ".join(sorted({errors[tp].name for tp in todo})))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MARKER_RETRY_MAX_S)
+        while True:
+            now = _now_ms()
+            try:
+                await self.runtime.write(self.partition_for(m.transactional_id), lambda s: s.complete(m, now), now)
+                return
+            except CoordinatorUnavailable as exc:
+                if self.broker.stopping:
+                    return
+                log.warning("completing the transaction of %r failed (%s), retrying", m.transactional_id, exc)
+                await asyncio.sleep(MARKER_RETRY_MAX_S)
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                            partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """Write a COMMIT/ABORT marker of the producer to each partition hosted here
+        (WriteTxnMarkers); the error of each (UNKNOWN_TOPIC_OR_PARTITION: no such
+        partition here)."""
+        out: dict[TopicPartition, ErrorCode] = {}
+        for topic, p in partitions:
+            if topic == OFFSETS_TOPIC:
+                out[(topic, p)] = await self._offsets_marker(p, TxnBatch(producer_id, producer_epoch, commit,
+                                                                         coordinator_epoch))
+            else:
+                out[(topic, p)] = await self._data_marker(topic, p, producer_id, producer_epoch, commit,
+                                                          coordinator_epoch)
+        return out
+
+    async def _offsets_marker(self, partition: int, marker: TxnBatch) -> ErrorCode:
+        """The marker through the group coordinator's write path: committed in its log
+        and replayed, the producer's pending offsets become visible (or are dropped)."""
+        groups = self.broker.groups
+        if partition not in groups.runtime.partitions:
+            if OFFSETS_TOPIC not in self.broker.image.topics:
+                return ErrorCode.unknown_topic_or_partition
+            return ErrorCode.coordinator_load_in_progress
+        try:
+            await groups.runtime.write(partition, returning(CoordinatorResult(txn_batch=marker)), _now_ms(),
+                                       internal=True)
+        except CoordinatorUnavailable as exc:
+            return exc.error_code
+        except ProducerStateError as exc:
+            return ErrorCode(exc.error_code)
+        return ErrorCode.none
+
+    async def _data_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int) -> ErrorCode:
+        timg = self.broker.image.topics.get(topic)
+        if timg is None or partition not in timg.partitions:
+            return ErrorCode.unknown_topic_or_partition
+        plog = self.broker.partition_log(topic, partition)
+        if plog is None:
+            return ErrorCode.kafka_storage_error
+        try:
+            plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, _now_ms())
+        except ProducerStateError as exc:
+            log.warning("marker of producer %d (epoch %d) to %s-%d refused: %s", producer_id, producer_epoch,
+                        topic, partition, exc)
+            return ErrorCode(exc.error_code)
+        except OSError as exc:
+            log.error("marker to %s-%d failed: %s", topic, partition, exc)
+            return ErrorCode.kafka_storage_error
+        self.broker.waiters.wake((topic, partition))
+        if fsync_due(plog):
+            try:
+                await self.broker.flusher.durable(plog)
+            except OSError as exc:
+                log.error("fsync of the marker to %s-%d failed: %s", topic, partition, exc)
+                return ErrorCode.kafka_storage_error
+        return ErrorCode.none
+
+    # -- timers ------------------------------------------------------------------------------------
+    async def run_timers(self) -> None:
+        """Complete decided transactions after loading, then abort timed-out ones and
+        remove expired ids on their intervals (see the module doc). Runs until cancelled."""
+        cfg = self.broker.config
+        abort_every = cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+        expire_every = cfg["transaction.remove.expired.transaction.cleanup.interval.ms"]
+        await self.wait_loaded()
+        next_expiry = _now_ms() + expire_every
+        while True:
+            try:
+                self.resume_completions()
+                await self.abort_timed_out(_now_ms())
+                if _now_ms() >= next_expiry:
+                    next_expiry = _now_ms() + expire_every
+                    await self.expire_ids(_now_ms())
+            except Exception:
+                log.exception("transaction timers failed")
+            await asyncio.sleep(abort_every / 1000)
+
+    def resume_completions(self) -> int:
+        """Start writing the markers of every decided transaction not being completed
+        (after a load, or after a completion gave up). Returns how many were started."""
+        started = 0
+        for p, part in list(self.runtime.partitions.items()):
+            try:
+                shard = self.runtime.shard(p)
+            except CoordinatorUnavailable:
+                continue
+            for m in shard.completing():
+                if m.transactional_id not in self._completing:
+                    log.info("completing the %s of %r (decided before)", "commit" if m.commit else "abort",
+                             m.transactional_id)
+                    self._start_completion(m)
+                    started += 1
+        return started
+
+    async def abort_timed_out(self, now_ms: int) -> int:
+        """Abort every ongoing transaction past its timeout (epoch bumped). Returns how many."""
+        aborted = 0
+        for p in list(self.runtime.partitions):
+            shard = self.runtime.working_shard(p)
+            if shard is None:
+                continue
+            for meta in shard.timed_out(now_ms):
+                tid, pid, epoch = meta.transactional_id, meta.producer_id, meta.producer_epoch
+                try:
+                    result = await self.runtime.write(p, lambda s: s.abort_timed_out(tid, pid, epoch, now_ms), now_ms)
+                except CoordinatorUnavailable as exc:
+                    log.warning("aborting the timed-out transaction of %r failed: %s", tid, exc)
+                    continue
+                if result.markers is not None:
+                    log.info("aborting the transaction of %r (producer %d, epoch %d): older than its timeout "
+                             "of %d ms; the producer is fenced", tid, pid, epoch, meta.timeout_ms)
+                    self._start_completion(result.markers)
+                    aborted += 1
+        return aborted
+
+    async def expire_ids(self, now_ms: int) -> int:
+        """Remove transactional ids idle past ``transactional.id.expiration.ms``. Returns how many."""
+        removed = 0
+        for p in list(self.runtime.partitions):
+            try:
+                result: TxnResult = await self.runtime.write(p, lambda s: s.expire(now_ms), now_ms)
+            except CoordinatorUnavailable:
+                continue
+            removed += len(result.records)
+        if removed:
+            log.info("removed %d expired transactional id(s)", removed)
+        return removed
+
+    def close(self) -> None:
+        """Shutting down: completions stop (the next start resumes them from the log)."""
+        for task in self._completing.values():
+            task.cancel()
+        self._completing.clear()
+        super().close()
+
+
+def _code(result: TxnResult) -> ErrorCode:
+    """The error code a shard result answers."""
+    assert isinstance(result.response, ErrorCode)
+    return result.response
