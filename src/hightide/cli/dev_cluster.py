@@ -1,0 +1,146 @@
+"""``hightide dev-cluster``: a controller and N brokers on loopback, until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+import click
+
+from . import main
+
+POLL_S = 0.5
+
+
+def _parse_sets(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--set")
+        out[name.strip()] = value.strip()
+    return out
+
+
+@main.command("dev-cluster")
+@click.option("--brokers", "n_brokers", type=click.IntRange(1, 64), default=3, show_default=True,
+              help="How many broker processes.")
+@click.option("--controllers", "n_controllers", type=int, default=1, show_default=True,
+              help="How many controllers (one today).")
+@click.option("--data-dir", default="./hightide-dev-cluster", show_default=True,
+              help="Base dir: one data dir per node under it (kept between runs).")
+@click.option("--base-port", type=click.IntRange(0, 65535), default=9092, show_default=True,
+              help="Brokers listen on PORT, PORT+1, ...; the controller after them. 0: free ports.")
+@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
+              help="A config for every node, e.g. metadata.read.consistency=local (repeatable).")
+@click.option("--log-level", default="INFO", show_default=True, help="The nodes' --log-level.")
+def dev_cluster(n_brokers: int, n_controllers: int, data_dir: str, base_port: int,
+                overrides: tuple[str, ...], log_level: str) -> None:
+    """Run a controller and N brokers on 127.0.0.1 until Ctrl-C.
+
+    Prints the bootstrap string and each broker's state as it changes (registered,
+    unfenced, fenced, exited); node logs are in DATA_DIR/logs. Ctrl-C (or SIGTERM) stops
+    the brokers, then the controller."""
+    if n_controllers != 1:
+        raise click.ClickException(f"--controllers {n_controllers}: only one controller runs today "
+                                   "(a controller quorum is the next step).")
+    from ..devcluster import DevCluster, NodeFailed, plan
+    settings = _parse_sets(overrides)
+    try:
+        specs = plan(n_brokers, data_dir, base_port=base_port or None, settings=settings, log_level=log_level)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    cluster = DevCluster(specs, data_dir)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _start(cluster)
+        _watch(cluster)
+    except NodeFailed as exc:
+        cluster.close(timeout=10)
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        click.echo("stopping: brokers first, then the controller")
+        for node_id, code in cluster.stop().items():
+            click.echo(f"  {cluster.nodes[node_id].spec.name} stopped (exit {code})")
+    finally:
+        cluster.close(timeout=10)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _start(cluster: Any) -> None:
+    """Start the controllers, then the brokers, printing each as it listens."""
+    from ..devcluster import format_dirs
+    cluster.check_ports()
+    cluster.cluster_id = format_dirs(n.spec for n in cluster.nodes.values())
+    n = len(cluster.brokers)
+    click.echo(f"dev cluster {cluster.cluster_id}: 1 controller, {n} broker{'s' * (n != 1)}")
+    click.echo(f"data and logs under {cluster.base_dir}")
+    for group in (cluster.controllers, cluster.brokers):
+        for node in group:
+            node.start()
+        for node in group:
+            node.wait_listening(60.0)
+            click.echo(f"  {node.spec.name:<16} {node.spec.address:<21} listening (pid {node.pid})")
+    click.echo(f"bootstrap: {cluster.bootstrap}")
+    click.echo(f"controller: {cluster.bootstrap_controller}")
+
+
+def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, str]:
+    """Each broker's state from the processes and the brokers' DescribeCluster views:
+    ``exited (code)``, ``paused``, ``unfenced`` (every view says so), ``fenced`` (some
+    view says so), ``starting`` (not listed yet)."""
+    out = {}
+    for node in cluster.brokers:
+        bid = node.spec.node_id
+        seen = [v[bid] for v in views.values() if bid in v]
+        if not node.alive:
+            out[bid] = f"exited ({node.returncode})"
+        elif node.paused:
+            out[bid] = "paused"
+        elif seen and all(s == "unfenced" for s in seen):
+            out[bid] = "unfenced"
+        elif seen:
+            out[bid] = "fenced"
+        else:
+            out[bid] = "starting"
+    return out
+
+
+def _watch(cluster: Any) -> None:
+    """Print broker state changes until interrupted; a broker seen fenced before it was
+    ever unfenced is shown as ``registered (fenced)``."""
+    shown: dict[int, str] = {}
+    ever_unfenced: set[int] = set()
+    ready = False
+    while True:
+        states = broker_states(cluster, cluster.states())
+        for bid, state in states.items():
+            label = "registered (fenced)" if state == "fenced" and bid not in ever_unfenced else state
+            if state == "unfenced":
+                ever_unfenced.add(bid)
+            if shown.get(bid) != label:
+                shown[bid] = label
+                click.echo(f"{time.strftime('%H:%M:%S')} broker {bid:<4} {label}")
+        if not ready and all(s == "unfenced" for s in states.values()):
+            ready = True
+            click.echo(f"{time.strftime('%H:%M:%S')} all {len(states)} brokers unfenced; "
+                       "Ctrl-C stops the cluster")
+        for node in cluster.controllers:
+            if not node.alive:
+                raise _controller_gone(node)
+        sys.stdout.flush()
+        time.sleep(POLL_S)
+
+
+def _controller_gone(node: Any) -> Exception:
+    from ..devcluster import NodeFailed
+    return NodeFailed(f"{node.spec.name} exited with {node.returncode}: {node.last_line()}")

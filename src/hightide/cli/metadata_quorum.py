@@ -1,0 +1,212 @@
+"""``hightide metadata-quorum describe --status | --replication`` (kafka-metadata-quorum.sh).
+
+The same fields and column names as Kafka's tool (DescribeQuorum (55) of
+``__cluster_metadata-0``, the cluster id from DescribeCluster), plus hightide's view of
+seed 004: each broker's applied metadata offset and the lowest acknowledged offset.
+Where those come from: a broker fetches the metadata log at offset N only after it has
+applied everything below N, so an observer's LogEndOffset (its fetch position, as the
+controller reports it) minus one is its applied offset; the lowest acknowledged offset is
+the lowest applied offset among the unfenced brokers (fenced states from DescribeCluster
+of a broker; unknown with ``--bootstrap-controller``). It is derived from the
+controller's view of fetches, which runs at most one heartbeat ahead of the value the
+controller hands out in heartbeat responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from . import main
+from ._common import Col, print_table
+
+LAO_SOURCE = ("derived: lowest (observer LogEndOffset - 1) among unfenced brokers, from DescribeQuorum "
+              "and DescribeCluster")
+
+
+def kafka_uuid(u: uuid.UUID | None) -> str:
+    """A directory id as Kafka prints a Uuid (URL-safe base64, no padding); the zero
+    uuid when unknown (below DescribeQuorum v2)."""
+    raw = (u or uuid.UUID(int=0)).bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class QuorumView:
+    """What one ``describe`` gathered: the quorum, the cluster id and, when asked of a
+    broker, every broker's fenced state (``fenced`` None when unknown)."""
+
+    cluster_id: str
+    quorum: Any  # hightide.client.cluster.QuorumInfo
+    fenced: dict[int, bool] | None
+
+
+async def gather_view(bootstrap: str, controller: bool, timeout_s: float = 15.0) -> QuorumView:
+    """Connect to the first reachable server and ask DescribeQuorum and DescribeCluster.
+    Raises :class:`~hightide.client.errors.KafkaError` (connection, unsupported, error
+    codes); a broker that does not offer DescribeQuorum gets a hint to use
+    ``--bootstrap-controller``."""
+    from ..client import UnsupportedVersionError, parse_servers
+    from ..client.cluster import connect_any, describe_cluster, describe_quorum
+    conn = await connect_any(parse_servers(bootstrap), timeout_s=timeout_s)
+    try:
+        try:
+            quorum = await describe_quorum(conn)
+        except UnsupportedVersionError as exc:
+            hint = "" if controller else " (ask the controller: --bootstrap-controller HOST:PORT)"
+            raise UnsupportedVersionError(exc.code, f"{exc.message}{hint}") from None
+        desc = await describe_cluster(conn, controllers=controller, include_fenced=True)
+    finally:
+        await conn.close()
+    fenced = None
+    if not controller and desc.includes_fenced:
+        fenced = {b.node_id: bool(b.fenced) for b in desc.brokers}
+    return QuorumView(desc.cluster_id, quorum, fenced)
+
+
+def applied_offset(replica: Any) -> int | None:
+    """An observer's applied metadata offset: its fetch position minus one (None when
+    the controller has not seen a fetch yet)."""
+    return replica.log_end_offset - 1 if replica.log_end_offset > 0 else None
+
+
+def lowest_acknowledged(view: QuorumView) -> int | None:
+    """The lowest applied offset among unfenced brokers (see the module doc); None when
+    the fenced states are unknown or no broker is unfenced."""
+    if view.fenced is None:
+        return None
+    offsets = [applied_offset(o) for o in view.quorum.observers if view.fenced.get(o.node_id) is False]
+    known = [x for x in offsets if x is not None]
+    return min(known) if known and len(known) == len(offsets) else None
+
+
+def status_doc(view: QuorumView) -> dict[str, Any]:
+    """The ``--status`` fields, computed as kafka-metadata-quorum.sh computes them."""
+    q = view.quorum
+    leader = next((v for v in q.voters if v.node_id == q.leader_id), None)
+    max_lag, max_lag_ms = -1, -1
+    if leader is not None and q.voters:
+        laggard = min(q.voters, key=lambda v: v.log_end_offset)
+        max_lag = leader.log_end_offset - laggard.log_end_offset
+        if laggard is leader:
+            max_lag_ms = 0
+        elif leader.last_caught_up_timestamp >= 0 and laggard.last_caught_up_timestamp >= 0:
+            max_lag_ms = leader.last_caught_up_timestamp - laggard.last_caught_up_timestamp
+    return {
+        "cluster_id": view.cluster_id, "leader_id": q.leader_id, "leader_epoch": q.leader_epoch,
+        "high_watermark": q.high_watermark, "max_follower_lag": max_lag, "max_follower_lag_time_ms": max_lag_ms,
+        "current_voters": [_node(q, v) for v in q.voters],
+        "current_observers": [_node(q, o) for o in q.observers],
+        "lowest_acknowledged_offset": lowest_acknowledged(view),
+        "lowest_acknowledged_offset_source": LAO_SOURCE if view.fenced is not None else None,
+        "brokers": {str(o.node_id): {"applied_offset": applied_offset(o),
+                                     "fenced": None if view.fenced is None else view.fenced.get(o.node_id)}
+                    for o in q.observers},
+    }
+
+
+def _node(q: Any, r: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": r.node_id}
+    if r.directory_id is not None and r.directory_id.int != 0:
+        out["directoryId"] = kafka_uuid(r.directory_id)
+    endpoints = q.nodes.get(r.node_id)
+    if endpoints:
+        out["endpoints"] = [f"{name}://{host}:{port}" for name, host, port in endpoints]
+    return out
+
+
+def _node_text(node: dict[str, Any]) -> str:
+    parts = [f'"id": {node["id"]}']
+    if "directoryId" in node:
+        parts.append(f'"directoryId": "{node["directoryId"]}"')
+    if "endpoints" in node:
+        parts.append('"endpoints": [' + ", ".join(f'"{e}"' for e in node["endpoints"]) + "]")
+    return "{" + ", ".join(parts) + "}"
+
+
+def status_text(doc: dict[str, Any]) -> str:
+    """Kafka's ``--status`` layout (labels padded to 24 columns) plus hightide's lines."""
+    lao = doc["lowest_acknowledged_offset"]
+    lines = [("ClusterId:", doc["cluster_id"]), ("LeaderId:", doc["leader_id"]),
+             ("LeaderEpoch:", doc["leader_epoch"]), ("HighWatermark:", doc["high_watermark"]),
+             ("MaxFollowerLag:", doc["max_follower_lag"]), ("MaxFollowerLagTimeMs:", doc["max_follower_lag_time_ms"]),
+             ("CurrentVoters:", "[" + ", ".join(map(_node_text, doc["current_voters"])) + "]"),
+             ("CurrentObservers:", "[" + ", ".join(map(_node_text, doc["current_observers"])) + "]"),
+             ("LowestAckedOffset:", "-" if lao is None else lao)]
+    return "\n".join(f"{label:<24}{value}" for label, value in lines)
+
+
+def replication_rows(view: QuorumView, human: bool, now_ms: int) -> list[dict[str, Any]]:
+    """One row per replica: the leader, then the other voters, then the observers, with
+    Kafka's columns (Lag = leader LEO - replica LEO) and the broker's applied offset."""
+    q = view.quorum
+    leader = next((v for v in q.voters if v.node_id == q.leader_id), None)
+    leader_leo = leader.log_end_offset if leader is not None else q.high_watermark
+    ordered = ([(leader, "Leader")] if leader is not None else []) + \
+        [(v, "Follower") for v in q.voters if v is not leader] + [(o, "Observer") for o in q.observers]
+
+    def ts(ms: int) -> Any:
+        if ms < 0:
+            return -1
+        return f"{max(0, now_ms - ms)} ms ago" if human else ms
+    return [{"node_id": r.node_id, "directory_id": kafka_uuid(r.directory_id), "log_end_offset": r.log_end_offset,
+             "lag": leader_leo - r.log_end_offset, "last_fetch_timestamp": ts(r.last_fetch_timestamp),
+             "last_caught_up_timestamp": ts(r.last_caught_up_timestamp), "status": status,
+             "applied_offset": applied_offset(r) if status == "Observer" else None,
+             "fenced": None if view.fenced is None or status != "Observer" else view.fenced.get(r.node_id)}
+            for r, status in ordered]
+
+
+REPLICATION_COLS = [Col("NodeId", "node_id"), Col("DirectoryId", "directory_id", drop=2),
+                    Col("LogEndOffset", "log_end_offset"), Col("Lag", "lag"),
+                    Col("LastFetchTimestamp", "last_fetch_timestamp", drop=1),
+                    Col("LastCaughtUpTimestamp", "last_caught_up_timestamp", drop=1),
+                    Col("Status", "status"), Col("AppliedOffset", "applied_offset", drop=3)]
+
+
+@main.group("metadata-quorum")
+def metadata_quorum() -> None:
+    """The metadata quorum: leader, high watermark, replication (kafka-metadata-quorum)."""
+
+
+@metadata_quorum.command("describe")
+@click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
+              help="HOST:PORT[,...] of brokers (default 127.0.0.1:9092).")
+@click.option("--bootstrap-controller", default=None, help="HOST:PORT[,...] of controllers (KIP-919).")
+@click.option("--status", is_flag=True, help="A short summary of the quorum status.")
+@click.option("--replication", is_flag=True, help="Each replica's replication state.")
+@click.option("--human-readable", is_flag=True, help="Timestamps as 'N ms ago' (--replication).")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of text (raw values).")
+def describe(bootstrap_server: str | None, bootstrap_controller: str | None, status: bool, replication: bool,
+             human_readable: bool, as_json: bool) -> None:
+    """Describe the metadata quorum (one of --status or --replication)."""
+    if status == replication:
+        raise click.UsageError("give exactly one of --status or --replication")
+    if bootstrap_server and bootstrap_controller:
+        raise click.UsageError("give only one of --bootstrap-server or --bootstrap-controller")
+    from ..client import KafkaError
+    controller = bootstrap_controller is not None
+    target = bootstrap_controller or bootstrap_server or "127.0.0.1:9092"
+    try:
+        view = asyncio.run(gather_view(target, controller))
+    except KafkaError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if status:
+        doc = status_doc(view)
+        click.echo(json.dumps(doc, indent=2) if as_json else status_text(doc))
+        return
+    import time
+    rows = replication_rows(view, human_readable and not as_json, int(time.time() * 1000))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        print_table(REPLICATION_COLS, rows)
+

@@ -1,0 +1,63 @@
+"""``hightide dev-cluster``: refusals and start-up failures as one line with a non-zero
+exit and no process left behind; the full run (start, states, Ctrl-C) is in
+test_dev_cluster_run.py."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from hightide.cli import main
+
+
+def _processes_using(path: Path) -> list[int]:
+    """Pids whose command line mentions ``path`` (children a run may have left)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in cmdline:
+            out.append(int(pid))
+    return out
+
+
+def test_more_than_one_controller_is_refused_in_one_line(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["dev-cluster", "--controllers", "3", "--data-dir", str(tmp_path)])
+    assert r.exit_code == 1
+    assert r.output.strip().splitlines() == [
+        "Error: --controllers 3: only one controller runs today (a controller quorum is the next step)."]
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = CliRunner().invoke(main, ["dev-cluster", "--brokers", "1", "--base-port", str(port),
+                                      "--data-dir", str(tmp_path / "d")])
+    assert r.exit_code == 1
+    assert r.output.strip().splitlines() == [
+        f"Error: cannot listen on 127.0.0.1:{port} (broker-0): address already in use (choose another --base-port)"]
+    assert not _processes_using(tmp_path)
+
+
+def test_a_node_failing_at_start_is_one_line_and_stops_the_rest(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["dev-cluster", "--brokers", "2", "--base-port", "0", "--data-dir",
+                                  str(tmp_path / "d"), "--set", "broker.session.timeout.ms=-5"])
+    assert r.exit_code == 1
+    last = r.output.strip().splitlines()[-1]
+    assert last.startswith("Error: controller-3000 exited with 1: ") and "broker.session.timeout.ms" in last
+    assert len(last) < 200
+    assert not _processes_using(tmp_path)
+    assert (tmp_path / "d" / "logs" / "controller-3000.log").exists()
+
+
+def test_a_bad_set_is_a_usage_error(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["dev-cluster", "--set", "novalue", "--data-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "expected NAME=VALUE, got 'novalue'" in r.output
