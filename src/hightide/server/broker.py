@@ -280,11 +280,19 @@ class Broker:
         return LogConfig.from_kafka(props)
 
     def _open_logs(self) -> None:
+        """Open the log of every partition hosted here (this node leads it or holds a
+        replica: on the single node, every partition); delete the logs of partitions no
+        longer in the image (deleted topics) — never a log just because its partition is
+        led elsewhere now."""
         assert self.logs is not None
         wanted: dict[TopicPartition, TopicImage] = {}
+        existing: set[TopicPartition] = set()
+        node = self.node_id
         for t in self.image.topics.values():
-            for p in t.partitions:
-                wanted[(t.name, p)] = t
+            for p, pimg in t.partitions.items():
+                existing.add((t.name, p))
+                if pimg.leader == node or node in pimg.replicas:
+                    wanted[(t.name, p)] = t
         ts = now_ms()
         for tp, t in wanted.items():
             plog = self.logs.get(tp)
@@ -293,7 +301,7 @@ class Broker:
         for tp in [tp for tp in self._unopened if tp not in wanted]:
             del self._unopened[tp]  # deleted before it could be opened
         for tp in self.logs.existing_dirs():
-            if tp not in wanted and tp[0] != METADATA_TOPIC:
+            if tp not in existing and tp[0] != METADATA_TOPIC:
                 log.info("deleting log of removed topic partition %s-%d", *tp)
                 self.logs.delete(tp)
                 self.waiters.wake(tp)

@@ -10,6 +10,7 @@ from ...protocol.acl import all_operations
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from ..coordinator_log import CoordinatorUnavailable
+from ..leadership import not_leader
 
 if TYPE_CHECKING:
     from ...log.partition_log import PartitionLog
@@ -29,10 +30,12 @@ def check_leader_epoch(current_leader_epoch: int, partition_epoch: int = LEADER_
 
 def resolve_partition(ctx: RequestContext, topic: str, partition: int) -> tuple[PartitionLog | None, ErrorCode]:
     """(log, error). The error is UNKNOWN_TOPIC_OR_PARTITION when the topic or the
-    partition does not exist."""
+    partition does not exist, NOT_LEADER_OR_FOLLOWER when another broker (or none) leads it."""
     t = ctx.image.topics.get(topic)
     if t is None or partition not in t.partitions:
         return None, ErrorCode.unknown_topic_or_partition
+    if not_leader(ctx, t, partition) is not None:
+        return None, ErrorCode.not_leader_or_follower
     plog = ctx.logs.partition_log(topic, partition)
     if plog is None:
         return None, ErrorCode.unknown_topic_or_partition

@@ -29,6 +29,7 @@ from ...log.partition_log import OffsetOutOfRange, PartitionLog
 from ...protocol.errors import ErrorCode
 from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
 from ..context import PartitionLogs, RequestContext
+from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from .common import check_leader_epoch
 
@@ -63,13 +64,18 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool) -> tuple[list
                 pd.error_code = (ErrorCode.unknown_topic_id if ctx.version >= 13 else ErrorCode.unknown_topic_or_partition)
                 errors = True
                 continue
+            if (elsewhere := not_leader(ctx, timg, p.partition)) is not None:
+                pd.error_code = elsewhere.error_code
+                pd.current_leader = elsewhere.current_leader if ctx.version >= 16 else None  # as Kafka (KIP-951)
+                errors = True
+                continue
             plog = partition_log(timg.name, p.partition)
             if plog is None:  # in the metadata but its log could not be opened
                 pd.error_code = ErrorCode.kafka_storage_error
                 errors = True
                 continue
             keys.append(((timg.name, p.partition), p.fetch_offset, p.partition_max_bytes))
-            err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            err = check_leader_epoch(getattr(p, "current_leader_epoch", -1), timg.partitions[p.partition].leader_epoch)
             pd.high_watermark = plog.high_watermark
             pd.last_stable_offset = plog.last_stable_offset
             pd.log_start_offset = plog.log_start_offset
@@ -184,11 +190,18 @@ async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadli
 
 
 def _respond(ctx: RequestContext, topics: list[TopicData], error: int = 0) -> RawResponse:
-    b = ctx.identity
-    host, port = b.advertised
     buffers, _ = encode_fetch_response(ctx.version, ctx.header.correlation_id, topics, error_code=error,
-                                       session_id=0, node_endpoints=[(b.node_id, host, port, None)])
+                                       session_id=0, node_endpoints=_leader_endpoints(ctx, topics))
     return RawResponse(buffers)
+
+
+def _leader_endpoints(ctx: RequestContext, topics: list[TopicData]) -> list[tuple[int, str, int, str | None]]:
+    """NodeEndpoints (v16+): the alive leaders named in CurrentLeader fields (Kafka's
+    rule); none without broker registrations (the single node leads every partition)."""
+    if ctx.version < 16 or not ctx.image.brokers:
+        return []
+    return node_endpoints(ctx, (pd.current_leader[0] for t in topics for pd in t.partitions
+                                if pd.current_leader is not None))
 
 
 @handles(1, 4, 17)

@@ -21,6 +21,7 @@ from ...protocol.codec import response_schema
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
+from ..leadership import leader_epoch
 from ..registry import handles
 from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
 
@@ -69,7 +70,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 continue
             plog, err = resolve_partition(ctx, t.name, p.partition_index)
             if err == ErrorCode.none:
-                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1),
+                                         leader_epoch(ctx.image, t.name, p.partition_index))
             if plog is not None and err == ErrorCode.none:
                 err, ts, off = lookup(plog, p.timestamp, ctx.version, read_committed)
                 if err == ErrorCode.none:

@@ -1,9 +1,22 @@
-"""Metadata (key 3), with ``auto.create.topics.enable`` and topic ids (v10+)."""
+"""Metadata (key 3), with ``auto.create.topics.enable`` and topic ids (v10+).
+
+The single node answers with itself as the only broker and controller, leading every
+partition. With broker registrations in the image (cluster mode) the answer is Kafka's
+``KRaftMetadataCache``'s: the unfenced registered brokers with their endpoint on the
+listener the request came in on; per partition the image's leader, leader epoch,
+replicas and ISR, the replicas whose broker is gone, fenced or lacks that listener as
+offline, and LEADER_NOT_AVAILABLE with leader -1 when the leader is not a registered
+broker (no leader: its only replica was fenced) — LISTENER_NOT_FOUND (v6+) when it has no
+such listener; ControllerId is a random alive broker, as KRaft brokers answer (clients
+send controller requests to a broker, which forwards them).
+"""
 
 from __future__ import annotations
 
+import random
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.codec import response_schema
 
@@ -14,20 +27,56 @@ from ...protocol.errors import ErrorCode
 from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ...protocol.acl import all_operations
+from ..leadership import NO_LEADER, alive_brokers
 from ..registry import handles
+
+if TYPE_CHECKING:
+    from ...cluster.broker_image import BrokerRegistration
 
 OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_entry(t: TopicImage) -> dict:
+def topic_entry(t: TopicImage, cluster: _Cluster | None = None) -> dict:
+    """A topic's entry; ``cluster`` (cluster mode) adds each partition's availability."""
     parts = []
     for p in sorted(t.partitions.values(), key=lambda p: p.partition):
-        parts.append({"error_code": ErrorCode.none, "partition_index": p.partition, "leader_id": p.leader,
-                      "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas),
-                      "isr_nodes": list(p.replicas), "offline_replicas": []})
+        entry = {"error_code": ErrorCode.none, "partition_index": p.partition, "leader_id": p.leader,
+                 "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas),
+                 "isr_nodes": list(p.replicas), "offline_replicas": []}
+        if cluster is not None:
+            cluster.availability(entry, p.leader)
+        parts.append(entry)
     return {"error_code": ErrorCode.none, "name": t.name, "topic_id": t.topic_id, "is_internal": t.internal,
             "partitions": parts, "topic_authorized_operations": OMITTED}
+
+
+class _Cluster:
+    """The registered brokers as one Metadata request sees them (its listener, its version)."""
+
+    def __init__(self, brokers: Mapping[int, BrokerRegistration], listener: str, version: int) -> None:
+        self.brokers, self.listener, self.version = brokers, listener, version
+
+    def _online(self, broker_id: int) -> bool:
+        reg = self.brokers.get(broker_id)
+        return reg is not None and not reg.fenced and reg.endpoint(self.listener) is not None
+
+    def availability(self, entry: dict, leader: int) -> None:
+        """Kafka's getPartitionMetadata: offline replicas; LEADER_NOT_AVAILABLE (leader
+        -1) when the leader is not registered, LISTENER_NOT_FOUND (v6+) when it lacks the
+        listener; v0 lists only available replicas and says REPLICA_NOT_AVAILABLE."""
+        replicas, isr = entry["replica_nodes"], entry["isr_nodes"]
+        entry["offline_replicas"] = [r for r in replicas if not self._online(r)]
+        if self.version == 0:
+            entry["replica_nodes"] = [r for r in replicas if self._online(r)]
+            entry["isr_nodes"] = [r for r in isr if self._online(r)]
+        reg = self.brokers.get(leader) if leader != NO_LEADER else None
+        if reg is None or reg.endpoint(self.listener) is None:
+            missing_listener = reg is not None and self.version >= 6
+            entry["error_code"] = ErrorCode.listener_not_found if missing_listener else ErrorCode.leader_not_available
+            entry["leader_id"] = NO_LEADER
+        elif len(entry["replica_nodes"]) < len(replicas) or len(entry["isr_nodes"]) < len(isr):
+            entry["error_code"] = ErrorCode.replica_not_available
 
 
 def error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None) -> dict:
@@ -38,18 +87,18 @@ def error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = 
 async def auto_create(metadata: MetadataAccess, names: list[str]) -> None:
     """Create the named topics with broker defaults (used by Metadata), durably."""
     if names:
-        await metadata.write_metadata(lambda image: metadata.controller.create_topics(
-            image, [NewTopic(n) for n in names]))
+        await metadata.create_topics([NewTopic(n) for n in names])
 
 
 @handles(3, 0, 12)
 async def handle(ctx: RequestContext, req: Any) -> Any:
     image = ctx.image
+    cluster = _Cluster(image.brokers, ctx.services.listener, ctx.version) if image.brokers else None
     requested = req.topics
     if ctx.version == 0 and requested is not None and len(requested) == 0:
         requested = None  # v0: empty list means all topics
     if requested is None:
-        topics = [topic_entry(t) for t in sorted(image.topics.values(), key=lambda t: t.name)]
+        topics = [topic_entry(t, cluster) for t in sorted(image.topics.values(), key=lambda t: t.name)]
     else:
         allow = getattr(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
         to_create = []
@@ -69,12 +118,12 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             if rt.name is None:
                 t = image.topic_by_id(tid) if tid and tid != ZERO_UUID else None
                 # the topic name is nullable only from v12 on
-                topics.append(topic_entry(t) if t else error_entry(None if ctx.version >= 12 else "",
-                                                                    ErrorCode.unknown_topic_id, tid))
+                topics.append(topic_entry(t, cluster) if t else error_entry(None if ctx.version >= 12 else "",
+                                                                             ErrorCode.unknown_topic_id, tid))
                 continue
             t = image.topics.get(rt.name)
             if t is not None:
-                topics.append(topic_entry(t))
+                topics.append(topic_entry(t, cluster))
             elif topic_name_error(rt.name) is not None:
                 topics.append(error_entry(rt.name, ErrorCode.invalid_topic_exception))
             else:
@@ -83,11 +132,22 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         for entry in topics:
             entry["topic_authorized_operations"] = all_operations("topic")
     cluster_ops = all_operations("cluster") if getattr(req, "include_cluster_authorized_operations", False) else OMITTED
-    b = ctx.identity
-    host, port = b.advertised
+    brokers, controller_id = _brokers(ctx)
     return materialize(response_schema(3, ctx.version), {
-        "throttle_time": 0,
-        "brokers": [{"node_id": b.node_id, "host": host, "port": port, "rack": None}],
-        "cluster_id": b.cluster_id, "controller_id": b.node_id, "topics": topics,
-        "cluster_authorized_operations": cluster_ops,
+        "throttle_time": 0, "brokers": brokers, "cluster_id": ctx.identity.cluster_id,
+        "controller_id": controller_id, "topics": topics, "cluster_authorized_operations": cluster_ops,
     })
+
+
+def _brokers(ctx: RequestContext) -> tuple[list[dict], int]:
+    """(brokers, controller id): this node alone on the single node; in cluster mode the
+    alive brokers on the request's listener and a random one of them as controller (-1
+    when there is none), as Kafka's KRaft brokers answer."""
+    image = ctx.image
+    if not image.brokers:
+        b = ctx.identity
+        host, port = b.advertised
+        return [{"node_id": b.node_id, "host": host, "port": port, "rack": None}], b.node_id
+    alive = [ep for ep, _ in alive_brokers(image, ctx.services.listener)]
+    brokers = [{"node_id": n, "host": h, "port": port, "rack": r} for n, h, port, r in alive]
+    return brokers, random.choice(alive)[0] if alive else -1

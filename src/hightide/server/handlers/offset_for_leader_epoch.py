@@ -10,6 +10,7 @@ from ...protocol.codec import response_schema
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
+from ..leadership import leader_epoch
 from ..registry import handles
 from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
 
@@ -23,7 +24,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             entry = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
             plog, err = resolve_partition(ctx, t.topic, p.partition)
             if err == ErrorCode.none:
-                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1),
+                                         leader_epoch(ctx.image, t.topic, p.partition))
             if plog is not None and err == ErrorCode.none and 0 <= p.leader_epoch:
                 # Requested epoch >= ours: the largest epoch <= requested is ours.
                 entry.update(leader_epoch=LEADER_EPOCH, end_offset=plog.log_end_offset)

@@ -26,6 +26,7 @@ from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
 from ...protocol.records import BatchHeader, InvalidRecords, decode_records, recompress_batch, validate_batches
 from ..context import RequestContext
+from ..leadership import node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
 from .common import LEADER_EPOCH
 
@@ -111,6 +112,9 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
             "log_start_offset": -1, "record_errors": [], "error_message": None}
     timg = ctx.image.topics.get(topic)
     known = timg is not None and partition in timg.partitions
+    if timg is not None and known and (elsewhere := not_leader(ctx, timg, partition)) is not None:
+        resp["error_code"], resp["current_leader"] = elsewhere.error_code, elsewhere.current_leader
+        return resp, None
     plog = ctx.logs.partition_log(topic, partition) if known else None
     if timg is None or plog is None:
         # A partition whose log could not be opened (e.g. out of file descriptors) is a
@@ -237,5 +241,10 @@ def _encode(ctx: RequestContext, response: dict) -> RawResponse:
                             p["log_start_offset"], p["error_message"],
                             [(e["batch_index"], e["batch_index_error_message"]) for e in p["record_errors"]])
                            for p in t["partition_responses"]]) for t in response["responses"]]
-    frame = encode_produce_response(ctx.version, ctx.header.correlation_id, topics)
+    # KIP-951: the current leader of each partition refused NOT_LEADER_OR_FOLLOWER
+    leaders = {(t["name"], p["index"]): p["current_leader"] for t in response["responses"]
+               for p in t["partition_responses"] if p.get("current_leader") is not None}
+    frame = encode_produce_response(ctx.version, ctx.header.correlation_id, topics, leaders=leaders,
+                                    node_endpoints=node_endpoints(ctx, (i for i, _ in leaders.values()))
+                                    if leaders else ())
     return RawResponse([memoryview(frame)[4:]])

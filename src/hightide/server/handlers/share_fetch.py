@@ -34,6 +34,7 @@ from ...share.partition import RENEW, AckBatch
 from ...share.session import FINAL_EPOCH, SessionError
 from ...share.types import ShareStateKey
 from ..context import RequestContext
+from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from .common import LEADER_EPOCH
 
@@ -48,7 +49,21 @@ def _resolve(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> tuple[
         return None, int(ErrorCode.unknown_topic_id)
     if partition not in timg.partitions:
         return None, int(ErrorCode.unknown_topic_or_partition)
+    if not_leader(ctx, timg, partition) is not None:
+        return None, int(ErrorCode.not_leader_or_follower)
     return timg.name, 0
+
+
+def _leader(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> tuple[int, int]:
+    """(leader id, leader epoch) of a partition in the image, (-1, -1) if unknown."""
+    timg = ctx.image.topic_by_id(topic_id)
+    p = timg.partitions.get(partition) if timg is not None else None
+    return (p.leader, p.leader_epoch) if p is not None else (-1, -1)
+
+
+def _endpoints(ctx: RequestContext, refused: Iterable[tuple[uuid.UUID, int]]) -> list[tuple[int, str, int, str | None]]:
+    """NodeEndpoints of the leaders of the partitions refused NOT_LEADER_OR_FOLLOWER."""
+    return node_endpoints(ctx, (_leader(ctx, tid, p)[0] for tid, p in refused)) if ctx.image.brokers else []
 
 
 def _ack_batches(ctx: RequestContext, req: Any, parts: Any) -> tuple[list[AckBatch] | None, int]:
@@ -150,8 +165,10 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         if context.full or pd.records or pd.error_code or (tid, p) in ack_results:
             topics.setdefault(tid, ShareTopicData(tid)).partitions.append(pd)
     lock_ms = manager.settings(group_id).record_lock_duration_ms
+    refused = [tp for tp, pd in results.items() if pd.error_code == ErrorCode.not_leader_or_follower]
     return RawResponse(encode_share_fetch_response(ctx.version, ctx.header.correlation_id, list(topics.values()),
-                                                   acquisition_lock_timeout_ms=lock_ms))
+                                                   acquisition_lock_timeout_ms=lock_ms,
+                                                   node_endpoints=_endpoints(ctx, refused)))
 
 
 async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member_id: str,
@@ -164,6 +181,8 @@ async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member
         name, code = _resolve(ctx, tid, p)
         if name is None:
             pd.error_code = code
+            if code == ErrorCode.not_leader_or_follower:
+                pd.leader_id, pd.leader_epoch = _leader(ctx, tid, p)
             continue
         key = ShareStateKey(group_id, tid, p)
         code, msg = await manager.prepare(key, name)
@@ -212,10 +231,11 @@ async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member
 
 # -- ShareAcknowledge --------------------------------------------------------------------------
 def _ack_response(ctx: RequestContext, code: int, message: str | None, topics: list | None = None,
-                  lock_ms: int = 0) -> Any:
+                  lock_ms: int = 0, endpoints: list[tuple[int, str, int, str | None]] | None = None) -> Any:
     return materialize(response_schema(79, ctx.version), {
         "throttle_time": 0, "error_code": code, "error_message": message, "acquisition_lock_timeout": lock_ms,
-        "responses": topics or [], "node_endpoints": []})
+        "responses": topics or [], "node_endpoints": [
+            {"node_id": n, "host": h, "port": port, "rack": r} for n, h, port, r in endpoints or ()]})
 
 
 @handles(79, 1, 2)
@@ -239,8 +259,12 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
         manager.close_session(group_id, member_id)
     by_topic: dict[uuid.UUID, list] = {}
     for (tid, p), (code, msg) in results.items():
+        leader, epoch = _leader(ctx, tid, p) if code == ErrorCode.not_leader_or_follower else (ctx.identity.node_id,
+                                                                                               LEADER_EPOCH)
         by_topic.setdefault(tid, []).append({
             "partition_index": p, "error_code": code, "error_message": msg,
-            "current_leader": {"leader_id": ctx.identity.node_id, "leader_epoch": LEADER_EPOCH}})
+            "current_leader": {"leader_id": leader, "leader_epoch": epoch}})
     topics = [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()]
-    return _ack_response(ctx, 0, None, topics, manager.settings(group_id).record_lock_duration_ms)
+    refused = [tp for tp, (code, _) in results.items() if code == ErrorCode.not_leader_or_follower]
+    return _ack_response(ctx, 0, None, topics, manager.settings(group_id).record_lock_duration_ms,
+                         _endpoints(ctx, refused))
