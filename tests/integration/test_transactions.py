@@ -101,3 +101,92 @@ def test_zombie_is_fenced(server, topic_name):
     assert err.fatal() or err.code() in (ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED,
                                          ck.KafkaError.INVALID_PRODUCER_EPOCH), err
     assert _consume(server.bootstrap, topic_name, "read_committed", 1) == [b"fresh"]
+
+
+def test_consume_transform_produce_exactly_once(server, topic_name):
+    """send_offsets_to_transaction: every input record's output appears once, committed
+    offsets match the inputs consumed; an aborted round leaves no output and no offsets."""
+    src, dst, group = f"{topic_name}-in", f"{topic_name}-out", f"eos-{topic_name}"
+    confluent_create_topic(server.bootstrap, src, 1)
+    confluent_create_topic(server.bootstrap, dst, 1)
+    seed = ck.Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(30):
+        seed.produce(src, value=f"in{i}".encode())
+    seed.flush(10)
+    consumer = ck.Consumer({"bootstrap.servers": server.bootstrap, "group.id": group,
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False})
+    consumer.subscribe([src])
+    p = _producer(server.bootstrap, f"eos-{topic_name}")
+    done = 0
+    aborted_once = False
+    try:
+        while done < 30:
+            msgs = consumer.consume(10, 1.0)
+            if not msgs:
+                continue
+            p.begin_transaction()
+            for m in msgs:
+                assert not m.error(), m.error()
+                p.produce(dst, value=b"out-" + m.value())
+            offsets = [ck.TopicPartition(src, 0, msgs[-1].offset() + 1)]
+            p.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 15)
+            if not aborted_once:  # abort the first round: its output and offsets vanish
+                aborted_once = True
+                p.abort_transaction(15)
+                consumer.seek(ck.TopicPartition(src, 0, msgs[0].offset()))
+                continue
+            p.commit_transaction(15)
+            done += len(msgs)
+    finally:
+        consumer.close()
+    out = _consume(server.bootstrap, dst, "read_committed", 30)
+    assert sorted(out) == sorted(f"out-in{i}".encode() for i in range(30))
+    admin = ck.admin.AdminClient({"bootstrap.servers": server.bootstrap})
+    fut = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)])[group]
+    committed = {tp.partition: tp.offset for tp in fut.result(15).topic_partitions}
+    assert committed == {0: 30}
+
+
+def test_open_transaction_is_aborted_by_timeout(fresh_server, topic_name):
+    """A producer that never ends its transaction: the coordinator aborts it after
+    transaction.timeout.ms (records invisible to read_committed, the LSO moves on) and
+    fences the producer."""
+    srv = fresh_server("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=200")
+    confluent_create_topic(srv.bootstrap, topic_name, 1)
+    p = _producer(srv.bootstrap, f"slow-{topic_name}", **{"transaction.timeout.ms": 1500})
+    p.begin_transaction()
+    p.produce(topic_name, value=b"hanging")
+    p.flush(10)
+    q = ck.Producer({"bootstrap.servers": srv.bootstrap})
+    q.produce(topic_name, value=b"plain")
+    q.flush(10)
+    # read_committed reads past the aborted transaction once it is aborted
+    assert _consume(srv.bootstrap, topic_name, "read_committed", 1, timeout=30) == [b"plain"]
+    with pytest.raises(ck.KafkaException):
+        p.commit_transaction(15)
+
+
+def test_kill9_mid_transaction_then_restart(fresh_server, topic_name, tmp_path):
+    """kill -9 with a transaction open and another decided: after the restart the
+    decided one is complete (visible), the open one aborted by its timeout (invisible),
+    and the transactional id works again (a new epoch)."""
+    args = ("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=200")
+    srv = fresh_server(*args)
+    confluent_create_topic(srv.bootstrap, topic_name, 1)
+    done = _producer(srv.bootstrap, f"done-{topic_name}")
+    done.begin_transaction()
+    done.produce(topic_name, value=b"committed")
+    done.commit_transaction(15)
+    open_ = _producer(srv.bootstrap, f"open-{topic_name}", **{"transaction.timeout.ms": 2000})
+    open_.begin_transaction()
+    open_.produce(topic_name, value=b"open")
+    open_.flush(10)
+    srv.kill9()
+    srv2 = fresh_server(*args, data_dir=srv.data_dir, port=srv.port)
+    assert _consume(srv2.bootstrap, topic_name, "read_committed", 1, timeout=30) == [b"committed"]
+    again = _producer(srv2.bootstrap, f"open-{topic_name}")
+    again.begin_transaction()
+    again.produce(topic_name, value=b"after")
+    again.commit_transaction(15)
+    assert _consume(srv2.bootstrap, topic_name, "read_committed", 2) == [b"committed", b"after"]
