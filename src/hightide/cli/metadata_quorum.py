@@ -23,6 +23,8 @@ from typing import Any
 
 import click
 
+from ..client.cluster import applied_offset
+from ..client.cluster import lowest_acknowledged as _lowest_acknowledged
 from . import main
 from ._common import Col, print_table
 
@@ -70,20 +72,9 @@ async def gather_view(bootstrap: str, controller: bool, timeout_s: float = 15.0)
     return QuorumView(desc.cluster_id, quorum, fenced)
 
 
-def applied_offset(replica: Any) -> int | None:
-    """An observer's applied metadata offset: its fetch position minus one (None when
-    the controller has not seen a fetch yet)."""
-    return replica.log_end_offset - 1 if replica.log_end_offset > 0 else None
-
-
 def lowest_acknowledged(view: QuorumView) -> int | None:
-    """The lowest applied offset among unfenced brokers (see the module doc); None when
-    the fenced states are unknown or no broker is unfenced."""
-    if view.fenced is None:
-        return None
-    offsets = [applied_offset(o) for o in view.quorum.observers if view.fenced.get(o.node_id) is False]
-    known = [x for x in offsets if x is not None]
-    return min(known) if known and len(known) == len(offsets) else None
+    """The lowest applied offset among unfenced brokers (see the module doc)."""
+    return _lowest_acknowledged(view.quorum, view.fenced)
 
 
 def status_doc(view: QuorumView) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Self, TypeVar
 
 from ..protocol.records import HEADER_SIZE, decode_records, parse_header
+from .cluster import ClusterDescription, QuorumInfo, describe_cluster, describe_quorum
 from .configs import ConfigsMixin
 from .connection import BrokerConnection
 from .data import DataMixin
@@ -210,6 +211,20 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin):
             self._addrs[b.node_id] = (b.host, b.port)
         self._cluster = md
         return md
+
+    async def describe_cluster(self, include_fenced: bool = True) -> ClusterDescription:
+        """DescribeCluster of a broker (fenced brokers too where it has v2); see
+        :func:`hightide.client.cluster.describe_cluster`. Retries retriable errors."""
+        async def attempt() -> ClusterDescription:
+            return await describe_cluster(await self._any_conn(), include_fenced=include_fenced)
+        return await self._with_retries(attempt)
+
+    async def describe_metadata_quorum(self) -> QuorumInfo:
+        """DescribeQuorum of ``__cluster_metadata-0`` (Kafka's describeMetadataQuorum);
+        raises :class:`UnsupportedVersionError` when the broker does not offer it."""
+        async def attempt() -> QuorumInfo:
+            return await describe_quorum(await self._any_conn())
+        return await self._with_retries(attempt)
 
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         """Sorted names of all topics (internal ones such as ``__consumer_offsets`` only

@@ -9,14 +9,15 @@ other broker APIs the admin client starts with. Both work against hightide and K
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .connection import BrokerConnection
 from .errors import ErrorCode, KafkaError, error_for
 
-__all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "connect_any",
-           "describe_cluster", "describe_quorum", "METADATA_TOPIC"]
+__all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "applied_offset", "connect_any",
+           "describe_cluster", "describe_quorum", "lowest_acknowledged", "METADATA_TOPIC"]
 
 METADATA_TOPIC = "__cluster_metadata"
 _BROKERS, _CONTROLLERS = 1, 2  # DescribeCluster EndpointType (KIP-919)
@@ -134,3 +135,24 @@ async def describe_quorum(conn: BrokerConnection) -> QuorumInfo:
                               tuple(_replica(r) for r in p.current_voters),
                               tuple(_replica(r) for r in p.observers), nodes)
     raise KafkaError(ErrorCode.unknown_server_error, f"DescribeQuorum answered without {METADATA_TOPIC}-0")
+
+
+def applied_offset(replica: QuorumReplica) -> int | None:
+    """A broker's applied metadata offset from its fetch position as the controller
+    reports it (an observer's LogEndOffset): a hightide broker fetches offset N only
+    after applying everything below N, so it is LogEndOffset - 1. None before a fetch."""
+    return replica.log_end_offset - 1 if replica.log_end_offset > 0 else None
+
+
+def lowest_acknowledged(quorum: QuorumInfo, fenced: Mapping[int, bool] | None) -> int | None:
+    """The lowest applied offset among the unfenced brokers (``fenced``: broker id →
+    fenced, from DescribeCluster v2) — the seed-004 value as the controller's fetch view
+    shows it (it may run one heartbeat ahead of what heartbeat responses carry). None
+    when ``fenced`` is unknown, no broker is unfenced, or an unfenced broker has not
+    fetched yet."""
+    if fenced is None:
+        return None
+    offsets = [applied_offset(o) for o in quorum.observers if fenced.get(o.node_id) is False]
+    if not offsets or any(x is None for x in offsets):
+        return None
+    return min(x for x in offsets if x is not None)
