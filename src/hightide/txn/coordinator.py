@@ -118,11 +118,11 @@ class TxnShard:
                partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """KIP-890's check (AddPartitionsToTxn verifyOnly): is each partition in the
         producer's ongoing transaction? NONE if so, INVALID_TXN_STATE if not; every
-        partition gets the producer's error (unknown id or mapping, fenced epoch, a
-        transaction being completed) instead when there is one."""
+        partition gets the producer's error (unknown id or mapping, an epoch other than
+        the current one, a transaction being completed) instead when there is one."""
         parts = list(partitions)
         meta = self.txns.get(transactional_id)
-        code = self._producer_error(meta, producer_id, producer_epoch)
+        code = self._producer_error(meta, producer_id, producer_epoch, exact=True)
         if code is ErrorCode.none and meta is not None and meta.state in COMPLETING:
             code = ErrorCode.concurrent_transactions
         if code is not ErrorCode.none or meta is None:
