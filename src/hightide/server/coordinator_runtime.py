@@ -310,6 +310,28 @@ class CoordinatorRuntime(Generic[S]):
             if part.task is not None and not part.task.done():
                 part.task.cancel()
 
+    def unload(self, partition: int, reason: str) -> None:
+        """Stop serving ``partition`` (cluster mode: its leadership moved away): its load
+        stops, its writes not committed yet and the requests parked in its shards fail
+        with NOT_COORDINATOR (clients look the coordinator up again), and it is no longer
+        in :attr:`partitions`. Its log is not touched."""
+        part = self.partitions.pop(partition, None)
+        if part is None:
+            return
+        part.epoch += 1  # an fsync still running answers nobody
+        if part.task is not None and not part.task.done():
+            part.task.cancel()
+        err = CoordinatorUnavailable(f"{self.adapter.topic}-{partition} {reason}", ErrorCode.not_coordinator)
+        failed = list(part.inflight) + list(part.queue)
+        part.inflight.clear()
+        part.queue.clear()
+        for w in failed:
+            if not w.fut.done():
+                w.fut.set_exception(err)
+        if self.adapter.pipelined:
+            shards = [s for s in (part.working, part.shard) if s is not None]
+            self.adapter.abandon(partition, shards, [w.result for w in failed])
+
     # -- reads ---------------------------------------------------------------------------------
     def shard(self, partition: int) -> S:
         """The partition's committed shard: committed state only (see the module doc).
@@ -427,6 +449,7 @@ class CoordinatorRuntime(Generic[S]):
                 batch = build_batch([(k, v, [], now_ms) for k, v in self.adapter.encode(records)],
                                     producer_id=-1 if txn is None else txn.producer_id,
                                     producer_epoch=-1 if txn is None else txn.producer_epoch,
+                                    base_sequence=-1 if txn is None else _next_sequence(plog, txn),
                                     is_transactional=txn is not None)
                 base = plog.append(batch, validate_batches(batch, client_origin=False), now_ms).base_offset
                 count = len(records)
@@ -539,6 +562,18 @@ def _retrieve(fut: asyncio.Future) -> None:
     """Mark a write's exception retrieved (its caller may be gone)."""
     if not fut.cancelled():
         fut.exception()
+
+
+def _next_sequence(plog: PartitionLog, txn: TxnBatch) -> int:
+    """The sequence of the coordinator's next transactional batch of ``txn``'s producer:
+    0 in a new epoch, else one past the producer's last. Kafka writes these batches
+    without a sequence and skips the sequence checks for coordinator appends; the
+    partition log checks every batch of a producer id as a client's, so the coordinator
+    numbers its batches the way a client would (readers ignore the field)."""
+    entry = plog.producer_state.last_entry(txn.producer_id)
+    if entry is None or entry.epoch != txn.producer_epoch or entry.last_seq < 0:
+        return 0
+    return 0 if entry.last_seq == 2**31 - 1 else entry.last_seq + 1
 
 
 def fsync_due(plog: PartitionLog) -> bool:

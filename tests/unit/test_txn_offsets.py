@@ -1,0 +1,74 @@
+"""Transactional offset commits in the group coordinator over a real ``__consumer_offsets``
+log: TxnOffsetCommit's offsets are appended as a transactional batch of the producer and
+stay pending (invisible to OffsetFetch) until the transaction's marker reaches the
+partition (COMMIT: visible; ABORT: dropped), across transactions and epochs of one
+producer, and a reload from the log rebuilds exactly that (Kafka's
+pendingTransactionalOffsetCommits)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hightide.group.offsets import CommitRequest
+from hightide.group.shard import CoordinatorResult
+from hightide.protocol.errors import ErrorCode
+from hightide.server.coordinator_service import returning
+from hightide.server.group_runtime import GroupRuntime
+from hightide.txn.batch import TxnBatch
+from tests.unit.test_coordinator_runtime import T0, FakeBroker
+
+GROUP = "g"
+PID = 5
+
+
+def _runtime(broker: FakeBroker) -> GroupRuntime:
+    groups = GroupRuntime(broker)  # type: ignore[arg-type]
+    groups.runtime.load([0], now=True)
+    return groups
+
+
+async def _txn_commit(groups: GroupRuntime, epoch: int, offset: int) -> None:
+    commit = CommitRequest("t", 0, offset)
+    group_error, errors = await groups.execute(GROUP, lambda s: s.txn_commit_offsets(
+        GROUP, PID, epoch, -1, "", None, [commit], T0, lambda t, p: True), T0)
+    assert (group_error, errors) == (ErrorCode.none, {("t", 0): ErrorCode.none})
+
+
+async def _marker(groups: GroupRuntime, epoch: int, commit: bool) -> None:
+    await groups.runtime.write(0, returning(CoordinatorResult(txn_batch=TxnBatch(PID, epoch, commit))), T0)
+
+
+def _fetched(groups: GroupRuntime) -> tuple[int, bool]:
+    shard = groups.shard_for(GROUP)
+    return shard.fetch_offsets(GROUP, [("t", 0)])[0].offset, shard.has_pending_offsets(GROUP, ("t", 0))
+
+
+def test_pending_until_the_marker_across_transactions_epochs_and_reloads(tmp_path):
+    broker = FakeBroker(tmp_path)
+    groups = _runtime(broker)
+
+    async def scenario() -> None:
+        await _txn_commit(groups, 0, 10)
+        assert _fetched(groups) == (-1, True)  # pending: not visible
+        await _marker(groups, 0, False)
+        assert _fetched(groups) == (-1, False)  # aborted: dropped
+        await _txn_commit(groups, 0, 20)  # the next transaction of the same epoch
+        await _txn_commit(groups, 0, 21)  # twice in one transaction: the last wins
+        await _marker(groups, 0, True)
+        assert _fetched(groups) == (21, False)
+        await _txn_commit(groups, 1, 30)  # a bumped epoch
+        await _marker(groups, 1, True)
+        assert _fetched(groups) == (30, False)
+        await _txn_commit(groups, 1, 40)  # left open across the reload
+        assert _fetched(groups) == (30, True)
+
+    asyncio.run(scenario())
+    reloaded = _runtime(broker)
+    assert _fetched(reloaded) == (30, True)
+
+    async def after() -> None:
+        await _marker(reloaded, 1, True)
+
+    asyncio.run(after())
+    assert _fetched(reloaded) == (40, False)
+    assert _fetched(_runtime(broker)) == (40, False)
