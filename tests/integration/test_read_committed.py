@@ -196,3 +196,31 @@ def test_lso_and_aborted_index_survive_kill_9(fresh_server, tmp_path: Path) -> N
                 [b"a0", b"a1", b"c0", b"a2", b"open-0", b"plain"]
         finally:
             srv.kill9()
+
+
+def _fetch(c: RawClient, topic: str, offset: int, isolation: int, max_wait_ms: int) -> Any:
+    body = {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": isolation, "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "forgotten_topics_data": [], "topics": [{"topic": topic, "topic_id": None, "partitions": [
+                {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+                 "log_start_offset": -1, "last_fetched_epoch": -1}]}]}
+    return c.request(1, 12, body).responses[0].partitions[0]
+
+
+def test_read_committed_fetch_past_the_lso_waits_and_answers_the_fields(broker: EmbeddedBroker) -> None:
+    topic = "rcf-" + uuid.uuid4().hex[:6]
+    confluent_create_topic(broker.bootstrap, topic, 1)
+    with RawClient(broker.bootstrap) as c:
+        assert _produce(c, topic, _batch(3000, 0, [b"o-0", b"o-1"])).error_code == 0  # open: LSO 0
+        assert _produce(c, topic, _batch(-1, -1, [b"p"], txn=False), None).error_code == 0  # offset 2
+        started = time.monotonic()
+        p = _fetch(c, topic, 2, 1, 800)  # past the LSO, below the HW: nothing to read yet
+        assert time.monotonic() - started >= 0.7  # parked until max_wait, not answered at once
+        assert (p.error_code, p.high_watermark, p.last_stable_offset) == (0, 3, 0) and not p.records
+        assert p.aborted_transactions == ()
+        u = _fetch(c, topic, 0, 0, 0)  # read_uncommitted: everything, the LSO field set too
+        assert (u.last_stable_offset, u.aborted_transactions) == (0, None)
+        _marker(broker, topic, 3000, commit=False)
+        r = _fetch(c, topic, 0, 1, 0)
+        assert r.last_stable_offset == 4
+        assert [(a.producer_id, a.first_offset) for a in r.aborted_transactions] == [(3000, 0)]
