@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "NodeFailed", "NodeProcess", "NodeSpec", "free_ports", "plan"]
+__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "NodeFailed", "NodeProcess", "NodeSpec", "free_ports", "plan",
+           "single_node"]
 
 CONTROLLER_ID_BASE = 3000
 """The first controller's node.id (brokers are 0..N-1), as Kafka's KafkaClusterTestKit."""
@@ -103,6 +104,8 @@ class NodeSpec:
 
     @property
     def name(self) -> str:
+        if self.is_broker and self.is_controller:
+            return f"single-{self.node_id}"
         return f"{'broker' if self.is_broker else 'controller'}-{self.node_id}"
 
     @property
@@ -114,6 +117,8 @@ class NodeSpec:
         --node-id N --set name=value ...`` (settings in a stable order)."""
         argv = [python, "-m", "hightide", "serve", "--data-dir", str(self.data_dir),
                 "--node-id", str(self.node_id), "--log-level", self.log_level]
+        if self.is_broker and self.is_controller:  # the single-node combined mode listens on --listen
+            argv += ["--listen", self.address]
         for name in sorted(self.settings):
             argv += ["--set", f"{name}={self.settings[name]}"]
         return argv
@@ -158,6 +163,15 @@ def plan(n_brokers: int, base_dir: str | os.PathLike[str], *, n_controllers: int
         specs.append(NodeSpec(bid, ("broker",), base / f"broker-{bid}", port, host,
                               {**common, **own, **extra}, log_level))
     return specs
+
+
+def single_node(base_dir: str | os.PathLike[str], *, port: int | None = None, host: str = HOST,
+                settings: Mapping[str, Any] | None = None, node_id: int = 1) -> NodeSpec:
+    """Today's single combined node (broker and controller in one process, the default
+    ``process.roles``) as a :class:`NodeSpec`: data in ``<base_dir>/single-<id>``, its
+    one listener on ``port`` (None: a free port). Run it with :class:`NodeProcess`."""
+    return NodeSpec(node_id, ("broker", "controller"), Path(base_dir) / f"single-{node_id}",
+                    port or free_ports(1, host)[0], host, {k: _setting(v) for k, v in (settings or {}).items()})
 
 
 def _setting(value: Any) -> str:

@@ -4,13 +4,23 @@ stop every node and name the cause."""
 
 from __future__ import annotations
 
+import signal
 import socket
 from pathlib import Path
 
 import pytest
 
 from hightide.config import BrokerConfig
-from hightide.devcluster import CONTROLLER_ID_BASE, DevCluster, NodeFailed, format_dirs, plan
+from hightide.devcluster import (
+    CONTROLLER_ID_BASE,
+    DevCluster,
+    NodeFailed,
+    NodeProcess,
+    format_dirs,
+    plan,
+    single_node,
+)
+from tests.waiting import wait_until
 
 from .harness import HEARTBEAT_MS, SESSION_MS, ClusterHarness, kafka_names
 
@@ -130,3 +140,36 @@ def test_a_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None
         with pytest.raises(NodeFailed, match=rf"cannot listen on 127.0.0.1:{port} \(broker-0\): address already in use"):
             c.start()
         assert all(n.proc is None for n in c.nodes.values())
+
+
+def test_single_node_spec_runs_todays_combined_mode(tmp_path: Path) -> None:
+    spec = single_node(tmp_path, port=19099, settings={"num.partitions": 2})
+    argv = spec.command("python3")
+    assert argv[argv.index("--listen") + 1] == "127.0.0.1:19099"
+    assert spec.name == "single-1" and spec.data_dir == tmp_path / "single-1"
+    assert _settings_of(argv) == {"num.partitions": "2"}
+    assert _serve_config(argv).cluster_settings().single_node
+
+
+def test_node_process_start_pause_resume_kill_restart(tmp_path: Path) -> None:
+    """The process controls on a real single node (the cluster roles are exercised by
+    the cluster tests)."""
+    node = NodeProcess(single_node(tmp_path), tmp_path / "single.log")
+    try:
+        node.start().wait_listening(30)
+        pid = node.pid
+        node.pause()
+        wait_until(lambda: _proc_state(pid) == "T", what="SIGSTOP took effect")
+        node.resume()
+        wait_until(lambda: _proc_state(pid) != "T", what="SIGCONT took effect")
+        assert node.kill() == -signal.SIGKILL and not node.alive
+        node.restart()
+        assert node.alive and node.pid != pid and node.starts == 2
+        assert node.stop() == 0
+        assert node.output().count("--- start ") == 2
+    finally:
+        node.kill()
+
+
+def _proc_state(pid: int | None) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
