@@ -15,6 +15,13 @@ Both run on one :class:`~.coordinator_runtime.CoordinatorRuntime` and live alike
   subclass's :meth:`~CoordinatorService.topic_configs` and load its (empty) partitions;
 * :meth:`CoordinatorService.wait_loaded` and :meth:`CoordinatorService.close`.
 
+In cluster mode (a broker-only process) a broker serves only the partitions of the topic
+it leads: :meth:`CoordinatorService.follow_leadership` (called at start and after every
+metadata change) loads the partitions it gained (COORDINATOR_LOAD_IN_PROGRESS meanwhile)
+and unloads those it lost; a request for a partition led elsewhere answers
+NOT_COORDINATOR (FindCoordinator names the leader). No placement step there: that moves
+records an older single-node hightide stored in the wrong partition.
+
 :class:`AdapterDefaults` holds what the two :class:`~.coordinator_runtime.ShardAdapter` s
 do alike (results carry ``records``; ``apply`` replays; nothing parked by default).
 """
@@ -23,15 +30,20 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .coordinator_log import ensure_internal_topic, runtime_for
+from ..protocol.errors import ErrorCode
+from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
 from .coordinator_runtime import ShardAdapter
 
 if TYPE_CHECKING:
+    from ..cluster.image import MetadataImage
     from .broker import Broker
+
+log = logging.getLogger("hightide.coordinator")
 
 S = TypeVar("S")  # a shard
 R = TypeVar("R")  # a shard call's result
@@ -88,6 +100,9 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         self.runtime = runtime_for(broker, adapter)
         self._creating: asyncio.Future | None = None
         self._placing: asyncio.Task | None = None  # start-up: moving misplaced records (then serving)
+        cluster = getattr(broker, "cluster", None)  # test doubles of the broker have none: a single node
+        #: A broker-only process: partitions are served where they are led (follow_leadership).
+        self._cluster = cluster is not None and not cluster.single_node
 
     @abc.abstractmethod
     def topic_configs(self) -> dict[str, str]:
@@ -106,7 +121,11 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
     # -- loading ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start loading the shards if the topic exists (it is created on first use); the
-        partitions are served once loaded and misplaced records moved (see :meth:`_place`)."""
+        partitions are served once loaded and misplaced records moved (see :meth:`_place`).
+        Cluster mode: load the partitions led here (:meth:`follow_leadership`)."""
+        if self._cluster:
+            self.follow_leadership(self.broker.image)
+            return
         topic = self.broker.image.topics.get(self.topic)
         if topic is not None:
             self.num_partitions = len(topic.partitions)
@@ -124,6 +143,40 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         finally:
             self.runtime.release(exclude=failed)
 
+    # -- cluster mode: leadership -----------------------------------------------------------
+    def follow_leadership(self, image: MetadataImage) -> None:
+        """Cluster mode: load the partitions of the topic whose leader in ``image`` is this
+        node and are not loaded yet (they answer COORDINATOR_LOAD_IN_PROGRESS until
+        replayed), unload the loaded ones led elsewhere or by nobody (their pending
+        writes and parked requests answer NOT_COORDINATOR). Does nothing on the single
+        node, which leads every partition."""
+        if not self._cluster:
+            return
+        topic = image.topics.get(self.topic)
+        node = self.broker.node_id
+        led = set() if topic is None else {p for p, pi in topic.partitions.items() if pi.leader == node}
+        if topic is not None:
+            self.num_partitions = len(topic.partitions)
+        for p in sorted(set(self.runtime.partitions) - led):
+            self.runtime.unload(p, "is no longer led by this broker")
+            log.info("unloaded coordinator %s-%d: its leadership moved away", self.topic, p)
+        gained = sorted(led - set(self.runtime.partitions))
+        if gained:
+            log.info("loading coordinator partitions %s of %s led here", gained, self.topic)
+            self.runtime.load(gained)
+
+    def _check_led_here(self, partition: int) -> None:
+        """Cluster mode: raise NOT_COORDINATOR if ``partition`` is not served here."""
+        if self._cluster and partition not in self.runtime.partitions:
+            raise CoordinatorUnavailable(f"{self.topic}-{partition} is not led by this broker",
+                                         ErrorCode.not_coordinator)
+
+    def _topic_missing(self) -> bool:
+        """True while the topic was never created (single node: nothing loaded yet)."""
+        if self._cluster:
+            return self.topic not in self.broker.image.topics
+        return not self.runtime.partitions
+
     async def write_durable(self, partition: int, result: Any, now_ms: int) -> None:
         """Append ``result`` (records decided beforehand) to ``partition`` as an internal
         write, then wait until the partition's log is fsynced, whatever the flush policy.
@@ -137,10 +190,12 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
     def shard_for(self, key: K) -> S:
         """The shard of ``key`` for reads: committed state only. Before the topic exists
         nothing was ever written: an empty shard. Raises CoordinatorLoadInProgress /
-        CoordinatorUnavailable."""
-        if not self.runtime.partitions:
+        CoordinatorUnavailable (NOT_COORDINATOR in cluster mode if another broker leads it)."""
+        if self._topic_missing():
             return self.runtime.adapter.new_shard(-1)
-        return self.runtime.shard(self.partition_for(key))
+        partition = self.partition_for(key)
+        self._check_led_here(partition)
+        return self.runtime.shard(partition)
 
     async def execute(self, key: K, fn: Callable[[S], Any], now_ms: int) -> Any:
         """Run ``fn`` on the shard of ``key`` (creating the topic on first use); append its
@@ -149,16 +204,18 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         :class:`~.coordinator_runtime.CoordinatorUnavailable` (carrying the error code to
         answer) if the partition is loading or the append or its fsync fails: nothing is
         applied then."""
-        if not self.runtime.partitions:
+        if self._topic_missing():
             await self.ensure_topic()
-        result = await self.runtime.write(self.partition_for(key), fn, now_ms)
+        partition = self.partition_for(key)
+        self._check_led_here(partition)
+        result = await self.runtime.write(partition, fn, now_ms)
         return result.response
 
     # -- topic creation ---------------------------------------------------------------------
     async def ensure_topic(self) -> None:
         """Create the topic if needed and load its (new, empty) partitions. Raises
         CoordinatorUnavailable if it cannot be created."""
-        if self.runtime.partitions:
+        if not self._topic_missing():
             return
         if self._creating is None:
             self._creating = asyncio.ensure_future(self._create())
@@ -171,7 +228,9 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
     async def _create(self) -> None:
         existed = self.topic in self.broker.image.topics
         n = await ensure_internal_topic(self.broker, self.topic, self.num_partitions, self.topic_configs())
-        if not self.runtime.partitions:
+        if self._cluster:
+            self.follow_leadership(self.broker.image)
+        elif not self.runtime.partitions:
             self.num_partitions = n
             self.runtime.load(range(n), now=not existed)
 

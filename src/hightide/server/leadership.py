@@ -123,6 +123,27 @@ def alive_endpoint(image: MetadataImage, broker_id: int, listener: str) -> Endpo
     return endpoint_of(reg, listener)
 
 
+def coordinator_endpoint(ctx: RequestContext, topic: str, partition: int) -> tuple[ErrorCode, str | None,
+                                                                                   Endpoint | None]:
+    """(error, message, node) FindCoordinator answers for the coordinator living in
+    ``partition`` of the internal ``topic``: this node on the single node (it leads every
+    partition); in cluster mode the partition's leader when it is alive with the
+    request's listener, else COORDINATOR_NOT_AVAILABLE (no leader yet, or it is fenced)."""
+    image = ctx.image
+    if not image.brokers:
+        host, port = ctx.services.identity.advertised
+        return ErrorCode.none, None, (ctx.services.identity.node_id, host, port, None)
+    t = image.topics.get(topic)
+    p = t.partitions.get(partition) if t is not None else None
+    if p is None or p.leader == NO_LEADER:
+        return ErrorCode.coordinator_not_available, f"{topic}-{partition} has no leader", None
+    ep = alive_endpoint(image, p.leader, ctx.services.listener)
+    if ep is None:
+        return (ErrorCode.coordinator_not_available,
+                f"broker {p.leader}, the leader of {topic}-{partition}, is not available", None)
+    return ErrorCode.none, None, ep
+
+
 def node_endpoints(ctx: RequestContext, leader_ids: Iterable[int]) -> list[Endpoint]:
     """NodeEndpoints for the leaders named in a response's CurrentLeader fields: every
     alive one, on the listener the request came in on (Kafka's ``getAliveBrokerNode``)."""

@@ -36,6 +36,7 @@ from ..share.types import ShareGroupSettings, ShareStateKey
 from .coordinator_runtime import CoordinatorUnavailable
 
 if TYPE_CHECKING:
+    from ..cluster.image import MetadataImage
     from .broker import Broker
 
 log = logging.getLogger("hightide.share")
@@ -116,6 +117,19 @@ class SharePartitionManager:
         e = self._parts.pop(key, None)
         if e is not None:
             self._wake(key)
+
+    def follow_leadership(self, image: MetadataImage) -> None:
+        """Cluster mode, after a metadata change: forget the share partitions of topic
+        partitions this node no longer leads (or that are gone); their ShareFetches are
+        refused NOT_LEADER_OR_FOLLOWER from now on and the new leader loads the state
+        the share coordinator persisted. Acquisitions not persisted are lost, as when a
+        Kafka leader moves (the records are delivered again)."""
+        node = self.broker.node_id
+        for key in list(self._parts):
+            t = image.topic_by_id(key.topic_id)
+            p = t.partitions.get(key.partition) if t is not None else None
+            if p is None or p.leader != node:
+                self.invalidate(key)
 
     async def _entry(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
         e = self._parts.get(key)

@@ -23,7 +23,9 @@ from ..registry import RawResponse, handles
 
 GROUP_KEY, TXN_KEY, SHARE_KEY = 0, 1, 2
 TAG_EXPECTED_OFFSET = 10000
+from ...share.records import partition_for as share_partition_for
 
+from ..leadership import coordinator_endpoint
 
 # -- FindCoordinator ------------------------------------------------------------------------
 async def _share_coordinator(ctx: RequestContext, key: str, version: int) -> tuple[ErrorCode, str | None]:
@@ -61,7 +63,15 @@ async def _txn_coordinator(ctx: RequestContext, key: str) -> tuple[ErrorCode, st
 async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
     key_type = getattr(req, "key_type", GROUP_KEY)
     keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
-    host, port = ctx.identity.advertised
+def _coordinator_partition(ctx: RequestContext, key_type: int, key: str) -> tuple[str, int]:
+    """(internal topic, partition) of a valid coordinator key (Kafka's partitionFor)."""
+    if key_type == SHARE_KEY:
+        return ctx.share_state.topic, share_partition_for(key, ctx.share_state.num_partitions)
+    if key_type == TXN_KEY:
+        return ctx.txns.topic, ctx.txns.partition_for(key)
+    return ctx.groups.topic, ctx.groups.partition_for(key)
+
+
     entries = []
     for key in keys:
         code, msg = ErrorCode.none, None
@@ -78,9 +88,11 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
                 await ctx.groups.ensure_topic()
             except CoordinatorUnavailable as exc:
                 code, msg = exc.error_code, str(exc)
-        ok = code == ErrorCode.none
-        entries.append({"key": key, "node_id": ctx.identity.node_id if ok else -1, "host": host if ok else "",
-                        "port": port if ok else -1, "error_code": code, "error_message": msg})
+        node = None
+        if code == ErrorCode.none:  # the leader of the key's partition (cluster mode), else this node
+            code, msg, node = coordinator_endpoint(ctx, *_coordinator_partition(ctx, key_type, key))
+        entries.append({"key": key, "node_id": node[0] if node else -1, "host": node[1] if node else "",
+                        "port": node[2] if node else -1, "error_code": code, "error_message": msg})
     if ctx.version >= 4:
         body = {"throttle_time": 0, "coordinators": entries}
     else:
