@@ -190,3 +190,60 @@ def test_kill9_mid_transaction_then_restart(fresh_server, topic_name, tmp_path):
     again.produce(topic_name, value=b"after")
     again.commit_transaction(15)
     assert _consume(srv2.bootstrap, topic_name, "read_committed", 2) == [b"committed", b"after"]
+
+
+def test_kafka_python_transactions(server, topic_name):
+    """kafka-python's transactional producer: a committed and an aborted transaction;
+    read_committed sees only the committed one."""
+    from kafka import KafkaProducer
+    confluent_create_topic(server.bootstrap, topic_name, 1)
+    p = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id=f"kp-{topic_name}")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic_name, value=b"kp-commit")
+        p.commit_transaction()
+        p.begin_transaction()
+        p.send(topic_name, value=b"kp-abort")
+        p.flush()
+        p.abort_transaction()
+    finally:
+        p.close()
+    assert _consume(server.bootstrap, topic_name, "read_committed", 1) == [b"kp-commit"]
+    assert sorted(_consume(server.bootstrap, topic_name, "read_uncommitted", 2)) == [b"kp-abort", b"kp-commit"]
+
+
+def test_aiokafka_transactions_and_send_offsets(server, topic_name):
+    """aiokafka: a transaction with send_offsets_to_transaction commits output and the
+    group's offsets together; an aborted one commits neither."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition
+    confluent_create_topic(server.bootstrap, topic_name, 1)
+    group = f"aio-{topic_name}"
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=server.bootstrap, transactional_id=f"aio-{topic_name}")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait(topic_name, b"aio-1")
+                await p.send_offsets_to_transaction({TopicPartition(topic_name, 0): 1}, group)
+            with pytest.raises(RuntimeError):
+                async with p.transaction():
+                    await p.send_and_wait(topic_name, b"aio-aborted")
+                    await p.send_offsets_to_transaction({TopicPartition(topic_name, 0): 2}, group)
+                    raise RuntimeError("abort this one")
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, enable_auto_commit=False)
+        await c.start()
+        try:
+            tp = TopicPartition(topic_name, 0)
+            assert await c.committed(tp) == 1
+        finally:
+            await c.stop()
+
+    asyncio.run(run())
+    assert _consume(server.bootstrap, topic_name, "read_committed", 1) == [b"aio-1"]
