@@ -21,7 +21,7 @@ import resource
 import time
 from typing import Any, Iterable
 
-from ..cluster.controller import Controller
+from ..cluster.controller import Controller, NewTopic, TopicResult
 from ..cluster.image import MetadataImage, TopicImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
@@ -33,11 +33,12 @@ from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
 from . import handlers
+from .broker_node import BrokerNode
 from .connection import KafkaConnection
 from .context import Services
 from .flusher import Flusher
 from .log_cleaner import LogCleaner
-from .coordinator_runtime import CoordinatorRuntime
+from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
 from .metadata_runtime import MetadataOp, metadata_runtime
 from .share_groups import ShareGroupService
@@ -95,6 +96,14 @@ class Broker:
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
         self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
         self.services = Services.of(self, self.routes)  # what handlers get, by narrow interface
+        #: The cluster side of a broker-only process (process.roles=broker): controller
+        #: channels, registration and heartbeats, the metadata follower, forwarding and the
+        #: read gate. None on the single node and on a controller.
+        self.node: BrokerNode | None = None
+        if self.cluster.is_broker and not self.cluster.is_controller:
+            self.node = BrokerNode(self, self.cluster)
+            self.routes = self.node.routes(self.routes)
+            self.services = Services.of(self, self.routes)
 
     # -- lifecycle ------------------------------------------------------------------
     async def __aenter__(self) -> "Broker":
@@ -110,7 +119,10 @@ class Broker:
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
         self.logs = LogManager(self.data_dir, self.storage)
         self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage)
-        self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
+        if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
+            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
+        elif self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
+            self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()
         self.apply_dynamic_broker_configs()
         self._open_logs()
@@ -118,6 +130,8 @@ class Broker:
         self.share_state.start()
         self.txns.start()
         await self._start_listeners()
+        if self.node is not None:
+            self.node.start()  # after the listeners: the registration names their ports
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
@@ -161,6 +175,8 @@ class Broker:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         self.stopping = True
+        if self.node is not None:  # controlled shutdown first, still serving (bounded)
+            await self.node.stop(min(grace_s, self.cluster.session_timeout_ms / 1000))
         for _, server in self.servers:
             server.close()
         self.waiters.wake_all()  # long-polls answer now with what they have
@@ -198,9 +214,7 @@ class Broker:
             self._dir_lock = None
         log.info("hightide node %d stopped cleanly", self.node_id)
 
-    def _load_cluster_id(self) -> str:
-        import base64
-        import uuid
+    def _read_meta_properties(self) -> dict[str, str]:
         path = os.path.join(self.data_dir, "meta.properties")
         props: dict[str, str] = {}
         if os.path.exists(path):
@@ -209,9 +223,18 @@ class Broker:
                     if "=" in line and not line.startswith("#"):
                         k, v = line.strip().split("=", 1)
                         props[k] = v
+        return props
+
+    def _load_cluster_id(self, new_id: str | None = None) -> str:
+        """The data dir's cluster id; when it has none, ``new_id`` (or a random one) is
+        written to meta.properties first."""
+        import base64
+        import uuid
+        path = os.path.join(self.data_dir, "meta.properties")
+        props = self._read_meta_properties()
         if "cluster.id" not in props:
-            props = {"version": "1", "cluster.id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
-                     "node.id": str(self.node_id)}
+            cid = new_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            props = {"version": "1", "cluster.id": cid, "node.id": str(self.node_id)}
             tmp = path + ".tmp"
             with open(tmp, "w") as f:
                 f.write("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -255,12 +278,39 @@ class Broker:
         (fsynced by the flusher, off the loop), apply them to the image, open/delete
         partition logs, and return the response. Raises
         :class:`~.coordinator_runtime.CoordinatorUnavailable` (KAFKA_STORAGE_ERROR) if the
-        append or the fsync fails: nothing is applied then."""
-        assert self.metadata_runtime is not None
+        append or the fsync fails: nothing is applied then. A broker-only node has no
+        metadata log of its own to write (its writes go to the controller: see
+        :meth:`create_topics`, :meth:`next_producer_id`): CoordinatorUnavailable."""
+        if self.metadata_runtime is None:
+            raise CoordinatorUnavailable("metadata writes go to the controller on a broker-only node")
         response, records = await self.metadata_runtime.write(0, op, now_ms())
         if records:
             self._open_logs()
         return response
+
+    async def create_topics(self, topics: list[NewTopic]) -> list[TopicResult]:
+        """Create topics for this node's own use (auto-creation by Metadata, coordinators'
+        internal topics); a topic that exists is answered TOPIC_ALREADY_EXISTS. Returns
+        once the image shows them. A broker-only node asks the controller (and, with
+        acknowledged consistency, returns once every unfenced broker has them). Raises
+        CoordinatorUnavailable when the metadata log (or the controller) fails."""
+        if self.node is not None:
+            return await self.node.remote.create_topics(topics)
+        results: list[TopicResult] = await self.write_metadata(
+            lambda image: self.controller.create_topics(image, topics))
+        return results
+
+    def after_metadata_change(self) -> None:
+        """Put a metadata change applied by the follower (broker-only node) in force: open
+        the logs of partitions hosted here and delete removed ones, refresh dynamic and
+        topic configs, and let the coordinators follow leadership (load the partitions of
+        their internal topics led here, unload lost ones)."""
+        self._open_logs()
+        self.apply_dynamic_broker_configs()
+        for runtime in (self.groups, self.share_state, self.share_manager, getattr(self, "txns", None)):
+            follow = getattr(runtime, "follow_leadership", None)
+            if follow is not None:
+                follow(self.image)
 
     async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None:
         """Commit records computed by the caller (see :meth:`write_metadata`; prefer it when
@@ -352,9 +402,14 @@ class Broker:
 
     async def next_producer_id(self) -> int:
         while self._producer_ids[0] >= self._producer_ids[1]:
-            first = await self.write_metadata(lambda image: self.controller.allocate_producer_ids(image))
+            if self.node is not None:  # a block from the controller (AllocateProducerIds)
+                first, count = await self.node.remote.allocate_producer_ids()
+                end = first + count
+            else:
+                first = await self.write_metadata(lambda image: self.controller.allocate_producer_ids(image))
+                end = self.image.next_producer_id
             if self._producer_ids[0] >= self._producer_ids[1]:  # not refilled by a concurrent call
-                self._producer_ids = (first, self.image.next_producer_id)
+                self._producer_ids = (first, end)
         nxt, end = self._producer_ids
         self._producer_ids = (nxt + 1, end)
         return nxt

@@ -86,6 +86,19 @@ class MetadataAccess(Protocol):
         ...
 
 
+class ClusterView(Protocol):
+    """What ApiVersions needs from a broker-only node (``BrokerNode``)."""
+
+    def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
+        """ApiVersions' ranges with the forwarded APIs narrowed to the controller's."""
+        ...
+
+    def finalized_features(self) -> tuple[int, dict[str, int]]:
+        """(epoch, finalized feature levels) as every unfenced broker has applied them
+        (acknowledged consistency), else as applied here."""
+        ...
+
+
 class PartitionLogs(Protocol):
     def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The open log of a partition, or None (unknown, or its files cannot be opened)."""
@@ -132,6 +145,9 @@ class Services:
     share_manager: SharePartitionManager
     #: The listener these services answer on (cluster mode: brokers are advertised with its endpoint).
     listener: str = "PLAINTEXT"
+    #: A broker-only node's view of the controller (ApiVersions' forwarded ranges and
+    #: finalized features); None on the single node and a controller.
+    cluster_view: ClusterView | None = None
     #: KIP-890 verification of transactional produce (the transaction coordinator).
     txn_verifier: TxnVerifier = field(default_factory=NoTransactionCoordinator)
     #: The transaction coordinator (None: a broker built without one answers
@@ -143,7 +159,8 @@ class Services:
         return cls(config=broker.config, routes=routes, metadata=broker, logs=broker, identity=broker,
                    producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
                    share_groups=broker.share_groups, share_state=broker.share_state,
-                   share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns)
+                   share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
+                   cluster_view=getattr(broker, "node", None))
 
 
 class RequestContext:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, TypeVar
 
-from ..cluster.controller import NewTopic, TopicResult
+from ..cluster.controller import NewTopic
+from ..protocol.errors import ErrorCode
 from .coordinator_runtime import CoordinatorLoadInProgress, CoordinatorRuntime, CoordinatorUnavailable, ShardAdapter
 
 if TYPE_CHECKING:
-    from ..cluster.image import MetadataImage
-    from ..cluster.records import MetadataRecord
     from .broker import Broker
 
 __all__ = ["CoordinatorLoadInProgress", "CoordinatorUnavailable", "ensure_internal_topic", "runtime_for"]
@@ -32,21 +31,20 @@ async def ensure_internal_topic(broker: Broker, name: str, partitions: int, conf
     """Create ``name`` if missing (the metadata commit is durable before this returns);
     return its partition count (fixed once created). Raises CoordinatorUnavailable if
     the controller refuses."""
-    def create(image: MetadataImage) -> tuple[TopicResult | None, list[MetadataRecord]]:
-        if name in image.topics:
-            return None, []
-        results, records = broker.controller.create_topics(image, [NewTopic(name, partitions, 1, configs=configs)])
-        return results[0], records
-
-    try:
-        result = await broker.write_metadata(create)
-    except CoordinatorUnavailable as exc:  # the metadata log failed: nothing was created
-        raise CoordinatorUnavailable(f"cannot create {name}: {exc}") from exc
-    if result is not None:
-        if result.error_code:
+    if name not in broker.image.topics:
+        try:  # through the controller on a broker-only node (Broker.create_topics)
+            results = await broker.create_topics([NewTopic(name, partitions, 1, configs=configs)])
+        except CoordinatorUnavailable as exc:  # the metadata log failed: nothing was created
+            raise CoordinatorUnavailable(f"cannot create {name}: {exc}") from exc
+        result = results[0]
+        if result.error_code == ErrorCode.none:
+            log.info("created %s with %d partitions", name, partitions)
+        elif result.error_code != ErrorCode.topic_already_exists:
             raise CoordinatorUnavailable(f"cannot create {name}: {result.message}")
-        log.info("created %s with %d partitions", name, partitions)
-    return len(broker.image.topics[name].partitions)
+    topic = broker.image.topics.get(name)
+    if topic is None:
+        raise CoordinatorUnavailable(f"cannot create {name}: not in the metadata image yet")
+    return len(topic.partitions)
 
 
 def runtime_for(broker: Broker, adapter: ShardAdapter[S]) -> CoordinatorRuntime[S]:

@@ -1,0 +1,168 @@
+"""The broker-only process's cluster side (``process.roles=broker``): what
+:class:`~hightide.server.broker.Broker` adds when it is not its own controller.
+
+It wires, in Kafka's shape (``BrokerServer``):
+
+* two :class:`~.controller_channel.ControllerChannel` s to the active controller (lifecycle
+  requests and forwarded writes on one, the metadata long-poll Fetch on the other);
+* the :class:`~.broker_lifecycle.BrokerLifecycleManager` (register, heartbeat, controlled
+  shutdown, the lowest acknowledged offset);
+* the :class:`~.metadata_follower.MetadataFollower` (the local copy of
+  ``__cluster_metadata-0`` and the image);
+* the :class:`~.read_gate.ReadGate` and the :class:`~.forwarding.Forwarder` (the route
+  table of a broker-only node: forwarded writes, gated metadata reads) and the remote
+  metadata writes the broker makes for itself.
+
+Start order: (cluster id known) → listeners (the registration names their bound ports) →
+follower and lifecycle. Stop order: controlled shutdown (bounded), then the tasks, then the
+channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..client.errors import KafkaError
+from ..cluster.settings import ClusterSettings
+from .broker_lifecycle import BrokerLifecycleManager
+from .controller_channel import ControllerChannel, ControllerUnavailable
+from .forwarding import Forwarder, RemoteMetadataWrites, forwarding_routes
+from .metadata_follower import MetadataFollower
+from .read_gate import ReadGate, gated_routes
+from .registry import Routes
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("hightide.broker_node")
+
+#: (name, min level, max level) of the features this broker supports, sent in its
+#: registration (Kafka's BrokerRegistration Features).
+SUPPORTED_FEATURES: tuple[tuple[str, int, int], ...] = ()
+SECURITY_PROTOCOL_PLAINTEXT = 0
+
+
+class BrokerNode:
+    """The cluster side of a broker-only :class:`Broker` (see the module doc)."""
+
+    def __init__(self, broker: Broker, settings: ClusterSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        addresses = settings.controller_addresses()
+        client = f"hightide-broker-{settings.node_id}"
+        self.channel = ControllerChannel(addresses, client_id=client, name="controller")
+        self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch")
+        self.gate = ReadGate(settings.read_consistency, settings.read_max_wait_ms, lao=self._lao,
+                             applied=self._applied, content=self._content)
+        self.forwarder = Forwarder(self.channel, self.gate)
+        self.lifecycle = BrokerLifecycleManager(settings, self.channel, self._cluster_id, self._registration,
+                                                self._on_lao)
+        self.remote = RemoteMetadataWrites(self.forwarder, settings.node_id, lambda: self.lifecycle.broker_epoch)
+        self.follower: MetadataFollower | None = None
+        #: (offset, finalized features) after each change of the image's features, oldest
+        #: first; the first entry is what the local copy had at start (offset -1).
+        self._features: list[tuple[int, dict[str, int]]] = []
+
+    def routes(self, routes: Routes) -> Routes:
+        """The route table of a broker-only node: forwarded writes, gated metadata reads."""
+        return gated_routes(forwarding_routes(routes, self.forwarder), self.gate)
+
+    # -- what the other parts read ---------------------------------------------------
+    def _lao(self) -> int:
+        return self.lifecycle.lowest_acknowledged
+
+    def _applied(self) -> int:
+        return self.broker.metadata.image.offset if self.broker.metadata is not None else -1
+
+    def _content(self) -> int:
+        return self.broker.metadata.image.content_offset if self.broker.metadata is not None else -1
+
+    def _cluster_id(self) -> str:
+        return self.broker.cluster_id or ""
+
+    def _registration(self) -> dict[str, Any]:
+        listeners = []
+        for listener, _ in self.broker.servers:
+            if listener.name in self.settings.controller_listener_names:
+                continue
+            host, port = self.settings.advertised_for(listener, listener.port)
+            listeners.append({"name": listener.name, "host": host, "port": port,
+                              "security_protocol": SECURITY_PROTOCOL_PLAINTEXT})
+        features = [{"name": n, "min_supported_version": lo, "max_supported_version": hi}
+                    for n, lo, hi in SUPPORTED_FEATURES]
+        return {"listeners": listeners, "features": features, "rack": None}
+
+    def _on_lao(self, lao: int) -> None:
+        self.gate.advance()
+
+    def _on_applied(self, applied: int, content: int) -> None:
+        features = self.broker.image.features
+        if not self._features or self._features[-1][1] != features:
+            self._features.append((applied, dict(features)))
+        self.broker.after_metadata_change()
+        self.lifecycle.applied(applied, content)
+        self.gate.advance()
+
+    # -- ApiVersions (ClusterView) -------------------------------------------------------
+    def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
+        return self.forwarder.narrow(ranges)
+
+    def finalized_features(self) -> tuple[int, dict[str, int]]:
+        """(epoch, levels) of the finalized features: with acknowledged consistency the
+        newest change every unfenced broker has applied (a new ``metadata.version`` shows
+        only once the LAO covers its record), else the newest applied here. The epoch is
+        the metadata offset of the change (-1: as loaded at start)."""
+        if not self._features:
+            return -1, dict(self.broker.image.features)
+        if not self.gate.acknowledged:
+            return self._features[-1][0], self._features[-1][1]
+        lao = self._lao()
+        visible = [f for f in self._features if f[0] <= lao] or self._features[:1]
+        del self._features[:len(visible) - 1]  # older changes are never shown again
+        return visible[-1]
+
+    # -- cluster id --------------------------------------------------------------------
+    async def adopt_cluster_id(self) -> str:
+        """The controller's cluster id (DescribeCluster), for a data dir that has none
+        yet (Kafka requires ``kafka-storage format``; hightide adopts it on first start).
+        Retries until the controller answers."""
+        while True:
+            try:
+                resp = await self.channel.request(60, lambda c: c.pick_version(60, 1), {
+                    "include_cluster_authorized_operations": False, "endpoint_type": 2})
+                if resp.error_code == 0 and resp.cluster_id:
+                    return str(resp.cluster_id)
+                log.warning("DescribeCluster at the controller answered %s; retrying", resp.error_code)
+            except (ControllerUnavailable, KafkaError) as exc:
+                log.debug("no cluster id from the controller yet: %s", exc)
+            await asyncio.sleep(0.5)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start following the metadata log and the registration (after the listeners
+        are bound)."""
+        broker = self.broker
+        assert broker.metadata is not None
+        self.follower = MetadataFollower(
+            broker.metadata, self.fetch_channel, self.settings.node_id, epoch=lambda: self.lifecycle.broker_epoch,
+            cluster_id=lambda: broker.cluster_id, on_applied=self._on_applied, on_caught_up=self.lifecycle.caught_up,
+            on_reset=self.lifecycle.core.on_reset, durable=broker.flusher.durable)
+        self.lifecycle.core.on_applied(broker.image.offset, broker.image.content_offset, 0)
+        self._features = [(-1, dict(broker.image.features))]
+        self.follower.start()
+        self.lifecycle.start()
+
+    async def stop(self, timeout_s: float) -> None:
+        """Controlled shutdown (bounded by ``timeout_s``), then stop following and close
+        the channels; held reads and writes are answered."""
+        if self.lifecycle.registered.is_set():
+            await self.lifecycle.shutdown(timeout_s)
+        else:
+            await self.lifecycle.close()
+        if self.follower is not None:
+            await self.follower.close()
+        self.gate.wake_all()
+        await self.channel.close()
+        await self.fetch_channel.close()

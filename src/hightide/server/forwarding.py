@@ -1,0 +1,255 @@
+"""Forwarding metadata writes from a broker-only node to the active controller (Kafka's
+``ForwardingManager``), and the broker's remote metadata writes.
+
+Theory of operation
+-------------------
+* **Forwarded APIs** (:data:`FORWARDED`: CreateTopics, DeleteTopics, CreatePartitions,
+  AlterConfigs, IncrementalAlterConfigs, UpdateFeatures): the broker's route of each is
+  replaced by :meth:`Forwarder.forward`. The client's request (header with its
+  correlation id and client id, then the body, re-encoded from the decoded request) goes
+  to the controller inside an Envelope (58) with the client's address; the controller
+  runs it and returns the inner response (its header and body) in the EnvelopeResponse,
+  plus hightide's tag 10000 ``MetadataOffset``: the metadata offset that covers the
+  write. The broker holds the answer until the read gate says every unfenced broker has
+  applied that offset (``acknowledged``; see :mod:`.read_gate`), then sends the inner
+  response to the client unchanged. Tagged fields of the client's request that kio does
+  not know are not forwarded.
+* **Failures**: while the controller cannot be reached the request is retried (connect
+  failures only: a request that was sent may have been processed) until its timeout;
+  then — or on an Envelope error — the client gets the API's own error response with
+  ``REQUEST_TIMED_OUT`` (no answer), or the Envelope's error code, for every item.
+* **Remote writes** (:class:`RemoteMetadataWrites`): what a broker writes for itself —
+  topics auto-created by Metadata and the coordinators' internal topics (a CreateTopics
+  in an Envelope, so the answer carries MetadataOffset and the broker can wait until its
+  own image shows the topics), and producer-id blocks (AllocateProducerIds, 67).
+* **ApiVersions**: :meth:`Forwarder.narrow` intersects the broker's versions of the
+  forwarded APIs with the controller's (an API the controller lacks is not advertised);
+  before the controller's versions are known the broker's own are advertised (Kafka's
+  ``ApiVersionManager`` does the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ..client.connection import decode_response
+from ..client.errors import KafkaError, KafkaTimeoutError
+from ..cluster.controller import NewTopic, TopicResult
+from ..protocol.build import materialize
+from ..protocol.codec import encode_request, request_schema, response_schema
+from ..protocol.errors import ErrorCode
+from .controller_channel import ControllerChannel, ControllerUnavailable
+from .coordinator_runtime import CoordinatorUnavailable
+from .read_gate import ReadGate
+from .registry import Route, Routes
+
+log = logging.getLogger("hightide.forwarding")
+
+#: The metadata writes a broker forwards (api key → name), as Kafka's brokers do.
+FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 33: "AlterConfigs", 37: "CreatePartitions",
+             44: "IncrementalAlterConfigs", 57: "UpdateFeatures"}
+ENVELOPE_KEY = 58
+TAG_METADATA_OFFSET = 10000
+DEFAULT_TIMEOUT_MS = 30000
+CREATE_TOPICS_VERSION_MAX = 7
+_I64 = struct.Struct(">q")
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+class EnvelopeFailed(Exception):
+    """The controller answered the Envelope itself with an error (not the inner request)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def metadata_offset(unknown: dict) -> int | None:
+    """The MetadataOffset tag (10000) of a decoded EnvelopeResponse's unknown tags, or None."""
+    for tags in unknown.values():
+        raw = tags.get(TAG_METADATA_OFFSET)
+        if raw is not None and len(raw) == _I64.size:
+            return int(_I64.unpack(raw)[0])
+    return None
+
+
+def client_address(peer: str) -> bytes:
+    """The client's IP address as bytes (4 or 16), from ``host:port``; empty if unknown."""
+    host = peer.rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).packed
+    except ValueError:
+        return b""
+
+
+def error_response(api_key: int, version: int, req: Any, code: int, message: str) -> Any:
+    """The response of a forwarded API with ``code`` for every item of ``req``."""
+    cls = response_schema(api_key, version)
+    item: dict[str, Any] = {"error_code": code, "error_message": message}
+    body: dict[str, Any]
+    if api_key == 19:
+        body = {"topics": [{**item, "name": t.name, "topic_id": _ZERO_UUID, "num_partitions": -1,
+                            "replication_factor": -1, "configs": None, "topic_config_error_code": 0}
+                           for t in req.topics]}
+    elif api_key == 20:
+        names = [getattr(t, "name", None) for t in getattr(req, "topics", ())] or list(getattr(req, "topic_names", ()))
+        ids = [getattr(t, "topic_id", None) for t in getattr(req, "topics", ())] or [None] * len(names)
+        body = {"responses": [{**item, "name": n, "topic_id": i or _ZERO_UUID} for n, i in zip(names, ids)]}
+    elif api_key == 37:
+        body = {"results": [{**item, "name": t.name} for t in req.topics]}
+    elif api_key in (33, 44):
+        body = {"responses": [{**item, "resource_type": r.resource_type, "resource_name": r.resource_name}
+                              for r in req.resources]}
+    else:
+        body = dict(item)
+    return materialize(cls, {"throttle_time": 0, **body})
+
+
+class Forwarder:
+    """Forwards requests over ``channel`` and holds their answers at ``gate``."""
+
+    def __init__(self, channel: ControllerChannel, gate: ReadGate) -> None:
+        self.channel = channel
+        self.gate = gate
+        self.forwarded = 0
+
+    # -- the Envelope round trip -------------------------------------------------------
+    async def envelope(self, inner: bytes, peer: str, deadline: float) -> tuple[bytes, int | None]:
+        """Send ``inner`` (a request header and body, no size prefix) in an Envelope;
+        return (inner response bytes, MetadataOffset or None). Retries connect failures
+        until ``deadline`` (monotonic). Raises EnvelopeFailed, ControllerUnavailable or
+        KafkaTimeoutError."""
+        body = {"request_data": inner, "request_principal": None, "client_host_address": client_address(peer)}
+        while True:
+            try:
+                await self.channel.connection()
+            except ControllerUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
+            unknown: dict = {}
+            resp = await self.channel.request(ENVELOPE_KEY, 0, body, unknown_tags=unknown,
+                                              timeout_s=max(0.1, deadline - time.monotonic()))
+            if resp.error_code != ErrorCode.none or resp.response_data is None:
+                code = int(resp.error_code) or int(ErrorCode.unknown_server_error)
+                raise EnvelopeFailed(code, f"the controller refused the forwarded request: "
+                                           f"{ErrorCode(code).name.upper()}")
+            return bytes(resp.response_data), metadata_offset(unknown)
+
+    async def forward(self, ctx: Any, req: Any) -> Any:
+        """The handler of a forwarded API: the controller's answer, held until covered."""
+        header = ctx.header
+        name = FORWARDED.get(header.api_key, str(header.api_key))
+        timeout_ms = getattr(req, "timeout", None)
+        timeout_s = _seconds(timeout_ms) if timeout_ms is not None else DEFAULT_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + max(timeout_s, 1.0)
+        inner = encode_request(header.api_key, header.api_version, header.correlation_id, header.client_id, req)[4:]
+        try:
+            data, offset = await self.envelope(inner, ctx.peer, deadline)
+        except EnvelopeFailed as exc:
+            return error_response(header.api_key, header.api_version, req, exc.code, str(exc))
+        except (ControllerUnavailable, KafkaTimeoutError, KafkaError) as exc:
+            log.warning("forwarding %s to the controller failed: %s", name, exc)
+            return error_response(header.api_key, header.api_version, req, ErrorCode.request_timed_out,
+                                  f"the controller did not answer the forwarded {name}: {exc}")
+        self.forwarded += 1
+        if offset is not None:
+            await self.gate.wait_write(offset, f"the forwarded {name} (metadata offset {offset})")
+        frame = bytearray(len(data).to_bytes(4, "big") + data)
+        frame[4:8] = header.correlation_id.to_bytes(4, "big", signed=True)
+        return bytes(frame)
+
+    # -- ApiVersions ---------------------------------------------------------------------
+    def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
+        """ApiVersions' ranges with the forwarded APIs narrowed to the controller's."""
+        theirs = self.channel.api_versions
+        if not theirs:
+            return ranges
+        out = []
+        for r in ranges:
+            key = r["api_key"]
+            if key in FORWARDED:
+                other = theirs.get(key)
+                if other is None:
+                    continue
+                lo, hi = max(r["min_version"], other[0]), min(r["max_version"], other[1])
+                if lo > hi:
+                    continue
+                r = {**r, "min_version": lo, "max_version": hi}
+            out.append(r)
+        return out
+
+
+def forwarding_routes(routes: Routes, forwarder: Forwarder) -> dict[int, Route]:
+    """``routes`` with the forwarded APIs answered by ``forwarder``."""
+    out = dict(routes)
+    for key, route in routes.items():
+        if key in FORWARDED:
+            out[key] = Route(key, route.min_version, route.max_version, forwarder.forward, f"forwarded {route.name}")
+    return out
+
+
+class RemoteMetadataWrites:
+    """A broker-only node's metadata writes for itself, over the controller channel."""
+
+    def __init__(self, forwarder: Forwarder, node_id: int, broker_epoch: Callable[[], int]) -> None:
+        self.forwarder = forwarder
+        self.node_id = node_id
+        self._epoch = broker_epoch
+
+    async def create_topics(self, topics: list[NewTopic], timeout_s: float = 30.0) -> list[TopicResult]:
+        """Create topics through the controller; return when this broker's image shows
+        them (and, with acknowledged consistency, every unfenced broker's). Raises
+        CoordinatorUnavailable when the controller cannot be reached in time."""
+        channel = self.forwarder.channel
+        deadline = time.monotonic() + timeout_s
+        try:
+            await channel.connection()
+            version = channel.pick_version(19, CREATE_TOPICS_VERSION_MAX, 2)
+        except (ControllerUnavailable, KafkaError) as exc:
+            raise CoordinatorUnavailable(f"the controller cannot be reached: {exc}") from exc
+        body = materialize(request_schema(19, version), {
+            "topics": [{"name": t.name, "num_partitions": t.num_partitions, "replication_factor": t.replication_factor,
+                        "assignments": [{"partition_index": p, "broker_ids": list(b)} for p, b in t.assignments.items()],
+                        "configs": [{"name": k, "value": v} for k, v in t.configs.items()]} for t in topics],
+            "timeout": int(timeout_s * 1000), "validate_only": False})
+        inner = encode_request(19, version, 0, "hightide-broker", body)[4:]
+        try:
+            data, offset = await self.forwarder.envelope(inner, "", deadline)
+        except (EnvelopeFailed, ControllerUnavailable, KafkaError) as exc:
+            raise CoordinatorUnavailable(f"creating {', '.join(t.name for t in topics)} failed: {exc}") from exc
+        resp = decode_response(19, version, data)[1]
+        if offset is not None:
+            await self.forwarder.gate.wait_applied(offset, max(0.1, deadline - time.monotonic()))
+            await self.forwarder.gate.wait_write(offset, f"topic creation (metadata offset {offset})")
+        return [TopicResult(r.name, ErrorCode(int(r.error_code)), r.error_message, getattr(r, "topic_id", None),
+                            int(getattr(r, "num_partitions", -1)), int(getattr(r, "replication_factor", -1)))
+                for r in resp.topics]
+
+    async def allocate_producer_ids(self) -> tuple[int, int]:
+        """A block of producer ids from the controller: (first id, count). Raises
+        CoordinatorUnavailable when the controller cannot give one."""
+        try:
+            resp = await self.forwarder.channel.request(
+                67, 0, {"broker_id": self.node_id, "broker_epoch": self._epoch()})
+        except (ControllerUnavailable, KafkaError) as exc:
+            raise CoordinatorUnavailable(f"no producer id block from the controller: {exc}") from exc
+        if resp.error_code != ErrorCode.none:
+            raise CoordinatorUnavailable("the controller refused a producer id block: "
+                                         f"{ErrorCode(resp.error_code).name.upper()}")
+        return int(resp.producer_id_start), int(resp.producer_id_len)
+
+
+def _seconds(value: Any) -> float:
+    """A kio timedelta (or int milliseconds) as seconds."""
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
+    return float(value) / 1000

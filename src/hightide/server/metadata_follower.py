@@ -1,0 +1,334 @@
+"""A broker following the controller's metadata log (Kafka's observer ``Fetch`` of
+``__cluster_metadata-0`` plus its ``MetadataLoader``).
+
+Theory of operation: one task loops
+
+1. Fetch ``__cluster_metadata-0`` from the controller at ``FetchOffset`` = the local
+   copy's log end offset, ``ReplicaId`` = this node, ``ReplicaEpoch`` = the broker epoch
+   (-1 before registration), ``MaxWaitMs`` 500 (the controller parks the Fetch until the
+   log grows);
+2. :func:`plan` decides what the answer means (sans-IO): records to append, a divergence
+   (the local copy has offsets the controller does not: truncate, replay, fetch again), or
+   an error to back off from;
+3. the records are appended to the local copy (the same :class:`MetadataLog` files the
+   controller writes, in this broker's own data dir; its fsync is asked for but not
+   waited on: a broker that loses a tail in a crash fetches it again) and applied to the
+   image — **before** the next Fetch is sent, so a Fetch at offset N proves N − 1 is
+   applied and the controller may count it as an acknowledgement;
+4. then :attr:`MetadataFollower.on_applied` (the broker's ``after_metadata_change``: open
+   or close partition logs, refresh configs, leadership), the lifecycle manager (applied
+   offset; a prompt heartbeat after content records) and the read gate are told.
+
+The first time the local copy reaches the controller's high watermark the follower
+reports it caught up (``WantFence`` ends). While a divergence resync is replaying, the
+broker is not told about the shrinking image (its partition logs must not be deleted
+because a topic is briefly missing): it hears about the rebuilt image once the resync has
+caught up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..client.errors import KafkaError, KafkaTimeoutError
+from ..cluster.broker_records import NoOpRecord
+from ..cluster.image import MetadataImage
+from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
+from ..cluster.records import MetadataRecord, decode
+from ..log.partition_log import PartitionLog
+from ..protocol.errors import ErrorCode
+from ..protocol.records import decode_records, validate_batches
+from .controller_channel import ControllerChannel, ControllerUnavailable
+
+log = logging.getLogger("hightide.metadata_follower")
+
+#: KRaft's fixed topic id of ``__cluster_metadata`` (Kafka's ``Uuid.METADATA_TOPIC_ID``).
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+FETCH_VERSION_MAX = 17
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 8 << 20
+_LOG_OVERHEAD = 12  # BaseOffset + BatchLength
+
+
+# -- sans-IO: what a Fetch answer means ----------------------------------------------
+@dataclass(frozen=True)
+class Append:
+    """Append these whole batches (starting at the fetch offset) and apply them."""
+    data: bytes
+    high_watermark: int
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """The local copy diverged from the controller's: keep only offsets below ``offset``."""
+    offset: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Nothing usable (an error, or nothing new after the long-poll); fetch again after
+    ``delay_ms`` (0: at once)."""
+    delay_ms: int
+    high_watermark: int = -1
+    reason: str | None = None
+
+
+Outcome = Append | Truncate | Backoff
+
+
+def whole_batches(data: bytes | memoryview, fetch_offset: int) -> bytes:
+    """The prefix of ``data`` made of complete batches, without batches that end below
+    ``fetch_offset`` (a Fetch may return a partial last batch and, in Kafka, the start of
+    the batch that contains the fetch offset)."""
+    mv = memoryview(data)
+    start = pos = 0
+    while pos + _LOG_OVERHEAD <= len(mv):
+        base = int.from_bytes(mv[pos:pos + 8], "big", signed=True)
+        size = int.from_bytes(mv[pos + 8:pos + 12], "big", signed=True) + _LOG_OVERHEAD
+        if size < _LOG_OVERHEAD or pos + size > len(mv):
+            break
+        if base < fetch_offset and start == pos:
+            last_delta = int.from_bytes(mv[pos + 23:pos + 27], "big", signed=True) if size >= 27 else 0
+            if base + last_delta < fetch_offset:
+                start = pos + size  # wholly before the fetch offset: skip
+        pos += size
+    return bytes(mv[start:pos])
+
+
+def plan(partition: Any, fetch_offset: int) -> Outcome:
+    """What the Fetch answer ``partition`` (one kio ``PartitionData``) for ``fetch_offset``
+    asks of the follower. Errors back off 100-500 ms; OFFSET_OUT_OF_RANGE and a
+    DivergingEpoch mean the local copy has offsets the controller does not (its log was
+    replaced or lost a tail): truncate."""
+    code = int(partition.error_code)
+    hwm = int(partition.high_watermark)
+    if code == ErrorCode.offset_out_of_range:
+        return Truncate(0, f"the controller answered OFFSET_OUT_OF_RANGE at offset {fetch_offset}")
+    if code != ErrorCode.none:
+        name = ErrorCode(code).name.upper() if code in ErrorCode._value2member_map_ else str(code)
+        return Backoff(500 if code == ErrorCode.unknown_topic_or_partition else 100, -1, name)
+    diverging = getattr(partition, "diverging_epoch", None)
+    if diverging is not None and int(diverging.end_offset) >= 0 and int(diverging.end_offset) < fetch_offset:
+        return Truncate(int(diverging.end_offset),
+                        f"the controller's log diverges at offset {int(diverging.end_offset)} (epoch "
+                        f"{int(diverging.epoch)})")
+    if 0 <= hwm < fetch_offset:
+        return Truncate(hwm, f"the controller's log ends at {hwm}, the local copy at {fetch_offset}")
+    data = whole_batches(partition.records or b"", fetch_offset)
+    if data:
+        return Append(data, hwm)
+    return Backoff(0, hwm)
+
+
+def replay(plog: PartitionLog) -> MetadataImage:
+    """A new image from the whole local copy (after a truncation)."""
+    image = MetadataImage()
+    offset = plog.log_start_offset
+    while offset < plog.log_end_offset:
+        chunk = plog.read(offset, 1 << 20)
+        if not chunk.data:
+            break
+        for header in validate_batches(chunk.data, client_origin=False):
+            batch = memoryview(chunk.data)[header.position:header.position + header.size]
+            for rec in decode_records(batch):
+                if rec.offset >= offset and rec.value is not None:
+                    image.apply(decode(rec.value), rec.offset)
+            offset = header.last_offset + 1
+    return image
+
+
+def content_offset(image: MetadataImage) -> int:
+    """The offset of the last applied record that is not a NoOp (the image's
+    ``content_offset`` when it keeps one; else its last applied offset)."""
+    value = getattr(image, "content_offset", None)
+    return int(value) if value is not None else image.offset
+
+
+# -- the IO shell --------------------------------------------------------------------
+class MetadataFollower:
+    """Follows the controller's metadata log into ``metadata`` (the broker's local copy
+    and image). ``epoch`` returns the broker epoch for ReplicaEpoch (-1 before
+    registration); ``cluster_id`` the cluster id sent in the Fetch; ``on_applied(
+    applied_offset, content_offset)`` runs after each applied batch (and after a resync
+    caught up); ``on_caught_up()`` runs once, the first time the local copy reaches the
+    controller's high watermark; ``on_reset()`` after a truncation."""
+
+    def __init__(self, metadata: MetadataLog, channel: ControllerChannel, node_id: int, *,
+                 epoch: Callable[[], int], cluster_id: Callable[[], str | None],
+                 on_applied: Callable[[int, int], None], on_caught_up: Callable[[], None],
+                 on_reset: Callable[[], None] = lambda: None,
+                 durable: Callable[[PartitionLog], Any] | None = None) -> None:
+        self.metadata = metadata
+        self.channel = channel
+        self.node_id = node_id
+        self._epoch = epoch
+        self._cluster_id = cluster_id
+        self._on_applied = on_applied
+        self._on_caught_up = on_caught_up
+        self._on_reset = on_reset
+        self._durable = durable
+        self.caught_up = False
+        self.high_watermark = -1  # the controller's, from the last answer
+        self.last_fetch_ms = 0
+        self._resyncing = False
+        self._content_offset = content_offset(metadata.image)
+        self._last_epoch = -1 if metadata.log.log_end_offset == 0 else 0
+        self._task: asyncio.Task[None] | None = None
+        self._last_problem: str | None = None
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.metadata.log.log_end_offset
+
+    @property
+    def applied_offset(self) -> int:
+        return self.metadata.image.offset
+
+    @property
+    def applied_content_offset(self) -> int:
+        return self._content_offset
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-follower")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _run(self) -> None:
+        while True:
+            outcome = await self._fetch()
+            if isinstance(outcome, Append):
+                self._append_and_apply(outcome)
+                self._after(outcome.high_watermark)
+            elif isinstance(outcome, Truncate):
+                self._truncate(outcome)
+            else:
+                if outcome.high_watermark >= 0:
+                    self._after(outcome.high_watermark)
+                if outcome.reason is not None:
+                    self._problem(outcome.reason)
+                if outcome.delay_ms:
+                    await asyncio.sleep(outcome.delay_ms / 1000)
+
+    def _request(self, version: int) -> dict[str, Any]:
+        fetch_offset = self.log_end_offset
+        partition = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": fetch_offset,
+                     "last_fetched_epoch": self._last_epoch, "log_start_offset": -1,
+                     "partition_max_bytes": FETCH_MAX_BYTES}
+        topic: dict[str, Any] = {"partitions": [partition]}
+        if version >= 13:
+            topic["topic_id"] = METADATA_TOPIC_ID
+        else:
+            topic["topic"] = METADATA_TOPIC
+        body: dict[str, Any] = {"cluster_id": self._cluster_id(), "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1,
+                                "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0, "session_id": 0,
+                                "session_epoch": -1, "topics": [topic], "forgotten_topics_data": [],
+                                "rack_id": ""}
+        if version >= 15:
+            body["replica_state"] = {"replica_id": self.node_id, "replica_epoch": self._epoch()}
+        else:
+            body["replica_id"] = self.node_id
+        return body
+
+    async def _fetch(self) -> Outcome:
+        fetch_offset = self.log_end_offset
+        try:
+            conn = await self.channel.connection()
+            version = conn.pick_version(1, FETCH_VERSION_MAX, 12)
+            resp = await self.channel.request(1, version, self._request(version),
+                                              timeout_s=FETCH_MAX_WAIT_MS / 1000 + 5)
+        except KafkaTimeoutError:
+            self.channel.reset()  # a paused or gone controller: reconnect
+            return Backoff(100, -1, "the controller did not answer a metadata Fetch in time")
+        except (ControllerUnavailable, KafkaError) as exc:
+            return Backoff(0 if isinstance(exc, ControllerUnavailable) else 500, -1, str(exc))
+        self.last_fetch_ms = int(time.time() * 1000)
+        if resp.error_code != ErrorCode.none:
+            return Backoff(500, -1, f"metadata Fetch answered {ErrorCode(resp.error_code).name.upper()}")
+        for t in resp.responses:
+            for p in t.partitions:
+                if p.partition_index == 0:
+                    return plan(p, fetch_offset)
+        return Backoff(500, -1, "the controller's Fetch answer has no __cluster_metadata-0")
+
+    def _append_and_apply(self, outcome: Append) -> None:
+        plog = self.metadata.log
+        headers = validate_batches(outcome.data, client_origin=False)
+        if headers[0].base_offset != plog.log_end_offset:
+            self._truncate(Truncate(min(headers[0].base_offset, plog.log_end_offset),
+                                    f"the controller sent offset {headers[0].base_offset}, expected "
+                                    f"{plog.log_end_offset}"))
+            return
+        plog.append(outcome.data, headers, int(time.time() * 1000), headers[-1].partition_leader_epoch)
+        self._last_epoch = headers[-1].partition_leader_epoch
+        if self._durable is not None:
+            fut = self._durable(plog)
+            if hasattr(fut, "add_done_callback"):
+                fut.add_done_callback(_log_flush_failure)
+        records: list[MetadataRecord] = []
+        offsets: list[int] = []
+        content = self._content_offset
+        for h in headers:
+            batch = memoryview(outcome.data)[h.position:h.position + h.size]
+            for rec in decode_records(batch):
+                if rec.value is None:
+                    continue
+                record = decode(rec.value)
+                records.append(record)
+                offsets.append(rec.offset)
+                if not isinstance(record, NoOpRecord):
+                    content = rec.offset
+        self.metadata.apply(records, offsets)
+        self._content_offset = max(content, content_offset(self.metadata.image)) if records else content
+        if not self._resyncing:
+            self._on_applied(self.applied_offset, self._content_offset)
+
+    def _after(self, high_watermark: int) -> None:
+        self.high_watermark = high_watermark
+        if self._last_problem is not None:
+            log.info("following the controller's metadata log again at offset %d", self.log_end_offset)
+            self._last_problem = None
+        if high_watermark < 0 or self.log_end_offset < high_watermark:
+            return
+        if self._resyncing:
+            self._resyncing = False
+            log.info("metadata resync caught up at offset %d", self.log_end_offset)
+            self._on_applied(self.applied_offset, self._content_offset)
+        if not self.caught_up:
+            self.caught_up = True
+            log.info("metadata log caught up with the controller at offset %d", self.log_end_offset)
+            self._on_caught_up()
+
+    def _truncate(self, outcome: Truncate) -> None:
+        plog = self.metadata.log
+        log.warning("local metadata copy truncated to offset %d: %s; replaying it and fetching the rest again",
+                    outcome.offset, outcome.reason)
+        plog.truncate_to(outcome.offset)
+        self.metadata.image = replay(plog)
+        self._content_offset = content_offset(self.metadata.image)
+        self._last_epoch = -1 if plog.log_end_offset == 0 else self._last_epoch
+        self._resyncing = True
+        self._on_reset()
+
+    def _problem(self, reason: str) -> None:
+        if reason != self._last_problem:
+            log.warning("metadata fetch: %s (retrying)", reason)
+            self._last_problem = reason
+
+
+def _log_flush_failure(fut: Any) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("fsync of the local metadata copy failed: %s", fut.exception())
