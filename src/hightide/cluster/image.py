@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from .broker_image import BrokerRegistration, apply_broker_record
 from .broker_records import BROKER_RECORD_TYPES, NoOpRecord
+from .security_image import SecurityImage, apply_security_record
+from .security_records import SECURITY_RECORD_TYPES
 from .records import (
     BROKER_RESOURCE,
     GROUP_RESOURCE,
@@ -62,6 +64,8 @@ class MetadataImage:
     features: dict[str, int] = field(default_factory=dict)
     #: Registered brokers by id (cluster mode; see hightide.cluster.broker_image).
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    #: ACLs and SCRAM credentials (see hightide.cluster.security_image).
+    security: SecurityImage = field(default_factory=SecurityImage)
 
     def apply(self, record: MetadataRecord, offset: int) -> None:
         """Apply one record (the only mutator)."""
@@ -98,6 +102,8 @@ class MetadataImage:
                     self.features.pop(name, None)
             case _ if isinstance(record, BROKER_RECORD_TYPES):
                 apply_broker_record(self.brokers, record, offset)
+            case _ if isinstance(record, SECURITY_RECORD_TYPES):
+                apply_security_record(self.security, record)
         self.offset = offset
         if not isinstance(record, NoOpRecord):
             self.content_offset = offset

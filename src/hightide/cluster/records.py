@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from .broker_records import BROKER_RECORD_TYPES, BrokerRecord
+from .security_records import SECURITY_RECORD_TYPES, SecurityRecord
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -70,9 +71,9 @@ class FeatureLevelRecord:
 
 
 MetadataRecord = (TopicRecord | PartitionRecord | RemoveTopicRecord | ConfigRecord | ProducerIdsRecord
-                  | FeatureLevelRecord | BrokerRecord)
+                  | FeatureLevelRecord | BrokerRecord | SecurityRecord)
 _TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord,
-                                    FeatureLevelRecord, *BROKER_RECORD_TYPES)}
+                                    FeatureLevelRecord, *BROKER_RECORD_TYPES, *SECURITY_RECORD_TYPES)}
 
 
 def encode(record: MetadataRecord) -> bytes:

@@ -1,0 +1,55 @@
+"""DescribeUserScramCredentials (50) and AlterUserScramCredentials (51).
+
+Alter runs :func:`hightide.cluster.security_control.alter_scram_credentials` (Kafka's
+``ScramControlManager``) as one metadata write: the client sends the salt and the salted
+password (the admin client derives it, as Kafka's does), the controller keeps only the
+salt, iterations, StoredKey and ServerKey. Describe reads the image and returns
+mechanisms and iteration counts only, never salts or keys.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...cluster.security_control import (
+    ScramDeletion,
+    ScramUpsertion,
+    alter_scram_credentials,
+    describe_scram_credentials,
+)
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ..context import RequestContext
+from ..coordinator_runtime import CoordinatorUnavailable
+from ..registry import handles
+
+if TYPE_CHECKING:
+    from ...cluster.image import MetadataImage
+
+
+@handles(50, 0, 0)
+def describe_user_scram_credentials(ctx: RequestContext, req: Any) -> Any:
+    users = None if req.users is None else [u.name for u in req.users]
+    results = [{"user": d.user, "error_code": d.error[0], "error_message": d.error[1],
+                "credential_infos": [{"mechanism": m, "iterations": i} for m, i in d.credentials]}
+               for d in describe_scram_credentials(ctx.image.security, users)]
+    return materialize(response_schema(50, ctx.version), {"throttle_time": 0, "error_code": 0,
+                                                          "error_message": None, "results": results})
+
+
+@handles(51, 0, 0)
+async def alter_user_scram_credentials(ctx: RequestContext, req: Any) -> Any:
+    deletions = [ScramDeletion(d.name, d.mechanism) for d in req.deletions]
+    upsertions = [ScramUpsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
+                  for u in req.upsertions]
+
+    def op(image: MetadataImage) -> tuple[list, list]:
+        return alter_scram_credentials(image.security, deletions, upsertions)
+    try:
+        results = await ctx.metadata.write_metadata(op)
+    except CoordinatorUnavailable as exc:  # the metadata log failed: nothing changed
+        users = dict.fromkeys([d.name for d in deletions] + [u.name for u in upsertions])
+        results = [(user, (exc.error_code, str(exc))) for user in users]
+    return materialize(response_schema(51, ctx.version), {
+        "throttle_time": 0,
+        "results": [{"user": user, "error_code": code, "error_message": msg} for user, (code, msg) in results]})
