@@ -88,12 +88,9 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
         extra["node.id"] = node_id
     try:
         config = BrokerConfig.load(config_file, extra)
-        cluster = config.cluster_settings()
+        config.cluster_settings()  # the cluster configs checked together (raises ConfigError)
     except (ConfigError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
-    if not cluster.single_node:  # issue 13 wires the controller-only and broker-only roles
-        raise click.ClickException(f"process.roles={','.join(sorted(cluster.roles))} is not available yet: "
-                                   "only the single-node combined mode (both roles) runs today.")
     listen_addr = _parse_hostport(listen)
     advertised = _parse_hostport(advertised_listener) if advertised_listener else None
     _prepare_data_dir(data_dir)

@@ -370,6 +370,9 @@ class BrokerLifecycleManager:
         if not fenced:
             log.info("broker %d is unfenced (epoch %d)", self.settings.node_id, self.core.broker_epoch)
             self.unfenced.set()
+        elif self._was_fenced is False and self.core.shutting_down:
+            log.info("broker %d is fenced for its controlled shutdown", self.settings.node_id)
+            self.unfenced.clear()
         elif self._was_fenced is False:
             log.warning("broker %d was fenced by the controller (epoch %d); heartbeating on", self.settings.node_id,
                         self.core.broker_epoch)

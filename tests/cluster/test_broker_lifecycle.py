@@ -1,0 +1,72 @@
+"""Broker-only processes against a controller-only process (issue 13): registration →
+caught up → unfenced; kill -9 → fenced within the session timeout and gone from Metadata;
+SIGSTOP/SIGCONT → fenced, then unfenced again; the controller restarted → the brokers
+come back unfenced and writes through them work; SIGTERM → controlled shutdown."""
+
+from __future__ import annotations
+
+import time
+
+from .harness import SESSION_MS
+
+
+def _metadata_brokers(c, via: int) -> set[int]:
+    async def main() -> set[int]:
+        async with c.admin(via) as admin:
+            return set((await admin.metadata([])).brokers)
+    return c.run(main())
+
+
+def test_brokers_register_catch_up_and_are_unfenced(cluster) -> None:
+    c = cluster(3)  # returns once every broker is unfenced in every broker's view
+    assert c.states() == {b: {0: "unfenced", 1: "unfenced", 2: "unfenced"} for b in (0, 1, 2)}
+    for b in (0, 1, 2):
+        out = c.node(b).output()
+        assert "registered with the controller: epoch" in out
+        assert "metadata log caught up with the controller" in out
+        assert f"broker {b} is unfenced" in out
+
+
+def test_kill_9_fences_within_the_session_timeout_and_leaves_metadata(cluster) -> None:
+    c = cluster(3)
+    t0 = time.monotonic()
+    c.kill(2)
+    c.wait_until(lambda: all(view.get(2) == "fenced" for view in c.states([0, 1]).values()),
+                 timeout=SESSION_MS / 1000 + 10, what="broker 2 fenced in the other brokers' views")
+    elapsed = time.monotonic() - t0
+    assert elapsed < SESSION_MS / 1000 + 5, elapsed  # session timeout plus a timer tick and a heartbeat
+    assert _metadata_brokers(c, 0) == {0, 1} == _metadata_brokers(c, 1)
+
+
+def test_sigstop_fences_and_sigcont_unfences(cluster) -> None:
+    c = cluster(2)
+    c.pause(1)
+    try:
+        c.wait_until(lambda: c.states([0]).get(0, {}).get(1) == "fenced", timeout=SESSION_MS / 1000 + 15,
+                     what="the paused broker fenced")
+    finally:
+        c.resume(1)
+    c.wait_unfenced(timeout=30)
+    assert "was fenced by the controller" in c.node(1).output()
+
+
+def test_restarted_controller_brokers_come_back_and_forward_writes(cluster) -> None:
+    c = cluster(2)
+    c.restart(c.controller.spec.node_id, kill=True)
+    c.wait_unfenced(timeout=60)
+
+    async def create_and_list() -> list[str]:
+        async with c.admin(0) as admin:
+            await admin.create_topics(["after-restart"])
+        async with c.admin(1) as admin:
+            return await admin.list_topics()
+    assert "after-restart" in c.run(create_and_list())
+
+
+def test_sigterm_is_a_controlled_shutdown(cluster) -> None:
+    c = cluster(2)
+    assert c.terminate(1) == 0
+    out = c.node(1).output()
+    assert "fenced for its controlled shutdown" in out or "stopped cleanly" in out
+    c.wait_until(lambda: c.states([0]).get(0, {}).get(1) == "fenced", timeout=10,
+                 what="the stopped broker fenced at once (not after its session)")
