@@ -368,3 +368,23 @@ def test_cleaning_keeps_transactions_and_merges_their_index(tmp_path: Path) -> N
     lg = t.reopen(clean=False)
     assert lg.txn_index.entries == before_entries
     lg.close()
+
+
+def test_power_cut_losing_an_index_entry_above_the_recovery_point_rebuilds_it(tmp_path: Path) -> None:
+    # The kernel wrote back the marker and the snapshot of a later roll, not the marker's
+    # .txnindex entry: the snapshot above the recovery point is passed over because a
+    # control batch lies between them, and the replay from below rebuilds the entry.
+    t = Txns(tmp_path / "p-0")
+    t.data(1)
+    t.lg.flush(0)  # recovery point 2
+    m = t.end(1, False)
+    t.plain()
+    t.lg.roll(0)  # snapshot at 4, above the recovery point
+    assert t.lg.recovery_point == m and t.lg.snapshot_offsets[-1] == 4
+    before = _state(t.lg)
+    t.lg.abandon()
+    os.unlink(txn_index_path(str(t.path), 0))
+    lg = PartitionLog.open(str(t.path), CFG, 0, clean_shutdown=False)
+    assert _state(lg) == before
+    assert lg.producer_state_replayed == 3  # from the start, not from the snapshot at 4
+    lg.close()

@@ -49,6 +49,7 @@ class ProducerSnapshots:
     _bases: list[int]
     _leo: int
     _log_start: int
+    _recovery_point: int
     _dir_dirty: bool
     _snapshots: list[int]
     _unsynced_snapshots: list[str]
@@ -66,7 +67,7 @@ class ProducerSnapshots:
         except OSError as exc:
             log.warning("%s: cannot list producer state snapshots: %s", self.path, exc)
             self._snapshots = []
-        from_offset = self._reload_producer_state(legacy)
+        from_offset = self._reload_producer_state(legacy, None if clean_shutdown else self._recovery_point)
         if from_offset < self._leo or (legacy is not None and from_offset == legacy[0]):
             self._take_snapshot(sync=False)  # fsynced by the flush that follows recovery
 
@@ -90,12 +91,18 @@ class ProducerSnapshots:
             pass
         return result
 
-    def _reload_producer_state(self, legacy: tuple[int, ProducerStateManager] | None = None) -> int:
+    def _reload_producer_state(self, legacy: tuple[int, ProducerStateManager] | None = None,
+                               recovery_point: int | None = None) -> int:
         """Like Kafka's truncateAndReload: delete the snapshots outside [log start, LEO],
         load the newest usable one (else ``legacy``, else nothing) and replay the batches
         after it. The aborted transactions index is rebuilt from the same offset (its
         entries for markers below it are trusted). Returns the offset the replay started
-        from."""
+        from.
+
+        ``recovery_point`` (an unclean start): a snapshot above it is passed over when a
+        control batch lies between the two, as Kafka rebuilds the transaction index of
+        every segment past the recovery point: after a power cut the kernel may have
+        written back a marker and the snapshot but not the marker's index entry."""
         for off in [o for o in self._snapshots if o > self._leo or o < self._log_start]:
             self._remove_snapshot(off)
         base = self._segments[0].base_offset
@@ -113,6 +120,8 @@ class ProducerSnapshots:
                 continue
             except OSError as e:
                 log.warning("%s: cannot read producer state snapshot at %d: %s", self.path, off, e)
+                continue
+            if recovery_point is not None and off > recovery_point and self._has_control_batch(recovery_point, off):
                 continue
             state, from_offset = snap.state, off
             break
@@ -145,6 +154,19 @@ class ProducerSnapshots:
                         continue
                     ps.update(h, h.base_offset, h.base_offset + h.last_offset_delta, h.max_timestamp)
         return n
+
+    def _has_control_batch(self, from_offset: int, to_offset: int) -> bool:
+        """True if a control batch starts in [from_offset, to_offset) (headers only)."""
+        for seg in self._segments:
+            if seg.next_offset <= from_offset or seg.base_offset >= to_offset:
+                continue
+            start = seg.offset_index.lookup(from_offset) if from_offset > seg.base_offset else 0
+            for h in seg.iter_headers(start):
+                if h.base_offset >= to_offset:
+                    break
+                if h.is_control and h.base_offset >= from_offset:
+                    return True
+        return False
 
     def _replay_marker(self, seg: LogSegment, h: BatchHeader) -> bool:
         """Apply the end-transaction marker in control batch ``h`` (decoding its one
