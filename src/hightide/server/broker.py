@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from ..cluster.controller import Controller, NewTopic, TopicResult
 from ..cluster.image import MetadataImage, TopicImage
+from ..cluster.lifecycle import LifecycleConfig
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings, Listener
@@ -36,6 +37,7 @@ from . import handlers
 from .broker_node import BrokerNode
 from .connection import KafkaConnection
 from .context import Services
+from .controller_service import ControllerService
 from .flusher import Flusher
 from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
@@ -50,6 +52,7 @@ from .waiters import AppendWaiters
 log = logging.getLogger("hightide.broker")
 
 GROUP_TIMER_INTERVAL_S = 0.1
+METADATA_FETCH_KEY = (METADATA_TOPIC, 0)  # the observers' long-poll key (handlers.controller_fetch)
 
 
 def now_ms() -> int:
@@ -77,7 +80,14 @@ class Broker:
         self.logs: LogManager | None = None
         self.metadata: MetadataLog | None = None
         self.metadata_runtime: CoordinatorRuntime[MetadataImage] | None = None  # writes to the metadata log
-        self.controller = Controller(self.config, [self.node_id])
+        #: Cluster mode's controller-only process (process.roles=controller): the metadata
+        #: log, its runtime and the controller service; no partition logs, no coordinators.
+        self.controller_only = self.cluster.is_controller and not self.cluster.is_broker
+        # the single node leads every partition itself; a controller places them over the
+        # registered brokers (cluster.placement)
+        self.controller = Controller(self.config, None if self.controller_only else [self.node_id])
+        self.controller_service: ControllerService | None = None  # controller-only: started by start()
+        self.controller_services: Services | None = None  # the controller listener's route table
         self.waiters = AppendWaiters()
         self.flusher = Flusher(self)
         self.cleaner = LogCleaner(self, skip_topics=(METADATA_TOPIC,))
@@ -125,21 +135,27 @@ class Broker:
             self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()
         self.apply_dynamic_broker_configs()
-        self._open_logs()
-        self.groups.start()
-        self.share_state.start()
-        self.txns.start()
+        if self.controller_only:
+            self._start_controller()
+        else:
+            self._open_logs()
+            self.groups.start()
+            self.share_state.start()
+            self.txns.start()
         await self._start_listeners()
         if self.node is not None:
             self.node.start()  # after the listeners: the registration names their ports
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
-        self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
-        self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
-        self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
-        self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
-        self._tasks.append(asyncio.create_task(self.txns.run_timers(), name="transaction-timers"))
+        if self.controller_service is not None:
+            self._tasks.append(asyncio.create_task(self.controller_service.run(), name="controller-timers"))
+        else:
+            self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+            self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
+            self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
+            self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
+            self._tasks.append(asyncio.create_task(self.txns.run_timers(), name="transaction-timers"))
         self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
-        if self.config["log.cleaner.enable"]:
+        if self.config["log.cleaner.enable"] and not self.controller_only:
             self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
         self.started_at = time.monotonic()
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
@@ -154,7 +170,30 @@ class Broker:
         wanted = list(self.cluster.broker_listeners) if self.cluster.is_broker else []
         if self.cluster.is_controller:
             wanted += self.cluster.controller_listeners
-        return [(x, dataclasses.replace(self.services, listener=x.name)) for x in wanted]
+        return [(x, dataclasses.replace(self._services_of(x), listener=x.name)) for x in wanted]
+
+    def _services_of(self, listener: Listener) -> Services:
+        """A controller listener's services have the controller's route table."""
+        if listener.name in self.cluster.controller_listener_names and self.controller_services is not None:
+            return self.controller_services
+        return self.services
+
+    def _start_controller(self) -> None:
+        """A controller-only process: the controller service on the metadata log (see
+        :mod:`.controller_service`) and the controller listener's route table."""
+        assert self.metadata is not None and self.metadata_runtime is not None and self.cluster_id is not None
+        metadata, runtime = self.metadata, self.metadata_runtime
+        self.controller_service = ControllerService(
+            node_id=self.node_id, cluster_id=self.cluster_id,
+            config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
+            write=self.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
+            committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints)
+        self.controller_services = Services.of(self, handlers.controller_routes(self.controller_service))
+
+    def _controller_endpoints(self) -> list[tuple[str, str, int]]:
+        """(name, host, port) of the controller listeners as bound (wildcards as 127.0.0.1)."""
+        return [(x.name, *self.cluster.advertised_for(x, x.port)) for x, _ in self.servers
+                if x.name in self.cluster.controller_listener_names]
 
     async def _start_listeners(self) -> None:
         loop = asyncio.get_running_loop()
@@ -285,8 +324,18 @@ class Broker:
             raise CoordinatorUnavailable("metadata writes go to the controller on a broker-only node")
         response, records = await self.metadata_runtime.write(0, op, now_ms())
         if records:
-            self._open_logs()
+            self._metadata_committed()
         return response
+
+    def _metadata_committed(self) -> None:
+        """After a metadata write with records is committed and applied: open/delete
+        partition logs (not on a controller-only process: it hosts none), wake the
+        observers' metadata Fetches long-polling for it, tell the controller service."""
+        if not self.controller_only:
+            self._open_logs()
+        self.waiters.wake(METADATA_FETCH_KEY)
+        if self.controller_service is not None:
+            self.controller_service.appended(now_ms())
 
     async def create_topics(self, topics: list[NewTopic]) -> list[TopicResult]:
         """Create topics for this node's own use (auto-creation by Metadata, coordinators'

@@ -1,21 +1,31 @@
-"""Per-API request handlers. :func:`routes` builds the broker's route table from them;
-importing this package registers nothing anywhere."""
+"""Per-API request handlers. :func:`routes` builds the broker's route table from them,
+:func:`controller_routes` the controller listener's; importing this package registers
+nothing anywhere."""
 
 from __future__ import annotations
 
-from ..registry import Routes, build_routes
+import functools
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from ..registry import Route, Routes, build_routes
 from . import (
     acls,
     add_offsets_to_txn,
     add_partitions_to_txn,
     admin_configs,
     admin_topics,
+    allocate_producer_ids,
     alter_configs,
     api_versions,
+    broker_lifecycle,
     consumer_groups,
+    controller_fetch,
     delete_records,
     describe_cluster,
+    describe_quorum,
     end_txn,
+    envelope,
     fetch,
     group_offsets,
     groups,
@@ -30,15 +40,44 @@ from . import (
     share_groups,
     share_state,
     txn_offset_commit,
+    update_features,
     write_txn_markers,
 )
+
+if TYPE_CHECKING:
+    from ..controller_service import ControllerService
 
 MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_groups, delete_records,
            describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,
            offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
-           add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers, acls, scram_credentials)
+           add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
+           describe_quorum, update_features, acls, scram_credentials)
 
 
 def routes() -> Routes:
     """The route table of every handler in this package (a new immutable mapping)."""
     return build_routes(MODULES)
+
+
+#: The controller listener's handlers that need nothing but the request context: the
+#: metadata writes (run against the controller's image, KIP-919), Envelope, ApiVersions.
+CONTROLLER_MODULES = (admin_configs, admin_topics, alter_configs, api_versions, envelope, update_features)
+#: Handlers taking the controller service first (bound by :func:`controller_routes`).
+CONTROLLER_SERVICE_MODULES = (broker_lifecycle, controller_fetch, allocate_producer_ids)
+
+
+def controller_routes(service: ControllerService) -> Routes:
+    """The route table of a controller listener (a controller-only process): ApiVersions,
+    BrokerRegistration/BrokerHeartbeat/UnregisterBroker, the observers' metadata Fetch,
+    AllocateProducerIds, Envelope, DescribeQuorum, DescribeCluster (controllers,
+    KIP-919), UpdateFeatures and the admin writes and DescribeConfigs, with the service's
+    handlers bound to ``service``."""
+    table = dict(build_routes(CONTROLLER_MODULES))
+    for key, r in build_routes(CONTROLLER_SERVICE_MODULES).items():
+        table[key] = Route(key, r.min_version, r.max_version, functools.partial(r.fn, service), r.name)
+    quorum = build_routes([describe_quorum])[55]
+    table[55] = Route(55, quorum.min_version, quorum.max_version,
+                      functools.partial(describe_quorum.controller_describe_quorum, service), quorum.name)
+    table[60] = Route(60, 0, 2, functools.partial(describe_quorum.controller_describe_cluster, service),
+                      "describe_quorum")
+    return MappingProxyType(dict(sorted(table.items())))

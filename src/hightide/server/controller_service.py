@@ -1,0 +1,258 @@
+"""The controller's broker lifecycle on the metadata runtime (cluster mode): the IO shell
+around :class:`~hightide.cluster.lifecycle.BrokerLifecycle`.
+
+Theory of operation
+-------------------
+Every lifecycle call (BrokerRegistration, BrokerHeartbeat, UnregisterBroker, the timer)
+runs as a metadata write (``write(op)``: the broker's ``write_metadata``), so it is
+serialized with every other metadata write and decides from an image that has every
+earlier write applied; the records it returns are appended as one batch, fsynced and
+applied before the answer leaves (a call with no records appends nothing and answers at
+once). Inside the op the log end offset is the offset its first record will get (the
+broker epoch of a registration) and everything below it is committed.
+
+A timer task (:meth:`ControllerService.run`) wakes at the core's ``next_deadline_ms``
+(at least every ``TIMER_MAX_SLEEP_S``) and writes the records of ``fence_expired`` (session
+expiry, with the leadership moves) or, when the log has been idle for
+``metadata.max.idle.interval.ms``, a NoOp.
+
+Observers: every metadata Fetch from a broker (ReplicaId >= 0) is recorded
+(:meth:`observe_fetch`): its fetch offset is the replica's log end offset for
+DescribeQuorum, with the fetch time and the last time it was caught up, and the core
+counts it as an acknowledgement of ``fetch_offset - 1`` (hightide's brokers apply a
+batch before they fetch again; see docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from kio.schema.errors import ErrorCode
+
+from ..cluster.broker_records import FENCE, IN_CONTROLLED_SHUTDOWN, UNFENCE, BrokerRegistrationChangeRecord
+from ..cluster.image import MetadataImage
+from ..cluster.lifecycle import (
+    BrokerLifecycle,
+    Heartbeat,
+    HeartbeatReply,
+    LifecycleConfig,
+    Registration,
+    RegistrationReply,
+)
+from ..cluster.records import MetadataRecord
+from ..log.partition_log import PartitionLog
+from .coordinator_runtime import CoordinatorUnavailable
+from .registry import handles
+
+log = logging.getLogger("hightide.controller")
+
+TIMER_MAX_SLEEP_S = 0.5
+#: Kafka's LeaderState.OBSERVER_SESSION_TIMEOUT_MS: an observer not heard from for this
+#: long is dropped from DescribeQuorum.
+OBSERVER_SESSION_TIMEOUT_MS = 300_000
+#: The quorum's leader epoch. One voter, no elections yet: the metadata log's batches
+#: carry partition leader epoch 0, and Fetch/DescribeQuorum report the same.
+LEADER_EPOCH = 0
+
+WriteMetadata = Callable[[Callable[[MetadataImage], tuple[Any, Sequence[MetadataRecord]]]], Awaitable[Any]]
+
+
+ServiceHandler = Callable[..., Any]
+
+
+def service_handler(api_key: int, min_version: int, max_version: int) -> Callable[[ServiceHandler], ServiceHandler]:
+    """:func:`~.registry.handles` for a handler ``fn(service, ctx, request)`` that takes the
+    :class:`ControllerService` first (``handlers.controller_routes(service)`` binds it)."""
+    return cast(Callable[[ServiceHandler], ServiceHandler], handles(api_key, min_version, max_version))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class ReplicaProgress:
+    """What DescribeQuorum reports of one replica (Kafka's ReplicaState)."""
+    replica_id: int
+    log_end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+
+
+class ControllerService:
+    """The controller side of cluster mode in one process. ``write`` is the broker's
+    ``write_metadata``; ``metadata_log`` and ``committed_end`` give the metadata log and
+    the offset below which it is committed (the high watermark a Fetch is served to);
+    ``endpoints`` the controller listeners (DescribeQuorum's nodes, DescribeCluster)."""
+
+    def __init__(self, *, node_id: int, cluster_id: str, config: LifecycleConfig, write: WriteMetadata,
+                 image: Callable[[], MetadataImage], metadata_log: Callable[[], PartitionLog],
+                 committed_end: Callable[[], int],
+                 endpoints: Callable[[], list[tuple[str, str, int]]] = list) -> None:
+        self.node_id = node_id
+        self._endpoints = endpoints
+        self.lifecycle = BrokerLifecycle(cluster_id, config)
+        self._write = write
+        self._image = image
+        self._metadata_log = metadata_log
+        self._committed_end = committed_end
+        self.last_append_ms = now_ms()
+        self.observers: dict[int, ReplicaProgress] = {}
+        self.noops = 0  # NoOp records written (for tests and metrics)
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image()
+
+    @property
+    def metadata_log(self) -> PartitionLog:
+        return self._metadata_log()
+
+    def committed_end(self) -> int:
+        """The offset below which the metadata log is committed (fsynced and applied)."""
+        return self._committed_end()
+
+    def controller_endpoints(self) -> list[tuple[str, str, int]]:
+        """(listener name, host, port) of this controller's listeners, as advertised."""
+        return self._endpoints()
+
+    def appended(self, at_ms: int) -> None:
+        """The broker committed a metadata write with records (any writer)."""
+        self.last_append_ms = at_ms
+
+    # -- lifecycle RPCs ------------------------------------------------------------------
+    async def register(self, req: Registration) -> RegistrationReply:
+        """BrokerRegistration as a metadata write; a failed append answers its error code
+        (KAFKA_STORAGE_ERROR) and registers nothing."""
+        def op(image: MetadataImage) -> tuple[RegistrationReply, list[MetadataRecord]]:
+            return self.lifecycle.register(image, req, now_ms(), self.metadata_log.log_end_offset)
+        try:
+            reply: RegistrationReply = await self._write(op)
+        except CoordinatorUnavailable as exc:
+            return RegistrationReply(exc.error_code, -1, str(exc))
+        if reply.error_code == ErrorCode.none:
+            log.info("broker %d registered: epoch %d, incarnation %s", req.broker_id, reply.broker_epoch,
+                     req.incarnation_id)
+        else:
+            log.warning("broker %d registration refused: %s (%s)", req.broker_id, reply.error_code.name,
+                        reply.message)
+        return reply
+
+    async def heartbeat(self, req: Heartbeat) -> HeartbeatReply:
+        """BrokerHeartbeat as a metadata write (state changes are written with the
+        leadership moves; a heartbeat that changes nothing appends nothing)."""
+        def op(image: MetadataImage) -> tuple[HeartbeatReply, list[MetadataRecord]]:
+            end = self.metadata_log.log_end_offset
+            reply, records = self.lifecycle.heartbeat(image, req, now_ms(), end, end - 1)
+            _log_changes(records)
+            return reply, records
+        try:
+            reply: HeartbeatReply = await self._write(op)
+        except CoordinatorUnavailable as exc:
+            return HeartbeatReply(exc.error_code, message=str(exc))
+        return reply
+
+    async def unregister(self, broker_id: int) -> tuple[ErrorCode, str | None]:
+        """UnregisterBroker as a metadata write."""
+        def op(image: MetadataImage) -> tuple[tuple[ErrorCode, str | None], list[MetadataRecord]]:
+            code, msg, records = self.lifecycle.unregister(image, broker_id)
+            return (code, msg), records
+        try:
+            code, msg = await self._write(op)
+        except CoordinatorUnavailable as exc:
+            return exc.error_code, str(exc)
+        if code == ErrorCode.none:
+            log.info("broker %d unregistered", broker_id)
+        self.observers.pop(broker_id, None)
+        return code, msg
+
+    def check_broker_epoch(self, broker_id: int, broker_epoch: int) -> tuple[ErrorCode, str | None]:
+        """Kafka's ``ClusterControlManager.checkBrokerEpoch`` (AllocateProducerIds):
+        STALE_BROKER_EPOCH unless the broker is registered with that epoch (-1 skips the
+        epoch check)."""
+        reg = self.image.brokers.get(broker_id)
+        if reg is None:
+            return ErrorCode.stale_broker_epoch, f"No broker registration found for broker id {broker_id}"
+        if broker_epoch != -1 and reg.epoch != broker_epoch:
+            return ErrorCode.stale_broker_epoch, f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}"
+        return ErrorCode.none, None
+
+    # -- observers -----------------------------------------------------------------------
+    def observe_fetch(self, replica_id: int, fetch_offset: int, replica_epoch: int | None, at_ms: int) -> None:
+        """A metadata Fetch from ``replica_id`` at ``fetch_offset`` (ReplicaEpoch when the
+        Fetch version has it): DescribeQuorum bookkeeping and the acknowledgement of
+        ``fetch_offset - 1``."""
+        if replica_id < 0 or replica_id == self.node_id:
+            return
+        end = self.committed_end()
+        p = self.observers.get(replica_id)
+        if p is None:
+            p = self.observers[replica_id] = ReplicaProgress(replica_id)
+        p.log_end_offset = fetch_offset
+        p.last_fetch_ms = at_ms
+        if fetch_offset >= end:
+            p.last_caught_up_ms = at_ms
+        self.lifecycle.observe_fetch(self.image, replica_id, fetch_offset, at_ms, end - 1, replica_epoch)
+
+    def quorum(self, at_ms: int) -> tuple[list[ReplicaProgress], list[ReplicaProgress]]:
+        """(voters, observers) for DescribeQuorum: this node (the leader, caught up now)
+        and the brokers that fetched within ``OBSERVER_SESSION_TIMEOUT_MS``."""
+        for rid in [r for r, p in self.observers.items() if at_ms - p.last_fetch_ms > OBSERVER_SESSION_TIMEOUT_MS]:
+            del self.observers[rid]
+        voter = ReplicaProgress(self.node_id, self.committed_end(), at_ms, at_ms)
+        return [voter], [self.observers[r] for r in sorted(self.observers)]
+
+    # -- the timer -----------------------------------------------------------------------
+    async def run(self) -> None:
+        """Fence expired sessions and write idle NoOps, forever (cancel to stop)."""
+        while True:
+            deadline = self.lifecycle.next_deadline_ms(self.image, self.last_append_ms)
+            wait_ms = TIMER_MAX_SLEEP_S * 1000 if deadline is None else deadline - now_ms()
+            await asyncio.sleep(max(0.0, min(wait_ms / 1000, TIMER_MAX_SLEEP_S)))
+            if deadline is None or now_ms() < deadline:
+                continue
+            try:
+                await self.tick()
+            except CoordinatorUnavailable as exc:
+                log.error("controller timer: metadata write failed (retrying): %s", exc)
+                await asyncio.sleep(TIMER_MAX_SLEEP_S)
+            except Exception:
+                log.exception("controller timer failed")
+                await asyncio.sleep(TIMER_MAX_SLEEP_S)
+
+    async def tick(self) -> list[MetadataRecord]:
+        """One timer step as a metadata write: the fencing records of expired sessions,
+        else a NoOp if the log has been idle long enough. Returns the records written."""
+        def op(image: MetadataImage) -> tuple[list[MetadataRecord], list[MetadataRecord]]:
+            at = now_ms()
+            records = self.lifecycle.fence_expired(image, at)
+            for r in records:
+                if isinstance(r, BrokerRegistrationChangeRecord):
+                    log.warning("broker %d fenced: no heartbeat for broker.session.timeout.ms=%d", r.broker_id,
+                                self.lifecycle.config.session_timeout_ms)
+            if not records:
+                records = self.lifecycle.idle_records(at, self.last_append_ms)
+                self.noops += len(records)
+            return records, records
+        written: list[MetadataRecord] = await self._write(op)
+        return written
+
+
+def _log_changes(records: Sequence[MetadataRecord]) -> None:
+    for r in records:
+        if not isinstance(r, BrokerRegistrationChangeRecord):
+            continue
+        if r.fenced == UNFENCE:
+            log.info("broker %d unfenced", r.broker_id)
+        elif r.fenced == FENCE:
+            log.info("broker %d fenced", r.broker_id)
+        elif r.in_controlled_shutdown == IN_CONTROLLED_SHUTDOWN:
+            log.info("broker %d in controlled shutdown", r.broker_id)
+
+
+__all__ = ["ControllerService", "service_handler", "ReplicaProgress", "LEADER_EPOCH", "OBSERVER_SESSION_TIMEOUT_MS"]

@@ -1,0 +1,67 @@
+"""BrokerRegistration (62), BrokerHeartbeat (63) and UnregisterBroker (64): the
+controller's broker-lifecycle RPCs (served on the controller listener only).
+
+Each handler takes the :class:`~hightide.server.controller_service.ControllerService`
+first (bound by ``handlers.controller_routes(service)``), decodes the request into the
+lifecycle core's terms and answers with the core's reply:
+
+* BrokerRegistration: ``BrokerEpoch`` = the metadata offset of the broker's
+  RegisterBrokerRecord for a new incarnation; errors INCONSISTENT_CLUSTER_ID,
+  DUPLICATE_BROKER_REGISTRATION, INVALID_REGISTRATION, UNSUPPORTED_VERSION (feature
+  levels), KAFKA_STORAGE_ERROR (the metadata log failed).
+* BrokerHeartbeat: ``CurrentMetadataOffset`` is the offset of the last metadata record
+  the broker has applied; the answer carries IsCaughtUp, IsFenced, ShouldShutDown and
+  hightide's tagged field 10000 LowestAcknowledgedOffset (always sent; -1 when unknown
+  and on errors), encoded by :mod:`hightide.protocol.broker_heartbeat_response`.
+  STALE_BROKER_EPOCH for an unknown broker or a wrong epoch (re-register).
+* UnregisterBroker: BROKER_ID_NOT_REGISTERED for an unknown id.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...cluster.lifecycle import Heartbeat, HeartbeatReply, Registration, heartbeat_response
+from ...protocol.broker_heartbeat_response import encode_broker_heartbeat_response
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from ..controller_service import service_handler
+
+if TYPE_CHECKING:
+    from ..controller_service import ControllerService
+
+
+def registration(req: Any, version: int) -> Registration:
+    """The core's view of a BrokerRegistrationRequest (any version)."""
+    listeners = tuple((x.name, x.host, int(x.port), int(x.security_protocol)) for x in req.listeners)
+    features = tuple((f.name, int(f.min_supported_version), int(f.max_supported_version)) for f in req.features)
+    log_dirs = tuple(str(d) for d in getattr(req, "log_dirs", ()) if d is not None)
+    return Registration(int(req.broker_id), req.cluster_id, req.incarnation_id, listeners, features, req.rack, log_dirs)
+
+
+@service_handler(62, 0, 4)
+async def broker_registration(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    if req.incarnation_id is None:
+        code, epoch = ErrorCode.invalid_registration, -1
+    else:
+        reply = await service.register(registration(req, ctx.version))
+        code, epoch = reply.error_code, reply.broker_epoch
+    return materialize(response_schema(62, ctx.version), {"throttle_time": 0, "error_code": code,
+                                                          "broker_epoch": epoch})
+
+
+@service_handler(63, 0, 2)
+async def broker_heartbeat(service: ControllerService, ctx: RequestContext, req: Any) -> bytes:
+    hb = Heartbeat(int(req.broker_id), int(req.broker_epoch), int(req.current_metadata_offset),
+                   bool(req.want_fence), bool(req.want_shut_down))
+    reply: HeartbeatReply = await service.heartbeat(hb)
+    return encode_broker_heartbeat_response(ctx.version, ctx.header.correlation_id, heartbeat_response(reply))
+
+
+@service_handler(64, 0, 0)
+async def unregister_broker(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    code, msg = await service.unregister(int(req.broker_id))
+    return materialize(response_schema(64, ctx.version), {"throttle_time": 0, "error_code": code,
+                                                          "error_message": msg})

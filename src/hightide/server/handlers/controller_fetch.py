@@ -1,0 +1,124 @@
+"""Fetch (1) on the controller listener: observers (brokers) follow ``__cluster_metadata-0``
+the way Kafka's ``KafkaRaftClient`` serves its log to observers.
+
+Contract for the broker side (server/metadata_follower.py):
+
+* The request names topic ``__cluster_metadata`` (v12-) or topic id
+  ``AAAAAAAAAAAAAAAAAAAAAQ`` (Kafka's METADATA_TOPIC_ID, v13+), partition 0, with
+  ``ReplicaId`` (``ReplicaState.ReplicaId`` from v15) = the broker's node id and, from
+  v15, ``ReplicaEpoch`` = its broker epoch. Anything else gets INVALID_REQUEST (top
+  level); a ``ClusterId`` that is not ours INCONSISTENT_CLUSTER_ID.
+* The answer holds the committed record batches from ``FetchOffset`` (whole batches, so
+  the first may start below it), at most ``PartitionMaxBytes`` (at least one batch),
+  never past the committed end; ``HighWatermark`` = the committed end (the offset the
+  next record will get). ``CurrentLeader`` = (this node, leader epoch 0).
+* Nothing to send and ``MaxWaitMs`` > 0: the Fetch waits until the metadata log commits
+  a write (or the wait runs out, or the controller stops), then answers.
+* ``FetchOffset`` beyond the committed end, or a ``LastFetchedEpoch`` above ours (the
+  broker's copy has records this controller does not): error NONE with
+  ``DivergingEpoch`` = (leader epoch, committed end), no records. The broker truncates
+  its copy to ``DivergingEpoch.EndOffset`` (or resyncs from 0) and fetches again.
+* A Fetch at offset N counts as the broker acknowledging N - 1 (hightide's brokers apply
+  a batch to their image before they send the next Fetch); it does not refresh the
+  broker's session (heartbeats do).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ...cluster.metadata_log import METADATA_TOPIC
+from ...log.partition_log import OffsetOutOfRange
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from ..controller_service import LEADER_EPOCH, service_handler
+
+if TYPE_CHECKING:
+    from ..controller_service import ControllerService
+
+#: Kafka's ``Uuid.METADATA_TOPIC_ID`` (Uuid(0, 1)).
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+#: The long-poll key woken when the metadata log commits (``AppendWaiters``).
+METADATA_KEY = (METADATA_TOPIC, 0)
+
+
+def _names_metadata(req: Any, version: int) -> tuple[Any, Any] | None:
+    """(topic, partition) of the request if it fetches exactly ``__cluster_metadata-0``."""
+    if len(req.topics) != 1 or len(req.topics[0].partitions) != 1:
+        return None
+    t = req.topics[0]
+    ok = t.topic_id == METADATA_TOPIC_ID if version >= 13 else t.topic == METADATA_TOPIC
+    p = t.partitions[0]
+    return (t, p) if ok and p.partition == 0 else None
+
+
+def _replica(req: Any, version: int) -> tuple[int, int | None]:
+    if version >= 15:
+        return int(req.replica_state.replica_id), int(req.replica_state.replica_epoch)
+    return int(getattr(req, "replica_id", -1)), None
+
+
+@service_handler(1, 4, 17)
+async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    found = _names_metadata(req, ctx.version)
+    if found is None:
+        return _respond(service, ctx, None, None, error=ErrorCode.invalid_request)
+    cluster_id = getattr(req, "cluster_id", None)
+    if cluster_id is not None and cluster_id != ctx.identity.cluster_id:
+        return _respond(service, ctx, found[0], None, error=ErrorCode.inconsistent_cluster_id)
+    topic, part = found
+    replica_id, replica_epoch = _replica(req, ctx.version)
+    fetch_offset = int(part.fetch_offset)
+    last_epoch = int(getattr(part, "last_fetched_epoch", -1))
+    if fetch_offset < 0:
+        return _respond(service, ctx, topic, _partition(service, error=ErrorCode.invalid_request))
+    service.observe_fetch(replica_id, fetch_offset, replica_epoch, ctx.now_ms)
+    end = service.committed_end()
+    if fetch_offset > end or last_epoch > LEADER_EPOCH:
+        return _respond(service, ctx, topic, _partition(service, diverging=(LEADER_EPOCH, end)))
+    max_wait_s = req.max_wait.total_seconds()
+    if fetch_offset == end and max_wait_s > 0 and not ctx.identity.stopping:
+        deadline = time.monotonic() + max_wait_s
+        while service.committed_end() == fetch_offset and not ctx.identity.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await ctx.waiters.wait([METADATA_KEY], left)
+    return _respond(service, ctx, topic, _read(service, fetch_offset, int(part.partition_max_bytes)))
+
+
+def _read(service: ControllerService, offset: int, max_bytes: int) -> dict:
+    end = service.committed_end()
+    try:
+        data = service.metadata_log.read(offset, max(max_bytes, 1), max_offset=end).data if offset < end else b""
+    except OffsetOutOfRange:
+        return _partition(service, error=ErrorCode.offset_out_of_range)
+    return _partition(service, records=bytes(data), end=end)
+
+
+def _partition(service: ControllerService, *, error: ErrorCode = ErrorCode.none, records: bytes = b"",
+               diverging: tuple[int, int] | None = None, end: int | None = None) -> dict:
+    end = service.committed_end() if end is None else end
+    start = service.metadata_log.log_start_offset
+    return {"partition_index": 0, "error_code": error, "high_watermark": end, "last_stable_offset": end,
+            "log_start_offset": start, "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": records,
+            "diverging_epoch": {"epoch": diverging[0] if diverging else -1,
+                                "end_offset": diverging[1] if diverging else -1},
+            "current_leader": {"leader_id": service.node_id, "leader_epoch": LEADER_EPOCH},
+            "snapshot_id": {"end_offset": -1, "epoch": -1}}
+
+
+def _respond(service: ControllerService, ctx: RequestContext, topic: Any, partition: dict | None, *,
+             error: ErrorCode = ErrorCode.none) -> Any:
+    responses = []
+    if topic is not None and partition is not None:
+        responses.append({"topic": METADATA_TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [partition]})
+    host, port = ctx.identity.advertised
+    return materialize(response_schema(1, ctx.version), {
+        "throttle_time": 0, "error_code": error, "session_id": 0, "responses": responses,
+        "node_endpoints": [{"node_id": service.node_id, "host": host, "port": port, "rack": None}]})

@@ -1,0 +1,96 @@
+"""DescribeQuorum (55) and the controller's DescribeCluster (60, KIP-919).
+
+DescribeQuorum answers with Kafka's fields for ``__cluster_metadata-0``: the leader (this
+node, the one voter) and its epoch, the high watermark (the committed end of the
+metadata log), the voters and the observers, each with LogEndOffset,
+LastFetchTimestamp and LastCaughtUpTimestamp (v1+), and (v2) the voters' endpoints.
+The single node (combined mode) answers it too — one voter, no observers — so
+``kafka-metadata-quorum --bootstrap-server`` and ``hightide metadata-quorum`` work
+against ``hightide serve``. On a controller the observers are the brokers that fetched
+the metadata log in the last five minutes (Kafka's observer session), with their fetch
+offset as LogEndOffset.
+
+A request for another topic-partition gets UNKNOWN_TOPIC_OR_PARTITION for that
+partition (Kafka: the top-level error is NONE, the partition's names it).
+
+DescribeCluster on a controller listener answers ``EndpointType`` 2 (controllers) with
+the controller endpoints (Kafka's ``ControllerApis``); a request for brokers (type 1,
+and every v0/v1 request) gets UNSUPPORTED_ENDPOINT_TYPE.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...cluster.metadata_log import METADATA_TOPIC
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from ..controller_service import LEADER_EPOCH, ReplicaProgress
+from ..registry import handles
+
+if TYPE_CHECKING:
+    from ..controller_service import ControllerService
+
+ENDPOINT_TYPE_BROKERS, ENDPOINT_TYPE_CONTROLLERS = 1, 2
+
+
+def _replica(p: ReplicaProgress) -> dict:
+    return {"replica_id": p.replica_id, "replica_directory_id": None, "log_end_offset": p.log_end_offset,
+            "last_fetch_timestamp": p.last_fetch_ms, "last_caught_up_timestamp": p.last_caught_up_ms}
+
+
+def _answer(ctx: RequestContext, req: Any, node_id: int, high_watermark: int, voters: list[ReplicaProgress],
+            observers: list[ReplicaProgress], listeners: list[tuple[str, str, int]]) -> Any:
+    topics = []
+    for t in req.topics:
+        parts: list[dict[str, Any]] = []
+        for p in t.partitions:
+            if t.topic_name == METADATA_TOPIC and p.partition_index == 0:
+                parts.append({"partition_index": 0, "error_code": ErrorCode.none, "error_message": None,
+                              "leader_id": node_id, "leader_epoch": LEADER_EPOCH, "high_watermark": high_watermark,
+                              "current_voters": [_replica(v) for v in voters],
+                              "observers": [_replica(o) for o in observers]})
+            else:
+                parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
+                              "error_message": "The topic or partition is not the cluster metadata partition.",
+                              "leader_id": -1, "leader_epoch": -1, "high_watermark": -1,
+                              "current_voters": [], "observers": []})
+        topics.append({"topic_name": t.topic_name, "partitions": parts})
+    nodes = [{"node_id": v.replica_id, "listeners": [{"name": n, "host": h, "port": port} for n, h, port in listeners]}
+             for v in voters]
+    return materialize(response_schema(55, ctx.version), {"error_code": ErrorCode.none, "error_message": None,
+                                                          "topics": topics, "nodes": nodes})
+
+
+@handles(55, 0, 2)
+def describe_quorum(ctx: RequestContext, req: Any) -> Any:
+    """The single node's answer: it is the one voter, always caught up; no observers."""
+    end = ctx.image.offset + 1  # the image is applied once committed: its next offset is the committed end
+    node_id = ctx.identity.node_id
+    host, port = ctx.identity.advertised
+    voter = ReplicaProgress(node_id, end, ctx.now_ms, ctx.now_ms)
+    return _answer(ctx, req, node_id, end, [voter], [], [("PLAINTEXT", host, port)])
+
+
+def controller_describe_quorum(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    """A controller's answer: itself as the voter, the fetching brokers as observers."""
+    voters, observers = service.quorum(ctx.now_ms)
+    return _answer(ctx, req, service.node_id, service.committed_end(), voters, observers,
+                   service.controller_endpoints())
+
+
+def controller_describe_cluster(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    """KIP-919: a controller describes the controllers (itself, the one voter)."""
+    endpoint_type = int(getattr(req, "endpoint_type", ENDPOINT_TYPE_BROKERS))
+    base: dict[str, Any] = {"throttle_time": 0, "endpoint_type": endpoint_type, "cluster_id": ctx.identity.cluster_id or "",
+            "controller_id": service.node_id, "cluster_authorized_operations": -2147483648}
+    if endpoint_type != ENDPOINT_TYPE_CONTROLLERS:
+        return materialize(response_schema(60, ctx.version), {
+            **base, "error_code": ErrorCode.unsupported_endpoint_type, "controller_id": -1,
+            "error_message": "The controller can only describe controllers (EndpointType 2).", "brokers": []})
+    brokers = [{"broker_id": service.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+               for _, host, port in service.controller_endpoints()[:1]]
+    return materialize(response_schema(60, ctx.version), {**base, "error_code": ErrorCode.none,
+                                                          "error_message": None, "brokers": brokers})
