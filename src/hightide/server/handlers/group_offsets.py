@@ -59,10 +59,6 @@ async def _txn_coordinator(ctx: RequestContext, key: str) -> tuple[ErrorCode, st
     return ErrorCode.none, None
 
 
-@handles(10, 0, 6)
-async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
-    key_type = getattr(req, "key_type", GROUP_KEY)
-    keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
 def _coordinator_partition(ctx: RequestContext, key_type: int, key: str) -> tuple[str, int]:
     """(internal topic, partition) of a valid coordinator key (Kafka's partitionFor)."""
     if key_type == SHARE_KEY:
@@ -72,6 +68,10 @@ def _coordinator_partition(ctx: RequestContext, key_type: int, key: str) -> tupl
     return ctx.groups.topic, ctx.groups.partition_for(key)
 
 
+@handles(10, 0, 6)
+async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
+    key_type = getattr(req, "key_type", GROUP_KEY)
+    keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
     entries = []
     for key in keys:
         code, msg = ErrorCode.none, None
