@@ -72,3 +72,24 @@ def test_pending_until_the_marker_across_transactions_epochs_and_reloads(tmp_pat
     asyncio.run(after())
     assert _fetched(reloaded) == (40, False)
     assert _fetched(_runtime(broker)) == (40, False)
+
+
+def test_require_stable_answers_unstable_offset_commit_while_pending(tmp_path):
+    """KIP-447: OffsetFetch with require_stable gets UNSTABLE_OFFSET_COMMIT for a partition
+    whose offset is pending in a transaction; without it, the last committed offset."""
+    groups = _runtime(FakeBroker(tmp_path))
+
+    async def scenario() -> None:
+        await _txn_commit(groups, 0, 10)
+        await _marker(groups, 0, True)
+        await _txn_commit(groups, 0, 20)
+        shard = groups.shard_for(GROUP)
+        stable = shard.fetch_offsets(GROUP, [("t", 0), ("t", 1)], require_stable=True)
+        assert [(f.offset, f.error_code) for f in stable] == [(-1, ErrorCode.unstable_offset_commit),
+                                                             (-1, ErrorCode.none)]
+        assert shard.fetch_offsets(GROUP, [("t", 0)])[0].offset == 10
+        await _marker(groups, 0, True)
+        again = groups.shard_for(GROUP).fetch_offsets(GROUP, [("t", 0)], require_stable=True)[0]
+        assert (again.offset, again.error_code) == (20, ErrorCode.none)
+
+    asyncio.run(scenario())

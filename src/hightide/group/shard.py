@@ -495,9 +495,17 @@ class GroupCoordinatorShard:
         return ErrorCode.none
 
     # -- OffsetFetch ----------------------------------------------------------------------
-    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None) -> list[FetchedOffset]:
-        """Committed offsets (-1 for none, and for unknown groups, with no error)."""
-        return self.offsets.fetch(group_id, partitions)
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
+                      require_stable: bool = False) -> list[FetchedOffset]:
+        """Committed offsets (-1 for none, and for unknown groups, with no error). With
+        ``require_stable`` (OffsetFetch v7+, KIP-447) a partition whose offset is pending
+        in an open transaction answers UNSTABLE_OFFSET_COMMIT (offset -1) instead, so the
+        client retries rather than start from an offset about to change."""
+        out = self.offsets.fetch(group_id, partitions)
+        if not require_stable or not self.offsets.pending:
+            return out
+        return [FetchedOffset(f.topic, f.partition, -1, -1, "", ErrorCode.unstable_offset_commit)
+                if self.offsets.has_pending(group_id, (f.topic, f.partition)) else f for f in out]
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9 from a consumer group member: UNKNOWN_MEMBER_ID or
