@@ -32,6 +32,7 @@ from .errors import (
     error_for,
 )
 from .groups import GroupsMixin
+from .security import SecurityMixin
 from .share import ShareGroupsMixin
 from .types import (
     BrokerMetadata,
@@ -69,7 +70,7 @@ def parse_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
-class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin):
+class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, SecurityMixin):
     """An async Kafka admin client that works with hightide and any Kafka cluster.
 
     Use as ``async with AdminClient("host:9092") as admin: ...``. Every method raises
