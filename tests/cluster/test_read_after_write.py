@@ -121,3 +121,46 @@ def test_a_paused_broker_holds_writes_back_for_the_bounded_wait_and_it_is_logged
                  timeout=5, what="the read gate's warning in broker 0's log")
     line = next(x for x in c.node(0).output().splitlines() if "WARNING hightide.read_gate" in x)
     assert "the forwarded CreateTopics" in line and "lowest acknowledged offset is" in line
+
+
+async def update_metadata_version(conn: BrokerConnection, level: int) -> None:
+    v = conn.pick_version(57, 1, 1)
+    resp = await conn.request(57, v, {"timeout": 30000, "validate_only": False, "feature_updates": [
+        {"feature": "metadata.version", "max_version_level": level, "upgrade_type": 1}]})
+    assert resp.error_code == ErrorCode.none, resp
+
+
+async def finalized_metadata_version(conn: BrokerConnection) -> int | None:
+    resp = await conn.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    return next((int(f.max_version_level) for f in resp.finalized_features if f.name == "metadata.version"), None)
+
+
+def test_a_new_metadata_version_shows_in_api_versions_once_every_broker_has_it(cluster) -> None:
+    c = cluster(3, metadata_read_max_wait_ms=500)
+
+    async def upgrade_then_read(level: int) -> tuple[int | None, int | None]:
+        w, r = await _connect(c.address(0)), await _connect(c.address(1))
+        try:
+            await update_metadata_version(w, level)
+            return await finalized_metadata_version(r), await finalized_metadata_version(w)
+        finally:
+            await w.close()
+            await r.close()
+
+    assert c.run(upgrade_then_read(20)) == (20, 20)  # every broker has it when the write is answered
+    c.pause(2)
+    try:
+        # broker 2 cannot apply level 21: the write is answered after the bounded wait,
+        # but no broker shows 21 while the lowest acknowledged offset is below its record
+        assert c.run(upgrade_then_read(21)) == (20, 20)
+
+        async def shown() -> int | None:
+            r = await _connect(c.address(1))
+            try:
+                return await finalized_metadata_version(r)
+            finally:
+                await r.close()
+        # once broker 2 is fenced (session timeout) the others' acknowledgements cover 21
+        c.wait_until(lambda: c.run(shown()) == 21, timeout=15, what="metadata.version 21 shown after the fencing")
+    finally:
+        c.resume(2)

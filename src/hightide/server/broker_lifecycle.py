@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..client.errors import KafkaError
+from ..client.errors import KafkaError, KafkaTimeoutError
 from ..protocol.broker_heartbeat_response import BrokerHeartbeatResponse, decode_broker_heartbeat_response
 from ..protocol.errors import ErrorCode
 from .controller_channel import ControllerChannel, ControllerUnavailable
@@ -249,6 +249,9 @@ class BrokerLifecycleManager:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._was_fenced: bool | None = None
+        #: A heartbeat unanswered this long means the controller is stuck or gone: half
+        #: the session timeout, so the broker reconnects well before it would be fenced.
+        self._timeout_s = max(1.0, settings.session_timeout_ms / 2000)
         self.registered = asyncio.Event()
         self.unfenced = asyncio.Event()
 
@@ -344,9 +347,13 @@ class BrokerLifecycleManager:
             conn = await self.channel.connection()
             version = conn.pick_version(63, HEARTBEAT_VERSION_MAX)
             resp: BrokerHeartbeatResponse = await self.channel.request(
-                63, version, body, decoder=lambda frame: decode_broker_heartbeat_response(version, frame)[1])
+                63, version, body, decoder=lambda frame: decode_broker_heartbeat_response(version, frame)[1],
+                timeout_s=self._timeout_s)
         except (ControllerUnavailable, KafkaError) as exc:
             self.core.on_failure(now_ms())
+            if isinstance(exc, KafkaTimeoutError):  # a paused or stuck controller: reconnect
+                log.warning("the controller did not answer a heartbeat within %.1f s; reconnecting", self._timeout_s)
+                self.channel.reset()
             log.debug("heartbeat failed: %s", exc)
             return
         before = self.core.lowest_acknowledged

@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..client.errors import KafkaError
+from ..cluster.features import SUPPORTED_FEATURES
 from ..cluster.settings import ClusterSettings
 from .broker_lifecycle import BrokerLifecycleManager
 from .controller_channel import ControllerChannel, ControllerUnavailable
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.broker_node")
 
-#: (name, min level, max level) of the features this broker supports, sent in its
-#: registration (Kafka's BrokerRegistration Features).
-SUPPORTED_FEATURES: tuple[tuple[str, int, int], ...] = ()
 SECURITY_PROTOCOL_PLAINTEXT = 0
 
 
@@ -91,7 +89,7 @@ class BrokerNode:
             listeners.append({"name": listener.name, "host": host, "port": port,
                               "security_protocol": SECURITY_PROTOCOL_PLAINTEXT})
         features = [{"name": n, "min_supported_version": lo, "max_supported_version": hi}
-                    for n, lo, hi in SUPPORTED_FEATURES]
+                    for n, (lo, hi) in sorted(SUPPORTED_FEATURES.items())]
         return {"listeners": listeners, "features": features, "rack": None}
 
     def _on_lao(self, lao: int) -> None:

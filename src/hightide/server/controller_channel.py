@@ -57,6 +57,7 @@ class ControllerChannel:
         self._backoff_s = 0.0
         self._retry_at = 0.0  # monotonic time before which no connect is attempted
         self._closed = False
+        self._closing: set[asyncio.Task[None]] = set()  # connections being closed after a drop
         self._last_error: str | None = None
         #: Called with the new connection's ApiVersions map after each successful connect.
         self.on_connect: Callable[[dict[int, tuple[int, int]]], None] | None = None
@@ -146,7 +147,9 @@ class ControllerChannel:
             self._next += 1  # a single voter: the same address again; several: the next one
             self._retry_at = time.monotonic() + INITIAL_BACKOFF_S
             log.info("%s channel: connection to %s:%d lost (%s)", self.name, conn.host, conn.port, reason)
-            asyncio.get_running_loop().create_task(conn.close())
+            task = asyncio.get_running_loop().create_task(conn.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def reset(self) -> None:
         """Drop the current connection (e.g. after a request timed out: the controller may

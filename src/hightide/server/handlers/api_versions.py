@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...cluster.features import SUPPORTED_FEATURES
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...protocol.server_connection import api_version_ranges
-from ..broker_node import SUPPORTED_FEATURES
 from ..context import RequestContext
 from ..registry import handles
 
@@ -32,7 +32,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         epoch = ctx.image.offset if features else -1
     return materialize(response_schema(18, ctx.version), {
         "error_code": ErrorCode.none, "api_keys": ranges, "throttle_time": 0,
-        "supported_features": [{"name": n, "min_version": lo, "max_version": hi} for n, lo, hi in SUPPORTED_FEATURES],
+        "supported_features": [{"name": n, "min_version": lo, "max_version": hi}
+                               for n, (lo, hi) in sorted(SUPPORTED_FEATURES.items())],
         "finalized_features_epoch": epoch,
         "finalized_features": [{"name": n, "max_version_level": v, "min_version_level": v}
                                for n, v in sorted(features.items())]})
