@@ -165,3 +165,18 @@ def test_acls_and_credentials_survive_restart(fresh_server, tmp_path):
     assert [x.name for x in admin2.describe_acls(_mine(p)).result(10)] == ["durable"]
     desc = admin2.describe_user_scram_credentials(["durable-user"])["durable-user"].result(10)
     assert [c.iterations for c in desc.scram_credential_infos] == [4096]
+
+
+def test_sasl_requests_on_a_plaintext_listener_are_illegal_sasl_state(server):
+    """Kafka's KafkaApis answer on a listener without SASL; both are advertised."""
+    from kio.schema.errors import ErrorCode
+
+    from ..rawkafka import RawClient
+    with RawClient(server.bootstrap) as raw:
+        versions = raw.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        keys = {a.api_key: (a.min_version, a.max_version) for a in versions.api_keys}
+        assert keys[17] == (1, 1) and keys[36] == (0, 2)
+        assert raw.request(17, 1, {"mechanism": "PLAIN"}).error_code == ErrorCode.illegal_sasl_state
+        auth = raw.request(36, 2, {"auth_bytes": b"\x00a\x00b"})
+        assert auth.error_code == ErrorCode.illegal_sasl_state
+        assert auth.error_message == "SaslAuthenticate request received after successful authentication"

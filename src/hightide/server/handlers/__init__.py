@@ -34,6 +34,7 @@ from . import (
     metadata,
     offset_for_leader_epoch,
     produce,
+    sasl,
     scram_credentials,
     share_fetch,
     share_group_offsets,
@@ -51,7 +52,7 @@ MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_gr
            describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,
            offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
            add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
-           describe_quorum, update_features, acls, scram_credentials)
+           describe_quorum, update_features, acls, scram_credentials, sasl)
 
 
 def routes() -> Routes:

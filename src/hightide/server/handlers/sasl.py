@@ -1,0 +1,34 @@
+"""SaslHandshake (17) and SaslAuthenticate (36) on an authenticated connection.
+
+A connection that still has to authenticate never reaches the route table for these two
+APIs: its :class:`~hightide.security.session.SaslSession` admits them with ``SASL`` and
+answers them itself (handshake, mechanism exchange, KIP-368 re-authentication). What is
+routed here is a SASL request on a connection that needs none (a PLAINTEXT or SSL
+listener) or that is already authenticated without re-authentication support: Kafka's
+``KafkaApis`` answers both with ILLEGAL_SASL_STATE, and so does hightide. Registering
+them also makes ApiVersions advertise them, as Kafka does on every listener.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ..context import RequestContext
+from ..registry import handles
+
+
+@handles(17, 1, 1)
+def sasl_handshake(ctx: RequestContext, req: Any) -> Any:
+    return materialize(response_schema(17, ctx.version), {"error_code": ErrorCode.illegal_sasl_state,
+                                                          "mechanisms": []})
+
+
+@handles(36, 0, 2)
+def sasl_authenticate(ctx: RequestContext, req: Any) -> Any:
+    return materialize(response_schema(36, ctx.version), {
+        "error_code": ErrorCode.illegal_sasl_state,
+        "error_message": "SaslAuthenticate request received after successful authentication",
+        "auth_bytes": b"", "session_lifetime": 0})
