@@ -34,7 +34,7 @@ def test_single_node_lists_itself_unfenced_with_the_partitions_it_leads(fresh_se
     r = CliRunner().invoke(main, ["brokers", "-b", srv.bootstrap, "-o", "json"], catch_exceptions=False)
     assert json.loads(r.output) == [{"id": 1, "role": "broker", "host": "127.0.0.1", "port": srv.port,
                                      "endpoint": srv.bootstrap, "rack": None, "state": "unfenced", "fenced": False,
-                                     "leaders": led, "controller": True}]
+                                     "leaders": led}]
 
 
 def test_a_broker_listener_refuses_the_controllers_view_in_one_line(server) -> None:

@@ -173,3 +173,27 @@ def test_node_process_start_pause_resume_kill_restart(tmp_path: Path) -> None:
 
 def _proc_state(pid: int | None) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+# -- the harness against a running cluster ---------------------------------------------
+def test_a_cluster_starts_unfenced_and_fences_a_killed_broker_until_it_returns(cluster) -> None:
+    c = cluster(2)
+    views = c.states()
+    assert views == {0: {0: "unfenced", 1: "unfenced"}, 1: {0: "unfenced", 1: "unfenced"}}
+    c.kill(1)
+    c.wait_fenced(1, timeout=SESSION_MS / 1000 + 15)
+    c.restart(1)
+    c.wait_unfenced(timeout=60)
+    c.restart(CONTROLLER_ID_BASE)  # brokers re-register with the restarted controller
+    c.wait_unfenced(timeout=60)
+
+
+def test_a_broker_cut_off_by_the_proxy_is_fenced_and_comes_back(cluster) -> None:
+    c = cluster(2, proxied=[1])
+    proxy = c.proxies[1]
+    assert proxy.accepted >= 1  # broker 1 reaches the controller through the proxy
+    proxy.blackhole(True)
+    c.wait_fenced(1, timeout=SESSION_MS / 1000 + 15)
+    proxy.blackhole(False)
+    proxy.close_connections()  # its requests were swallowed: make it reconnect
+    c.wait_unfenced(timeout=60)

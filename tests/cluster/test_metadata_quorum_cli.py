@@ -4,6 +4,7 @@ errors; the cluster cases are in test_cluster_cli.py."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -98,3 +99,20 @@ def test_unreachable_server_is_one_line() -> None:
     r = CliRunner().invoke(main, ["metadata-quorum", "describe", "--status", "--bootstrap-controller", "127.0.0.1:1"])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
     assert "no server reachable: 127.0.0.1:1" in r.output
+
+
+def test_single_node_is_the_one_voter_and_leader(server, topic_name) -> None:
+    assert CliRunner().invoke(main, ["topics", "create", topic_name, "-b", server.bootstrap]).exit_code == 0
+    r = CliRunner().invoke(main, ["metadata-quorum", "describe", "--status", "-b", server.bootstrap],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    fields = {k: v.strip() for k, v in (line.split(":", 1) for line in r.output.splitlines())}
+    assert fields["LeaderId"] == "1" and fields["MaxFollowerLag"] == "0" and fields["MaxFollowerLagTimeMs"] == "0"
+    assert int(fields["HighWatermark"]) > 0
+    assert fields["CurrentVoters"] == f'[{{"id": 1, "endpoints": ["PLAINTEXT://{server.bootstrap}"]}}]'
+    assert fields["CurrentObservers"] == "[]" and fields["LowestAckedOffset"] == "-"
+    r = CliRunner().invoke(main, ["metadata-quorum", "describe", "--replication", "--json", "-b", server.bootstrap],
+                           catch_exceptions=False)
+    rows = json.loads(r.output)
+    assert [(x["node_id"], x["status"], x["lag"]) for x in rows] == [(1, "Leader", 0)]
+    assert rows[0]["log_end_offset"] >= int(fields["HighWatermark"])

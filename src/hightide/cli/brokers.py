@@ -41,8 +41,7 @@ async def gather_rows(bootstrap: str, controller: bool, timeout_s: float = 15.0)
     role = "controller" if controller else "broker"
     return [{"id": b.node_id, "role": role, "host": b.host, "port": b.port, "endpoint": f"{b.host}:{b.port}",
              "rack": b.rack, "state": "-" if controller else _state(b.fenced),
-             "fenced": b.fenced, "leaders": None if controller else leaders.get(b.node_id, 0),
-             "controller": b.node_id == desc.controller_id}
+             "fenced": b.fenced, "leaders": None if controller else leaders.get(b.node_id, 0)}
             for b in desc.brokers]
 
 
