@@ -247,3 +247,65 @@ def test_aiokafka_transactions_and_send_offsets(server, topic_name):
 
     asyncio.run(run())
     assert _consume(server.bootstrap, topic_name, "read_committed", 1) == [b"aio-1"]
+
+
+def test_transactions_are_atomic_across_kill9_restarts(fresh_server, topic_name):
+    """A transactional producer commits transactions of 4 records over 2 partitions while
+    the broker is killed with SIGKILL (3 times, at random moments) and restarted: every
+    transaction is wholly visible to read_committed or not at all, and every one whose
+    commit returned is visible."""
+    import random
+    import threading
+    import time
+
+    args = ("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=200")
+    srv = fresh_server(*args)
+    confluent_create_topic(srv.bootstrap, topic_name, 2)
+    txn_id = f"crash-{topic_name}"
+    confirmed: list[str] = []
+    errors: list[BaseException] = []
+    rng = random.Random(16)
+
+    def produce_until_killed(round_: int) -> None:
+        try:
+            p = _producer(srv.bootstrap, txn_id, **{"transaction.timeout.ms": 4000, "message.timeout.ms": 3000})
+        except Exception as exc:  # cannot even start: reported by the wait below
+            errors.append(exc)
+            return
+        try:
+            for n in range(10_000):
+                name = f"r{round_}-t{n}"
+                p.begin_transaction()
+                for i in range(4):
+                    p.produce(topic_name, value=f"{name}-{i}".encode(), partition=i % 2)
+                p.commit_transaction(5)
+                confirmed.append(name)
+        except Exception:  # the broker went away mid-transaction
+            return
+
+    for round_ in range(3):
+        t = threading.Thread(target=produce_until_killed, args=(round_,), daemon=True)
+        t.start()
+        wait_until(lambda: errors or any(c.startswith(f"r{round_}-") for c in confirmed), 30,
+                   what=f"round {round_} committed a transaction")
+        assert not errors, errors
+        time.sleep(rng.uniform(0.05, 0.5))  # a random moment: the kill point is what varies
+        srv.kill9()
+        t.join(30)
+        assert not t.is_alive()
+        srv = fresh_server(*args, data_dir=srv.data_dir, port=srv.port)
+    # the same transactional id: init_transactions returns once any transaction left open is
+    # complete (aborted by the coordinator); then a last committed transaction marks the end
+    last = _producer(srv.bootstrap, txn_id)
+    last.begin_transaction()
+    last.produce(topic_name, value=b"end", partition=0)
+    last.produce(topic_name, value=b"end", partition=1)
+    last.commit_transaction(15)
+    seen = _consume(srv.bootstrap, topic_name, "read_committed", 2 + 4 * len(confirmed), partitions=2, timeout=60)
+    counts: dict[str, int] = {}
+    for v in seen:
+        if v != b"end":
+            counts[v.decode().rsplit("-", 1)[0]] = counts.get(v.decode().rsplit("-", 1)[0], 0) + 1
+    assert all(n == 4 for n in counts.values()), {k: n for k, n in counts.items() if n != 4}
+    assert set(confirmed) <= set(counts)
+    assert seen.count(b"end") == 2
