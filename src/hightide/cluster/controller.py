@@ -97,7 +97,8 @@ class Controller:
         """The brokers new partitions are placed on."""
         return usable_brokers(image) if self.node_ids is None else self.node_ids
 
-    def _unknown_broker(self, image: MetadataImage, assignments: Iterable[Sequence[int]]) -> str | None:
+    def _unknown_broker(self, image: MetadataImage, assignments: Iterable[Sequence[int]],
+                        first: int = 0) -> str | None:
         """Kafka's INVALID_REPLICA_ASSIGNMENT text for a manual assignment naming a broker
         that is not registered (or, cluster mode, a partition whose replicas are all
         fenced or shutting down); None when it is valid."""
@@ -108,8 +109,8 @@ class Controller:
             if bad:
                 return f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered."
             if reps and not usable.intersection(reps):
-                return (f"All brokers specified in the manual partition assignment for partition {p} are fenced "
-                        "or in controlled shutdown.")
+                return (f"All brokers specified in the manual partition assignment for partition {first + p} "
+                        "are fenced or in controlled shutdown.")
         return None
 
     # -- topics ---------------------------------------------------------------------
@@ -237,7 +238,7 @@ class Controller:
         if assignments is not None and len(assignments) != count - cur:
             return ErrorCode.invalid_replica_assignment, \
                 f"Attempted to add {count - cur} additional partition(s), but only {len(assignments)} assignment(s) were specified.", []
-        bad = self._unknown_broker(image, assignments or ())
+        bad = self._unknown_broker(image, assignments or (), cur)
         if bad:
             return ErrorCode.invalid_replica_assignment, bad, []
         rf = len(next(iter(t.partitions.values())).replicas) if t.partitions else 1

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.broker_records import FENCE, IN_CONTROLLED_SHUTDOWN, UNFENCE, BrokerRegistrationChangeRecord
+from ..cluster.broker_records import FENCE, IN_CONTROLLED_SHUTDOWN, UNFENCE, BrokerRegistrationChangeRecord, NoOpRecord
 from ..cluster.image import MetadataImage
 from ..cluster.lifecycle import (
     BrokerLifecycle,
@@ -146,15 +146,15 @@ class ControllerService:
     async def heartbeat(self, req: Heartbeat) -> HeartbeatReply:
         """BrokerHeartbeat as a metadata write (state changes are written with the
         leadership moves; a heartbeat that changes nothing appends nothing)."""
-        def op(image: MetadataImage) -> tuple[HeartbeatReply, list[MetadataRecord]]:
+        def op(image: MetadataImage) -> tuple[tuple[HeartbeatReply, list[MetadataRecord]], list[MetadataRecord]]:
             end = self.metadata_log.log_end_offset
             reply, records = self.lifecycle.heartbeat(image, req, now_ms(), end, end - 1)
-            _log_changes(records)
-            return reply, records
+            return (reply, records), records
         try:
-            reply: HeartbeatReply = await self._write(op)
+            reply, records = await self._write(op)
         except CoordinatorUnavailable as exc:
             return HeartbeatReply(exc.error_code, message=str(exc))
+        _log_changes(records)  # once they are committed
         return reply
 
     async def unregister(self, broker_id: int) -> tuple[ErrorCode, str | None]:
@@ -231,15 +231,16 @@ class ControllerService:
         def op(image: MetadataImage) -> tuple[list[MetadataRecord], list[MetadataRecord]]:
             at = now_ms()
             records = self.lifecycle.fence_expired(image, at)
-            for r in records:
-                if isinstance(r, BrokerRegistrationChangeRecord):
-                    log.warning("broker %d fenced: no heartbeat for broker.session.timeout.ms=%d", r.broker_id,
-                                self.lifecycle.config.session_timeout_ms)
             if not records:
                 records = self.lifecycle.idle_records(at, self.last_append_ms)
-                self.noops += len(records)
             return records, records
         written: list[MetadataRecord] = await self._write(op)
+        for r in written:
+            if isinstance(r, BrokerRegistrationChangeRecord):
+                log.warning("broker %d fenced: no heartbeat for broker.session.timeout.ms=%d", r.broker_id,
+                            self.lifecycle.config.session_timeout_ms)
+            elif isinstance(r, NoOpRecord):
+                self.noops += 1
         return written
 
 

@@ -76,10 +76,10 @@ async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> An
     last_epoch = int(getattr(part, "last_fetched_epoch", -1))
     if fetch_offset < 0:
         return _respond(service, ctx, topic, _partition(service, error=ErrorCode.invalid_request))
-    service.observe_fetch(replica_id, fetch_offset, replica_epoch, ctx.now_ms)
     end = service.committed_end()
-    if fetch_offset > end or last_epoch > LEADER_EPOCH:
+    if fetch_offset > end or last_epoch > LEADER_EPOCH:  # its copy has records ours does not: no acknowledgement
         return _respond(service, ctx, topic, _partition(service, diverging=(LEADER_EPOCH, end)))
+    service.observe_fetch(replica_id, fetch_offset, replica_epoch, ctx.now_ms)
     max_wait_s = req.max_wait.total_seconds()
     if fetch_offset == end and max_wait_s > 0 and not ctx.identity.stopping:
         deadline = time.monotonic() + max_wait_s
