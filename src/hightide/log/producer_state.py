@@ -61,6 +61,7 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 TRANSACTION_COORDINATOR_FENCED = 52
 _INT32_MAX = 2**31 - 1
+_TXN_OR_CONTROL = 0x30  # batch attributes: transactional (bit 4), control (bit 5)
 
 
 class BatchMetadata(NamedTuple):
@@ -152,7 +153,7 @@ def _check(entry: ProducerEntry | None, h: BatchHeader) -> CheckResult:
         )
     if h.is_control:
         return ACCEPTED
-    if not h.is_transactional and entry.current_txn_first_offset is not None:
+    if entry.current_txn_first_offset is not None and not h.is_transactional:
         return Rejected(
             INVALID_TXN_STATE,
             f"expected a transactional write from producer {h.producer_id}: its transaction starting at offset "
@@ -357,6 +358,7 @@ class ProducerAppend:
     def __init__(self, manager: ProducerStateManager) -> None:
         self._manager = manager
         self._updated: dict[int, ProducerEntry] = {}
+        self._txn = False  # a transactional or control batch: open transactions may change
 
     def _entry(self, pid: int) -> ProducerEntry | None:
         e = self._updated.get(pid)
@@ -376,8 +378,14 @@ class ProducerAppend:
             cur = self._manager.producers.get(pid)
             e = cur.copy() if cur is not None else ProducerEntry(pid)
             self._updated[pid] = e
+        if h.attributes & _TXN_OR_CONTROL:
+            self._txn = True
         _update(e, h, first_offset, last_offset, timestamp)
 
     def commit(self) -> None:
-        self._manager._commit(self._updated.values())
+        if self._txn:
+            self._manager._commit(self._updated.values())
+        else:  # plain idempotent batches never open or close a transaction
+            self._manager.producers.update(self._updated)
         self._updated = {}
+        self._txn = False
