@@ -93,3 +93,37 @@ def test_require_stable_answers_unstable_offset_commit_while_pending(tmp_path):
         assert (again.offset, again.error_code) == (20, ErrorCode.none)
 
     asyncio.run(scenario())
+
+
+async def _plain_commit(groups: GroupRuntime, offset: int) -> None:
+    group_error, _ = await groups.execute(GROUP, lambda s: s.commit_offsets(
+        GROUP, -1, "", [CommitRequest("t", 0, offset)], T0, lambda t, p: True), T0)
+    assert group_error == ErrorCode.none
+
+
+async def _other_txn_commit(groups: GroupRuntime, pid: int, offset: int) -> None:
+    group_error, _ = await groups.execute(GROUP, lambda s: s.txn_commit_offsets(
+        GROUP, pid, 0, -1, "", None, [CommitRequest("t", 0, offset)], T0, lambda t, p: True), T0)
+    assert group_error == ErrorCode.none
+
+
+def test_the_commit_later_in_the_log_wins_as_in_kafka(tmp_path):
+    """A plain OffsetCommit written after a transaction's offset is kept when the
+    transaction commits; of two transactions, the offset written later wins whichever
+    commits first; a reload decides the same."""
+    broker = FakeBroker(tmp_path)
+    groups = _runtime(broker)
+
+    async def scenario() -> None:
+        await _txn_commit(groups, 0, 10)
+        await _plain_commit(groups, 15)  # later in the log than the pending 10
+        await _marker(groups, 0, True)
+        assert _fetched(groups) == (15, False)
+        await _txn_commit(groups, 0, 20)  # producer 5, earlier in the log
+        await _other_txn_commit(groups, 6, 30)  # producer 6, later
+        await groups.runtime.write(0, returning(CoordinatorResult(txn_batch=TxnBatch(6, 0, True))), T0)
+        await _marker(groups, 0, True)  # commits after, but was written before: 30 stays
+        assert _fetched(groups) == (30, False)
+
+    asyncio.run(scenario())
+    assert _fetched(_runtime(broker)) == (30, False)

@@ -9,7 +9,7 @@ expiry.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -29,8 +29,9 @@ class CommitRequest:
     expected_offset: int | None = None  # hightide extension: commit only if stored == expected
 
 
-@dataclass(frozen=True, slots=True)
-class FetchedOffset:
+class FetchedOffset(NamedTuple):
+    """A tuple (cheap to build: OffsetFetch answers thousands per request)."""
+
     topic: str
     partition: int
     offset: int = -1
@@ -44,8 +45,14 @@ class OffsetStore:
         self.metadata_max_bytes = metadata_max_bytes
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
         # Kafka's pendingTransactionalOffsetCommits: producer id -> group -> offsets that
-        # TxnOffsetCommit wrote, visible in ``offsets`` only once the COMMIT marker is replayed.
-        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
+        # TxnOffsetCommit wrote (with their replay position), visible in ``offsets`` only
+        # once the COMMIT marker is replayed.
+        self.pending: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
+        # While transactions hold offsets: the replay position of the offset committed for
+        # (group, topic, partition). Replay follows log order, so a position compares as
+        # Kafka compares record offsets: the commit later in the log wins.
+        self._position = 0
+        self._committed_at: dict[tuple[str, str, int], int] = {}
 
     # -- reads ------------------------------------------------------------------------
     def fetch(self, group: str, partitions: Iterable[TopicPartition] | None) -> list[FetchedOffset]:
@@ -126,16 +133,27 @@ class OffsetStore:
     def replay_pending(self, producer_id: int, key: OffsetKey, value: OffsetValue | None) -> None:
         """An offset record of ``producer_id``'s transaction: pending until its marker."""
         if value is not None:
-            self.pending.setdefault(producer_id, {}).setdefault(key.group, {})[(key.topic, key.partition)] = value
+            self._position += 1
+            self.pending.setdefault(producer_id, {}).setdefault(key.group, {})[(key.topic, key.partition)] = \
+                (value, self._position)
 
     def replay_marker(self, producer_id: int, commit: bool) -> None:
         """The transaction of ``producer_id`` ended: its pending offsets become committed
-        (COMMIT) or are dropped (ABORT)."""
+        (COMMIT) or are dropped (ABORT). As in Kafka, a pending offset replaces the
+        committed one only if it is later in the log (a plain OffsetCommit, or another
+        transaction's offset, written after it wins)."""
         groups = self.pending.pop(producer_id, {})
         if commit:
             for group, offsets in groups.items():
-                for (t, p), v in offsets.items():
-                    self.replay(OffsetKey(group, t, p), v)
+                committed = self.offsets.setdefault(group, {})
+                for (t, p), (v, position) in offsets.items():
+                    if position > self._committed_at.get((group, t, p), 0):
+                        committed[(t, p)] = v
+                        self._committed_at[(group, t, p)] = position
+                if not committed:
+                    del self.offsets[group]
+        if not self.pending:
+            self._committed_at.clear()
 
     def replay(self, key: OffsetKey, value: OffsetValue | None) -> None:
         tp = (key.topic, key.partition)
@@ -147,6 +165,12 @@ class OffsetStore:
                     del self.offsets[key.group]
         else:
             self.offsets.setdefault(key.group, {})[tp] = value
+        if self.pending:  # transactions hold offsets: remember where this commit is in the log
+            self._position += 1
+            if value is None:
+                self._committed_at.pop((key.group, key.topic, key.partition), None)
+            else:
+                self._committed_at[(key.group, key.topic, key.partition)] = self._position
 
 
 # The ExpectedOffset extension's error: the stored offset differs from the one the
