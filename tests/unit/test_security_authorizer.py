@@ -221,3 +221,10 @@ def test_new_acl_validation(args: tuple, message: str) -> None:
     with pytest.raises(InvalidAcl, match=message):
         validate_new_acl(AclBinding.of(*args))
     validate_new_acl(AclBinding.of(4, "kafka-cluster", 3, "User:a", "*", 7, 3))
+
+
+def test_authorized_operations() -> None:
+    a = authorizer(acl(T, "t", LIT, "User:u", O.READ), acl(T, "t", LIT, "User:u", O.ALTER_CONFIGS))
+    assert a.authorized_operations("User:u", "h", T, "t") == {O.READ, O.DESCRIBE, O.ALTER_CONFIGS,
+                                                              O.DESCRIBE_CONFIGS}
+    assert a.authorized_operations("User:v", "h", T, "t") == frozenset()

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .acl import (
+    SUPPORTED_OPERATIONS,
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBinding,
@@ -192,6 +193,15 @@ class Authorizer:
             ok = self.allow_everyone_if_no_acl_found
             return ok, "DefaultAllow" if ok else "DefaultDeny"
         return False, "Deny"
+
+    def authorized_operations(self, principal: str, host: str, resource_type: ResourceType,
+                              name: str) -> frozenset[AclOperation]:
+        """The operations of the resource type (kafka-acls.sh's supported set) that
+        ``principal`` may perform on the resource: what Metadata/DescribeCluster/describe
+        groups report as authorized operations (KIP-430; encode with
+        :func:`hightide.protocol.acl.to_bit_field`)."""
+        return frozenset(op for op in SUPPORTED_OPERATIONS.get(resource_type, ())
+                         if self.authorize(principal, host, op, resource_type, name))
 
     def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
                                    resource_type: ResourceType) -> bool:

@@ -120,13 +120,15 @@ class SaslServerConfig:
     ``sasl.enabled.mechanisms`` (``enabled``), the PLAIN users of the listener's
     ``plain.sasl.jaas.config``, SCRAM credentials (``scram_lookup(mechanism, user)``
     reads the current metadata image), the OAUTHBEARER unsecured validator options,
-    ``connections.max.reauth.ms``, ``connection.failed.authentication.delay.ms`` and
+    ``connections.max.reauth.ms`` (and its per-mechanism overrides),
+    ``connection.failed.authentication.delay.ms`` and
     ``sasl.server.max.receive.size``."""
     enabled: tuple[str, ...]
     plain_users: Mapping[str, str] = field(default_factory=dict)
     scram_lookup: Callable[[ScramMechanism, str], ScramCredential | None] = lambda m, u: None
     oauth_validator: UnsecuredValidator = field(default_factory=UnsecuredValidator)
     max_reauth_ms: int = 0
+    max_reauth_ms_by_mechanism: Mapping[str, int] = field(default_factory=dict)
     failed_auth_delay_ms: int = 100
     max_receive_size: int = 524288
 
@@ -290,7 +292,8 @@ class SaslSession:
     def _lifetime(self, credential_expiry_ms: int | None, now_ms: int) -> int | None:
         """Kafka's ``calcCompletionTimesAndReturnSessionLifetimeMs``: None when the
         session never expires."""
-        max_reauth = self.config.max_reauth_ms
+        assert self.mechanism is not None
+        max_reauth = self.config.max_reauth_ms_by_mechanism.get(self.mechanism, self.config.max_reauth_ms)
         if credential_expiry_ms is None and max_reauth <= 0:
             return None
         if credential_expiry_ms is None:
