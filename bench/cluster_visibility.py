@@ -81,6 +81,19 @@ async def _create(conn: BrokerConnection, topic: str) -> None:
             raise RuntimeError(f"CreateTopics {topic}: error {t.error_code} {t.error_message}")
 
 
+async def _first_create(conn: BrokerConnection, topic: str) -> None:
+    """CreateTopics, retried while the controller has no unfenced broker yet (a lone
+    broker may describe itself as unfenced before it has applied its own registration)."""
+    deadline = time.perf_counter() + 30
+    while True:
+        try:
+            return await _create(conn, topic)
+        except RuntimeError as exc:
+            if "error 38" not in str(exc) or time.perf_counter() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 async def _alter(conn: BrokerConnection, topic: str, name: str, value: str) -> None:
     v = conn.pick_version(44, 1, 0)
     resp = await conn.request(44, v, {"resources": [{"resource_type": TOPIC, "resource_name": topic, "configs": [
@@ -115,7 +128,7 @@ async def measure(addresses: list[tuple[str, int]], samples: int, tag: str) -> d
     try:
         out: dict[str, Any] = {}
         base = f"vis-{tag}-{os.getpid()}"
-        await _create(conns[0], f"{base}-cfg")
+        await _first_create(conns[0], f"{base}-cfg")
         for c in conns:  # the config topic exists everywhere before the alter trials
             await _until_visible(c, lambda conn: _metadata_has(conn, f"{base}-cfg"), time.perf_counter())
         for op in ("create_topic", "alter_config"):
