@@ -226,6 +226,15 @@ def test_envelope_runs_the_inner_create_topics_and_returns_the_metadata_offset(c
     assert corr == 4242 and resp.topics[0].error_code == ErrorCode.none and resp.topics[0].num_partitions == 3
     last = [o for o, r in controller.records() if not isinstance(r, NoOpRecord)][-1]
     assert env.metadata_offset == last
+    # DescribeQuorum is forwardable too (kafka-metadata-quorum --bootstrap-server on a broker)
+    quorum = materialize(load_request_schema(55, 2), {"topics": [{"topic_name": "__cluster_metadata",
+                                                                  "partitions": [{"partition_index": 0}]}]})
+    frame = controller.raw(58, 0, {"request_data": encode_request(55, 2, 7, "c", quorum)[4:],
+                                   "request_principal": b"", "client_host_address": b""})
+    _, env = decode_envelope_response(frame)
+    assert env.error_code == ErrorCode.none and env.response_data is not None
+    q, _ = entity_reader(load_response_schema(55, 2))(env.response_data, 5)
+    assert q.topics[0].partitions[0].leader_id == controller.node_id
     # an API Kafka does not forward
     meta = materialize(load_request_schema(3, 12), {"topics": None, "allow_auto_topic_creation": False,
                                                      "include_topic_authorized_operations": False})
