@@ -309,3 +309,43 @@ def test_transactions_are_atomic_across_kill9_restarts(fresh_server, topic_name)
     assert all(n == 4 for n in counts.values()), {k: n for k, n in counts.items() if n != 4}
     assert set(confirmed) <= set(counts)
     assert seen.count(b"end") == 2
+
+
+def test_read_committed_consumer_waits_for_offsets_pending_in_a_transaction(server, topic_name):
+    """KIP-447: while a transaction holds the group's offset, a read_committed consumer's
+    OffsetFetch (require_stable) answers UNSTABLE_OFFSET_COMMIT and librdkafka retries;
+    once the transaction commits, the consumer starts at the transaction's offset."""
+    import time
+
+    confluent_create_topic(server.bootstrap, topic_name, 1)
+    group = f"stable-{topic_name}"
+    seed = ck.Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(10):
+        seed.produce(topic_name, value=f"m{i}".encode())
+    seed.flush(10)
+    unjoined = ck.Consumer({"bootstrap.servers": server.bootstrap, "group.id": group})
+    p = _producer(server.bootstrap, f"stable-{topic_name}")
+    p.begin_transaction()
+    p.send_offsets_to_transaction([ck.TopicPartition(topic_name, 0, 5)], unjoined.consumer_group_metadata(), 15)
+    unjoined.close()
+    c = ck.Consumer({"bootstrap.servers": server.bootstrap, "group.id": group, "isolation.level": "read_committed",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic_name])
+    try:
+        wait_until(lambda: c.poll(0.1) is None and bool(c.assignment()), 30, what="the consumer's assignment")
+        deadline = time.monotonic() + 2  # assigned, the transaction open: nothing may be consumed
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            assert m is None or m.error(), f"consumed offset {m.offset()} while the offset was pending"
+        p.commit_transaction(15)
+        first: list = []
+
+        def got() -> bool:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                first.append(m.offset())
+            return bool(first)
+        wait_until(got, 30, what="the consumer's first record after the commit")
+        assert first[0] == 5
+    finally:
+        c.close()

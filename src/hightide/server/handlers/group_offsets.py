@@ -137,7 +137,7 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
 
 # -- OffsetFetch ----------------------------------------------------------------------------
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
-                 member_epoch: int = -1) -> GroupOffsets:
+                 member_epoch: int = -1, require_stable: bool = False) -> GroupOffsets:
     try:
         shard = ctx.groups.shard_for(group_id)  # committed state only
     except CoordinatorUnavailable as exc:
@@ -146,7 +146,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
     if member_error != ErrorCode.none:  # a consumer group member with a stale epoch (v9)
         return GroupOffsets(group_id, member_error, [])
     partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    fetched = shard.fetch_offsets(group_id, partitions)
+    fetched = shard.fetch_offsets(group_id, partitions, require_stable)  # KIP-447 (v7+)
     extend = ctx.version >= 6
     by_topic: dict[str, list[PartitionOffset]] = {}
     for f in fetched:
@@ -164,9 +164,9 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
 def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 8:
         groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),
-                               getattr(g, "member_epoch", -1)) for g in req.groups]
+                               getattr(g, "member_epoch", -1), req.require_stable) for g in req.groups]
     else:
-        groups = [_fetch_group(ctx, req.group_id, req.topics)]
+        groups = [_fetch_group(ctx, req.group_id, req.topics, require_stable=getattr(req, "require_stable", False))]
     frame = encode_offset_fetch_response(ctx.version, ctx.header.correlation_id, groups)
     return RawResponse([memoryview(frame)[4:]])
 
