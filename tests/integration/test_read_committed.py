@@ -9,6 +9,7 @@ each time)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 import time
@@ -123,9 +124,56 @@ def test_aborted_data_is_invisible_to_read_committed_only(broker: EmbeddedBroker
         assert _produce(c, topic, _batch(-1, -1, [b"plain-1"], txn=False), None).error_code == 0
         assert _list_offset(c, topic, 1) == _list_offset(c, topic, 0) == 9
     committed = [b"plain-0", b"commit-0", b"commit-1", b"plain-1"]
+    everything = [b"plain-0", b"abort-0", b"abort-1", b"commit-0", b"abort-2", b"commit-1", b"plain-1"]
     assert _consume(broker.bootstrap, topic, "read_committed", 4) == committed
-    assert _consume(broker.bootstrap, topic, "read_uncommitted", 7) == \
-        [b"plain-0", b"abort-0", b"abort-1", b"commit-0", b"abort-2", b"commit-1", b"plain-1"]
+    assert _consume(broker.bootstrap, topic, "read_uncommitted", 7) == everything
+    assert _kafka_python(broker.bootstrap, topic, "read_committed", 4) == committed
+    assert _kafka_python(broker.bootstrap, topic, "read_uncommitted", 7) == everything
+    assert asyncio.run(_aiokafka(broker.bootstrap, topic, "read_committed", 4)) == committed
+    assert asyncio.run(_aiokafka(broker.bootstrap, topic, "read_uncommitted", 7)) == everything
+
+
+def _kafka_python(bootstrap: str, topic: str, isolation: str, want: int) -> list[bytes]:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                      auto_offset_reset="earliest", consumer_timeout_ms=1500)
+    try:
+        c.assign([KTP(topic, 0)])
+        c.seek(KTP(topic, 0), 0)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            batch = c.poll(timeout_ms=300)
+            got += [m.value for msgs in batch.values() for m in msgs]
+            if len(got) >= want and not batch:
+                break
+        return got
+    finally:
+        c.close()
+
+
+async def _aiokafka(bootstrap: str, topic: str, isolation: str, want: int) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATP
+
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                         auto_offset_reset="earliest")
+    await c.start()
+    try:
+        c.assign([ATP(topic, 0)])
+        await c.seek_to_beginning(ATP(topic, 0))
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            batch = await c.getmany(timeout_ms=300)
+            got += [m.value for msgs in batch.values() for m in msgs]
+            if len(got) >= want and not batch:
+                break
+        return got
+    finally:
+        await c.stop()
 
 
 def test_parked_read_committed_fetch_wakes_when_the_marker_moves_the_lso(broker: EmbeddedBroker) -> None:
