@@ -55,3 +55,19 @@ def test_single_node_update_features_finalizes_metadata_version(fresh_server):
     with RawClient(srv.bootstrap) as c:
         api = c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
         assert [(f.name, f.max_version_level) for f in api.finalized_features] == [("metadata.version", 21)]
+
+
+def test_kafka_python_describes_the_quorum_and_updates_features(fresh_server):
+    from kafka import KafkaAdminClient
+    srv = fresh_server("--node-id", "2")
+    admin = KafkaAdminClient(bootstrap_servers=srv.bootstrap, request_timeout_ms=10000)
+    try:
+        q = admin.describe_metadata_quorum()
+        p = q["topics"][0]["partitions"][0]
+        assert (p["leader_id"], p["error"]) == (2, None)
+        assert [v["replica_id"] for v in p["current_voters"]] == [2] and p["observers"] == []
+        admin.update_features({"metadata.version": 18})
+        features = admin.describe_features()
+        assert features["metadata.version"]["finalized"] == (18, 18)
+    finally:
+        admin.close()
