@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..group.records import OFFSETS_TOPIC
@@ -138,10 +139,20 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         if self.broker.stopping:
             raise CoordinatorUnavailable("the broker is shutting down", ErrorCode.not_coordinator)
         await self.ensure_topic()
-        result: TxnResult = await self.runtime.write(self.partition_for(transactional_id), fn, _now_ms())
+        partition = self.partition_for(transactional_id)
+        self._check_led_here(partition)
+        result: TxnResult = await self.runtime.write(partition, fn, _now_ms())
         if result.markers is not None:
             self._start_completion(result.markers)
         return result
+
+    def coordinator_epoch(self, partition: int) -> int:
+        """The coordinator epoch markers carry: the leader epoch of the transactional
+        id's ``__transaction_state`` partition (0 on the single node), so a partition
+        refuses markers of a coordinator that lost it (TRANSACTION_COORDINATOR_FENCED)."""
+        topic = self.broker.image.topics.get(STATE_TOPIC)
+        pimg = topic.partitions.get(partition) if topic is not None else None
+        return max(pimg.leader_epoch, 0) if pimg is not None else 0
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
                                expected: tuple[int, int] | None) -> InitResponse:
@@ -226,6 +237,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         task = self._completing.get(tid)
         if task is not None and not task.done():
             return
+        markers = replace(markers, coordinator_epoch=self.coordinator_epoch(self.partition_for(tid)))
         task = asyncio.get_running_loop().create_task(self._complete(markers), name=f"complete txn {tid}")
         self._completing[tid] = task
 
