@@ -169,7 +169,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("transaction.state.log.num.partitions", "int", 50,
        "Partitions of __transaction_state (fixed once created).", _pos),
     _d("transaction.state.log.replication.factor", "int", 3,
-       "Replication factor of __transaction_state (capped at the brokers there are: 1 on a single node).", _pos),
+       "Accepted for compatibility: hightide creates __transaction_state with one replica, as its other "
+       "internal topics.", _pos),
     _d("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of __transaction_state.",
        (lambda v: v >= 14, "must be >= 14")),
     _d("transaction.max.timeout.ms", "int", 900000,
