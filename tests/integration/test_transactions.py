@@ -349,3 +349,24 @@ def test_read_committed_consumer_waits_for_offsets_pending_in_a_transaction(serv
         assert first[0] == 5
     finally:
         c.close()
+
+
+def test_transactions_with_an_fsync_before_every_answer(fresh_server, topic_name):
+    """log.flush.interval.messages=1: the decision, the markers and the offsets are each
+    fsynced before they count; a committed transaction and its offsets survive kill -9."""
+    srv = fresh_server("--set", "log.flush.interval.messages=1")
+    confluent_create_topic(srv.bootstrap, topic_name, 1)
+    group = f"fsync-{topic_name}"
+    meta_source = ck.Consumer({"bootstrap.servers": srv.bootstrap, "group.id": group})
+    p = _producer(srv.bootstrap, f"fsync-{topic_name}")
+    p.begin_transaction()
+    p.produce(topic_name, value=b"durable")
+    p.send_offsets_to_transaction([ck.TopicPartition(topic_name, 0, 7)], meta_source.consumer_group_metadata(), 15)
+    p.commit_transaction(15)
+    meta_source.close()
+    srv.kill9()
+    srv = fresh_server(data_dir=srv.data_dir, port=srv.port)
+    assert _consume(srv.bootstrap, topic_name, "read_committed", 1) == [b"durable"]
+    admin = ck.admin.AdminClient({"bootstrap.servers": srv.bootstrap})
+    fut = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)])[group]
+    assert {tp.partition: tp.offset for tp in fut.result(15).topic_partitions} == {0: 7}
