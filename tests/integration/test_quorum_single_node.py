@@ -69,5 +69,6 @@ def test_kafka_python_describes_the_quorum_and_updates_features(fresh_server):
         admin.update_features({"metadata.version": 18})
         features = admin.describe_features()
         assert features["metadata.version"]["finalized"] == (18, 18)
+        assert features["metadata.version"]["supported"] == (7, 25)
     finally:
         admin.close()
