@@ -388,3 +388,21 @@ def test_power_cut_losing_an_index_entry_above_the_recovery_point_rebuilds_it(tm
     assert _state(lg) == before
     assert lg.producer_state_replayed == 3  # from the start, not from the snapshot at 4
     lg.close()
+
+
+def test_index_left_by_a_crash_in_a_segment_deletion_is_dropped(tmp_path: Path) -> None:
+    cfg = LogConfig(segment_bytes=400)
+    t = Txns(tmp_path / "p-0", cfg)
+    for pid in range(1, 8):
+        t.data(pid)
+        t.end(pid, False)
+    first = t.lg.segments[0].base_offset
+    keep = [e for e in t.lg.txn_index.entries if e.last_offset >= t.lg.segments[1].base_offset]
+    t.lg.abandon()
+    # killed inside LogSegment.delete: the .log and indexes are gone, the .txnindex not yet
+    for ext in ("index", "timeindex", "log"):
+        os.unlink(os.path.join(t.path, f"{first:020d}.{ext}"))
+    lg = PartitionLog.open(str(t.path), cfg, 0, clean_shutdown=False)
+    assert lg.txn_index.entries == keep
+    assert not os.path.exists(txn_index_path(str(t.path), first))
+    lg.close()

@@ -403,8 +403,10 @@ class LogSegment:
     def delete(self) -> None:
         """Close and unlink the segment's files (its ``.txnindex`` too, if any)."""
         self.close()
-        txn_index = self.log_path[: -len(".log")] + ".txnindex"  # aborted transactions (see .txn_index)
-        for p in (self.offset_index.path, self.time_index.path, txn_index, self.log_path):
+        # The .txnindex goes after the .log: a crash in between leaves an orphan index
+        # (dropped at start-up), never a segment without its aborted transactions.
+        txn_index = self.log_path[: -len(".log")] + ".txnindex"
+        for p in (self.offset_index.path, self.time_index.path, self.log_path, txn_index):
             try:
                 self.storage.unlink(p)
             except FileNotFoundError:
