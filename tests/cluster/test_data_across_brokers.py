@@ -173,3 +173,28 @@ def test_a_non_leader_names_the_leader_and_a_killed_broker_leaves_its_partitions
                what="the returned broker leading its partition again")
     got = [g.value for g in CONSUME["confluent"](bootstrap, "moves", PARTITIONS, 5) if g.partition == p_other]
     assert got == [r.value for r in kept]  # RF=1: the returned broker's log is the only copy, and it is intact
+
+
+def test_a_group_coordinator_moves_away_with_its_broker_and_comes_back_with_its_offsets(cluster):
+    """The broker leading a group's __consumer_offsets partition is killed: FindCoordinator
+    answers COORDINATOR_NOT_AVAILABLE (its only replica is fenced); once it is back it
+    loads the partition again and the committed offsets are there."""
+    c = cluster(3)
+    first = c.broker_ids[0]
+    bootstrap = c.address(first)
+    CREATE["confluent"](bootstrap, "coord", PARTITIONS)
+    found = coordinators(bootstrap, [f"moving-{i}" for i in range(20)])
+    group, node = next((g, n) for g, n in found.items() if n not in (-1, first))
+    now = int(time.time() * 1000)
+    PRODUCE["confluent"](bootstrap, "coord", [Rec(i % PARTITIONS, None, b"v%d" % i, (), now) for i in range(9)])
+    assert len(group_consume("confluent", bootstrap, "coord", group, 9)) == 9
+    assert committed(bootstrap, "coord", group) == {p: 3 for p in range(PARTITIONS)}
+
+    c.kill(node)
+    c.wait_fenced(node)
+    wait_until(lambda: coordinators(bootstrap, [group])[group] == -1, 20,
+               what="COORDINATOR_NOT_AVAILABLE while the coordinator's broker is down")
+    c.node(node).restart()
+    c.wait_unfenced([node])
+    wait_until(lambda: coordinators(bootstrap, [group])[group] == node, 20, what="the coordinator back on its broker")
+    assert committed(bootstrap, "coord", group) == {p: 3 for p in range(PARTITIONS)}
