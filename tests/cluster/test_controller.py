@@ -318,3 +318,19 @@ def test_idle_noop_records_keep_the_offsets_moving(cluster):
         wait_until(lambda: conn.end() >= start + 5, timeout=10, what="five NoOp records")
         noops = [o for o, r in conn.records(start) if isinstance(r, NoOpRecord)]
         assert len(noops) >= 5
+
+
+def test_a_restarted_controller_fences_a_broker_that_never_comes_back(cluster):
+    c = cluster(0, wait=False, metadata_max_idle_interval_ms=0)
+    node = c.controllers[0]
+    with Controller(c.bootstrap_controller, c.cluster_id, node.spec.node_id) as conn:
+        epoch = conn.up(0)
+        conn.heartbeat(0, epoch, conn.end() - 1)
+    node.restart()
+    restarted = time.monotonic()
+    with Controller(c.bootstrap_controller, c.cluster_id, node.spec.node_id) as conn:
+        # the image says unfenced; the new controller gives it a session and fences it when it expires
+        fenced = wait_until(lambda: [r for _, r in conn.records() if isinstance(r, BrokerRegistrationChangeRecord)
+                                     and r.fenced == FENCE], timeout=SESSION_MS / 1000 + 15, what="the fencing")
+        assert fenced == [BrokerRegistrationChangeRecord(0, epoch, fenced=FENCE)]
+        assert time.monotonic() - restarted >= SESSION_MS / 1000 - 0.5

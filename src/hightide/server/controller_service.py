@@ -209,7 +209,14 @@ class ControllerService:
 
     # -- the timer -----------------------------------------------------------------------
     async def run(self) -> None:
-        """Fence expired sessions and write idle NoOps, forever (cancel to stop)."""
+        """Fence expired sessions and write idle NoOps, forever (cancel to stop). A new
+        controller (a restart) starts a session for every broker the image shows
+        unfenced, as Kafka's does when it becomes active: one that never heartbeats again
+        is fenced a session timeout later."""
+        started = now_ms()
+        for reg in self.image.brokers.values():
+            if not reg.fenced:
+                self.lifecycle.heartbeats.session(reg, started)
         while True:
             deadline = self.lifecycle.next_deadline_ms(self.image, self.last_append_ms)
             wait_ms = TIMER_MAX_SLEEP_S * 1000 if deadline is None else deadline - now_ms()
