@@ -249,3 +249,16 @@ def test_produce_encoder_current_leader_and_node_endpoints_match_kio(version):
     got = encode_produce_response(version, 5, topics, leaders={("orders", 1): (2, 7)},
                                   node_endpoints=[(2, "b2", 9092, None), (3, "b3", 9093, "r")])
     assert got == expected
+
+
+def test_producing_to_an_internal_topic_led_elsewhere_is_refused_as_internal(tmp_path):
+    """Kafka's order: the internal-topic check comes before the leader check."""
+    async def body(b: Broker, conn: BrokerConnection) -> None:
+        tid = uuid.uuid4()
+        await b.commit_metadata([TopicRecord("__internal", str(tid)), PartitionRecord(str(tid), 0, 2, 0, (2,))])
+        req = produce_body([0])
+        req["topic_data"][0]["name"] = "__internal"
+        part = (await conn.request(0, 10, req)).responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.invalid_topic_exception
+        assert part.error_message == "Cannot append to internal topic __internal"
+    run(with_broker(tmp_path, body))

@@ -112,18 +112,21 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
             "log_start_offset": -1, "record_errors": [], "error_message": None}
     timg = ctx.image.topics.get(topic)
     known = timg is not None and partition in timg.partitions
-    if timg is not None and known and (elsewhere := not_leader(ctx, timg, partition)) is not None:
-        resp["error_code"], resp["current_leader"] = elsewhere.error_code, elsewhere.current_leader
+    if timg is None or not known:
+        resp["error_code"] = ErrorCode.unknown_topic_or_partition
         return resp, None
-    plog = ctx.logs.partition_log(topic, partition) if known else None
-    if timg is None or plog is None:
-        # A partition whose log could not be opened (e.g. out of file descriptors) is a
-        # storage problem, not an unknown partition.
-        resp["error_code"] = ErrorCode.kafka_storage_error if known else ErrorCode.unknown_topic_or_partition
-        return resp, None
-    if timg.internal:
+    if timg.internal:  # before the leader check, as Kafka's ReplicaManager
         resp["error_code"] = ErrorCode.invalid_topic_exception
         resp["error_message"] = f"Cannot append to internal topic {topic}"
+        return resp, None
+    if (elsewhere := not_leader(ctx, timg, partition)) is not None:
+        resp["error_code"], resp["current_leader"] = elsewhere.error_code, elsewhere.current_leader
+        return resp, None
+    plog = ctx.logs.partition_log(topic, partition)
+    if plog is None:
+        # A partition whose log could not be opened (e.g. out of file descriptors) is a
+        # storage problem, not an unknown partition.
+        resp["error_code"] = ErrorCode.kafka_storage_error
         return resp, None
     if records is None:
         resp["error_code"] = ErrorCode.invalid_record
