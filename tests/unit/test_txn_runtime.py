@@ -137,3 +137,21 @@ def test_write_txn_markers_reaches_every_partition(tmp_path, commit):
             assert old == {(TOPIC, 1): ErrorCode.invalid_producer_epoch}
 
     asyncio.run(run())
+
+
+def test_idle_transactional_ids_expire(tmp_path):
+    cfg = BrokerConfig.load(overrides={"offsets.topic.num.partitions": 1, "transaction.state.log.num.partitions": 3,
+                                       "transaction.abort.timed.out.transaction.cleanup.interval.ms": 50,
+                                       "transaction.remove.expired.transaction.cleanup.interval.ms": 50,
+                                       "transactional.id.expiration.ms": 300})
+
+    async def run() -> None:
+        async with Broker(cfg, data_dir=str(tmp_path), listen=("127.0.0.1", 0)) as b:
+            assert (await b.txns.init_producer_id("idle", 60000, None)).error == ErrorCode.none
+            assert b.txns.describe("idle") is not None
+            await async_wait_until(lambda: b.txns.describe("idle") is None, 10, what="the idle id expired")
+        async with Broker(cfg, data_dir=str(tmp_path), listen=("127.0.0.1", 0)) as b:
+            await b.txns.wait_loaded()
+            assert b.txns.describe("idle") is None  # the tombstone is in the log
+
+    asyncio.run(run())
