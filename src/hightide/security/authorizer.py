@@ -8,7 +8,10 @@ authorization costs a few dictionary look-ups, never a scan of every ACL:
 * LITERAL bindings by ``(resource type, name)`` — the wildcard ``*`` is a LITERAL name too;
 * PREFIXED bindings by resource type, then by prefix, plus the multiset of prefix lengths
   in use, so the prefixes of a resource name that can match are looked up directly
-  (one look-up per distinct prefix length present for that resource type).
+  (one look-up per distinct prefix length present for that resource type);
+* within each pattern, by principal, so a call only evaluates the bindings of its own
+  principal and of ``User:*`` (a busy topic with ACLs for hundreds of principals costs
+  the same as one with a single ACL).
 
 :meth:`Authorizer.authorize` follows ``StandardAuthorizerData.authorize``:
 
@@ -50,6 +53,10 @@ _IMPLIES_DESCRIBE = frozenset({AclOperation.DESCRIBE, AclOperation.READ, AclOper
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
 
 
+Bucket = dict[str, list[AclBinding]]
+"""The bindings of one resource pattern, by principal."""
+
+
 class AclIndex:
     """The ACL bindings of the image by id, indexed for :class:`Authorizer`.
 
@@ -59,8 +66,8 @@ class AclIndex:
     def __init__(self) -> None:
         self.by_id: dict[str, AclBinding] = {}
         self._ids: dict[AclBinding, str] = {}
-        self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
-        self._prefixed: dict[ResourceType, dict[str, list[AclBinding]]] = {}
+        self._literal: dict[tuple[ResourceType, str], Bucket] = {}
+        self._prefixed: dict[ResourceType, dict[str, Bucket]] = {}
         self._prefix_lengths: dict[ResourceType, Counter[int]] = {}
         self._by_type: dict[ResourceType, set[AclBinding]] = {}
 
@@ -81,10 +88,12 @@ class AclIndex:
         self._ids[acl] = acl_id
         self._by_type.setdefault(acl.resource_type, set()).add(acl)
         if acl.pattern_type == PatternType.PREFIXED:
-            self._prefixed.setdefault(acl.resource_type, {}).setdefault(acl.resource_name, []).append(acl)
+            bucket = self._prefixed.setdefault(acl.resource_type, {}).setdefault(acl.resource_name, {})
+            bucket.setdefault(acl.principal, []).append(acl)
             self._prefix_lengths.setdefault(acl.resource_type, Counter())[len(acl.resource_name)] += 1
         else:
-            self._literal.setdefault((acl.resource_type, acl.resource_name), []).append(acl)
+            self._literal.setdefault((acl.resource_type, acl.resource_name), {}).setdefault(
+                acl.principal, []).append(acl)
 
     def remove(self, acl_id: str) -> AclBinding | None:
         """Drop the binding with ``acl_id``; returns it, or None if there was none."""
@@ -104,17 +113,29 @@ class AclIndex:
             _drop(self._literal, (acl.resource_type, acl.resource_name), acl)
         return acl
 
-    def applicable(self, resource_type: ResourceType, name: str) -> Iterator[AclBinding]:
-        """Every binding whose pattern applies to the resource (literal name, ``*``, and
-        every prefix of ``name``); DENY bindings of each group come in no special order."""
-        yield from self._literal.get((resource_type, name), ())
+    def buckets(self, resource_type: ResourceType, name: str) -> Iterator[Bucket]:
+        """The non-empty buckets (bindings by principal) of every pattern that applies to
+        the resource: its literal name, ``*``, and every prefix of ``name`` in use."""
+        bucket = self._literal.get((resource_type, name))
+        if bucket:
+            yield bucket
         if name != WILDCARD:
-            yield from self._literal.get((resource_type, WILDCARD), ())
+            bucket = self._literal.get((resource_type, WILDCARD))
+            if bucket:
+                yield bucket
         prefixed = self._prefixed.get(resource_type)
         if prefixed:
             for length in self._prefix_lengths[resource_type]:
                 if length <= len(name):
-                    yield from prefixed.get(name[:length], ())
+                    bucket = prefixed.get(name[:length])
+                    if bucket:
+                        yield bucket
+
+    def applicable(self, resource_type: ResourceType, name: str) -> Iterator[AclBinding]:
+        """Every binding whose pattern applies to the resource, any principal."""
+        for bucket in self.buckets(resource_type, name):
+            for acls in bucket.values():
+                yield from acls
 
     def of_type(self, resource_type: ResourceType) -> Iterable[AclBinding]:
         """Every binding on resources of ``resource_type``."""
@@ -127,7 +148,9 @@ class AclIndex:
 
 def _drop(table: dict, key: object, acl: AclBinding) -> None:
     bucket = table[key]
-    bucket.remove(acl)
+    bucket[acl.principal].remove(acl)
+    if not bucket[acl.principal]:
+        del bucket[acl.principal]
     if not bucket:
         del table[key]
 
@@ -169,26 +192,35 @@ class Authorizer:
         """Whether ``principal`` connected from ``host`` (the client's IP address as a
         string) may perform ``operation`` on the LITERAL resource ``(resource_type,
         name)``."""
-        return self.decide(principal, host, operation, resource_type, name)[0]
+        return self._decide(principal, host, operation, resource_type, name)[0]
 
     def decide(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                name: str) -> tuple[bool, str]:
         """:meth:`authorize` and the rule that decided it, for an audit log:
         ``"SuperUser"``, ``"DefaultAllow"``/``"DefaultDeny"`` (no binding on the
         resource), ``"Deny"`` (bindings exist, none allows) or ``"MatchingAcl(...)"``."""
+        ok, rule = self._decide(principal, host, operation, resource_type, name)
+        return ok, rule if isinstance(rule, str) else f"MatchingAcl({rule})"
+
+    def _decide(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
+                name: str) -> tuple[bool, str | AclBinding]:
         if principal in self.super_users:
             return True, "SuperUser"
         allow: AclBinding | None = None
         has_resource_acls = False
-        for acl in self.index.applicable(resource_type, name):
+        for bucket in self.index.buckets(resource_type, name):
             has_resource_acls = True
-            result = _result(acl, principal, host, operation)
-            if result == AclPermissionType.DENY:
-                return False, f"MatchingAcl({acl})"
-            if result == AclPermissionType.ALLOW:
-                allow = acl
+            for who in (principal, WILDCARD_PRINCIPAL):
+                for acl in bucket.get(who, ()):
+                    result = _result(acl, principal, host, operation)
+                    if result == AclPermissionType.DENY:
+                        return False, acl
+                    if result == AclPermissionType.ALLOW:
+                        allow = acl
+                if principal == WILDCARD_PRINCIPAL:
+                    break
         if allow is not None:
-            return True, f"MatchingAcl({allow})"
+            return True, allow
         if not has_resource_acls:
             ok = self.allow_everyone_if_no_acl_found
             return ok, "DefaultAllow" if ok else "DefaultDeny"
