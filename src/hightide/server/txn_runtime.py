@@ -269,8 +269,8 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                 await self.runtime.write(self.partition_for(m.transactional_id), lambda s: s.complete(m, now), now)
                 return
             except CoordinatorUnavailable as exc:
-                if self.broker.stopping:
-                    return
+                if self.broker.stopping or exc.error_code == ErrorCode.not_coordinator:
+                    return  # shutting down, or the partition moved: its next owner completes it
                 log.warning("completing the transaction of %r failed (%s), retrying", m.transactional_id, exc)
                 await asyncio.sleep(MARKER_RETRY_MAX_S)
 
