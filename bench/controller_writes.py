@@ -3,8 +3,11 @@
 no real brokers (one raw-registered broker so placement succeeds) and with N real brokers
 following the log (heartbeats every 250 ms, long-polling metadata Fetches woken by every
 commit); plus the NoOp cadence of an idle log (the gaps between NoOp batches' timestamps).
+The two configurations run interleaved (``--rounds`` each, alternating), and the same run
+measures a small write + fdatasync in the same temp dir: the floor of a durable metadata
+write on this disk.
 
-    .venv/bin/python bench/controller_writes.py [--writes 200] [--brokers 3]
+    .venv/bin/python bench/controller_writes.py [--writes 200] [--brokers 3] [--rounds 2]
 
 Prints JSON. Numbers are wall-clock on this machine (2 shared cores): ratios between the
 rows matter more than the values. Not a test: nothing is asserted.
@@ -22,6 +25,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kio.index import load_request_schema  # noqa: E402
 
@@ -33,6 +37,8 @@ from hightide.protocol.build import materialize  # noqa: E402
 from hightide.protocol.codec import encode_request  # noqa: E402
 from hightide.protocol.records import decode_records, validate_batches  # noqa: E402
 from tests.rawkafka import RawClient  # noqa: E402
+
+from _limits import git_revision, log, machine  # noqa: E402
 
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 
@@ -66,7 +72,24 @@ def _register_fake_broker(c: RawClient, cluster_id: str) -> None:
     decode_broker_heartbeat_response(2, c.recv_frame())
 
 
-def write_latencies(n_brokers: int, writes: int) -> dict:
+def small_fsync_ms(directory: str, n: int = 200) -> dict:
+    """p50/p99 of a 200-byte ``os.write`` + ``os.fdatasync`` (what one metadata commit pays)."""
+    import os
+    fd, path = tempfile.mkstemp(dir=directory)
+    lat = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            os.write(fd, b"x" * 200)
+            os.fdatasync(fd)
+            lat.append((time.perf_counter() - t0) * 1000)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return {"p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99)}
+
+
+def write_latencies(n_brokers: int, writes: int) -> list[float]:
     with tempfile.TemporaryDirectory() as d, DevCluster.create(
             n_brokers, d, heartbeat_interval_ms=250, session_timeout_ms=60_000,
             settings={"metadata.max.idle.interval.ms": 0}) as cluster:
@@ -76,15 +99,21 @@ def write_latencies(n_brokers: int, writes: int) -> dict:
             if n_brokers == 0:
                 _register_fake_broker(c, cid)
             lat = []
+            tag = uuid.uuid4().hex[:6]
             for i in range(writes):
                 t0 = time.perf_counter()
-                r = c.request(19, 7, {"topics": [{"name": f"bench-{i}", "num_partitions": 1, "replication_factor": 1,
+                r = c.request(19, 7, {"topics": [{"name": f"bench-{tag}-{i}", "num_partitions": 1, "replication_factor": 1,
                                                   "assignments": [], "configs": []}],
                                       "timeout": 30000, "validate_only": False})
                 lat.append((time.perf_counter() - t0) * 1000)
-                assert r.topics[0].error_code == 0, r
-        return {"brokers": n_brokers, "writes": writes, "p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99),
-                "mean_ms": round(statistics.mean(lat), 3)}
+                if r.topics[0].error_code != 0:
+                    raise RuntimeError(f"CreateTopics failed: {r}")
+        return lat
+
+
+def summary(n_brokers: int, lat: list[float]) -> dict:
+    return {"brokers": n_brokers, "writes": len(lat), "p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99),
+            "mean_ms": round(statistics.mean(lat), 3)}
 
 
 def noop_cadence(idle_ms: int, seconds: float) -> dict:
@@ -109,8 +138,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--writes", type=int, default=200)
     ap.add_argument("--brokers", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    out = {"write_latency": [write_latencies(0, args.writes), write_latencies(args.brokers, args.writes)],
+    lat: dict[int, list[float]] = {0: [], args.brokers: []}
+    for r in range(args.rounds):
+        for n in (0, args.brokers):
+            log(f"round {r + 1}: {args.writes // args.rounds} writes with {n} broker(s) following")
+            lat[n] += write_latencies(n, args.writes // args.rounds)
+    with tempfile.TemporaryDirectory() as d:
+        fsync = small_fsync_ms(d)
+    out = {"machine": machine(), "revision": git_revision(), "small_write_fdatasync": fsync,
+           "write_latency": [summary(n, xs) for n, xs in lat.items()],
            "noop_cadence": [noop_cadence(500, 10.0)]}
     print(json.dumps(out, indent=2))
 
