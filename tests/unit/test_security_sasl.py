@@ -326,3 +326,31 @@ def test_fuzz_session(steps: list[tuple[int, int, str, bytes]]) -> None:
             s.handshake(version or 1, mech, now)
         else:
             s.authenticate(version, data, now)
+
+
+@pytest.mark.parametrize("data", [
+    b"n,a=" + b"=2C" * 21000 + b",\x01auth=Bearer x\x01\x01",           # long authzid, then valid
+    b"n,,\x01" + b"k=" + b"=" * 65000 + b"\x01",                        # unterminated kv pair
+    b"n,,\x01" + b"a=b\x01" * 16000,                                     # many pairs, no final ^A
+    b"n,,\x01auth=Bearer " + b"a" * 65000 + b"=" * 500 + b"!\x01\x01",  # token regex near-miss
+])
+def test_oauth_parser_linear_on_adversarial_input(data: bytes) -> None:
+    """Maximum-size inputs built against the grammar's repetitions are parsed (or
+    refused) in one linear pass: this test would hang on a backtracking regex."""
+    try:
+        parse_client_initial_response(data[:65536])
+    except OAuthBearerError:
+        pass
+
+
+def test_scram_and_plain_parsers_on_adversarial_input() -> None:
+    from hightide.security.scram import ScramError, parse_client_final, parse_client_first
+    for data in (b"n,,n=" + b"=3D" * 2700 + b",r=x", b"c=biws,r=x," + b"p=," * 2700 + b"p=AAAA",
+                 b"n,,n=u,r=" + b"a," * 4000, b"c=" + b"A" * 8180 + b",r=x,p=A"):
+        for parse in (parse_client_first, parse_client_final):
+            try:
+                parse(data)
+            except ScramError:
+                pass
+    with pytest.raises(PlainError):
+        PlainServer({"a": "b"}).step(b"\x00" * 70000)
