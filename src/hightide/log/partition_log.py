@@ -3,6 +3,8 @@
 Synchronous and single-threaded; every file is reached through a
 :class:`~.storage.Storage` engine (POSIX by default). Append and read never look inside
 batches beyond their 61-byte headers; only the timestamp lookups decode one batch.
+Reads live in :mod:`.log_reads`, transactions in :mod:`.txn_log`, producer-state loading
+and snapshots in :mod:`.producer_snapshots` (mixins of :class:`PartitionLog`).
 
 Files in ``<data-dir>/<topic>-<partition>/``:
 
@@ -33,8 +35,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import struct
-from bisect import bisect_right
 
 from hightide.protocol.records import (
     RECORD_LIST_TOO_LARGE,
@@ -60,7 +60,7 @@ from .producer_state import (
     Rejected,
 )
 from .results import AppendResult, FileSlice, OffsetOutOfRange, ReadResult, partition_dir
-from .segment import HEADER_CHUNK, LogSegment
+from .segment import LogSegment
 from .storage import POSIX, Storage, StorageFile, remove_tree, write_small_file
 from .txn_index import TxnIndex
 from .txn_log import TransactionalLog
@@ -82,7 +82,6 @@ __all__ = [
 log = logging.getLogger("hightide.log")
 
 _INT32_MAX = 2**31 - 1
-_LEN = struct.Struct(">i")
 
 # Append failures that leave nothing behind and may go away by themselves (space or
 # descriptors freed): the log stays writable. Any other error takes it offline.
@@ -331,126 +330,6 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         if self.offline_reason is None:
             self.offline_reason = reason
             log.error("%s: log is offline for appends (%s); restart the broker to recover it", self.path, reason)
-
-    # ================================================================== reads
-
-    def _segment_index(self, offset: int) -> int:
-        return max(bisect_right(self._bases, offset) - 1, 0)
-
-    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSlice | None:
-        """Locate whole batches from the one containing ``offset``, up to ``max_bytes``
-        (at least one batch), stopping before any batch at/after ``max_offset``
-        (default: LEO). None when there is nothing to return (offset == LEO or
-        offset >= max_offset). Raises OffsetOutOfRange outside [log start, LEO].
-        Reads stay within one segment, like Kafka's.
-        """
-        if offset < self._log_start or offset > self._leo:
-            raise OffsetOutOfRange(
-                f"offset {offset} is out of range [{self._log_start}, {self._leo}] for {self.path}"
-            )
-        limit = self._leo if max_offset is None else min(max_offset, self._leo)
-        if offset >= limit:
-            return None
-        i = self._segment_index(offset)
-        while i < len(self._segments):
-            seg = self._segments[i]
-            h = seg.find_batch(offset) if seg.next_offset > offset else None
-            if h is None:
-                i += 1
-                continue
-            if h.base_offset >= limit:
-                return None
-            start = h.position
-            first_size = h.length + 12
-            max_pos = seg.size
-            if limit < seg.next_offset:
-                hb = seg.find_batch(limit)
-                if hb is not None:
-                    max_pos = hb.position
-            end = min(start + max(max_bytes, first_size), max_pos)
-            if end < max_pos:
-                end = self._batch_boundary(seg, start, end)
-            return FileSlice(seg.file, start, end - start, h.base_offset)
-        return None
-
-    @staticmethod
-    def _batch_boundary(seg: LogSegment, start: int, end: int) -> int:
-        """Largest batch end <= ``end``, starting from a batch boundary >= ``start``:
-        walks batch lengths from the index entry at/below ``end``, reading the headers'
-        range in chunks (usually one ``pread``)."""
-        pos = max(seg.offset_index.floor_position(end), start)
-        pread = seg._f.pread
-        unpack = _LEN.unpack_from
-        while True:
-            base = pos
-            chunk = pread(min(end + 12 - pos, HEADER_CHUNK), pos)
-            while True:
-                at = pos - base + 8
-                if at + 4 > len(chunk):
-                    if pos == base:  # nothing more to read (a file cut short meanwhile)
-                        return pos
-                    break  # the next header is past this chunk: read on from it
-                nxt = pos + unpack(chunk, at)[0] + 12
-                if nxt > end:
-                    return pos
-                pos = nxt
-
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
-        """Like :meth:`read_slice` but returns the bytes (one ``pread``)."""
-        sl = self.read_slice(offset, max_bytes, max_offset=max_offset)
-        if sl is None:
-            return ReadResult(b"", -1, self._hw, self._log_start)
-        return ReadResult(sl.file.pread(sl.size, sl.position), sl.first_offset, self._hw, self._log_start)
-
-    def position_of(self, offset: int) -> tuple[int, int]:
-        """Where ``offset`` is in the log, as Kafka's LogOffsetMetadata: (base offset of its
-        segment, byte position of the batch holding it). The LEO is the end of the active
-        segment (no IO); any other offset costs an index lookup and a header walk from
-        there (one chunked read, records not decoded). Raises OffsetOutOfRange outside
-        [log start, LEO]."""
-        if offset < self._log_start or offset > self._leo:
-            raise OffsetOutOfRange(f"offset {offset} is out of range [{self._log_start}, {self._leo}] for {self.path}")
-        seg = self._segments[-1] if offset == self._leo else self._segments[self._segment_index(offset)]
-        h = seg.find_batch(offset) if offset < seg.next_offset else None
-        return seg.base_offset, h.position if h is not None else seg.size
-
-    # ================================================================== timestamps
-
-    def offset_for_timestamp(self, ts: int, *, max_offset: int | None = None) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at/after the log start offset whose
-        timestamp is >= ``ts``; None if there is none (or it lies at/after ``max_offset``).
-
-        Segment = first whose max timestamp is >= ts; the time index gives where to start
-        walking batch headers; the first batch with MaxTimestamp >= ts is decoded.
-        """
-        start_off = self._log_start
-        for seg in self._segments:
-            if seg.max_timestamp < ts or seg.next_offset <= start_off:
-                continue
-            found = seg.find_offset_by_timestamp(ts, start_off)
-            if found is not None:
-                if max_offset is not None and found[0] >= max_offset:
-                    return None
-                return found
-        return None
-
-    def max_timestamp_offset(self, *, max_offset: int | None = None) -> tuple[int, int] | None:
-        """(offset, timestamp) of the record with the largest timestamp: the segment with
-        the greatest max timestamp (first wins ties), its first batch whose MaxTimestamp
-        equals it, the first record in that batch with that timestamp. None if the log
-        has no timestamped records (or the record is at/after ``max_offset``). Like
-        Kafka, records below the log start offset are not excluded.
-        """
-        best: LogSegment | None = None
-        for seg in self._segments:
-            if seg.max_timestamp > (best.max_timestamp if best is not None else -1):
-                best = seg
-        if best is None:
-            return None
-        result = best.max_timestamp_record()
-        if result is None or (max_offset is not None and result[0] >= max_offset):
-            return None
-        return result
 
     # ================================================================== segments
 

@@ -14,6 +14,7 @@ import logging
 import os
 
 from .loader import PRODUCER_SNAPSHOT_FILE
+from .log_reads import LogReads
 from hightide.protocol.records import LOG_OVERHEAD, BatchHeader, InvalidRecords
 
 from .producer_state import ProducerStateManager
@@ -37,7 +38,7 @@ log = logging.getLogger("hightide.log")
 SNAPSHOTS_KEPT = 2  # producer-state snapshots kept per partition (newest first)
 
 
-class ProducerSnapshots:
+class ProducerSnapshots(LogReads):
     """Producer-state loading and snapshot files (see the module docstring)."""
 
     storage: Storage
@@ -53,9 +54,6 @@ class ProducerSnapshots:
     _dir_dirty: bool
     _snapshots: list[int]
     _unsynced_snapshots: list[str]
-
-    def _segment_index(self, offset: int) -> int:
-        raise NotImplementedError
 
     def _replayed_marker(self, completed: CompletedTxn) -> None:
         raise NotImplementedError  # TransactionalLog's, which precedes this class in PartitionLog's MRO

@@ -12,7 +12,8 @@ import logging
 from hightide.protocol.records import BatchHeader, validate_batches
 
 from .producer_state import ProducerStateError, ProducerStateManager
-from .results import FileSlice, ReadResult
+from .log_reads import LogReads
+from .results import ReadResult
 from .segment import LogSegment
 from .transactions import CompletedTxn, marker_batch
 from .txn_index import AbortedTxn, TxnIndex
@@ -22,7 +23,7 @@ __all__ = ["TransactionalLog"]
 log = logging.getLogger("hightide.log")
 
 
-class TransactionalLog:
+class TransactionalLog(LogReads):
     """The transactional operations of a partition log (see the module docstring)."""
 
     path: str
@@ -34,12 +35,6 @@ class TransactionalLog:
     _leo: int
     _log_start: int
     _dir_dirty: bool
-
-    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSlice | None:
-        raise NotImplementedError
-
-    def _segment_index(self, offset: int) -> int:
-        raise NotImplementedError
 
     def _write_batches(self, buf: bytes, headers: list[BatchHeader], now_ms: int, leader_epoch: int) -> int:
         raise NotImplementedError
