@@ -235,6 +235,16 @@ def test_envelope_runs_the_inner_create_topics_and_returns_the_metadata_offset(c
     assert env.error_code == ErrorCode.none and env.response_data is not None
     q, _ = entity_reader(load_response_schema(55, 2))(env.response_data, 5)
     assert q.topics[0].partitions[0].leader_id == controller.node_id
+    # CreateAcls is forwardable: the binding is a metadata record of the controller's
+    acl = materialize(load_request_schema(30, 3), {"creations": [
+        {"resource_type": 2, "resource_name": "forwarded", "resource_pattern_type": 3, "principal": "User:alice",
+         "host": "*", "operation": 3, "permission_type": 3}]})
+    frame = controller.raw(58, 0, {"request_data": encode_request(30, 3, 8, "c", acl)[4:],
+                                   "request_principal": b"", "client_host_address": b""})
+    _, env = decode_envelope_response(frame)
+    created, _ = entity_reader(load_response_schema(30, 3))(env.response_data, 5)
+    assert created.results[0].error_code == ErrorCode.none
+    assert env.metadata_offset == [o for o, r in controller.records() if not isinstance(r, NoOpRecord)][-1]
     # an API Kafka does not forward
     meta = materialize(load_request_schema(3, 12), {"topics": None, "allow_auto_topic_creation": False,
                                                      "include_topic_authorized_operations": False})

@@ -61,8 +61,10 @@ def routes() -> Routes:
 
 
 #: The controller listener's handlers that need nothing but the request context: the
-#: metadata writes (run against the controller's image, KIP-919), Envelope, ApiVersions.
-CONTROLLER_MODULES = (admin_configs, admin_topics, alter_configs, api_versions, envelope, update_features)
+#: metadata writes (run against the controller's image, KIP-919) with ACLs and SCRAM
+#: credentials, Envelope, ApiVersions.
+CONTROLLER_MODULES = (admin_configs, admin_topics, alter_configs, api_versions, envelope, update_features, acls,
+                      scram_credentials)
 #: Handlers taking the controller service first (bound by :func:`controller_routes`).
 CONTROLLER_SERVICE_MODULES = (broker_lifecycle, controller_fetch, allocate_producer_ids)
 

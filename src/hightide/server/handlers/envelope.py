@@ -33,10 +33,11 @@ from ..registry import RawResponse, handles
 log = logging.getLogger("hightide.controller")
 
 #: Kafka's forwardable APIs that hightide's controller serves: CreateTopics, DeleteTopics,
-#: AlterConfigs, CreatePartitions, IncrementalAlterConfigs, DescribeQuorum (a broker
-#: forwards it so ``kafka-metadata-quorum --bootstrap-server`` sees the controller's
-#: quorum, as Kafka's brokers do), UpdateFeatures.
-FORWARDABLE = frozenset({19, 20, 33, 37, 44, 55, 57})
+#: CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, IncrementalAlterConfigs,
+#: AlterUserScramCredentials, DescribeQuorum (a broker forwards it so
+#: ``kafka-metadata-quorum --bootstrap-server`` sees the controller's quorum, as Kafka's
+#: brokers do), UpdateFeatures.
+FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 44, 51, 55, 57})
 
 
 @handles(58, 0, 0)
