@@ -228,3 +228,14 @@ def test_authorized_operations() -> None:
     assert a.authorized_operations("User:u", "h", T, "t") == {O.READ, O.DESCRIBE, O.ALTER_CONFIGS,
                                                               O.DESCRIBE_CONFIGS}
     assert a.authorized_operations("User:v", "h", T, "t") == frozenset()
+
+
+def test_index_equality_and_deepcopy() -> None:
+    """The image is compared and copied in the controller's tests: equal bindings under
+    equal ids are equal indexes, and a deep copy authorizes the same."""
+    import copy
+    a = authorizer(acl(T, "p-", PRE, "User:u", O.READ))
+    b = copy.deepcopy(a)
+    assert a.index == b.index and b.authorize("User:u", "h", O.READ, T, "p-x")
+    b.index.remove("id0")
+    assert a.index != b.index and a.authorize("User:u", "h", O.READ, T, "p-x")

@@ -74,6 +74,13 @@ class AclIndex:
     def __len__(self) -> int:
         return len(self.by_id)
 
+    def __eq__(self, other: object) -> bool:
+        """Equal when they hold the same bindings under the same ids (the indexes are
+        derived from them)."""
+        return isinstance(other, AclIndex) and self.by_id == other.by_id
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
     def __iter__(self) -> Iterator[AclBinding]:
         return iter(self.by_id.values())
 
