@@ -54,17 +54,17 @@ WRITE_HIGH_WATER = 1024 * 1024  # pause reading while more than this waits to be
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    """``broker`` provides ``config``, ``services`` (the route table is
-    ``services.routes``) and the ``connections`` set this connection adds itself to while
-    open. ``services`` overrides the broker's (a listener with its own route table, such
-    as a controller listener)."""
+    """``broker`` provides ``config``, ``routes``, ``services`` and the ``connections``
+    set this connection adds itself to while open. ``services`` (with its own
+    ``routes``) overrides the broker's for a listener with its own route table, such as
+    a controller listener."""
 
     def __init__(self, broker: "Broker", services: "Services | None" = None) -> None:
         self.broker = broker
         cfg = broker.config
         self.services = services or broker.services
-        self.conn: ServerConnection[Route] = ServerConnection(self.services.routes, cfg["socket.request.max.bytes"],
-                                                              RECEIVE_CHUNK)
+        routes = services.routes if services is not None else broker.routes  # the broker's: its default listener
+        self.conn: ServerConnection[Route] = ServerConnection(routes, cfg["socket.request.max.bytes"], RECEIVE_CHUNK)
         self.max_queued = cfg["queued.max.requests"]
         self.idle_ms = cfg["connections.max.idle.ms"]
         self.transport: asyncio.Transport | None = None
