@@ -61,3 +61,20 @@ def test_a_node_failing_at_start_is_one_line_and_stops_the_rest(tmp_path: Path) 
 def test_a_bad_set_is_a_usage_error(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["dev-cluster", "--set", "novalue", "--data-dir", str(tmp_path)])
     assert r.exit_code == 2 and "expected NAME=VALUE, got 'novalue'" in r.output
+
+
+def test_a_data_dir_held_by_another_process_is_one_line(tmp_path: Path) -> None:
+    from hightide.log.dirlock import DirLock
+    held = tmp_path / "d" / "controller-3000"
+    held.mkdir(parents=True)
+    lock = DirLock.acquire(str(held))
+    try:
+        r = CliRunner().invoke(main, ["dev-cluster", "--brokers", "1", "--base-port", "0",
+                                      "--data-dir", str(tmp_path / "d")])
+    finally:
+        lock.release()
+    assert r.exit_code == 1
+    last = r.output.strip().splitlines()[-1]
+    assert last == (f"Error: controller-3000 exited with 1: hightide: data directory {held} is in use by "
+                    f"another hightide process (pid {os.getpid()})"), last
+    assert not _processes_using(tmp_path)
