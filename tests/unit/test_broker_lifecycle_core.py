@@ -8,7 +8,8 @@ import uuid
 
 from hightide.protocol.broker_heartbeat_response import BrokerHeartbeatResponse
 from hightide.protocol.errors import ErrorCode
-from hightide.server.broker_lifecycle import CATCH_UP_INTERVAL_MS, Heartbeat, LifecycleCore, LifecycleState, Register, Wait
+from hightide.server.broker_lifecycle import (CATCH_UP_FIRST_MS, CATCH_UP_INTERVAL_MS, Heartbeat, LifecycleCore,
+                                              LifecycleState, Register, Wait)
 
 INTERVAL = 250
 
@@ -78,11 +79,17 @@ def test_catch_up_cadence_while_the_lao_is_below_the_applied_content() -> None:
     core = registered()
     core.on_applied(10, 10, 0)
     core.next_request(0)
-    core.on_heartbeat(ok(lao=8), 0)  # another broker has not applied 9-10 yet
-    assert core.next_request(0) == Wait(CATCH_UP_INTERVAL_MS)
-    assert isinstance(core.next_request(CATCH_UP_INTERVAL_MS), Heartbeat)
-    core.on_heartbeat(ok(lao=10), 60)  # covered: back to the normal interval
-    assert core.next_request(60) == Wait(60 + INTERVAL)
+    now, delays = 0, []
+    for _ in range(6):
+        core.on_heartbeat(ok(lao=8), now)  # another broker has not applied 9-10 yet
+        wait = core.next_request(now)
+        assert isinstance(wait, Wait)
+        delays.append(wait.until_ms - now)
+        now = wait.until_ms
+        assert isinstance(core.next_request(now), Heartbeat)
+    assert delays == [CATCH_UP_FIRST_MS, 10, 20, 40, CATCH_UP_INTERVAL_MS, CATCH_UP_INTERVAL_MS]
+    core.on_heartbeat(ok(lao=10), now)  # covered: back to the normal interval
+    assert core.next_request(now) == Wait(now + INTERVAL)
     assert core.lowest_acknowledged == 10 and core.lao_covers_content
 
 

@@ -23,9 +23,12 @@ reports the outcome with ``on_*``. States::
 * **Prompt acknowledgements** (hightide, seed 004): after the follower applies a batch
   that contains content records (anything but NoOp), a heartbeat goes out at once (or,
   if one is in flight, right after its answer); and while the known lowest acknowledged
-  offset (LAO) is below the applied content offset, heartbeats go every
-  ``CATCH_UP_INTERVAL_MS`` instead of the normal interval, so a write waiting for every
-  broker is acknowledged in tens of milliseconds, not seconds.
+  offset (LAO) is below the applied content offset, heartbeats go after
+  ``CATCH_UP_FIRST_MS``, doubling up to ``CATCH_UP_INTERVAL_MS``, instead of the normal
+  interval (the other brokers apply the same batch within milliseconds; their acks reach
+  the controller with their next Fetch or prompt heartbeat, the LAO reaches this broker
+  only in a heartbeat answer), so a write waiting for every broker is acknowledged in
+  milliseconds, not seconds.
 * **Controlled shutdown**: :meth:`~LifecycleCore.begin_shutdown` makes every later
   heartbeat carry ``WantShutDown`` and go every ``CATCH_UP_INTERVAL_MS``, until an answer
   says ``ShouldShutDown`` (state SHUT_DOWN). The shell bounds the wait.
@@ -56,7 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.broker_lifecycle")
 
-CATCH_UP_INTERVAL_MS = 50
+CATCH_UP_FIRST_MS = 5  # the first catch-up heartbeat after content is applied ...
+CATCH_UP_INTERVAL_MS = 50  # ... doubling up to this while the LAO is below it
 INITIAL_BACKOFF_MS = 100
 REGISTRATION_VERSION_MAX = 4
 HEARTBEAT_VERSION_MAX = 2
@@ -96,9 +100,11 @@ class LifecycleCore:
     """The broker lifecycle as a pure state machine (see the module doc)."""
 
     def __init__(self, heartbeat_interval_ms: int, *, incarnation_id: uuid.UUID | None = None,
-                 catch_up_interval_ms: int = CATCH_UP_INTERVAL_MS) -> None:
+                 catch_up_interval_ms: int = CATCH_UP_INTERVAL_MS, catch_up_first_ms: int = CATCH_UP_FIRST_MS) -> None:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.catch_up_interval_ms = min(catch_up_interval_ms, heartbeat_interval_ms)
+        self.catch_up_first_ms = min(catch_up_first_ms, self.catch_up_interval_ms)
+        self._catch_up_ms = self.catch_up_first_ms  # the next catch-up delay (doubles)
         self.max_backoff_ms = max(1000, heartbeat_interval_ms)
         self.incarnation_id = incarnation_id or uuid.uuid4()
         self.state = LifecycleState.REGISTERING
@@ -183,6 +189,8 @@ class LifecycleCore:
         new_content = content_offset > self.applied_content_offset
         self.applied_offset = max(self.applied_offset, applied_offset)
         self.applied_content_offset = max(self.applied_content_offset, content_offset)
+        if new_content:
+            self._catch_up_ms = self.catch_up_first_ms
         if new_content and self.state is LifecycleState.RUNNING:
             if self._in_flight:
                 self._prompt = True
@@ -215,8 +223,11 @@ class LifecycleCore:
 
     # -- internals -------------------------------------------------------------------
     def _interval(self) -> int:
-        if self.shutting_down or self.lowest_acknowledged < self.applied_content_offset:
+        if self.shutting_down:
             return self.catch_up_interval_ms
+        if self.lowest_acknowledged < self.applied_content_offset:  # the others are applying it now
+            step, self._catch_up_ms = self._catch_up_ms, min(self.catch_up_interval_ms, self._catch_up_ms * 2)
+            return step
         return self.heartbeat_interval_ms
 
     def _fail(self, now_ms: int) -> None:
