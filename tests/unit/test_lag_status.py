@@ -3,7 +3,16 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hightide.lag import Sample, Status, StatusRules, StatusTracker, evaluate_group, evaluate_partition
+from hightide.lag import (
+    PartitionStatus,
+    Sample,
+    Status,
+    StatusRules,
+    StatusTracker,
+    evaluate_group,
+    evaluate_group_rows,
+    evaluate_partition,
+)
 
 RULES = StatusRules(window_ms=10_000, min_samples=5, stop_after_ms=60_000)
 
@@ -87,3 +96,26 @@ def test_evaluate_never_raises_and_caught_up_is_ok(pairs, members):
     assert r.status in Status
     if any(c >= e for _, c, e in pts[-10:]):
         assert r.status == Status.OK
+
+
+_offset = st.one_of(st.none(), st.integers(-1, 30))
+
+
+@given(st.lists(st.tuples(st.integers(0, 4000), _offset, _offset, _offset), min_size=1, max_size=25),
+       st.lists(st.sampled_from([None, 0, 2]), min_size=25, max_size=25))
+def test_observe_status_equals_observe_then_partition_status(steps, members):
+    """The monitor's one-call path (observe_status, status rows, evaluate_group_rows)
+    answers exactly what observe + partition_status + evaluate_group answer, for any
+    sample sequence: gaps, repeated or older times, unknown offsets."""
+    rules = StatusRules(window_ms=6_000, min_samples=3, stop_after_ms=9_000)
+    fast, slow = StatusTracker(rules), StatusTracker(rules)
+    t, rows, statuses = 0, {}, {}
+    for i, (dt, c, e, start) in enumerate(steps):
+        t += dt - 500  # sometimes backwards or equal: such samples are ignored by both
+        key = ("t", i % 3)
+        rows[key] = fast.observe_status("g", key, t, c, e, start, members[i])
+        slow.observe("g", key, Sample(t, c, e, start))
+        statuses[key] = slow.partition_status("g", key, t, members[i])
+        assert PartitionStatus(*rows[key]) == statuses[key]
+    assert evaluate_group_rows(rows) == evaluate_group(statuses)
+    assert evaluate_group_rows(rows).partitions == statuses

@@ -31,7 +31,7 @@ from .types import ListOffsetsResult, OffsetAndMetadata, PartitionLag, TopicPart
 if TYPE_CHECKING:
     from .admin import AdminClient
 
-__all__ = ["group_lag", "groups_lag", "partition_lag", "uncommitted_lag"]
+__all__ = ["LagRow", "group_lag", "groups_lag", "groups_lag_rows", "lag_row", "partition_lag", "uncommitted_lag"]
 
 
 async def group_lag(client: AdminClient, group_id: str, *,
@@ -81,17 +81,32 @@ async def _end_offsets(client: AdminClient, partitions: list[TopicPartition], is
         client.list_offsets({tp: "earliest" for tp in partitions}, raise_on_error=False))
 
 
+LagRow = tuple[TopicPartition, "int | None", "int | None", "int | None", "int | None", "int | None",
+               "str | None", str, ErrorCode]
+"""One partition's lag as a plain tuple: the partition, then :class:`PartitionLag`'s
+fields in order up to ``error`` (committed, high watermark, log start offset, lag, last
+stable offset, metadata, source, error); ``PartitionLag(*row[1:], read_committed)``."""
+
+
 async def groups_lag(client: AdminClient, group_ids: list[str], *,
                      isolation_level: str = "read_uncommitted"
                      ) -> dict[str, dict[TopicPartition, PartitionLag] | KafkaError]:
     """:func:`group_lag` of many groups at once: committed offsets of all groups first
     (batched OffsetFetch per coordinator), then one ListOffsets pass (latest, earliest)
     for the union of partitions the extension did not cover. Group-level failures are
-    returned as the group's :class:`KafkaError`.
+    returned as the group's :class:`KafkaError`."""
+    rows = await groups_lag_rows(client, group_ids, isolation_level=isolation_level)
+    read_committed = isolation_level in ("read_committed", 1)
+    return {g: r if isinstance(r, KafkaError) else {row[0]: PartitionLag(*row[1:], read_committed) for row in r}
+            for g, r in rows.items()}
 
-    Works on the decoded OffsetFetch rows (plain tuples) and builds one
-    :class:`PartitionLag` per partition, nothing else: a scrape of 500 groups x 100
-    partitions spends its time here."""
+
+async def groups_lag_rows(client: AdminClient, group_ids: list[str], *,
+                          isolation_level: str = "read_uncommitted"
+                          ) -> dict[str, list[LagRow] | KafkaError]:
+    """:func:`groups_lag` as :data:`LagRow` tuples, sorted by partition within a group:
+    the same values without an object per partition (a scrape of 500 groups x 100
+    partitions spends its time here; the lag monitor reads these rows)."""
     committed = await client._committed_offset_rows(group_ids)
     read_committed = isolation_level in ("read_committed", 1)
     use_ext = getattr(client, "use_extensions", True)
@@ -103,7 +118,7 @@ async def groups_lag(client: AdminClient, group_ids: list[str], *,
     latest, earliest = await _end_offsets(client, missing, isolation_level)
     none = ErrorCode.none
     by_tp = itemgetter(0)
-    out: dict[str, dict[TopicPartition, PartitionLag] | KafkaError] = {}
+    out: dict[str, list[LagRow] | KafkaError] = {}
     for g in group_ids:
         rows = committed.get(g)
         if rows is None:
@@ -112,19 +127,26 @@ async def groups_lag(client: AdminClient, group_ids: list[str], *,
         if isinstance(rows, KafkaError):
             out[g] = rows
             continue
-        lags: dict[TopicPartition, PartitionLag] = {}
+        lags: list[LagRow] = []
+        append = lags.append
         for row in sorted(rows, key=by_tp):
             tp, offset, metadata, epoch, hw, lso, lst = row
             if tp in latest or not covered(row):
-                lags[tp] = partition_lag(OffsetAndMetadata(offset, metadata, epoch), read_committed,
-                                         latest.get(tp), earliest.get(tp))
+                pl = partition_lag(OffsetAndMetadata(offset, metadata, epoch), read_committed,
+                                   latest.get(tp), earliest.get(tp))
+                append(lag_row(tp, pl))
                 continue
             c = offset if offset >= 0 else None  # the extension path of partition_lag, inlined
             end = lst if read_committed else hw
-            lags[tp] = PartitionLag(c, hw, lso, None if c is None else end - c, lst, metadata,
-                                    "extension", none, read_committed)
+            append((tp, c, hw, lso, None if c is None else end - c, lst, metadata, "extension", none))
         out[g] = lags
     return out
+
+
+def lag_row(tp: TopicPartition, pl: PartitionLag) -> LagRow:
+    """``pl`` as a :data:`LagRow`."""
+    return (tp, pl.committed, pl.high_watermark, pl.log_start_offset, pl.lag, pl.last_stable_offset,
+            pl.metadata, pl.source, pl.error)
 
 
 def _has_extension(om: OffsetAndMetadata, read_committed: bool) -> bool:

@@ -18,9 +18,12 @@ if TYPE_CHECKING:
         PartitionStatus,
         Sample,
         Status,
+        StatusRow,
+        StatusRows,
         StatusRules,
         StatusTracker,
         evaluate_group,
+        evaluate_group_rows,
         evaluate_partition,
     )
     from .timelag import (
@@ -37,8 +40,8 @@ if TYPE_CHECKING:
 _HOME = {
     "decode_assignment": "assignment",
     **dict.fromkeys(("Anomaly", "OffsetLag", "offset_lag"), "offsets"),
-    **dict.fromkeys(("GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRules", "StatusTracker",
-                     "evaluate_group", "evaluate_partition"), "status"),
+    **dict.fromkeys(("GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRow", "StatusRows", "StatusRules",
+                     "StatusTracker", "evaluate_group", "evaluate_group_rows", "evaluate_partition"), "status"),
     **dict.fromkeys(("Certainty", "OffsetHistory", "TimeLag", "TimeLagMethod", "best_time_lag",
                      "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated"), "timelag"),
 }
@@ -58,7 +61,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Anomaly", "Certainty", "GroupStatus", "OffsetHistory", "OffsetLag", "PartitionStatus", "Sample",
-    "Status", "StatusRules", "StatusTracker", "TimeLag", "TimeLagMethod", "best_time_lag",
-    "decode_assignment", "evaluate_group", "evaluate_partition", "offset_lag",
+    "Status", "StatusRow", "StatusRows", "StatusRules", "StatusTracker", "TimeLag", "TimeLagMethod",
+    "best_time_lag", "decode_assignment", "evaluate_group", "evaluate_group_rows", "evaluate_partition", "offset_lag",
     "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated",
 ]

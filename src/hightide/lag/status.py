@@ -31,12 +31,13 @@ OK < WARN < REWIND < STALL < STOP < ERR. Everything is pure: time is an argument
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
-__all__ = ["GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRules", "StatusTracker",
-           "evaluate_group", "evaluate_partition"]
+__all__ = ["GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRows", "StatusRules", "StatusRow",
+           "StatusTracker", "evaluate_group", "evaluate_group_rows", "evaluate_partition"]
 
 
 class Status(StrEnum):
@@ -102,7 +103,7 @@ class PartitionStatus:
 class GroupStatus:
     status: Status
     complete: bool
-    partitions: dict[Hashable, PartitionStatus] = field(default_factory=dict)
+    partitions: Mapping[Hashable, PartitionStatus] = field(default_factory=dict)
     worst: Hashable | None = None
     """The key of the partition that decided the status (largest lag among equals)."""
     total_lag: int = 0
@@ -148,37 +149,53 @@ def evaluate_partition(samples: Sequence[Sample], now_ms: int, rules: StatusRule
                      now_ms, rules, active_members, committed_since_ms)
 
 
+StatusRow = tuple[Status, str, bool, "int | None"]
+"""A :class:`PartitionStatus` as a plain tuple (status, reason, complete, lag): what
+:meth:`StatusTracker.observe_status` returns, so a monitor evaluating 50,000
+partitions builds the objects only for the partitions it shows."""
+
+
 def _evaluate(rows: Sequence[_Row], now_ms: int, rules: StatusRules, active_members: int | None,
               committed_since_ms: int | None) -> PartitionStatus:
     """:func:`evaluate_partition` on sample rows."""
+    return PartitionStatus(*_evaluate_row(rows, now_ms, rules, active_members, committed_since_ms))
+
+
+def _evaluate_row(rows: Sequence[_Row], now_ms: int, rules: StatusRules, active_members: int | None,
+                  committed_since_ms: int | None, in_window: bool = False) -> StatusRow:
+    """:func:`_evaluate` as a :data:`StatusRow`. ``in_window``: the caller knows every
+    row is inside the window (the tracker after appending a sample at ``now_ms``)."""
     if not rows:
-        return PartitionStatus(Status.ERR, "no_samples", False)
+        return Status.ERR, "no_samples", False, None
     last = rows[-1]
     last_lag = _row_lag(last)
     reason = _error_reason(last)
     if reason is not None:
-        return PartitionStatus(Status.ERR, reason, True, last_lag)
-    start = now_ms - rules.window_ms
-    window = [r for r in rows if start < r[0] <= now_ms] or [last]
-    lags = [_row_lag(r) for r in window]
-    for lag in lags:
-        if lag is not None and lag <= 0:
-            return PartitionStatus(Status.OK, "caught_up_in_window", len(window) >= rules.min_samples, last_lag)
+        return Status.ERR, reason, True, last_lag
+    if in_window:
+        window = rows
+    else:
+        start = now_ms - rules.window_ms
+        window = [r for r in rows if start < r[0] <= now_ms] or [last]
+    for _, c, e, _ in window:  # = any(_row_lag(r) <= 0), without a list
+        if c is not None and e is not None and 0 <= e <= c:
+            return Status.OK, "caught_up_in_window", len(window) >= rules.min_samples, last_lag
     if active_members == 0:
-        return PartitionStatus(Status.STOP, "no_active_members", len(window) >= rules.min_samples, last_lag)
+        return Status.STOP, "no_active_members", len(window) >= rules.min_samples, last_lag
     if len(window) < max(2, rules.min_samples):
-        return PartitionStatus(Status.OK, "window_incomplete", False, last_lag)
+        return Status.OK, "window_incomplete", False, last_lag
     commits = [r[1] for r in window]
     if any(b is not None and a is not None and b < a for a, b in zip(commits, commits[1:])):
-        return PartitionStatus(Status.REWIND, "committed_offset_decreased", True, last_lag)
+        return Status.REWIND, "committed_offset_decreased", True, last_lag
     if all(c == commits[0] for c in commits):
         since = committed_since_ms if committed_since_ms is not None else _since(rows)
         if now_ms - since >= rules.stop_ms:
-            return PartitionStatus(Status.STOP, "offset_unchanged_for_stop_after", True, last_lag)
-        return PartitionStatus(Status.STALL, "offset_unchanged_lag_not_decreasing", True, last_lag)
+            return Status.STOP, "offset_unchanged_for_stop_after", True, last_lag
+        return Status.STALL, "offset_unchanged_lag_not_decreasing", True, last_lag
+    lags = [_row_lag(r) for r in window]
     if all(b is not None and a is not None and b >= a for a, b in zip(lags, lags[1:])):
-        return PartitionStatus(Status.WARN, "lag_not_decreasing", True, last_lag)
-    return PartitionStatus(Status.OK, "progressing", True, last_lag)
+        return Status.WARN, "lag_not_decreasing", True, last_lag
+    return Status.OK, "progressing", True, last_lag
 
 
 def _since(rows: Sequence[_Row]) -> int:
@@ -192,7 +209,53 @@ def _since(rows: Sequence[_Row]) -> int:
     return since
 
 
-def evaluate_group(partitions: dict[Hashable, PartitionStatus]) -> GroupStatus:
+class StatusRows(Mapping[Hashable, PartitionStatus]):
+    """A read-only mapping of keys to :class:`PartitionStatus` over :data:`StatusRow`
+    tuples; each object is built when it is looked up (not kept)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: dict[Any, StatusRow]) -> None:
+        self._rows = rows
+
+    def __getitem__(self, key: Hashable) -> PartitionStatus:
+        return PartitionStatus(*self._rows[key])
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self.items()) == dict(other.items())
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"StatusRows({dict(self.items())!r})"
+
+
+def evaluate_group_rows(rows: dict[Any, StatusRow]) -> GroupStatus:
+    """:func:`evaluate_group` over :data:`StatusRow` tuples, the same answer without a
+    :class:`PartitionStatus` per partition (:attr:`GroupStatus.partitions` is a
+    :class:`StatusRows` view of ``rows``, which must not change afterwards)."""
+    if not rows:
+        return GroupStatus(Status.OK, True, {}, None, 0)
+    worst, worst_key = None, None
+    total, complete = 0, True
+    for k, (status, _, done, lag) in rows.items():
+        key = (_SEVERITY[status], lag or 0)
+        if worst_key is None or key > worst_key:  # = max(): the first of equals wins
+            worst, worst_key = k, key
+        if lag is not None and lag > 0:
+            total += lag
+        if not done:
+            complete = False
+    return GroupStatus(rows[worst][0], complete, StatusRows(rows), worst, total)
+
+
+def evaluate_group(partitions: Mapping[Hashable, PartitionStatus]) -> GroupStatus:
     """Combine partition statuses: the most severe wins (largest lag among equals); an
     empty group is OK and complete."""
     if not partitions:
@@ -248,6 +311,29 @@ class StatusTracker:
         horizon = time_ms - self.rules.window_ms
         while len(samples) > 1 and samples[0][0] <= horizon:
             samples.popleft()
+
+    def observe_status(self, group: str, key: Hashable, time_ms: int, committed: int | None,
+                       end_offset: int | None, log_start_offset: int | None = None,
+                       active_members: int | None = None) -> StatusRow:
+        """:meth:`observe_values` then the partition's status at ``time_ms`` as a
+        :data:`StatusRow` (= :meth:`partition_status` at that time, without the object)."""
+        parts = self._groups.get(group)
+        if parts is None:
+            parts = self._groups[group] = {}
+        h = parts.get(key)
+        if h is None:
+            h = parts[key] = _History()
+        samples = h.samples
+        if samples and time_ms <= samples[-1][0]:
+            return _evaluate_row(samples, time_ms, self.rules, active_members, h.since_ms)
+        if not samples or samples[-1][1] != committed:
+            h.since_ms = time_ms
+        samples.append((time_ms, committed, end_offset, log_start_offset))
+        horizon = time_ms - self.rules.window_ms
+        while len(samples) > 1 and samples[0][0] <= horizon:
+            samples.popleft()
+        # every sample left is in (time_ms - window, time_ms]
+        return _evaluate_row(samples, time_ms, self.rules, active_members, h.since_ms, True)
 
     def samples(self, group: str, key: Hashable) -> list[Sample]:
         h = self._groups.get(group, {}).get(key)

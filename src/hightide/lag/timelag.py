@@ -119,6 +119,12 @@ class OffsetHistory:
     def __len__(self) -> int:
         return len(self.points)
 
+    def copy(self) -> OffsetHistory:
+        """An independent copy (later :meth:`add` calls on either do not affect the other)."""
+        h = OffsetHistory.__new__(OffsetHistory)
+        h.max_points, h.points = self.max_points, list(self.points)
+        return h
+
     def rate_per_ms(self) -> float | None:
         """Average records appended per millisecond over the history; None without two
         samples or without any append."""

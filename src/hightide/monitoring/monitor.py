@@ -13,32 +13,34 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import overload
 
-from ..client import AdminClient, KafkaError, ListOffsetsResult, PartitionLag, TopicPartition
+from ..client import AdminClient, KafkaError, ListOffsetsResult, TopicPartition
 from ..client.errors import ErrorCode
-from ..client.lag import uncommitted_lag
+from ..client.lag import LagRow, groups_lag_rows, lag_row, uncommitted_lag
 from ..lag import (
     Certainty,
     GroupStatus,
     OffsetHistory,
     OffsetLag,
     PartitionStatus,
+    StatusRow,
     StatusRules,
     StatusTracker,
     TimeLag,
     best_time_lag,
     decode_assignment,
-    evaluate_group,
+    evaluate_group_rows,
     offset_lag,
     time_lag_from_max_timestamp,
     time_lag_from_record,
     time_lag_interpolated,
 )
 
-__all__ = ["GroupReport", "LagMonitor", "PartitionReport", "Snapshot", "TopicPartitionReport"]
+__all__ = ["GroupReport", "LagMonitor", "PartitionReport", "PartitionReports", "Snapshot", "TopicPartitionReport"]
 
 ALL_METHODS = ("record_timestamp", "interpolation", "max_timestamp_anchor")
 _NO_HISTORY = OffsetHistory(2)  # read only: a partition without end-offset samples
@@ -78,7 +80,9 @@ class GroupReport:
     """None when the broker cannot describe groups."""
     members: tuple[Member, ...] | None
     protocol_type: str | None
-    partitions: tuple[PartitionReport, ...]
+    partitions: Sequence[PartitionReport]
+    """Sorted by topic and partition. From :meth:`LagMonitor.snapshot` a
+    :class:`PartitionReports` (built on first use), else any sequence."""
     status: GroupStatus | None
     coordinator: int | None = None
     assignment_strategy: str | None = None
@@ -86,7 +90,11 @@ class GroupReport:
 
     @property
     def total_lag(self) -> int:
-        return sum(p.lag for p in self.partitions if p.lag is not None and p.lag > 0)
+        """Sum of the positive partition lags."""
+        parts = self.partitions
+        if isinstance(parts, PartitionReports):
+            return parts.total_lag()
+        return sum(p.lag for p in parts if p.lag is not None and p.lag > 0)
 
     @property
     def max_time_lag_ms(self) -> int | None:
@@ -149,16 +157,21 @@ class LagMonitor:
     async def snapshot(self, groups: Iterable[str] | None = None, *, all_topics: bool = False) -> Snapshot:
         """One snapshot of ``groups`` (default: every listed group). ``all_topics`` adds
         every partition of every topic to :attr:`Snapshot.partitions`, not only those
-        the groups committed to."""
+        the groups committed to. The cyclic garbage collector is paused while it runs
+        (see :func:`_gc_paused`)."""
+        with _gc_paused():
+            return await self._snapshot(groups, all_topics)
+
+    async def _snapshot(self, groups: Iterable[str] | None, all_topics: bool) -> Snapshot:
         t0 = time.perf_counter()
         before = _round_trips(self.admin)
         errors: list[str] = []
         ids = list(groups) if groups is not None else await self.group_ids()
-        lags = await self.admin.lags(ids, isolation_level=self.isolation_level) if ids else {}
+        lags = await groups_lag_rows(self.admin, ids, isolation_level=self.isolation_level) if ids else {}
         now = self._now_ms()
         described = await self._describe(ids, errors)
         lags = await self._add_assigned(lags, described)
-        tps = sorted({tp for g in lags.values() if not isinstance(g, KafkaError) for tp in g})
+        tps = sorted({row[0] for g in lags.values() if not isinstance(g, KafkaError) for row in g})
         if all_topics:
             md = await self.admin.metadata()
             tps = sorted(set(tps) | {TopicPartition(t.name, p) for t in md.topics.values()
@@ -171,8 +184,9 @@ class LagMonitor:
                 self.histories.setdefault(tp, OffsetHistory(self.history_points)).add(hw, now)
         partitions = {tp: TopicPartitionReport(tp.topic, tp.partition, *bounds.get(tp, (None, None)),
                                                anchors.get(tp)) for tp in tps}
-        with _gc_paused():  # synchronous: no other task runs meanwhile
-            reports = {g: self._group(g, lags[g], described.get(g), anchors, records, now) for g in ids}
+        ctx = _ReportContext(self.methods, self.isolation_level in ("read_committed", 1), anchors, records,
+                             {tp: h.copy() for tp, h in self.histories.items() if tp in partitions}, now)
+        reports = {g: self._group(g, lags[g], described.get(g), ctx) for g in ids}
         return Snapshot(now, reports, partitions, time.perf_counter() - t0,
                         _round_trips(self.admin) - before, len(self.admin._addrs), tuple(errors))
 
@@ -187,7 +201,8 @@ class LagMonitor:
             errors.append(f"describe_groups: {exc}")
             return {}
 
-    async def _add_assigned(self, lags: dict, described: dict[str, object]) -> dict:
+    async def _add_assigned(self, lags: dict[str, list[LagRow] | KafkaError], described: dict[str, object]
+                            ) -> dict[str, list[LagRow] | KafkaError]:
         """``lags`` plus, per group, the partitions its members own without a commit,
         with their real end offsets (lag unknown: ``no_commit``)."""
         wanted: dict[str, list[TopicPartition]] = {}
@@ -195,7 +210,7 @@ class LagMonitor:
             lag = lags.get(g)
             if desc is None or isinstance(desc, KafkaError) or isinstance(lag, KafkaError):
                 continue
-            have = lag or {}
+            have = {row[0] for row in lag or ()}
             missing = [TopicPartition(*tp) for m in desc.members for tp in decode_assignment(m.assignment)
                        if TopicPartition(*tp) not in have]
             if missing:
@@ -206,10 +221,12 @@ class LagMonitor:
                                      isolation_level=self.isolation_level)
         out = dict(lags)
         for g, tps in wanted.items():
-            out[g] = {**(lags.get(g) or {}), **{tp: ends[tp] for tp in tps if tp in ends}}
+            had = lags.get(g) or []
+            assert not isinstance(had, KafkaError)
+            out[g] = [*had, *(lag_row(tp, ends[tp]) for tp in tps if tp in ends)]
         return out
 
-    async def _bounds(self, tps: list[TopicPartition], lags: dict, all_topics: bool
+    async def _bounds(self, tps: list[TopicPartition], lags: dict[str, list[LagRow] | KafkaError], all_topics: bool
                       ) -> dict[TopicPartition, tuple[int | None, int | None]]:
         """(high watermark, log start) per partition: from the lag answers, and for the
         partitions no group committed to (``all_topics``), from ListOffsets."""
@@ -217,8 +234,9 @@ class LagMonitor:
         for g in lags.values():
             if isinstance(g, KafkaError):
                 continue
-            for tp, pl in g.items():
-                out.setdefault(tp, (pl.high_watermark, pl.log_start_offset))
+            for row in g:
+                if row[0] not in out:
+                    out[row[0]] = (row[2], row[3])
         rest = [tp for tp in tps if tp not in out]
         if rest:
             latest = await self.admin.list_offsets({tp: "latest" for tp in rest}, raise_on_error=False)
@@ -233,7 +251,7 @@ class LagMonitor:
         got = await self.admin.list_offsets({tp: "max_timestamp" for tp in tps}, raise_on_error=False)
         return {tp: r for tp, r in got.items() if isinstance(r, ListOffsetsResult)}
 
-    async def _records(self, lags: dict) -> dict[tuple[TopicPartition, int], int]:
+    async def _records(self, lags: dict[str, list[LagRow] | KafkaError]) -> dict[tuple[TopicPartition, int], int]:
         """Timestamp of the first record at each lagging committed offset. Each round is
         one Fetch per leader at the smallest offset still unanswered on each partition,
         and answers every wanted offset the returned batches cover (usually all of them
@@ -244,12 +262,12 @@ class LagMonitor:
         for g in lags.values():
             if isinstance(g, KafkaError):
                 continue
-            for tp, pl in g.items():
-                if pl.lag is not None and pl.lag > 0 and pl.committed is not None:
+            for tp, committed, _, start, lag, *_ in g:
+                if lag is not None and lag > 0 and committed is not None:
                     offs = pending.get(tp)
                     if offs is None:
                         offs = pending[tp] = set()
-                    offs.add(_readable(pl))
+                    offs.add(max(committed, start or 0))  # where the next read starts (log start if deleted)
         out: dict[tuple[TopicPartition, int], int] = {}
         for _ in range(self.record_fetch_rounds):
             if not pending:
@@ -271,8 +289,11 @@ class LagMonitor:
                     del pending[tp]
         return out
 
-    def _group(self, group: str, lag: dict[TopicPartition, PartitionLag] | KafkaError, desc: object,
-               anchors: dict[TopicPartition, ListOffsetsResult], records: dict, now: int) -> GroupReport:
+    def _group(self, group: str, lag: list[LagRow] | KafkaError, desc: object,
+               ctx: _ReportContext) -> GroupReport:
+        """One group's report. Per partition only the tracker's state and the status row
+        are computed here; :class:`PartitionReport` objects (offset lag, time lags,
+        status) are built when the report's partitions are first read."""
         members, owner, state, ptype, coord, strategy = None, {}, None, None, None, None
         if isinstance(desc, KafkaError) and desc.code == ErrorCode.group_id_not_found:
             state, members = "Dead", ()  # DescribeGroups v6+ for a group that does not exist
@@ -286,32 +307,40 @@ class LagMonitor:
         if isinstance(lag, KafkaError):
             return GroupReport(group, state, members, ptype, (), None, coord, strategy, str(lag))
         active = None if members is None else len(members)
-        rows = []
-        statuses: dict[TopicPartition, PartitionStatus] = {}
-        observe, partition_status = self.tracker.observe_values, self.tracker.partition_status
-        none = ErrorCode.none
-        for tp, pl in lag.items():
-            ol = offset_lag(pl.committed, pl.high_watermark, pl.log_start_offset, pl.last_stable_offset,
-                            read_committed=pl.read_committed)
-            observe(group, tp, now, ol.committed, ol.end_offset, ol.log_start_offset)
-            status = statuses[tp] = partition_status(group, tp, now, active)
-            tls = self._time_lags(tp, ol, anchors.get(tp), records, now)
-            rows.append(PartitionReport(group, tp.topic, tp.partition, ol, pl.high_watermark,
-                                        pl.last_stable_offset, owner.get(tp), tls, best_time_lag(tls),
-                                        status, pl.source, None if pl.error == none else pl.error.name))
+        statuses: dict[TopicPartition, StatusRow] = {}
+        observe, now = self.tracker.observe_status, ctx.now
+        read_committed = ctx.read_committed
+        for tp, c, hw, start, _, lst, *_ in lag:
+            # the offsets offset_lag() reports (unknown = None), without the object
+            end = lst if read_committed else hw
+            statuses[tp] = observe(group, tp, now, None if c is None or c < 0 else c,
+                                   None if end is None or end < 0 else end,
+                                   None if start is None or start < 0 else start, active)
         # (partitions assigned to a member without any commit are in ``lag`` too, with
         # their end offsets: see _add_assigned; they are no_commit, status ERR)
-        rows.sort(key=_by_topic_partition)
         # = self.tracker.group_status(group, now, active, keys=list(lag)), without
         # evaluating every partition a second time
-        gs = evaluate_group(statuses)
-        return GroupReport(group, state, members, ptype, tuple(rows), gs, coord, strategy)
+        gs = evaluate_group_rows(statuses)
+        return GroupReport(group, state, members, ptype, PartitionReports(group, lag, statuses, owner, ctx),
+                           gs, coord, strategy)
 
-    def _time_lags(self, tp: TopicPartition, ol: OffsetLag, anchor: ListOffsetsResult | None,
-                   records: dict, now: int) -> tuple[TimeLag, ...]:
+
+@dataclass(frozen=True, slots=True)
+class _ReportContext:
+    """What a snapshot's partition reports are built from, frozen at snapshot time
+    (``histories`` are copies: later snapshots add to the monitor's own)."""
+
+    methods: tuple[str, ...]
+    read_committed: bool
+    anchors: dict[TopicPartition, ListOffsetsResult]
+    records: dict[tuple[TopicPartition, int], int]
+    histories: dict[TopicPartition, OffsetHistory]
+    now: int
+
+    def time_lags(self, tp: TopicPartition, ol: OffsetLag) -> tuple[TimeLag, ...]:
         out = []
         methods = self.methods
-        committed, end = ol.committed, ol.end_offset
+        committed, end, now = ol.committed, ol.end_offset, self.now
         hist = self.histories.get(tp)
         if hist is None:
             hist = _NO_HISTORY
@@ -320,42 +349,110 @@ class LagMonitor:
             lost = committed is not None and start is not None and start > committed  # ol.lost > 0
             at = max(committed or 0, start or 0)
             out.append(time_lag_from_record(
-                committed, end, records.get((tp, at)), now,
+                committed, end, self.records.get((tp, at)), now,
                 certainty=Certainty.LOWER_BOUND if lost else Certainty.EXACT))
         if "interpolation" in methods:
             out.append(time_lag_interpolated(committed, end, hist, now))
         if "max_timestamp_anchor" in methods:
+            anchor = self.anchors.get(tp)
             out.append(time_lag_from_max_timestamp(
                 committed, end, anchor.offset if anchor else None,
                 anchor.timestamp if anchor else None, now, hist.rate_per_ms()))
         return tuple(out)
 
 
+class PartitionReports(Sequence[PartitionReport]):
+    """A group's :class:`PartitionReport` s, sorted by topic and partition, built on
+    first access (all of them, then kept) from the snapshot's columns: a snapshot of
+    500 groups x 100 partitions computes offsets and statuses for all of them but builds
+    the ~8 objects per partition a report is made of only for the groups that are read.
+    The values are those of the snapshot's moment whenever they are built."""
+
+    __slots__ = ("_built", "_ctx", "_group", "_lag", "_owner", "_statuses")
+
+    def __init__(self, group: str, lag: list[LagRow], statuses: dict[TopicPartition, StatusRow],
+                 owner: dict[TopicPartition, Member], ctx: _ReportContext) -> None:
+        self._group, self._lag, self._statuses, self._owner, self._ctx = group, lag, statuses, owner, ctx
+        self._built: tuple[PartitionReport, ...] | None = None
+
+    def total_lag(self) -> int:
+        """Sum of the positive partition lags, without building the reports."""
+        return sum(r[3] for r in self._statuses.values() if r[3] is not None and r[3] > 0)
+
+    def _reports(self) -> tuple[PartitionReport, ...]:
+        built = self._built
+        if built is None:
+            built = self._built = tuple(self._build(row) for row in sorted(self._lag, key=_partition_of))
+        return built
+
+    def _build(self, row: LagRow) -> PartitionReport:
+        tp, committed, hw, start, _, lst, _, source, error = row
+        ctx = self._ctx
+        ol = offset_lag(committed, hw, start, lst, read_committed=ctx.read_committed)
+        tls = ctx.time_lags(tp, ol)
+        return PartitionReport(self._group, tp.topic, tp.partition, ol, hw, lst, self._owner.get(tp), tls,
+                               best_time_lag(tls), PartitionStatus(*self._statuses[tp]), source,
+                               None if error == ErrorCode.none else error.name)
+
+    @overload
+    def __getitem__(self, i: int) -> PartitionReport: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[PartitionReport, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> PartitionReport | tuple[PartitionReport, ...]:
+        return self._reports()[i]
+
+    def __iter__(self) -> Iterator[PartitionReport]:
+        return iter(self._reports())
+
+    def __len__(self) -> int:
+        return len(self._lag)
+
+    def __bool__(self) -> bool:
+        return bool(self._lag)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PartitionReports({self._reports()!r})"
+
+
+_gc_pauses = 0  # snapshots running with the collector paused (they may overlap)
+_gc_was_enabled = False
+
+
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while the reports are built. That loop
-    allocates ~8 objects per group-partition (400,000 for 500 groups x 100 partitions)
-    that all survive it, so every collection it would trigger scans a growing heap
-    (including the tracker's samples and the previous snapshot) and frees nothing: on
-    the lag_scrape benchmark they cost 30-40 % of the snapshot. The loop has no await
-    and creates no reference cycles; reference counting still frees everything else,
-    and collection resumes (with its counters intact) when the loop ends."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Pause the cyclic garbage collector while a snapshot is taken, awaits included. A
+    snapshot of 500 groups x 100 partitions allocates ~250,000 small containers (decoded
+    OffsetFetch entries, rows, samples, status rows) of which ~150,000 survive it, so the
+    collections it would trigger (~190 young, ~17 middle and 1-2 full collections per
+    snapshot, the full ones scanning the tracker's samples and the previous snapshot)
+    free almost nothing and cost ~30 % of the snapshot. Reference counting still frees
+    everything without cycles meanwhile (other tasks' cyclic garbage waits until the
+    snapshot ends, whose duration the client's request timeout bounds); collection
+    resumes with its counters intact when the last overlapping snapshot ends, and only
+    if it was enabled when the first one began."""
+    global _gc_pauses, _gc_was_enabled
+    if _gc_pauses == 0:
+        _gc_was_enabled = gc.isenabled()
+        gc.disable()
+    _gc_pauses += 1
     try:
         yield
     finally:
-        if enabled:
+        _gc_pauses -= 1
+        if _gc_pauses == 0 and _gc_was_enabled:
             gc.enable()
 
 
-def _by_topic_partition(r: PartitionReport) -> tuple[str, int]:
-    return r.topic, r.partition
-
-
-def _readable(pl: PartitionLag) -> int:
-    """Where the group's next read starts: its commit, or the log start if that was deleted."""
-    return max(pl.committed or 0, pl.log_start_offset or 0)
+def _partition_of(row: LagRow) -> TopicPartition:
+    return row[0]
 
 
 def _offset(r: object) -> int | None:

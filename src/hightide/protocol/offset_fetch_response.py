@@ -38,11 +38,18 @@ class PartitionOffset:
     last_stable_offset: int | None = None
 
 
+PartitionTuple = tuple[int, int, int, "str | None", int, "int | None", "int | None", "int | None"]
+"""A partition entry as a plain tuple, in :class:`PartitionOffset`'s field order:
+(partition, committed offset, leader epoch, metadata, error code, high watermark, log
+start offset, last stable offset; the last three None when not sent); what the decoder
+returns and the encoder also takes."""
+
+
 @dataclass(slots=True)
 class GroupOffsets:
     group_id: str
     error_code: int = 0
-    topics: list[tuple[str, list[PartitionOffset]]] = field(default_factory=list)
+    topics: list[tuple[str, list[PartitionOffset | PartitionTuple]]] = field(default_factory=list)
 
 
 
@@ -57,28 +64,30 @@ _EXT_KEYS = (uvarint(TAG_HIGH_WATERMARK) + b"\x08", uvarint(TAG_LOG_START_OFFSET
 
 
 
-def _partition(out: bytearray, p: PartitionOffset, version: int, flexible: bool) -> None:
-    if flexible and p.metadata == "" and p.high_watermark is not None \
-            and p.log_start_offset is not None and p.last_stable_offset is not None:
+def _partition(out: bytearray, p: PartitionOffset | PartitionTuple, version: int, flexible: bool) -> None:
+    if isinstance(p, PartitionOffset):
+        p = (p.partition, p.offset, p.leader_epoch, p.metadata, p.error_code, p.high_watermark,
+             p.log_start_offset, p.last_stable_offset)
+    partition, offset, epoch, metadata, error_code, hw, lso, lst = p
+    if flexible and metadata == "" and hw is not None and lso is not None and lst is not None:
         # the common case, in one pack: same bytes as the general path below
-        out += _PART_EXT.pack(p.partition, p.offset, p.leader_epoch, 1, p.error_code, 3,
-                              _EXT_KEYS[0], p.high_watermark, _EXT_KEYS[1], p.log_start_offset,
-                              _EXT_KEYS[2], p.last_stable_offset)
+        out += _PART_EXT.pack(partition, offset, epoch, 1, error_code, 3,
+                              _EXT_KEYS[0], hw, _EXT_KEYS[1], lso, _EXT_KEYS[2], lst)
         return
-    out += _I32.pack(p.partition) + _I64.pack(p.offset)
+    out += _I32.pack(partition) + _I64.pack(offset)
     if version >= 5:
-        out += _I32.pack(p.leader_epoch)
-    out += string(p.metadata, flexible) + _I16.pack(p.error_code)
+        out += _I32.pack(epoch)
+    out += string(metadata, flexible) + _I16.pack(error_code)
     if flexible:
-        tags = [(t, v) for t, v in ((TAG_HIGH_WATERMARK, p.high_watermark),
-                                    (TAG_LOG_START_OFFSET, p.log_start_offset),
-                                    (TAG_LAST_STABLE_OFFSET, p.last_stable_offset)) if v is not None]
+        tags = [(t, v) for t, v in ((TAG_HIGH_WATERMARK, hw), (TAG_LOG_START_OFFSET, lso),
+                                    (TAG_LAST_STABLE_OFFSET, lst)) if v is not None]
         out += uvarint(len(tags))
         for tag, v in tags:
             out += uvarint(tag) + uvarint(8) + _I64.pack(v)
 
 
-def _topics(out: bytearray, topics: list[tuple[str, list[PartitionOffset]]], version: int, flexible: bool) -> None:
+def _topics(out: bytearray, topics: list[tuple[str, list[PartitionOffset | PartitionTuple]]], version: int,
+            flexible: bool) -> None:
     out += array_len(len(topics), flexible)
     for name, parts in topics:
         out += string(name, flexible) + array_len(len(parts), flexible)
@@ -120,9 +129,6 @@ def encode_offset_fetch_response(version: int, correlation_id: int, groups: list
 _PART_V5 = struct.Struct(">iqi")  # partition, committed offset, committed leader epoch
 _PART_V1 = struct.Struct(">iq")
 
-PartitionTuple = tuple[int, int, int, "str | None", int, "int | None", "int | None", "int | None"]
-"""(partition, committed offset, leader epoch, metadata, error code, high watermark,
-log start offset, last stable offset); the last three are None when not sent."""
 GroupTuple = tuple["str | None", int, list[tuple[str, list[PartitionTuple]]]]
 """(group id, error code, [(topic, [partition, ...]), ...]); the group id is None below v8."""
 

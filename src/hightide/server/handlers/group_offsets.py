@@ -16,16 +16,21 @@ from ...group.offsets import CommitRequest
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ...protocol.offset_fetch_response import GroupOffsets, PartitionOffset, encode_offset_fetch_response
+from ...protocol.offset_fetch_response import (
+    GroupOffsets,
+    PartitionOffset,
+    PartitionTuple,
+    encode_offset_fetch_response,
+)
 from ..coordinator_log import CoordinatorUnavailable
+from ...share.records import partition_for as share_partition_for
 from ..context import RequestContext
+from ..leadership import coordinator_endpoint
 from ..registry import RawResponse, handles
 
 GROUP_KEY, TXN_KEY, SHARE_KEY = 0, 1, 2
 TAG_EXPECTED_OFFSET = 10000
-from ...share.records import partition_for as share_partition_for
 
-from ..leadership import coordinator_endpoint
 
 # -- FindCoordinator ------------------------------------------------------------------------
 async def _share_coordinator(ctx: RequestContext, key: str, version: int) -> tuple[ErrorCode, str | None]:
@@ -136,8 +141,15 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
 
 
 # -- OffsetFetch ----------------------------------------------------------------------------
+Bounds = dict[tuple[str, int], "tuple[int, int, int] | None"]
+"""(high watermark, log start offset, last stable offset) per partition, None without a
+log: read once per OffsetFetch request (the handler runs without awaiting, so every
+group of the request sees the same values)."""
+
+
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
-                 member_epoch: int = -1, require_stable: bool = False) -> GroupOffsets:
+                 member_epoch: int = -1, bounds: Bounds | None = None,
+                 require_stable: bool = False) -> GroupOffsets:
     try:
         shard = ctx.groups.shard_for(group_id)  # committed state only
     except CoordinatorUnavailable as exc:
@@ -148,23 +160,36 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
     partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     fetched = shard.fetch_offsets(group_id, partitions, require_stable)  # KIP-447 (v7+)
     extend = ctx.version >= 6
-    by_topic: dict[str, list[PartitionOffset]] = {}
-    for f in fetched:
-        po = PartitionOffset(f.partition, f.offset, f.leader_epoch, f.metadata, f.error_code)
-        plog = ctx.logs.partition_log(f.topic, f.partition) if extend else None
-        if plog is not None:
-            po.high_watermark = plog.high_watermark
-            po.log_start_offset = plog.log_start_offset
-            po.last_stable_offset = plog.last_stable_offset
-        by_topic.setdefault(f.topic, []).append(po)
+    logs = ctx.logs
+    if bounds is None:
+        bounds = {}
+    by_topic: dict[str, list[PartitionOffset | PartitionTuple]] = {}
+    for topic, partition, offset, epoch, metadata, error_code in fetched:
+        b = None
+        if extend:
+            key = (topic, partition)
+            if key in bounds:
+                b = bounds[key]
+            else:
+                plog = logs.partition_log(topic, partition)
+                b = bounds[key] = None if plog is None else (
+                    plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
+        parts = by_topic.get(topic)
+        if parts is None:
+            parts = by_topic[topic] = []
+        if b is None:
+            parts.append((partition, offset, epoch, metadata, error_code, None, None, None))
+        else:
+            parts.append((partition, offset, epoch, metadata, error_code, b[0], b[1], b[2]))
     return GroupOffsets(group_id, ErrorCode.none, list(by_topic.items()))
 
 
 @handles(9, 1, 9)
 def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     if ctx.version >= 8:
+        bounds: Bounds = {}
         groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),
-                               getattr(g, "member_epoch", -1), req.require_stable) for g in req.groups]
+                               getattr(g, "member_epoch", -1), bounds, req.require_stable) for g in req.groups]
     else:
         groups = [_fetch_group(ctx, req.group_id, req.topics, require_stable=getattr(req, "require_stable", False))]
     frame = encode_offset_fetch_response(ctx.version, ctx.header.correlation_id, groups)
