@@ -32,7 +32,7 @@ from .controller_channel import ControllerChannel, ControllerUnavailable
 from .forwarding import Forwarder, RemoteMetadataWrites, forwarding_routes
 from .metadata_follower import MetadataFollower
 from .read_gate import ReadGate, gated_routes
-from .registry import Routes
+from .registry import Route, Routes
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -64,8 +64,28 @@ class BrokerNode:
         self._features: list[tuple[int, dict[str, int]]] = []
 
     def routes(self, routes: Routes) -> Routes:
-        """The route table of a broker-only node: forwarded writes, gated metadata reads."""
-        return gated_routes(forwarding_routes(routes, self.forwarder), self.gate)
+        """The route table of a broker-only node: forwarded writes, gated metadata reads,
+        ApiVersions held while a finalized-features change is not yet covered."""
+        out = gated_routes(forwarding_routes(routes, self.forwarder), self.gate)
+        api_versions = out.get(18)
+        if api_versions is not None:
+            handler = api_versions.fn
+
+            async def settled_api_versions(ctx: Any, req: Any) -> Any:
+                await self.features_settled()
+                return handler(ctx, req)
+            out[18] = Route(18, api_versions.min_version, api_versions.max_version, settled_api_versions,
+                            api_versions.name)
+        return out
+
+    async def features_settled(self) -> None:
+        """With acknowledged consistency, wait (at most ``metadata.read.max.wait.ms``)
+        until the LAO covers the newest change of the finalized features this broker has
+        applied: a ``metadata.version`` changed through another broker is shown here at
+        once, and never before every unfenced broker has it. Immediate when no change is
+        pending (the usual case: client handshakes are not held)."""
+        if self.gate.acknowledged and self._features and self._features[-1][0] > self._lao():
+            await self.gate.wait_write(self._features[-1][0], "ApiVersions (a finalized feature change)")
 
     # -- what the other parts read ---------------------------------------------------
     def _lao(self) -> int:
@@ -98,7 +118,7 @@ class BrokerNode:
     def _on_applied(self, applied: int, content: int) -> None:
         features = self.broker.image.features
         if not self._features or self._features[-1][1] != features:
-            self._features.append((applied, dict(features)))
+            self._features.append((content, dict(features)))  # content covers the FeatureLevelRecord
         self.broker.after_metadata_change()
         self.lifecycle.applied(applied, content)
         self.gate.advance()
