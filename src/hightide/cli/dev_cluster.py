@@ -130,6 +130,8 @@ def _watch(cluster: Any) -> None:
             if shown.get(bid) != label:
                 shown[bid] = label
                 click.echo(f"{time.strftime('%H:%M:%S')} broker {bid:<4} {label}")
+                if state.startswith("exited"):
+                    click.echo(f"  {cluster.nodes[bid].last_line()[:76]}")
         if not ready and all(s == "unfenced" for s in states.values()):
             ready = True
             click.echo(f"{time.strftime('%H:%M:%S')} all {len(states)} brokers unfenced; "
