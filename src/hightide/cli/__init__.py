@@ -37,7 +37,8 @@ class _LazyGroup(click.Group):
     MODULES = {"topics": "topics", "offsets": "topics", "groups": "groups", "share-groups": "share_groups",
                "lag": "lagwatch", "exporter": "exporter_cmd", "configs": "configs", "spark": "spark",
                "console": "console", "dev-cluster": "dev_cluster", "metadata-quorum": "metadata_quorum",
-               "brokers": "brokers", "acls": "acls", "users": "users"}
+               "brokers": "brokers", "acls": "acls", "users": "users",
+               "transactions": "transactions"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.MODULES})

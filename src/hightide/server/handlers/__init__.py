@@ -40,6 +40,7 @@ from . import (
     share_group_offsets,
     share_groups,
     share_state,
+    txn_admin,
     txn_offset_commit,
     update_features,
     write_txn_markers,
@@ -52,7 +53,7 @@ MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_gr
            describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,
            offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
            add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
-           describe_quorum, update_features, acls, scram_credentials, sasl)
+           describe_quorum, update_features, acls, scram_credentials, sasl, txn_admin)
 
 
 def routes() -> Routes:

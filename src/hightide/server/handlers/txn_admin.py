@@ -1,0 +1,141 @@
+"""The operators' transaction APIs, as Kafka's brokers answer them (``kafka-transactions.sh``,
+``Admin.describeProducers/describeTransactions/listTransactions``):
+
+* DescribeProducers (key 61, v0): per partition led here, the producers the log knows
+  (Kafka's ``activeProducers``: every producer id with state in the partition's producer
+  state) with their epoch, last sequence, last timestamp, the coordinator epoch of their
+  last marker and the first offset of their open transaction (-1: none). A partition that
+  does not exist: UNKNOWN_TOPIC_OR_PARTITION; led by another broker: NOT_LEADER_OR_FOLLOWER.
+* DescribeTransactions (key 65, v0): the coordinator's committed state of each
+  transactional id; unknown (or expired): TRANSACTIONAL_ID_NOT_FOUND; its
+  ``__transaction_state`` partition led elsewhere: NOT_COORDINATOR; loading:
+  COORDINATOR_LOAD_IN_PROGRESS.
+* ListTransactions (key 66, v0-v2): every transactional id this broker coordinates,
+  filtered by state names (unknown names are echoed in ``UnknownStateFilters`` and match
+  nothing), producer ids, v1's duration filter (ongoing for longer than that many ms)
+  and v2's transactional id pattern (a Java-style regex that must match the whole id;
+  an invalid one answers INVALID_REGULAR_EXPRESSION).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ...log.producer_state import ProducerEntry
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
+from ...txn.state import TxnMetadata, TxnState
+from ..coordinator_runtime import CoordinatorUnavailable
+from ..context import RequestContext
+from ..registry import handles
+from .common import resolve_partition
+
+
+# -- DescribeProducers -------------------------------------------------------------------------
+def _producer(entry: ProducerEntry) -> dict[str, Any]:
+    first = entry.current_txn_first_offset
+    return {"producer_id": entry.producer_id, "producer_epoch": entry.epoch, "last_sequence": entry.last_seq,
+            "last_timestamp": entry.last_timestamp, "coordinator_epoch": entry.coordinator_epoch,
+            "current_txn_start_offset": -1 if first is None else first}
+
+
+def _describe_partition(ctx: RequestContext, topic: str, partition: int) -> dict[str, Any]:
+    plog, code = resolve_partition(ctx, topic, partition)
+    if plog is None:
+        return {"partition_index": partition, "error_code": code, "error_message": None, "active_producers": []}
+    entries = sorted(plog.producer_state.producers.values(), key=lambda e: e.producer_id)
+    return {"partition_index": partition, "error_code": ErrorCode.none, "error_message": None,
+            "active_producers": [_producer(e) for e in entries]}
+
+
+@handles(61, 0, 0)
+def describe_producers(ctx: RequestContext, req: Any) -> Any:
+    return materialize(response_schema(61, ctx.version), {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [_describe_partition(ctx, t.name, int(p)) for p in t.partition_indexes]}
+        for t in req.topics]})
+
+
+# -- DescribeTransactions ------------------------------------------------------------------------
+def _state_of(meta: TxnMetadata) -> dict[str, Any]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in meta.sorted_partitions():
+        by_topic.setdefault(topic, []).append(p)
+    return {"error_code": ErrorCode.none, "transactional_id": meta.transactional_id,
+            "transaction_state": meta.state.label, "transaction_timeout": meta.timeout_ms,
+            "transaction_start_time": meta.start_ms, "producer_id": meta.producer_id,
+            "producer_epoch": meta.producer_epoch,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+
+def _not_described(transactional_id: str, code: ErrorCode) -> dict[str, Any]:
+    return {"error_code": code, "transactional_id": transactional_id, "transaction_state": "",
+            "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1,
+            "topics": []}
+
+
+def _describe_one(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
+    try:
+        meta = ctx.txns.describe(transactional_id)
+    except CoordinatorUnavailable as exc:
+        return _not_described(transactional_id, exc.error_code)
+    if meta is None or meta.state is TxnState.DEAD:
+        return _not_described(transactional_id, ErrorCode.transactional_id_not_found)
+    return _state_of(meta)
+
+
+@handles(65, 0, 0)
+def describe_transactions(ctx: RequestContext, req: Any) -> Any:
+    return materialize(response_schema(65, ctx.version), {
+        "throttle_time": 0, "transaction_states": [_describe_one(ctx, t) for t in req.transactional_ids]})
+
+
+# -- ListTransactions ----------------------------------------------------------------------------
+def _known_states(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(known state names, unknown ones) of a state filter."""
+    known, unknown = [], []
+    for name in names:
+        try:
+            TxnState.from_label(name)
+        except ValueError:
+            unknown.append(name)
+        else:
+            known.append(name)
+    return known, unknown
+
+
+def _listed(ctx: RequestContext, req: Any, states: list[str], pattern: re.Pattern[str] | None) -> list[TxnMetadata]:
+    """The coordinator's transactions matching the request's filters. Raises
+    CoordinatorUnavailable (loading)."""
+    metas = ctx.txns.list_transactions(states or None, list(req.producer_id_filters) or None,
+                                       int(getattr(req, "duration_filter", -1)))
+    return [m for m in metas if m.state is not TxnState.DEAD
+            and (pattern is None or pattern.fullmatch(m.transactional_id) is not None)]
+
+
+def _list_response(ctx: RequestContext, code: ErrorCode, unknown: list[str], metas: list[TxnMetadata]) -> Any:
+    return materialize(response_schema(66, ctx.version), {
+        "throttle_time": 0, "error_code": code, "unknown_state_filters": unknown,
+        "transaction_states": [{"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                                "transaction_state": m.state.label} for m in metas]})
+
+
+@handles(66, 0, 2)
+def list_transactions(ctx: RequestContext, req: Any) -> Any:
+    known, unknown = _known_states(req.state_filters)
+    if req.state_filters and not known:
+        return _list_response(ctx, ErrorCode.none, unknown, [])  # only unknown states: nothing matches
+    pattern: re.Pattern[str] | None = None
+    text = getattr(req, "transactional_id_pattern", None)
+    if text:
+        try:
+            pattern = re.compile(text)
+        except re.error:
+            return _list_response(ctx, ErrorCode.invalid_regular_expression, unknown, [])
+    try:
+        metas = _listed(ctx, req, known, pattern)
+    except CoordinatorUnavailable as exc:
+        return _list_response(ctx, exc.error_code, unknown, [])
+    return _list_response(ctx, ErrorCode.none, unknown, metas)
