@@ -54,8 +54,8 @@ def test_plan_maps_answers_to_actions() -> None:
     assert plan(partition(data, hwm=6), 5) == Append(data, 6)
     assert plan(partition(hwm=5), 5) == Backoff(0, 5)  # nothing new after the long-poll
     assert isinstance(plan(partition(error=ErrorCode.offset_out_of_range), 5), Truncate)
-    assert plan(partition(hwm=3, diverging=3), 5).offset == 3  # type: ignore[union-attr]
-    assert plan(partition(hwm=2), 5) == Truncate(2, "the controller's log ends at 2, the local copy at 5")
+    assert plan(partition(hwm=3, diverging=3), 5).offset == 0  # type: ignore[union-attr]  # full resync
+    assert plan(partition(hwm=2), 5) == Truncate(0, "the controller's log ends at 2, the local copy at 5")
     backoff = plan(partition(error=ErrorCode.not_leader_or_follower), 5)
     assert isinstance(backoff, Backoff) and backoff.delay_ms > 0 and backoff.reason == "NOT_LEADER_OR_FOLLOWER"
 
@@ -127,14 +127,15 @@ async def _divergence(tmp_path: Path) -> None:
     try:
         await async_wait_until(lambda: len(channel.requests) == 2, 5, what="the second Fetch")
         events.clear()
-        # the controller lost its log (a new one with one topic): it ends at 1
+        # the controller's log was replaced (a new data dir with one topic): it ends at 1
         channel.answers.put_nowait(partition(hwm=1, diverging=1))
         await async_wait_until(lambda: len(channel.requests) == 3, 5, what="the Fetch after truncation")
-        assert events == [("reset",)] and sorted(f.metadata.image.topics) == ["a"]
-        assert channel.requests[-1]["topics"][0]["partitions"][0]["fetch_offset"] == 1
-        channel.answers.put_nowait(partition(batch(1, topic("c")), hwm=2))
+        assert events == [("reset",)] and f.metadata.image.topics == {}
+        assert channel.requests[-1]["topics"][0]["partitions"][0]["fetch_offset"] == 0  # from scratch
+        assert channel.requests[-1]["topics"][0]["partitions"][0]["last_fetched_epoch"] == -1
+        channel.answers.put_nowait(partition(batch(0, topic("c")), hwm=1))
         await async_wait_until(lambda: len(events) == 2, 5, what="the resync caught up")
-        assert events[-1] == ("applied", 1, 1, ["a", "c"])  # told once, with the whole new image
+        assert events[-1] == ("applied", 0, 0, ["c"])  # told once, with the whole new image
     finally:
         await f.close()
         f.metadata.close()

@@ -66,7 +66,8 @@ class Append:
 
 @dataclass(frozen=True)
 class Truncate:
-    """The local copy diverged from the controller's: keep only offsets below ``offset``."""
+    """The local copy diverged from the controller's: keep only offsets below ``offset``
+    (0: resync from scratch)."""
     offset: int
     reason: str
 
@@ -104,9 +105,12 @@ def whole_batches(data: bytes | memoryview, fetch_offset: int) -> bytes:
 
 def plan(partition: Any, fetch_offset: int) -> Outcome:
     """What the Fetch answer ``partition`` (one kio ``PartitionData``) for ``fetch_offset``
-    asks of the follower. Errors back off 100-500 ms; OFFSET_OUT_OF_RANGE and a
-    DivergingEpoch mean the local copy has offsets the controller does not (its log was
-    replaced or lost a tail): truncate."""
+    asks of the follower. Errors back off 100-500 ms; OFFSET_OUT_OF_RANGE, a
+    DivergingEpoch or a high watermark below the local end mean the local copy has
+    offsets the controller does not. The controller commits (fsyncs) before it serves a
+    batch, so that happens only when its log was replaced (a new data dir): with one
+    leader epoch nothing says where the two histories part, so the whole copy is
+    fetched again (truncate to 0; snapshots will make this cheaper)."""
     code = int(partition.error_code)
     hwm = int(partition.high_watermark)
     if code == ErrorCode.offset_out_of_range:
@@ -116,11 +120,10 @@ def plan(partition: Any, fetch_offset: int) -> Outcome:
         return Backoff(500 if code == ErrorCode.unknown_topic_or_partition else 100, -1, name)
     diverging = getattr(partition, "diverging_epoch", None)
     if diverging is not None and int(diverging.end_offset) >= 0 and int(diverging.end_offset) < fetch_offset:
-        return Truncate(int(diverging.end_offset),
-                        f"the controller's log diverges at offset {int(diverging.end_offset)} (epoch "
-                        f"{int(diverging.epoch)})")
+        return Truncate(0, f"the controller's log diverges at offset {int(diverging.end_offset)} (epoch "
+                           f"{int(diverging.epoch)})")
     if 0 <= hwm < fetch_offset:
-        return Truncate(hwm, f"the controller's log ends at {hwm}, the local copy at {fetch_offset}")
+        return Truncate(0, f"the controller's log ends at {hwm}, the local copy at {fetch_offset}")
     data = whole_batches(partition.records or b"", fetch_offset)
     if data:
         return Append(data, hwm)
@@ -314,7 +317,7 @@ class MetadataFollower:
 
     def _truncate(self, outcome: Truncate) -> None:
         plog = self.metadata.log
-        log.warning("local metadata copy truncated to offset %d: %s; replaying it and fetching the rest again",
+        log.warning("local metadata copy truncated to offset %d: %s; fetching it again from the controller",
                     outcome.offset, outcome.reason)
         plog.truncate_to(outcome.offset)
         self.metadata.image = replay(plog)
