@@ -163,19 +163,34 @@ class Services:
                    cluster_view=getattr(broker, "node", None))
 
 
+#: The principal of a connection that did not authenticate (PLAINTEXT, or SSL without a
+#: client certificate), as Kafka's ``KafkaPrincipal.ANONYMOUS``.
+ANONYMOUS = "User:ANONYMOUS"
+
+
 class RequestContext:
     """One request's context: its header, peer, unknown tagged fields and arrival time,
-    and the broker's :class:`Services` under the names handlers use."""
+    and the broker's :class:`Services` under the names handlers use.
 
-    __slots__ = ("services", "header", "peer", "unknown_tags", "now_ms")
+    Security (issue 17): ``principal`` is the authenticated KafkaPrincipal as a string
+    ``"<type>:<name>"`` (``"User:alice"``; ``"User:ANONYMOUS"`` on a connection that
+    did not authenticate; the certificate's mapped DN on mTLS). ``client_host`` is the
+    client's IP address without the port (what ACLs' ``host`` matches). Inside an
+    Envelope both are the forwarding broker's client's, not the broker's own. Handlers
+    read them to authorize; they never change during a request.
+    """
+
+    __slots__ = ("services", "header", "peer", "unknown_tags", "now_ms", "principal", "client_host")
 
     def __init__(self, services: Services, header: RequestHeader, peer: str, unknown_tags: dict,
-                 now_ms: int | None = None) -> None:
+                 now_ms: int | None = None, principal: str = ANONYMOUS, client_host: str | None = None) -> None:
         self.services = services
         self.header = header
         self.peer = peer
         self.unknown_tags = unknown_tags
         self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self.principal = principal
+        self.client_host = client_host if client_host is not None else _host_of(peer)
 
     @property
     def version(self) -> int:
@@ -246,3 +261,12 @@ class RequestContext:
             from .coordinator_log import CoordinatorUnavailable
             raise CoordinatorUnavailable("this broker has no transaction coordinator")
         return self.services.txns
+
+
+def _host_of(peer: str) -> str:
+    """The host part of ``peer`` ("127.0.0.1:5555" -> "127.0.0.1"; "[::1]:5555" and
+    "::1:5555" -> "::1"); ``peer`` itself when it has no port."""
+    if peer.startswith("["):
+        return peer[1:peer.find("]")] if "]" in peer else peer
+    host, sep, port = peer.rpartition(":")
+    return host if sep and port.isdigit() else peer
