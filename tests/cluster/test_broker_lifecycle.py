@@ -70,3 +70,29 @@ def test_sigterm_is_a_controlled_shutdown(cluster) -> None:
     assert "fenced for its controlled shutdown" in out or "stopped cleanly" in out
     c.wait_until(lambda: c.states([0]).get(0, {}).get(1) == "fenced", timeout=10,
                  what="the stopped broker fenced at once (not after its session)")
+
+
+def test_a_replaced_controller_log_makes_brokers_resync_and_register_again(cluster) -> None:
+    import shutil
+
+    c = cluster(2)
+
+    async def create(name: str, via: int) -> None:
+        async with c.admin(via) as admin:
+            await admin.create_topics([name])
+    c.run(create("before", 0))
+    ctl = c.controller
+    ctl.kill()
+    shutil.rmtree(ctl.spec.data_dir / "__cluster_metadata-0")  # a new, empty log (same cluster id)
+    ctl.start().wait_listening(30)
+    c.wait_unfenced(timeout=60)
+    for b in (0, 1):
+        out = c.node(b).output()
+        assert "local metadata copy truncated to offset 0" in out
+        assert "STALE_BROKER_EPOCH" in out and out.count("registered with the controller") >= 2
+    c.run(create("after", 1))
+
+    async def topics(via: int) -> list[str]:
+        async with c.admin(via) as admin:
+            return await admin.list_topics()
+    assert c.run(topics(0)) == ["after"] == c.run(topics(1))  # the old history is gone everywhere
