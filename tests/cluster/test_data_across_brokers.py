@@ -198,3 +198,52 @@ def test_a_group_coordinator_moves_away_with_its_broker_and_comes_back_with_its_
     c.wait_unfenced([node])
     wait_until(lambda: coordinators(bootstrap, [group])[group] == node, 20, what="the coordinator back on its broker")
     assert committed(bootstrap, "coord", group) == {p: 3 for p in range(PARTITIONS)}
+
+
+def test_share_consumers_read_every_record_once_with_state_on_other_brokers(cluster):
+    """A share group over a topic whose partitions are led by every broker: each share
+    partition's leader keeps its state with the share coordinator of its
+    ``__share_group_state`` partition, mostly on another broker (the inter-broker
+    share-state RPCs); every record is delivered once and stays acknowledged."""
+    from confluent_kafka import Producer, ShareConsumer
+
+    c = cluster(3)
+    bootstrap = c.address(c.broker_ids[0])
+    CREATE["confluent"](bootstrap, "shared", PARTITIONS)
+    group = "share-across"
+
+    async def configure() -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        conn = BrokerConnection(host, int(port), "test")
+        await conn.connect()
+        try:
+            r = await conn.request(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+                "validate_only": False})
+            assert r.responses[0].error_code == 0, r.responses[0].error_message
+        finally:
+            await conn.close()
+    asyncio.run(configure())
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20})
+    for i in range(90):
+        p.produce("shared", f"s{i}".encode(), partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+
+    def consume(expected: int, seconds: float) -> list[tuple[int, int]]:
+        sc = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        sc.subscribe(["shared"])
+        seen: list[tuple[int, int]] = []
+        deadline = time.monotonic() + seconds
+        try:
+            while len(seen) < expected and time.monotonic() < deadline:
+                for m in sc.poll(0.5):
+                    assert m.error() is None, m.error()
+                    seen.append((m.partition(), m.offset()))
+            sc.commit_sync()
+        finally:
+            sc.close()
+        return seen
+
+    seen = consume(90, 60)
+    assert sorted(seen) == sorted((p, o) for p in range(PARTITIONS) for o in range(30))  # every record, once
+    assert consume(1, 5) == []  # acknowledged: a new member of the group gets nothing again

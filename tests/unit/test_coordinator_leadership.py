@@ -123,6 +123,18 @@ def test_a_broker_serves_the_coordinator_partitions_it_leads_and_follows_moves(t
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
+def test_led_elsewhere_tells_which_groups_another_broker_coordinates(tmp_path):
+    async def scenario() -> None:
+        node = BrokerOnlyNode(tmp_path)
+        node.lead({0: 1, 1: 2, 2: -1}, epoch=0)
+        groups = GroupRuntime(node)  # type: ignore[arg-type]
+        groups.start()
+        assert [groups.led_elsewhere(group_in(p)) for p in range(3)] == [False, True, True]
+        node.cluster = ClusterSettings(roles=frozenset({"broker", "controller"}), node_id=1)
+        assert not GroupRuntime(node).led_elsewhere(group_in(1))  # type: ignore[arg-type]  # single node
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
 def test_unloading_fails_a_parked_join_with_not_coordinator(tmp_path):
     from hightide.group.classic import JoinRequest
 

@@ -45,6 +45,7 @@ from .group_runtime import GroupRuntime
 from .metadata_runtime import MetadataOp, metadata_runtime
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
+from .share_persister import SharePersisterClient
 from .share_runtime import ShareStateRuntime
 from .txn_runtime import TransactionCoordinator
 from .waiters import AppendWaiters
@@ -95,6 +96,7 @@ class Broker:
         self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
         self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
         self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
+        self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
@@ -228,6 +230,7 @@ class Broker:
         for c in list(self.connections):
             c.close("broker shutting down", level=logging.DEBUG)
         await self.share_manager.close()  # in-flight share state writes (the flusher still runs)
+        await self.share_persister.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -165,6 +165,11 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
             log.info("loading coordinator partitions %s of %s led here", gained, self.topic)
             self.runtime.load(gained)
 
+    def led_elsewhere(self, key: K) -> bool:
+        """Cluster mode: True if ``key``'s partition is not served by this broker (another
+        broker, or nobody, leads it). Always False on the single node."""
+        return self._cluster and self.partition_for(key) not in self.runtime.partitions
+
     def _check_led_here(self, partition: int) -> None:
         """Cluster mode: raise NOT_COORDINATOR if ``partition`` is not served here."""
         if self._cluster and partition not in self.runtime.partitions:

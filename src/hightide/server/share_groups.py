@@ -94,6 +94,12 @@ class ShareGroupService:
             return None
 
     def is_member(self, group_id: str, member_id: str) -> bool:
+        """True if ``member_id`` is a member of the share group. In cluster mode a broker
+        that does not coordinate the group cannot tell (Kafka's share-partition leaders do
+        not ask the coordinator either): every member id counts there, and the records a
+        departed member held come back when their acquisition locks expire."""
+        if self.broker.groups.led_elsewhere(group_id):
+            return True
         g = self._group_or_none(group_id)
         return g is not None and member_id in g.members
 
@@ -152,7 +158,7 @@ class ShareGroupService:
     async def _initialize(self, group_id: str, state_epoch: int, parts: dict[uuid.UUID, frozenset[int]]) -> bool:
         """Initialize the share-partition state of ``parts``; record which succeeded.
         True if any did."""
-        persister = self.broker.share_state
+        persister = self.broker.share_persister  # the share coordinator, on whichever broker leads its partition
         good: dict[uuid.UUID, set[int]] = {}
         bad: dict[uuid.UUID, set[int]] = {}
         for tid, ps in parts.items():
@@ -187,7 +193,7 @@ class ShareGroupService:
         if g is not None:
             keys |= {ShareStateKey(group_id, t, p) for t, ps in g.state_partitions().items() for p in ps}
         for key in sorted(keys, key=lambda k: (k.topic_id.bytes, k.partition)):
-            code = await persister.delete(key)
+            code = await self.broker.share_persister.delete(key)
             manager.invalidate(key)
             if code not in (0, ErrorCode.unknown_topic_or_partition, ErrorCode.group_id_not_found):
                 return code

@@ -1,13 +1,14 @@
 """The share-partition manager: the IO shell around :class:`~hightide.share.partition.SharePartition`
 and the share session cache (``broker.share_manager``).
 
-* A share partition is loaded lazily on first use: ``broker.share_state.read``; an
-  uninitialised one starts where ``share.auto.offset.reset`` says (latest, earliest or
-  by_duration) and is recorded with ``initialize``.
+* A share partition is loaded lazily on first use: ``broker.share_persister.read`` (the
+  share coordinator, on whichever broker leads its state); an uninitialised one starts
+  where ``share.auto.offset.reset`` says (latest, earliest or by_duration) and is
+  recorded with ``initialize``.
 * Acquisitions read whole batches from the log (``PartitionLog.read``, the bytes are
   never decoded: only the 61-byte batch headers are parsed to learn offsets and control
   batches) and hand the core the batch ranges.
-* Every acknowledgement is persisted through ``broker.share_state.write`` before it is
+* Every acknowledgement is persisted through ``broker.share_persister.write`` before it is
   answered. Writes of one share partition are coalesced: one write is in flight at a
   time and it always carries the whole current window, so a write that completes covers
   every change made before it started (group commit). A failed write drops the cached
@@ -32,7 +33,7 @@ from ..protocol.errors import ErrorCode
 from ..protocol.records import iter_headers
 from ..share.partition import AckBatch, AckError, Acquired, LogBatch, SharePartition
 from ..share.session import ShareSessionCache
-from ..share.types import ShareGroupSettings, ShareStateKey
+from ..share.types import ShareGroupSettings, SharePersister, ShareStateKey
 from .coordinator_runtime import CoordinatorUnavailable
 
 if TYPE_CHECKING:
@@ -118,6 +119,13 @@ class SharePartitionManager:
         if e is not None:
             self._wake(key)
 
+    @property
+    def _persister(self) -> SharePersister:
+        """The share coordinator of a share partition wherever it is
+        (``broker.share_persister``; the local one when the broker has no such router)."""
+        router: SharePersister | None = getattr(self.broker, "share_persister", None)
+        return router if router is not None else self.broker.share_state
+
     def follow_leadership(self, image: MetadataImage) -> None:
         """Cluster mode, after a metadata change: forget the share partitions of topic
         partitions this node no longer leads (or that are gone); their ShareFetches are
@@ -171,7 +179,7 @@ class SharePartitionManager:
         return res
 
     async def _load(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
-        persister = self.broker.share_state
+        persister = self._persister
         plog = self.broker.partition_log(topic, key.partition)
         if plog is None:
             return None, int(ErrorCode.unknown_topic_or_partition), None
@@ -319,7 +327,7 @@ class SharePartitionManager:
         t.add_done_callback(self._writes.discard)
 
     async def _writer(self, e: _Entry) -> None:
-        persister = self.broker.share_state
+        persister = self._persister
         try:
             while e.persisted < e.version:
                 if self._parts.get(e.key) is not e:  # invalidated: its state was replaced

@@ -1,0 +1,163 @@
+"""The share coordinator wherever it is: the :class:`~hightide.share.types.SharePersister`
+the share-partition side uses (``broker.share_persister``).
+
+A share partition's state lives in the ``__share_group_state`` partition its key
+(``group:topicId:partition``) hashes to, served by that partition's leader. On the single
+node, and in cluster mode when this node leads that partition (or the topic does not
+exist yet: the local coordinator creates it through the controller), the call goes to the
+local share coordinator (``broker.share_state``). Otherwise it is sent to the leader as
+Kafka's inter-broker share-state RPC (InitializeShareGroupState, ReadShareGroupState,
+WriteShareGroupState v1, DeleteShareGroupState, ReadShareGroupStateSummary v1) over one
+connection per broker, on this broker's first listener. The leader answers
+NOT_COORDINATOR if it lost the partition meanwhile; a broker that cannot be reached
+answers COORDINATOR_NOT_AVAILABLE. Either way the caller sees a failed call and retries
+as it does for a local failure (the share partition re-reads its state).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..client import BrokerConnection
+from ..client.errors import KafkaError
+from ..protocol.errors import ErrorCode
+from ..share.records import STATE_TOPIC, coordinator_key, partition_for
+from ..share.types import ShareState, ShareStateKey, StateBatch
+from .coordinator_log import CoordinatorUnavailable
+from .leadership import alive_endpoint
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("hightide.share")
+
+REQUEST_TIMEOUT_S = 10.0
+
+
+class SharePersisterClient:
+    """SharePersister routing each call to the leader of its ``__share_group_state``
+    partition (see the module doc)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._conns: dict[int, BrokerConnection] = {}
+
+    # -- routing ----------------------------------------------------------------------------
+    async def _leader_address(self, key: ShareStateKey) -> tuple[int, str, int] | None:
+        """None when the local share coordinator answers ``key``; else (leader id, host,
+        port) of the broker leading its partition (the topic is created through the
+        controller first if it does not exist yet). Raises KafkaError
+        (COORDINATOR_NOT_AVAILABLE) when the partition has no alive leader or the topic
+        cannot be created."""
+        b = self.broker
+        if b.cluster.single_node:
+            return None
+        if STATE_TOPIC not in b.image.topics:
+            try:
+                await b.share_state.ensure_topic()
+            except CoordinatorUnavailable as exc:
+                raise KafkaError(exc.error_code, str(exc)) from exc
+        topic = b.image.topics.get(STATE_TOPIC)
+        if topic is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"{STATE_TOPIC} does not exist yet")
+        p = topic.partitions.get(partition_for(coordinator_key(key.group_id, key.topic_id, key.partition),
+                                               len(topic.partitions)))
+        if p is None or p.leader == b.node_id:
+            return None
+        listener = b.cluster.broker_listeners[0].name if b.cluster.broker_listeners else "PLAINTEXT"
+        ep = alive_endpoint(b.image, p.leader, listener)
+        if ep is None:
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"the share coordinator of {key} (broker {p.leader}) is not available")
+        return ep[0], ep[1], ep[2]
+
+    async def _call(self, addr: tuple[int, str, int], key: ShareStateKey, api_key: int, version: int,
+                    partition: dict[str, Any]) -> Any:
+        """Send one share-state RPC for ``key`` to the broker at ``addr`` and return its one
+        partition result. Raises KafkaError or OSError (a broken connection is dropped)."""
+        node, host, port = addr
+        conn = self._conns.get(node)
+        if conn is None or not conn.connected or (conn.host, conn.port) != (host, port):
+            if conn is not None:
+                await conn.close()
+            conn = BrokerConnection(host, port, f"hightide-share-{self.broker.node_id}",
+                                    request_timeout_s=REQUEST_TIMEOUT_S, node_id=node)
+            self._conns[node] = conn
+        try:
+            if not conn.connected:
+                await conn.connect()
+            body = {"group_id": key.group_id, "topics": [
+                {"topic_id": key.topic_id, "partitions": [{"partition": key.partition, **partition}]}]}
+            resp = await conn.request(api_key, version, body)
+        except (KafkaError, OSError):
+            if self._conns.get(node) is conn:
+                del self._conns[node]
+            await conn.close()
+            raise
+        return resp.results[0].partitions[0]
+
+    async def _code(self, key: ShareStateKey, api_key: int, version: int, partition: dict[str, Any]) -> int | None:
+        """The error code of the RPC at the leader, or None when the local coordinator answers."""
+        try:
+            addr = await self._leader_address(key)
+            if addr is None:
+                return None
+            return int((await self._call(addr, key, api_key, version, partition)).error_code)
+        except (KafkaError, OSError) as exc:
+            log.warning("share state call %d for %s failed: %s", api_key, key, exc)
+            return int(exc.error_code if isinstance(exc, KafkaError) else ErrorCode.coordinator_not_available)
+
+    async def _state(self, key: ShareStateKey, api_key: int, version: int,
+                     partition: dict[str, Any]) -> ShareState | None:
+        """The state the leader answers, or None when the local coordinator answers."""
+        try:
+            addr = await self._leader_address(key)
+            if addr is None:
+                return None
+            r = await self._call(addr, key, api_key, version, partition)
+        except (KafkaError, OSError) as exc:
+            log.warning("share state call %d for %s failed: %s", api_key, key, exc)
+            code = exc.error_code if isinstance(exc, KafkaError) else ErrorCode.coordinator_not_available
+            return ShareState(error_code=int(code), error_message=str(exc))
+        batches = tuple(StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                        for b in getattr(r, "state_batches", ()))
+        return ShareState(error_code=int(r.error_code), error_message=r.error_message, state_epoch=r.state_epoch,
+                          leader_epoch=getattr(r, "leader_epoch", -1), start_offset=r.start_offset,
+                          delivery_complete_count=getattr(r, "delivery_complete_count", -1), state_batches=batches)
+
+    # -- SharePersister -----------------------------------------------------------------------
+    async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> int:
+        code = await self._code(key, 83, 0, {"state_epoch": state_epoch, "start_offset": start_offset})
+        return await self.broker.share_state.initialize(key, state_epoch, start_offset) if code is None else code
+
+    async def read(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
+        st = await self._state(key, 84, 0, {"leader_epoch": leader_epoch})
+        return await self.broker.share_state.read(key, leader_epoch) if st is None else st
+
+    async def write(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                    delivery_complete_count: int, state_batches: tuple[StateBatch, ...]) -> int:
+        code = await self._code(key, 85, 1, {
+            "state_epoch": state_epoch, "leader_epoch": leader_epoch, "start_offset": start_offset,
+            "delivery_complete_count": delivery_complete_count,
+            "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
+                               "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
+                              for b in state_batches]})
+        if code is None:
+            return await self.broker.share_state.write(key, state_epoch, leader_epoch, start_offset,
+                                                       delivery_complete_count, state_batches)
+        return code
+
+    async def read_summary(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
+        st = await self._state(key, 87, 1, {"leader_epoch": leader_epoch})
+        return await self.broker.share_state.read_summary(key, leader_epoch) if st is None else st
+
+    async def delete(self, key: ShareStateKey) -> int:
+        code = await self._code(key, 86, 0, {})
+        return await self.broker.share_state.delete(key) if code is None else code
+
+    async def close(self) -> None:
+        """Close the connections to other brokers."""
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            await conn.close()
