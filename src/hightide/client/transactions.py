@@ -75,7 +75,7 @@ def _ms(v: Any) -> int:
     if hasattr(v, "total_seconds"):
         return int(v.total_seconds() * 1000)
     if hasattr(v, "timestamp"):
-        return int(v.timestamp() * 1000)
+        return round(v.timestamp() * 1000)
     return int(v)
 
 

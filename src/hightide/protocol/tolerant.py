@@ -16,6 +16,7 @@ small (~12 µs for a 3 MB Produce request, ~25 µs for a small Metadata request)
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import MISSING, fields
 from functools import cache
 from typing import Any, Callable
@@ -111,8 +112,23 @@ def _field_reader(entity_type: type[Entity], f: Any, is_header: bool, is_tag: bo
     if isinstance(cls, PrimitiveTupleField):
         item = get_reader(get_schema_field_type(f), flexible, False)
         return _array_reader(lambda buf, pos, unknown: item(buf, pos), flexible, nullable)
+    if not is_tag and get_schema_field_type(f) == "datetime_i64":
+        return _datetime_reader(get_reader("int64", flexible, False))
     native = get_field_reader(entity_type, f, is_header, is_tag)
     return lambda buf, pos, unknown: native(buf, pos)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _datetime_reader(int64: Any) -> _Reader:
+    """A datetime_i64 field, -1 ("none", e.g. DescribeTransactions' start time when no
+    transaction runs, as Kafka's brokers send it) included: kio's native reader refuses
+    negative timestamps; here they decode to the epoch plus that many ms."""
+    def read(buf: Any, offset: int, unknown: Unknown) -> tuple[Any, int]:
+        ms, size = int64(buf, offset)
+        return _EPOCH + datetime.timedelta(milliseconds=ms), size
+    return read
 
 
 def _array_reader(item: _Reader, flexible: bool, nullable: bool) -> _Reader:

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -59,20 +60,29 @@ def describe_producers(ctx: RequestContext, req: Any) -> Any:
 
 
 # -- DescribeTransactions ------------------------------------------------------------------------
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """A datetime_i64 field's value; -1 (no transaction running) stays -1 on the wire
+    (materialize would turn a negative int into null, which kio cannot encode)."""
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
 def _state_of(meta: TxnMetadata) -> dict[str, Any]:
     by_topic: dict[str, list[int]] = {}
     for topic, p in meta.sorted_partitions():
         by_topic.setdefault(topic, []).append(p)
     return {"error_code": ErrorCode.none, "transactional_id": meta.transactional_id,
             "transaction_state": meta.state.label, "transaction_timeout": meta.timeout_ms,
-            "transaction_start_time": meta.start_ms, "producer_id": meta.producer_id,
+            "transaction_start_time": _timestamp(meta.start_ms), "producer_id": meta.producer_id,
             "producer_epoch": meta.producer_epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
 
 
 def _not_described(transactional_id: str, code: ErrorCode) -> dict[str, Any]:
     return {"error_code": code, "transactional_id": transactional_id, "transaction_state": "",
-            "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1,
+            "transaction_timeout": 0, "transaction_start_time": _timestamp(-1), "producer_id": -1, "producer_epoch": -1,
             "topics": []}
 
 
