@@ -108,6 +108,11 @@ def _d(name: str, type_: str, default: Any, doc: str = "", valid: tuple | None =
     return ConfigDef(name, type_, default, doc, v, vd, synonym)
 
 
+#: Kafka's KRaft authorizer class: ``authorizer.class.name`` set to it (or the alias
+#: ``standard``) enables ACL authorization (hightide.server.authorization).
+AUTHORIZER_CLASS = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+AUTHORIZER_CLASS_NAMES = (AUTHORIZER_CLASS, "standard")
+
 BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("node.id", "int", 1, "This broker's id.", _nonneg),
     _d("num.partitions", "int", 1, "Default partition count for auto-created topics.", _pos),
@@ -247,6 +252,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "How often records no longer needed to rebuild share state are deleted from __share_group_state.", _pos),
     _d("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300000,
        "A share partition whose last snapshot is older than this is snapshotted again (so pruning advances).", _pos),
+    _d("authorizer.class.name", "string", "",
+       "The authorizer: empty = none (every request allowed, ACL APIs answer SECURITY_DISABLED); "
+       f"{AUTHORIZER_CLASS} (or 'standard') = Kafka's StandardAuthorizer over the ACLs in the metadata log.",
+       (lambda v: v in ("", *AUTHORIZER_CLASS_NAMES), f"must be empty or one of {', '.join(AUTHORIZER_CLASS_NAMES)}")),
+    _d("super.users", "string", "", "Principals the authorizer allows everything, separated by ';' "
+       "(e.g. User:admin;User:ANONYMOUS).", (lambda v: all(":" in s for s in v.split(";") if s.strip()),
+                                             "entries must be Type:name, e.g. User:admin")),
+    _d("allow.everyone.if.no.acl.found", "bool", False,
+       "With an authorizer: allow an action on a resource that has no ACL at all."),
 ]}
 
 def _valid_throttled(v: tuple[str, ...]) -> bool:
