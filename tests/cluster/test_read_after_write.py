@@ -164,3 +164,75 @@ def test_a_new_metadata_version_shows_in_api_versions_once_every_broker_has_it(c
         c.wait_until(lambda: c.run(shown()) == 21, timeout=15, what="metadata.version 21 shown after the fencing")
     finally:
         c.resume(2)
+
+
+async def all_topics(conn: BrokerConnection) -> set[str]:
+    v = conn.pick_version(3, 12, 1)
+    resp = await conn.request(3, v, {"topics": None, "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+    return {t.name for t in resp.topics if t.error_code == ErrorCode.none}
+
+
+async def reads_going_backwards(c, writes: int) -> tuple[int, int]:
+    """Create ``writes`` topics through broker 0 while reading every topic through
+    brokers 1, 2, 1, 2, ... back to back; returns (reads, reads that missed a topic an
+    earlier read had shown)."""
+    import asyncio
+
+    w = await _connect(c.address(0))
+    readers = [await _connect(c.address(1)), await _connect(c.address(2))]
+    done = asyncio.Event()
+
+    async def write() -> None:
+        for i in range(writes):
+            await create(w, f"mono-{i}")
+        done.set()
+    writer = asyncio.ensure_future(write())
+    seen: set[str] = set()
+    reads = backwards = 0
+    try:
+        while not done.is_set():
+            got = await all_topics(readers[reads % 2])
+            reads += 1
+            if not seen <= got:
+                backwards += 1
+            seen |= got
+        await writer
+    finally:
+        for conn in [w, *readers]:
+            await conn.close()
+    return reads, backwards
+
+
+def test_reads_on_different_brokers_never_go_backwards(cluster) -> None:
+    c = cluster(3, proxied=[2])
+    c.proxies[2].set_latency(50, 50)
+    reads, backwards = c.run(reads_going_backwards(c, 40))
+    assert reads >= 20 and backwards == 0, (reads, backwards)
+
+
+def test_local_reads_on_different_brokers_can_go_backwards(cluster) -> None:
+    c = cluster(3, proxied=[2], metadata_read_consistency="local")
+    c.proxies[2].set_latency(50, 50)
+    reads, backwards = c.run(reads_going_backwards(c, 40))
+    assert backwards > 0, (reads, backwards)
+
+
+def test_forwarded_write_without_a_controller_times_out_with_the_apis_error(cluster) -> None:
+    c = cluster(2, proxied=[1])
+    c.proxies[1].pause()  # broker 1 hears nothing from the controller (and is fenced later)
+    try:
+        async def main() -> tuple[int, float]:
+            conn = await _connect(c.address(1))
+            try:
+                t0 = time.monotonic()
+                resp = await conn.request(19, conn.pick_version(19, 7, 2), {
+                    "topics": [{"name": "nowhere", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                                "configs": []}], "timeout": 2000, "validate_only": False})
+                return int(resp.topics[0].error_code), time.monotonic() - t0
+            finally:
+                await conn.close()
+        code, elapsed = c.run(main())
+    finally:
+        c.proxies[1].resume()
+    assert code == ErrorCode.request_timed_out and 1.5 <= elapsed < 6, (code, elapsed)

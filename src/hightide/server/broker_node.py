@@ -62,6 +62,7 @@ class BrokerNode:
         #: (offset, finalized features) after each change of the image's features, oldest
         #: first; the first entry is what the local copy had at start (offset -1).
         self._features: list[tuple[int, dict[str, int]]] = []
+        self._content_seen = -2  # content offset of the last after_metadata_change
 
     def routes(self, routes: Routes) -> Routes:
         """The route table of a broker-only node: forwarded writes, gated metadata reads,
@@ -119,7 +120,9 @@ class BrokerNode:
         features = self.broker.image.features
         if not self._features or self._features[-1][1] != features:
             self._features.append((content, dict(features)))  # content covers the FeatureLevelRecord
-        self.broker.after_metadata_change()
+        if content != self._content_seen:  # a batch of NoOps changes nothing the broker acts on
+            self._content_seen = content
+            self.broker.after_metadata_change()
         self.lifecycle.applied(applied, content)
         self.gate.advance()
 
