@@ -19,6 +19,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
 from .errors import ErrorCode, PeerProtocolError
+from .offset_commit_request import decode_offset_commit_request, is_fast_decoded
 from .primitives import skip_tags
 from .tolerant import Unknown, read_tolerant
 
@@ -88,6 +89,11 @@ def decode_request(header: RequestHeader, frame: memoryview | bytes, offset: int
     array lengths are bounded by the frame before anything is allocated (kio's native
     entity reader would abort the process on a hostile length).
     """
+    if is_fast_decoded(header.api_key, header.api_version):  # OffsetCommit v8/v9: by hand, same fields
+        try:
+            return decode_offset_commit_request(header.api_version, frame, offset, unknown_tags)
+        except Exception as exc:
+            raise PeerProtocolError(f"malformed OffsetCommitRequest v{header.api_version}: {exc!r}") from exc
     schema = request_schema(header.api_key, header.api_version)
     if schema is None:
         raise PeerProtocolError(

@@ -16,6 +16,7 @@ from ...group.offsets import CommitRequest
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.offset_commit_request import encode_offset_commit_response
 from ...protocol.offset_fetch_response import (
     GroupOffsets,
     PartitionOffset,
@@ -133,11 +134,9 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
             ctx.now_ms)
     except CoordinatorUnavailable as exc:
         group_error, errors = exc.error_code, {}
-    topics = [{"name": t.name, "partitions": [
-        {"partition_index": p.partition_index,
-         "error_code": errors.get((t.name, p.partition_index), group_error)} for p in t.partitions]}
-        for t in req.topics]
-    return materialize(response_schema(8, ctx.version), {"throttle_time": 0, "topics": topics})
+    topics = [(t.name, [(p.partition_index, errors.get((t.name, p.partition_index), group_error))
+                        for p in t.partitions]) for t in req.topics]
+    return encode_offset_commit_response(ctx.version, ctx.header.correlation_id, topics)
 
 
 # -- OffsetFetch ----------------------------------------------------------------------------
