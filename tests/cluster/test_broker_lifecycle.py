@@ -96,3 +96,17 @@ def test_a_replaced_controller_log_makes_brokers_resync_and_register_again(clust
         async with c.admin(via) as admin:
             return await admin.list_topics()
     assert c.run(topics(0)) == ["after"] == c.run(topics(1))  # the old history is gone everywhere
+
+
+def test_a_broker_with_an_empty_data_dir_adopts_the_controllers_cluster_id(cluster) -> None:
+    import shutil
+
+    c = cluster(1)
+    node = c.node(0)
+    node.stop()
+    shutil.rmtree(node.spec.data_dir)  # no meta.properties: Kafka would need kafka-storage format
+    node.spec.data_dir.mkdir()
+    node.start().wait_listening(30)
+    c.wait_unfenced(timeout=60)
+    props = (node.spec.data_dir / "meta.properties").read_text()
+    assert f"cluster.id={c.cluster_id}\n" in props
