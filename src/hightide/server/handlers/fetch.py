@@ -28,6 +28,8 @@ from typing import Any
 from ...log.partition_log import OffsetOutOfRange, PartitionLog
 from ...protocol.errors import ErrorCode
 from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
+from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from ..authorization import authorizer
 from ..context import PartitionLogs, RequestContext
 from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
@@ -39,9 +41,10 @@ Watched = tuple[tuple[str, int], int, int]
 """A partition a parked fetch waits on: ((topic, partition), fetch offset, partition max bytes)."""
 
 
-def _read_all(ctx: RequestContext, req: Any, read_committed: bool) -> tuple[list[TopicData], int, bool, list[Watched]]:
+def _read_all(ctx: RequestContext, req: Any, read_committed: bool,
+              refused: set[str] | None = None) -> tuple[list[TopicData], int, bool, list[Watched]]:
     """One pass over the requested partitions. Returns (topics, bytes, any error, the
-    partitions to wait on)."""
+    partitions to wait on). Topics in ``refused`` answer TOPIC_AUTHORIZATION_FAILED."""
     image = ctx.image
     partition_log = ctx.logs.partition_log
     remaining = req.max_bytes if ctx.version >= 3 else 2**31 - 1
@@ -60,6 +63,10 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool) -> tuple[list
         for p in t.partitions:
             pd = PartitionData(p.partition)
             td.partitions.append(pd)
+            if refused and name in refused:  # before existence, as Kafka (names never leak)
+                pd.error_code = ErrorCode.topic_authorization_failed
+                errors = True
+                continue
             if timg is None or p.partition not in timg.partitions:
                 pd.error_code = (ErrorCode.unknown_topic_id if ctx.version >= 13 else ErrorCode.unknown_topic_or_partition)
                 errors = True
@@ -174,7 +181,7 @@ def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, m
 
 
 async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadline: float,
-                     watched: list[Watched]) -> RawResponse:
+                     watched: list[Watched], refused: set[str] | None) -> RawResponse:
     """Park until :func:`_ready` or the deadline, re-checking positions on every append
     to a watched partition; then read every partition once and answer."""
     parked = _park(ctx.logs, watched)
@@ -185,7 +192,7 @@ async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadli
             if left <= 0:
                 break
             await ctx.waiters.wait(keys, left)
-    topics, _, _, _ = _read_all(ctx, req, read_committed)
+    topics, _, _, _ = _read_all(ctx, req, read_committed, refused)
     return _respond(ctx, topics)
 
 
@@ -204,6 +211,30 @@ def _leader_endpoints(ctx: RequestContext, topics: list[TopicData]) -> list[tupl
                                 if pd.current_leader is not None))
 
 
+def _replica_id(req: Any) -> int:
+    state = getattr(req, "replica_state", None)  # v15+: ReplicaState.ReplicaId
+    return state.replica_id if state is not None else getattr(req, "replica_id", -1)
+
+
+def _refused_topics(ctx: RequestContext, req: Any) -> set[str] | None:
+    """Kafka's fetch authorization: a follower's fetch (replica id >= 0) needs
+    CLUSTER_ACTION on the cluster, else every topic is refused; a consumer's needs READ
+    on each topic. Returns the refused topic names, or None when authorization is off."""
+    a = authorizer(ctx)
+    if a is None:
+        return None
+    if ctx.version >= 13:
+        names = {n for n in (getattr(ctx.image.topic_by_id(t.topic_id), "name", None) for t in req.topics) if n}
+    else:
+        names = {t.topic for t in req.topics}
+    if _replica_id(req) >= 0:
+        ok = a.authorize(ctx.principal, ctx.client_host, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                         CLUSTER_NAME)
+        return set() if ok else names
+    return {n for n in names if not a.authorize(ctx.principal, ctx.client_host, AclOperation.READ,
+                                                ResourceType.TOPIC, n)}
+
+
 @handles(1, 4, 17)
 def handle(ctx: RequestContext, req: Any) -> Any:
     session_id = getattr(req, "session_id", 0)
@@ -211,14 +242,15 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         # We never hand out sessions, so any id a client names is unknown to us.
         return _respond(ctx, [], ErrorCode.fetch_session_id_not_found)
     read_committed = getattr(req, "isolation_level", 0) == 1
-    topics, total, errors, keys = _read_all(ctx, req, read_committed)
+    refused = _refused_topics(ctx, req)
+    topics, total, errors, keys = _read_all(ctx, req, read_committed, refused)
     max_wait_ms = req.max_wait.total_seconds() * 1000
     if total >= req.min_bytes or errors or max_wait_ms <= 0 or not keys:
         if not keys and max_wait_ms > 0 and not errors and not req.topics:
             return _sleep_then_respond(ctx, max_wait_ms)
         return _respond(ctx, topics)
     deadline = time.monotonic() + max_wait_ms / 1000
-    return _long_poll(ctx, req, read_committed, deadline, keys)
+    return _long_poll(ctx, req, read_committed, deadline, keys, refused)
 
 
 async def _sleep_then_respond(ctx: RequestContext, max_wait_ms: float) -> RawResponse:

@@ -26,12 +26,15 @@ from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
 from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
-from ...protocol.acl import all_operations
+from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from ..authorization import authorized_operations, authorizer
 from ..leadership import NO_LEADER, alive_brokers
 from ..registry import handles
 
 if TYPE_CHECKING:
     from ...cluster.broker_image import BrokerRegistration
+    from ...cluster.image import MetadataImage
+    from ...security.authorizer import Authorizer
 
 OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
@@ -97,14 +100,22 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     requested = req.topics
     if ctx.version == 0 and requested is not None and len(requested) == 0:
         requested = None  # v0: empty list means all topics
+    a = authorizer(ctx)
+    refused: dict[str, bool] = {}  # topic -> is internal, answered TOPIC_AUTHORIZATION_FAILED
     if requested is None:
-        topics = [topic_entry(t, cluster) for t in sorted(image.topics.values(), key=lambda t: t.name)]
+        listed = sorted(image.topics.values(), key=lambda t: t.name)
+        if a is not None:  # topics the principal may not describe are not listed at all
+            listed = [t for t in listed if a.authorize(ctx.principal, ctx.client_host, AclOperation.DESCRIBE,
+                                                       ResourceType.TOPIC, t.name)]
+        topics = [topic_entry(t, cluster) for t in listed]
     else:
         allow = getattr(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
+        if a is not None:
+            refused = _refused(ctx, a, image, [rt.name for rt in requested if rt.name is not None], allow)
         to_create = []
         for rt in requested:
             name = rt.name
-            if name is None:
+            if name is None or name in refused:
                 continue
             if name not in image.topics and allow and topic_name_error(name) is None:
                 to_create.append(name)
@@ -117,9 +128,19 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             tid = getattr(rt, "topic_id", None)
             if rt.name is None:
                 t = image.topic_by_id(tid) if tid and tid != ZERO_UUID else None
+                if t is not None and a is not None and not a.authorize(
+                        ctx.principal, ctx.client_host, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+                    # topic ids are not sensitive: Kafka answers the id with no name
+                    topics.append(error_entry(None, ErrorCode.topic_authorization_failed, tid))
+                    continue
                 # the topic name is nullable only from v12 on
                 topics.append(topic_entry(t, cluster) if t else error_entry(None if ctx.version >= 12 else "",
                                                                              ErrorCode.unknown_topic_id, tid))
+                continue
+            if rt.name in refused:
+                entry = error_entry(rt.name, ErrorCode.topic_authorization_failed)
+                entry["is_internal"] = refused[rt.name]
+                topics.append(entry)
                 continue
             t = image.topics.get(rt.name)
             if t is not None:
@@ -128,15 +149,31 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 topics.append(error_entry(rt.name, ErrorCode.invalid_topic_exception))
             else:
                 topics.append(error_entry(rt.name, ErrorCode.unknown_topic_or_partition))
-    if getattr(req, "include_topic_authorized_operations", False):  # v8+; no ACLs: every operation
+    if getattr(req, "include_topic_authorized_operations", False):  # v8+; no authorizer: every operation
         for entry in topics:
-            entry["topic_authorized_operations"] = all_operations("topic")
-    cluster_ops = all_operations("cluster") if getattr(req, "include_cluster_authorized_operations", False) else OMITTED
+            if entry["error_code"] != ErrorCode.topic_authorization_failed and entry["name"] is not None:
+                entry["topic_authorized_operations"] = authorized_operations(ctx, ResourceType.TOPIC, entry["name"])
+    cluster_ops = (authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+                   if getattr(req, "include_cluster_authorized_operations", False) else OMITTED)
     brokers, controller_id = _brokers(ctx)
     return materialize(response_schema(3, ctx.version), {
         "throttle_time": 0, "brokers": brokers, "cluster_id": ctx.identity.cluster_id,
         "controller_id": controller_id, "topics": topics, "cluster_authorized_operations": cluster_ops,
     })
+
+
+def _refused(ctx: RequestContext, a: Authorizer, image: MetadataImage, names: list[str],
+             allow_create: bool) -> dict[str, bool]:
+    """Kafka's Metadata authorization of named topics: DESCRIBE on each; a topic that
+    would be auto-created also needs CREATE on the cluster or on the topic. Returns the
+    refused names with whether each is internal."""
+    def ok(op: AclOperation, rtype: ResourceType, name: str) -> bool:
+        return a.authorize(ctx.principal, ctx.client_host, op, rtype, name)
+    refused = {n for n in set(names) if not ok(AclOperation.DESCRIBE, ResourceType.TOPIC, n)}
+    missing = {n for n in set(names) - refused if n not in image.topics}
+    if allow_create and missing and not ok(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+        refused |= {n for n in missing if not ok(AclOperation.CREATE, ResourceType.TOPIC, n)}
+    return {n: (image.topics[n].internal if n in image.topics else False) for n in refused}
 
 
 def _brokers(ctx: RequestContext) -> tuple[list[dict], int]:

@@ -25,6 +25,8 @@ from ...log.transactions import verification_error_for_produce
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
 from ...protocol.records import BatchHeader, InvalidRecords, decode_records, recompress_batch, validate_batches
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorizer
 from ..context import RequestContext
 from ..leadership import node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
@@ -192,17 +194,36 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
     return resp, plog if needs_fsync else None
 
 
+def _refused_topics(ctx: RequestContext, req: Any) -> dict[str, ErrorCode] | None:
+    """Kafka's produce authorization: WRITE on the transactional id (if any; refused, every
+    partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic
+    (TOPIC_AUTHORIZATION_FAILED, before the topic's existence is checked). Returns the
+    refused topics' errors, or None when authorization is off (no per-request work)."""
+    a = authorizer(ctx)
+    if a is None:
+        return None
+    names = {t.name for t in req.topic_data}
+    if req.transactional_id is not None and not a.authorize(ctx.principal, ctx.client_host, AclOperation.WRITE,
+                                                             ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return dict.fromkeys(names, ErrorCode.transactional_id_authorization_failed)
+    return {n: ErrorCode.topic_authorization_failed for n in names
+            if not a.authorize(ctx.principal, ctx.client_host, AclOperation.WRITE, ResourceType.TOPIC, n)}
+
+
 @handles(0, 3, 11)
 def handle(ctx: RequestContext, req: Any) -> Any:
     responses = []
     durable = []
     failed = False
     acks = req.acks
+    refused = _refused_topics(ctx, req)
     for t in req.topic_data:
         parts = []
         for p in t.partition_data:
-            if acks not in (0, 1, -1):
-                resp = {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
+            code = ErrorCode.invalid_required_acks if acks not in (0, 1, -1) else (
+                refused.get(t.name, ErrorCode.none) if refused else ErrorCode.none)
+            if code != ErrorCode.none:
+                resp = {"index": p.index, "error_code": code, "base_offset": -1,
                         "log_append_time": -1, "log_start_offset": -1, "record_errors": [], "error_message": None}
                 plog = None
             else:

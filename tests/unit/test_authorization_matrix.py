@@ -1,0 +1,245 @@
+"""The authorization matrix (issue 17): for each API, a principal with and without the
+ACL Kafka's KafkaApis checks gets the right answer, with Kafka's error code in the right
+place; prefixed and DENY rules, super users, allow.everyone.if.no.acl.found; without an
+authorizer everything is allowed.
+
+Handlers are driven in-process on a real :class:`Broker` with the principal set on the
+:class:`RequestContext` (what the SASL/TLS listeners set after authentication)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from hightide import Broker, BrokerConfig
+from hightide.client.connection import decode_response
+from hightide.cluster.controller import NewTopic
+from hightide.cluster.security_control import create_acls
+from hightide.protocol.build import materialize
+from hightide.protocol.codec import RequestHeader, request_schema
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.records import build_batch
+from hightide.security.acl import AclBinding, AclOperation, PatternType, ResourceType
+from hightide.server.context import RequestContext
+from hightide.server.registry import RawResponse
+
+ALICE, BOB, ADMIN = "User:alice", "User:bob", "User:admin"
+LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
+ALLOW, DENY = 3, 2
+E = ErrorCode
+
+TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
+O = AclOperation
+
+
+class Env:
+    """A started broker on its own loop, with helpers to add ACLs and call handlers."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, broker: Broker) -> None:
+        self.loop, self.b = loop, broker
+        self.acl_ids: list[str] = []
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def acl(self, principal: str, op: AclOperation, rtype: ResourceType, name: str, pattern: PatternType = LIT,
+            permission: int = ALLOW, host: str = "*") -> None:
+        binding = AclBinding.of(int(rtype), name, int(pattern), principal, host, int(op), permission)
+        results, records = create_acls(self.b.image.security, [binding])
+        assert results == [(E.none, None)]
+        self.run(self.b.commit_metadata(records))
+
+    def clear_acls(self) -> None:
+        """Delete every ACL (what each test starts from)."""
+        from hightide.cluster.security_control import delete_acls
+        from hightide.security.acl import AclBindingFilter
+        _, records = delete_acls(self.b.image.security, [AclBindingFilter.of(1, None, 1, None, None, 1, 1)])
+        if records:
+            self.run(self.b.commit_metadata(records))
+
+    def call(self, api_key: int, version: int, body: dict, principal: str = ALICE, host: str = "10.0.0.1") -> Any:
+        header = RequestHeader(api_key, version, 7, "matrix")
+        ctx = RequestContext(self.b.services, header, f"{host}:5555", {}, principal=principal)
+        req = materialize(request_schema(api_key, version), body)
+        result = self.b.routes[api_key].fn(ctx, req)
+        if hasattr(result, "__await__"):
+            result = self.run(asyncio.wait_for(result, 10))
+        if isinstance(result, RawResponse):
+            _, result = decode_response(api_key, version, b"".join(bytes(b) for b in result.buffers))
+        return result
+
+
+def _env(tmp_path_factory: pytest.TempPathFactory, name: str, **overrides: Any) -> Iterator[Env]:
+    loop = asyncio.new_event_loop()
+    cfg = BrokerConfig.load(overrides={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1,
+                                       "auto.create.topics.enable": True, **overrides})
+    b = Broker(cfg, data_dir=str(tmp_path_factory.mktemp(name)), listen=("127.0.0.1", 0))
+    loop.run_until_complete(b.start())
+    try:
+        _, records = b.controller.create_topics(b.image, [NewTopic("orders", 1), NewTopic("app-events", 1),
+                                                          NewTopic("secret", 1)])
+        loop.run_until_complete(b.commit_metadata(records))
+        yield Env(loop, b)
+    finally:
+        loop.run_until_complete(b.stop())
+        loop.close()
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    yield from _env(tmp_path_factory, "authz", **{"authorizer.class.name": "standard", "super.users": ADMIN})
+
+
+@pytest.fixture
+def env(module_env: Env) -> Iterator[Env]:
+    module_env.clear_acls()
+    yield module_env
+
+
+@pytest.fixture(scope="module")
+def open_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """No authorizer configured (the default): everything allowed."""
+    yield from _env(tmp_path_factory, "open")
+
+
+def _batch() -> bytes:
+    return build_batch([(None, b"v", [], int(time.time() * 1000))])
+
+
+def produce(env: Env, topic: str, principal: str = ALICE, txn: str | None = None) -> tuple[ErrorCode, str | None]:
+    r = env.call(0, 9, {"transactional_id": txn, "acks": 1, "timeout": 1000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": _batch()}]}]}, principal)
+    p = r.responses[0].partition_responses[0]
+    return ErrorCode(p.error_code), p.error_message
+
+
+def fetch(env: Env, topic: str, principal: str = ALICE, replica_id: int = -1) -> ErrorCode:
+    r = env.call(1, 12, {"replica_id": replica_id, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                         "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+                             {"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                              "fetch_offset": 0, "last_fetched_epoch": -1,
+                                                              "log_start_offset": -1,
+                                                              "partition_max_bytes": 1 << 20}]}],
+                         "forgotten_topics_data": [], "rack_id": ""}, principal)
+    return ErrorCode(r.responses[0].partitions[0].error_code)
+
+
+def metadata(env: Env, topics: list[str] | None, principal: str = ALICE, auto_create: bool = False,
+             version: int = 10) -> Any:
+    return env.call(3, version, {"topics": None if topics is None else [{"name": t, "topic_id": uuid.UUID(int=0)}
+                                                                         for t in topics],
+                                 "allow_auto_topic_creation": auto_create,
+                                 "include_cluster_authorized_operations": True,
+                                 "include_topic_authorized_operations": True}, principal)
+
+
+# -- the authorizer's rules, seen through Produce -------------------------------------
+def test_produce_needs_write_on_the_topic(env: Env) -> None:
+    assert produce(env, "orders")[0] == E.topic_authorization_failed  # no ACL, no allow.everyone
+    env.acl(ALICE, O.WRITE, TOPIC, "orders")
+    assert produce(env, "orders")[0] == E.none
+    assert produce(env, "orders", BOB)[0] == E.topic_authorization_failed
+    env.acl(ALICE, O.READ, TOPIC, "secret")  # READ does not imply WRITE
+    assert produce(env, "secret")[0] == E.topic_authorization_failed
+
+
+def test_prefixed_allow_and_deny_wins(env: Env) -> None:
+    env.acl(ALICE, O.WRITE, TOPIC, "app-", PRE)
+    assert produce(env, "app-events")[0] == E.none
+    env.acl(ALICE, O.WRITE, TOPIC, "app-ev", PRE, permission=DENY)
+    assert produce(env, "app-events")[0] == E.topic_authorization_failed
+    env.acl("User:*", O.ALL, TOPIC, "orders")
+    env.acl(ALICE, O.WRITE, TOPIC, "orders", permission=DENY)
+    assert produce(env, "orders")[0] == E.topic_authorization_failed
+    assert produce(env, "orders", BOB)[0] == E.none  # the wildcard principal
+
+
+def test_host_restricted_acl(env: Env) -> None:
+    env.acl(ALICE, O.WRITE, TOPIC, "orders", host="10.0.0.9")
+    assert produce(env, "orders")[0] == E.topic_authorization_failed  # calls come from 10.0.0.1
+    env.acl(ALICE, O.WRITE, TOPIC, "orders", host="10.0.0.1")
+    assert produce(env, "orders")[0] == E.none
+
+
+def test_super_user_is_allowed_everything(env: Env) -> None:
+    env.acl(ADMIN, O.WRITE, TOPIC, "orders", permission=DENY)
+    assert produce(env, "orders", ADMIN)[0] == E.none
+
+
+def test_produce_to_an_unknown_topic_is_refused_before_existence(env: Env) -> None:
+    assert produce(env, "nope")[0] == E.topic_authorization_failed
+    env.acl(ALICE, O.WRITE, TOPIC, "nope")
+    assert produce(env, "nope")[0] == E.unknown_topic_or_partition
+
+
+def test_transactional_produce_needs_write_on_the_transactional_id(env: Env) -> None:
+    env.acl(ALICE, O.WRITE, TOPIC, "orders")
+    assert produce(env, "orders", txn="tx1")[0] == E.transactional_id_authorization_failed
+    env.acl(ALICE, O.WRITE, TXN, "tx1")
+    assert produce(env, "orders", txn="tx1")[0] == E.none  # a plain batch with a transactional id
+
+
+def test_fetch_needs_read_and_a_follower_cluster_action(env: Env) -> None:
+    assert fetch(env, "orders") == E.topic_authorization_failed
+    env.acl(ALICE, O.READ, TOPIC, "orders")
+    assert fetch(env, "orders") == E.none
+    env.acl(ALICE, O.WRITE, TOPIC, "secret")
+    assert fetch(env, "secret") == E.topic_authorization_failed
+    assert fetch(env, "orders", replica_id=2) == E.topic_authorization_failed  # a follower needs CLUSTER_ACTION
+    env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert fetch(env, "orders", replica_id=2) != E.topic_authorization_failed
+
+
+def test_metadata_hides_and_refuses_topics(env: Env) -> None:
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "orders")
+    env.acl(ALICE, O.READ, TOPIC, "app-", PRE)  # READ implies DESCRIBE
+    listed = metadata(env, None)
+    assert sorted(t.name for t in listed.topics) == ["app-events", "orders"]
+    named = {t.name: t for t in metadata(env, ["orders", "secret"]).topics}
+    assert named["orders"].error_code == E.none and named["secret"].error_code == E.topic_authorization_failed
+    assert not named["secret"].partitions and named["secret"].topic_id == uuid.UUID(int=0)
+    ops = named["orders"].topic_authorized_operations
+    assert ops == 1 << O.DESCRIBE
+    assert metadata(env, ["orders"]).cluster_authorized_operations == 0
+    env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
+    assert metadata(env, ["orders"]).cluster_authorized_operations == (1 << O.ALTER) | (1 << O.DESCRIBE)
+    assert len(metadata(env, None, ADMIN).topics) >= 3  # a super user sees everything
+
+
+def test_metadata_auto_create_needs_create(env: Env) -> None:
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "auto-", PRE)
+    t = metadata(env, ["auto-a"], auto_create=True).topics[0]
+    assert t.error_code == E.topic_authorization_failed and "auto-a" not in env.b.image.topics
+    env.acl(ALICE, O.CREATE, TOPIC, "auto-a")
+    assert metadata(env, ["auto-a"], auto_create=True).topics[0].error_code in (E.none, E.leader_not_available)
+    assert "auto-a" in env.b.image.topics
+    env.acl(ALICE, O.CREATE, CLUSTER, "kafka-cluster")
+    metadata(env, ["auto-b"], auto_create=True)
+    assert "auto-b" in env.b.image.topics
+
+
+def test_metadata_by_topic_id_refused_keeps_the_id(env: Env) -> None:
+    tid = env.b.image.topics["secret"].topic_id
+    r = env.call(3, 12, {"topics": [{"name": None, "topic_id": tid}], "allow_auto_topic_creation": False,
+                         "include_topic_authorized_operations": False})
+    t = r.topics[0]
+    assert (t.error_code, t.name, t.topic_id) == (E.topic_authorization_failed, None, tid)
+
+
+def test_allow_everyone_if_no_acl_found(tmp_path_factory: pytest.TempPathFactory) -> None:
+    for e in _env(tmp_path_factory, "everyone", **{"authorizer.class.name": "standard",
+                                                   "allow.everyone.if.no.acl.found": True}):
+        assert produce(e, "orders")[0] == E.none  # no ACL on the topic at all
+        e.acl(BOB, O.WRITE, TOPIC, "orders")
+        assert produce(e, "orders")[0] == E.topic_authorization_failed  # an ACL exists: the rules decide
+
+
+def test_no_authorizer_allows_everything(open_env: Env) -> None:
+    assert produce(open_env, "orders", BOB)[0] == E.none
+    assert fetch(open_env, "secret", BOB) == E.none
+    assert len(metadata(open_env, None, BOB).topics) >= 3
