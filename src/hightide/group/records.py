@@ -133,8 +133,15 @@ class _W:
         return self
 
 
+_KEY_HEAD = struct.Struct(">hh")  # version, group length
+_OFFSET_V3_HEAD = struct.Struct(">hqih")  # version 3, offset, leader epoch, metadata length
+
+
 def encode_key(key: Key) -> bytes:
     if isinstance(key, OffsetKey):
+        if key.group is not None and key.topic is not None:  # the usual key, in three packs
+            g, t = key.group.encode(), key.topic.encode()
+            return _KEY_HEAD.pack(1, len(g)) + g + _I16.pack(len(t)) + t + _I32.pack(key.partition)
         return bytes(_W().i16(1).string(key.group).string(key.topic).i32(key.partition).b)
     return bytes(_W().i16(2).string(key.group).b)
 
@@ -148,6 +155,10 @@ def encode_value(value: Value | None) -> bytes | None:
         if value.expire_timestamp >= 0:
             return bytes(_W().i16(1).i64(value.offset).string(value.metadata).i64(value.commit_timestamp)
                          .i64(value.expire_timestamp).b)
+        if value.metadata is not None:  # = the _W chain below, in two packs
+            m = value.metadata.encode()
+            return (_OFFSET_V3_HEAD.pack(3, value.offset, value.leader_epoch, len(m)) + m
+                    + _I64.pack(value.commit_timestamp))
         return bytes(_W().i16(3).i64(value.offset).i32(value.leader_epoch).string(value.metadata)
                      .i64(value.commit_timestamp).b)
     w = _W().i16(3).string(value.protocol_type).i32(value.generation).string(value.protocol)
