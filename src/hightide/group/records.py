@@ -156,8 +156,8 @@ def encode_value(value: Value | None) -> bytes | None:
             return bytes(_W().i16(1).i64(value.offset).string(value.metadata).i64(value.commit_timestamp)
                          .i64(value.expire_timestamp).b)
         if value.metadata is not None:  # = the _W chain below, in two packs
-            m = value.metadata.encode()
-            return (_OFFSET_V3_HEAD.pack(3, value.offset, value.leader_epoch, len(m)) + m
+            meta = value.metadata.encode()
+            return (_OFFSET_V3_HEAD.pack(3, value.offset, value.leader_epoch, len(meta)) + meta
                     + _I64.pack(value.commit_timestamp))
         return bytes(_W().i16(3).i64(value.offset).i32(value.leader_epoch).string(value.metadata)
                      .i64(value.commit_timestamp).b)
