@@ -1,0 +1,49 @@
+"""Timeouts of the Raft core, with Kafka's names and defaults (``controller.quorum.*``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RaftConfig", "UNSAFE_RULES"]
+
+#: Deliberately broken rules, for tests only: each lets the simulator show that its
+#: invariants catch a real bug. Never set outside tests.
+UNSAFE_RULES = frozenset({
+    "hw_any_voter",          # HW = the highest offset any single voter reached
+    "vote_without_persist",  # grant a vote without writing it to the quorum-state file
+    "ack_unflushed",         # fetch (acknowledge) and count offsets before their fsync
+    "hw_any_epoch",          # advance the HW before an entry of the leader's epoch commits
+})
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """``election_timeout_ms`` (controller.quorum.election.timeout.ms, 1000): a voter
+    without a leader waits a random time in [t, 2t) before starting an election.
+    ``fetch_timeout_ms`` (controller.quorum.fetch.timeout.ms, 2000): a follower that has
+    not fetched successfully for this long starts an election; a leader resigns when a
+    majority has not fetched within 1.5 times it (check quorum).
+    ``election_backoff_max_ms`` (controller.quorum.election.backoff.max.ms, 1000),
+    ``request_timeout_ms`` (controller.quorum.request.timeout.ms, 2000),
+    ``retry_backoff_ms`` (controller.quorum.retry.backoff.ms, 20),
+    ``fetch_max_wait_ms`` (the leader parks an empty fetch up to this long, 500).
+    """
+
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    fetch_max_wait_ms: int = 500
+    fetch_max_entries: int = 64
+    snapshot_chunk_bytes: int = 1 << 20
+    unsafe: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        unknown = self.unsafe - UNSAFE_RULES
+        if unknown:
+            raise ValueError(f"unknown unsafe rules: {sorted(unknown)}")
+
+    @property
+    def check_quorum_timeout_ms(self) -> int:
+        return self.fetch_timeout_ms * 3 // 2

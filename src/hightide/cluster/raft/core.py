@@ -1,0 +1,432 @@
+"""KRaft's consensus core as a sans-IO state machine: ``step(now, event) -> actions``.
+
+One :class:`RaftCore` is one replica of ``__cluster_metadata``: a voter (one of
+``voters``) or an observer (a broker: it fetches but never votes or counts). It follows
+Kafka's KafkaRaftClient and QuorumState:
+
+* **Roles** (QuorumState): unattached (no leader known; maybe voted), prospective
+  (pre-vote, KIP-996: asks "would you vote for me?" without bumping the epoch),
+  candidate (epoch + 1, voted for itself), leader, follower, resigned (a leader that
+  stepped down and waits for the next election).
+* **Votes**: the quorum-state file (epoch, voted-for, leader) is persisted before any
+  vote or epoch change is acted on (:class:`PersistElection` comes before the Send). A
+  vote is granted once per epoch, to a candidate whose log is at least as up to date
+  (last epoch, then end offset). A pre-vote is refused by a voter that fetches from a
+  live leader, so a partitioned voter cannot depose a healthy leader when it returns.
+* **Replication**: followers fetch (Fetch with LastFetchedEpoch); the leader answers
+  with entries, a DivergingEpoch (from its epoch cache) to make the follower truncate,
+  or a SnapshotId when the offset is below its log start; empty fetches are parked up
+  to ``fetch_max_wait_ms``. A follower acknowledges only what it has flushed: it sends
+  its next Fetch (whose offset is its flushed end) only after :class:`FlushDone`.
+* **Commit**: the leader's high watermark is the largest offset a majority of voters
+  (its own flushed end included, observers never) has reached, and it moves only once
+  an entry of the leader's own epoch is committed: every leader starts its epoch by
+  appending a LeaderChange control entry.
+* **Check quorum**: a leader that has not heard a Fetch from a majority of voters within
+  1.5 × ``fetch_timeout_ms`` resigns, so a paused or partitioned leader steps down.
+
+Time is the ``now`` argument (ms); randomness (election timeouts) comes from the
+``rng`` given at construction, so a run is reproducible from its seed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+
+from . import messages as m
+from .actions import (
+    Action, Append, ClientAppend, Committed, ElectionState, Event, Flush, FlushDone,
+    InstallSnapshot, NotLeaderError, PersistElection, Received, Resign, RoleChanged, Send,
+    SnapshotCreated, Tick, TrimLog,
+)
+from .config import RaftConfig
+from .log import RaftLog
+from .replication import Replication
+
+__all__ = ["RaftCore", "leader_change_payload"]
+
+NONE = int(m.ErrorCode.none)
+FENCED = int(m.ErrorCode.fenced_leader_epoch)
+INCONSISTENT_VOTERS = int(m.ErrorCode.inconsistent_voter_set)
+NOT_LEADER = int(m.ErrorCode.not_leader_or_follower)
+UNKNOWN_EPOCH = int(m.ErrorCode.unknown_leader_epoch)
+
+
+def leader_change_payload(leader_id: int, voters: Sequence[int]) -> bytes:
+    """The LeaderChange control entry's payload (the shell encodes Kafka's
+    LeaderChangeMessage from it: leader id, voters, granting voters)."""
+    return json.dumps({"leader": leader_id, "voters": sorted(voters)}).encode()
+
+
+class RaftCore(Replication):
+    """One replica's Raft state. Not thread-safe; every call returns the actions to run.
+
+    Construct it from what survived on disk (``election`` from the quorum-state file,
+    ``log`` from the log and the latest snapshot, ``snapshot_data`` its bytes), then call
+    :meth:`step` with a :class:`Tick` to start its timers.
+    """
+
+    def __init__(self, node_id: int, voters: Sequence[int], config: RaftConfig,
+                 rng: random.Random, now: int, *, election: ElectionState | None = None,
+                 log: RaftLog | None = None, snapshot_data: bytes = b"") -> None:
+        self.node_id = node_id
+        self.voters = tuple(sorted(voters))
+        self.is_voter = node_id in self.voters
+        self.majority = len(self.voters) // 2 + 1
+        self.config = config
+        self.rng = rng
+        self.election = election or ElectionState(0)
+        self.log = log or RaftLog()
+        self.snapshot_data = snapshot_data
+        self.flushed_end = self.log.end_offset
+        self.high_watermark = self.log.start_offset
+        self._out: list[Action] = []
+        self._cid = 0          # correlation id of the request being handled
+        self._last_cid = 0
+        self.role = "unattached"
+        self._grants: set[int] = set()
+        self._rejects: set[int] = set()
+        self.election_deadline: int | None = None
+        self._init_replication(now)
+        self._restore_role(now)
+
+    # --- public --------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.election.epoch
+
+    @property
+    def leader_id(self) -> int:
+        """The leader of the current epoch this node knows, -1 if none."""
+        if self.role == "leader":
+            return self.node_id
+        return self.election.leader_id if self.role == "follower" else -1
+
+    def step(self, now: int, event: Event) -> list[Action]:
+        """Feed one event at time ``now``; returns the actions to carry out, in order.
+
+        Raises :class:`NotLeaderError` for a :class:`ClientAppend` on a non-leader and
+        ValueError for a :class:`SnapshotCreated` past the high watermark.
+        """
+        out: list[Action] = []
+        self._out = out
+        if isinstance(event, Received):
+            self._cid = event.correlation_id
+            self._on_message(now, event.source, event.message)
+        elif isinstance(event, Tick):
+            self._on_timers(now)
+        elif isinstance(event, ClientAppend):
+            self._on_client_append(now, event.payloads)
+        elif isinstance(event, FlushDone):
+            self._on_flush_done(now, event.end_offset)
+        elif isinstance(event, SnapshotCreated):
+            self._on_snapshot_created(now, event)
+        elif isinstance(event, Resign):
+            if self.role == "leader":
+                self._resign(now)
+        self._out = []
+        return out
+
+    @property
+    def next_deadline(self) -> int | None:
+        """The earliest time a :class:`Tick` has work to do; None when nothing is timed."""
+        deadlines = [d for d in (self.election_deadline, self._replication_deadline())
+                     if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # --- roles ---------------------------------------------------------------------------
+
+    def _restore_role(self, now: int) -> None:
+        e = self.election
+        if e.leader_id == self.node_id:
+            self._set_role(now, "resigned")          # Kafka: a restarted leader resigns
+            self.election_deadline = now + self._election_timeout()
+        elif e.leader_id >= 0:
+            self._become_follower(now, e.epoch, e.leader_id)
+        else:
+            self._become_unattached(now, e.epoch, e.voted_for)
+
+    def _set_role(self, now: int, role: str) -> None:
+        self._leave_replication_role(now)
+        self.role = role
+        self.election_deadline = None
+        self._out.append(RoleChanged(role, self.epoch, self.leader_id))
+
+    def _persist(self, state: ElectionState, *, durable: bool = True) -> None:
+        self.election = state
+        if durable:
+            self._out.append(PersistElection(state))
+
+    def _election_timeout(self) -> int:
+        t = self.config.election_timeout_ms
+        return t + self.rng.randrange(t) if t > 0 else 0
+
+    def _become_unattached(self, now: int, epoch: int, voted_for: int = -1) -> None:
+        if epoch != self.epoch or self.election.leader_id != -1 or voted_for != self.election.voted_for:
+            self._persist(ElectionState(epoch, voted_for, -1))
+        self._set_role(now, "unattached")
+        if self.is_voter:
+            self.election_deadline = now + self._election_timeout()
+        else:
+            self._start_discovery(now)
+
+    def _become_follower(self, now: int, epoch: int, leader_id: int) -> None:
+        voted = self.election.voted_for if epoch == self.epoch else -1
+        if ElectionState(epoch, voted, leader_id) != self.election:
+            self._persist(ElectionState(epoch, voted, leader_id))
+        self._set_role(now, "follower")
+        self._start_following(now)
+
+    def _become_prospective(self, now: int) -> None:
+        if not self.is_voter:
+            return
+        self._set_role(now, "prospective")
+        self._grants, self._rejects = {self.node_id}, set()
+        self.election_deadline = now + self._election_timeout()
+        if len(self._grants) >= self.majority:
+            self._become_candidate(now)
+            return
+        end = self.log.end_offset_and_epoch()
+        request = m.VoteRequest(self.node_id, self.epoch, end.epoch, end.offset, pre_vote=True)
+        for v in self.voters:
+            if v != self.node_id:
+                self._request(v, request)
+
+    def _become_candidate(self, now: int) -> None:
+        self._persist(ElectionState(self.epoch + 1, self.node_id, -1))
+        self._set_role(now, "candidate")
+        self._grants, self._rejects = {self.node_id}, set()
+        self.election_deadline = now + self._election_timeout()
+        if len(self._grants) >= self.majority:
+            self._become_leader(now)
+            return
+        end = self.log.end_offset_and_epoch()
+        request = m.VoteRequest(self.node_id, self.epoch, end.epoch, end.offset, pre_vote=False)
+        for v in self.voters:
+            if v != self.node_id:
+                self._request(v, request)
+
+    def _become_leader(self, now: int) -> None:
+        self._persist(ElectionState(self.epoch, self.node_id, self.node_id))
+        self._set_role(now, "leader")
+        payload = leader_change_payload(self.node_id, self.voters)
+        self._start_leading(now, payload)
+        begin = m.BeginQuorumEpochRequest(self.node_id, self.epoch)
+        for v in self.voters:
+            if v != self.node_id:
+                self._request(v, begin)
+
+    def _resign(self, now: int) -> None:
+        successors = self._preferred_successors()
+        self._set_role(now, "resigned")
+        self.election_deadline = now + self._election_timeout()
+        end = m.EndQuorumEpochRequest(self.node_id, self.epoch, successors)
+        for v in self.voters:
+            if v != self.node_id:
+                self._request(v, end)
+
+    def _observe_leader(self, now: int, epoch: int, leader_id: int) -> bool:
+        """Kafka's maybeHandleCommonResponse: follow a newer epoch, or a leader of ours.
+
+        Returns True if the role changed (the message is then stale for the old role).
+        """
+        if epoch > self.epoch:
+            if leader_id >= 0 and leader_id != self.node_id:
+                self._become_follower(now, epoch, leader_id)
+            else:
+                self._become_unattached(now, epoch)
+            return True
+        if (epoch == self.epoch and leader_id >= 0 and leader_id != self.node_id
+                and self.role in ("unattached", "prospective", "candidate")):
+            self._become_follower(now, epoch, leader_id)
+            return True
+        return False
+
+    # --- timers --------------------------------------------------------------------------
+
+    def _on_timers(self, now: int) -> None:
+        if self.election_deadline is not None and now >= self.election_deadline:
+            # Unattached, resigned, or an election that did not finish in time: (re)start
+            # with a pre-vote round (Kafka 4: a timed-out candidate becomes prospective).
+            self.election_deadline = None
+            self._become_prospective(now)
+        self._replication_timers(now)
+
+    # --- messages ------------------------------------------------------------------------
+
+    def _on_message(self, now: int, source: int, msg: m.Message) -> None:
+        if isinstance(msg, m.FetchRequest):
+            self._on_fetch(now, source, msg)
+        elif isinstance(msg, m.FetchResponse):
+            self._on_fetch_response(now, source, msg)
+        elif isinstance(msg, m.VoteRequest):
+            self._on_vote(now, source, msg)
+        elif isinstance(msg, m.VoteResponse):
+            self._on_vote_response(now, source, msg)
+        elif isinstance(msg, m.BeginQuorumEpochRequest):
+            self._on_begin_epoch(now, source, msg)
+        elif isinstance(msg, m.EndQuorumEpochRequest):
+            self._on_end_epoch(now, source, msg)
+        elif isinstance(msg, m.FetchSnapshotRequest):
+            self._on_fetch_snapshot(now, source, msg)
+        elif isinstance(msg, m.FetchSnapshotResponse):
+            self._on_fetch_snapshot_response(now, source, msg)
+        else:  # Begin/EndQuorumEpoch responses carry only the responder's view
+            self._observe_leader(now, msg.leader_epoch, msg.leader_id)
+
+    def _vote_response(self, error: int, granted: bool) -> m.VoteResponse:
+        return m.VoteResponse(error, self.leader_id, self.epoch, granted)
+
+    def _on_vote(self, now: int, source: int, req: m.VoteRequest) -> None:
+        if req.replica_epoch < self.epoch:
+            self._reply(source, self._vote_response(FENCED, False))
+            return
+        if not self.is_voter or req.replica_id not in self.voters:
+            self._reply(source, self._vote_response(INCONSISTENT_VOTERS, False))
+            return
+        if not req.pre_vote and req.replica_epoch > self.epoch:
+            self._become_unattached(now, req.replica_epoch)
+        end = self.log.end_offset_and_epoch()
+        up_to_date = (req.last_offset_epoch, req.last_offset) >= (end.epoch, end.offset)
+        if req.pre_vote:
+            granted = up_to_date and self._can_grant_pre_vote(req)
+        else:
+            granted = up_to_date and self._can_grant_vote(req.replica_id)
+            if granted and self.election.voted_for != req.replica_id:
+                state = ElectionState(self.epoch, req.replica_id, -1)
+                self._persist(state, durable="vote_without_persist" not in self.config.unsafe)
+                self.election_deadline = now + self._election_timeout()
+        self._reply(source, self._vote_response(NONE, granted))
+
+    def _can_grant_pre_vote(self, req: m.VoteRequest) -> bool:
+        if req.replica_epoch > self.epoch:
+            return True
+        if self.role == "leader" or self.role == "resigned":
+            return False
+        if self.role == "follower":
+            return not self.has_fetched_from_leader
+        return True
+
+    def _can_grant_vote(self, candidate: int) -> bool:
+        if self.role in ("leader", "follower", "resigned"):
+            return False
+        if self.role == "candidate":
+            return candidate == self.node_id
+        return self.election.voted_for in (-1, candidate)
+
+    def _on_vote_response(self, now: int, source: int, resp: m.VoteResponse) -> None:
+        if self._observe_leader(now, resp.leader_epoch, resp.leader_id):
+            return
+        if self.role == "prospective" and resp.leader_epoch <= self.epoch:
+            (self._grants if resp.vote_granted else self._rejects).add(source)
+            if len(self._grants) >= self.majority:
+                self._become_candidate(now)
+            elif len(self._rejects) >= self.majority:
+                # Lost the pre-vote: wait a backoff, then try again (no epoch was spent).
+                self.election_deadline = now + 1 + self.rng.randrange(
+                    max(1, self.config.election_backoff_max_ms))
+        elif self.role == "candidate" and resp.leader_epoch == self.epoch:
+            (self._grants if resp.vote_granted else self._rejects).add(source)
+            if len(self._grants) >= self.majority:
+                self._become_leader(now)
+
+    def _on_begin_epoch(self, now: int, source: int, req: m.BeginQuorumEpochRequest) -> None:
+        if req.leader_epoch < self.epoch:
+            self._reply(source, m.BeginQuorumEpochResponse(
+                FENCED, self.leader_id, self.epoch))
+            return
+        if not (self.role == "follower" and req.leader_epoch == self.epoch):
+            if req.leader_epoch == self.epoch and self.role in ("leader", "resigned"):
+                raise AssertionError(
+                    f"node {self.node_id}: two leaders in epoch {self.epoch}")
+            self._become_follower(now, req.leader_epoch, req.leader_id)
+        self._reply(source, m.BeginQuorumEpochResponse(
+            NONE, self.leader_id, self.epoch))
+
+    def _on_end_epoch(self, now: int, source: int, req: m.EndQuorumEpochRequest) -> None:
+        if req.leader_epoch < self.epoch:
+            self._reply(source, m.EndQuorumEpochResponse(
+                FENCED, self.leader_id, self.epoch))
+            return
+        if req.leader_epoch > self.epoch:
+            self._become_unattached(now, req.leader_epoch)
+        if self.role in ("follower", "unattached") and self.leader_id in (-1, req.leader_id):
+            # Kafka: the first preferred successor starts at once, the others back off
+            # exponentially by their position, so the most caught-up voter wins.
+            successors = req.preferred_successors
+            position = successors.index(self.node_id) if self.node_id in successors else len(successors)
+            backoff = min(self.config.election_backoff_max_ms,
+                          self.config.retry_backoff_ms * (2 ** position) if position else 0)
+            if self.role == "follower":
+                self._set_role(now, "unattached")
+                self._persist(ElectionState(self.epoch, self.election.voted_for, -1))
+            self.election_deadline = now + backoff
+        self._reply(source, m.EndQuorumEpochResponse(NONE, self.leader_id, self.epoch))
+
+    # --- application ---------------------------------------------------------------------
+
+    def _on_client_append(self, now: int, payloads: tuple[bytes, ...]) -> None:
+        if self.role != "leader":
+            raise NotLeaderError(self.leader_id, self.epoch)
+        entries = tuple(m.Entry(self.epoch, p) for p in payloads)
+        self._append_as_leader(now, entries)
+
+    def _on_flush_done(self, now: int, end_offset: int) -> None:
+        # Flushes complete in the order they were asked; one asked before a truncation
+        # only vouches for the offsets below the truncation point.
+        if not self._pending_flushes:
+            return
+        vouched = self._pending_flushes.pop(0)
+        self.flushed_end = max(self.flushed_end, min(vouched, end_offset, self.log.end_offset))
+        self._after_flush(now)
+
+    def _on_snapshot_created(self, now: int, event: SnapshotCreated) -> None:
+        sid = event.snapshot_id
+        if sid.offset > self.high_watermark:
+            raise ValueError(f"snapshot at {sid.offset} past the high watermark {self.high_watermark}")
+        if sid.offset <= self.log.start_offset:
+            return
+        if not self.log.is_boundary(sid.offset) or self.log.epoch_at(sid.offset - 1) != sid.epoch:
+            raise ValueError(f"snapshot {sid} does not end at an entry of epoch {sid.epoch}")
+        self.log.trim_to_snapshot(sid)
+        self.snapshot_data = event.data
+        self._out.append(TrimLog(sid))
+
+    def _emit_committed(self, hw: int) -> None:
+        self.high_watermark = hw
+        self._out.append(Committed(hw))
+
+    def _emit(self, action: Action) -> None:
+        self._out.append(action)
+
+    def _reply(self, dest: int, message: m.Message, correlation_id: int | None = None) -> None:
+        """Answer the request being handled (or the one ``correlation_id`` names)."""
+        cid = self._cid if correlation_id is None else correlation_id
+        self._out.append(Send(dest, message, cid))
+
+    def _request(self, dest: int, message: m.Message) -> int:
+        """Send a request under a new correlation id; returns the id."""
+        self._last_cid += 1
+        self._out.append(Send(dest, message, self._last_cid))
+        return self._last_cid
+
+    def _install_snapshot(self, sid: m.OffsetAndEpoch, data: bytes) -> None:
+        self.log.reset_to_snapshot(sid)
+        self.snapshot_data = data
+        self.flushed_end = self.log.end_offset
+        self._pending_flushes = []
+        self._out.append(InstallSnapshot(sid, data))
+        if sid.offset > self.high_watermark:
+            self._emit_committed(sid.offset)
+
+    def _append_entries(self, entries: tuple[m.Entry, ...]) -> int:
+        base = self.log.end_offset
+        for e in entries:
+            self.log.append(e)
+        self._out.append(Append(base, entries))
+        self._out.append(Flush(self.log.end_offset))
+        self._pending_flushes.append(self.log.end_offset)
+        return base
