@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.share")
 
 
+_PLACEMENT_CACHE = 100_000  # share partitions whose placement is remembered (then forgotten at once)
+
+
 class ShareStateAdapter(AdapterDefaults[ShareCoordinatorShard]):
     """:class:`~.coordinator_runtime.ShardAdapter` of ``__share_group_state`` (a failed
     fsync answers KAFKA_STORAGE_ERROR; nothing is parked)."""
@@ -118,6 +121,7 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
             snapshot_update_records_per_snapshot=cfg["share.coordinator.snapshot.update.records.per.snapshot"],
             cold_partition_snapshot_interval_ms=cfg["share.coordinator.cold.partition.snapshot.interval.ms"])
         super().__init__(broker, ShareStateAdapter(self.config), cfg["share.coordinator.state.topic.num.partitions"])
+        self._placement: dict[ShareStateKey, tuple[int, int]] = {}  # key -> (partition count, partition)
 
     def topic_configs(self) -> dict[str, str]:
         """``cleanup.policy=delete`` and unlimited retention, as Kafka's (see the module doc)."""
@@ -170,7 +174,17 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
 
     # -- routing ----------------------------------------------------------------------------
     def partition_for(self, key: ShareStateKey) -> int:
-        return partition_for(coordinator_key(key.group_id, key.topic_id, key.partition), self.num_partitions)
+        """Kafka's placement of ``key`` (a Java string hash of its coordinator key, ~3 µs),
+        remembered per key and partition count: every ShareFetch asks twice."""
+        n = self.num_partitions
+        cached = self._placement.get(key)
+        if cached is not None and cached[0] == n:
+            return cached[1]
+        if len(self._placement) >= _PLACEMENT_CACHE:
+            self._placement.clear()
+        p = partition_for(coordinator_key(key.group_id, key.topic_id, key.partition), n)
+        self._placement[key] = (n, p)
+        return p
 
     def _exists(self, topic_id: uuid.UUID, partition: int) -> bool:
         t = self.broker.image.topic_by_id(topic_id)
