@@ -71,6 +71,8 @@ class Env:
             result = self.run(asyncio.wait_for(result, 10))
         if isinstance(result, RawResponse):
             _, result = decode_response(api_key, version, b"".join(bytes(b) for b in result.buffers))
+        elif isinstance(result, bytes):  # a complete frame, size prefix included
+            _, result = decode_response(api_key, version, result[4:])
         return result
 
 
@@ -243,3 +245,139 @@ def test_no_authorizer_allows_everything(open_env: Env) -> None:
     assert produce(open_env, "orders", BOB)[0] == E.none
     assert fetch(open_env, "secret", BOB) == E.none
     assert len(metadata(open_env, None, BOB).topics) >= 3
+
+
+# -- offsets of partitions ------------------------------------------------------------
+def test_list_offsets_needs_describe(env: Env) -> None:
+    def code(principal: str = ALICE) -> ErrorCode:
+        r = env.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "orders", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]},
+            principal)
+        return ErrorCode(r.topics[0].partitions[0].error_code)
+    assert code() == E.topic_authorization_failed
+    env.acl(ALICE, O.READ, TOPIC, "orders")  # implies DESCRIBE
+    assert code() == E.none
+
+
+def test_offset_for_leader_epoch(env: Env) -> None:
+    def code(replica_id: int = -1) -> ErrorCode:
+        r = env.call(23, 4, {"replica_id": replica_id, "topics": [
+            {"topic": "orders", "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+        return ErrorCode(r.topics[0].partitions[0].error_code)
+    assert code() == E.topic_authorization_failed
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "orders")
+    assert code() == E.none
+    assert code(replica_id=2) == E.cluster_authorization_failed
+    env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert code(replica_id=2) == E.none
+
+
+def test_delete_records_needs_delete(env: Env) -> None:
+    def code() -> ErrorCode:
+        r = env.call(21, 2, {"timeout": 1000, "topics": [
+            {"name": "orders", "partitions": [{"partition_index": 0, "offset": 0}]}]})
+        return ErrorCode(r.topics[0].partitions[0].error_code)
+    env.acl(ALICE, O.WRITE, TOPIC, "orders")
+    assert code() == E.topic_authorization_failed
+    env.acl(ALICE, O.DELETE, TOPIC, "orders")
+    assert code() == E.none
+
+
+# -- consumer groups ------------------------------------------------------------------
+def find_coordinator(env: Env, key: str, key_type: int = 0, principal: str = ALICE) -> ErrorCode:
+    r = env.call(10, 4, {"key_type": key_type, "coordinator_keys": [key]}, principal)
+    return ErrorCode(r.coordinators[0].error_code)
+
+
+def test_find_coordinator_needs_describe_on_the_key(env: Env) -> None:
+    assert find_coordinator(env, "g1") == E.group_authorization_failed
+    assert find_coordinator(env, "tx1", key_type=1) == E.transactional_id_authorization_failed
+    env.acl(ALICE, O.READ, GROUP, "g", PRE)
+    env.acl(ALICE, O.WRITE, TXN, "tx1")
+    assert find_coordinator(env, "g1") == E.none
+    assert find_coordinator(env, "tx1", key_type=1) == E.none
+
+
+def commit(env: Env, group: str, topic: str, principal: str = ALICE) -> ErrorCode:
+    r = env.call(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                        "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+                            {"partition_index": 0, "committed_offset": 0, "committed_leader_epoch": -1,
+                             "committed_metadata": ""}]}]}, principal)
+    return ErrorCode(r.topics[0].partitions[0].error_code)
+
+
+def test_offset_commit_needs_read_on_group_and_topic(env: Env) -> None:
+    env.acl(ALICE, O.READ, TOPIC, "orders")
+    assert commit(env, "g1", "orders") == E.group_authorization_failed
+    env.acl(ALICE, O.READ, GROUP, "g1")
+    assert commit(env, "g1", "orders") == E.none
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "secret")
+    assert commit(env, "g1", "secret") == E.topic_authorization_failed
+
+
+def test_offset_fetch_needs_describe_on_group_and_topic(env: Env) -> None:
+    env.acl(ADMIN, O.ALL, GROUP, "*")
+    assert commit(env, "g2", "orders", ADMIN) == E.none and commit(env, "g2", "secret", ADMIN) == E.none
+
+    def fetch_offsets(topics: list[str] | None, version: int = 8) -> Any:
+        ts = None if topics is None else [{"name": t, "partition_indexes": [0]} for t in topics]
+        if version >= 8:
+            return env.call(9, 8, {"groups": [{"group_id": "g2", "topics": ts}], "require_stable": False}).groups[0]
+        return env.call(9, 7, {"group_id": "g2", "topics": ts, "require_stable": False})
+    env.clear_acls()
+    assert fetch_offsets(["orders"]).error_code == E.group_authorization_failed
+    assert fetch_offsets(["orders"], 7).error_code == E.group_authorization_failed  # top-level before v8
+    env.acl(ALICE, O.DESCRIBE, GROUP, "g2")
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "orders")
+    g = fetch_offsets(["orders", "secret"])
+    codes = {t.name: t.partitions[0].error_code for t in g.topics}
+    assert g.error_code == E.none and codes == {"orders": E.none, "secret": E.topic_authorization_failed}
+    assert [t.name for t in fetch_offsets(None).topics] == ["orders"]  # all topics: unlisted
+
+
+def test_offset_delete_needs_delete_on_group_and_read_on_topic(env: Env) -> None:
+    def delete(topic: str) -> Any:
+        return env.call(47, 0, {"group_id": "g3", "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}]})
+    assert commit(env, "g3", "orders", ADMIN) == E.none
+    assert delete("orders").error_code == E.group_authorization_failed
+    env.acl(ALICE, O.DELETE, GROUP, "g3")
+    r = delete("orders")
+    assert r.error_code == E.none and r.topics[0].partitions[0].error_code == E.topic_authorization_failed
+    env.acl(ALICE, O.READ, TOPIC, "orders")
+    assert delete("orders").topics[0].partitions[0].error_code != E.topic_authorization_failed
+
+
+def test_classic_group_apis_need_read(env: Env) -> None:
+    join = env.call(11, 5, {"group_id": "cg", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
+                            "group_instance_id": None, "protocol_type": "consumer",
+                            "protocols": [{"name": "range", "metadata": b""}]})
+    assert join.error_code == E.group_authorization_failed
+    sync = env.call(14, 5, {"group_id": "cg", "generation_id": 1, "member_id": "m", "group_instance_id": None,
+                            "protocol_type": None, "protocol_name": None, "assignments": []})
+    assert sync.error_code == E.group_authorization_failed
+    hb = env.call(12, 4, {"group_id": "cg", "generation_id": 1, "member_id": "m", "group_instance_id": None})
+    assert hb.error_code == E.group_authorization_failed
+    leave = env.call(13, 4, {"group_id": "cg", "members": [{"member_id": "m", "group_instance_id": None}]})
+    assert leave.error_code == E.group_authorization_failed
+    env.acl(ALICE, O.READ, GROUP, "cg")
+    hb = env.call(12, 4, {"group_id": "cg", "generation_id": 1, "member_id": "m", "group_instance_id": None})
+    assert hb.error_code != E.group_authorization_failed
+
+
+def test_describe_list_delete_groups(env: Env) -> None:
+    env.acl(ADMIN, O.ALL, GROUP, "*")
+    for g in ("ga", "gb"):
+        assert commit(env, g, "orders", ADMIN) == E.none
+    env.clear_acls()
+    env.acl(ALICE, O.DESCRIBE, GROUP, "ga")
+    d = {g.group_id: g for g in env.call(15, 5, {"groups": ["ga", "gb"], "include_authorized_operations": True}).groups}
+    assert d["gb"].error_code == E.group_authorization_failed
+    assert d["ga"].error_code == E.none and d["ga"].authorized_operations == 1 << O.DESCRIBE
+    listed = {g.group_id for g in env.call(16, 4, {"states_filter": []}).groups}
+    assert listed == {"ga"}
+    env.acl(ALICE, O.DESCRIBE, CLUSTER, "kafka-cluster")
+    assert {"ga", "gb"} <= {g.group_id for g in env.call(16, 4, {"states_filter": []}).groups}
+    r = {g.group_id: g.error_code for g in env.call(42, 2, {"groups_names": ["ga", "gb"]}).results}
+    assert r == {"ga": E.group_authorization_failed, "gb": E.group_authorization_failed}
+    env.acl(ALICE, O.DELETE, GROUP, "gb")
+    assert env.call(42, 2, {"groups_names": ["gb"]}).results[0].error_code == E.none

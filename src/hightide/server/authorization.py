@@ -18,8 +18,8 @@ Every handler asks through the functions here, with its :class:`RequestContext`:
   older than the image the request reads; nothing is cached across metadata changes
   except the parsed ``super.users`` (a static config). Off costs one dict look-up.
 * :func:`authorize` — one action on one resource (Kafka's ``authHelper.authorize``);
-* :func:`allowed_names` — the subset of names allowed (``filterByAuthorized``: each
-  distinct name decided once);
+* :func:`allowed_names` / :func:`refused_names` — the names allowed / refused
+  (``filterByAuthorized``: each distinct name decided once);
 * :func:`authorize_cluster`, :func:`authorize_by_type`, :func:`authorized_operations`
   (the KIP-430 bit field; INT32_MIN is for callers that did not ask).
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .context import RequestContext
 
 __all__ = ["AUTHORIZER_CLASS", "AUTHORIZER_CLASS_NAMES", "allowed_names", "authorize", "authorize_by_type",
-           "authorize_cluster", "authorized_operations", "authorizer", "enabled"]
+           "authorize_cluster", "authorized_operations", "authorizer", "enabled", "refused_names"]
 
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
                                            ResourceType.TRANSACTIONAL_ID)
@@ -100,6 +100,20 @@ def allowed_names(ctx: RequestContext, operation: AclOperation, resource_type: R
         return distinct
     principal, host = ctx.principal, ctx.client_host
     return {n for n in distinct if a.authorize(principal, host, operation, resource_type, n)}
+
+
+def refused_names(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+                  names: Iterable[str]) -> frozenset[str]:
+    """The distinct names among ``names`` the principal may *not* perform ``operation``
+    on; empty without an authorizer (and then ``names`` is not even iterated)."""
+    a = authorizer(ctx)
+    if a is None:
+        return _NOTHING
+    principal, host = ctx.principal, ctx.client_host
+    return frozenset(n for n in set(names) if not a.authorize(principal, host, operation, resource_type, n))
+
+
+_NOTHING: frozenset[str] = frozenset()
 
 
 def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:

@@ -10,6 +10,8 @@ from ...protocol.codec import response_schema
 from ...log.partition_log import OffsetOutOfRange
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import refused_names
 from ..context import RequestContext
 from ..registry import handles
 from .common import resolve_partition
@@ -17,11 +19,15 @@ from .common import resolve_partition
 
 @handles(21, 0, 2)
 def handle(ctx: RequestContext, req: Any) -> Any:
+    denied = refused_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            plog, err = resolve_partition(ctx, t.name, p.partition_index)
+            if t.name in denied:
+                plog, err = None, ErrorCode.topic_authorization_failed
+            else:
+                plog, err = resolve_partition(ctx, t.name, p.partition_index)
             low = -1
             if plog is not None:
                 try:

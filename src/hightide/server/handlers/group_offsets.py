@@ -25,6 +25,8 @@ from ...protocol.offset_fetch_response import (
 )
 from ..coordinator_log import CoordinatorUnavailable
 from ...share.records import partition_for as share_partition_for
+from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..leadership import coordinator_endpoint
 from ..registry import RawResponse, handles
@@ -74,6 +76,18 @@ def _coordinator_partition(ctx: RequestContext, key_type: int, key: str) -> tupl
     return ctx.groups.topic, ctx.groups.partition_for(key)
 
 
+def _find_coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
+    """Kafka's FindCoordinator authorization: DESCRIBE on the group or transactional id;
+    share-state keys come from brokers (CLUSTER_ACTION). The error, or None if allowed."""
+    if key_type == GROUP_KEY and key and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed
+    if key_type == TXN_KEY and key and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed
+    if key_type == SHARE_KEY and not authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ErrorCode.cluster_authorization_failed
+    return None
+
+
 @handles(10, 0, 6)
 async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
     key_type = getattr(req, "key_type", GROUP_KEY)
@@ -81,7 +95,10 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
     entries = []
     for key in keys:
         code, msg = ErrorCode.none, None
-        if key_type == TXN_KEY:
+        refused = _find_coordinator_refused(ctx, key_type, key)
+        if refused is not None:
+            code = refused
+        elif key_type == TXN_KEY:
             code, msg = await _txn_coordinator(ctx, key)
         elif key_type == SHARE_KEY:
             code, msg = await _share_coordinator(ctx, key, ctx.version)
@@ -116,11 +133,18 @@ def _expected_offset(ctx: RequestContext, partition: Any) -> int | None:
 async def offset_commit(ctx: RequestContext, req: Any) -> Any:
     """Answered once the commit's records are committed: durable when the topic's
     ``flush.messages`` says so (see docs/offsets.md); an error if the append or fsync
-    fails, and then nothing of it is visible to OffsetFetch."""
+    fails, and then nothing of it is visible to OffsetFetch. Authorization as Kafka: READ
+    on the group (else every partition GROUP_AUTHORIZATION_FAILED), READ on each topic
+    (TOPIC_AUTHORIZATION_FAILED; those partitions are not committed)."""
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return encode_offset_commit_response(ctx.version, ctx.header.correlation_id, [
+            (t.name, [(p.partition_index, ErrorCode.group_authorization_failed) for p in t.partitions])
+            for t in req.topics])
+    denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
                              _expected_offset(ctx, p))
-               for t in req.topics for p in t.partitions]
+               for t in req.topics if t.name not in denied for p in t.partitions]
 
     def exists(topic: str, partition: int) -> bool:
         t = ctx.image.topics.get(topic)
@@ -134,7 +158,8 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
             ctx.now_ms)
     except CoordinatorUnavailable as exc:
         group_error, errors = exc.error_code, {}
-    topics = [(t.name, [(p.partition_index, errors.get((t.name, p.partition_index), group_error))
+    topics = [(t.name, [(p.partition_index, ErrorCode.topic_authorization_failed if t.name in denied
+                         else errors.get((t.name, p.partition_index), group_error))
                         for p in t.partitions]) for t in req.topics]
     return encode_offset_commit_response(ctx.version, ctx.header.correlation_id, topics)
 
@@ -149,6 +174,12 @@ group of the request sees the same values)."""
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
                  member_epoch: int = -1, bounds: Bounds | None = None,
                  require_stable: bool = False) -> GroupOffsets:
+    """One group's offsets. Authorization as Kafka: DESCRIBE on the group (else the
+    group's GROUP_AUTHORIZATION_FAILED); named topics the principal may not DESCRIBE
+    answer TOPIC_AUTHORIZATION_FAILED per partition, and are left out of an all-topics
+    fetch."""
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return GroupOffsets(group_id, ErrorCode.group_authorization_failed, [])
     try:
         shard = ctx.groups.shard_for(group_id)  # committed state only
     except CoordinatorUnavailable as exc:
@@ -156,8 +187,14 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
     member_error = shard.validate_fetch(group_id, member_id, member_epoch)
     if member_error != ErrorCode.none:  # a consumer group member with a stale epoch (v9)
         return GroupOffsets(group_id, member_error, [])
-    partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics or ()))
+    partitions = None if topics is None else [(t.name, p) for t in topics if t.name not in denied
+                                              for p in t.partition_indexes]
     fetched = shard.fetch_offsets(group_id, partitions, require_stable)  # KIP-447 (v7+)
+    if topics is None:
+        hidden = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (f[0] for f in fetched))
+        if hidden:
+            fetched = [f for f in fetched if f[0] not in hidden]
     extend = ctx.version >= 6
     logs = ctx.logs
     if bounds is None:
@@ -180,6 +217,11 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
             parts.append((partition, offset, epoch, metadata, error_code, None, None, None))
         else:
             parts.append((partition, offset, epoch, metadata, error_code, b[0], b[1], b[2]))
+    if denied and topics is not None:
+        for t in topics:
+            if t.name in denied:
+                by_topic.setdefault(t.name, []).extend(
+                    (p, -1, -1, "", ErrorCode.topic_authorization_failed, None, None, None) for p in t.partition_indexes)
     return GroupOffsets(group_id, ErrorCode.none, list(by_topic.items()))
 
 
@@ -198,7 +240,13 @@ def offset_fetch(ctx: RequestContext, req: Any) -> Any:
 # -- OffsetDelete ---------------------------------------------------------------------------
 @handles(47, 0, 0)
 async def offset_delete(ctx: RequestContext, req: Any) -> Any:
-    partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    """Authorization as Kafka: DELETE on the group (else GROUP_AUTHORIZATION_FAILED),
+    READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition, not deleted)."""
+    if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, req.group_id):
+        return materialize(response_schema(47, 0), {"error_code": ErrorCode.group_authorization_failed,
+                                                    "throttle_time": 0, "topics": []})
+    denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
+    partitions = [(t.name, p.partition_index) for t in req.topics if t.name not in denied for p in t.partitions]
     try:
         group_error, errors = await ctx.groups.execute(
             req.group_id, lambda shard: shard.delete_offsets(req.group_id, partitions,
@@ -207,6 +255,7 @@ async def offset_delete(ctx: RequestContext, req: Any) -> Any:
     except CoordinatorUnavailable as exc:
         group_error, errors = exc.error_code, {}
     topics = [{"name": t.name, "partitions": [
-        {"partition_index": p.partition_index, "error_code": errors.get((t.name, p.partition_index), ErrorCode.none)}
+        {"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed
+         if t.name in denied else errors.get((t.name, p.partition_index), ErrorCode.none)}
         for p in t.partitions]} for t in req.topics] if group_error == ErrorCode.none else []
     return materialize(response_schema(47, 0), {"error_code": group_error, "throttle_time": 0, "topics": topics})

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 from ...group.classic import JoinRequest, JoinResponse, SyncResponse
 from ...group.shard import CoordinatorResult, GroupCoordinatorShard
-from ...protocol.acl import all_operations
+from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from ..authorization import authorize, authorized_operations, authorizer
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
@@ -78,6 +79,11 @@ async def _parked(ctx: RequestContext, group_id: str, call: Callable[[GroupCoord
 
 
 # -- JoinGroup ------------------------------------------------------------------------------
+def _may_read(ctx: RequestContext, group_id: str) -> bool:
+    """Kafka's check for JoinGroup, SyncGroup, Heartbeat and LeaveGroup: READ on the group."""
+    return authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id)
+
+
 @handles(11, 0, 9)
 async def join_group(ctx: RequestContext, req: Any) -> Any:
     session = _ms(req.session_timeout)
@@ -86,8 +92,12 @@ async def join_group(ctx: RequestContext, req: Any) -> Any:
                      ctx.header.client_id or "", _host(ctx), session, rebalance if rebalance >= 0 else session,
                      req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols),
                      require_known_member_id=ctx.version >= 4)
-    resp: JoinResponse = await _parked(ctx, req.group_id, lambda shard, h: shard.join_group(jr, h, ctx.now_ms),
-                                       lambda code: JoinResponse(code, req.member_id))
+    resp: JoinResponse
+    if not _may_read(ctx, req.group_id):
+        resp = JoinResponse(ErrorCode.group_authorization_failed, req.member_id)
+    else:
+        resp = await _parked(ctx, req.group_id, lambda shard, h: shard.join_group(jr, h, ctx.now_ms),
+                             lambda code: JoinResponse(code, req.member_id))
     ok = resp.error == ErrorCode.none
     body = {
         "throttle_time": 0, "error_code": resp.error, "generation_id": resp.generation,
@@ -108,6 +118,10 @@ async def sync_group(ctx: RequestContext, req: Any) -> Any:
     assignments = {a.member_id: a.assignment for a in req.assignments}
     instance = getattr(req, "group_instance_id", None)
     ptype, pname = getattr(req, "protocol_type", None), getattr(req, "protocol_name", None)
+    if not _may_read(ctx, req.group_id):
+        return materialize(response_schema(14, ctx.version), {
+            "throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "protocol_type": None,
+            "protocol_name": None, "assignment": b""})
     resp: SyncResponse = await _parked(
         ctx, req.group_id,
         lambda shard, h: shard.sync_group(req.group_id, req.member_id, instance, req.generation_id, ptype, pname,
@@ -127,6 +141,9 @@ def heartbeat(ctx: RequestContext, req: Any) -> Any:
 
 async def _heartbeat(ctx: RequestContext, req: Any) -> Any:
     instance = getattr(req, "group_instance_id", None)
+    if not _may_read(ctx, req.group_id):
+        return materialize(response_schema(12, ctx.version), {"throttle_time": 0,
+                                                              "error_code": ErrorCode.group_authorization_failed})
     try:
         code = await ctx.groups.execute(
             req.group_id, lambda shard: shard.heartbeat(req.group_id, req.member_id, instance, req.generation_id,
@@ -147,6 +164,9 @@ async def _leave_group(ctx: RequestContext, req: Any) -> Any:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         members = [(req.member_id, None)]
+    if not _may_read(ctx, req.group_id):
+        return materialize(response_schema(13, ctx.version), {
+            "throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []})
     try:
         top, codes = await ctx.groups.execute(
             req.group_id, lambda shard: shard.leave_group(req.group_id, members, ctx.now_ms), ctx.now_ms)
@@ -165,6 +185,8 @@ async def _leave_group(ctx: RequestContext, req: Any) -> Any:
 def _describe(ctx: RequestContext, group_id: str) -> dict:
     base = {"group_id": group_id, "error_code": ErrorCode.none, "error_message": None, "group_state": "Dead",
             "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": INT32_MIN}
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return {**base, "error_code": ErrorCode.group_authorization_failed, "group_state": ""}
     try:
         shard = ctx.groups.shard_for(group_id) if group_id else None
         described = shard.describe_group(group_id) if shard is not None else None
@@ -182,10 +204,10 @@ def _describe(ctx: RequestContext, group_id: str) -> dict:
 @handles(15, 0, 6)
 def describe_groups(ctx: RequestContext, req: Any) -> Any:
     groups = [_describe(ctx, g) for g in req.groups]
-    if getattr(req, "include_authorized_operations", False):  # v3+; no ACLs: every group operation
+    if getattr(req, "include_authorized_operations", False):  # v3+; no authorizer: every group operation
         for g in groups:
             if g["error_code"] == ErrorCode.none:
-                g["authorized_operations"] = all_operations("group")
+                g["authorized_operations"] = authorized_operations(ctx, ResourceType.GROUP, g["group_id"])
     return materialize(response_schema(15, ctx.version), {"throttle_time": 0, "groups": groups})
 
 
@@ -218,6 +240,11 @@ def list_groups(ctx: RequestContext, req: Any) -> Any:
                 if not states or state.lower() in states:
                     groups.append({"group_id": gid, "protocol_type": "share", "group_state": state,
                                    "group_type": "share"})
+    a = authorizer(ctx)  # Kafka: DESCRIBE on the cluster lists every group, else those the principal may describe
+    if a is not None and not a.authorize(ctx.principal, ctx.client_host, AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                                         CLUSTER_NAME):
+        groups = [g for g in groups if a.authorize(ctx.principal, ctx.client_host, AclOperation.DESCRIBE,
+                                                   ResourceType.GROUP, g["group_id"])]
     return materialize(response_schema(16, ctx.version),
                        {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups})
 
@@ -239,6 +266,9 @@ def _delete_group(shard: GroupCoordinatorShard, group_id: str) -> CoordinatorRes
 async def delete_groups(ctx: RequestContext, req: Any) -> Any:
     results = []
     for group_id in req.groups_names:
+        if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, group_id):
+            results.append({"group_id": group_id, "error_code": ErrorCode.group_authorization_failed})
+            continue
         try:
             code = await _delete_share_state(ctx, group_id)
             if code == ErrorCode.none:

@@ -20,6 +20,8 @@ from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import refused_names
 from ..context import RequestContext
 from ..leadership import leader_epoch
 from ..registry import handles
@@ -55,6 +57,7 @@ def lookup(plog: PartitionLog, timestamp: int, version: int, read_committed: boo
 @handles(2, 1, 9)
 def handle(ctx: RequestContext, req: Any) -> Any:
     read_committed = getattr(req, "isolation_level", 0) == 1
+    denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
     topics = []
     for t in req.topics:
         seen: dict[int, int] = {}
@@ -64,8 +67,9 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         for p in t.partitions:
             entry = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1,
                      "old_style_offsets": []}
-            if seen[p.partition_index] > 1:
-                entry["error_code"] = ErrorCode.invalid_request
+            if seen[p.partition_index] > 1 or t.name in denied:
+                entry["error_code"] = (ErrorCode.topic_authorization_failed if t.name in denied
+                                       else ErrorCode.invalid_request)
                 parts.append(entry)
                 continue
             plog, err = resolve_partition(ctx, t.name, p.partition_index)

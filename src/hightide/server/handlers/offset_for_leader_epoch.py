@@ -9,6 +9,8 @@ from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize_cluster, refused_names
 from ..context import RequestContext
 from ..leadership import leader_epoch
 from ..registry import handles
@@ -17,12 +19,19 @@ from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
 
 @handles(23, 2, 4)
 def handle(ctx: RequestContext, req: Any) -> Any:
+    """Authorization as Kafka: a follower's request (replica id >= 0) needs CLUSTER_ACTION
+    (else every partition answers CLUSTER_AUTHORIZATION_FAILED), then DESCRIBE per topic."""
+    if getattr(req, "replica_id", -1) >= 0 and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+        denied, code = frozenset(t.topic for t in req.topics), ErrorCode.cluster_authorization_failed
+    else:
+        denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
+        code = ErrorCode.topic_authorization_failed
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
-            plog, err = resolve_partition(ctx, t.topic, p.partition)
+            plog, err = (None, code) if t.topic in denied else resolve_partition(ctx, t.topic, p.partition)
             if err == ErrorCode.none:
                 err = check_leader_epoch(getattr(p, "current_leader_epoch", -1),
                                          leader_epoch(ctx.image, t.topic, p.partition))
