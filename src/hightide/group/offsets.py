@@ -8,7 +8,6 @@ expiry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -19,8 +18,9 @@ TopicPartition = tuple[str, int]
 Record = tuple[object, object | None]
 
 
-@dataclass(frozen=True, slots=True)
-class CommitRequest:
+class CommitRequest(NamedTuple):
+    """One partition of an OffsetCommit (a tuple: a request builds one per partition)."""
+
     topic: str
     partition: int
     offset: int
