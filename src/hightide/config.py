@@ -339,6 +339,9 @@ class BrokerConfig:
     #: Cluster-mode settings as given (Kafka names: process.roles, listeners, ...);
     #: validated together by :meth:`cluster_settings`.
     cluster_values: dict[str, Any] = field(default_factory=dict)
+    #: Listener security settings as given (Kafka names: listener.security.protocol.map,
+    #: ssl.*, sasl.*, listener.name.<l>.*); read by :mod:`hightide.security.listeners`.
+    security_values: dict[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -362,6 +365,12 @@ class BrokerConfig:
                 parsed = CLUSTER_CONFIGS[name].parse(value)
                 self.cluster_values[name] = parsed
                 self.originals[name] = None if parsed is None else CLUSTER_CONFIGS[name].render(parsed)
+                return
+            from .security.listeners import is_security_config, sensitive
+            if is_security_config(name):  # listeners' TLS/SASL settings: checked by security_settings
+                self.security_values[name] = value
+                if not sensitive(name):
+                    self.originals[name] = str(value)
                 return
             raise ConfigError(f"Unknown broker configuration {name!r}"
                               f"{did_you_mean(name, [*BROKER_CONFIGS, *_TIME_ALIASES, *CLUSTER_CONFIGS])}")

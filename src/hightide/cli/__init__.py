@@ -90,6 +90,8 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
     try:
         config = BrokerConfig.load(config_file, extra)
         config.cluster_settings()  # the cluster configs checked together (raises ConfigError)
+        from ..server.listener_security import check_listeners
+        check_listeners(config)  # TLS material readable, SASL settings valid (raises ValueError)
     except (ConfigError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     listen_addr = _parse_hostport(listen)

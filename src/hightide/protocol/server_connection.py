@@ -46,7 +46,7 @@ copies what it keeps.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -55,7 +55,7 @@ from .codec import API_VERSIONS_KEY, RequestHeader, decode_request, encode_respo
 from .errors import ErrorCode, LocalProtocolError, PeerProtocolError
 from .framing import FrameReader
 
-__all__ = ["NEED_DATA", "Answered", "RawResponse", "Request", "ServerConnection", "VersionRange",
+__all__ = ["NEED_DATA", "Answered", "RawResponse", "Refused", "Request", "ServerConnection", "VersionRange",
            "api_version_ranges"]
 
 DEFAULT_RECEIVE_CHUNK = 32 * 1024
@@ -131,6 +131,21 @@ class Answered:
         return f"Answered(api_key={self.header.api_key}, correlation_id={self.header.correlation_id})"
 
 
+class Refused:
+    """The connection's gate refused a request before its body was decoded (see
+    :attr:`ServerConnection.gate`). ``slot`` is open: answer it with :meth:`ServerConnection.send`
+    (an error response, or ``None``) or close the connection."""
+
+    __slots__ = ("header", "slot")
+
+    def __init__(self, header: RequestHeader, slot: int) -> None:
+        self.header = header
+        self.slot = slot
+
+    def __repr__(self) -> str:
+        return f"Refused(api_key={self.header.api_key}, correlation_id={self.header.correlation_id})"
+
+
 _PENDING: Final = object()
 _NOTHING: tuple[bytes | memoryview, ...] = ()  # a request answered without a response (acks=0 Produce)
 
@@ -158,6 +173,10 @@ class ServerConnection(Generic[R]):
         self._slots: deque[list[Any]] = deque()  # [header, frame buffers or _PENDING], oldest first
         self._first_slot = 0  # slot number of self._slots[0]
         self._error: PeerProtocolError | None = None
+        #: Asked with each request's header and frame size before the body is decoded
+        #: (authentication: a connection that has not authenticated gets only some APIs);
+        #: False makes the event a :class:`Refused`. None (the default) admits everything.
+        self.gate: Callable[[RequestHeader, int], bool] | None = None
 
     # -- bytes in -------------------------------------------------------------------
     def get_buffer(self, sizehint: int = -1) -> memoryview:
@@ -195,7 +214,7 @@ class ServerConnection(Generic[R]):
             self.buffer_updated(n)
 
     # -- events out -----------------------------------------------------------------
-    def next_request(self) -> Request[R] | Answered | _NeedData:
+    def next_request(self) -> Request[R] | Answered | Refused | _NeedData:
         """The next event: a :class:`Request`, an :class:`Answered`, or :data:`NEED_DATA`.
 
         Raises :class:`PeerProtocolError` (see the module docstring); the connection is
@@ -213,8 +232,10 @@ class ServerConnection(Generic[R]):
             self._frames.clear()
             raise
 
-    def _event(self, frame: memoryview) -> Request[R] | Answered:
+    def _event(self, frame: memoryview) -> Request[R] | Answered | Refused:
         header, body_offset = parse_header(frame)
+        if self.gate is not None and not self.gate(header, len(frame)):
+            return Refused(header, self._open_slot(header))
         route = self._routes.get(header.api_key)
         if route is None:
             raise PeerProtocolError(f"unknown api key {header.api_key} (correlation id {header.correlation_id})",

@@ -308,7 +308,9 @@ class ScramServer:
         final = parse_client_final(data)
         first, credential = self._first, self._credential
         assert first is not None and credential is not None
-        if final.nonce != self._server_first[2:self._server_first.index(",")]:
+        # Kafka's ScramSaslServer checks endsWith, not equality: librdkafka (2.0 at least)
+        # sends the client nonce again in front of the server's combined nonce.
+        if not final.nonce.endswith(self._server_first[2:self._server_first.index(",")]):
             raise ScramError("other-error", "Invalid client nonce in the final client message.")
         if not hmac.compare_digest(final.channel_binding, first.gs2_header.encode()):
             raise ScramError("channel-bindings-dont-match", "channel binding does not match the GS2 header")

@@ -27,7 +27,7 @@ from ..cluster.lifecycle import LifecycleConfig
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings, Listener
-from ..config import BrokerConfig, effective_topic_config
+from ..config import BrokerConfig, ConfigError, effective_topic_config
 from ..log.config import LogConfig
 from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
@@ -36,6 +36,7 @@ from ..log.storage import POSIX, Storage
 from . import handlers
 from .broker_node import BrokerNode
 from .connection import KafkaConnection
+from .listener_security import ListenerIdentity, ListenerSecurity, listener_security
 from .context import Services
 from .controller_service import ControllerService
 from .flusher import Flusher
@@ -106,6 +107,7 @@ class Broker:
         self._bound: tuple[str, int] = listen
         self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
+        self._security: dict[str, ListenerSecurity] = {}  # listener name -> its security (issue 17)
         self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
         self.services = Services.of(self, self.routes)  # what handlers get, by narrow interface
         #: The cluster side of a broker-only process (process.roles=broker): controller
@@ -168,7 +170,11 @@ class Broker:
         """The listeners this process serves and the services (route table) of each: the
         single node has one, from ``listen``, serving every API."""
         if self.cluster.single_node:
-            return [(Listener("PLAINTEXT", *self.listen), self.services)]
+            if "listeners" not in self.config.cluster_values:  # --listen: one PLAINTEXT listener
+                return [(Listener("PLAINTEXT", *self.listen), self.services)]
+            # explicit listeners (e.g. SASL_SSL and PLAINTEXT): each serves every API and advertises itself
+            return [(x, dataclasses.replace(self.services, listener=x.name, identity=ListenerIdentity(self, x)))
+                    for x in self.cluster.listeners]
         wanted = list(self.cluster.broker_listeners) if self.cluster.is_broker else []
         if self.cluster.is_controller:
             wanted += self.cluster.controller_listeners
@@ -197,11 +203,27 @@ class Broker:
         return [(x.name, *self.cluster.advertised_for(x, x.port)) for x, _ in self.servers
                 if x.name in self.cluster.controller_listener_names]
 
+    def listener_security(self, name: str) -> ListenerSecurity:
+        """The security (protocol, TLS context, SASL settings) of listener ``name``, built
+        once. Raises ConfigError naming the setting at fault."""
+        security = self._security.get(name)
+        if security is None:
+            try:
+                security = listener_security(name, self.config.security_values, lambda: self.image,
+                                             self.cluster.controller_listener_names)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            self._security[name] = security
+        return security
+
     async def _start_listeners(self) -> None:
         loop = asyncio.get_running_loop()
         for listener, services in self._listeners():
-            server = await loop.create_server(functools.partial(KafkaConnection, self, services), listener.host or None,
-                                              listener.port, reuse_address=True, backlog=1024)
+            security = self.listener_security(listener.name)
+            server = await loop.create_server(
+                functools.partial(KafkaConnection, self, services, security), listener.host or None, listener.port,
+                reuse_address=True, backlog=1024, ssl=security.ssl_context,
+                ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
             port = server.sockets[0].getsockname()[1]
             self.servers.append((Listener(listener.name, listener.host, port), server))  # the bound port
         self.server = self.servers[0][1]
@@ -532,8 +554,11 @@ class Broker:
                       listener.host, port)
             try:
                 loop = asyncio.get_running_loop()
-                server = await loop.create_server(functools.partial(KafkaConnection, self, services[listener.name]),
-                                                  host, port, reuse_address=True, backlog=1024)
+                security = self.listener_security(listener.name)
+                server = await loop.create_server(
+                    functools.partial(KafkaConnection, self, services[listener.name], security), host, port,
+                    reuse_address=True, backlog=1024, ssl=security.ssl_context,
+                    ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
             except OSError as exc:
                 log.error("reopening the listener failed (retrying): %s", exc)
                 continue

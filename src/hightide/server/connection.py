@@ -19,6 +19,18 @@ moves bytes, runs handlers, and applies back-pressure:
   connection with a logged reason; nothing else does. A half-closed client gets its
   in-flight answers, then the connection closes.
 
+Authentication (issue 17): each connection holds a session chosen by its listener's
+:class:`~.listener_security.ListenerSecurity` when it is made (after the TLS handshake on
+a TLS listener). On a SASL listener the protocol core's ``gate`` asks the session
+(:meth:`~hightide.security.session.SaslSession.admit`) before a request's body is
+decoded: SaslHandshake/SaslAuthenticate are answered by the session itself, a refused
+request gets its error (or none) and the connection closes after
+``connection.failed.authentication.delay.ms`` (timer, never a blocking sleep; nothing
+more is read meanwhile); a connection that has not authenticated within
+``connections.authentication.timeout.ms`` of connecting is closed (slow clients that
+never finish). Handlers see the authenticated principal as ``ctx.principal``. Neither
+authentication bytes nor passwords are ever logged.
+
 Each request is written to the request log (:mod:`.request_log`, logger
 ``hightide.request`` at DEBUG) when it is answered; when that logger is off, a request
 costs one ``isEnabledFor`` check.
@@ -33,10 +45,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.errors import PeerProtocolError
-from ..protocol.server_connection import NEED_DATA, Answered, Request, ServerConnection
+from ..protocol.build import materialize
+from ..protocol.codec import RequestHeader, response_schema
+from ..protocol.errors import ErrorCode, PeerProtocolError
+from ..protocol.server_connection import NEED_DATA, Answered, Refused, Request, ServerConnection
+from ..security.session import REJECT, SASL, SERVE, Admission, AuthenticatedSession, SaslSession
 from . import request_log
-from .context import RequestContext, Services
+from .context import ANONYMOUS, RequestContext, Services, _host_of
+from .listener_security import PLAINTEXT, ListenerSecurity, Session
 from .registry import CloseConnection, Route
 
 if TYPE_CHECKING:
@@ -59,8 +75,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
     ``routes``) overrides the broker's for a listener with its own route table, such as
     a controller listener."""
 
-    def __init__(self, broker: "Broker", services: "Services | None" = None) -> None:
+    def __init__(self, broker: "Broker", services: "Services | None" = None,
+                 security: ListenerSecurity | None = None) -> None:
         self.broker = broker
+        self.security = security or PLAINTEXT
+        self.session: Session = AuthenticatedSession()
+        self.principal = ANONYMOUS
+        self.client_host = "?"
+        self._admission: Admission | None = None  # the gate's verdict on the request just returned
+        self._failed = False  # authentication failed: nothing more is run, the close is pending
+        self._auth_handle: asyncio.TimerHandle | None = None
         cfg = broker.config
         self.services = services or broker.services
         routes = services.routes if services is not None else broker.routes  # the broker's: its default listener
@@ -85,14 +109,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.client_host = _host_of(self.peer)
         self.broker.connections.add(self)
         self._arm_idle_timer()
+        if not self.security.plaintext:
+            self._start_session(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.broker.connections.discard(self)
         if self._idle_handle:
             self._idle_handle.cancel()
+        if self._auth_handle:
+            self._auth_handle.cancel()
         for t in list(self._tasks):
             t.cancel()
 
@@ -131,7 +160,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._running = True
         try:
             conn = self.conn
-            while not self.paused and self._open():
+            while not self.paused and not self._failed and self._open():
                 try:
                     event = conn.next_request()
                 except PeerProtocolError as exc:
@@ -144,6 +173,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if _REQUEST_LOG.isEnabledFor(_DEBUG):
                         request_log.log_answered(event.header, self.peer)
                     self._check_backpressure()
+                elif type(event) is Refused:
+                    self._refuse(event)
                 else:
                     self._run(event)  # type: ignore[arg-type]
         finally:
@@ -154,7 +185,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         route, header = request.route, request.header
         if _REQUEST_LOG.isEnabledFor(_DEBUG):  # the request log's one check per request when off
             self._started[request.slot] = time.perf_counter()
-        ctx = RequestContext(self.services, header, self.peer, request.unknown_tags)
+        if self._admission is not None and self._admission.action == SASL:
+            self._admission = None
+            self._sasl(request)
+            return
+        ctx = RequestContext(self.services, header, self.peer, request.unknown_tags, None, self.principal,
+                             self.client_host)
         try:
             result = route.fn(ctx, request.body)
         except CloseConnection as exc:
@@ -223,7 +259,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         or a full write buffer; once both are clear (in flight below half the limit:
         hysteresis) run the requests held meanwhile, then resume reading if still clear."""
         t = self.transport
-        if t is None or t.is_closing():
+        if t is None or t.is_closing() or self._failed:
             return
         pending = self.conn.pending_responses
         if not self.paused:
@@ -242,6 +278,85 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _protocol_error(self, exc: PeerProtocolError) -> None:
         self.close(f"protocol error: {exc.reason} ({exc.error_code.name})")
+
+    # -- authentication ---------------------------------------------------------------
+    def _start_session(self, transport: asyncio.BaseTransport) -> None:
+        """The listener's session for this connection; on SASL, the gate and the deadline."""
+        session = self.security.new_session(transport)
+        self.session, self.principal = session, session.principal
+        if isinstance(session, SaslSession):
+            self.conn.gate = self._gate
+            loop = asyncio.get_running_loop()
+            self._auth_handle = loop.call_later(self.security.auth_timeout_ms / 1000, self._auth_deadline)
+
+    def _gate(self, header: RequestHeader, frame_size: int) -> bool:
+        admission = self.session.admit(header.api_key, frame_size, int(time.time() * 1000))
+        self._admission = admission
+        if admission.action == SERVE:
+            self._admission = None
+            return True
+        return admission.action == SASL
+
+    def _sasl(self, request: Request[Route]) -> None:
+        """Answer a SaslHandshake/SaslAuthenticate through the session."""
+        session = self.session
+        assert isinstance(session, SaslSession)
+        header, body, now = request.header, request.body, int(time.time() * 1000)
+        if header.api_key == 17:
+            reply = session.handshake(header.api_version, str(body.mechanism), now)
+        else:
+            reply = session.authenticate(header.api_version, bytes(body.auth_bytes), now)
+        response = materialize(response_schema(header.api_key, header.api_version), reply.body)
+        if reply.close:
+            reason = reply.body.get("error_message") or ErrorCode(int(reply.body["error_code"])).name.upper()
+            self._fail_later(request.slot, response, reply.delay_ms, f"authentication failed: {reason}")
+            return
+        if session.authenticated:
+            if self.principal != session.principal or self._auth_handle is not None:
+                log.debug("connection from %s authenticated as %s (%s)", self.peer, session.principal,
+                         session.mechanism)
+            self.principal = session.principal
+            if self._auth_handle is not None:
+                self._auth_handle.cancel()
+                self._auth_handle = None
+        self._answer(request, response)
+
+    def _refuse(self, event: Refused) -> None:
+        """A request the session refused: its error response (REJECT) or none, then close."""
+        admission = self._admission or Admission("close", "refused")
+        self._admission = None
+        response = None
+        if admission.action == REJECT:
+            try:
+                response = materialize(response_schema(event.header.api_key, event.header.api_version),
+                                       {"error_code": admission.error_code, "error_message": admission.reason})
+            except (KeyError, TypeError, ValueError):
+                response = None  # an API whose response has no top-level error: closed without one
+        self._fail_later(event.slot, response, admission.delay_ms, admission.reason)
+
+    def _fail_later(self, slot: int, response: Any, delay_ms: int, reason: str) -> None:
+        """Stop serving; after ``delay_ms`` send ``response`` (if any) in ``slot`` and close."""
+        self._failed = True
+        t = self.transport
+        if t is not None and not t.is_closing() and not self._reading_paused:
+            self._reading_paused = True
+            t.pause_reading()
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(0, delay_ms) / 1000, self._send_and_close, slot, response, reason)
+
+    def _send_and_close(self, slot: int, response: Any, reason: str) -> None:
+        if self._open():
+            try:
+                self._write(self.conn.send(slot, response))
+            except Exception:  # an earlier slot's state or the encoder: the close still happens
+                log.debug("could not send the authentication failure to %s", self.peer, exc_info=True)
+        self.close(reason, level=logging.INFO)
+
+    def _auth_deadline(self) -> None:
+        self._auth_handle = None
+        if not self.session.authenticated and not self.closing:
+            self.close(f"not authenticated within {self.security.auth_timeout_ms} ms "
+                       "(connections.authentication.timeout.ms)", level=logging.INFO)
 
     # -- lifecycle ------------------------------------------------------------------
     def _arm_idle_timer(self) -> None:

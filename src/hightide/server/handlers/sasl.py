@@ -7,6 +7,10 @@ routed here is a SASL request on a connection that needs none (a PLAINTEXT or SS
 listener) or that is already authenticated without re-authentication support: Kafka's
 ``KafkaApis`` answers both with ILLEGAL_SASL_STATE, and so does hightide. Registering
 them also makes ApiVersions advertise them, as Kafka does on every listener.
+
+SaslHandshake is advertised from v0 although a v0 handshake (raw tokens, removed in Kafka
+4) is refused by the session: librdkafka (kcat, confluent-kafka before 2.x) enables SASL
+only when the broker's range includes v0, and then sends v1.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from ..context import RequestContext
 from ..registry import handles
 
 
-@handles(17, 1, 1)
+@handles(17, 0, 1)
 def sasl_handshake(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(17, ctx.version), {"error_code": ErrorCode.illegal_sasl_state,
                                                           "mechanisms": []})

@@ -1,0 +1,128 @@
+"""What a listener's connections need to authenticate: built once per listener from the
+broker config (see :mod:`hightide.security.listeners` for the config names).
+
+:class:`ListenerSecurity` holds the listener's security protocol, its ``ssl.SSLContext``
+(SSL, SASL_SSL), its SASL settings (SASL_PLAINTEXT, SASL_SSL) and the authentication
+timeout, and makes each new connection's session
+(:class:`~hightide.security.session.SaslSession` on a SASL listener, an
+:class:`~hightide.security.session.AuthenticatedSession` otherwise, whose principal is the
+client certificate's on SSL). SCRAM credentials are read from the metadata image current
+when a client authenticates, so a credential changed with AlterUserScramCredentials
+applies to the next authentication.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..security.listeners import TlsSettings, listener_protocol, tls_settings
+from ..security.scram import ScramCredential, ScramMechanism
+from ..security.session import AuthenticatedSession, SaslServerConfig, SaslSession
+from ..security.settings import sasl_server_config
+from .context import ANONYMOUS
+from .tls import peer_principal, server_context
+
+if TYPE_CHECKING:
+    from ..cluster.image import MetadataImage
+
+#: hightide's bound on authentication: a connection on a SASL listener that has not
+#: authenticated this long after connecting is closed, and a TLS handshake must finish
+#: within it (slow clients that never finish cannot hold connections open).
+AUTH_TIMEOUT_CONFIG = "connections.authentication.timeout.ms"
+DEFAULT_AUTH_TIMEOUT_MS = 10000
+
+Session = AuthenticatedSession | SaslSession
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """One listener's security (see the module doc)."""
+    name: str
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    tls: TlsSettings | None = None
+    sasl: SaslServerConfig | None = None
+    auth_timeout_ms: int = DEFAULT_AUTH_TIMEOUT_MS
+
+    @property
+    def plaintext(self) -> bool:
+        return self.protocol == "PLAINTEXT"
+
+    def new_session(self, transport: Any) -> Session:
+        """The session of a new connection on this listener (after its TLS handshake)."""
+        if self.sasl is not None:
+            return SaslSession(self.sasl)
+        if self.tls is not None:
+            return AuthenticatedSession(peer_principal(transport, self.tls))
+        return AuthenticatedSession(ANONYMOUS)
+
+
+PLAINTEXT = ListenerSecurity("PLAINTEXT")
+
+
+def listener_security(name: str, configs: Mapping[str, Any], image: Callable[[], MetadataImage],
+                      controller_names: tuple[str, ...] = ()) -> ListenerSecurity:
+    """The security of listener ``name`` from the broker's security configs. Raises
+    ValueError (ListenerConfigError) naming the setting at fault: the protocol map does
+    not name the listener, TLS material is missing or unreadable, SASL mechanisms or JAAS
+    configs are invalid."""
+    protocol = listener_protocol(configs, name, controller_names)
+    if protocol == "PLAINTEXT":
+        return ListenerSecurity(name)
+    tls = ctx = None
+    if protocol in ("SSL", "SASL_SSL"):
+        tls = tls_settings(configs, name)
+        ctx = server_context(name, tls)
+    sasl = None
+    if protocol.startswith("SASL"):
+        def lookup(mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+            return image().security.scram_credential(user, mechanism.type)
+        sasl = sasl_server_config(name, configs, lookup)
+    timeout = int(configs.get(AUTH_TIMEOUT_CONFIG, DEFAULT_AUTH_TIMEOUT_MS))
+    return ListenerSecurity(name, protocol, ctx, tls, sasl, timeout)
+
+
+class ListenerIdentity:
+    """The broker's identity as one listener of a single node with several listeners
+    advertises it (``BrokerIdentity``): clients are told the address of the listener they
+    connected to (its advertised listener, else its bound address), so a client on the
+    SASL_SSL port is not sent to the PLAINTEXT one."""
+
+    def __init__(self, broker: Any, listener: Any) -> None:
+        self._broker = broker
+        self._listener = listener
+
+    @property
+    def node_id(self) -> int:
+        return int(self._broker.node_id)
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._broker.cluster_id
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self._broker.stopping)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        listener = self._listener
+        port = self._broker.bound_port(listener.name) or listener.port
+        host, port = self._broker.cluster.advertised_for(listener, port)
+        return ("127.0.0.1" if host == "localhost" else host), port
+
+
+def check_listeners(config: Any) -> None:
+    """Build every listener's security once from a BrokerConfig, to report a bad setting
+    before anything starts. Raises ValueError naming the setting."""
+    cluster = config.cluster_settings()
+    explicit = "listeners" in config.cluster_values or not cluster.single_node
+    names = [x.name for x in cluster.listeners] if explicit else ["PLAINTEXT"]
+    def no_image() -> MetadataImage:
+        raise RuntimeError("no metadata image while checking configs")
+
+    for name in names:
+        listener_security(name, config.security_values, no_image, cluster.controller_listener_names)
