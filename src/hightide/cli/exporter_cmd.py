@@ -23,14 +23,16 @@ from ._common import DEFAULT_BOOTSTRAP
                    "(Prometheus' X-Prometheus-Scrape-Timeout-Seconds header shortens it).")
 @click.option("--no-extensions", is_flag=True, help="Always use OffsetFetch + ListOffsets (two calls).")
 @click.option("--cluster-name", default="default", show_default=True, help="cluster_name label (kafka-lag-exporter).")
+@click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
+              help="read_committed measures lag to the last stable offset.")
 def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, ...], window: float,
              min_samples: int, min_interval: float, scrape_timeout: float, no_extensions: bool,
-             cluster_name: str) -> None:
+             cluster_name: str, isolation: str) -> None:
     """Serve consumer lag, time lag, status and partition offsets as Prometheus metrics."""
     from ..monitoring.exporter import Exporter
     from ..lag import StatusRules
     ex = Exporter(bootstrap_server, listen=(listen, port), groups=list(groups) or None,
                   rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),
                   min_interval_s=min_interval, use_extensions=not no_extensions, cluster_name=cluster_name,
-                  scrape_timeout_s=scrape_timeout)
+                  scrape_timeout_s=scrape_timeout, isolation_level=isolation)
     _run(ex.run_forever())

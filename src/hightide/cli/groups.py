@@ -49,6 +49,26 @@ def groups_list(bootstrap_server: str, output: str, states: tuple[str, ...]) -> 
                   Col("PROTOCOL-TYPE", "protocol_type")], rows)
 
 
+def _transaction_notes(ol: Any) -> list[str]:
+    """NOTE texts for transactions: records held back by an open transaction (beyond the
+    LSO) and a commit that only transaction markers separate from the end."""
+    notes = []
+    if ol.pending:
+        notes.append(f"{ol.pending} pending in open transaction(s)")
+    if ol.invisible_tail:
+        notes.append(f"caught up: {ol.invisible_tail} marker/aborted offset(s) after the commit")
+    return notes
+
+
+def with_pending(cols: list[Col], rows: list[dict[str, Any]]) -> list[Col]:
+    """``cols`` with a PENDING column after LAG when a row has records pending in an open
+    transaction (offsets past the LSO: not in a read_committed group's lag)."""
+    if not any(r.get("pending") for r in rows):
+        return cols
+    i = next(i for i, c in enumerate(cols) if c.key == "lag") + 1
+    return [*cols[:i], Col("PENDING", "pending", drop=1), *cols[i:]]
+
+
 def offset_rows(report: Any) -> list[dict[str, Any]]:
     """kafka-consumer-groups.sh --describe rows (plus time lag and status) of a GroupReport."""
     rows = []
@@ -59,10 +79,13 @@ def offset_rows(report: Any) -> list[dict[str, Any]]:
             notes.append(p.error.lower())
         if tl is not None and tl.certainty != "exact":
             notes.append(f"time-lag {tl.certainty} ({tl.method})")
+        notes += _transaction_notes(p.offsets)
         rows.append({
             "group": p.group, "topic": p.topic, "partition": p.partition,
             "current_offset": p.offsets.committed, "log_end_offset": p.offsets.end_offset,
             "log_start_offset": p.offsets.log_start_offset, "lag": p.lag,
+            "high_watermark": p.high_watermark, "last_stable_offset": p.last_stable_offset,
+            "pending": p.offsets.pending, "invisible_tail": p.offsets.invisible_tail,
             "consumer_id": p.member.consumer_id if p.member else None,
             "host": p.member.host if p.member else None,
             "client_id": p.member.client_id if p.member else None,
@@ -150,7 +173,7 @@ def groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ..
              [_state_row(r, coordinators.get(r.group)) for r in reports])
     else:
         rows = [r for rep in reports for r in offset_rows(rep)]
-        emit(output, OFFSET_COLS, rows)
+        emit(output, with_pending(OFFSET_COLS, rows), rows)
         for rep in reports:
             if rep.error:
                 click.echo(f"Error describing group {rep.group!r}: {rep.error}", err=True)

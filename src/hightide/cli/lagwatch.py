@@ -12,7 +12,7 @@ import click
 
 from . import main
 from ._common import Col, admin_options, print_table, run_admin, seconds
-from .groups import offset_rows
+from .groups import offset_rows, with_pending
 
 WATCH_COLS = [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
               Col("CURRENT-OFFSET", "current_offset"), Col("LOG-END-OFFSET", "log_end_offset"),
@@ -43,8 +43,10 @@ def snapshot_doc(snap: Any) -> dict[str, Any]:
 @click.option("--iterations", type=int, default=0, help="Stop after this many refreshes (0: until Ctrl-C).")
 @click.option("--window", type=float, default=60.0, show_default=True, help="Status window in seconds.")
 @click.option("--min-samples", type=int, default=5, show_default=True, help="Samples for a complete window.")
+@click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
+              help="read_committed measures lag to the last stable offset (records of open transactions: PENDING).")
 def lag_watch(bootstrap_server: str, output: str, group_ids: tuple[str, ...], interval: float, iterations: int,
-              window: float, min_samples: int) -> None:
+              window: float, min_samples: int, isolation: str) -> None:
     """Refresh lag of GROUP_IDS (default: all groups) every --interval seconds.
 
     With ``-o json`` prints one JSON document per refresh, one per line.
@@ -54,7 +56,7 @@ def lag_watch(bootstrap_server: str, output: str, group_ids: tuple[str, ...], in
     rules = StatusRules(window_ms=int(window * 1000), min_samples=min_samples)
 
     async def go(admin: Any) -> None:
-        mon = LagMonitor(admin, rules=rules)
+        mon = LagMonitor(admin, rules=rules, isolation_level=isolation)
         screen = output == "table" and sys.stdout.isatty()
         n = 0
         while True:
@@ -86,4 +88,4 @@ def _print_refresh(snap: Any, n: int, screen: bool) -> None:
     elif n > 1:
         click.echo()
     click.echo(head)
-    print_table(WATCH_COLS, rows)
+    print_table(with_pending(WATCH_COLS, rows), rows)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Anomaly", "OffsetLag", "offset_lag"]
+__all__ = ["Anomaly", "OffsetLag", "offset_lag", "pending_offsets"]
 
 
 class Anomaly(StrEnum):
@@ -35,6 +35,14 @@ class OffsetLag:
     ``end_offset`` is the high watermark, or the last stable offset for read_committed.
     ``lost`` is how many records were deleted before the group read them
     (``log_start_offset - committed`` when positive, else 0; None when unknown).
+
+    Transactions (docs/lag.md, "Lag around transactions"): ``pending`` is ``high
+    watermark - last stable offset``, the offsets of open transactions and everything
+    after the first of them (not yet readable by read_committed consumers, not counted in
+    their lag); None when either is unknown. ``invisible_tail`` is how many offsets
+    between ``committed`` and the end hold no record the consumer would be delivered
+    (transaction markers; for read_committed also aborted records): when it is
+    ``end_offset - committed`` the consumer has read everything and ``lag`` is 0.
     """
 
     committed: int | None
@@ -43,6 +51,8 @@ class OffsetLag:
     lag: int | None
     anomalies: tuple[Anomaly, ...] = ()
     read_committed: bool = False
+    pending: int | None = None
+    invisible_tail: int = 0
 
     @property
     def lost(self) -> int | None:
@@ -60,21 +70,39 @@ def _known(offset: int | None) -> int | None:
     return None if offset is None or offset < 0 else offset
 
 
+def pending_offsets(high_watermark: int | None, last_stable_offset: int | None) -> int | None:
+    """``high_watermark - last_stable_offset`` (offsets held back by open transactions),
+    None when either is unknown or they are inconsistent (LSO above the HW)."""
+    hw, lso = _known(high_watermark), _known(last_stable_offset)
+    if hw is None or lso is None or lso > hw:
+        return None
+    return hw - lso
+
+
 def offset_lag(committed: int | None, high_watermark: int | None, log_start_offset: int | None = None,
-               last_stable_offset: int | None = None, *, read_committed: bool = False) -> OffsetLag:
+               last_stable_offset: int | None = None, *, read_committed: bool = False,
+               next_visible: int | None = None) -> OffsetLag:
     """The lag of a group on one partition.
 
     ``committed``: the group's committed offset (the next offset it will read), None or
     -1 for none. ``high_watermark`` / ``last_stable_offset``: the partition's HW and LSO;
     the end offset is the LSO when ``read_committed`` (falling back to nothing: a
     read_committed lag measured to the HW would under-report nothing but over-report
-    open transactions, so it is reported as END_UNKNOWN instead). Never raises.
+    open transactions, so it is reported as END_UNKNOWN instead). ``next_visible``: the
+    first offset at or after ``committed`` holding a record the consumer would be
+    delivered (:func:`hightide.lag.markers.next_visible_offset`), None if not looked up;
+    when it is at or past the end, everything between ``committed`` and the end is
+    transaction markers (or aborted records for read_committed) and the lag is 0 with
+    ``invisible_tail = end - committed`` (the "stuck at 1" pitfall). Never raises.
     """
     c = _known(committed)
     end = _known(last_stable_offset if read_committed else high_watermark)
     start = _known(log_start_offset)
+    pending = pending_offsets(high_watermark, last_stable_offset)
     if c is not None and end is not None and c <= end and (start is None or c >= start):
-        return OffsetLag(c, end, start, end - c, (), read_committed)  # no anomaly (the usual case)
+        if next_visible is not None and c < end <= next_visible:
+            return OffsetLag(c, end, start, 0, (), read_committed, pending, end - c)
+        return OffsetLag(c, end, start, end - c, (), read_committed, pending)  # no anomaly (the usual case)
     anomalies: list[Anomaly] = []
     if c is None:
         anomalies.append(Anomaly.NO_COMMIT)
@@ -85,4 +113,4 @@ def offset_lag(committed: int | None, high_watermark: int | None, log_start_offs
         anomalies.append(Anomaly.COMMITTED_PAST_END)
     if c is not None and start is not None and c < start:
         anomalies.append(Anomaly.COMMITTED_BEFORE_LOG_START)
-    return OffsetLag(c, end, start, lag, tuple(anomalies), read_committed)
+    return OffsetLag(c, end, start, lag, tuple(anomalies), read_committed, pending)

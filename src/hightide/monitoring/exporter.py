@@ -157,6 +157,15 @@ class SnapshotCollector:
                 g.gauge("hightide_consumergroup_lag_anomaly",
                         "Anomalies: no_commit, end_unknown, committed_past_end, committed_before_log_start",
                         [*cgl, "anomaly"]).add_metric([*base, a.value], 1.0)
+            if p.offsets.pending is not None:
+                g.gauge("hightide_consumergroup_pending_records",
+                        "Offsets held back by open transactions (high watermark - last stable offset); "
+                        "not in a read_committed group's lag", cgl).add_metric(base, p.offsets.pending)
+            if p.offsets.invisible_tail:
+                g.gauge("hightide_consumergroup_invisible_tail",
+                        "Offsets between the commit and the end holding only transaction markers (or aborted "
+                        "records for read_committed): the group is caught up, its lag is 0", cgl).add_metric(
+                    base, p.offsets.invisible_tail)
             if p.offsets.lost:
                 g.gauge("hightide_consumergroup_lost_records",
                         "Records deleted (retention) before the group read them", cgl).add_metric(base, p.offsets.lost)
@@ -240,8 +249,10 @@ class Exporter:
     def __init__(self, bootstrap: str, *, listen: tuple[str, int] = ("0.0.0.0", 9308),
                  groups: list[str] | None = None, rules: StatusRules = StatusRules(),
                  min_interval_s: float = 1.0, use_extensions: bool = True, cluster_name: str = "default",
-                 scrape_timeout_s: float = 9.0) -> None:
+                 scrape_timeout_s: float = 9.0, isolation_level: str = "read_uncommitted") -> None:
         self.bootstrap, self.listen, self.groups = bootstrap, listen, groups
+        self.isolation_level = isolation_level
+        """read_committed: lag to the last stable offset (docs/lag.md, transactions)."""
         self.scrape_timeout_s = scrape_timeout_s
         """A snapshot that takes longer is abandoned: the scrape answers ``up 0`` in time
         (Prometheus' default scrape timeout is 10 s; a scrape's own
@@ -290,7 +301,7 @@ class Exporter:
                                 use_extensions=self.use_extensions)
             self._admin = admin  # (closed by refresh if start() fails or times out)
             await admin.start()
-            self._monitor = LagMonitor(admin, rules=self.rules)
+            self._monitor = LagMonitor(admin, rules=self.rules, isolation_level=self.isolation_level)
         assert self._monitor is not None
         self.collector.snapshot = await self._monitor.snapshot(self.groups, all_topics=True)
         self.collector.share = await share_snapshot(self._admin, self.groups)

@@ -21,6 +21,7 @@ from typing import overload
 from ..client import AdminClient, KafkaError, ListOffsetsResult, TopicPartition
 from ..client.errors import ErrorCode
 from ..client.lag import LagRow, groups_lag_rows, lag_row, uncommitted_lag
+from ..client.visible import next_visible_offsets
 from ..lag import (
     Certainty,
     GroupStatus,
@@ -130,8 +131,13 @@ class LagMonitor:
     def __init__(self, admin: AdminClient, *, rules: StatusRules = StatusRules(),
                  methods: Iterable[str] = ALL_METHODS, isolation_level: str = "read_uncommitted",
                  history_points: int = 120, clock: Callable[[], float] = time.time,
-                 record_fetch_rounds: int = 8) -> None:
+                 record_fetch_rounds: int = 8, marker_probe_max_lag: int = 1000) -> None:
         self.admin = admin
+        self.marker_probe_max_lag = marker_probe_max_lag
+        """Partitions whose lag is at most this many offsets are checked for the "stuck
+        at 1" pitfall (only transaction markers, or aborted records for read_committed,
+        between the commit and the end: caught up, see :mod:`hightide.lag.markers`):
+        one Fetch per leader at their committed offsets. 0 turns the check off."""
         self.record_fetch_rounds = record_fetch_rounds
         """At most this many Fetch rounds per snapshot for the record_timestamp method (a
         round answers every wanted offset its batches cover, see :meth:`_records`); offsets
@@ -171,6 +177,7 @@ class LagMonitor:
         now = self._now_ms()
         described = await self._describe(ids, errors)
         lags = await self._add_assigned(lags, described)
+        visible = await self._visible(lags)
         tps = sorted({row[0] for g in lags.values() if not isinstance(g, KafkaError) for row in g})
         if all_topics:
             md = await self.admin.metadata()
@@ -185,7 +192,8 @@ class LagMonitor:
         partitions = {tp: TopicPartitionReport(tp.topic, tp.partition, *bounds.get(tp, (None, None)),
                                                anchors.get(tp)) for tp in tps}
         ctx = _ReportContext(self.methods, self.isolation_level in ("read_committed", 1), anchors, records,
-                             {tp: h.copy() for tp, h in self.histories.items() if tp in partitions}, now)
+                             {tp: h.copy() for tp, h in self.histories.items() if tp in partitions}, now,
+                             visible)
         reports = {g: self._group(g, lags[g], described.get(g), ctx) for g in ids}
         return Snapshot(now, reports, partitions, time.perf_counter() - t0,
                         _round_trips(self.admin) - before, len(self.admin._addrs), tuple(errors))
@@ -225,6 +233,29 @@ class LagMonitor:
             assert not isinstance(had, KafkaError)
             out[g] = [*had, *(lag_row(tp, ends[tp]) for tp in tps if tp in ends)]
         return out
+
+    async def _visible(self, lags: dict[str, list[LagRow] | KafkaError]) -> dict[tuple[TopicPartition, int], int]:
+        """The next visible offset (:func:`~hightide.client.visible.next_visible_offsets`)
+        at each committed offset that is behind its end by 1 to ``marker_probe_max_lag``
+        offsets; {} when off or when the Fetch fails (the raw lag is kept)."""
+        limit = self.marker_probe_max_lag
+        if limit <= 0:
+            return {}
+        read_committed = self.isolation_level in ("read_committed", 1)
+        probes: dict[TopicPartition, tuple[list[int], int]] = {}
+        for g in lags.values():
+            if isinstance(g, KafkaError):
+                continue
+            for tp, c, hw, _, _, lst, *_ in g:
+                end = lst if read_committed else hw
+                if c is not None and end is not None and 0 < end - c <= limit:
+                    probes.setdefault(tp, ([], end))[0].append(c)
+        if not probes:
+            return {}
+        try:
+            return await next_visible_offsets(self.admin, probes, isolation_level=self.isolation_level)
+        except KafkaError:
+            return {}
 
     async def _bounds(self, tps: list[TopicPartition], lags: dict[str, list[LagRow] | KafkaError], all_topics: bool
                       ) -> dict[TopicPartition, tuple[int | None, int | None]]:
@@ -309,10 +340,12 @@ class LagMonitor:
         active = None if members is None else len(members)
         statuses: dict[TopicPartition, StatusRow] = {}
         observe, now = self.tracker.observe_status, ctx.now
-        read_committed = ctx.read_committed
+        read_committed, visible = ctx.read_committed, ctx.visible
         for tp, c, hw, start, _, lst, *_ in lag:
             # the offsets offset_lag() reports (unknown = None), without the object
             end = lst if read_committed else hw
+            if visible and c is not None and end is not None and visible.get((tp, c), -1) >= end > c:
+                end = c  # only markers (or aborted records) left: caught up, as offset_lag says
             statuses[tp] = observe(group, tp, now, None if c is None or c < 0 else c,
                                    None if end is None or end < 0 else end,
                                    None if start is None or start < 0 else start, active)
@@ -336,6 +369,8 @@ class _ReportContext:
     records: dict[tuple[TopicPartition, int], int]
     histories: dict[TopicPartition, OffsetHistory]
     now: int
+    visible: dict[tuple[TopicPartition, int], int] = field(default_factory=dict)
+    """(partition, committed offset) -> next visible offset, where it was looked up."""
 
     def time_lags(self, tp: TopicPartition, ol: OffsetLag) -> tuple[TimeLag, ...]:
         out = []
@@ -388,7 +423,8 @@ class PartitionReports(Sequence[PartitionReport]):
     def _build(self, row: LagRow) -> PartitionReport:
         tp, committed, hw, start, _, lst, _, source, error = row
         ctx = self._ctx
-        ol = offset_lag(committed, hw, start, lst, read_committed=ctx.read_committed)
+        ol = offset_lag(committed, hw, start, lst, read_committed=ctx.read_committed,
+                        next_visible=None if committed is None else ctx.visible.get((tp, committed)))
         tls = ctx.time_lags(tp, ol)
         return PartitionReport(self._group, tp.topic, tp.partition, ol, hw, lst, self._owner.get(tp), tls,
                                best_time_lag(tls), PartitionStatus(*self._statuses[tp]), source,
