@@ -53,6 +53,8 @@ class SimConfig:
     drop_rate: float = 0.01
     min_delay_ms: int = 1
     max_delay_ms: int = 15
+    long_delay_rate: float = 0.01     # a message stuck in a retransmit queue
+    long_delay_max_ms: int = 3000
     fsync_min_ms: int = 1
     fsync_max_ms: int = 6
     append_interval_ms: int = 40
@@ -106,6 +108,8 @@ class Stats:
     leaders: int = 0
     kills: int = 0
     steps: int = 0
+    snapshots_installed: int = 0
+    truncations: int = 0
 
 
 def _key(e: Entry) -> tuple[int, bytes]:
@@ -252,6 +256,7 @@ class Simulation:
                     st.entries.append((base, e))
                     base += e.count
             elif isinstance(a, Truncate):
+                self.stats.truncations += 1
                 self._truncated(n, a.offset)
             elif isinstance(a, Flush):
                 delay = self.rng.randint(self.cfg.fsync_min_ms, self.cfg.fsync_max_ms)
@@ -260,6 +265,7 @@ class Simulation:
                 self._committed(n, a.high_watermark)
             elif isinstance(a, InstallSnapshot):
                 self._check_snapshot(n, a.snapshot_id, a.data)
+                self.stats.snapshots_installed += 1
                 st.snapshot = (a.snapshot_id, a.data)
                 st.entries.clear()
                 st.durable = 0
@@ -275,7 +281,11 @@ class Simulation:
     def _send(self, src: int, dest: int, msg: Any, cid: int) -> None:
         if self.rng.random() < self.cfg.drop_rate or self._cut(src, dest):
             return
-        delay = self.rng.randint(self.cfg.min_delay_ms, self.cfg.max_delay_ms)
+        c = self.cfg
+        if self.rng.random() < c.long_delay_rate:
+            delay = self.rng.randint(c.max_delay_ms, c.long_delay_max_ms)
+        else:
+            delay = self.rng.randint(c.min_delay_ms, c.max_delay_ms)
         self._push(self.now + delay, "deliver", dest, (0, Received(src, msg, cid)))
 
     def _cut(self, a: int, b: int) -> bool:

@@ -91,6 +91,7 @@ class RaftCore(Replication):
         self.election_deadline: int | None = None
         self._init_replication(now)
         self._restore_role(now)
+        self._startup = self._out    # handed out by the first step (a follower's Fetch)
 
     # --- public --------------------------------------------------------------------------
 
@@ -108,10 +109,13 @@ class RaftCore(Replication):
     def step(self, now: int, event: Event) -> list[Action]:
         """Feed one event at time ``now``; returns the actions to carry out, in order.
 
-        Raises :class:`NotLeaderError` for a :class:`ClientAppend` on a non-leader and
-        ValueError for a :class:`SnapshotCreated` past the high watermark.
+        The first call also returns what restoring the role produced (a restarted
+        follower's first Fetch). Raises :class:`NotLeaderError` for a
+        :class:`ClientAppend` on a non-leader and ValueError for a
+        :class:`SnapshotCreated` past the high watermark.
         """
-        out: list[Action] = []
+        out: list[Action] = self._startup
+        self._startup = []
         self._out = out
         if isinstance(event, Received):
             self._cid = event.correlation_id

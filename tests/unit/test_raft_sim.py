@@ -1,0 +1,280 @@
+"""The Raft core (hightide.cluster.raft): focused tests of Kafka's rules, then a few
+hundred seeds of the simulator (tests/unit/raft_simulator.py) with every invariant checked
+after every step, and the proof that the invariants catch deliberately broken rules.
+A failing seed prints its replay command."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hightide.cluster.raft import (
+    Append, ClientAppend, Committed, ElectionState, Entry, Flush, FlushDone, InstallSnapshot,
+    NotLeaderError, OffsetAndEpoch, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
+    RoleChanged, Send, SnapshotCreated, Tick, Truncate,
+)
+from hightide.cluster.raft import messages as m
+from tests.unit.raft_simulator import InvariantViolation, SimConfig, simulate
+
+VOTERS = (1, 2, 3)
+
+
+def core(node: int, *, epoch: int = 0, voted: int = -1, leader: int = -1,
+         epochs: tuple[int, ...] = (), voters: tuple[int, ...] = VOTERS, now: int = 0,
+         config: RaftConfig | None = None) -> RaftCore:
+    log = RaftLog.restore(None, [(i, Entry(e, b"x%d" % i)) for i, e in enumerate(epochs)])
+    return RaftCore(node, voters, config or RaftConfig(), random.Random(node), now,
+                    election=ElectionState(epoch, voted, leader), log=log)
+
+
+def sends(actions: list, kind: type | None = None) -> list[Send]:
+    return [a for a in actions if isinstance(a, Send) and (kind is None or isinstance(a.message, kind))]
+
+
+def vote(candidate: int, epoch: int, last_epoch: int, last_offset: int, pre: bool = False) -> Received:
+    return Received(candidate, m.VoteRequest(candidate, epoch, last_epoch, last_offset, pre))
+
+
+def make_leader(epochs: tuple[int, ...] = (), epoch: int = 1, now: int = 0,
+                config: RaftConfig | None = None) -> RaftCore:
+    """Node 1 as the leader of ``epoch`` (its LeaderChange entry flushed)."""
+    c = core(1, epoch=epoch - 1, epochs=epochs, config=config)
+    c.step(now, Tick())
+    c.step(now + 5000, Tick())                          # election timeout -> pre-vote
+    for v in (2, 3):
+        c.step(now + 5000, Received(v, m.VoteResponse(0, -1, epoch - 1, True)))
+    for v in (2, 3):
+        c.step(now + 5000, Received(v, m.VoteResponse(0, -1, epoch, True)))
+    assert c.role == "leader" and c.epoch == epoch
+    c.step(now + 5000, FlushDone(c.log.end_offset))
+    return c
+
+
+def fetch(node: int, epoch: int, offset: int, last_epoch: int, wait: int = 0) -> Received:
+    return Received(node, m.FetchRequest(node, epoch, offset, last_epoch, 0, wait))
+
+
+# --- votes -----------------------------------------------------------------------------
+
+def test_a_vote_is_persisted_before_it_is_sent_and_granted_once_per_epoch() -> None:
+    c = core(2, epoch=1)
+    out = c.step(0, vote(1, 2, 0, 0))
+    persisted = [i for i, a in enumerate(out) if isinstance(a, PersistElection)]
+    sent = [i for i, a in enumerate(out) if isinstance(a, Send)]
+    assert out[persisted[-1]] == PersistElection(ElectionState(2, 1, -1))
+    assert persisted[-1] < sent[0]
+    assert sends(out)[0].message == m.VoteResponse(0, -1, 2, True)
+    again = sends(c.step(1, vote(3, 2, 0, 0)))[0].message
+    assert isinstance(again, m.VoteResponse) and not again.vote_granted
+    # the same candidate asking again gets the same answer (a retried request)
+    assert sends(c.step(2, vote(1, 2, 0, 0)))[0].message == m.VoteResponse(0, -1, 2, True)
+
+
+def test_a_vote_needs_a_log_at_least_as_up_to_date() -> None:
+    c = core(2, epoch=1, epochs=(1, 1, 1))
+    shorter = sends(c.step(0, vote(1, 2, 1, 2)))[0].message
+    assert isinstance(shorter, m.VoteResponse) and not shorter.vote_granted
+    assert c.election.voted_for == -1 and c.epoch == 2      # the epoch moved, no vote
+    older_epoch_longer = sends(core(2, epoch=1, epochs=(1, 1, 1)).step(0, vote(1, 2, 0, 9)))[0]
+    assert not older_epoch_longer.message.vote_granted      # type: ignore[union-attr]
+    assert sends(core(2, epoch=1, epochs=(1, 1, 1)).step(0, vote(1, 2, 1, 3)))[0].message.vote_granted  # type: ignore[union-attr]
+
+
+def test_a_stale_epoch_is_fenced() -> None:
+    c = core(2, epoch=5)
+    resp = sends(c.step(0, vote(1, 4, 9, 9)))[0].message
+    assert resp == m.VoteResponse(int(m.ErrorCode.fenced_leader_epoch), -1, 5, False)
+
+
+def test_pre_vote_changes_no_state_and_a_live_follower_refuses_it() -> None:
+    c = core(2, epoch=3)
+    out = c.step(0, vote(1, 3, 0, 0, pre=True))
+    assert not any(isinstance(a, PersistElection) for a in out)
+    assert sends(out)[0].message.vote_granted and c.election == ElectionState(3)  # type: ignore[union-attr]
+    # a follower that fetched from its leader refuses: a returning partitioned voter
+    # cannot depose a healthy leader
+    f = core(2, epoch=3, leader=1)
+    f.step(0, Tick())
+    req = sends(f.step(0, Tick()) or [], m.FetchRequest) or None
+    f.step(1, Received(1, m.FetchResponse(0, 1, 3, 0, 0), f._in_flight_cid))
+    assert f.has_fetched_from_leader
+    refused = sends(f.step(2, vote(3, 3, 0, 0, pre=True)))[0].message
+    assert not refused.vote_granted and f.epoch == 3      # type: ignore[union-attr]
+    del req
+
+
+def test_prospective_becomes_candidate_only_on_a_pre_vote_majority() -> None:
+    c = core(1, epoch=2)
+    c.step(0, Tick())
+    out = c.step(5000, Tick())
+    assert c.role == "prospective" and c.epoch == 2
+    assert all(s.message.pre_vote for s in sends(out, m.VoteRequest))  # type: ignore[union-attr]
+    c.step(5001, Received(2, m.VoteResponse(0, -1, 2, False)))
+    c.step(5002, Received(3, m.VoteResponse(0, -1, 2, False)))
+    assert c.role == "prospective" and c.epoch == 2          # lost: no epoch spent
+    c2 = core(1, epoch=2)
+    c2.step(0, Tick())
+    c2.step(5000, Tick())
+    out = c2.step(5001, Received(2, m.VoteResponse(0, -1, 2, True)))
+    assert c2.role == "candidate" and c2.epoch == 3
+    assert out[0] == PersistElection(ElectionState(3, 1, -1))
+    assert not any(s.message.pre_vote for s in sends(out, m.VoteRequest))  # type: ignore[union-attr]
+
+
+# --- the high watermark ----------------------------------------------------------------
+
+def test_leader_starts_its_epoch_with_a_leader_change_entry() -> None:
+    c = make_leader(epochs=(1, 1), epoch=2)
+    entry = c.log.entry_at(2)
+    assert entry is not None and entry.control and entry.epoch == 2
+    assert c.epoch_start_offset == 2
+
+
+def test_high_watermark_moves_only_once_an_entry_of_the_leaders_epoch_commits() -> None:
+    c = make_leader(epochs=(1, 1, 1), epoch=2)          # LeaderChange at offset 3
+    out = c.step(6000, fetch(2, 2, 3, 1))               # a majority holds [0, 3): old epoch
+    assert c.high_watermark == 0 and not any(isinstance(a, Committed) for a in out)
+    out = c.step(6001, fetch(2, 2, 4, 2))               # ... and now the LeaderChange
+    assert Committed(4) in out and c.high_watermark == 4
+
+
+def test_high_watermark_is_the_majority_offset_and_observers_never_count() -> None:
+    c = make_leader(epoch=1)
+    c.step(6000, ClientAppend((b"a", b"b")))
+    c.step(6000, FlushDone(3))
+    c.step(6001, fetch(101, 1, 3, 1))                   # an observer has everything
+    assert c.high_watermark == 0
+    c.step(6002, fetch(2, 1, 2, 1))
+    assert c.high_watermark == 2
+    c.step(6003, fetch(3, 1, 3, 1))
+    assert c.high_watermark == 3
+
+
+def test_leader_counts_only_its_flushed_offset() -> None:
+    c = make_leader(epoch=1)
+    c.step(6000, ClientAppend((b"a",)))
+    c.step(6001, fetch(2, 1, 2, 1))                     # one follower + the leader ...
+    assert c.high_watermark == 1                        # ... whose append is not flushed
+    c.step(6002, FlushDone(2))
+    assert c.high_watermark == 2
+
+
+def test_follower_fetches_again_only_after_its_fsync() -> None:
+    f = core(2, epoch=1, leader=1)
+    out = f.step(0, Tick())
+    cid = f._in_flight_cid
+    out = f.step(10, Received(1, m.FetchResponse(0, 1, 1, 0, 0, records=(Entry(1, b"a"),)), cid))
+    assert [type(a) for a in out] == [Append, Flush]    # no Fetch before the fsync
+    out = f.step(12, FlushDone(1))
+    [req] = sends(out, m.FetchRequest)
+    assert req.message.fetch_offset == 1                # type: ignore[union-attr]
+
+
+# --- divergence and snapshots ----------------------------------------------------------
+
+def test_diverging_epoch_truncates_the_follower_to_the_common_prefix() -> None:
+    leader = make_leader(epochs=(1, 1, 2, 2), epoch=3)
+    follower = core(2, epoch=3, leader=1, epochs=(1, 1, 1, 1, 1))
+    out = follower.step(0, Tick())
+    [req] = sends(out, m.FetchRequest)
+    resp = sends(leader.step(6000, Received(2, req.message, 7)))[0].message
+    assert isinstance(resp, m.FetchResponse) and resp.diverging_epoch == OffsetAndEpoch(2, 1)
+    out = follower.step(1, Received(1, resp, follower._in_flight_cid))
+    assert Truncate(2) in out and follower.log.end_offset == 2
+    [req] = sends(out, m.FetchRequest)
+    resp = sends(leader.step(6001, Received(2, req.message, 8)))[0].message
+    assert isinstance(resp, m.FetchResponse) and [e.epoch for e in resp.records] == [2, 2, 3]
+
+
+def test_a_follower_below_log_start_loads_the_snapshot_with_fetch_snapshot() -> None:
+    cfg = RaftConfig(snapshot_chunk_bytes=4)
+    leader = make_leader(epoch=1, config=cfg)
+    leader.step(6000, ClientAppend((b"a", b"b", b"c")))
+    leader.step(6000, FlushDone(4))
+    leader.step(6001, fetch(3, 1, 4, 1))
+    assert leader.high_watermark == 4
+    leader.step(6002, SnapshotCreated(OffsetAndEpoch(4, 1), b"state-at-4"))
+    assert leader.log.start_offset == 4
+    follower = core(2, epoch=1, leader=1, config=cfg, now=6003)
+    now = 6003
+    out = follower.step(now, Tick())
+    for _ in range(10):
+        [req] = sends(out)
+        resp = sends(leader.step(now, Received(2, req.message, 1)))[0].message
+        out = follower.step(now, Received(1, resp, follower._in_flight_cid))
+        if any(isinstance(a, InstallSnapshot) for a in out):
+            break
+    assert InstallSnapshot(OffsetAndEpoch(4, 1), b"state-at-4") in out
+    assert follower.log.start_offset == 4 and follower.high_watermark == 4
+    [req] = sends(out, m.FetchRequest)
+    assert req.message.fetch_offset == 4                # type: ignore[union-attr]
+
+
+# --- leadership ------------------------------------------------------------------------
+
+def test_check_quorum_makes_a_leader_that_hears_no_majority_resign() -> None:
+    c = make_leader(epoch=1)                            # leader since t=5000
+    out = c.step(5000 + 2999, Tick())
+    assert c.role == "leader"
+    c.step(6000, fetch(101, 1, 1, 1))                   # an observer does not count
+    out = c.step(5000 + 3000, Tick())                   # 1.5 x fetch timeout
+    assert c.role == "resigned"
+    assert RoleChanged("resigned", 1, -1) in out
+    assert {s.dest for s in sends(out, m.EndQuorumEpochRequest)} == {2, 3}
+    with pytest.raises(NotLeaderError):
+        c.step(8001, ClientAppend((b"late",)))
+
+
+def test_a_leader_hearing_a_majority_stays() -> None:
+    c = make_leader(epoch=1)
+    for t in range(5500, 20000, 500):
+        c.step(t, fetch(2, 1, 1, 1))                    # node 2 + the leader: a majority
+        c.step(t, Tick())
+    assert c.role == "leader"
+
+
+def test_end_quorum_epoch_lets_the_first_successor_start_at_once() -> None:
+    f = core(2, epoch=1, leader=1)
+    f.step(0, Tick())
+    f.step(10, Received(1, m.EndQuorumEpochRequest(1, 1, (2, 3))))
+    assert f.role == "unattached" and f.next_deadline == 10
+    f.step(10, Tick())
+    assert f.role == "prospective"
+
+
+def test_a_single_voter_elects_itself_and_commits_on_its_own_fsync() -> None:
+    c = core(1, voters=(1,))
+    c.step(0, Tick())
+    c.step(3000, Tick())
+    assert c.role == "leader" and c.epoch == 1
+    out = c.step(3000, FlushDone(1))
+    assert Committed(1) in out
+
+
+# --- the simulator ---------------------------------------------------------------------
+
+SHAPES = [(1, 0, 30), (2, 0, 30), (3, 0, 60), (3, 2, 60), (4, 1, 30), (5, 0, 30), (5, 3, 30)]
+
+
+@pytest.mark.parametrize(("voters", "observers", "seeds"), SHAPES)
+def test_simulated_clusters_keep_every_invariant(voters: int, observers: int, seeds: int) -> None:
+    committed = 0
+    for seed in range(seeds):
+        sim = simulate(seed, SimConfig(voters=voters, observers=observers, duration_ms=15_000))
+        committed += sim.stats.committed
+    assert committed > seeds * 50       # the runs made progress, not just survived
+
+
+@pytest.mark.parametrize("rule", ["hw_any_voter", "ack_unflushed"])
+def test_the_simulator_finds_a_deliberately_broken_rule(rule: str) -> None:
+    for seed in range(20):
+        try:
+            simulate(seed, SimConfig(voters=3, unsafe=frozenset({rule})))
+        except InvariantViolation as e:
+            assert f"seed {seed}" in str(e) and "replay: python -m tests.unit.raft_simulator" in str(e)
+            with pytest.raises(InvariantViolation) as again:   # it replays exactly
+                simulate(seed, SimConfig(voters=3, unsafe=frozenset({rule})))
+            assert str(again.value) == str(e)
+            return
+    pytest.fail(f"{rule}: no violation in 20 seeds")
