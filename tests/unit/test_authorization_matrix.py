@@ -381,3 +381,126 @@ def test_describe_list_delete_groups(env: Env) -> None:
     assert r == {"ga": E.group_authorization_failed, "gb": E.group_authorization_failed}
     env.acl(ALICE, O.DELETE, GROUP, "gb")
     assert env.call(42, 2, {"groups_names": ["gb"]}).results[0].error_code == E.none
+
+
+# -- topics, configs, cluster administration ------------------------------------------
+def create_topic(env: Env, name: str, principal: str = ALICE) -> Any:
+    r = env.call(19, 7, {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                                     "configs": []}], "timeout": 5000, "validate_only": False}, principal)
+    return r.topics[0]
+
+
+def test_create_topics_needs_create_on_cluster_or_topic(env: Env) -> None:
+    t = create_topic(env, "made-a")
+    assert (t.error_code, t.error_message) == (E.topic_authorization_failed, "Authorization failed.")
+    assert "made-a" not in env.b.image.topics
+    env.acl(ALICE, O.CREATE, TOPIC, "made-", PRE)
+    t = create_topic(env, "made-a")  # created, but its configs may not be described
+    assert t.error_code == E.none and t.topic_config_error_code == E.topic_authorization_failed and not t.configs
+    env.acl(ALICE, O.CREATE, CLUSTER, "kafka-cluster")
+    env.acl(ALICE, O.DESCRIBE_CONFIGS, TOPIC, "other-b")
+    t = create_topic(env, "other-b")
+    assert t.error_code == E.none and t.topic_config_error_code == E.none and t.configs
+
+
+def test_delete_topics_needs_delete(env: Env) -> None:
+    env.acl(ADMIN, O.ALL, TOPIC, "*")
+    assert create_topic(env, "doomed", ADMIN).error_code == E.none
+    tid = env.b.image.topics["doomed"].topic_id
+    env.clear_acls()
+
+    def delete(name: str | None = None, topic_id: uuid.UUID | None = None) -> Any:
+        r = env.call(20, 6, {"topics": [{"name": name, "topic_id": topic_id or uuid.UUID(int=0)}], "timeout": 5000})
+        return r.responses[0]
+    r = delete("doomed")
+    assert (r.name, r.error_code) == ("doomed", E.topic_authorization_failed)
+    r = delete(topic_id=tid)  # not even DESCRIBE: the id's name is not revealed
+    assert (r.name, r.error_code) == (None, E.topic_authorization_failed)
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "doomed")
+    assert delete(topic_id=tid).name == "doomed"
+    assert delete("no-such").error_code == E.topic_authorization_failed  # not describable
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "no-such")
+    assert delete("no-such").error_code == E.unknown_topic_or_partition
+    env.acl(ALICE, O.DELETE, TOPIC, "doomed")
+    assert delete("doomed").error_code == E.none and "doomed" not in env.b.image.topics
+
+
+def test_create_partitions_needs_alter(env: Env) -> None:
+    def grow() -> ErrorCode:
+        r = env.call(37, 3, {"topics": [{"name": "app-events", "count": 2, "assignments": None}], "timeout": 5000,
+                             "validate_only": True})
+        return ErrorCode(r.results[0].error_code)
+    env.acl(ALICE, O.CREATE, TOPIC, "app-events")
+    assert grow() == E.topic_authorization_failed
+    env.acl(ALICE, O.ALTER, TOPIC, "app-events")
+    assert grow() == E.none
+
+
+def test_configs_need_describe_configs_and_alter_configs(env: Env) -> None:
+    def describe(rtype: int, name: str) -> ErrorCode:
+        r = env.call(32, 4, {"resources": [{"resource_type": rtype, "resource_name": name,
+                                            "configuration_keys": None}], "include_synonyms": False,
+                             "include_documentation": False})
+        return ErrorCode(r.results[0].error_code)
+
+    def alter(rtype: int, name: str, incremental: bool = True) -> ErrorCode:
+        if incremental:
+            r = env.call(44, 1, {"resources": [{"resource_type": rtype, "resource_name": name, "configs": [
+                {"name": "retention.ms" if rtype == 2 else "log.retention.ms", "config_operation": 0,
+                 "value": "1000"}]}], "validate_only": True})
+        else:
+            r = env.call(33, 2, {"resources": [{"resource_type": rtype, "resource_name": name, "configs": [
+                {"name": "retention.ms", "value": "1000"}]}], "validate_only": True})
+        return ErrorCode(r.responses[0].error_code)
+    assert describe(2, "orders") == E.topic_authorization_failed
+    assert describe(4, "1") == E.cluster_authorization_failed
+    assert describe(32, "g1") == E.group_authorization_failed
+    assert alter(2, "orders") == E.topic_authorization_failed
+    assert alter(2, "orders", incremental=False) == E.topic_authorization_failed
+    assert alter(4, "") == E.cluster_authorization_failed
+    env.acl(ALICE, O.ALTER_CONFIGS, TOPIC, "orders")  # implies DESCRIBE_CONFIGS
+    env.acl(ALICE, O.DESCRIBE_CONFIGS, CLUSTER, "kafka-cluster")
+    assert describe(2, "orders") == E.none and describe(4, "1") == E.none
+    assert alter(2, "orders") == E.none and alter(2, "orders", incremental=False) == E.none
+    assert alter(4, "") == E.cluster_authorization_failed  # DESCRIBE_CONFIGS does not imply ALTER_CONFIGS
+
+
+def test_acl_apis_need_cluster_describe_and_alter(env: Env) -> None:
+    creation = {"resource_type": 2, "resource_name": "x", "resource_pattern_type": 3, "principal": BOB,
+                "host": "*", "operation": 3, "permission_type": 3}
+    flt = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+           "principal_filter": BOB, "host_filter": None, "operation": 1, "permission_type": 1}
+    describe_filter = {k: v for k, v in flt.items() if k != "resource_type_filter"} | {"resource_type_filter": 1}
+    assert env.call(30, 3, {"creations": [creation]}).results[0].error_code == E.cluster_authorization_failed
+    assert env.call(31, 3, {"filters": [flt]}).filter_results[0].error_code == E.cluster_authorization_failed
+    assert env.call(29, 3, describe_filter).error_code == E.cluster_authorization_failed
+    env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")  # ALTER implies DESCRIBE
+    assert env.call(30, 3, {"creations": [creation]}).results[0].error_code == E.none
+    assert len(env.call(29, 3, describe_filter).resources) == 1
+    assert env.call(31, 3, {"filters": [flt]}).filter_results[0].error_code == E.none
+
+
+def test_scram_credentials_need_cluster_describe_and_alter(env: Env) -> None:
+    upsert = {"deletions": [], "upsertions": [{"name": "carol", "mechanism": 2, "iterations": 4096,
+                                               "salt": b"salt", "salted_password": b"p" * 64}]}
+    assert env.call(51, 0, upsert).results[0].error_code == E.cluster_authorization_failed
+    assert env.call(50, 0, {"users": None}).error_code == E.cluster_authorization_failed
+    env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
+    assert env.call(51, 0, upsert).results[0].error_code == E.none
+    assert env.call(50, 0, {"users": None}).error_code == E.none
+
+
+def test_cluster_describe_apis(env: Env) -> None:
+    quorum = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+    assert env.call(55, 2, quorum).error_code == E.cluster_authorization_failed
+    dc = env.call(60, 1, {"include_cluster_authorized_operations": True, "endpoint_type": 1})
+    assert dc.error_code == E.none and dc.cluster_authorized_operations == 0
+    features = {"timeout_ms": 1000, "feature_updates": [{"feature": "metadata.version", "max_version_level": 1,
+                                                         "upgrade_type": 1}], "validate_only": True}
+    assert env.call(57, 1, features).error_code == E.cluster_authorization_failed
+    env.acl(ALICE, O.DESCRIBE, CLUSTER, "kafka-cluster")
+    assert env.call(55, 2, quorum).error_code == E.none
+    dc = env.call(60, 1, {"include_cluster_authorized_operations": True, "endpoint_type": 1})
+    assert dc.cluster_authorized_operations == 1 << O.DESCRIBE
+    env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
+    assert env.call(57, 1, features).error_code != E.cluster_authorization_failed

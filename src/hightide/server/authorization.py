@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from ..config import AUTHORIZER_CLASS, AUTHORIZER_CLASS_NAMES
 from ..protocol.acl import AclOperation as ProtocolOperation
 from ..protocol.acl import all_operations, to_bit_field
+from ..protocol.errors import ErrorCode
 from ..security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..security.authorizer import Authorizer
 from ..security.settings import authorizer_settings
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
     from .context import RequestContext
 
 __all__ = ["AUTHORIZER_CLASS", "AUTHORIZER_CLASS_NAMES", "allowed_names", "authorize", "authorize_by_type",
-           "authorize_cluster", "authorized_operations", "authorizer", "enabled", "refused_names"]
+           "authorize_cluster", "authorized_operations", "authorizer", "config_resource_refused", "enabled",
+           "refused_names"]
 
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
                                            ResourceType.TRANSACTIONAL_ID)
@@ -114,6 +116,43 @@ def refused_names(ctx: RequestContext, operation: AclOperation, resource_type: R
 
 
 _NOTHING: frozenset[str] = frozenset()
+
+#: Kafka's default messages of the authorization errors (``Errors.message()``), what its
+#: ``new ApiError(error)`` answers with.
+MESSAGES = {
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
+}
+
+#: Config resource types (Kafka's ConfigResource.Type) -> the ACL resource checked and
+#: the error when refused (ConfigHelper / ControllerApis.authorizeAlterResource).
+_CONFIG_RESOURCES = {
+    2: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed),
+    4: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),  # BROKER
+    8: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),  # BROKER_LOGGER
+    16: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed),  # CLIENT_METRICS
+    32: (ResourceType.GROUP, ErrorCode.group_authorization_failed),
+}
+
+
+def config_resource_refused(ctx: RequestContext, operation: AclOperation, config_type: int,
+                            name: str) -> tuple[ErrorCode, str] | None:
+    """DescribeConfigs (``DESCRIBE_CONFIGS``) / AlterConfigs and IncrementalAlterConfigs
+    (``ALTER_CONFIGS``) on one config resource: broker, broker-logger and client-metrics
+    resources are checked on the cluster, topics and groups on themselves. Returns
+    (error, Kafka's message) when refused, None when allowed or the type is not one of
+    those (the handler answers it)."""
+    a = authorizer(ctx)
+    checked = _CONFIG_RESOURCES.get(config_type)
+    if a is None or checked is None:
+        return None
+    rtype, error = checked
+    target = CLUSTER_NAME if rtype == ResourceType.CLUSTER else name
+    if a.authorize(ctx.principal, ctx.client_host, operation, rtype, target):
+        return None
+    return error, MESSAGES[error]
 
 
 def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:

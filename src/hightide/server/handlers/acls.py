@@ -18,12 +18,17 @@ from ...cluster.security_control import DeleteResult, create_acls, delete_acls, 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...security.acl import AclBinding, AclBindingFilter
+from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:
     from ...cluster.image import MetadataImage
+
+CLUSTER_DENIED = (ErrorCode.cluster_authorization_failed, MESSAGES[ErrorCode.cluster_authorization_failed])
 
 
 def _binding_dict(acl: AclBinding) -> dict:
@@ -38,7 +43,11 @@ def _filter(f: Any) -> AclBindingFilter:
 
 @handles(29, 1, 3)
 def describe_acls_handler(ctx: RequestContext, req: Any) -> Any:
-    """The matching bindings grouped by resource pattern (Kafka's ``aclsResources``)."""
+    """The matching bindings grouped by resource pattern (Kafka's ``aclsResources``).
+    Needs DESCRIBE on the cluster (else a top-level CLUSTER_AUTHORIZATION_FAILED)."""
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        return materialize(response_schema(29, ctx.version), {
+            "throttle_time": 0, "error_code": CLUSTER_DENIED[0], "error_message": CLUSTER_DENIED[1], "resources": []})
     (code, message), acls = describe_acls(ctx.image.security, _filter(req))
     groups: dict[tuple[int, str, int], list[dict]] = {}
     for acl in acls:
@@ -52,6 +61,10 @@ def describe_acls_handler(ctx: RequestContext, req: Any) -> Any:
 
 @handles(30, 1, 3)
 async def create_acls_handler(ctx: RequestContext, req: Any) -> Any:
+    """Needs ALTER on the cluster (else every creation CLUSTER_AUTHORIZATION_FAILED)."""
+    if not authorize_cluster(ctx, AclOperation.ALTER):
+        return materialize(response_schema(30, ctx.version), {"throttle_time": 0, "results": [
+            {"error_code": CLUSTER_DENIED[0], "error_message": CLUSTER_DENIED[1]} for _ in req.creations]})
     bindings = [AclBinding.of(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
                               c.operation, c.permission_type) for c in req.creations]
 
@@ -74,6 +87,10 @@ def _delete_result(r: DeleteResult) -> dict:
 
 @handles(31, 1, 3)
 async def delete_acls_handler(ctx: RequestContext, req: Any) -> Any:
+    """Needs ALTER on the cluster (else every filter CLUSTER_AUTHORIZATION_FAILED)."""
+    if not authorize_cluster(ctx, AclOperation.ALTER):
+        return materialize(response_schema(31, ctx.version), {"throttle_time": 0, "filter_results": [
+            _delete_result(DeleteResult(CLUSTER_DENIED, [])) for _ in req.filters]})
     filters = [_filter(f) for f in req.filters]
 
     def op(image: MetadataImage) -> tuple[list[DeleteResult], list]:

@@ -29,6 +29,8 @@ from ...config import (
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import config_resource_refused
 from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
@@ -151,7 +153,10 @@ def describe_configs(ctx: RequestContext, req: Any) -> Any:
     image, config = ctx.image, ctx.config
     for r in req.resources:
         keys = set(r.configuration_keys) if r.configuration_keys else None
-        if r.resource_type == TOPIC_RESOURCE:
+        refused = config_resource_refused(ctx, AclOperation.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
+        if refused is not None:
+            res = {"error_code": refused[0], "error_message": refused[1], "configs": []}
+        elif r.resource_type == TOPIC_RESOURCE:
             res = describe_topic(image, config, r.resource_name, keys, synonyms, docs)
         elif r.resource_type == BROKER_RESOURCE:
             res = describe_broker(image, config, ctx.identity.node_id, r.resource_name, keys, synonyms, docs)
@@ -237,8 +242,12 @@ async def incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
     metadata = ctx.metadata
     responses = []
     ops: ConfigOps
+    msg: str | None
     for r in req.resources:
-        if r.resource_type == TOPIC_RESOURCE:
+        refused = config_resource_refused(ctx, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name)
+        if refused is not None:
+            code, msg = refused
+        elif r.resource_type == TOPIC_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
             code, msg = await write_alter(metadata, partial(metadata.controller.alter_topic_configs,
                                                        name=r.resource_name, ops=ops), req.validate_only)

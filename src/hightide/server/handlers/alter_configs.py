@@ -20,6 +20,8 @@ from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import config_resource_refused
 from ..context import MetadataAccess, RequestContext
 from ..registry import handles
 from .admin_configs import alter_broker, write_alter
@@ -77,8 +79,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         if key in answered:
             continue
         answered.add(key)
+        refused = config_resource_refused(ctx, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name)
         if count[key] > 1:
             code, msg = ErrorCode.invalid_request, "Duplicate resource."
+        elif refused is not None:
+            code, msg = refused
         else:
             wanted = {c.name: c.value for c in r.configs}  # a name given twice: the last value wins
             code, msg = await _alter_resource(ctx.metadata, r.resource_type, r.resource_name, wanted, req.validate_only)

@@ -14,7 +14,8 @@ from typing import Any
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
-from ...protocol.acl import all_operations
+from ...security.acl import CLUSTER_NAME, ResourceType
+from ..authorization import authorized_operations
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from ..leadership import alive_brokers
@@ -48,7 +49,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
         "endpoint_type": 1, "cluster_id": b.cluster_id, "controller_id": controller_id,
         "brokers": brokers,
-        # No ACLs yet: every cluster operation, as Kafka without an authorizer.
-        "cluster_authorized_operations": all_operations("cluster") if req.include_cluster_authorized_operations
+        # KIP-430: from the ACLs (every cluster operation without an authorizer, as Kafka)
+        "cluster_authorized_operations": authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        if req.include_cluster_authorized_operations
         else CLUSTER_AUTHORIZED_OPERATIONS_OMITTED,
     })

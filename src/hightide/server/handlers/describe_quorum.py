@@ -26,6 +26,8 @@ from ...cluster.metadata_log import METADATA_TOPIC
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ..controller_service import LEADER_EPOCH, ReplicaProgress
 from ..registry import handles
@@ -43,6 +45,12 @@ def _replica(p: ReplicaProgress) -> dict:
 
 def _answer(ctx: RequestContext, req: Any, node_id: int, high_watermark: int, voters: list[ReplicaProgress],
             observers: list[ReplicaProgress], listeners: list[tuple[str, str, int]]) -> Any:
+    """The answer; DescribeQuorum needs DESCRIBE on the cluster (Kafka's ControllerApis),
+    else a top-level CLUSTER_AUTHORIZATION_FAILED."""
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        return materialize(response_schema(55, ctx.version), {
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": MESSAGES[ErrorCode.cluster_authorization_failed], "topics": [], "nodes": []})
     topics = []
     for t in req.topics:
         parts: list[dict[str, Any]] = []

@@ -16,6 +16,8 @@ from ...cluster.records import MetadataRecord
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
@@ -29,6 +31,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                for u in req.feature_updates]
     validate_only = bool(getattr(req, "validate_only", False))
     node_id = ctx.identity.node_id
+    if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: ALTER on the cluster, for every feature
+        code, msg = ErrorCode.cluster_authorization_failed, MESSAGES[ErrorCode.cluster_authorization_failed]
+        return materialize(response_schema(57, ctx.version), {"throttle_time": 0, "error_code": code,
+                                                              "error_message": msg, "results": [
+            {"feature": u.name, "error_code": code, "error_message": msg} for u in updates]})
 
     def op(image: MetadataImage) -> tuple[tuple[ErrorCode, str | None], list[MetadataRecord]]:
         code, msg, records = update_features(image, updates, node_id)
