@@ -22,11 +22,11 @@ def test_port_in_use_is_one_line():
 
 def test_command_config_security_it_cannot_honour_is_refused(tmp_path):
     f = tmp_path / "client.properties"
-    f.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n")
+    f.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
     r = CliRunner().invoke(main, ["console", "--command-config", str(f), "--listen", "127.0.0.1:0"])
     assert r.exit_code == 1
-    assert r.output.strip() == (f"Error: {f}: security.protocol=SASL_SSL is not supported by hightide's admin client "
-                                f"yet (it connects with PLAINTEXT only).")
+    assert r.output.strip() == (f"Error: {f}: sasl.mechanism=GSSAPI is not supported by hightide's client (use one "
+                                f"of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)")
 
 
 def test_bad_numbers_are_usage_errors():

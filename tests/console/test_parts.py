@@ -52,11 +52,23 @@ def test_properties_and_command_config(tmp_path):
     assert opts == {"client_id": "ops", "request_timeout_s": 2.5} and boot == "h:9"
     assert warnings == [f"{f}: the configuration 'linger.ms' was supplied but isn't a known config."]
     assert admin_options_from(None) == ({}, None, [])
-    for text, word in (("security.protocol=SASL_SSL\n", "security.protocol=SASL_SSL"),
-                       ("sasl.mechanism=PLAIN\n", "sasl.mechanism"), ("ssl.truststore.location=x\n", "ssl.")):
+    # security the client cannot honour is refused, never ignored
+    for text, word in (("security.protocol=SASL_SSL\n", "sasl.mechanism=GSSAPI is not supported"),
+                       ("security.protocol=QUIC\n", "security.protocol=QUIC"),
+                       ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n", "needs a user"),
+                       ("security.protocol=SSL\nssl.truststore.type=JKS\n", "PEM files only"),
+                       ("security.protocol=SSL\nssl.truststore.location=/nonexistent.pem\n", "cannot be loaded")):
         f.write_text(text)
         with pytest.raises(ClientConfigError, match=word):
             admin_options_from(str(f))
+    f.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config="
+                 "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" "
+                 "password=\"s3cret\";\n")
+    opts, _, warnings = admin_options_from(str(f))
+    sec = opts["security"]
+    assert (sec.protocol, sec.mechanism, sec.username, sec.password) == ("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice",
+                                                                         "s3cret")
+    assert "s3cret" not in repr(sec) and warnings == []
     f.write_text("request.timeout.ms=soon\n")
     with pytest.raises(ClientConfigError, match="soon"):
         admin_options_from(str(f))

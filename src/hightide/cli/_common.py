@@ -21,21 +21,58 @@ import click
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+_CLIENT_OPTIONS = "hightide.client_options"
+
+
+def _load_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    from ..client.properties import ClientConfigError, admin_options_from
+    try:
+        options, _, warnings = admin_options_from(value)
+    except ClientConfigError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    for warning in warnings:
+        click.echo(f"WARN {warning}", err=True)
+    ctx.meta[_CLIENT_OPTIONS] = options
+
+
+def command_config_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--command-config FILE``: Kafka client properties (security.protocol, sasl.*,
+    ssl.* PEM files, client.id, request.timeout.ms) for every connection the command
+    opens; read by :func:`run_admin` and :func:`client_options`."""
+    return click.option("--command-config", type=click.Path(dir_okay=False), default=None,
+                        envvar="HIGHTIDE_COMMAND_CONFIG", expose_value=False, callback=_load_command_config,
+                        help="Kafka client properties file (security.protocol, sasl.mechanism, sasl.jaas.config, "
+                             "ssl.truststore.location ...), as kafka-*.sh --command-config.")(f)
+
+
+def client_options() -> dict[str, Any]:
+    """The AdminClient keyword arguments of this command's ``--command-config`` (empty
+    without one): ``security`` (a ClientSecurity), ``client_id``, timeouts."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get(_CLIENT_OPTIONS, {})) if ctx is not None else {}
+
+
 def admin_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--bootstrap-server`` and ``--output`` (the same on every operator command)."""
+    """``--bootstrap-server``, ``--command-config`` and ``--output`` (the same on every
+    operator command)."""
     f = click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
                      show_default=True, help="Aligned columns or JSON (raw values, null where unknown).")(f)
+    f = command_config_option(f)
     f = click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
                      show_default=True, help="HOST:PORT[,HOST:PORT...] of hightide or any Kafka cluster.")(f)
     return f
 
 
 def run_admin(bootstrap: str, fn: Callable[[Any], Awaitable[Any]], *, use_extensions: bool = True) -> Any:
-    """Run ``fn(admin)`` with a connected AdminClient; Kafka errors become click errors."""
+    """Run ``fn(admin)`` with a connected AdminClient (TLS/SASL from ``--command-config``);
+    Kafka errors become click errors."""
     from ..client import AdminClient, KafkaError
+    options = {"request_timeout_s": 15.0, **client_options()}
 
     async def go() -> Any:
-        async with AdminClient(bootstrap, request_timeout_s=15.0, use_extensions=use_extensions) as admin:
+        async with AdminClient(bootstrap, use_extensions=use_extensions, **options) as admin:
             return await fn(admin)
     try:
         return asyncio.run(go())

@@ -30,7 +30,7 @@ from ..security.acl import (
     ResourceType,
 )
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, run_admin
+from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin
 
 OPERATIONS = {"".join(w.capitalize() for w in op.name.split("_")): op for op in AclOperation
               if op not in (AclOperation.UNKNOWN, AclOperation.ANY)}
@@ -116,6 +116,7 @@ def _json(acls: list[AclBinding]) -> list[dict[str, Any]]:
 @main.command("acls")
 @click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
               show_default=True, help="HOST:PORT[,HOST:PORT...] of hightide or any Kafka cluster.")
+@command_config_option
 @click.option("--add", "action", flag_value="add", help="Add the ACLs described by the options.")
 @click.option("--remove", "action", flag_value="remove", help="Remove the ACLs described by the options.")
 @click.option("--list", "action", flag_value="list", help="List ACLs (of the given resources, or all).")

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import Col, dash, emit
+from ._common import Col, client_options, command_config_option, dash, emit
 
 
 def _state(fenced: bool | None) -> str:
@@ -26,7 +26,8 @@ async def gather_rows(bootstrap: str, controller: bool, timeout_s: float = 15.0)
     """One row per node; raises :class:`~hightide.client.errors.KafkaError`."""
     from ..client import parse_servers
     from ..client.cluster import connect_any, describe_cluster
-    conn = await connect_any(parse_servers(bootstrap), timeout_s=timeout_s)
+    conn = await connect_any(parse_servers(bootstrap), timeout_s=timeout_s,
+                             security=client_options().get("security"))  # --command-config
     try:
         desc = await describe_cluster(conn, controllers=controller, include_fenced=True)
         leaders: Counter[int] = Counter()
@@ -49,6 +50,7 @@ async def gather_rows(bootstrap: str, controller: bool, timeout_s: float = 15.0)
 @click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
               help="HOST:PORT[,...] of brokers (default 127.0.0.1:9092).")
 @click.option("--bootstrap-controller", default=None, help="HOST:PORT[,...] of controllers: list them (KIP-919).")
+@command_config_option
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def brokers(bootstrap_server: str | None, bootstrap_controller: str | None, output: str) -> None:
     """Brokers with endpoint, rack, fenced/unfenced and partitions led."""

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, run_admin
+from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin
 
 ENTITY_TYPES = {"topics": "topic", "groups": "group", "brokers": "broker"}
 """--entity-type values (kafka-configs.sh's plural names) and how messages name them."""
@@ -59,6 +59,7 @@ def parse_add_config(value: str) -> list[tuple[str, str]]:
 @main.command("configs")
 @click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
               show_default=True, help="HOST:PORT[,HOST:PORT...] of hightide or any Kafka cluster.")
+@command_config_option
 @click.option("--describe", "action", flag_value="describe", help="List the entity's configs.")
 @click.option("--alter", "action", flag_value="alter", help="Change the entity's configs.")
 @click.option("--entity-type", type=click.Choice([*ENTITY_TYPES, *UNSUPPORTED]), default=None,

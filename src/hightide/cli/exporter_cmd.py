@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from . import _run, main
-from ._common import DEFAULT_BOOTSTRAP
+from ._common import DEFAULT_BOOTSTRAP, client_options, command_config_option
 
 
 @main.command("exporter")
 @click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
               show_default=True, help="HOST:PORT[,...] of hightide or any Kafka cluster.")
+@command_config_option
 @click.option("--listen", default="0.0.0.0", show_default=True, help="Address to serve /metrics on.")
 @click.option("--port", type=int, default=9308, show_default=True, help="Port to serve /metrics on (kafka_exporter's).")
 @click.option("--group", "groups", multiple=True, help="Only these groups (repeatable; default: all).")
@@ -34,5 +35,5 @@ def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, .
     ex = Exporter(bootstrap_server, listen=(listen, port), groups=list(groups) or None,
                   rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),
                   min_interval_s=min_interval, use_extensions=not no_extensions, cluster_name=cluster_name,
-                  scrape_timeout_s=scrape_timeout, isolation_level=isolation)
+                  scrape_timeout_s=scrape_timeout, isolation_level=isolation, client_options=client_options())
     _run(ex.run_forever())

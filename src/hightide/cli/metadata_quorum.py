@@ -26,7 +26,7 @@ import click
 from ..client.cluster import applied_offset
 from ..client.cluster import lowest_acknowledged as _lowest_acknowledged
 from . import main
-from ._common import Col, print_table
+from ._common import Col, client_options, command_config_option, print_table
 
 LAO_SOURCE = ("derived: lowest (observer LogEndOffset - 1) among unfenced brokers, from DescribeQuorum "
               "and DescribeCluster")
@@ -56,7 +56,8 @@ async def gather_view(bootstrap: str, controller: bool, timeout_s: float = 15.0)
     ``--bootstrap-controller``."""
     from ..client import UnsupportedVersionError, parse_servers
     from ..client.cluster import connect_any, describe_cluster, describe_quorum
-    conn = await connect_any(parse_servers(bootstrap), timeout_s=timeout_s)
+    conn = await connect_any(parse_servers(bootstrap), timeout_s=timeout_s,
+                             security=client_options().get("security"))  # --command-config
     try:
         try:
             quorum = await describe_quorum(conn)
@@ -170,6 +171,7 @@ def metadata_quorum() -> None:
 @click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
               help="HOST:PORT[,...] of brokers (default 127.0.0.1:9092).")
 @click.option("--bootstrap-controller", default=None, help="HOST:PORT[,...] of controllers (KIP-919).")
+@command_config_option
 @click.option("--status", is_flag=True, help="A short summary of the quorum status.")
 @click.option("--replication", is_flag=True, help="Each replica's replication state.")
 @click.option("--human-readable", is_flag=True, help="Timestamps as 'N ms ago' (--replication).")

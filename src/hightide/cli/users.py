@@ -22,7 +22,7 @@ import click
 
 from ..security.scram import MIN_ITERATIONS, ScramMechanism
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, run_admin
+from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin
 from .configs import parse_add_config
 
 
@@ -62,6 +62,7 @@ def _mechanisms(values: tuple[str, ...]) -> list[ScramMechanism]:
 @main.command("users")
 @click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
               show_default=True, help="HOST:PORT[,HOST:PORT...] of hightide or any Kafka cluster.")
+@command_config_option
 @click.option("--describe", "action", flag_value="describe", help="List users' SCRAM mechanisms and iterations.")
 @click.option("--alter", "action", flag_value="alter", help="Set or delete a user's SCRAM credentials.")
 @click.option("--entity-type", type=click.Choice(["users"]), default="users", show_default=True,

@@ -32,6 +32,7 @@ from .errors import (
     error_for,
 )
 from .groups import GroupsMixin
+from .properties import ClientSecurity
 from .security import SecurityMixin
 from .share import ShareGroupsMixin
 from .types import (
@@ -78,13 +79,17 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
     act on several items return ``{item: KafkaError | None}`` and, with
     ``raise_on_error=True`` (the default), raise the first error instead.
     ``use_extensions=False`` ignores hightide's protocol extensions (lag then always
-    takes the two-call path), e.g. to compare both paths.
+    takes the two-call path), e.g. to compare both paths. ``security``
+    (:class:`~hightide.client.properties.ClientSecurity`, from ``--command-config``) makes
+    every connection use TLS and/or SASL.
     """
 
     def __init__(self, bootstrap_servers: str | list[str], client_id: str = "hightide-admin",
                  request_timeout_s: float = 30.0, *, retry_backoff_s: float = 0.1,
-                 max_backoff_s: float = 1.0, use_extensions: bool = True) -> None:
+                 max_backoff_s: float = 1.0, use_extensions: bool = True,
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap_servers = parse_servers(bootstrap_servers)
+        self.security = security
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
@@ -121,7 +126,8 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
     async def _bootstrap(self) -> BrokerConnection:
         errors = []
         for host, port in self.bootstrap_servers:
-            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s)
+            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
+                                    security=self.security)
             try:
                 await conn.connect()
             except KafkaError as exc:
@@ -168,7 +174,7 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
                 conn = boot  # adopt the bootstrap connection: same broker
             else:
                 conn = BrokerConnection(host, port, self.client_id,
-                                        request_timeout_s=self.request_timeout_s)
+                                        request_timeout_s=self.request_timeout_s, security=self.security)
                 await conn.connect()
             conn.node_id = node_id
             self._conns[node_id] = conn

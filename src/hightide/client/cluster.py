@@ -15,6 +15,7 @@ from typing import Any
 
 from .connection import BrokerConnection
 from .errors import ErrorCode, KafkaError, error_for
+from .properties import ClientSecurity
 
 __all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "applied_offset", "connect_any",
            "describe_cluster", "describe_quorum", "lowest_acknowledged", "METADATA_TOPIC"]
@@ -71,13 +72,15 @@ class QuorumInfo:
     nodes: dict[int, tuple[tuple[str, str, int], ...]]
 
 
-async def connect_any(servers: list[tuple[str, int]], *, timeout_s: float = 15.0) -> BrokerConnection:
-    """A connection to the first reachable of ``servers`` (ApiVersions done). Raises
-    :class:`~hightide.client.errors.KafkaConnectionError` naming every failure."""
+async def connect_any(servers: list[tuple[str, int]], *, timeout_s: float = 15.0,
+                      security: ClientSecurity | None = None) -> BrokerConnection:
+    """A connection to the first reachable of ``servers`` (ApiVersions done; TLS/SASL per
+    ``security``). Raises :class:`~hightide.client.errors.KafkaConnectionError` naming
+    every failure."""
     from .errors import KafkaConnectionError
     errors = []
     for host, port in servers:
-        conn = BrokerConnection(host, port, "hightide-admin", request_timeout_s=timeout_s)
+        conn = BrokerConnection(host, port, "hightide-admin", request_timeout_s=timeout_s, security=security)
         try:
             await conn.connect()
             return conn

@@ -8,6 +8,14 @@ reads frames, matches each to its future by correlation id (so responses may arr
 any order) and decodes the body there. A response whose correlation id is unknown (its
 request timed out) is dropped. When the connection breaks, every pending request fails
 with :class:`KafkaConnectionError` and the connection stays closed; callers open a new one.
+
+Security (``security``, a :class:`~hightide.client.properties.ClientSecurity`): on SSL and
+SASL_SSL the socket is wrapped in TLS by asyncio (the broker certificate verified, mTLS
+when a keystore is set); on SASL_* the connection authenticates right after ApiVersions
+(SaslHandshake v1, then SaslAuthenticate with PLAIN, SCRAM-SHA-256/512 — the server's
+signature is verified — or an unsecured OAUTHBEARER token) before :meth:`connect`
+returns. A refused authentication raises :class:`KafkaError` with
+SASL_AUTHENTICATION_FAILED (or the broker's handshake error) and closes the connection.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import contextlib
 import itertools
 import struct
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from kio.schema.index import api_key_map
 
@@ -38,6 +46,9 @@ from .errors import (
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
+
+if TYPE_CHECKING:
+    from .properties import ClientSecurity
 
 __all__ = ["BrokerConnection", "decode_response"]
 
@@ -104,8 +115,10 @@ class BrokerConnection:
     """
 
     def __init__(self, host: str, port: int, client_id: str | None = "hightide-admin", *,
-                 request_timeout_s: float = 30.0, node_id: int | None = None) -> None:
+                 request_timeout_s: float = 30.0, node_id: int | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
+        self.security = security
         self.node_id = node_id
         self.request_timeout_s = request_timeout_s
         self.api_versions: dict[int, tuple[int, int]] = {}
@@ -142,9 +155,13 @@ class BrokerConnection:
         :class:`KafkaTimeoutError` on timeout, :class:`KafkaError` if the broker answers
         ApiVersions with an error other than UNSUPPORTED_VERSION.
         """
+        sec = self.security
+        tls = sec.ssl_context() if sec is not None else None
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.request_timeout_s)
+                asyncio.open_connection(self.host, self.port, ssl=tls,
+                                        server_hostname=self.host if tls is not None else None),
+                self.request_timeout_s)
         except TimeoutError:
             raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
         except OSError as exc:
@@ -152,9 +169,35 @@ class BrokerConnection:
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._handshake()
+            if sec is not None and sec.sasl:
+                await self._authenticate(sec)
         except BaseException:
             await self.close()
             raise
+
+    async def _authenticate(self, sec: ClientSecurity) -> None:
+        """SaslHandshake + SaslAuthenticate exchanges for ``sec.mechanism``. Raises
+        KafkaError (the broker's error code and message) when refused."""
+        resp = await self.request(17, 1, {"mechanism": sec.mechanism})
+        if resp.error_code != ErrorCode.none:
+            offered = ", ".join(resp.mechanisms or ()) or "none"
+            raise KafkaError(resp.error_code, f"{self.host}:{self.port} refused SASL mechanism {sec.mechanism} "
+                                              f"(it offers {offered})")
+        version = self.pick_version(36, 1)
+        from ..security.errors import SaslFailure
+        from .sasl_client import sasl_exchange
+        exchange = sasl_exchange(sec)
+        token = next(exchange)
+        while True:
+            resp = await self.request(36, version, {"auth_bytes": token})
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, resp.error_message or "SASL authentication failed")
+            try:
+                token = exchange.send(bytes(resp.auth_bytes))
+            except StopIteration:
+                return
+            except (ValueError, SaslFailure) as exc:  # the server's answer does not verify
+                raise KafkaError(ErrorCode.sasl_authentication_failed, f"SASL {sec.mechanism}: {exc}") from None
 
     async def _handshake(self) -> None:
         version = _API_VERSIONS_MAX

@@ -84,7 +84,8 @@ async def describe(admin: AdminClient) -> ClusterView:
     versions: dict[int, tuple[int, int]] = {}
     if target is not None:
         conn = BrokerConnection(target.host, target.port, admin.client_id,
-                                request_timeout_s=admin.request_timeout_s, node_id=target.node_id)
+                                request_timeout_s=admin.request_timeout_s, node_id=target.node_id,
+                                security=admin.security)
         await conn.connect()
         try:
             versions = dict(conn.api_versions)

@@ -249,8 +249,11 @@ class Exporter:
     def __init__(self, bootstrap: str, *, listen: tuple[str, int] = ("0.0.0.0", 9308),
                  groups: list[str] | None = None, rules: StatusRules = StatusRules(),
                  min_interval_s: float = 1.0, use_extensions: bool = True, cluster_name: str = "default",
-                 scrape_timeout_s: float = 9.0, isolation_level: str = "read_uncommitted") -> None:
+                 scrape_timeout_s: float = 9.0, isolation_level: str = "read_uncommitted",
+                 client_options: dict[str, Any] | None = None) -> None:
         self.bootstrap, self.listen, self.groups = bootstrap, listen, groups
+        #: AdminClient keyword arguments from --command-config (security, client id, timeouts).
+        self.client_options = dict(client_options or {})
         self.isolation_level = isolation_level
         """read_committed: lag to the last stable offset (docs/lag.md, transactions)."""
         self.scrape_timeout_s = scrape_timeout_s
@@ -297,8 +300,9 @@ class Exporter:
 
     async def _snapshot(self) -> None:
         if self._admin is None:
-            admin = AdminClient(self.bootstrap, client_id="hightide-exporter", request_timeout_s=10.0,
-                                use_extensions=self.use_extensions)
+            admin = AdminClient(self.bootstrap, use_extensions=self.use_extensions,
+                                **{"client_id": "hightide-exporter", "request_timeout_s": 10.0,
+                                   **self.client_options})
             self._admin = admin  # (closed by refresh if start() fails or times out)
             await admin.start()
             self._monitor = LagMonitor(admin, rules=self.rules, isolation_level=self.isolation_level)
