@@ -504,3 +504,86 @@ def test_cluster_describe_apis(env: Env) -> None:
     assert dc.cluster_authorized_operations == 1 << O.DESCRIBE
     env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
     assert env.call(57, 1, features).error_code != E.cluster_authorization_failed
+
+
+# -- producers and transactions -------------------------------------------------------
+def init_pid(env: Env, txn: str | None) -> ErrorCode:
+    r = env.call(22, 4, {"transactional_id": txn, "transaction_timeout": 60000, "producer_id": -1,
+                         "producer_epoch": -1})
+    return ErrorCode(r.error_code)
+
+
+def test_init_producer_id(env: Env) -> None:
+    assert init_pid(env, None) == E.cluster_authorization_failed
+    env.acl(ALICE, O.WRITE, TOPIC, "any-", PRE)  # WRITE on some topic is enough (authorizeByResourceType)
+    assert init_pid(env, None) == E.none
+    env.clear_acls()
+    env.acl(ALICE, O.IDEMPOTENT_WRITE, CLUSTER, "kafka-cluster")
+    assert init_pid(env, None) == E.none
+    assert init_pid(env, "tx-a") == E.transactional_id_authorization_failed
+    env.acl(ALICE, O.WRITE, TXN, "tx-", PRE)
+    assert init_pid(env, "tx-a") == E.none
+
+
+def test_add_partitions_to_txn_v3_and_batched_v4(env: Env) -> None:
+    def add(topic: str) -> dict[str, ErrorCode]:
+        r = env.call(24, 3, {"v3_and_below_transactional_id": "tx-b", "v3_and_below_producer_id": 1,
+                             "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [
+                                 {"name": topic, "partitions": [0]}, {"name": "orders", "partitions": [0]}]})
+        return {t.name: ErrorCode(t.results_by_partition[0].partition_error_code)
+                for t in r.results_by_topic_v3_and_below}
+    assert set(add("secret").values()) == {E.transactional_id_authorization_failed}
+    env.acl(ALICE, O.WRITE, TXN, "tx-b")
+    env.acl(ALICE, O.WRITE, TOPIC, "orders")
+    assert add("secret") == {"secret": E.topic_authorization_failed, "orders": E.operation_not_attempted}
+    assert add("__consumer_offsets")["__consumer_offsets"] in (E.topic_authorization_failed,
+                                                               E.unknown_topic_or_partition)
+    batched = {"transactions": [{"transactional_id": "tx-b", "producer_id": 1, "producer_epoch": 0,
+                                 "verify_only": True, "topics": [{"name": "orders", "partitions": [0]}]}]}
+    assert env.call(24, 4, batched).error_code == E.cluster_authorization_failed
+    env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert env.call(24, 4, batched).error_code == E.none
+
+
+def test_add_offsets_txn_offset_commit_end_txn(env: Env) -> None:
+    def add_offsets() -> ErrorCode:
+        return ErrorCode(env.call(25, 3, {"transactional_id": "tx-c", "producer_id": 1, "producer_epoch": 0,
+                                          "group_id": "tg"}).error_code)
+
+    def txn_commit(topic: str = "orders") -> ErrorCode:
+        r = env.call(28, 3, {"transactional_id": "tx-c", "group_id": "tg", "producer_id": 1, "producer_epoch": 0,
+                             "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
+                                 {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0,
+                                                                 "committed_leader_epoch": -1,
+                                                                 "committed_metadata": ""}]}]})
+        return ErrorCode(r.topics[0].partitions[0].error_code)
+
+    def end() -> ErrorCode:
+        return ErrorCode(env.call(26, 3, {"transactional_id": "tx-c", "producer_id": 1, "producer_epoch": 0,
+                                          "committed": True}).error_code)
+    assert add_offsets() == E.transactional_id_authorization_failed
+    assert txn_commit() == E.transactional_id_authorization_failed
+    assert end() == E.transactional_id_authorization_failed
+    env.acl(ALICE, O.WRITE, TXN, "tx-c")
+    assert add_offsets() == E.group_authorization_failed
+    assert txn_commit() == E.group_authorization_failed
+    assert end() not in (E.transactional_id_authorization_failed, E.none)  # no such transaction: the coordinator's
+    env.acl(ALICE, O.READ, GROUP, "tg")
+    assert add_offsets() not in (E.group_authorization_failed, E.transactional_id_authorization_failed)
+    assert txn_commit() == E.topic_authorization_failed
+    env.acl(ALICE, O.READ, TOPIC, "orders")
+    assert txn_commit() != E.topic_authorization_failed
+
+
+def test_write_txn_markers_needs_cluster_action_or_alter(env: Env) -> None:
+    body = {"markers": [{"producer_id": 9, "producer_epoch": 0, "transaction_result": False, "coordinator_epoch": 0,
+                         "topics": [{"name": "orders", "partition_indexes": [0]}]}]}
+
+    def code() -> ErrorCode:
+        return ErrorCode(env.call(27, 1, body).markers[0].topics[0].partitions[0].error_code)
+    assert code() == E.cluster_authorization_failed
+    env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
+    assert code() != E.cluster_authorization_failed
+    env.clear_acls()
+    env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert code() != E.cluster_authorization_failed

@@ -11,6 +11,8 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize
 from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
@@ -19,7 +21,11 @@ from .txn_common import fenced_error
 @handles(25, 0, 4)
 async def handle(ctx: RequestContext, req: Any) -> Any:
     code: ErrorCode
-    if not req.group_id:
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        code = ErrorCode.transactional_id_authorization_failed  # Kafka: WRITE on the id, then READ on the group
+    elif not authorize(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        code = ErrorCode.group_authorization_failed
+    elif not req.group_id:
         code = ErrorCode.invalid_group_id
     else:
         try:

@@ -18,6 +18,8 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...txn.state import TopicPartition
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorize_cluster, authorizer
 from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
@@ -26,10 +28,13 @@ from .txn_common import fenced_error
 @handles(24, 0, 5)
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if ctx.version <= 3:
-        errors = await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+        errors = _refused(ctx, req.v3_and_below_transactional_id, req.v3_and_below_topics) or await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                             req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
         return materialize(response_schema(24, ctx.version), {
             "throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(req.v3_and_below_topics, errors)})
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # v4+ come from brokers (Kafka)
+        return materialize(response_schema(24, ctx.version), {
+            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []})
     results = []
     for txn in req.transactions:
         errors = await _one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
@@ -38,6 +43,29 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                         "topic_results": _topic_results(txn.topics, errors)})
     return materialize(response_schema(24, ctx.version), {
         "throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results})
+
+
+def _refused(ctx: RequestContext, transactional_id: str, topics: Any) -> dict[TopicPartition, ErrorCode] | None:
+    """Kafka's check of a client's (v0-v3) request: WRITE on the transactional id (every
+    partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic (internal
+    topics are never authorized); a refused topic fails the whole transaction: its
+    partitions TOPIC_AUTHORIZATION_FAILED, unknown ones UNKNOWN_TOPIC_OR_PARTITION, the
+    rest OPERATION_NOT_ATTEMPTED. None when nothing is refused."""
+    a = authorizer(ctx)
+    if a is None:
+        return None
+    parts = [(t.name, int(p)) for t in topics for p in t.partitions]
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(parts, ErrorCode.transactional_id_authorization_failed)
+    image = ctx.image
+    denied = {n for n in {t.name for t in topics}
+              if (n in image.topics and image.topics[n].internal)
+              or not a.authorize(ctx.principal, ctx.client_host, AclOperation.WRITE, ResourceType.TOPIC, n)}
+    if not denied:
+        return None
+    return {tp: ErrorCode.topic_authorization_failed if tp[0] in denied
+            else ErrorCode.unknown_topic_or_partition if not _exists(ctx, *tp)
+            else ErrorCode.operation_not_attempted for tp in parts}
 
 
 async def _one(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, topics: Any,

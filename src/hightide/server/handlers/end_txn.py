@@ -9,7 +9,10 @@ from typing import Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
+from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize
 from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
@@ -17,6 +20,9 @@ from .txn_common import fenced_error
 
 @handles(26, 0, 4)
 async def handle(ctx: RequestContext, req: Any) -> Any:
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return materialize(response_schema(26, ctx.version), {
+            "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed})
     try:
         code = await ctx.txns.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
     except CoordinatorUnavailable as exc:

@@ -10,6 +10,8 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorize_by_type, authorize_cluster
 from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
@@ -17,8 +19,16 @@ from .txn_common import fenced_error
 
 @handles(22, 0, 5)
 def handle(ctx: RequestContext, req: Any) -> Any:
+    """Authorization as Kafka: WRITE on the transactional id (else
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE
+    on the cluster or WRITE on some topic (else CLUSTER_AUTHORIZATION_FAILED)."""
     if req.transactional_id is not None:
+        if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+            return _answer(ctx, ErrorCode.transactional_id_authorization_failed)
         return _transactional(ctx, req)
+    if not authorize_cluster(ctx, AclOperation.IDEMPOTENT_WRITE) and not authorize_by_type(
+            ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        return _answer(ctx, ErrorCode.cluster_authorization_failed)
     return _allocate(ctx)
 
 

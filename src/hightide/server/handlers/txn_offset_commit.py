@@ -19,29 +19,42 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...log.transactions import verification_error_for_produce
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..registry import handles
 
 
 @handles(28, 0, 5)
 async def handle(ctx: RequestContext, req: Any) -> Any:
+    """Authorization as Kafka: WRITE on the transactional id, then READ on the group (each
+    refusal answers every partition), then READ on each topic (TOPIC_AUTHORIZATION_FAILED
+    for its partitions, which are not committed)."""
+    refused = ErrorCode.none
+    if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        refused = ErrorCode.transactional_id_authorization_failed
+    elif not authorize(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        refused = ErrorCode.group_authorization_failed
+    denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
-               for t in req.topics for p in t.partitions]
-    errors: dict[tuple[str, int], ErrorCode] = {}
+               for t in req.topics if t.name not in denied for p in t.partitions]
+    errors: dict[tuple[str, int], ErrorCode] = {(t.name, p.partition_index): ErrorCode.topic_authorization_failed
+                                                for t in req.topics if t.name in denied for p in t.partitions}
     try:
-        group_error = _verified(ctx, req)
-        if group_error == ErrorCode.none:
-            group_error, errors = await ctx.groups.execute(req.group_id, lambda shard: shard.txn_commit_offsets(
+        group_error = refused if refused != ErrorCode.none else _verified(ctx, req)
+        if group_error == ErrorCode.none and commits:  # none left when every topic is refused
+            group_error, committed = await ctx.groups.execute(req.group_id, lambda shard: shard.txn_commit_offsets(
                 req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
                 getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), commits, ctx.now_ms,
                 lambda t, p: _exists(ctx, t, p)), ctx.now_ms)
+            errors.update(committed)
     except CoordinatorUnavailable as exc:
         group_error = exc.error_code
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index,
-         "error_code": errors.get((t.name, p.partition_index), group_error)} for p in t.partitions]}
-        for t in req.topics]
+         "error_code": refused if refused != ErrorCode.none else errors.get((t.name, p.partition_index), group_error)}
+        for p in t.partitions]} for t in req.topics]
     return materialize(response_schema(28, ctx.version), {"throttle_time": 0, "topics": topics})
 
 

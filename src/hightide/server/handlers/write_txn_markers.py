@@ -10,22 +10,34 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..registry import handles
 
 
 @handles(27, 1, 2)
 async def handle(ctx: RequestContext, req: Any) -> Any:
+    """Needs ALTER or CLUSTER_ACTION on the cluster (Kafka), else every partition answers
+    CLUSTER_AUTHORIZATION_FAILED."""
+    allowed = authorize_cluster(ctx, AclOperation.ALTER) or authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
     results = []
     for m in req.markers:
         parts = [(t.name, int(p)) for t in m.topics for p in t.partition_indexes]
-        try:
-            errors = await ctx.txns.write_markers(m.producer_id, m.producer_epoch, m.transaction_result,
-                                                  m.coordinator_epoch, parts)
-        except CoordinatorUnavailable as exc:
-            errors = {tp: exc.error_code for tp in parts}
+        if allowed:
+            errors = await _write(ctx, m, parts)
+        else:
+            errors = dict.fromkeys(parts, ErrorCode.cluster_authorization_failed)
         results.append({"producer_id": m.producer_id, "topics": [
             {"name": t.name, "partitions": [
                 {"partition_index": p, "error_code": errors.get((t.name, int(p)), ErrorCode.none)}
                 for p in t.partition_indexes]} for t in m.topics]})
     return materialize(response_schema(27, ctx.version), {"markers": results})
+
+
+async def _write(ctx: RequestContext, m: Any, parts: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    try:
+        return await ctx.txns.write_markers(m.producer_id, m.producer_epoch, m.transaction_result,
+                                            m.coordinator_epoch, parts)
+    except CoordinatorUnavailable as exc:
+        return {tp: exc.error_code for tp in parts}
