@@ -22,7 +22,8 @@ files: the core's log is a sequence of entries, and what matters is the same rul
 file model implements (unflushed writes are lost on a kill).
 
 Used by tests/unit/test_raft_sim.py and bench/raft_sim.py. Replay one seed:
-``python -m tests.unit.raft_simulator --seed N [--voters V --observers O --unsafe RULE]``.
+``python -m tests.unit.raft_simulator --seed N [--set voters=5 --set kill_prob=0.4 ...]
+[--unsafe RULE]`` (a violation prints exactly this command).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 from hightide.cluster.raft import (
     Append, ClientAppend, Committed, ElectionState, Entry, Flush, FlushDone, InstallSnapshot,
     NotLeaderError, OffsetAndEpoch, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
-    RoleChanged, Send, SnapshotCreated, Tick, TrimLog, Truncate,
+    RoleChanged, Send, SendFailed, SnapshotCreated, Tick, TrimLog, Truncate,
 )
 
 
@@ -138,6 +139,7 @@ class Simulation:
         self.stats = Stats()
         self._leaderless_since: int | None = 0
         self._appended = 0
+        self._conn: dict[tuple[int, int, int], int] = {}   # (server, client, cid) -> client incarnation
         for i in ids:
             self._start(i)
         self._push(0, "client", 0, None)
@@ -146,12 +148,9 @@ class Simulation:
     # --- plumbing ---------------------------------------------------------------------
 
     def fail(self, what: str) -> None:
-        c = self.cfg
-        unsafe = "".join(f" --unsafe {u}" for u in sorted(c.unsafe))
         raise InvariantViolation(
             f"seed {self.seed} at {self.now} ms: {what}\n  replay: python -m "
-            f"tests.unit.raft_simulator --seed {self.seed} --voters {c.voters} "
-            f"--observers {c.observers} --duration {c.duration_ms}{unsafe}")
+            f"tests.unit.raft_simulator --seed {self.seed}{replay_args(self.cfg)}")
 
     def _push(self, at: int, kind: str, node: int, payload: Any) -> None:
         self._seq += 1
@@ -215,7 +214,9 @@ class Simulation:
                 self._handle(k, i, p)
             return
         incarnation, event = payload
-        if n.core is None or (kind == "flush" and incarnation != n.incarnation):
+        if kind == "deliver" and not self._connected(n, incarnation, event):
+            return
+        if n.core is None or (kind in ("flush", "failed") and incarnation != n.incarnation):
             return
         if n.paused:
             n.deferred.append((kind, payload))
@@ -224,7 +225,7 @@ class Simulation:
             if n.next_tick == self.now:
                 n.next_tick = None
             self._step(n, Tick())
-        elif kind == "deliver":
+        elif kind in ("deliver", "failed"):
             self._step(n, event)
         elif kind == "flush":
             self._flushed(n, event)
@@ -278,7 +279,30 @@ class Simulation:
             elif isinstance(a, RoleChanged):
                 self._role_changed(n, a)
 
+    def _connected(self, n: Node, tags: tuple[int, int], event: Received) -> bool:
+        """Model TCP: a message reaches only the process its connection was opened to,
+        a request to a dead node is refused (the sender gets SendFailed), and a
+        response travels back on the request's connection."""
+        dest_inc, src_inc = tags
+        request = type(event.message).__name__.endswith("Request")
+        if n.core is None:
+            if request:
+                failed = SendFailed(n.id, event.correlation_id)
+                self._push(self.now + self.rng.randint(1, 3), "failed", event.source,
+                           (src_inc, failed))
+            return False
+        if dest_inc != n.incarnation:
+            return False                  # the connection died with the old process
+        if request:
+            self._conn[(n.id, event.source, event.correlation_id)] = src_inc
+        return True
+
     def _send(self, src: int, dest: int, msg: Any, cid: int) -> None:
+        if type(msg).__name__.endswith("Response"):
+            dest_inc = self._conn.pop((src, dest, cid), -1)
+        else:
+            dest_inc = self.nodes[dest].incarnation
+        src_inc = self.nodes[src].incarnation
         if self.rng.random() < self.cfg.drop_rate or self._cut(src, dest):
             return
         c = self.cfg
@@ -286,7 +310,7 @@ class Simulation:
             delay = self.rng.randint(c.max_delay_ms, c.long_delay_max_ms)
         else:
             delay = self.rng.randint(c.min_delay_ms, c.max_delay_ms)
-        self._push(self.now + delay, "deliver", dest, (0, Received(src, msg, cid)))
+        self._push(self.now + delay, "deliver", dest, ((dest_inc, src_inc), Received(src, msg, cid)))
 
     def _cut(self, a: int, b: int) -> bool:
         p = self.partition
@@ -435,6 +459,16 @@ class Simulation:
         self._push(self.now + c.fault_interval_ms, "fault", 0, None)
 
 
+def replay_args(cfg: SimConfig) -> str:
+    """The command-line arguments that rebuild ``cfg`` (fields that differ from the
+    defaults, as ``--set name=value``, and each unsafe rule)."""
+    default = SimConfig()
+    args = [f" --set {name}={getattr(cfg, name)}" for name in SimConfig.__dataclass_fields__
+            if name not in ("unsafe", "raft") and getattr(cfg, name) != getattr(default, name)]
+    args += [f" --unsafe {u}" for u in sorted(cfg.unsafe)]
+    return "".join(args)
+
+
 def simulate(seed: int, cfg: SimConfig | None = None) -> Simulation:
     """Run one seed to the end; raises InvariantViolation (with a replay command)."""
     sim = Simulation(seed, cfg or SimConfig())
@@ -445,13 +479,16 @@ def simulate(seed: int, cfg: SimConfig | None = None) -> Simulation:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--voters", type=int, default=3)
-    p.add_argument("--observers", type=int, default=0)
-    p.add_argument("--duration", type=int, default=20_000)
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a SimConfig field (voters, observers, duration_ms, kill_prob, ...)")
     p.add_argument("--unsafe", action="append", default=[])
     a = p.parse_args(argv)
-    cfg = SimConfig(voters=a.voters, observers=a.observers, duration_ms=a.duration,
-                    unsafe=frozenset(a.unsafe))
+    fields: dict[str, Any] = {}
+    for item in a.set:
+        name, _, value = item.partition("=")
+        kind = type(getattr(SimConfig(), name))
+        fields[name] = kind(value)
+    cfg = SimConfig(**fields, unsafe=frozenset(a.unsafe))
     try:
         sim = simulate(a.seed, cfg)
     except InvariantViolation as e:

@@ -12,7 +12,7 @@ import pytest
 from hightide.cluster.raft import (
     Append, ClientAppend, Committed, ElectionState, Entry, Flush, FlushDone, InstallSnapshot,
     NotLeaderError, OffsetAndEpoch, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
-    RoleChanged, Send, SnapshotCreated, Tick, Truncate,
+    RoleChanged, Send, SendFailed, SnapshotCreated, Tick, Truncate,
 )
 from hightide.cluster.raft import messages as m
 from tests.unit.raft_simulator import InvariantViolation, SimConfig, simulate
@@ -36,16 +36,25 @@ def vote(candidate: int, epoch: int, last_epoch: int, last_offset: int, pre: boo
     return Received(candidate, m.VoteRequest(candidate, epoch, last_epoch, last_offset, pre))
 
 
+def answer_votes(c: RaftCore, now: int, out: list, granted: bool) -> list:
+    """Answer every Vote/PreVote in ``out`` (as its voter, in the request's epoch)."""
+    result: list = []
+    for s in sends(out, m.VoteRequest):
+        req = s.message
+        assert isinstance(req, m.VoteRequest)
+        resp = m.VoteResponse(0, -1, req.replica_epoch, granted)
+        result += c.step(now, Received(s.dest, resp, s.correlation_id))
+    return result
+
+
 def make_leader(epochs: tuple[int, ...] = (), epoch: int = 1, now: int = 0,
                 config: RaftConfig | None = None) -> RaftCore:
     """Node 1 as the leader of ``epoch`` (its LeaderChange entry flushed)."""
     c = core(1, epoch=epoch - 1, epochs=epochs, config=config)
     c.step(now, Tick())
-    c.step(now + 5000, Tick())                          # election timeout -> pre-vote
-    for v in (2, 3):
-        c.step(now + 5000, Received(v, m.VoteResponse(0, -1, epoch - 1, True)))
-    for v in (2, 3):
-        c.step(now + 5000, Received(v, m.VoteResponse(0, -1, epoch, True)))
+    out = c.step(now + 5000, Tick())                    # election timeout -> pre-vote
+    out = answer_votes(c, now + 5000, out, True)        # -> candidate
+    answer_votes(c, now + 5000, out, True)              # -> leader
     assert c.role == "leader" and c.epoch == epoch
     c.step(now + 5000, FlushDone(c.log.end_offset))
     return c
@@ -110,16 +119,31 @@ def test_prospective_becomes_candidate_only_on_a_pre_vote_majority() -> None:
     out = c.step(5000, Tick())
     assert c.role == "prospective" and c.epoch == 2
     assert all(s.message.pre_vote for s in sends(out, m.VoteRequest))  # type: ignore[union-attr]
-    c.step(5001, Received(2, m.VoteResponse(0, -1, 2, False)))
-    c.step(5002, Received(3, m.VoteResponse(0, -1, 2, False)))
+    answer_votes(c, 5001, out, False)
     assert c.role == "prospective" and c.epoch == 2          # lost: no epoch spent
+    assert c.next_deadline is not None and c.next_deadline <= 5001 + 1000   # backoff
     c2 = core(1, epoch=2)
     c2.step(0, Tick())
-    c2.step(5000, Tick())
-    out = c2.step(5001, Received(2, m.VoteResponse(0, -1, 2, True)))
+    out = c2.step(5000, Tick())
+    [first, _] = sends(out, m.VoteRequest)
+    out = c2.step(5001, Received(first.dest, m.VoteResponse(0, -1, 2, True), first.correlation_id))
     assert c2.role == "candidate" and c2.epoch == 3
     assert out[0] == PersistElection(ElectionState(3, 1, -1))
     assert not any(s.message.pre_vote for s in sends(out, m.VoteRequest))  # type: ignore[union-attr]
+
+
+def test_a_vote_request_to_a_refused_connection_is_retried_after_the_backoff() -> None:
+    c = core(1, epoch=2)
+    c.step(0, Tick())
+    out = c.step(5000, Tick())
+    [first, _] = sends(out, m.VoteRequest)
+    c.step(5001, SendFailed(first.dest, first.correlation_id))
+    assert c.next_deadline == 5001 + 20
+    [again] = sends(c.step(5021, Tick()), m.VoteRequest)
+    assert again.dest == first.dest and again.correlation_id != first.correlation_id
+    # an answer to the first (failed) request is not counted
+    c.step(5022, Received(first.dest, m.VoteResponse(0, -1, 2, True), first.correlation_id))
+    assert c.role == "prospective"
 
 
 # --- the high watermark ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from .messages import Entry, Message, OffsetAndEpoch
 __all__ = [
     "ElectionState", "Send", "PersistElection", "Append", "Truncate", "Flush",
     "Committed", "InstallSnapshot", "TrimLog", "RoleChanged", "Action",
-    "Received", "Tick", "ClientAppend", "FlushDone", "SnapshotCreated", "Resign", "Event",
+    "Received", "Tick", "ClientAppend", "FlushDone", "SnapshotCreated", "SendFailed", "Resign", "Event",
     "NotLeaderError",
 ]
 
@@ -155,11 +155,20 @@ class SnapshotCreated:
 
 
 @dataclass(frozen=True, slots=True)
+class SendFailed:
+    """The request sent under ``correlation_id`` to ``dest`` failed without an answer
+    (connection refused or closed): the core retries after ``retry_backoff_ms``."""
+
+    dest: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Resign:
     """Graceful shutdown: a leader resigns with EndQuorumEpoch."""
 
 
-Event = Received | Tick | ClientAppend | FlushDone | SnapshotCreated | Resign
+Event = Received | Tick | ClientAppend | FlushDone | SnapshotCreated | SendFailed | Resign
 
 
 class NotLeaderError(Exception):

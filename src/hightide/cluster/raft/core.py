@@ -39,7 +39,7 @@ from . import messages as m
 from .actions import (
     Action, Append, ClientAppend, Committed, ElectionState, Event, Flush, FlushDone,
     InstallSnapshot, NotLeaderError, PersistElection, Received, Resign, RoleChanged, Send,
-    SnapshotCreated, Tick, TrimLog,
+    SendFailed, SnapshotCreated, Tick, TrimLog,
 )
 from .config import RaftConfig
 from .log import RaftLog
@@ -88,6 +88,10 @@ class RaftCore(Replication):
         self.role = "unattached"
         self._grants: set[int] = set()
         self._rejects: set[int] = set()
+        self._vote_requests: dict[int, int] = {}     # voter -> correlation id
+        self._vote_retry_at: dict[int, int] = {}
+        self._backing_off = False
+        self._retries = 0                            # election rounds lost in a row
         self.election_deadline: int | None = None
         self._init_replication(now)
         self._restore_role(now)
@@ -128,6 +132,8 @@ class RaftCore(Replication):
             self._on_flush_done(now, event.end_offset)
         elif isinstance(event, SnapshotCreated):
             self._on_snapshot_created(now, event)
+        elif isinstance(event, SendFailed):
+            self._on_send_failed(now, event.dest, event.correlation_id)
         elif isinstance(event, Resign):
             if self.role == "leader":
                 self._resign(now)
@@ -137,8 +143,8 @@ class RaftCore(Replication):
     @property
     def next_deadline(self) -> int | None:
         """The earliest time a :class:`Tick` has work to do; None when nothing is timed."""
-        deadlines = [d for d in (self.election_deadline, self._replication_deadline())
-                     if d is not None]
+        deadlines = [d for d in (self.election_deadline, self._replication_deadline(),
+                                 *self._vote_retry_at.values()) if d is not None]
         return min(deadlines) if deadlines else None
 
     # --- roles ---------------------------------------------------------------------------
@@ -157,6 +163,8 @@ class RaftCore(Replication):
         self._leave_replication_role(now)
         self.role = role
         self.election_deadline = None
+        self._vote_requests, self._vote_retry_at = {}, {}
+        self._backing_off = False
         self._out.append(RoleChanged(role, self.epoch, self.leader_id))
 
     def _persist(self, state: ElectionState, *, durable: bool = True) -> None:
@@ -182,40 +190,58 @@ class RaftCore(Replication):
         if ElectionState(epoch, voted, leader_id) != self.election:
             self._persist(ElectionState(epoch, voted, leader_id))
         self._set_role(now, "follower")
+        self._retries = 0
         self._start_following(now)
 
     def _become_prospective(self, now: int) -> None:
         if not self.is_voter:
             return
         self._set_role(now, "prospective")
-        self._grants, self._rejects = {self.node_id}, set()
-        self.election_deadline = now + self._election_timeout()
+        self._start_election_round(now)
         if len(self._grants) >= self.majority:
             self._become_candidate(now)
             return
-        end = self.log.end_offset_and_epoch()
-        request = m.VoteRequest(self.node_id, self.epoch, end.epoch, end.offset, pre_vote=True)
-        for v in self.voters:
-            if v != self.node_id:
-                self._request(v, request)
+        self._send_vote_requests(now)
 
     def _become_candidate(self, now: int) -> None:
         self._persist(ElectionState(self.epoch + 1, self.node_id, -1))
         self._set_role(now, "candidate")
-        self._grants, self._rejects = {self.node_id}, set()
-        self.election_deadline = now + self._election_timeout()
+        self._start_election_round(now)
         if len(self._grants) >= self.majority:
             self._become_leader(now)
             return
+        self._send_vote_requests(now)
+
+    def _start_election_round(self, now: int) -> None:
+        self._grants, self._rejects = {self.node_id}, set()
+        self._vote_requests, self._vote_retry_at = {}, {}
+        self._backing_off = False
+        self.election_deadline = now + self._election_timeout()
+
+    def _send_vote_requests(self, now: int, only: int | None = None) -> None:
+        """(Re)send this round's Vote (or PreVote) to the voters that have not answered."""
         end = self.log.end_offset_and_epoch()
-        request = m.VoteRequest(self.node_id, self.epoch, end.epoch, end.offset, pre_vote=False)
+        request = m.VoteRequest(self.node_id, self.epoch, end.epoch, end.offset,
+                                pre_vote=self.role == "prospective")
         for v in self.voters:
-            if v != self.node_id:
-                self._request(v, request)
+            if v != self.node_id and v not in self._grants and v not in self._rejects \
+                    and (only is None or v == only):
+                self._vote_requests[v] = self._request(v, request)
+                self._vote_retry_at.pop(v, None)
+
+    def _back_off(self, now: int) -> None:
+        """Kafka's binaryExponentialElectionBackoffMs: the election round is lost; wait a
+        random backoff that doubles with each lost round, then start a new one."""
+        self._retries += 1
+        base = 100 * self.rng.randrange(2 << min(20, self._retries - 1))
+        self.election_deadline = now + min(base, self.config.election_backoff_max_ms)
+        self._backing_off = True
+        self._vote_retry_at = {}
 
     def _become_leader(self, now: int) -> None:
         self._persist(ElectionState(self.epoch, self.node_id, self.node_id))
         self._set_role(now, "leader")
+        self._retries = 0
         payload = leader_change_payload(self.node_id, self.voters)
         self._start_leading(now, payload)
         begin = m.BeginQuorumEpochRequest(self.node_id, self.epoch)
@@ -253,11 +279,24 @@ class RaftCore(Replication):
 
     def _on_timers(self, now: int) -> None:
         if self.election_deadline is not None and now >= self.election_deadline:
-            # Unattached, resigned, or an election that did not finish in time: (re)start
-            # with a pre-vote round (Kafka 4: a timed-out candidate becomes prospective).
-            self.election_deadline = None
-            self._become_prospective(now)
+            if self.role in ("prospective", "candidate") and not self._backing_off:
+                self._back_off(now)       # the round timed out: back off, then retry
+            else:
+                # Unattached, resigned, or a backoff that ended: start with a pre-vote
+                # round (Kafka 4: a candidate that lost becomes prospective).
+                self.election_deadline = None
+                self._become_prospective(now)
+        for v, at in list(self._vote_retry_at.items()):
+            if now >= at:
+                self._send_vote_requests(now, only=v)
         self._replication_timers(now)
+
+    def _on_send_failed(self, now: int, dest: int, correlation_id: int) -> None:
+        """The connection to ``dest`` failed: retry a vote after ``retry_backoff_ms``
+        (Kafka's RequestManager), and a fetch likewise."""
+        if self._vote_requests.get(dest) == correlation_id and not self._backing_off:
+            self._vote_retry_at[dest] = now + self.config.retry_backoff_ms
+        self._fetch_failed(now, dest, correlation_id)
 
     # --- messages ------------------------------------------------------------------------
 
@@ -324,18 +363,21 @@ class RaftCore(Replication):
     def _on_vote_response(self, now: int, source: int, resp: m.VoteResponse) -> None:
         if self._observe_leader(now, resp.leader_epoch, resp.leader_id):
             return
-        if self.role == "prospective" and resp.leader_epoch <= self.epoch:
+        if self._vote_requests.get(source) != self._cid:
+            return                        # not an answer to this round's request
+        if self.role == "prospective" or (self.role == "candidate"
+                                          and resp.leader_epoch == self.epoch):
             (self._grants if resp.vote_granted else self._rejects).add(source)
-            if len(self._grants) >= self.majority:
-                self._become_candidate(now)
-            elif len(self._rejects) >= self.majority:
-                # Lost the pre-vote: wait a backoff, then try again (no epoch was spent).
-                self.election_deadline = now + 1 + self.rng.randrange(
-                    max(1, self.config.election_backoff_max_ms))
-        elif self.role == "candidate" and resp.leader_epoch == self.epoch:
-            (self._grants if resp.vote_granted else self._rejects).add(source)
-            if len(self._grants) >= self.majority:
-                self._become_leader(now)
+            self._vote_retry_at.pop(source, None)
+            if len(self._grants) >= self.majority and not self._backing_off:
+                if self.role == "prospective":
+                    self._become_candidate(now)
+                else:
+                    self._become_leader(now)
+            elif len(self._rejects) >= self.majority and not self._backing_off:
+                # Lost (a pre-vote spends no epoch): back off at once rather than wait
+                # for the election timeout.
+                self._back_off(now)
 
     def _on_begin_epoch(self, now: int, source: int, req: m.BeginQuorumEpochRequest) -> None:
         if req.leader_epoch < self.epoch:
@@ -360,15 +402,24 @@ class RaftCore(Replication):
         if self.role in ("follower", "unattached") and self.leader_id in (-1, req.leader_id):
             # Kafka: the first preferred successor starts at once, the others back off
             # exponentially by their position, so the most caught-up voter wins.
-            successors = req.preferred_successors
-            position = successors.index(self.node_id) if self.node_id in successors else len(successors)
-            backoff = min(self.config.election_backoff_max_ms,
-                          self.config.retry_backoff_ms * (2 ** position) if position else 0)
+            backoff = self._successor_backoff(req.preferred_successors)
             if self.role == "follower":
                 self._set_role(now, "unattached")
                 self._persist(ElectionState(self.epoch, self.election.voted_for, -1))
             self.election_deadline = now + backoff
         self._reply(source, m.EndQuorumEpochResponse(NONE, self.leader_id, self.epoch))
+
+    def _successor_backoff(self, successors: tuple[int, ...]) -> int:
+        """Kafka's strictExponentialElectionBackoffMs: 0 for the first successor, then
+        doubling by position up to ``election_backoff_max_ms`` (the max if absent)."""
+        top = self.config.election_backoff_max_ms
+        if self.node_id not in successors:
+            return top
+        position = successors.index(self.node_id)
+        if position == 0:
+            return 0
+        base = top >> (len(successors) - 1)
+        return min(top, base << (position - 1))
 
     # --- application ---------------------------------------------------------------------
 

@@ -308,6 +308,11 @@ class Replication:
             self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch,
             self.log.start_offset, self.config.fetch_max_wait_ms))
 
+    def _fetch_failed(self, now: int, dest: int, correlation_id: int) -> None:
+        if self._in_flight_until is not None and correlation_id == self._in_flight_cid:
+            self._in_flight_until = None
+            self._next_fetch_at = now + self.config.retry_backoff_ms
+
     def _fetch_answered(self, now: int, source: int, epoch: int, leader_id: int,
                         kind: str) -> bool:
         """Common part of (snapshot) fetch responses; True if the caller should go on."""
