@@ -587,3 +587,97 @@ def test_write_txn_markers_needs_cluster_action_or_alter(env: Env) -> None:
     env.clear_acls()
     env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
     assert code() != E.cluster_authorization_failed
+
+
+# -- KIP-848 and share groups ---------------------------------------------------------
+def test_consumer_group_heartbeat_and_describe(env: Env) -> None:
+    def hb(topics: list[str]) -> Any:
+        return env.call(68, 0, {"group_id": "kg", "member_id": uuid.uuid4().hex[:22], "member_epoch": 0,
+                                "instance_id": None, "rack_id": None, "rebalance_timeout": 30000,
+                                "subscribed_topic_names": topics, "server_assignor": None,
+                                "topic_partitions": []})
+    assert hb(["orders"]).error_code == E.group_authorization_failed
+    env.acl(ALICE, O.READ, GROUP, "kg")
+    assert hb(["orders", "secret"]).error_code == E.topic_authorization_failed
+    env.acl(ALICE, O.DESCRIBE, TOPIC, "orders")
+    assert hb(["orders"]).error_code == E.none
+
+    def describe(principal: str = ALICE) -> Any:
+        return env.call(69, 0, {"group_ids": ["kg"], "include_authorized_operations": True}, principal).groups[0]
+    d = describe(BOB)
+    assert d.error_code == E.group_authorization_failed
+    d = describe()
+    assert d.error_code == E.none and d.authorized_operations == (1 << O.READ) | (1 << O.DESCRIBE)
+    env.clear_acls()
+    env.acl(ALICE, O.DESCRIBE, GROUP, "kg")  # the group yes, its topic no
+    d = describe()
+    assert d.error_code == E.topic_authorization_failed and not d.members
+
+
+def test_share_group_apis(env: Env) -> None:
+    def hb() -> Any:
+        return env.call(76, 1, {"group_id": "sg", "member_id": uuid.uuid4().hex[:22], "member_epoch": 0,
+                                "rack_id": None, "subscribed_topic_names": ["orders"]})
+    assert hb().error_code == E.group_authorization_failed
+    env.acl(ALICE, O.READ, GROUP, "sg")
+    assert hb().error_code == E.topic_authorization_failed
+    d = env.call(77, 1, {"group_ids": ["sg"], "include_authorized_operations": False}, BOB).groups[0]
+    assert d.error_code == E.group_authorization_failed
+    tid = env.b.image.topics["orders"].topic_id
+    fetch_body = {"group_id": "other", "member_id": "m", "share_session_epoch": 0, "max_wait": 0, "min_bytes": 1,
+                  "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+                  "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0,
+                                                               "acknowledgement_batches": []}]}],
+                  "forgotten_topics_data": []}
+    assert env.call(78, 1, fetch_body).error_code == E.group_authorization_failed
+    ack_body = {"group_id": "other", "member_id": "m", "share_session_epoch": 1, "topics": []}
+    assert env.call(79, 1, ack_body).error_code == E.group_authorization_failed
+    offsets = {"groups": [{"group_id": "sg", "topics": [{"topic_name": "orders", "partitions": [0]}]}]}
+    g = env.call(90, 0, offsets, BOB).groups[0]
+    assert g.error_code == E.group_authorization_failed
+    env.acl(ALICE, O.DESCRIBE, GROUP, "sg")
+    g = env.call(90, 0, offsets).groups[0]
+    assert g.error_code == E.none and g.topics[0].partitions[0].error_code == E.topic_authorization_failed
+    alter = {"group_id": "sg", "topics": [{"topic_name": "orders", "partitions": [{"partition_index": 0,
+                                                                                   "start_offset": 0}]}]}
+    assert env.call(91, 0, alter, BOB).error_code == E.group_authorization_failed
+    assert env.call(92, 0, {"group_id": "sg", "topics": [{"topic_name": "orders"}]}).error_code \
+        == E.group_authorization_failed  # DESCRIBE/READ on the group do not imply DELETE
+
+
+def test_share_state_rpcs_need_cluster_action(env: Env) -> None:
+    tid = env.b.image.topics["orders"].topic_id
+    body = {"group_id": "sg", "topics": [{"topic_id": tid, "partitions": [{"partition": 0, "leader_epoch": 0}]}]}
+
+    def code() -> ErrorCode:
+        return ErrorCode(env.call(87, 1, body).results[0].partitions[0].error_code)
+    assert code() == E.cluster_authorization_failed
+    env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert code() != E.cluster_authorization_failed
+    assert find_coordinator(env, f"sg:{'A' * 22}:0", key_type=2) != E.cluster_authorization_failed
+
+
+def test_transaction_admin_apis(env: Env) -> None:
+    p = env.call(61, 0, {"topics": [{"name": "orders", "partition_indexes": [0]}]})
+    assert p.topics[0].partitions[0].error_code == E.topic_authorization_failed
+    env.acl(ALICE, O.READ, TOPIC, "orders")
+    assert env.call(61, 0, {"topics": [{"name": "orders", "partition_indexes": [0]}]}
+                    ).topics[0].partitions[0].error_code == E.none
+    d = env.call(65, 0, {"transactional_ids": ["tx-d"]}).transaction_states[0]
+    assert d.error_code == E.transactional_id_authorization_failed
+    env.acl(ALICE, O.DESCRIBE, TXN, "tx-d")
+    assert env.call(65, 0, {"transactional_ids": ["tx-d"]}).transaction_states[0].error_code \
+        != E.transactional_id_authorization_failed
+
+
+def test_list_transactions_lists_only_describable_ids(env: Env) -> None:
+    env.acl(ADMIN, O.ALL, TXN, "*")
+    r = env.call(22, 4, {"transactional_id": "tx-list", "transaction_timeout": 60000, "producer_id": -1,
+                         "producer_epoch": -1}, ADMIN)
+    assert r.error_code == E.none
+    env.clear_acls()
+    listed = env.call(66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
+    assert "tx-list" not in {t.transactional_id for t in listed.transaction_states}
+    env.acl(ALICE, O.DESCRIBE, TXN, "tx-list")
+    listed = env.call(66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
+    assert "tx-list" in {t.transactional_id for t in listed.transaction_states}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...protocol.acl import all_operations
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, authorized_operations, refused_names
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from ..coordinator_log import CoordinatorUnavailable
@@ -65,7 +66,12 @@ def describe_group(ctx: RequestContext, group_id: str, describe: Callable[[Any, 
     type answer GROUP_ID_NOT_FOUND, as Kafka ("Group X is not a share group.").
     AuthorizedOperations: with ``include_authorized_operations``, a described group
     carries every group operation (Kafka without an authorizer); failed groups, and
-    requests that did not ask, carry INT32_MIN ("omitted"), as Kafka's KafkaApis."""
+    requests that did not ask, carry INT32_MIN ("omitted"), as Kafka's KafkaApis.
+    Authorization as Kafka: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED); a
+    group whose members subscribe to or are assigned a topic the principal may not
+    DESCRIBE answers TOPIC_AUTHORIZATION_FAILED without its members."""
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return _described_failure(group_id, ErrorCode.group_authorization_failed, None)
     if not group_id:
         return _described_failure(group_id, ErrorCode.invalid_group_id, "The group id must not be empty.")
     runtime = ctx.groups
@@ -77,5 +83,19 @@ def describe_group(ctx: RequestContext, group_id: str, describe: Callable[[Any, 
     if d is None:
         what = f"is not a {kind} group" if shard.group_exists(group_id) else "not found"
         return _described_failure(group_id, ErrorCode.group_id_not_found, f"Group {group_id} {what}.")
+    if refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, _described_topics(d["members"])):
+        return {**d, "error_code": ErrorCode.topic_authorization_failed, "members": [], "error_message":
+                "The group has described topic(s) that the client is not authorized to describe.",
+                "authorized_operations": INT32_MIN}
     return {**d, "error_code": ErrorCode.none, "error_message": None, "members": members(d["members"]),
-            "authorized_operations": all_operations("group") if include_authorized_operations else INT32_MIN}
+            "authorized_operations": authorized_operations(ctx, ResourceType.GROUP, group_id)
+            if include_authorized_operations else INT32_MIN}
+
+
+def _described_topics(members: list[dict]) -> Iterator[str]:
+    """Every topic a described group's members subscribe to or are (to be) assigned."""
+    for m in members:
+        yield from m.get("subscribed_topic_names") or ()
+        for key in ("assignment", "target_assignment"):
+            for _, name, _ in m.get(key) or ():
+                yield name

@@ -17,6 +17,8 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group
@@ -46,11 +48,25 @@ def _heartbeat_request(ctx: RequestContext, req: Any) -> HeartbeatRequest:
         client_id=ctx.header.client_id or "", client_host=_host(ctx), api_version=ctx.version)
 
 
+def heartbeat_refused(ctx: RequestContext, group_id: str, subscribed: Any) -> ErrorCode | None:
+    """Kafka's check of a consumer or share group heartbeat: READ on the group (else
+    GROUP_AUTHORIZATION_FAILED), and DESCRIBE on every subscribed topic name (else
+    TOPIC_AUTHORIZATION_FAILED: clients may not learn of topics they cannot describe)."""
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    if subscribed and refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, subscribed):
+        return ErrorCode.topic_authorization_failed
+    return None
+
+
 @handles(68, 0, 1)
 async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     runtime = ctx.groups
     hb = _heartbeat_request(ctx, req)
-    if ctx.identity.stopping:
+    refused = heartbeat_refused(ctx, req.group_id, req.subscribed_topic_names)
+    if refused is not None:
+        resp = HeartbeatResponse(refused)
+    elif ctx.identity.stopping:
         resp = HeartbeatResponse(ErrorCode.not_coordinator)
     else:
         try:

@@ -33,6 +33,8 @@ from ...protocol.share_fetch_response import (
 from ...share.partition import RENEW, AckBatch
 from ...share.session import FINAL_EPOCH, SessionError
 from ...share.types import ShareStateKey
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
@@ -43,10 +45,15 @@ _MAX_ACK_TYPE = 3  # GAP..REJECT; RENEW (4) needs v2 and IsRenewAck
 
 
 # -- shared helpers ---------------------------------------------------------------------------
-def _resolve(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> tuple[str | None, int]:
+def _resolve(ctx: RequestContext, topic_id: uuid.UUID, partition: int,
+             denied: frozenset[str] = frozenset()) -> tuple[str | None, int]:
+    """(topic name, 0), or (None, error): UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (the
+    topic is in ``denied``), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER."""
     timg = ctx.image.topic_by_id(topic_id)
     if timg is None:
         return None, int(ErrorCode.unknown_topic_id)
+    if timg.name in denied:
+        return None, int(ErrorCode.topic_authorization_failed)
     if partition not in timg.partitions:
         return None, int(ErrorCode.unknown_topic_or_partition)
     if not_leader(ctx, timg, partition) is not None:
@@ -83,14 +90,22 @@ def _ack_batches(ctx: RequestContext, req: Any, parts: Any) -> tuple[list[AckBat
     return out, 0
 
 
-async def _acknowledge_all(ctx: RequestContext, req: Any, group_id: str, member_id: str,
-                           acks: dict) -> dict[tuple, tuple[int, str | None]]:
+def _denied(ctx: RequestContext, topic_ids: Iterable[uuid.UUID]) -> frozenset[str]:
+    """The topics (by name) among ``topic_ids`` the principal may not READ (Kafka's
+    ShareFetch/ShareAcknowledge check); empty without an authorizer."""
+    image = ctx.image
+    return refused_names(ctx, AclOperation.READ, ResourceType.TOPIC,
+                         (t.name for t in map(image.topic_by_id, set(topic_ids)) if t is not None))
+
+
+async def _acknowledge_all(ctx: RequestContext, req: Any, group_id: str, member_id: str, acks: dict,
+                           denied: frozenset[str] = frozenset()) -> dict[tuple, tuple[int, str | None]]:
     """Apply {(topic id, partition): raw batches}; {(topic id, partition): (code, message)}."""
     manager = ctx.share_manager
     results: dict[tuple, tuple[int, str | None]] = {}
     jobs = []
     for (tid, p), raw in acks.items():
-        name, code = _resolve(ctx, tid, p)
+        name, code = _resolve(ctx, tid, p, denied)
         if name is None:
             results[(tid, p)] = (code, None)
             continue
@@ -130,8 +145,13 @@ def share_fetch(ctx: RequestContext, req: Any) -> Any:
 
 
 async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
+    """Authorization as Kafka: READ on the group (else a top-level
+    GROUP_AUTHORIZATION_FAILED), READ on each topic (TOPIC_AUTHORIZATION_FAILED for its
+    partitions, fetched and acknowledged alike)."""
     manager = ctx.share_manager
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return _fetch_error(ctx, int(ErrorCode.group_authorization_failed), None)
     err = _member_error(ctx, group_id, member_id, epoch)
     if err:
         return _fetch_error(ctx, *err)
@@ -148,13 +168,14 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
                                                  ctx.now_ms)
     except SessionError as exc:
         return _fetch_error(ctx, exc.error_code, exc.message)
-    ack_results = await _acknowledge_all(ctx, req, group_id, member_id, acks) if acks else {}
+    denied = _denied(ctx, [tid for tid, _ in context.partitions] + [tid for tid, _ in acks])
+    ack_results = await _acknowledge_all(ctx, req, group_id, member_id, acks, denied) if acks else {}
     results: dict[tuple[uuid.UUID, int], SharePartitionData] = {}
     renew_only = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
     if context.kind == "final":
         manager.close_session(group_id, member_id)
     elif not renew_only:
-        await _fetch_partitions(ctx, req, group_id, member_id, context.partitions, results)
+        await _fetch_partitions(ctx, req, group_id, member_id, context.partitions, results, denied)
     for tp, (code, msg) in ack_results.items():
         pd = results.get(tp)
         if pd is None:
@@ -173,12 +194,13 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
 
 async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member_id: str,
                             partitions: Iterable[tuple[uuid.UUID, int]],
-                            results: dict[tuple[uuid.UUID, int], SharePartitionData]) -> None:
+                            results: dict[tuple[uuid.UUID, int], SharePartitionData],
+                            denied: frozenset[str] = frozenset()) -> None:
     manager = ctx.share_manager
     live: list[tuple[tuple[uuid.UUID, int], ShareStateKey, str]] = []
     for tid, p in partitions:
         pd = results[(tid, p)] = SharePartitionData(p, leader_id=ctx.identity.node_id, leader_epoch=LEADER_EPOCH)
-        name, code = _resolve(ctx, tid, p)
+        name, code = _resolve(ctx, tid, p, denied)
         if name is None:
             pd.error_code = code
             if code == ErrorCode.not_leader_or_follower:
@@ -246,6 +268,8 @@ def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
 async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     manager = ctx.share_manager
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id):  # Kafka: READ group, then topics
+        return _ack_response(ctx, int(ErrorCode.group_authorization_failed), None)
     err = _member_error(ctx, group_id, member_id, epoch)
     if err:
         return _ack_response(ctx, *err)
@@ -254,7 +278,7 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     except SessionError as exc:
         return _ack_response(ctx, exc.error_code, exc.message)
     acks = {(t.topic_id, p.partition_index): p.acknowledgement_batches for t in req.topics for p in t.partitions}
-    results = await _acknowledge_all(ctx, req, group_id, member_id, acks)
+    results = await _acknowledge_all(ctx, req, group_id, member_id, acks, _denied(ctx, (tid for tid, _ in acks)))
     if final:
         manager.close_session(group_id, member_id)
     by_topic: dict[uuid.UUID, list] = {}

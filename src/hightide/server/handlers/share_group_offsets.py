@@ -27,6 +27,8 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...share.types import ShareStateKey
 from ..coordinator_log import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..registry import handles
 
@@ -89,15 +91,37 @@ def _describe_group(ctx: RequestContext, group_id: str, topics: list[tuple[str, 
 
 @handles(90, 0, 1)
 def describe_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    """Authorization as Kafka: DESCRIBE on each group (else its GROUP_AUTHORIZATION_FAILED)
+    and on each topic: a named topic the principal may not describe answers
+    TOPIC_AUTHORIZATION_FAILED per partition; an all-topics request leaves it out."""
     groups = []
     for g in req.groups:
+        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id):
+            groups.append({"group_id": g.group_id, "topics": [], "error_code": ErrorCode.group_authorization_failed,
+                           "error_message": None})
+            continue
         topics = None if g.topics is None else [(t.topic_name, list(t.partitions)) for t in g.topics]
-        groups.append(describe_group(ctx, g.group_id, topics))
+        denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (n for n, _ in topics or ()))
+        described = describe_group(ctx, g.group_id, [t for t in topics or () if t[0] not in denied]
+                                   if denied else topics)
+        if topics is None:
+            hidden = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                   (t["topic_name"] for t in described["topics"]))
+            described["topics"] = [t for t in described["topics"] if t["topic_name"] not in hidden]
+        elif denied:
+            described["topics"] += [{"topic_name": n, "topic_id": ZERO_UUID, "partitions": [
+                {**_partition(p), "error_code": ErrorCode.topic_authorization_failed} for p in parts]}
+                for n, parts in topics if n in denied]
+        groups.append(described)
     return materialize(response_schema(90, ctx.version), {"throttle_time": 0, "groups": groups})
 
 
 # -- shared checks ----------------------------------------------------------------------------
-def _group_error(ctx: RequestContext, group_id: str) -> tuple[ErrorCode, str | None] | None:
+def _group_error(ctx: RequestContext, group_id: str, operation: AclOperation) -> tuple[ErrorCode, str | None] | None:
+    """The group-level error of Alter/DeleteShareGroupOffsets: GROUP_AUTHORIZATION_FAILED
+    without ``operation`` on the group, then the group's state errors."""
+    if not authorize(ctx, operation, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, None
     if not group_id:
         return ErrorCode.invalid_group_id, "The group id must not be empty."
     try:
@@ -137,8 +161,12 @@ async def _mark_initialized(ctx: RequestContext, group_id: str, parts: dict[uuid
 # -- AlterShareGroupOffsets ------------------------------------------------------------------
 @handles(91, 0, 0)
 async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    """Authorization as Kafka: READ on the group (else a top-level
+    GROUP_AUTHORIZATION_FAILED), READ on each topic (TOPIC_AUTHORIZATION_FAILED per
+    partition, not altered)."""
     schema = response_schema(91, ctx.version)
-    err = _group_error(ctx, req.group_id)
+    err = _group_error(ctx, req.group_id, AclOperation.READ)
+    denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.topic_name for t in req.topics))
     if err:
         return materialize(schema, {"throttle_time": 0, "error_code": err[0], "error_message": err[1],
                                     "responses": []})
@@ -151,7 +179,9 @@ async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
         parts = []
         for p in t.partitions:
             code, message = ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE
-            if timg is not None and p.partition_index in timg.partitions:
+            if t.topic_name in denied:
+                code, message = ErrorCode.topic_authorization_failed, None
+            elif timg is not None and p.partition_index in timg.partitions:
                 key = ShareStateKey(req.group_id, timg.topic_id, p.partition_index)
                 try:
                     current = ctx.share_state.summary(key)
@@ -176,8 +206,11 @@ async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
 # -- DeleteShareGroupOffsets -----------------------------------------------------------------
 @handles(92, 0, 0)
 async def delete_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    """Authorization as Kafka: DELETE on the group (else a top-level
+    GROUP_AUTHORIZATION_FAILED), READ on each topic (TOPIC_AUTHORIZATION_FAILED, not deleted)."""
     schema = response_schema(92, ctx.version)
-    err = _group_error(ctx, req.group_id)
+    err = _group_error(ctx, req.group_id, AclOperation.DELETE)
+    denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.topic_name for t in req.topics))
     if err:
         return materialize(schema, {"throttle_time": 0, "error_code": err[0], "error_message": err[1],
                                     "responses": []})
@@ -193,6 +226,10 @@ async def delete_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
     failed: list[dict] = []
     for t in req.topics:
         timg = ctx.image.topics.get(t.topic_name)
+        if t.topic_name in denied:
+            failed.append({"topic_name": t.topic_name, "topic_id": ZERO_UUID,
+                           "error_code": ErrorCode.topic_authorization_failed, "error_message": None})
+            continue
         if timg is None:
             failed.append({"topic_name": t.topic_name, "topic_id": ZERO_UUID,
                            "error_code": ErrorCode.unknown_topic_or_partition, "error_message": UNKNOWN_TOPIC_MESSAGE})

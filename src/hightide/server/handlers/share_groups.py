@@ -18,6 +18,7 @@ from ..coordinator_log import CoordinatorUnavailable
 from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group
+from .consumer_groups import heartbeat_refused
 
 
 
@@ -41,6 +42,9 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
         subscribed_topic_names=None if names is None else tuple(names),
         client_id=ctx.header.client_id or "", client_host=_host(ctx))
+    refused = heartbeat_refused(ctx, req.group_id, names)
+    if refused is not None:
+        return _heartbeat_response(ctx, ShareHeartbeatResponse(refused))
     invalid = validate(hb)
     if invalid is not None:
         return _heartbeat_response(ctx, ShareHeartbeatResponse(invalid.code, str(invalid)))

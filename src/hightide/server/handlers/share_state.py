@@ -22,6 +22,8 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...share.types import ShareState, ShareStateKey, StateBatch
+from ...security.acl import AclOperation
+from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ..registry import handles
 
@@ -41,28 +43,32 @@ def _code_part(partition: int, outcome: tuple[int, str | None]) -> dict:
 NULL_TOPIC_ID = (int(ErrorCode.invalid_request), "The topic id cannot be null.")
 
 
-async def _per_partition(req: Any, call: Callable[[ShareStateKey, Any], Awaitable[dict]],
-                         null_topic: Callable[[int], dict]) -> list[dict]:
-    """``call(key, partition)`` per partition; ``null_topic(partition)`` answers the
-    partitions of a topic without an id (INVALID_REQUEST, as Kafka)."""
+CLUSTER_DENIED = (int(ErrorCode.cluster_authorization_failed), MESSAGES[ErrorCode.cluster_authorization_failed])
+
+
+async def _per_partition(ctx: RequestContext, req: Any, call: Callable[[ShareStateKey, Any], Awaitable[dict]],
+                         failed: Callable[[int, tuple[int, str | None]], dict]) -> list[dict]:
+    """``call(key, partition)`` per partition; ``failed(partition, (code, message))``
+    answers the partitions of a topic without an id (INVALID_REQUEST, as Kafka), and
+    every partition when the principal lacks CLUSTER_ACTION on the cluster (these RPCs
+    come from brokers: CLUSTER_AUTHORIZATION_FAILED, as Kafka)."""
+    allowed = authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
     out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            if t.topic_id is None or t.topic_id.int == 0:
-                parts.append(null_topic(p.partition))
+            if not allowed:
+                parts.append(failed(p.partition, CLUSTER_DENIED))
+            elif t.topic_id is None or t.topic_id.int == 0:
+                parts.append(failed(p.partition, NULL_TOPIC_ID))
             else:
                 parts.append(await call(ShareStateKey(req.group_id, t.topic_id, p.partition), p))
         out.append((t.topic_id, parts))
     return _results(out)
 
 
-def _null_code(partition: int) -> dict:
-    return _code_part(partition, NULL_TOPIC_ID)
-
-
-def _null_state(partition: int) -> dict:
-    return _state_part(partition, ShareState(error_code=NULL_TOPIC_ID[0], error_message=NULL_TOPIC_ID[1]), False)
+def _failed_state(partition: int, error: tuple[int, str | None]) -> dict:
+    return _state_part(partition, ShareState(error_code=error[0], error_message=error[1]), False)
 
 
 @handles(83, 0, 0)
@@ -71,7 +77,7 @@ async def initialize_share_group_state(ctx: RequestContext, req: Any) -> Any:
 
     async def one(key: ShareStateKey, p: Any) -> dict:
         return _code_part(p.partition, await rt.initialize_checked(key, p.state_epoch, p.start_offset))
-    results = [] if _empty(req) else await _per_partition(req, one, _null_code)
+    results = [] if _empty(req) else await _per_partition(ctx, req, one, _code_part)
     return materialize(response_schema(83, ctx.version), {"results": results})
 
 
@@ -88,7 +94,7 @@ async def write_share_group_state(ctx: RequestContext, req: Any) -> Any:
         dcc = getattr(p, "delivery_complete_count", -1)
         return _code_part(p.partition, await rt.write_checked(key, p.state_epoch, p.leader_epoch, p.start_offset,
                                                               dcc, _batches(p)))
-    results = [] if _empty(req) else await _per_partition(req, one, _null_code)
+    results = [] if _empty(req) else await _per_partition(ctx, req, one, _code_part)
     return materialize(response_schema(85, ctx.version), {"results": results})
 
 
@@ -98,7 +104,7 @@ async def delete_share_group_state(ctx: RequestContext, req: Any) -> Any:
 
     async def one(key: ShareStateKey, p: Any) -> dict:
         return _code_part(p.partition, await rt.delete_checked(key))
-    results = [] if _empty(req) else await _per_partition(req, one, _null_code)
+    results = [] if _empty(req) else await _per_partition(ctx, req, one, _code_part)
     return materialize(response_schema(86, ctx.version), {"results": results})
 
 
@@ -119,7 +125,8 @@ async def read_share_group_state(ctx: RequestContext, req: Any) -> Any:
 
     async def one(key: ShareStateKey, p: Any) -> dict:
         return _state_part(p.partition, await rt.read(key, p.leader_epoch), True)
-    results = [] if _empty(req) else await _per_partition(req, one, lambda p: {**_null_state(p), "state_batches": []})
+    results = [] if _empty(req) else await _per_partition(ctx, req, one,
+                                                          lambda p, e: {**_failed_state(p, e), "state_batches": []})
     return materialize(response_schema(84, ctx.version), {"results": results})
 
 
@@ -129,5 +136,5 @@ async def read_share_group_state_summary(ctx: RequestContext, req: Any) -> Any:
 
     async def one(key: ShareStateKey, p: Any) -> dict:
         return _state_part(p.partition, await rt.read_summary(key), False)
-    results = [] if _empty(req) else await _per_partition(req, one, _null_state)
+    results = [] if _empty(req) else await _per_partition(ctx, req, one, _failed_state)
     return materialize(response_schema(87, ctx.version), {"results": results})

@@ -30,6 +30,8 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...txn.state import TxnMetadata, TxnState
 from ..coordinator_runtime import CoordinatorUnavailable
+from ...security.acl import AclOperation, ResourceType
+from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..registry import handles
 from .common import resolve_partition
@@ -54,8 +56,13 @@ def _describe_partition(ctx: RequestContext, topic: str, partition: int) -> dict
 
 @handles(61, 0, 0)
 def describe_producers(ctx: RequestContext, req: Any) -> Any:
+    """Needs READ on each topic (Kafka; else TOPIC_AUTHORIZATION_FAILED per partition)."""
+    denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     return materialize(response_schema(61, ctx.version), {"throttle_time": 0, "topics": [
-        {"name": t.name, "partitions": [_describe_partition(ctx, t.name, int(p)) for p in t.partition_indexes]}
+        {"name": t.name, "partitions": [
+            {"partition_index": int(p), "error_code": ErrorCode.topic_authorization_failed, "error_message": None,
+             "active_producers": []} if t.name in denied else _describe_partition(ctx, t.name, int(p))
+            for p in t.partition_indexes]}
         for t in req.topics]})
 
 
@@ -87,13 +94,22 @@ def _not_described(transactional_id: str, code: ErrorCode) -> dict[str, Any]:
 
 
 def _describe_one(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
+    """Authorization as Kafka: DESCRIBE on the transactional id (else
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED); only the partitions of topics the principal
+    may DESCRIBE are listed."""
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return _not_described(transactional_id, ErrorCode.transactional_id_authorization_failed)
     try:
         meta = ctx.txns.describe(transactional_id)
     except CoordinatorUnavailable as exc:
         return _not_described(transactional_id, exc.error_code)
     if meta is None or meta.state is TxnState.DEAD:
         return _not_described(transactional_id, ErrorCode.transactional_id_not_found)
-    return _state_of(meta)
+    state = _state_of(meta)
+    hidden = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t["topic"] for t in state["topics"]))
+    if hidden:
+        state["topics"] = [t for t in state["topics"] if t["topic"] not in hidden]
+    return state
 
 
 @handles(65, 0, 0)
@@ -148,4 +164,7 @@ def list_transactions(ctx: RequestContext, req: Any) -> Any:
         metas = _listed(ctx, req, known, pattern)
     except CoordinatorUnavailable as exc:
         return _list_response(ctx, exc.error_code, unknown, [])
-    return _list_response(ctx, ErrorCode.none, unknown, metas)
+    hidden = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                           (m.transactional_id for m in metas))  # Kafka lists only the ids it may describe
+    return _list_response(ctx, ErrorCode.none, unknown, [m for m in metas if m.transactional_id not in hidden]
+                          if hidden else metas)
