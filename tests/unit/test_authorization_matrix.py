@@ -681,3 +681,53 @@ def test_list_transactions_lists_only_describable_ids(env: Env) -> None:
     env.acl(ALICE, O.DESCRIBE, TXN, "tx-list")
     listed = env.call(66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
     assert "tx-list" in {t.transactional_id for t in listed.transaction_states}
+
+
+# -- controller RPCs (a controller's listener) ----------------------------------------
+def test_controller_rpcs_need_cluster_action_and_unregister_alter(env: Env) -> None:
+    from hightide.cluster.lifecycle import LifecycleConfig
+    from hightide.server.controller_service import ControllerService
+    from hightide.server.handlers import controller_routes
+    b = env.b
+    assert b.metadata is not None
+    metadata = b.metadata
+    service = ControllerService(node_id=1, cluster_id=b.cluster_id or "c", config=LifecycleConfig(),
+                                write=b.write_metadata, image=lambda: b.image, metadata_log=lambda: metadata.log,
+                                committed_end=lambda: b.image.offset + 1)
+    routes = controller_routes(service)
+
+    def call(api_key: int, version: int, body: dict) -> Any:
+        header = RequestHeader(api_key, version, 7, "matrix")
+        ctx = RequestContext(b.services, header, "10.0.0.1:5555", {}, principal=ALICE)
+        result = routes[api_key].fn(ctx, materialize(request_schema(api_key, version), body))
+        result = env.run(result) if hasattr(result, "__await__") else result
+        if isinstance(result, bytes):
+            return decode_response(api_key, version, result[4:])[1]
+        return result
+    registration = {"broker_id": 7, "cluster_id": b.cluster_id or "c", "incarnation_id": uuid.uuid4(),
+                    "listeners": [{"name": "PLAINTEXT", "host": "h", "port": 1, "security_protocol": 0}],
+                    "features": [], "rack": None, "is_migrating_zk_broker": False, "log_dirs": [],
+                    "previous_broker_epoch": -1}
+    heartbeat = {"broker_id": 7, "broker_epoch": 1, "current_metadata_offset": 0, "want_fence": False,
+                 "want_shut_down": False}
+    metadata_fetch = {"replica_id": 7, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+                      "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+    pids = {"broker_id": 7, "broker_epoch": 1}
+    refused = E.cluster_authorization_failed
+    assert call(62, 3, registration).error_code == refused
+    assert call(63, 1, heartbeat).error_code == refused
+    assert call(1, 12, metadata_fetch).error_code == refused
+    assert call(67, 0, pids).error_code == refused
+    assert call(64, 0, {"broker_id": 7}).error_code == refused
+    envelope = call(58, 0, {"request_data": b"\x00", "request_principal": None, "client_host_address": b""})
+    assert envelope.error_code == refused
+    env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
+    assert call(62, 3, registration).error_code != refused
+    assert call(63, 1, heartbeat).error_code != refused
+    assert call(1, 12, metadata_fetch).error_code != refused
+    assert call(67, 0, pids).error_code != refused
+    assert call(58, 0, {"request_data": b"\x00", "request_principal": None, "client_host_address": b""}
+                ).error_code == E.invalid_request  # past the check: an unreadable inner request
+    assert call(64, 0, {"broker_id": 7}).error_code == refused  # UnregisterBroker needs ALTER
+    env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
+    assert call(64, 0, {"broker_id": 7}).error_code != refused

@@ -12,6 +12,8 @@ from ...cluster.controller import PRODUCER_ID_BLOCK
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..controller_service import service_handler
 from ..coordinator_runtime import CoordinatorUnavailable
@@ -22,7 +24,10 @@ if TYPE_CHECKING:
 
 @service_handler(67, 0, 0)
 async def allocate_producer_ids(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
-    code, _ = service.check_broker_epoch(int(req.broker_id), int(req.broker_epoch))
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: brokers only
+        code = ErrorCode.cluster_authorization_failed
+    else:
+        code, _ = service.check_broker_epoch(int(req.broker_id), int(req.broker_epoch))
     start, length = -1, 0
     if code == ErrorCode.none:
         controller = ctx.metadata.controller

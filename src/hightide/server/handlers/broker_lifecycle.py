@@ -26,6 +26,8 @@ from ...protocol.broker_heartbeat_response import encode_broker_heartbeat_respon
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..controller_service import service_handler
 
@@ -43,7 +45,9 @@ def registration(req: Any, version: int) -> Registration:
 
 @service_handler(62, 0, 4)
 async def broker_registration(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
-    if req.incarnation_id is None:
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: brokers only
+        code, epoch = ErrorCode.cluster_authorization_failed, -1
+    elif req.incarnation_id is None:
         code, epoch = ErrorCode.invalid_registration, -1
     else:
         reply = await service.register(registration(req, ctx.version))
@@ -56,12 +60,19 @@ async def broker_registration(service: ControllerService, ctx: RequestContext, r
 async def broker_heartbeat(service: ControllerService, ctx: RequestContext, req: Any) -> bytes:
     hb = Heartbeat(int(req.broker_id), int(req.broker_epoch), int(req.current_metadata_offset),
                    bool(req.want_fence), bool(req.want_shut_down))
-    reply: HeartbeatReply = await service.heartbeat(hb)
+    reply: HeartbeatReply
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: brokers only
+        reply = HeartbeatReply(ErrorCode.cluster_authorization_failed)
+    else:
+        reply = await service.heartbeat(hb)
     return encode_broker_heartbeat_response(ctx.version, ctx.header.correlation_id, heartbeat_response(reply))
 
 
 @service_handler(64, 0, 0)
 async def unregister_broker(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
-    code, msg = await service.unregister(int(req.broker_id))
+    if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: ALTER on the cluster (an operator's call)
+        code, msg = ErrorCode.cluster_authorization_failed, None
+    else:
+        code, msg = await service.unregister(int(req.broker_id))
     return materialize(response_schema(64, ctx.version), {"throttle_time": 0, "error_code": code,
                                                           "error_message": msg})

@@ -34,6 +34,8 @@ from ...log.partition_log import OffsetOutOfRange
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..controller_service import LEADER_EPOCH, service_handler
 
@@ -64,6 +66,8 @@ def _replica(req: Any, version: int) -> tuple[int, int | None]:
 
 @service_handler(1, 4, 17)
 async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: the metadata log is for brokers
+        return _respond(service, ctx, None, None, error=ErrorCode.cluster_authorization_failed)
     found = _names_metadata(req, ctx.version)
     if found is None:
         return _respond(service, ctx, None, None, error=ErrorCode.invalid_request)

@@ -27,6 +27,8 @@ from typing import Any
 from ...protocol.codec import decode_request, encode_response, parse_header
 from ...protocol.envelope_response import EnvelopeResponse, encode_envelope_response
 from ...protocol.errors import ErrorCode, PeerProtocolError
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..registry import RawResponse, handles
 
@@ -43,6 +45,9 @@ FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 44, 51, 55, 57})
 @handles(58, 0, 0)
 async def envelope(ctx: RequestContext, req: Any) -> bytes:
     corr = ctx.header.correlation_id
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: only brokers may forward
+        log.warning("Envelope from %s refused: %s lacks CLUSTER_ACTION", ctx.peer, ctx.principal)
+        return encode_envelope_response(corr, EnvelopeResponse(None, ErrorCode.cluster_authorization_failed))
     frame = memoryview(bytes(req.request_data)).toreadonly()
     try:
         header, body_offset = parse_header(frame)
