@@ -719,6 +719,7 @@ def test_controller_rpcs_need_cluster_action_and_unregister_alter(env: Env) -> N
     assert call(1, 12, metadata_fetch).error_code == refused
     assert call(67, 0, pids).error_code == refused
     assert call(64, 0, {"broker_id": 7}).error_code == refused
+    assert call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2}).error_code == refused
     envelope = call(58, 0, {"request_data": b"\x00", "request_principal": None, "client_host_address": b""})
     assert envelope.error_code == refused
     env.acl(ALICE, O.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
@@ -731,3 +732,4 @@ def test_controller_rpcs_need_cluster_action_and_unregister_alter(env: Env) -> N
     assert call(64, 0, {"broker_id": 7}).error_code == refused  # UnregisterBroker needs ALTER
     env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
     assert call(64, 0, {"broker_id": 7}).error_code != refused
+    assert call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2}).error_code == E.none

@@ -94,6 +94,10 @@ def controller_describe_cluster(service: ControllerService, ctx: RequestContext,
     endpoint_type = int(getattr(req, "endpoint_type", ENDPOINT_TYPE_BROKERS))
     base: dict[str, Any] = {"throttle_time": 0, "endpoint_type": endpoint_type, "cluster_id": ctx.identity.cluster_id or "",
             "controller_id": service.node_id, "cluster_authorized_operations": -2147483648}
+    if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: on a controller, ALTER on the cluster
+        return materialize(response_schema(60, ctx.version), {
+            **base, "error_code": ErrorCode.cluster_authorization_failed, "controller_id": -1,
+            "error_message": MESSAGES[ErrorCode.cluster_authorization_failed], "brokers": []})
     if endpoint_type != ENDPOINT_TYPE_CONTROLLERS:
         return materialize(response_schema(60, ctx.version), {
             **base, "error_code": ErrorCode.unsupported_endpoint_type, "controller_id": -1,
