@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from hightide.cluster.raft.messages import VoteRequest, VoteResponse
 from hightide.cluster.raft import (
     Append, ClientAppend, Committed, ElectionState, Entry, Flush, FlushDone, InstallSnapshot,
     NotLeaderError, OffsetAndEpoch, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
@@ -64,6 +65,10 @@ class SimConfig:
     pause_prob: float = 0.1
     partition_prob: float = 0.2
     snapshot_every: int = 40          # entries past the last snapshot; 0 = never
+    kill_leader_every_ms: int = 0     # also kill the leader this often (failover timing)
+    pre_vote: bool = True             # False: Kafka 3's elections (no KIP-996)
+    crash_after_vote_prob: float = 0.0  # a crash point: die right after granting a vote
+    fetch_max_entries: int = 64       # entries per Fetch response
     unsafe: frozenset[str] = frozenset()
     raft: RaftConfig = field(default_factory=RaftConfig)
 
@@ -125,7 +130,9 @@ class Simulation:
         self.raft = RaftConfig(**{**{f: getattr(cfg.raft, f) for f in (
             "election_timeout_ms", "fetch_timeout_ms", "election_backoff_max_ms",
             "request_timeout_ms", "retry_backoff_ms", "fetch_max_wait_ms",
-            "fetch_max_entries", "snapshot_chunk_bytes")}, "unsafe": cfg.unsafe})
+            "snapshot_chunk_bytes")}, "unsafe": cfg.unsafe,
+            "fetch_max_entries": cfg.fetch_max_entries,
+            "pre_vote": cfg.pre_vote})
         self.voters = list(range(1, cfg.voters + 1))
         ids = self.voters + list(range(101, 101 + cfg.observers))
         self.nodes = {i: Node(i, Storage()) for i in ids}
@@ -144,6 +151,8 @@ class Simulation:
             self._start(i)
         self._push(0, "client", 0, None)
         self._push(cfg.fault_interval_ms, "fault", 0, None)
+        if cfg.kill_leader_every_ms:
+            self._push(cfg.kill_leader_every_ms, "kill_leader", 0, None)
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -206,6 +215,13 @@ class Simulation:
         if kind == "heal":
             self.partition = None
             return
+        if kind == "kill_leader":
+            for n in self.nodes.values():
+                if n.core is not None and n.core.role == "leader":
+                    self._kill(n.id)
+                    self._push(self.now + self.rng.randint(100, 3000), "restart", n.id, None)
+            self._push(self.now + self.cfg.kill_leader_every_ms, "kill_leader", 0, None)
+            return
         n = self.nodes[i]
         if kind == "resume":
             n.paused = False
@@ -237,6 +253,11 @@ class Simulation:
         actions = core.step(self.now, event)
         self._run_actions(n, actions)
         self._check_epoch(n)
+        if self.cfg.crash_after_vote_prob and self._granted_vote(event, actions) \
+                and self.rng.random() < self.cfg.crash_after_vote_prob:
+            self._kill(n.id)
+            self._push(self.now + self.rng.randint(100, 1000), "restart", n.id, None)
+            return
         d = core.next_deadline
         if d is not None and (n.next_tick is None or d < n.next_tick or n.next_tick < self.now):
             n.next_tick = max(d, self.now)
@@ -296,6 +317,14 @@ class Simulation:
         if request:
             self._conn[(n.id, event.source, event.correlation_id)] = src_inc
         return True
+
+    @staticmethod
+    def _granted_vote(event: Any, actions: list[Any]) -> bool:
+        if not (isinstance(event, Received) and isinstance(event.message, VoteRequest)
+                and not event.message.pre_vote):
+            return False
+        return any(isinstance(a, Send) and isinstance(a.message, VoteResponse)
+                   and a.message.vote_granted for a in actions)
 
     def _send(self, src: int, dest: int, msg: Any, cid: int) -> None:
         if type(msg).__name__.endswith("Response"):
@@ -487,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in a.set:
         name, _, value = item.partition("=")
         kind = type(getattr(SimConfig(), name))
-        fields[name] = kind(value)
+        fields[name] = value == "True" if kind is bool else kind(value)
     cfg = SimConfig(**fields, unsafe=frozenset(a.unsafe))
     try:
         sim = simulate(a.seed, cfg)

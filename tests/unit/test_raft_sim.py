@@ -290,15 +290,42 @@ def test_simulated_clusters_keep_every_invariant(voters: int, observers: int, se
     assert committed > seeds * 50       # the runs made progress, not just survived
 
 
-@pytest.mark.parametrize("rule", ["hw_any_voter", "ack_unflushed"])
-def test_the_simulator_finds_a_deliberately_broken_rule(rule: str) -> None:
-    for seed in range(20):
+# Kafka 3's elections (no pre-vote), a crash right after granting a vote, heavy kills.
+CRASHY = dict(fault_interval_ms=300, kill_prob=0.4, partition_prob=0.3, snapshot_every=10,
+              pre_vote=False, crash_after_vote_prob=0.3, fetch_max_entries=1)
+
+
+@pytest.mark.parametrize("voters", [3, 5])
+def test_crash_points_and_elections_without_pre_vote_keep_every_invariant(voters: int) -> None:
+    for seed in range(40):
+        simulate(seed, SimConfig(voters=voters, **CRASHY))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("rule", "profile", "seeds", "invariant"), [
+    ("hw_any_voter", {}, 20, "committed but durable on 1 of 3 voters"),
+    ("ack_unflushed", {}, 20, "committed but durable on 1 of 3 voters"),
+    ("vote_without_persist", CRASHY, 150, "two leaders in epoch"),
+])
+def test_the_simulator_finds_a_deliberately_broken_rule(
+        rule: str, profile: dict, seeds: int, invariant: str) -> None:
+    cfg = SimConfig(voters=3, unsafe=frozenset({rule}), **profile)
+    for seed in range(seeds):
         try:
-            simulate(seed, SimConfig(voters=3, unsafe=frozenset({rule})))
+            simulate(seed, cfg)
         except InvariantViolation as e:
+            assert invariant in str(e)
             assert f"seed {seed}" in str(e) and "replay: python -m tests.unit.raft_simulator" in str(e)
             with pytest.raises(InvariantViolation) as again:   # it replays exactly
-                simulate(seed, SimConfig(voters=3, unsafe=frozenset({rule})))
+                simulate(seed, cfg)
             assert str(again.value) == str(e)
             return
-    pytest.fail(f"{rule}: no violation in 20 seeds")
+    pytest.fail(f"{rule}: no violation in {seeds} seeds")
+
+
+def test_the_replay_command_rebuilds_the_configuration() -> None:
+    from tests.unit.raft_simulator import main
+    cfg = SimConfig(voters=3, unsafe=frozenset({"hw_any_voter"}), **CRASHY)  # type: ignore[arg-type]
+    with pytest.raises(InvariantViolation) as e:
+        simulate(0, cfg)
+    command = str(e.value).split("replay: python -m tests.unit.raft_simulator ")[1].split()
+    assert main(command) == 1                            # the same violation again

@@ -27,6 +27,8 @@ class RaftConfig:
     ``request_timeout_ms`` (controller.quorum.request.timeout.ms, 2000),
     ``retry_backoff_ms`` (controller.quorum.retry.backoff.ms, 20),
     ``fetch_max_wait_ms`` (the leader parks an empty fetch up to this long, 500).
+    ``pre_vote``: start elections with a pre-vote round (KIP-996, Kafka 4); False is
+    Kafka 3's behaviour (a voter whose timer expires becomes a candidate at once).
     """
 
     election_timeout_ms: int = 1000
@@ -37,6 +39,7 @@ class RaftConfig:
     fetch_max_wait_ms: int = 500
     fetch_max_entries: int = 64
     snapshot_chunk_bytes: int = 1 << 20
+    pre_vote: bool = True
     unsafe: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

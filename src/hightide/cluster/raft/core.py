@@ -196,6 +196,9 @@ class RaftCore(Replication):
     def _become_prospective(self, now: int) -> None:
         if not self.is_voter:
             return
+        if not self.config.pre_vote:
+            self._become_candidate(now)      # Kafka before 4.0 (no KIP-996)
+            return
         self._set_role(now, "prospective")
         self._start_election_round(now)
         if len(self._grants) >= self.majority:
