@@ -81,7 +81,14 @@ def listener_security(name: str, configs: Mapping[str, Any], image: Callable[[],
         def lookup(mechanism: ScramMechanism, user: str) -> ScramCredential | None:
             return image().security.scram_credential(user, mechanism.type)
         sasl = sasl_server_config(name, configs, lookup)
-    timeout = int(configs.get(AUTH_TIMEOUT_CONFIG, DEFAULT_AUTH_TIMEOUT_MS))
+    scoped = f"listener.name.{name.lower()}.{AUTH_TIMEOUT_CONFIG}"
+    raw = configs.get(scoped, configs.get(AUTH_TIMEOUT_CONFIG, DEFAULT_AUTH_TIMEOUT_MS))
+    try:
+        timeout = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{AUTH_TIMEOUT_CONFIG} must be a number of milliseconds, got {raw!r}") from None
+    if timeout <= 0:
+        raise ValueError(f"{AUTH_TIMEOUT_CONFIG} must be > 0, got {timeout}")
     return ListenerSecurity(name, protocol, ctx, tls, sasl, timeout)
 
 
