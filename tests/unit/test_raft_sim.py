@@ -329,3 +329,19 @@ def test_the_replay_command_rebuilds_the_configuration() -> None:
         simulate(0, cfg)
     command = str(e.value).split("replay: python -m tests.unit.raft_simulator ")[1].split()
     assert main(command) == 1                            # the same violation again
+
+
+def test_describe_quorum_reports_each_voter_and_observer_as_the_leader_sees_it() -> None:
+    from hightide.cluster.raft.describe import ReplicaState, describe_quorum
+    c = make_leader(epoch=1)
+    c.step(6000, ClientAppend((b"a",)))
+    c.step(6000, FlushDone(2))
+    c.step(6001, fetch(2, 1, 2, 1))
+    c.step(6002, fetch(101, 1, 1, 1))
+    info = describe_quorum(c, 6003)
+    assert info is not None
+    assert (info.leader_id, info.leader_epoch, info.high_watermark) == (1, 1, 2)
+    assert info.current_voters == (ReplicaState(1, 2, 6003, 6003), ReplicaState(2, 2, 6001, 6001),
+                                   ReplicaState(3, -1, -1, -1))
+    assert info.observers == (ReplicaState(101, 1, 6002, -1),)
+    assert describe_quorum(core(2, epoch=1, leader=1), 6003) is None

@@ -245,7 +245,9 @@ class RaftCore(Replication):
         self._persist(ElectionState(self.epoch, self.node_id, self.node_id))
         self._set_role(now, "leader")
         self._retries = 0
-        payload = leader_change_payload(self.node_id, self.voters)
+        build = self.config.leader_change_payload
+        payload = (build(self.node_id, self.epoch, self.voters) if build is not None
+                   else leader_change_payload(self.node_id, self.voters))
         self._start_leading(now, payload)
         begin = m.BeginQuorumEpochRequest(self.node_id, self.epoch)
         for v in self.voters:

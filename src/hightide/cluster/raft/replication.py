@@ -99,6 +99,8 @@ class Replication:
         # leader
         self.progress: dict[int, int] = {}
         self.observer_progress: dict[int, int] = {}
+        self.last_fetch_ms: dict[int, int] = {}       # replica -> time of its last Fetch
+        self.last_caught_up_ms: dict[int, int] = {}   # ... of its last Fetch at our end
         self.epoch_start_offset = -1
         self._fetched_since_check: set[int] = set()
         self._check_deadline: int | None = None
@@ -109,6 +111,7 @@ class Replication:
             self._reply(source, self._error_response(NOT_LEADER), cid)
         self._parked = {}
         self.progress, self.observer_progress = {}, {}
+        self.last_fetch_ms, self.last_caught_up_ms = {}, {}
         self._fetched_since_check = set()
         self._check_deadline = None
         self.has_fetched_from_leader = False
@@ -230,6 +233,9 @@ class Replication:
             self._reply(source, invalid)
             return
         moved = False
+        self.last_fetch_ms[source] = now
+        if req.fetch_offset >= self.log.end_offset:
+            self.last_caught_up_ms[source] = now
         if source in self.progress:
             self.progress[source] = req.fetch_offset
             self._fetched_since_check.add(source)
