@@ -132,12 +132,56 @@ async def measure(bootstrap: str, groups: list[str], ext: bool, repeat: int) -> 
                 "_lags": lags}
 
 
+def snapshot_only(args: argparse.Namespace) -> None:
+    """Set up as the full run, then ``--repeat`` snapshots of every group (after one
+    untimed snapshot that connects and finds the coordinator): their durations and the
+    client's GC collections, as JSON."""
+    import gc
+    import os
+    collections = [0, 0, 0]
+
+    def counted(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections[info["generation"]] += 1
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = Broker(Path(tmp))
+        broker.start()
+        try:
+            groups = [f"bench-group-{i:04d}" for i in range(args.groups)]
+            asyncio.run(setup(broker.bootstrap, "lag-bench", groups, args.partitions))
+
+            async def run() -> list[float]:
+                async with AdminClient(broker.bootstrap) as a:
+                    mon = LagMonitor(a)
+                    await mon.snapshot(groups, all_topics=True)
+                    gc.callbacks.append(counted)
+                    out = [(await mon.snapshot(groups, all_topics=True)).duration_s for _ in range(args.repeat)]
+                    gc.callbacks.remove(counted)
+                    return out
+            times = asyncio.run(run())
+        finally:
+            broker.stop()
+    print(json.dumps({"benchmark": "lag_scrape", "mode": "snapshot_only", "groups": args.groups,
+                      "partitions": args.partitions, "pythonpath": os.environ.get("PYTHONPATH"),
+                      "snapshot_s": {"median": statistics.median(times), "min": min(times), "max": max(times),
+                                     "all": times},
+                      "gc_collections_per_snapshot": [c / args.repeat for c in collections],
+                      "load_average": os.getloadavg(), "machine": _limits.machine()}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--snapshot-only", action="store_true",
+                    help="time only LagMonitor.snapshot (one-call path), --repeat times: for before/after runs "
+                         "(PYTHONPATH=<other src> runs that code, client and broker)")
     args = ap.parse_args()
+    if args.snapshot_only:
+        snapshot_only(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         limits = _limits.measure(tmp, seconds=0.5)
         broker = Broker(Path(tmp))

@@ -292,10 +292,22 @@ def median_run(runs: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--raw-only", metavar="MEMBERS", help="only the raw runs with these member counts "
+                    "(comma separated), e.g. for before/after runs with PYTHONPATH=<other src>")
+    ap.add_argument("--records", type=int, help="records in the partition (default 400,000; --quick 100,000)")
+    ap.add_argument("--repeat", type=int, help="runs per configuration (default 3; --quick 1)")
     args = ap.parse_args()
-    n = 100_000 if args.quick else 400_000
-    repeat = 1 if args.quick else 3
+    n = args.records or (100_000 if args.quick else 400_000)
+    repeat = args.repeat or (1 if args.quick else 3)
     size = 100
+    if args.raw_only:
+        with tempfile.TemporaryDirectory(prefix="ht-bench-share-") as tmp:
+            raw = [median_run([run_raw(Path(tmp) / f"raw{m}-{k}", m, n, size, [], 500) for k in range(repeat)])
+                   for m in (int(x) for x in args.raw_only.split(","))]
+        print(json.dumps({"benchmark": "share_groups", "mode": "raw_only", "raw": raw,
+                          "pythonpath": os.environ.get("PYTHONPATH"), "load_average": os.getloadavg(),
+                          "machine": _limits.machine()}, indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="ht-bench-share-") as tmp:
         tmp_path = Path(tmp)
         out: dict = {"benchmark": "share_groups", "machine": _limits.machine(),
