@@ -90,3 +90,10 @@ def test_next_visible_is_the_first_data_offset(kinds, draw):
     start = draw.draw(st.integers(0, off))
     want = next((o for o in offsets_data if o >= start), off)
     assert next_visible_offset(buf, start, off)[0] == want
+
+
+def test_an_abort_completed_before_the_start_does_not_hide_a_later_transaction():
+    """PID's aborted transaction (2-3, marker 4) lies before the committed offset 5; its
+    committed transaction at 5-6 (marker 7) is visible to read_committed."""
+    buf = data(0, 2) + data(2, 2, PID, True) + marker(4, commit=False) + data(5, 2, PID, True) + marker(7)
+    assert next_visible_offset(buf, 5, 8, read_committed=True, aborted=[(PID, 2)])[0] == 5

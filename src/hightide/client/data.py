@@ -126,8 +126,10 @@ class DataMixin:
                         raise OffsetOutOfRangeError(p.error_code, f"{tp.topic}-{tp.partition} offset {offset}")
                     if p.error_code:
                         raise error_for(p.error_code, f"{tp.topic}-{tp.partition}")
+                    aborted = tuple((int(a.producer_id), int(a.first_offset))
+                                    for a in getattr(p, "aborted_transactions", None) or ())
                     return FetchResult(p.records or b"", int(p.high_watermark), int(p.log_start_offset),
-                                       int(p.last_stable_offset))
+                                       int(p.last_stable_offset), aborted)
             raise KafkaError(ErrorCode.unknown_server_error, f"{tp} missing in the fetch response")
 
         async def refresh(_: KafkaError) -> None:
@@ -150,7 +152,7 @@ class DataMixin:
         return await self._with_retries(attempt)
 
     async def produce(self, batches: Mapping[TopicPartition, bytes], *, acks: int = -1,
-                      timeout_ms: int = 30000) -> dict[TopicPartition, int]:
+                      timeout_ms: int = 30000, transactional_id: str | None = None) -> dict[TopicPartition, int]:
         """Write one record batch (or several, concatenated) per partition, as given:
         one Produce request (v3–v9, no transactional id) per leader, all leaders at once.
         Returns each partition's base offset as the broker assigned it.
@@ -164,7 +166,9 @@ class DataMixin:
         acknowledged, and a batch the broker already has (its answer was lost) is then
         recognised as a duplicate, so a retry never writes twice. Retriable errors are
         retried (see the module docstring); otherwise the first non-retriable
-        partition error is raised, after every leader has answered.
+        partition error is raised, after every leader has answered. Transactional batches
+        name their ``transactional_id`` (the partitions must be in the transaction:
+        :func:`hightide.client.transactions.add_partitions_to_txn`).
         """
         if acks not in (-1, 1):
             raise ValueError(f"acks must be -1 or 1, got {acks!r}")
@@ -177,7 +181,8 @@ class DataMixin:
             by_topic: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
             for tp in tps:
                 by_topic[tp.topic].append({"index": tp.partition, "records": remaining[tp]})
-            resp = await conn.request(0, v, {"transactional_id": None, "acks": acks, "timeout": timeout_ms,
+            resp = await conn.request(0, v, {"transactional_id": transactional_id, "acks": acks,
+                                             "timeout": timeout_ms,
                                              "topic_data": [{"name": t, "partition_data": ps}
                                                             for t, ps in by_topic.items()]})
             errors: list[KafkaError] = []

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from .admin import AdminClient
 
 __all__ = ["HangingTransaction", "ProducerInfo", "TransactionDescription", "TransactionListing",
-           "abort_transaction", "describe_producers", "describe_transactions", "find_hanging",
-           "list_transactions"]
+           "abort_transaction", "add_partitions_to_txn", "describe_producers", "describe_transactions", "end_txn",
+           "find_hanging", "init_transactional_producer", "list_transactions"]
 
 TRANSACTION_KEY = 1  # FindCoordinator key type of transactional ids
 
@@ -273,3 +273,65 @@ def _hanging(c: HangingTransaction, d: TransactionDescription | KafkaError | Non
     if d.producer_id != c.producer.producer_id or d.producer_epoch != c.producer.producer_epoch:
         return True
     return d.state != "Ongoing" or c.partition not in d.partitions
+
+
+# -- a transactional producer's calls (the Spark sink's per-task transactions) ---------------------
+async def _coordinator_request(admin: AdminClient, transactional_id: str, api_key: int, wanted_max: int,
+                               our_min: int, body: dict[str, Any], what: str) -> Any:
+    """Send ``body`` to the id's transaction coordinator; retry retriable errors (the
+    top-level ``error_code``, if any) and coordinator moves. Returns the response."""
+    async def attempt() -> Any:
+        coord = await admin.find_coordinator(transactional_id, TRANSACTION_KEY)
+        try:
+            conn = await admin._conn_for_node(coord.node_id)
+            resp = await conn.request(api_key, conn.pick_version(api_key, wanted_max, our_min), body)
+        except KafkaError:
+            admin._forget_coordinator(transactional_id, TRANSACTION_KEY)
+            raise
+        code = getattr(resp, "error_code", ErrorCode.none)
+        if code != ErrorCode.none:
+            if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+                admin._forget_coordinator(transactional_id, TRANSACTION_KEY)
+            raise error_for(code, f"{what} of {transactional_id!r}")
+        return resp
+    return await admin._with_retries(attempt)
+
+
+async def init_transactional_producer(admin: AdminClient, transactional_id: str, timeout_ms: int = 60_000
+                                      ) -> tuple[int, int]:
+    """InitProducerId with a transactional id: ``(producer id, epoch)``. Bumps the epoch,
+    so an earlier producer with the id is fenced and its open transaction aborted (the
+    coordinator answers CONCURRENT_TRANSACTIONS until the abort is written: retried)."""
+    resp = await _coordinator_request(admin, transactional_id, 22, 4, 0, {
+        "transactional_id": transactional_id, "transaction_timeout": timeout_ms, "producer_id": -1,
+        "producer_epoch": -1}, "InitProducerId")
+    return int(resp.producer_id), int(resp.producer_epoch)
+
+
+async def add_partitions_to_txn(admin: AdminClient, transactional_id: str, producer_id: int, producer_epoch: int,
+                                partitions: Iterable[TopicPartition]) -> None:
+    """AddPartitionsToTxn (v0-v3, a client's form). Raises the first partition error."""
+    by_topic: defaultdict[str, list[int]] = defaultdict(list)
+    for tp in partitions:
+        by_topic[tp.topic].append(tp.partition)
+    body = {"v3_and_below_transactional_id": transactional_id, "v3_and_below_producer_id": producer_id,
+            "v3_and_below_producer_epoch": producer_epoch,
+            "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    async def attempt() -> None:
+        resp = await _coordinator_request(admin, transactional_id, 24, 3, 0, body, "AddPartitionsToTxn")
+        for t in resp.results_by_topic_v3_and_below:
+            for p in t.results_by_partition:
+                if p.partition_error_code != ErrorCode.none:
+                    raise error_for(p.partition_error_code, f"AddPartitionsToTxn {t.name}-{p.partition_index}")
+    await admin._with_retries(attempt)
+
+
+async def end_txn(admin: AdminClient, transactional_id: str, producer_id: int, producer_epoch: int,
+                  commit: bool) -> None:
+    """EndTxn: commit or abort the producer's transaction (any process may send it for
+    the id, producer id and epoch: the Spark driver commits its tasks' transactions).
+    A retry of a completed EndTxn with the same outcome succeeds."""
+    await _coordinator_request(admin, transactional_id, 26, 4, 0, {
+        "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
+        "committed": commit}, "EndTxn")

@@ -137,6 +137,9 @@ class FetchResult(NamedTuple):
     log_start_offset: int
     last_stable_offset: int = -1
     """-1 when the broker did not report it."""
+    aborted: tuple[tuple[int, int], ...] = ()
+    """read_committed: ``(producer id, first offset)`` of the aborted transactions the
+    batches overlap (skip their data with :class:`hightide.protocol.aborted.AbortedFilter`)."""
 
 
 class ProducerId(NamedTuple):

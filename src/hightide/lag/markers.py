@@ -20,9 +20,9 @@ Pure: bytes and integers in, an integer out; no IO.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 
+from ..protocol.aborted import AbortedFilter
 from ..protocol.records import HEADER_SIZE, parse_header
 
 __all__ = ["next_visible_offset"]
@@ -45,9 +45,7 @@ def next_visible_offset(records: bytes | memoryview, start: int, end: int, *, re
     (when ``offset`` is None: fetch again from there). Never raises for a truncated last batch (Fetch answers may end with
     a partial one); raises ValueError only for a header that is not a v2 batch.
     """
-    queue = sorted((first, pid) for pid, first in aborted) if read_committed else []
-    heapq.heapify(queue)
-    aborting: set[int] = set()
+    skip = AbortedFilter(aborted if read_committed else ())
     pos, size_all = 0, len(records)
     scanned = start
     while pos + HEADER_SIZE <= size_all:
@@ -58,20 +56,13 @@ def next_visible_offset(records: bytes | memoryview, start: int, end: int, *, re
         if pos + size > size_all:
             break
         pos += size
+        invisible = skip.aborted(h) or h.is_control or h.records_count == 0  # every batch feeds the filter
         if h.next_offset <= start:
             continue  # entirely before the committed offset
         if h.base_offset >= end:
             return end, end
         scanned = h.next_offset
-        if read_committed and h.producer_id >= 0:
-            while queue and queue[0][0] <= h.last_offset:
-                aborting.add(heapq.heappop(queue)[1])
-            if h.is_control:
-                aborting.discard(h.producer_id)  # the transaction's marker: what follows is new
-                continue
-            if h.is_transactional and h.producer_id in aborting:
-                continue
-        if h.is_control or h.records_count == 0:
+        if invisible:
             continue
         return max(h.base_offset, start), scanned
     if scanned >= end:

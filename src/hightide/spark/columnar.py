@@ -24,12 +24,13 @@ The sink's encoder (Arrow columns to record batches) is :mod:`.encode`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from ..protocol.aborted import AbortedFilter
 from ..protocol.records import (
     CORRUPT_MESSAGE,
     HEADER_SIZE,
@@ -204,9 +205,12 @@ def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def decode_to_arrow(records: bytes | memoryview, topic: str, partition: int, start: int, end: int,
-                    include_headers: bool = False) -> Decoded:
+                    include_headers: bool = False, aborted: Iterable[tuple[int, int]] = ()) -> Decoded:
     """Decode the record batches of one Fetch response for ``topic``/``partition``,
-    keeping offsets in ``[start, end)``. See the module docstring."""
+    keeping offsets in ``[start, end)``. See the module docstring. ``aborted``: the
+    aborted transactions of a read_committed Fetch answer; their data batches are
+    skipped as Kafka's consumer skips them (:class:`~hightide.protocol.aborted.AbortedFilter`)."""
+    skip = AbortedFilter(aborted)
     buf = memoryview(records)
     n = len(buf)
     pos = 0
@@ -230,7 +234,8 @@ def decode_to_arrow(records: bytes | memoryview, topic: str, partition: int, sta
             raise _corrupt(f"record batch magic {h.magic} is not supported")
         if h.base_offset >= end:
             break
-        if h.next_offset > start and not h.is_control and h.records_count > 0:
+        hidden = skip.aborted(h)  # every batch feeds the filter (control batches end aborted runs)
+        if h.next_offset > start and not h.is_control and h.records_count > 0 and not hidden:
             raw = buf[pos + HEADER_SIZE:pos + size]
             body = decompress(h.compression, raw) if h.compression else bytes(raw)
             bodies.append(body)

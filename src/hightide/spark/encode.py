@@ -117,10 +117,12 @@ _ZERO = Const(b"\x00\x00")  # attributes 0, timestamp delta 0 (all records share
 
 def encode_batch(keys: pa.Array, values: pa.Array, *, timestamp: int, producer_id: int, producer_epoch: int,
                  base_sequence: int, header_count: np.ndarray | None = None,
-                 headers: list[Segment] = (), compression: int = 0) -> bytes:  # type: ignore[assignment]
+                 headers: list[Segment] = (), compression: int = 0,  # type: ignore[assignment]
+                 transactional: bool = False) -> bytes:
     """One v2 batch of ``len(values)`` records with CreateTime ``timestamp``; record ``i``
     has ``header_count[i]`` headers, whose encoding is the concatenation of ``headers``
-    (e.g. a :class:`Bytes` of pre-encoded user headers, then :func:`tag_header`)."""
+    (e.g. a :class:`Bytes` of pre-encoded user headers, then :func:`tag_header`);
+    ``transactional`` sets the batch's transactional attribute."""
     n = len(values)
     key_len = np.where(keys.is_valid().to_numpy(zero_copy_only=False), Bytes(keys).size, -1)
     val_len = np.where(values.is_valid().to_numpy(zero_copy_only=False), Bytes(values).size, -1)
@@ -128,15 +130,19 @@ def encode_batch(keys: pa.Array, values: pa.Array, *, timestamp: int, producer_i
                            Bytes(values), Varint(np.zeros(n, np.int64) if header_count is None else header_count)]
     segs.extend(headers)
     return wrap_batch(encode_records(n, segs), n, timestamp, producer_id, producer_epoch, base_sequence,
-                      compression)
+                      compression, transactional)
+
+
+_TRANSACTIONAL = 0x10  # attributes bit 4
 
 
 def wrap_batch(records: bytes, count: int, timestamp: int, producer_id: int, producer_epoch: int,
-               base_sequence: int, compression: int = 0) -> bytes:
+               base_sequence: int, compression: int = 0, transactional: bool = False) -> bytes:
     """Header, CRC-32C and (compressed) records: a batch with base offset 0, as a
     producer sends it."""
     payload = compress(compression, records) if compression else records
-    tail = struct.pack(">hiqqqhii", compression & 0x07, count - 1, timestamp, timestamp, producer_id,
+    attributes = (compression & 0x07) | (_TRANSACTIONAL if transactional else 0)
+    tail = struct.pack(">hiqqqhii", attributes, count - 1, timestamp, timestamp, producer_id,
                        producer_epoch, base_sequence, count) + payload
     return struct.pack(">qiibI", 0, len(tail) + 9, -1, 2, crc32c(tail)) + tail
 

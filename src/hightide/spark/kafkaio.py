@@ -52,6 +52,9 @@ class FetchChunk:
     """The fetch offset this chunk answers."""
     next_offset: int = -1
     """Where the next fetch continues: after the last complete batch in ``records``."""
+    aborted: tuple[tuple[int, int], ...] = ()
+    """read_committed: the aborted transactions the Fetch answer listed (see
+    :class:`hightide.protocol.aborted.AbortedFilter`)."""
 
 
 def _next_offset(records: bytes, offset: int) -> int:
@@ -130,7 +133,8 @@ class KafkaIO:
                     # ask for the next chunk before handing this one over
                     pending = self._fetch(tp, nxt, max_bytes, isolation_level)
                     self._loop.run_until_complete(asyncio.sleep(0))
-                yield FetchChunk(chunk.records, chunk.high_watermark, chunk.log_start_offset, offset, nxt)
+                yield FetchChunk(chunk.records, chunk.high_watermark, chunk.log_start_offset, offset, nxt,
+                                 chunk.aborted)
                 if pending is None:
                     return
                 offset = nxt
@@ -153,12 +157,32 @@ class KafkaIO:
         return self.run(self.admin.init_producer_id())
 
     def produce(self, batches: dict[TopicPartition, bytes], *, acks: int = -1,
-                timeout_ms: int = 30000) -> dict[TopicPartition, int]:
+                timeout_ms: int = 30000, transactional_id: str | None = None) -> dict[TopicPartition, int]:
         """Send one record batch per partition (grouped per leader, one request each) and
         return each batch's base offset. Retries retriable errors; a batch the broker
         already has (a retry after a lost answer) is accepted as a duplicate by the
         broker's idempotence check, so a retry never writes twice."""
-        return self.run(self.admin.produce(batches, acks=acks, timeout_ms=timeout_ms))
+        return self.run(self.admin.produce(batches, acks=acks, timeout_ms=timeout_ms,
+                                           transactional_id=transactional_id))
+
+    # -- transactions ------------------------------------------------------------------
+    def init_transactional(self, transactional_id: str, timeout_ms: int) -> ProducerId:
+        """InitProducerId with ``transactional_id``: an earlier producer with the id is
+        fenced and its open transaction aborted (see
+        :func:`hightide.client.transactions.init_transactional_producer`)."""
+        from ..client.transactions import init_transactional_producer
+        pid, epoch = self.run(init_transactional_producer(self.admin, transactional_id, timeout_ms))
+        return ProducerId(pid, epoch)
+
+    def add_partitions_to_txn(self, transactional_id: str, producer: ProducerId,
+                              partitions: list[TopicPartition]) -> None:
+        from ..client.transactions import add_partitions_to_txn
+        self.run(add_partitions_to_txn(self.admin, transactional_id, producer[0], producer[1], partitions))
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """Commit or abort the transaction of ``transactional_id`` (EndTxn)."""
+        from ..client.transactions import end_txn
+        self.run(end_txn(self.admin, transactional_id, producer_id, producer_epoch, commit))
 
     # -- group offsets -----------------------------------------------------------------
     def commit(self, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:

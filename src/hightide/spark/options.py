@@ -281,6 +281,12 @@ class SinkOptions:
     max_batch_records: int = 10000
     max_batch_bytes: int = 512 * 1024
     request_timeout_s: float = 30.0
+    transactional: bool = False
+    """One Kafka transaction per task, committed by the driver once every task of the
+    micro-batch (or job) succeeded (option ``transactional``, or Kafka's
+    ``kafka.transactional.id``, which then is the transactional id prefix)."""
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SinkOptions:
@@ -292,7 +298,10 @@ class SinkOptions:
         codec = o.get("kafka.compression.type", "none").lower()
         if codec not in codecs:
             raise OptionError(f"kafka.compression.type must be one of {sorted(codecs)}, got {codec!r}")
+        prefix = o.get("transactionalidprefix") or o.get("kafka.transactional.id") or None
         return cls(bootstrap_servers=servers, topic=o.get("topic") or None,
+                   transactional=_bool(o, "transactional", prefix is not None), transactional_id_prefix=prefix,
+                   transaction_timeout_ms=_int(o, "kafka.transaction.timeout.ms", 60_000) or 60_000,
                    sink_group_id=o.get("sinkgroupid") or None,
                    exactly_once=_bool(o, "exactlyonce", True), compression=codecs[codec],
                    max_batch_records=_int(o, "kafka.batch.records", 10000) or 10000,

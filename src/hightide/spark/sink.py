@@ -36,6 +36,17 @@ queries over replayable sources such as ``hightide`` itself, and what Spark requ
 of any exactly-once pipeline. Not covered: speculative task attempts, and whole-stage
 retries (PySpark exposes no stage attempt number). Batch writes (``df.write``) are
 at-least-once if a task is retried, like Spark's Kafka sink.
+
+Transactional mode (option ``transactional``, or a ``transactionalIdPrefix`` /
+``kafka.transactional.id`` prefix)
+-----------------------------------------------------------------------------------
+Each task writes in a Kafka transaction of the id ``<prefix>-<task>``: InitProducerId
+first (fencing an earlier attempt of the task and aborting its open transaction),
+AddPartitionsToTxn, transactional batches; the transaction is left open and reported in
+:class:`SinkCommit` ``txn``. The driver's ``commit`` ends every task's transaction with
+EndTxn COMMIT (before the commit marker), its ``abort`` with ABORT; a failing task aborts
+its own. read_committed readers thus never see records of a failed job or attempt.
+A replay's tag scan counts only tags whose transaction committed.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +65,8 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..client import TopicPartition
+from ..client import ProducerId, TopicPartition
+from ..protocol.records import decode_records, iter_headers
 from .columnar import scan_batches_for_records
 from .encode import Bytes, Segment, encode_batch, encode_headers, murmur2_array, tag_header
 from .kafkaio import KafkaIO
@@ -113,6 +126,9 @@ class SinkCommit(WriterCommitMessage):
     sink_group: str | None = None
     query_id: str | None = None
     run: str | None = None
+    txn: tuple[str, int, int] | None = None
+    """Transactional mode: (transactional id, producer id, epoch) of the task's open
+    transaction, for the driver to commit (or abort)."""
 
 
 def _check_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -228,10 +244,13 @@ def route(rows: _Rows, counts: dict[str, int], task: int) -> dict[TopicPartition
 
 
 def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: int, retry: bool,
-               batch_id: int | None = None, query_id: str | None = None, run: str | None = None) -> SinkCommit:
+               batch_id: int | None = None, query_id: str | None = None, run: str | None = None,
+               txn_prefix: str | None = None) -> SinkCommit:
     """Write one Spark task's rows (see the module docstring). ``batch_id`` is None for a
     batch (non-streaming) write, which skips the exactly-once machinery; ``run`` is the
-    query's run id; ``retry`` says an earlier attempt of this task may have written."""
+    query's run id; ``retry`` says an earlier attempt of this task may have written.
+    ``txn_prefix`` (transactional mode): the task writes in a transaction of the id
+    ``<txn_prefix>-<task>``, left open for the driver to commit (``msg.txn``)."""
     rows = _collect(batches, opts)
     n = len(rows)
     exactly_once = batch_id is not None and opts.exactly_once
@@ -241,6 +260,11 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
         return msg
     with KafkaIO(opts.bootstrap_servers, client_id="hightide-spark-sink",
                  request_timeout_s=opts.request_timeout_s) as io:
+        txn = None
+        if txn_prefix is not None:
+            # first: fences an earlier attempt of this task, whose open transaction is aborted
+            txn_id = f"{txn_prefix}-{task}"
+            txn = (txn_id, io.init_transactional(txn_id, opts.transaction_timeout_ms))
         topics = pc.unique(rows.topics).to_pylist()
         counts = {t: len(ps) for t, ps in io.partitions(sorted(topics)).items()}
         per_tp = route(rows, counts, task)
@@ -256,7 +280,8 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
                 return msg
             prefix = sink_tag(group, batch_id, task)
             if retry or run is None or last_run != run:
-                present, ends = _tags_present(io, {tp: marker.get(tp, (None, ""))[0] for tp in plan}, prefix)
+                present, ends = _tags_present(io, {tp: marker.get(tp, (None, ""))[0] for tp in plan}, prefix,
+                                              committed_only=txn is not None)
                 # the marker moves past what the earlier attempt wrote even if nothing is left to write
                 msg.ends.update({(tp.topic, tp.partition): end for tp, end in ends.items()})
                 for tp, done in present.items():
@@ -264,8 +289,30 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
                     keep = ~np.isin(pos, np.fromiter(done, np.int64, len(done)))
                     plan[tp] = (idx[keep], pos[keep])
                     msg.skipped_rows += int((~keep).sum())
-        _produce(io, opts, rows, plan, prefix, msg)
+        if txn is None:
+            _produce(io, opts, rows, plan, prefix, msg)
+            return msg
+        txn_id, producer = txn
+        plan = {tp: p for tp, p in plan.items() if len(p[0])}
+        if not plan:
+            return msg
+        try:
+            io.add_partitions_to_txn(txn_id, producer, sorted(plan))
+            _produce(io, opts, rows, plan, prefix, msg, txn)
+        except BaseException:
+            _abort_quietly(io, txn_id, producer)
+            raise
+        msg.txn = (txn_id, producer[0], producer[1])
     return msg
+
+
+def _abort_quietly(io: KafkaIO, txn_id: str, producer: ProducerId) -> None:
+    """Best effort: abort the task's transaction after a failure (else it stays open,
+    holding back the LSO, until the next attempt fences it or its timeout passes)."""
+    try:
+        io.end_txn(txn_id, producer[0], producer[1], commit=False)
+    except Exception:  # noqa: BLE001 - the original error is what matters
+        pass
 
 
 def _chunks(rows: _Rows, idx: np.ndarray, opts: SinkOptions) -> list[tuple[int, int]]:
@@ -291,10 +338,15 @@ def _lengths(arr: pa.Array, idx: np.ndarray) -> np.ndarray:
 
 
 def _produce(io: KafkaIO, opts: SinkOptions, rows: _Rows, plan: dict[TopicPartition, tuple[np.ndarray, np.ndarray]],
-             prefix: str | None, msg: SinkCommit) -> None:
-    """Write the rows with one idempotent producer, one batch per partition per round
-    (one Produce request per leader per round), recording end offsets in ``msg``."""
-    pid, epoch = io.init_producer_id()
+             prefix: str | None, msg: SinkCommit, txn: tuple[str, ProducerId] | None = None) -> None:
+    """Write the rows with one idempotent producer (``txn``: the task's transactional
+    one), one batch per partition per round (one Produce request per leader per round),
+    recording end offsets in ``msg``."""
+    txn_id = None
+    if txn is None:
+        pid, epoch = io.init_producer_id()
+    else:
+        txn_id, (pid, epoch) = txn
     now = int(time.time() * 1000)
     chunks = {tp: _chunks(rows, idx, opts) for tp, (idx, _) in plan.items()}
     sent = {tp: 0 for tp in plan}  # records sent to tp so far = the next sequence number
@@ -313,9 +365,10 @@ def _produce(io: KafkaIO, opts: SinkOptions, rows: _Rows, plan: dict[TopicPartit
                 headers += tag_header(SINK_HEADER, prefix, pos[a:b])
             batches[tp] = encode_batch(rows.keys.take(sel), rows.values.take(sel), timestamp=now, producer_id=pid,
                                        producer_epoch=epoch, base_sequence=sent[tp], header_count=count,
-                                       headers=headers, compression=opts.compression)
+                                       headers=headers, compression=opts.compression,
+                                       transactional=txn_id is not None)
             sizes[tp] = len(sel)
-        bases = io.produce(batches, timeout_ms=int(opts.request_timeout_s * 1000))
+        bases = io.produce(batches, timeout_ms=int(opts.request_timeout_s * 1000), transactional_id=txn_id)
         for tp, k in sizes.items():
             sent[tp] += k
             key = (tp.topic, tp.partition)
@@ -337,10 +390,13 @@ def _marker_state(marker: dict[TopicPartition, tuple[int, str]]) -> tuple[int | 
     return best
 
 
-def _tags_present(io: KafkaIO, starts: dict[TopicPartition, int | None], prefix: str
-                  ) -> tuple[dict[TopicPartition, set[int]], dict[TopicPartition, int]]:
+def _tags_present(io: KafkaIO, starts: dict[TopicPartition, int | None], prefix: str,
+                  committed_only: bool = False) -> tuple[dict[TopicPartition, set[int]], dict[TopicPartition, int]]:
     """Per partition, the positions ``i`` of the tags ``prefix + i`` already in the log
-    between ``starts[tp]`` (None: the log start) and the end; and those end offsets."""
+    between ``starts[tp]`` (None: the log start) and the end; and those end offsets.
+    ``committed_only`` (transactional mode): a tag in a transaction counts only once its
+    COMMIT marker follows it (aborted and still open transactions do not count; the
+    caller fenced its own earlier attempts first, so theirs are all closed)."""
     need_earliest = [tp for tp, s in starts.items() if s is None]
     earliest = io.offsets({tp: "earliest" for tp in need_earliest})
     latest = io.offsets({tp: "latest" for tp in starts})
@@ -351,13 +407,65 @@ def _tags_present(io: KafkaIO, starts: dict[TopicPartition, int | None], prefix:
         end = latest[tp]
         if start >= end:
             continue
+        if committed_only:
+            found[tp] = _committed_tags(io, tp, start, end, want)
+            continue
         for chunk in io.fetch_range(tp, start, end):
             recs, _ = scan_batches_for_records(chunk.records, chunk.offset, end)
             for _, headers in recs:
-                for k, v in headers:
-                    if k == SINK_HEADER and v is not None and v.startswith(want):
-                        found.setdefault(tp, set()).add(int(v[len(want):]))
+                found.setdefault(tp, set()).update(_tag_positions(headers, want))
     return found, latest
+
+
+def _tag_positions(headers: list[tuple[str, bytes | None]], want: bytes) -> Iterator[int]:
+    for k, v in headers:
+        if k == SINK_HEADER and v is not None and v.startswith(want):
+            yield int(v[len(want):])
+
+
+def _committed_tags(io: KafkaIO, tp: TopicPartition, start: int, end: int, want: bytes) -> set[int]:
+    """The tag positions of ``want`` in ``[start, end)`` of ``tp`` that are committed:
+    in a non-transactional batch, or in a transaction whose marker is a COMMIT."""
+    found: set[int] = set()
+    pending: dict[int, set[int]] = {}  # producer id -> tags of its transaction so far
+    for chunk in io.fetch_range(tp, start, end):
+        buf = chunk.records
+        for h in iter_headers(buf):
+            if h.next_offset <= chunk.offset or h.base_offset >= end:
+                continue
+            batch = memoryview(buf)[h.position:h.position + h.length + 12]
+            if h.is_control:
+                done = pending.pop(h.producer_id, set())
+                key = decode_records(batch)[0].key or b""
+                if key[2:4] == b"\x00\x01":  # COMMIT (type 1); ABORT is type 0
+                    found |= done
+                continue
+            recs, _ = scan_batches_for_records(bytes(batch), chunk.offset, end)
+            tags = {i for _, headers in recs for i in _tag_positions(headers, want)}
+            if h.is_transactional:
+                pending.setdefault(h.producer_id, set()).update(tags)
+            else:
+                found |= tags
+    return found
+
+
+def _end_transactions(messages: list[Any], opts: SinkOptions, commit: bool) -> int:
+    """The driver's half of transactional mode: EndTxn (commit or abort) for the open
+    transaction of every task that reported one. Returns how many. Commits raise the
+    first error (the batch then fails and is retried: a committed transaction stays
+    committed, a replay's tags find its records); aborts are best effort."""
+    txns = [m.txn for m in messages if isinstance(m, SinkCommit) and m.txn is not None]
+    if not txns:
+        return 0
+    with KafkaIO(opts.bootstrap_servers, client_id="hightide-spark-sink",
+                 request_timeout_s=opts.request_timeout_s) as io:
+        for txn_id, pid, epoch in txns:
+            try:
+                io.end_txn(txn_id, pid, epoch, commit)
+            except Exception:
+                if commit:
+                    raise
+    return len(txns)
 
 
 def _commit_marker(messages: list[Any], batch_id: int, servers: str, timeout_s: float) -> None:
@@ -405,10 +513,23 @@ class HightideBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.opts = SinkOptions.parse(options)
         _check_schema(schema, self.opts)
+        # transactional ids of this job's tasks: <prefix>-<job>-<task> (made on the driver,
+        # shipped to the executors with the writer)
+        self.txn_prefix = (f"{self.opts.transactional_id_prefix or 'spark-hightide'}-{uuid.uuid4().hex[:12]}"
+                           if self.opts.transactional else None)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         t = _task_context()
-        return write_task(self.opts, iterator, task=t.partition, retry=t.retry)
+        return write_task(self.opts, iterator, task=t.partition, retry=t.retry, txn_prefix=self.txn_prefix)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Every task succeeded: commit their transactions (transactional mode)."""
+        _end_transactions(list(messages), self.opts, commit=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """The job failed: abort the transactions of the tasks that succeeded (a failed
+        task aborted its own), so read_committed readers see none of the job's records."""
+        _end_transactions(list(messages), self.opts, commit=False)
 
 
 class HightideStreamWriter(DataSourceStreamArrowWriter):
@@ -420,12 +541,21 @@ class HightideStreamWriter(DataSourceStreamArrowWriter):
         t = _task_context()
         if t.batch_id is None:
             raise RuntimeError("the hightide stream writer runs outside a streaming micro-batch")
+        prefix = None
+        if self.opts.transactional:  # stable across restarts: a new run fences the old run's tasks
+            prefix = self.opts.transactional_id_prefix or f"spark-hightide-{t.query_id}"
         return write_task(self.opts, iterator, task=t.partition, retry=t.retry, batch_id=t.batch_id,
-                          query_id=t.query_id, run=t.run_id)
+                          query_id=t.query_id, run=t.run_id, txn_prefix=prefix)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Transactional mode: the tasks' transactions are committed first; then the
+        commit marker (exactlyOnce) records the batch as written."""
+        _end_transactions(list(messages), self.opts, commit=True)
         if self.opts.exactly_once:
             _commit_marker(list(messages), batchId, self.opts.bootstrap_servers, self.opts.request_timeout_s)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: the records written stay; a replay of the batch skips them."""
+        """Transactional mode: the transactions of the tasks that succeeded are aborted.
+        Otherwise nothing to undo: the records written stay; a replay of the batch skips
+        them."""
+        _end_transactions(list(messages), self.opts, commit=False)

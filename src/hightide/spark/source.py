@@ -97,7 +97,7 @@ def read_range(opts: SourceOptions, r: KafkaRange) -> Iterator[pa.RecordBatch]:
                                             isolation_level=opts.isolation_level)) as chunks:
                     for chunk in chunks:
                         d = decode_to_arrow(chunk.records, r.topic, r.partition, chunk.offset, r.end,
-                                            opts.include_headers)
+                                            opts.include_headers, chunk.aborted)
                         if d.batch is not None:
                             yield d.batch
                         offset, last = chunk.next_offset, chunk

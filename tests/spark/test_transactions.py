@@ -1,0 +1,146 @@
+"""Transactions in Spark: the source honours ``kafka.isolation.level`` (read_committed
+reads up to the LSO and skips aborted records), and the sink's transactional mode (a
+Kafka transaction per task, committed by the driver once every task succeeded) never
+lets a read_committed reader see records of a failed job or micro-batch."""
+
+from __future__ import annotations
+
+import collections
+import json
+import uuid
+
+import pytest
+
+from hightide.client.transactions import list_transactions
+from hightide.spark.kafkaio import KafkaIO
+
+from .conftest import create_topic
+from .test_sink import _read
+
+pytestmark = pytest.mark.integration
+
+ck = pytest.importorskip("confluent_kafka")
+
+
+def _txn(bootstrap: str, topic: str, values: list[bytes], commit: bool | None) -> "ck.Producer":
+    p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"spk-{uuid.uuid4().hex[:8]}",
+                     "linger.ms": 1})
+    p.init_transactions(15)
+    p.begin_transaction()
+    for v in values:
+        p.produce(topic, v, partition=0)
+    assert p.flush(15) == 0
+    if commit is True:
+        p.commit_transaction(15)
+    elif commit is False:
+        p.abort_transaction(15)
+    return p
+
+
+def _consume_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    """Every value a read_committed confluent-kafka consumer reads to the end."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                     "isolation.level": "read_committed", "enable.auto.commit": False,
+                     "enable.partition.eof": True})
+    c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
+    out, eof = [], set()
+    try:
+        while len(eof) < partitions:
+            m = c.poll(10)
+            assert m is not None, "consumer timed out"
+            if m.error():
+                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                eof.add(m.partition())
+                continue
+            out.append(m.value())
+    finally:
+        c.close()
+    return out
+
+
+@pytest.mark.spark_modes("local", "standalone")
+def test_source_honours_isolation_level(spark, bootstrap, topic_name):
+    create_topic(bootstrap, topic_name, 1)
+    _txn(bootstrap, topic_name, [b"c0", b"c1", b"c2"], commit=True)
+    _txn(bootstrap, topic_name, [b"a0", b"a1"], commit=False)
+    _txn(bootstrap, topic_name, [b"c3"], commit=True)
+    open_txn = _txn(bootstrap, topic_name, [b"o0"], commit=None)
+    try:
+        rc = [r.value for r in _read(spark, bootstrap, topic_name, **{"kafka.isolation.level": "read_committed"})
+              .select("value").collect()]
+        assert rc == [b"c0", b"c1", b"c2", b"c3"]  # aborted skipped, the open one beyond the LSO
+        ru = [r.value for r in _read(spark, bootstrap, topic_name).select("value").collect()]
+        assert ru == [b"c0", b"c1", b"c2", b"a0", b"a1", b"c3", b"o0"]
+    finally:
+        open_txn.abort_transaction(15)
+
+
+@pytest.mark.spark_modes("local")
+def test_transactional_batch_write_is_all_or_nothing(spark, bootstrap, topic_name):
+    create_topic(bootstrap, topic_name, 3)
+    df = spark.range(0, 300, 1, 3).selectExpr("cast(id as string) as key", "concat('v', cast(id as string)) as value")
+    df.write.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", topic_name) \
+        .option("transactional", "true").mode("append").save()
+    want = collections.Counter(f"v{i}".encode() for i in range(300))
+    assert collections.Counter(_consume_committed(bootstrap, topic_name, 3)) == want
+    committed = _read(spark, bootstrap, topic_name, **{"kafka.isolation.level": "read_committed"})
+    assert collections.Counter(r.value for r in committed.select("value").collect()) == want
+
+    # a job whose last task fails after the others wrote: they are aborted by the driver
+    bad = spark.range(0, 300, 1, 3).selectExpr(
+        "cast(id as string) as key",
+        "case when id = 299 then cast(raise_error('task 2 fails') as string) "
+        "else concat('x', cast(id as string)) end as value")
+    with pytest.raises(Exception, match="task 2 fails"):
+        bad.write.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", topic_name) \
+            .option("transactional", "true").mode("append").save()
+    assert collections.Counter(_consume_committed(bootstrap, topic_name, 3)) == want  # no x-record visible
+    assert collections.Counter(r.value for r in committed.select("value").collect()) == want
+    everything = [r.value for r in _read(spark, bootstrap, topic_name).select("value").collect()]
+    # local[2]: task 2 starts once task 0 or 1 finished, so at least one task's records were
+    # written (now aborted): the half-written job that read_committed readers did not see
+    assert sum(1 for v in everything if v.startswith(b"x")) >= 100
+
+
+def _pipe(spark, bootstrap, src, dst, ckpt):
+    """src -> dst, reading read_committed, writing transactionally; runs until caught up."""
+    q = (spark.readStream.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("subscribe", src)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 60)
+         .option("kafka.isolation.level", "read_committed").load()
+         .selectExpr("key", "value")
+         .writeStream.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
+         .option("checkpointLocation", str(ckpt)).option("transactional", "true")
+         .trigger(availableNow=True).start())
+    q.awaitTermination(240)
+    assert q.exception() is None, q.exception()
+    return q, {p.batchId: p.numInputRows for p in q.recentProgress if p.numInputRows > 0}
+
+
+@pytest.mark.spark_modes("local")
+def test_transactional_streaming_sink_exactly_once(spark, bootstrap, topic_name, tmp_path):
+    src, dst = topic_name, topic_name + "-out"
+    create_topic(bootstrap, src, 2)
+    create_topic(bootstrap, dst, 2)
+    _txn(bootstrap, src, [b"s0-%d" % i for i in range(150)], commit=True)
+    _txn(bootstrap, src, [b"dead%d" % i for i in range(20)], commit=False)  # aborted: never copied
+    ckpt = tmp_path / "ckpt"
+    q, batches = _pipe(spark, bootstrap, src, dst, ckpt)
+    last = max(batches)
+    assert sum(batches.values()) == 150 and last >= 1
+    want = collections.Counter(b"s0-%d" % i for i in range(150))  # the aborted records are not read
+    assert collections.Counter(_consume_committed(bootstrap, dst, 2)) == want
+    # every task's transaction was committed by the driver (ids <prefix>-<task>)
+    with KafkaIO(bootstrap) as io:
+        listed = io.run(list_transactions(io.admin))
+        mine = [t for t in listed if t.transactional_id.startswith(f"spark-hightide-{q.id}-")]
+        assert mine and {t.state for t in mine} == {"CompleteCommit"}
+        # a crash between the tasks' commits and the sink's marker: the marker names the
+        # batch before; a restart replays the last batch, whose committed records are found
+        sink_group = f"spark-hightide-sink-{q.id}"
+        marker = io.committed(sink_group)
+        (ckpt / "commits" / str(last)).unlink()
+        (ckpt / "commits" / f".{last}.crc").unlink(missing_ok=True)
+        io.commit(sink_group, {tp: (0, json.dumps({"batch": last - 1, "run": "crashed"})) for tp in marker})
+    q2, again = _pipe(spark, bootstrap, src, dst, ckpt)
+    assert q2.id == q.id and again == {last: batches[last]}
+    assert collections.Counter(_consume_committed(bootstrap, dst, 2)) == want
