@@ -144,3 +144,47 @@ def test_transactional_streaming_sink_exactly_once(spark, bootstrap, topic_name,
     q2, again = _pipe(spark, bootstrap, src, dst, ckpt)
     assert q2.id == q.id and again == {last: batches[last]}
     assert collections.Counter(_consume_committed(bootstrap, dst, 2)) == want
+
+
+class _FakeIO:
+    """KafkaIO's fetch_range over fixed bytes (what _committed_tags reads)."""
+
+    def __init__(self, records: bytes) -> None:
+        self.records = records
+
+    def fetch_range(self, tp, start, end, **kw):
+        from hightide.spark.kafkaio import FetchChunk
+        yield FetchChunk(self.records, end, 0, start, end)
+
+
+def test_replay_scan_counts_only_committed_transactions():
+    """The replay check of transactional mode: tags in a committed transaction or a plain
+    batch count as written; tags of an aborted or still open transaction do not."""
+    import numpy as np
+    import pyarrow as pa
+
+    from hightide.client import TopicPartition
+    from hightide.protocol.records import build_batch
+    from hightide.spark.encode import encode_batch, tag_header
+    from hightide.spark.sink import SINK_HEADER, _committed_tags
+
+    def tagged(base: int, positions: list[int], pid: int, txn: bool) -> bytes:
+        n = len(positions)
+        b = bytearray(encode_batch(pa.array([None] * n, pa.binary()), pa.array([b"v"] * n, pa.binary()),
+                                   timestamp=1, producer_id=pid, producer_epoch=0, base_sequence=0,
+                                   header_count=np.ones(n, np.int64),
+                                   headers=tag_header(SINK_HEADER, "h/3/0/", np.array(positions)),
+                                   transactional=txn))
+        b[0:8] = base.to_bytes(8, "big")  # the broker assigns the base offset
+        return bytes(b)
+
+    def marker(base: int, pid: int, commit: bool) -> bytes:
+        key = b"\x00\x00" + (b"\x00\x01" if commit else b"\x00\x00")
+        return build_batch([(key, b"\x00\x00\x00\x00\x00\x00", [], 1)], base_offset=base, producer_id=pid,
+                           producer_epoch=0, is_transactional=True, is_control=True)
+
+    log = (tagged(0, [0, 1], 5, True) + marker(2, 5, commit=True)      # committed: 0, 1
+           + tagged(3, [2, 3], 6, True) + marker(5, 6, commit=False)   # aborted: 2, 3
+           + tagged(6, [4], -1, False)                                 # plain batch: 4
+           + tagged(7, [5], 7, True))                                  # still open: 5
+    assert _committed_tags(_FakeIO(log), TopicPartition("t", 0), 0, 8, b"h/3/0/") == {0, 1, 4}
