@@ -108,8 +108,10 @@ class Controller(RawClient):
 @pytest.fixture
 def controller(cluster):
     """A controller-only process (no brokers; NoOps off so the log only grows by what a
-    test writes) and a raw connection to it."""
-    c = cluster(0, wait=False, metadata_max_idle_interval_ms=0)
+    test writes) and a raw connection to it. It runs the StandardAuthorizer with
+    User:ANONYMOUS as a super user (the ACL APIs answer SECURITY_DISABLED without one)."""
+    c = cluster(0, wait=False, metadata_max_idle_interval_ms=0, authorizer_class_name="standard",
+                super_users="User:ANONYMOUS")
     with Controller(c.bootstrap_controller, c.cluster_id, c.controllers[0].spec.node_id) as conn:
         yield conn
 

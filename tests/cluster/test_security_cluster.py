@@ -26,7 +26,7 @@ async def _seen(conn: BrokerConnection) -> tuple[list[str], list[int]]:
 
 
 def test_acls_and_credentials_written_on_the_controller_reach_every_broker(cluster) -> None:
-    c = cluster(2)
+    c = cluster(2, authorizer_class_name="standard", super_users="User:ANONYMOUS")  # ACL APIs need an authorizer
 
     async def write() -> None:
         conn = await _connect(c.controller.spec.address)

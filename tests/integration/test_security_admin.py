@@ -23,7 +23,23 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from ..conftest import ServerProcess
+
 pytestmark = pytest.mark.integration
+
+
+#: The ACL APIs answer SECURITY_DISABLED without an authorizer (as Kafka's): these tests
+#: run a broker with the StandardAuthorizer, where the test's own User:ANONYMOUS is a
+#: super user.
+AUTHORIZER = ("--set", "authorizer.class.name=standard", "--set", "super.users=User:ANONYMOUS")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = ServerProcess(tmp_path_factory.mktemp("acls") / "data", args=AUTHORIZER).start()
+    yield srv
+    code = srv.stop()
+    assert code == 0, srv.output()[-4000:]
 
 
 def _principal() -> str:
@@ -151,7 +167,7 @@ def test_kafka_python_acls_and_scram(server):
 
 
 def test_acls_and_credentials_survive_restart(fresh_server, tmp_path):
-    srv = fresh_server()
+    srv = fresh_server(*AUTHORIZER)
     admin = AdminClient({"bootstrap.servers": srv.bootstrap})
     p = _principal()
     b = _binding(p, "durable", ResourcePatternType.PREFIXED)
@@ -160,7 +176,7 @@ def test_acls_and_credentials_survive_restart(fresh_server, tmp_path):
     admin.alter_user_scram_credentials([up])["durable-user"].result(10)
     port = srv.port
     assert srv.stop() == 0
-    srv2 = fresh_server(port=port)
+    srv2 = fresh_server(*AUTHORIZER, port=port)
     admin2 = AdminClient({"bootstrap.servers": srv2.bootstrap})
     assert [x.name for x in admin2.describe_acls(_mine(p)).result(10)] == ["durable"]
     desc = admin2.describe_user_scram_credentials(["durable-user"])["durable-user"].result(10)

@@ -13,7 +13,23 @@ from confluent_kafka.admin import AdminClient
 
 from hightide.cli import main
 
+from ..conftest import ServerProcess
+
 pytestmark = pytest.mark.integration
+
+
+#: The ACL APIs answer SECURITY_DISABLED without an authorizer (as Kafka's): these tests
+#: run a broker with the StandardAuthorizer, where the test's own User:ANONYMOUS is a
+#: super user.
+AUTHORIZER = ("--set", "authorizer.class.name=standard", "--set", "super.users=User:ANONYMOUS")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = ServerProcess(tmp_path_factory.mktemp("acls") / "data", args=AUTHORIZER).start()
+    yield srv
+    code = srv.stop()
+    assert code == 0, srv.output()[-4000:]
 
 
 def run(server, command: str, *args: str, input: str | None = None):

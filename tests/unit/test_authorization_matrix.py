@@ -733,3 +733,15 @@ def test_controller_rpcs_need_cluster_action_and_unregister_alter(env: Env) -> N
     env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")
     assert call(64, 0, {"broker_id": 7}).error_code != refused
     assert call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2}).error_code == E.none
+
+
+def test_without_an_authorizer_the_acl_apis_are_security_disabled(open_env: Env) -> None:
+    creation = {"resource_type": 2, "resource_name": "x", "resource_pattern_type": 3, "principal": BOB,
+                "host": "*", "operation": 3, "permission_type": 3}
+    flt = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+           "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
+    created = open_env.call(30, 3, {"creations": [creation]}).results[0]
+    assert (created.error_code, created.error_message) == (E.security_disabled, "No Authorizer is configured.")
+    assert open_env.call(29, 3, flt).error_code == E.security_disabled
+    assert open_env.call(31, 3, {"filters": [flt]}).filter_results[0].error_code == E.security_disabled
+    assert len(open_env.b.image.security.acls) == 0

@@ -5,9 +5,11 @@ The decisions are the controller's sans-IO functions in
 writes: the answer waits until the ACL records are durable and applied to the image's
 :class:`~hightide.security.authorizer.AclIndex`. DescribeAcls reads the image.
 
-ACLs are always stored and listed; *enforcing* them on every API is the listener wiring
-step (docs/security.md). Who may call these APIs (Kafka: ALTER on the cluster for
-Create/Delete, DESCRIBE for Describe) is checked there too.
+As Kafka's ``AclApis``: without an authorizer (``authorizer.class.name`` empty, the
+default) the three APIs answer SECURITY_DISABLED "No Authorizer is configured."; with
+one, Describe needs DESCRIBE on the cluster and Create/Delete ALTER
+(CLUSTER_AUTHORIZATION_FAILED). Every API enforces the ACLs through
+:mod:`hightide.server.authorization`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ...protocol.codec import response_schema
 from ...security.acl import AclBinding, AclBindingFilter
 from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
-from ..authorization import MESSAGES, authorize_cluster
+from ..authorization import MESSAGES, authorize_cluster, enabled
 from ..context import RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from ...cluster.image import MetadataImage
 
 CLUSTER_DENIED = (ErrorCode.cluster_authorization_failed, MESSAGES[ErrorCode.cluster_authorization_failed])
+SECURITY_DISABLED = (ErrorCode.security_disabled, "No Authorizer is configured.")
 
 
 def _binding_dict(acl: AclBinding) -> dict:
@@ -41,13 +44,24 @@ def _filter(f: Any) -> AclBindingFilter:
                                f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
 
+def _refused(ctx: RequestContext, operation: AclOperation) -> tuple[ErrorCode, str] | None:
+    """SECURITY_DISABLED without an authorizer, CLUSTER_AUTHORIZATION_FAILED without
+    ``operation`` on the cluster, else None (Kafka's AclApis order)."""
+    if not enabled(ctx):
+        return SECURITY_DISABLED
+    if not authorize_cluster(ctx, operation):
+        return CLUSTER_DENIED
+    return None
+
+
 @handles(29, 1, 3)
 def describe_acls_handler(ctx: RequestContext, req: Any) -> Any:
     """The matching bindings grouped by resource pattern (Kafka's ``aclsResources``).
     Needs DESCRIBE on the cluster (else a top-level CLUSTER_AUTHORIZATION_FAILED)."""
-    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+    refused = _refused(ctx, AclOperation.DESCRIBE)
+    if refused is not None:
         return materialize(response_schema(29, ctx.version), {
-            "throttle_time": 0, "error_code": CLUSTER_DENIED[0], "error_message": CLUSTER_DENIED[1], "resources": []})
+            "throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "resources": []})
     (code, message), acls = describe_acls(ctx.image.security, _filter(req))
     groups: dict[tuple[int, str, int], list[dict]] = {}
     for acl in acls:
@@ -62,9 +76,10 @@ def describe_acls_handler(ctx: RequestContext, req: Any) -> Any:
 @handles(30, 1, 3)
 async def create_acls_handler(ctx: RequestContext, req: Any) -> Any:
     """Needs ALTER on the cluster (else every creation CLUSTER_AUTHORIZATION_FAILED)."""
-    if not authorize_cluster(ctx, AclOperation.ALTER):
+    refused = _refused(ctx, AclOperation.ALTER)
+    if refused is not None:
         return materialize(response_schema(30, ctx.version), {"throttle_time": 0, "results": [
-            {"error_code": CLUSTER_DENIED[0], "error_message": CLUSTER_DENIED[1]} for _ in req.creations]})
+            {"error_code": refused[0], "error_message": refused[1]} for _ in req.creations]})
     bindings = [AclBinding.of(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
                               c.operation, c.permission_type) for c in req.creations]
 
@@ -88,9 +103,10 @@ def _delete_result(r: DeleteResult) -> dict:
 @handles(31, 1, 3)
 async def delete_acls_handler(ctx: RequestContext, req: Any) -> Any:
     """Needs ALTER on the cluster (else every filter CLUSTER_AUTHORIZATION_FAILED)."""
-    if not authorize_cluster(ctx, AclOperation.ALTER):
+    refused = _refused(ctx, AclOperation.ALTER)
+    if refused is not None:
         return materialize(response_schema(31, ctx.version), {"throttle_time": 0, "filter_results": [
-            _delete_result(DeleteResult(CLUSTER_DENIED, [])) for _ in req.filters]})
+            _delete_result(DeleteResult(refused, [])) for _ in req.filters]})
     filters = [_filter(f) for f in req.filters]
 
     def op(image: MetadataImage) -> tuple[list[DeleteResult], list]:
