@@ -45,6 +45,7 @@ from ..cluster.controller import NewTopic, TopicResult
 from ..protocol.build import materialize
 from ..protocol.codec import encode_request, request_schema, response_schema
 from ..protocol.errors import ErrorCode
+from ..security.principal import serialize_principal
 from .controller_channel import ControllerChannel, ControllerUnavailable
 from .coordinator_runtime import CoordinatorUnavailable
 from .read_gate import ReadGate
@@ -121,12 +122,16 @@ class Forwarder:
         self.forwarded = 0
 
     # -- the Envelope round trip -------------------------------------------------------
-    async def envelope(self, inner: bytes, peer: str, deadline: float) -> tuple[bytes, int | None]:
-        """Send ``inner`` (a request header and body, no size prefix) in an Envelope;
-        return (inner response bytes, MetadataOffset or None). Retries connect failures
-        until ``deadline`` (monotonic). Raises EnvelopeFailed, ControllerUnavailable or
-        KafkaTimeoutError."""
-        body = {"request_data": inner, "request_principal": None, "client_host_address": client_address(peer)}
+    async def envelope(self, inner: bytes, peer: str, deadline: float,
+                       principal: str | None = None) -> tuple[bytes, int | None]:
+        """Send ``inner`` (a request header and body, no size prefix) in an Envelope
+        carrying the client's ``principal`` (Kafka's principal serde; None: the broker's
+        own write, run under the broker's principal) and address; return (inner response
+        bytes, MetadataOffset or None). Retries connect failures until ``deadline``
+        (monotonic). Raises EnvelopeFailed, ControllerUnavailable or KafkaTimeoutError."""
+        body = {"request_data": inner,
+                "request_principal": serialize_principal(principal) if principal is not None else None,
+                "client_host_address": client_address(peer)}
         while True:
             try:
                 await self.channel.connection()
@@ -153,7 +158,7 @@ class Forwarder:
         deadline = time.monotonic() + max(timeout_s, 1.0)
         inner = encode_request(header.api_key, header.api_version, header.correlation_id, header.client_id, req)[4:]
         try:
-            data, offset = await self.envelope(inner, ctx.peer, deadline)
+            data, offset = await self.envelope(inner, ctx.peer, deadline, ctx.principal)
         except EnvelopeFailed as exc:
             return error_response(header.api_key, header.api_version, req, exc.code, str(exc))
         except (ControllerUnavailable, KafkaTimeoutError, KafkaError) as exc:

@@ -3,9 +3,13 @@
 ``RequestData`` is the client's request (header and body, no size prefix). It is
 decoded and run by the controller's own route table — the same handler code as a direct
 request (KIP-919's ``--bootstrap-controller``) — and the inner response (header and
-body, no size prefix) is returned in ``ResponseData``. ``RequestPrincipal`` and
-``ClientHostAddress`` are kept with the request for the ACL work to come; nothing checks
-them yet.
+body, no size prefix) is returned in ``ResponseData``. The inner request runs under
+``RequestPrincipal`` (Kafka's principal serde, :mod:`hightide.security.principal`) from
+``ClientHostAddress``: the forwarding broker's client, so ACLs decide as if the client
+had asked the controller. Bytes that do not deserialize answer
+PRINCIPAL_DESERIALIZATION_FAILURE (as Kafka); a null (or empty) principal is a broker's
+own write (auto-created topics) and runs under the Envelope sender's principal, which
+holds CLUSTER_ACTION.
 
 hightide extension: tagged field 10000 ``MetadataOffset`` (int64) = the content offset of
 the controller's image once the inner request finished (the offset of the last applied
@@ -21,6 +25,7 @@ UNSUPPORTED_VERSION with no ResponseData and no MetadataOffset.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from typing import Any
 
@@ -28,6 +33,7 @@ from ...protocol.codec import decode_request, encode_response, parse_header
 from ...protocol.envelope_response import EnvelopeResponse, encode_envelope_response
 from ...protocol.errors import ErrorCode, PeerProtocolError
 from ...security.acl import AclOperation
+from ...security.principal import PrincipalDeserializationError, deserialize_principal
 from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..registry import RawResponse, handles
@@ -66,12 +72,26 @@ async def envelope(ctx: RequestContext, req: Any) -> bytes:
     except PeerProtocolError as exc:
         log.warning("Envelope from %s: malformed inner request: %s", ctx.peer, exc.reason)
         return encode_envelope_response(corr, EnvelopeResponse(None, ErrorCode.invalid_request))
-    inner_ctx = RequestContext(ctx.services, header, ctx.peer, unknown, ctx.now_ms)
+    try:
+        principal = deserialize_principal(bytes(req.request_principal)) if req.request_principal else ctx.principal
+    except PrincipalDeserializationError as exc:
+        log.warning("Envelope from %s: request principal cannot be read: %s", ctx.peer, exc)
+        return encode_envelope_response(corr, EnvelopeResponse(None, ErrorCode.principal_deserialization_failure))
+    inner_ctx = RequestContext(ctx.services, header, ctx.peer, unknown, ctx.now_ms, principal,
+                               _client_host(bytes(req.client_host_address or b""), ctx.client_host))
     result = route.fn(inner_ctx, body)
     if hasattr(result, "__await__"):
         result = await result
     data = _inner_bytes(header.api_key, header.api_version, header.correlation_id, result)
     return encode_envelope_response(corr, EnvelopeResponse(data, ErrorCode.none, ctx.image.content_offset))
+
+
+def _client_host(address: bytes, default: str) -> str:
+    """The client's IP address (4 or 16 bytes) as text; ``default`` when absent or malformed."""
+    try:
+        return str(ipaddress.ip_address(address)) if len(address) in (4, 16) else default
+    except ValueError:
+        return default
 
 
 def _inner_bytes(api_key: int, version: int, correlation_id: int, result: Any) -> bytes:
