@@ -345,3 +345,18 @@ def test_describe_quorum_reports_each_voter_and_observer_as_the_leader_sees_it()
                                    ReplicaState(3, -1, -1, -1))
     assert info.observers == (ReplicaState(101, 1, 6002, -1),)
     assert describe_quorum(core(2, epoch=1, leader=1), 6003) is None
+
+
+def test_a_restarted_leader_resigns_and_tells_the_voters() -> None:
+    c = core(1, epoch=4, voted=1, leader=1)
+    out = c.step(0, Tick())
+    assert c.role == "resigned" and c.epoch == 4
+    assert {s.dest for s in sends(out, m.EndQuorumEpochRequest)} == {2, 3}
+
+
+def test_a_refused_append_does_not_lose_the_restored_followers_first_fetch() -> None:
+    f = core(2, epoch=1, leader=1)
+    with pytest.raises(NotLeaderError) as e:
+        f.step(0, ClientAppend((b"x",)))
+    assert (e.value.leader_id, e.value.epoch) == (1, 1)
+    assert len(sends(f.step(0, Tick()), m.FetchRequest)) == 1

@@ -121,6 +121,16 @@ class RaftCore(Replication):
         out: list[Action] = self._startup
         self._startup = []
         self._out = out
+        try:
+            self._dispatch(now, event)
+        except (NotLeaderError, ValueError):
+            self._startup = out     # nothing else was emitted: the checks come first
+            raise
+        finally:
+            self._out = []
+        return out
+
+    def _dispatch(self, now: int, event: Event) -> None:
         if isinstance(event, Received):
             self._cid = event.correlation_id
             self._on_message(now, event.source, event.message)
@@ -137,8 +147,6 @@ class RaftCore(Replication):
         elif isinstance(event, Resign):
             if self.role == "leader":
                 self._resign(now)
-        self._out = []
-        return out
 
     @property
     def next_deadline(self) -> int | None:
@@ -152,8 +160,13 @@ class RaftCore(Replication):
     def _restore_role(self, now: int) -> None:
         e = self.election
         if e.leader_id == self.node_id:
-            self._set_role(now, "resigned")          # Kafka: a restarted leader resigns
+            # Kafka: a restarted leader resigns and tells the voters (EndQuorumEpoch)
+            self._set_role(now, "resigned")
             self.election_deadline = now + self._election_timeout()
+            end = m.EndQuorumEpochRequest(self.node_id, self.epoch, ())
+            for v in self.voters:
+                if v != self.node_id:
+                    self._request(v, end)
         elif e.leader_id >= 0:
             self._become_follower(now, e.epoch, e.leader_id)
         else:
