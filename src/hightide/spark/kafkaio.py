@@ -31,6 +31,7 @@ from ..client import (
     ProducerId,
     TopicPartition,
 )
+from ..client.properties import ClientSecurity
 from ..protocol.records import iter_headers
 
 __all__ = ["FetchChunk", "KafkaIO", "OffsetOutOfRange"]
@@ -64,13 +65,24 @@ def _next_offset(records: bytes, offset: int) -> int:
     return nxt
 
 
+_SECURITY: dict[str, ClientSecurity] = {}
+
+
+def remember_security(bootstrap_servers: str, security: ClientSecurity) -> None:
+    """Use ``security`` for every KafkaIO to ``bootstrap_servers`` in this process that is
+    not given one (the driver's progress and sink-marker commits, whose targets come from
+    offsets JSON that must not carry secrets)."""
+    _SECURITY[bootstrap_servers] = security
+
+
 class KafkaIO:
     """Blocking Kafka calls. Use as a context manager; not thread-safe (one per thread)."""
 
     def __init__(self, bootstrap_servers: str, client_id: str = "hightide-spark",
-                 request_timeout_s: float = 30.0) -> None:
+                 request_timeout_s: float = 30.0, security: ClientSecurity | None = None) -> None:
         self._loop = asyncio.new_event_loop()
-        self.admin = AdminClient(bootstrap_servers, client_id, request_timeout_s)
+        self.admin = AdminClient(bootstrap_servers, client_id, request_timeout_s,
+                                 security=security or _SECURITY.get(bootstrap_servers))
         self.request_timeout_s = request_timeout_s
         try:
             self.run(self.admin.start())

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import TopicPartition
+from ..client.properties import ClientConfigError, ClientSecurity
 
 __all__ = ["EARLIEST", "LATEST", "PROGRESS_KEY", "OffsetSpec", "ProgressTarget", "SourceOptions", "SinkOptions",
            "from_offsets_dict", "progress_target", "rate_limit", "split_ranges", "to_offsets_dict"]
@@ -134,6 +135,29 @@ def _lower(opts: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in opts.items()}
 
 
+def client_security(o: Mapping[str, str]) -> ClientSecurity | None:
+    """The connection security of Spark's Kafka options (lower-cased names), as Spark's
+    Kafka connector takes them: ``kafka.security.protocol``, ``kafka.sasl.*`` and
+    ``kafka.ssl.*`` are Kafka client properties (PEM files for ``ssl.*`` locations). None
+    for PLAINTEXT. The security is also remembered for the bootstrap servers in this
+    process (:func:`hightide.spark.kafkaio.remember_security`), so the driver's progress
+    commits to the same cluster use it. Raises OptionError for settings the client
+    cannot honour."""
+    props = {k[len("kafka."):]: v for k, v in o.items()
+             if k.startswith(("kafka.security.", "kafka.sasl.", "kafka.ssl."))}
+    if not props:
+        return None
+    try:
+        security = ClientSecurity.from_properties(props)
+    except ClientConfigError as exc:
+        raise OptionError(f"kafka.{exc}") from None
+    if security.protocol == "PLAINTEXT":
+        return None
+    from .kafkaio import remember_security
+    remember_security(o.get("kafka.bootstrap.servers", ""), security)
+    return security
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """The parsed options of one ``spark.read/readStream.format("hightide")``."""
@@ -156,6 +180,7 @@ class SourceOptions:
     fetch_max_bytes: int = 8 * 1024 * 1024
     isolation_level: int = 0
     request_timeout_s: float = 30.0
+    security: ClientSecurity | None = None  # kafka.security.protocol, kafka.sasl.*, kafka.ssl.*
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool) -> SourceOptions:
@@ -228,6 +253,7 @@ class SourceOptions:
             fetch_max_bytes=_int(o, "kafka.max.partition.fetch.bytes", 8 * 1024 * 1024) or 0,
             isolation_level=1 if iso == "read_committed" else 0,
             request_timeout_s=(_int(o, "kafka.request.timeout.ms", 30000) or 30000) / 1000.0,
+            security=client_security(o),
         )
 
     @staticmethod
@@ -287,6 +313,7 @@ class SinkOptions:
     ``kafka.transactional.id``, which then is the transactional id prefix)."""
     transactional_id_prefix: str | None = None
     transaction_timeout_ms: int = 60_000
+    security: ClientSecurity | None = None  # kafka.security.protocol, kafka.sasl.*, kafka.ssl.*
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SinkOptions:
@@ -306,7 +333,8 @@ class SinkOptions:
                    exactly_once=_bool(o, "exactlyonce", True), compression=codecs[codec],
                    max_batch_records=_int(o, "kafka.batch.records", 10000) or 10000,
                    max_batch_bytes=_int(o, "kafka.batch.size", 512 * 1024) or 512 * 1024,
-                   request_timeout_s=(_int(o, "kafka.request.timeout.ms", 30000) or 30000) / 1000.0)
+                   request_timeout_s=(_int(o, "kafka.request.timeout.ms", 30000) or 30000) / 1000.0,
+                   security=client_security(o))
 
 
 def rate_limit(start: Offsets, latest: Offsets, limit: int) -> Offsets:

@@ -259,7 +259,7 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
     if n == 0:
         return msg
     with KafkaIO(opts.bootstrap_servers, client_id="hightide-spark-sink",
-                 request_timeout_s=opts.request_timeout_s) as io:
+                 request_timeout_s=opts.request_timeout_s, security=opts.security) as io:
         txn = None
         if txn_prefix is not None:
             # first: fences an earlier attempt of this task, whose open transaction is aborted
@@ -458,7 +458,7 @@ def _end_transactions(messages: list[Any], opts: SinkOptions, commit: bool) -> i
     if not txns:
         return 0
     with KafkaIO(opts.bootstrap_servers, client_id="hightide-spark-sink",
-                 request_timeout_s=opts.request_timeout_s) as io:
+                 request_timeout_s=opts.request_timeout_s, security=opts.security) as io:
         for txn_id, pid, epoch in txns:
             try:
                 io.end_txn(txn_id, pid, epoch, commit)

@@ -89,7 +89,7 @@ def read_range(opts: SourceOptions, r: KafkaRange) -> Iterator[pa.RecordBatch]:
     :class:`DataLossError`, or are skipped when ``failOnDataLoss`` is false."""
     tp = TopicPartition(r.topic, r.partition)
     offset, stalls = r.start, 0
-    with KafkaIO(opts.bootstrap_servers, request_timeout_s=opts.request_timeout_s) as io:
+    with KafkaIO(opts.bootstrap_servers, request_timeout_s=opts.request_timeout_s, security=opts.security) as io:
         while offset < r.end:
             try:
                 last = None
@@ -141,7 +141,8 @@ class _Planner:
     @property
     def io(self) -> KafkaIO:
         if self._io is None:
-            self._io = KafkaIO(self.opts.bootstrap_servers, request_timeout_s=self.opts.request_timeout_s)
+            self._io = KafkaIO(self.opts.bootstrap_servers, request_timeout_s=self.opts.request_timeout_s,
+                               security=self.opts.security)
         return self._io
 
     def close(self) -> None:
