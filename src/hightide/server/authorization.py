@@ -38,7 +38,7 @@ from ..protocol.acl import AclOperation as ProtocolOperation
 from ..protocol.acl import all_operations, to_bit_field
 from ..protocol.errors import ErrorCode
 from ..security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from ..security.authorizer import Authorizer
+from ..security.authorizer import AclIndex, Authorizer
 from ..security.settings import authorizer_settings
 
 if TYPE_CHECKING:
@@ -64,12 +64,28 @@ def enabled(ctx: RequestContext) -> bool:
 
 def authorizer(ctx: RequestContext) -> Authorizer | None:
     """The authorizer for this request over the current image's ACLs, or None when the
-    broker has no authorizer configured (everything is allowed)."""
+    broker has no authorizer configured (everything is allowed).
+
+    The last one built is reused while the image holds the same ACL index object and the
+    settings are unchanged: an :class:`Authorizer` reads the index it references at each
+    call (ACL records mutate that index in place, and a new image with another index gets
+    a new authorizer), so reuse never serves old ACLs."""
+    global _last
     values = ctx.services.config.values
     if not values.get("authorizer.class.name"):
         return None
-    supers, allow = _settings(values.get("super.users") or "", bool(values.get("allow.everyone.if.no.acl.found")))
-    return Authorizer(ctx.image.security.acls, supers, allow)
+    acls = ctx.image.security.acls
+    supers_raw, allow = values.get("super.users") or "", bool(values.get("allow.everyone.if.no.acl.found"))
+    last = _last
+    if last is not None and last[0] is acls and last[1] == supers_raw and last[2] is allow:
+        return last[3]
+    supers, allow = _settings(supers_raw, allow)
+    a = Authorizer(acls, supers, allow)
+    _last = (acls, supers_raw, allow, a)
+    return a
+
+
+_last: tuple[AclIndex, str, bool, Authorizer] | None = None
 
 
 def authorize(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
