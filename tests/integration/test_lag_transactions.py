@@ -115,6 +115,7 @@ def test_open_transaction_lag_to_the_lso_pending_apart(server, topic_name):
         assert (rc["lag"], rc["log_end_offset"], rc["last_stable_offset"], rc["high_watermark"], rc["pending"]) == \
             (0, 4, 4, 6, 2), rc
         assert "2 pending in open transaction(s)" in rc["note"]
+        assert rc["source"] == "extension"  # HW and LSO came with OffsetFetch (tags 10000, 10002)
         ru = _describe(server.bootstrap, g, "read_uncommitted")
         assert (ru["lag"], ru["pending"], ru["invisible_tail"]) == (3, 2, 0), ru  # the open records are readable
         _commit(server.bootstrap, g, topic_name, 1)
@@ -169,3 +170,23 @@ def test_exporter_reports_pending_and_caught_up_at_markers(server, topic_name):
         _, err = proc.communicate(timeout=10)
         open_txn.abort_transaction(15)
     assert b"Traceback" not in err, err.decode()
+
+
+def test_two_call_path_as_against_kafka(server, topic_name):
+    """Without hightide's extension (any Kafka broker: OffsetFetch, then ListOffsets) the
+    marker look-up still makes a commit on the marker lag 0; pending needs both HW and
+    LSO, which a read_committed ListOffsets does not give: unknown (None)."""
+    from hightide.monitoring.monitor import LagMonitor
+    confluent_create_topic(server.bootstrap, topic_name, partitions=1)
+    _txn(server.bootstrap, topic_name, 3, commit=True)
+    g = f"g-{uuid.uuid4().hex[:8]}"
+    _commit(server.bootstrap, g, topic_name, 3)
+
+    async def go() -> Any:
+        async with AdminClient(server.bootstrap, use_extensions=False) as a:
+            snap = await LagMonitor(a, isolation_level="read_committed").snapshot([g])
+            return snap.groups[g].partitions[0]
+    p = asyncio.run(go())
+    assert p.source == "list_offsets"
+    assert (p.offsets.lag, p.offsets.invisible_tail, p.offsets.end_offset, p.offsets.pending) == (0, 1, 4, None)
+    assert p.status is not None and p.status.status.value == "OK"
