@@ -97,7 +97,8 @@ class OffsetStore:
         for c in commits:
             tp = (c.topic, c.partition)
             metadata = c.metadata if c.metadata is not None else ""
-            if len(metadata.encode()) > self.metadata_max_bytes:
+            # (UTF-8 takes at most 4 bytes per character: most metadata needs no encoding)
+            if 4 * len(metadata) > self.metadata_max_bytes and len(metadata.encode()) > self.metadata_max_bytes:
                 errors[tp] = ErrorCode.offset_metadata_too_large
             elif not partition_exists(c.topic, c.partition):
                 errors[tp] = ErrorCode.unknown_topic_or_partition

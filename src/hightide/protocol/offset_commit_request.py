@@ -126,7 +126,7 @@ _PART_HEAD = struct.Struct(">iqi")  # partition index, committed offset, committ
 _GEN = struct.Struct(">i")
 
 
-def _compact_str(buf: bytes | memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
+def _compact_str(buf: bytes, pos: int, nullable: bool) -> tuple[str | None, int]:
     n, pos = read_uvarint(buf, pos)
     if n == 0:
         if not nullable:
@@ -135,10 +135,10 @@ def _compact_str(buf: bytes | memoryview, pos: int, nullable: bool) -> tuple[str
     end = pos + n - 1
     if end > len(buf):
         raise ValueError("string runs past the end of the frame")
-    return str(buf[pos:end], "utf-8"), end
+    return buf[pos:end].decode(), end
 
 
-def _tags(buf: bytes | memoryview, pos: int, owner: object, unknown: dict[int, dict[int, bytes]] | None) -> int:
+def _tags(buf: bytes, pos: int, owner: object, unknown: dict[int, dict[int, bytes]] | None) -> int:
     """Read a tagged-field section (every tag is unknown to this schema) into
     ``unknown[id(owner)]`` as kio's tolerant reader does; return the next position."""
     count = buf[pos]
@@ -158,7 +158,7 @@ def _tags(buf: bytes | memoryview, pos: int, owner: object, unknown: dict[int, d
     return pos
 
 
-def _array_len(buf: bytes | memoryview, pos: int, min_entry: int) -> tuple[int, int]:
+def _array_len(buf: bytes, pos: int, min_entry: int) -> tuple[int, int]:
     """A non-null compact array's length, bounded by the bytes left (``min_entry`` is
     the smallest encoded entry), so a hostile length allocates nothing."""
     n, pos = read_uvarint(buf, pos)
@@ -179,7 +179,9 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
     Raises ValueError, IndexError, UnicodeDecodeError or struct.error on malformed input."""
     if version not in (8, 9):
         raise ValueError(f"OffsetCommit v{version} is decoded by the generic reader")
-    buf = frame
+    # one copy of the (small) frame: slicing and decoding bytes costs half of what a
+    # memoryview slice does, and a request carries a string per partition (metadata)
+    buf = frame if isinstance(frame, bytes) else bytes(frame)
     group_id, pos = _compact_str(buf, pos, False)
     generation = _GEN.unpack_from(buf, pos)[0]
     member_id, pos = _compact_str(buf, pos + 4, False)
