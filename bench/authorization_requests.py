@@ -52,8 +52,8 @@ async def _broker(data_dir: str, acls: int, partitions: int, authorized: bool) -
         bindings = list(build(acls, random.Random(7)))
         bindings += [AclBinding(ResourceType.TOPIC, TOPIC, PatternType.LITERAL, PRINCIPAL, "*", op,
                                 AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.READ)]
-        results, records = create_acls(b.image.security, bindings)
-        await b.commit_metadata(records)
+        _, acl_records = create_acls(b.image.security, bindings)
+        await b.commit_metadata(acl_records)
     return b
 
 

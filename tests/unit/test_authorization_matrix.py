@@ -745,3 +745,50 @@ def test_without_an_authorizer_the_acl_apis_are_security_disabled(open_env: Env)
     assert open_env.call(29, 3, flt).error_code == E.security_disabled
     assert open_env.call(31, 3, {"filters": [flt]}).filter_results[0].error_code == E.security_disabled
     assert len(open_env.b.image.security.acls) == 0
+
+
+# -- random requests with the authorizer on -------------------------------------------
+def test_random_requests_with_the_authorizer_on_never_crash_handlers(env: Env) -> None:
+    """Every route, its newest version, a few random requests as alice (a prefixed
+    ALLOW and a DENY in force): answered (or the connection closed), never an exception."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from hightide.protocol.codec import encode_response
+    from hightide.server.registry import CloseConnection
+
+    import dataclasses
+
+    from kio.static.primitive import Records
+    st.register_type_strategy(Records, st.one_of(  # as tests/reliability/test_fuzz_handlers.py
+        st.binary(max_size=200),
+        st.builds(lambda v: build_batch([(None, v, [], int(time.time() * 1000))]), st.binary(max_size=50))))
+
+    def _cap_admin(api_key: int, request: Any) -> Any:  # what a random request may create stays small
+        if api_key == 19:
+            return dataclasses.replace(request, topics=tuple(
+                dataclasses.replace(t, num_partitions=min(t.num_partitions, 4)) for t in request.topics[:3]))
+        return dataclasses.replace(request, topics=tuple(
+            dataclasses.replace(t, count=min(t.count, 4)) for t in request.topics[:3]))
+    env.acl(ALICE, O.ALL, TOPIC, "a", PRE)
+    env.acl(ALICE, O.READ, TOPIC, "ab", PRE, permission=DENY)
+    env.acl(ALICE, O.ALL, GROUP, "*")
+    def checker(api_key: int, version: int) -> Callable[[], None]:
+        @settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+        @given(st.from_type(request_schema(api_key, version)))
+        def check(request: Any) -> None:
+            if api_key in (19, 37):
+                request = _cap_admin(api_key, request)
+            header = RequestHeader(api_key, version, 7, "fuzz")
+            ctx = RequestContext(env.b.services, header, "10.0.0.1:5555", {}, principal=ALICE)
+            try:
+                result = env.b.routes[api_key].fn(ctx, request)
+                if hasattr(result, "__await__"):
+                    result = env.run(asyncio.wait_for(result, 0.5))
+            except (CloseConnection, asyncio.TimeoutError):
+                return
+            if result is not None and not isinstance(result, (RawResponse, bytes)):
+                encode_response(api_key, version, 7, result)
+        return check
+    for api_key, route in sorted(env.b.routes.items()):
+        checker(api_key, route.max_version)()
