@@ -30,6 +30,7 @@ from ..cluster.settings import ClusterSettings
 from .broker_lifecycle import BrokerLifecycleManager
 from .controller_channel import ControllerChannel, ControllerUnavailable
 from .forwarding import Forwarder, RemoteMetadataWrites, forwarding_routes
+from .listener_security import PROTOCOL_IDS, controller_client_security
 from .metadata_follower import MetadataFollower
 from .read_gate import ReadGate, gated_routes
 from .registry import Route, Routes
@@ -39,9 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.broker_node")
 
-SECURITY_PROTOCOL_PLAINTEXT = 0
-
-
 class BrokerNode:
     """The cluster side of a broker-only :class:`Broker` (see the module doc)."""
 
@@ -50,8 +48,9 @@ class BrokerNode:
         self.settings = settings
         addresses = settings.controller_addresses()
         client = f"hightide-broker-{settings.node_id}"
-        self.channel = ControllerChannel(addresses, client_id=client, name="controller")
-        self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch")
+        security = controller_client_security(broker.config.security_values, settings.controller_listener_names)
+        self.channel = ControllerChannel(addresses, client_id=client, name="controller", security=security)
+        self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch", security=security)
         self.gate = ReadGate(settings.read_consistency, settings.read_max_wait_ms, lao=self._lao,
                              applied=self._applied, content=self._content)
         self.forwarder = Forwarder(self.channel, self.gate)
@@ -108,7 +107,7 @@ class BrokerNode:
                 continue
             host, port = self.settings.advertised_for(listener, listener.port)
             listeners.append({"name": listener.name, "host": host, "port": port,
-                              "security_protocol": SECURITY_PROTOCOL_PLAINTEXT})
+                              "security_protocol": PROTOCOL_IDS[self.broker.listener_security(listener.name).protocol]})
         features = [{"name": n, "min_supported_version": lo, "max_supported_version": hi}
                     for n, (lo, hi) in sorted(SUPPORTED_FEATURES.items())]
         return {"listeners": listeners, "features": features, "rack": None}

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..client.connection import BrokerConnection
 from ..client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from ..client.properties import ClientSecurity
 
 log = logging.getLogger("hightide.controller_channel")
 
@@ -43,7 +44,8 @@ class ControllerChannel:
     ``client_id`` identify the channel in logs and in the controller's request log."""
 
     def __init__(self, addresses: Sequence[tuple[str, int]], *, client_id: str, name: str = "controller",
-                 request_timeout_s: float = 10.0, max_backoff_s: float = 2.0) -> None:
+                 request_timeout_s: float = 10.0, max_backoff_s: float = 2.0,
+                 security: ClientSecurity | None = None) -> None:
         if not addresses:
             raise ValueError("a controller channel needs at least one controller address")
         self.addresses = list(addresses)
@@ -51,6 +53,9 @@ class ControllerChannel:
         self.name = name
         self.request_timeout_s = request_timeout_s
         self.max_backoff_s = max_backoff_s
+        #: TLS/SASL towards the controller listener (None: PLAINTEXT); see
+        #: :func:`~.listener_security.controller_client_security`.
+        self.security = security
         self._conn: BrokerConnection | None = None
         self._lock = asyncio.Lock()
         self._next = 0  # index of the address to try next
@@ -94,7 +99,8 @@ class ControllerChannel:
             if old is not None:
                 await old.close()
             host, port = self.addresses[self._next % len(self.addresses)]
-            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s)
+            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
+                                    security=self.security)
             try:
                 await conn.connect()
             except (KafkaError, OSError) as exc:

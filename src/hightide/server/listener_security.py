@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..client.properties import ClientConfigError, ClientSecurity
 from ..security.listeners import TlsSettings, listener_protocol, tls_settings
 from ..security.scram import ScramCredential, ScramMechanism
 from ..security.session import AuthenticatedSession, SaslServerConfig, SaslSession
@@ -133,3 +134,43 @@ def check_listeners(config: Any) -> None:
 
     for name in names:
         listener_security(name, config.security_values, no_image, cluster.controller_listener_names)
+
+
+#: Kafka's SecurityProtocol ids (BrokerRegistration's listener endpoints).
+PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def controller_client_security(configs: Mapping[str, Any], controller_names: tuple[str, ...]) -> ClientSecurity | None:
+    """How a broker connects to the controller, as Kafka's brokers do: the security
+    protocol of the first ``controller.listener.names`` entry, ``sasl.mechanism.controller.protocol``,
+    and the client settings scoped to that listener (``listener.name.<l>.ssl.truststore.location``,
+    ``listener.name.<l>.<mechanism>.sasl.jaas.config`` with ``username``/``password``, as in
+    Kafka the same JAAS entry serves both sides). None for PLAINTEXT. Raises ValueError
+    naming the setting."""
+    if not controller_names:
+        return None
+    name = controller_names[0]
+    protocol = listener_protocol(configs, name, controller_names)
+    if protocol == "PLAINTEXT":
+        return None
+    prefix = f"listener.name.{name.lower()}."
+
+    def get(key: str) -> str:
+        value = configs.get(prefix + key, configs.get(key))
+        return "" if value is None else str(value)
+
+    props = {"security.protocol": protocol}
+    for key in ("ssl.truststore.location", "ssl.truststore.certificates", "ssl.keystore.location",
+                "ssl.key.password", "ssl.endpoint.identification.algorithm"):
+        if get(key):
+            props[key] = get(key)
+    if protocol.startswith("SASL"):
+        mechanism = str(configs.get("sasl.mechanism.controller.protocol", "GSSAPI")).strip().upper()
+        props["sasl.mechanism"] = mechanism
+        jaas = get(f"{mechanism.lower()}.sasl.jaas.config") or get("sasl.jaas.config")
+        if jaas:
+            props["sasl.jaas.config"] = jaas
+    try:
+        return ClientSecurity.from_properties(props)
+    except ClientConfigError as exc:
+        raise ValueError(f"the broker's connection to the controller (listener {name}): {exc}") from None

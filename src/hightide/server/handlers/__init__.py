@@ -65,7 +65,7 @@ def routes() -> Routes:
 #: metadata writes (run against the controller's image, KIP-919) with ACLs and SCRAM
 #: credentials, Envelope, ApiVersions.
 CONTROLLER_MODULES = (admin_configs, admin_topics, alter_configs, api_versions, envelope, update_features, acls,
-                      scram_credentials)
+                      scram_credentials, sasl)  # sasl: a SASL controller listener authenticates brokers
 #: Handlers taking the controller service first (bound by :func:`controller_routes`).
 CONTROLLER_SERVICE_MODULES = (broker_lifecycle, controller_fetch, allocate_producer_ids)
 
