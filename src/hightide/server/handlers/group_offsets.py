@@ -125,8 +125,24 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
 
 # -- OffsetCommit ---------------------------------------------------------------------------
 def _expected_offset(ctx: RequestContext, partition: Any) -> int | None:
-    raw = ctx.unknown_tags.get(id(partition), {}).get(TAG_EXPECTED_OFFSET)
+    tags = ctx.unknown_tags.get(id(partition)) if ctx.unknown_tags else None  # (usually none at all)
+    raw = tags.get(TAG_EXPECTED_OFFSET) if tags else None
     return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
+
+
+def _commit_requests(ctx: RequestContext, req: Any, denied: set[str] | frozenset[str]) -> list[CommitRequest]:
+    """The partitions to commit (not those of ``denied`` topics), one tuple each."""
+    epochs = ctx.version >= 6  # committed_leader_epoch (v6+)
+    out = []
+    for t in req.topics:
+        name = t.name
+        if name in denied:
+            continue
+        for p in t.partitions:
+            out.append(CommitRequest(name, p.partition_index, p.committed_offset,
+                                     p.committed_leader_epoch if epochs else -1, p.committed_metadata,
+                                     _expected_offset(ctx, p)))
+    return out
 
 
 @handles(8, 2, 9)
@@ -141,10 +157,7 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
             (t.name, [(p.partition_index, ErrorCode.group_authorization_failed) for p in t.partitions])
             for t in req.topics])
     denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
-    commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
-                             getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
-                             _expected_offset(ctx, p))
-               for t in req.topics if t.name not in denied for p in t.partitions]
+    commits = _commit_requests(ctx, req, denied)
 
     def exists(topic: str, partition: int) -> bool:
         t = ctx.image.topics.get(topic)
