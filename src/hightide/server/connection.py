@@ -329,7 +329,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if admission.action == REJECT:
             try:
                 response = materialize(response_schema(event.header.api_key, event.header.api_version),
-                                       {"error_code": admission.error_code, "error_message": admission.reason})
+                                       {"throttle_time": 0, "error_code": admission.error_code,
+                                        "error_message": admission.reason})
             except (KeyError, TypeError, ValueError):
                 response = None  # an API whose response has no top-level error: closed without one
         self._fail_later(event.slot, response, admission.delay_ms, admission.reason)
