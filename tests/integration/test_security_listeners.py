@@ -452,3 +452,18 @@ def test_ssl_listener_requires_a_trusted_client_certificate(broker, cert):
                 tls.settimeout(10)
                 if tls.recv(1) == b"":
                     raise ConnectionResetError("closed")
+
+
+def test_sasl_handshake_v0_is_refused(broker):
+    """SaslHandshake is listed from v0 for librdkafka, but v0's raw-token exchange (removed
+    in Kafka 4) is refused: UNSUPPORTED_VERSION with the enabled mechanisms, then closed."""
+    async def go() -> None:
+        conn = BrokerConnection("127.0.0.1", broker.ports["SASL_PLAINTEXT"], request_timeout_s=10)
+        await conn.connect()
+        assert conn.api_versions[17] == (0, 1)
+        resp = await conn.request(17, 0, {"mechanism": "SCRAM-SHA-512"})
+        assert resp.error_code == 35 and list(resp.mechanisms) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+        with pytest.raises(KafkaConnectionError):
+            await conn.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        await conn.close()
+    asyncio.run(go())
