@@ -120,8 +120,8 @@ def broken(rule: str, profile: dict[str, Any], seeds: int) -> dict[str, Any]:
 def _kind(what: str) -> str:
     for marker, name in (("two leaders", "one leader per epoch"),
                          ("durable on", "committed on a majority"),
-                         ("committed", "identical committed prefix"),
                          ("truncates", "committed never truncated"),
+                         ("committed", "identical committed prefix"),
                          ("went back", "monotonic epoch/HW"),
                          ("snapshot", "snapshot is the committed prefix")):
         if marker in what:
