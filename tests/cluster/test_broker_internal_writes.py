@@ -76,3 +76,29 @@ def test_a_consumer_group_commits_through_the_brokers(cluster) -> None:
         assert sum(tp.offset for tp in committed) == 30
     finally:
         consumer.close()
+
+
+def test_acls_and_describe_quorum_through_a_broker(cluster) -> None:
+    acl = {"resource_type": 2, "resource_name": "fwd-", "resource_pattern_type": 4, "principal": "User:fw",
+           "host": "*", "operation": 4, "permission_type": 3}
+    c = cluster(2, authorizer_class_name="standard", super_users="User:ANONYMOUS")
+
+    async def main() -> tuple[list[str], int, list[int]]:
+        a, b = await _connect(c.address(0)), await _connect(c.address(1))
+        try:
+            created = await a.request(30, a.pick_version(30, 3, 1), {"creations": [acl]})
+            assert created.results[0].error_code == ErrorCode.none, created
+            seen = await b.request(29, b.pick_version(29, 3, 1), {  # at once, on the other broker
+                "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                "principal_filter": "User:fw", "host_filter": None, "operation": 1, "permission_type": 1})
+            quorum = await b.request(55, b.pick_version(55, 2), {"topics": [
+                {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
+            part = quorum.topics[0].partitions[0]
+            return ([r.resource_name for r in seen.resources], int(part.leader_id),
+                    sorted(int(o.replica_id) for o in part.observers))
+        finally:
+            await a.close()
+            await b.close()
+    names, leader, observers = c.run(main())
+    assert names == ["fwd-"]
+    assert leader == c.controller.spec.node_id and observers == [0, 1]  # the controller's view, not the broker's

@@ -138,10 +138,17 @@ def test_error_response_for_every_forwarded_api(api_key: int) -> None:
         33: {"resources": [{"resource_type": 2, "resource_name": "t", "configs": []}], "validate_only": False},
         37: {"topics": [{"name": "t", "count": 2, "assignments": None}], "timeout": 1000, "validate_only": False},
         44: {"resources": [{"resource_type": 2, "resource_name": "t", "configs": []}], "validate_only": False},
-        57: {"feature_updates": [], "timeout": 1000}}
+        57: {"feature_updates": [], "timeout": 1000},
+        30: {"creations": [{"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3,
+                            "principal": "User:a", "host": "*", "operation": 3, "permission_type": 3}]},
+        31: {"filters": [{"resource_type_filter": 2, "resource_name_filter": "t", "pattern_type_filter": 3,
+                          "principal_filter": None, "host_filter": None, "operation": 3, "permission_type": 3}]},
+        51: {"deletions": [{"name": "u", "mechanism": 1}], "upsertions": []},
+        55: {"topics": []}}
     req = materialize(request_schema(api_key, version), bodies[api_key])
     resp = error_response(api_key, version, req, ErrorCode.request_timed_out, "no controller")
-    items = getattr(resp, "topics", None) or getattr(resp, "responses", None) or getattr(resp, "results", None)
+    items = (getattr(resp, "topics", None) or getattr(resp, "responses", None) or getattr(resp, "results", None)
+             or getattr(resp, "filter_results", None))
     codes = [int(i.error_code) for i in items] if items else [int(resp.error_code)]
     assert codes == [ErrorCode.request_timed_out]
 

@@ -4,7 +4,8 @@
 Theory of operation
 -------------------
 * **Forwarded APIs** (:data:`FORWARDED`: CreateTopics, DeleteTopics, CreatePartitions,
-  AlterConfigs, IncrementalAlterConfigs, UpdateFeatures): the broker's route of each is
+  AlterConfigs, IncrementalAlterConfigs, UpdateFeatures, CreateAcls, DeleteAcls,
+  AlterUserScramCredentials, and DescribeQuorum): the broker's route of each is
   replaced by :meth:`Forwarder.forward`. The client's request (header with its
   correlation id and client id, then the body, re-encoded from the decoded request) goes
   to the controller inside an Envelope (58) with the client's address; the controller
@@ -53,9 +54,11 @@ from .registry import Route, Routes
 
 log = logging.getLogger("hightide.forwarding")
 
-#: The metadata writes a broker forwards (api key → name), as Kafka's brokers do.
-FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 33: "AlterConfigs", 37: "CreatePartitions",
-             44: "IncrementalAlterConfigs", 57: "UpdateFeatures"}
+#: What a broker forwards (api key → name), as Kafka's brokers do: the metadata writes, and
+#: DescribeQuorum (only the controller knows the quorum).
+FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 30: "CreateAcls", 31: "DeleteAcls", 33: "AlterConfigs",
+             37: "CreatePartitions", 44: "IncrementalAlterConfigs", 51: "AlterUserScramCredentials",
+             55: "DescribeQuorum", 57: "UpdateFeatures"}
 ENVELOPE_KEY = 58
 TAG_METADATA_OFFSET = 10000
 DEFAULT_TIMEOUT_MS = 30000
@@ -108,6 +111,15 @@ def error_response(api_key: int, version: int, req: Any, code: int, message: str
     elif api_key in (33, 44):
         body = {"responses": [{**item, "resource_type": r.resource_type, "resource_name": r.resource_name}
                               for r in req.resources]}
+    elif api_key == 30:
+        body = {"results": [dict(item) for _ in req.creations]}
+    elif api_key == 31:
+        body = {"filter_results": [{**item, "matching_acls": []} for _ in req.filters]}
+    elif api_key == 51:
+        users = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
+        body = {"results": [{**item, "user": u} for u in users]}
+    elif api_key == 55:
+        body = {**item, "topics": [], "nodes": []}
     else:
         body = dict(item)
     return materialize(cls, {"throttle_time": 0, **body})
