@@ -347,6 +347,7 @@ def test_expired_session_is_closed_and_reauthentication_keeps_it(broker):
         renewed = BrokerConnection("127.0.0.1", broker.ports["SASL_PLAINTEXT"], request_timeout_s=10, security=sec)
         await expiring.connect()
         await renewed.connect()
+        expiring._reauth_at = renewed._reauth_at = None  # behave as clients without KIP-368 support
         started = time.monotonic()
         for conn in (expiring, renewed):
             await conn.request(3, 12, METADATA)
@@ -466,4 +467,27 @@ def test_sasl_handshake_v0_is_refused(broker):
         with pytest.raises(KafkaConnectionError):
             await conn.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
         await conn.close()
+    asyncio.run(go())
+
+
+def test_hightide_client_reauthenticates_before_its_session_expires(broker):
+    """KIP-368 on the client side: past 85% of the session lifetime the next requests
+    wait for one re-authentication on the same connection, which then outlives the first
+    lifetime."""
+    async def go() -> None:
+        conn = BrokerConnection("127.0.0.1", broker.ports["SASL_PLAINTEXT"], request_timeout_s=10,
+                                security=_security(broker, "SCRAM-SHA-256"))
+        await conn.connect()
+        started = time.monotonic()
+        try:
+            await conn.request(3, 12, METADATA)
+            await asyncio.sleep(REAUTH_MS / 1000 * 0.9)
+            # concurrent requests: one re-authentication, every request answered
+            answers = await asyncio.gather(*(conn.request(3, 12, METADATA) for _ in range(5)))
+            assert all(a.brokers for a in answers) and conn.requests_sent[17] == 2
+            await asyncio.sleep(max(0.0, REAUTH_MS / 1000 * 1.3 - (time.monotonic() - started)))
+            assert (await conn.request(3, 12, METADATA)).brokers  # past the first lifetime, same socket
+            assert conn.connected and conn.requests_sent[17] == 2
+        finally:
+            await conn.close()
     asyncio.run(go())

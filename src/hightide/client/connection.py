@@ -16,6 +16,10 @@ when a keystore is set); on SASL_* the connection authenticates right after ApiV
 signature is verified — or an unsecured OAUTHBEARER token) before :meth:`connect`
 returns. A refused authentication raises :class:`KafkaError` with
 SASL_AUTHENTICATION_FAILED (or the broker's handshake error) and closes the connection.
+KIP-368: when the broker reports a session lifetime, the connection re-authenticates
+(SaslHandshake + SaslAuthenticate on the same socket) once 85% of it has passed, before
+the next request; requests made meanwhile wait for it, requests already sent are answered
+first (the broker keeps request order).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import collections
 import contextlib
 import itertools
 import struct
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
@@ -119,6 +124,8 @@ class BrokerConnection:
                  security: ClientSecurity | None = None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
         self.security = security
+        self._reauth_at: float | None = None  # monotonic time to re-authenticate (KIP-368)
+        self._reauthenticating: asyncio.Task[None] | None = None
         self.node_id = node_id
         self.request_timeout_s = request_timeout_s
         self.api_versions: dict[int, tuple[int, int]] = {}
@@ -195,6 +202,9 @@ class BrokerConnection:
             try:
                 token = exchange.send(bytes(resp.auth_bytes))
             except StopIteration:
+                lifetime = getattr(resp, "session_lifetime", 0)
+                ms = lifetime.total_seconds() * 1000 if hasattr(lifetime, "total_seconds") else float(lifetime or 0)
+                self._reauth_at = time.monotonic() + ms * 0.85 / 1000 if ms > 0 else None
                 return
             except (ValueError, SaslFailure) as exc:  # the server's answer does not verify
                 raise KafkaError(ErrorCode.sasl_authentication_failed, f"SASL {sec.mechanism}: {exc}") from None
@@ -265,6 +275,9 @@ class BrokerConnection:
             raise KafkaConnectionError(f"{self!r} is closed: {self._closed_error.message}")
         if self._writer is None:
             raise KafkaConnectionError(f"{self!r} is not connected")
+        if api_key not in (17, 36) and (self._reauthenticating is not None or (
+                self._reauth_at is not None and time.monotonic() >= self._reauth_at)):
+            await self._reauthenticate()
         if isinstance(body, dict):
             cls = request_schema(api_key, version)
             if cls is None:
@@ -288,6 +301,17 @@ class BrokerConnection:
             raise KafkaConnectionError(str(exc)) from exc
         finally:
             self._pending.pop(corr, None)
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: authenticate again on this connection (one exchange, shared by every
+        request that arrives meanwhile). Raises as :meth:`_authenticate`."""
+        task = self._reauthenticating
+        if task is None:
+            assert self.security is not None
+            self._reauth_at = None
+            task = self._reauthenticating = asyncio.ensure_future(self._authenticate(self.security))
+            task.add_done_callback(lambda _: setattr(self, "_reauthenticating", None))
+        await asyncio.shield(task)
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
