@@ -191,15 +191,31 @@ class Simulation:
 
     # --- running ----------------------------------------------------------------------
 
-    def run(self) -> Stats:
-        end = self.cfg.duration_ms
-        while self._queue:
+    def run(self, until: int | None = None) -> Stats:
+        """Run to ``until`` (default: the configured duration); may be called again."""
+        end = self.cfg.duration_ms if until is None else until
+        while self._queue and self._queue[0][0] <= end:
             at, _, kind, node, payload = heapq.heappop(self._queue)
-            if at > end:
-                break
             self.now = at
             self._handle(kind, node, payload)
+        self.now = max(self.now, end)
         return self.stats
+
+    def leader(self) -> Node | None:
+        """The live, unpaused leader of the highest epoch, if any."""
+        leaders = [n for n in self.nodes.values()
+                   if n.core is not None and not n.paused and n.core.role == "leader"]
+        return max(leaders, key=lambda n: n.core.epoch if n.core else 0, default=None)
+
+    def isolate(self, node: int, until: int) -> None:
+        """Cut ``node`` off from every other node until ``until`` (a partition)."""
+        self.partition = {i: int(i == node) for i in self.nodes}
+        self._push(until, "heal", 0, None)
+
+    def pause(self, node: int, until: int) -> None:
+        """SIGSTOP ``node`` until ``until``."""
+        self.nodes[node].paused = True
+        self._push(until, "resume", node, None)
 
     def _handle(self, kind: str, i: int, payload: Any) -> None:
         if kind == "client":

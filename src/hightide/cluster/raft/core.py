@@ -289,6 +289,10 @@ class RaftCore(Replication):
             return True
         if (epoch == self.epoch and leader_id >= 0 and leader_id != self.node_id
                 and self.role in ("unattached", "prospective", "candidate")):
+            if self.role == "prospective" and leader_id == self.election.leader_id:
+                # The leader we stopped hearing from: a voter that still names it (its
+                # own fetch timer has not run out yet) is no reason to wait on it again.
+                return False
             self._become_follower(now, epoch, leader_id)
             return True
         return False
