@@ -90,3 +90,27 @@ def test_serve_refuses_a_listener_it_cannot_secure_in_one_line(tmp_path):
             args += ["--set", s]
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, r.output
+
+
+def test_inter_broker_and_controller_client_security():
+    from hightide.server.listener_security import controller_client_security, inter_broker_client
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+            'password="pw";')
+    cfg = {"listener.security.protocol.map": "INTERNAL:SASL_SSL,EXTERNAL:SSL,CONTROLLER:SASL_PLAINTEXT",
+           "inter.broker.listener.name": "INTERNAL", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+           "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas,
+           "listener.name.internal.ssl.truststore.location": "/ca.pem",
+           "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+           "listener.name.controller.scram-sha-512.sasl.jaas.config": jaas}
+    name, sec = inter_broker_client(cfg, ("INTERNAL", "EXTERNAL"), ("CONTROLLER",))
+    assert name == "INTERNAL" and sec is not None
+    assert (sec.protocol, sec.mechanism, sec.username, sec.password, sec.ca_file) == (
+        "SASL_SSL", "SCRAM-SHA-512", "broker", "pw", "/ca.pem")
+    ctl = controller_client_security(cfg, ("CONTROLLER",))
+    assert ctl is not None and (ctl.protocol, ctl.mechanism, ctl.username) == ("SASL_PLAINTEXT", "SCRAM-SHA-512",
+                                                                               "broker")
+    assert inter_broker_client({}, ("PLAINTEXT",), ()) == ("PLAINTEXT", None)
+    with pytest.raises(ValueError, match="inter.broker.listener.name=NOPE is not one of"):
+        inter_broker_client({"inter.broker.listener.name": "NOPE"}, ("PLAINTEXT",), ())
+    with pytest.raises(ValueError, match="sasl.mechanism=GSSAPI"):  # Kafka's default mechanism is not offered
+        controller_client_security({"listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT"}, ("CONTROLLER",))

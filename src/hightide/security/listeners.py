@@ -40,8 +40,10 @@ DEFAULT_PROTOCOL_MAP = {p: p for p in PROTOCOLS}
 LISTENER_CONFIGS: dict[str, tuple[Any, str]] = {
     "listener.security.protocol.map": ("", "LISTENER:PROTOCOL pairs, e.g. INTERNAL:SASL_SSL,EXTERNAL:SSL "
                                            "(default: each protocol's own name, and controller listeners PLAINTEXT)."),
-    "inter.broker.listener.name": ("", "Listener brokers use to reach each other (hightide: not used yet)."),
+    "inter.broker.listener.name": ("", "Listener brokers use to reach each other (default: the first broker "
+                                       "listener)."),
     "sasl.mechanism.controller.protocol": ("GSSAPI", "SASL mechanism a broker uses towards the controller."),
+    "sasl.mechanism.inter.broker.protocol": ("GSSAPI", "SASL mechanism a broker uses towards other brokers."),
     "ssl.keystore.type": ("PEM", "Only PEM is read."),
     "ssl.keystore.location": ("", "PEM file with the certificate chain and the private key."),
     "ssl.keystore.certificate.chain": ("", "PEM certificate chain (inline), with ssl.keystore.key."),

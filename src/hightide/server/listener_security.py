@@ -134,22 +134,23 @@ def check_listeners(config: Any) -> None:
 
     for name in names:
         listener_security(name, config.security_values, no_image, cluster.controller_listener_names)
+    if not cluster.single_node and cluster.is_broker:  # how this broker reaches the controller and other brokers
+        controller_client_security(config.security_values, cluster.controller_listener_names)
+        inter_broker_client(config.security_values, tuple(x.name for x in cluster.broker_listeners),
+                            cluster.controller_listener_names)
 
 
 #: Kafka's SecurityProtocol ids (BrokerRegistration's listener endpoints).
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
-def controller_client_security(configs: Mapping[str, Any], controller_names: tuple[str, ...]) -> ClientSecurity | None:
-    """How a broker connects to the controller, as Kafka's brokers do: the security
-    protocol of the first ``controller.listener.names`` entry, ``sasl.mechanism.controller.protocol``,
-    and the client settings scoped to that listener (``listener.name.<l>.ssl.truststore.location``,
-    ``listener.name.<l>.<mechanism>.sasl.jaas.config`` with ``username``/``password``, as in
-    Kafka the same JAAS entry serves both sides). None for PLAINTEXT. Raises ValueError
-    naming the setting."""
-    if not controller_names:
-        return None
-    name = controller_names[0]
+def _client_security_for(configs: Mapping[str, Any], name: str, controller_names: tuple[str, ...],
+                         mechanism_config: str, what: str) -> ClientSecurity | None:
+    """How this node connects as a client to listener ``name`` of another node: the
+    listener's protocol from the map, the mechanism of ``mechanism_config``, and the client
+    settings scoped to that listener (``listener.name.<l>.ssl.truststore.location``,
+    ``listener.name.<l>.<mechanism>.sasl.jaas.config`` with ``username``/``password``; as in
+    Kafka, the same JAAS entry serves both sides). None for PLAINTEXT. Raises ValueError."""
     protocol = listener_protocol(configs, name, controller_names)
     if protocol == "PLAINTEXT":
         return None
@@ -165,7 +166,7 @@ def controller_client_security(configs: Mapping[str, Any], controller_names: tup
         if get(key):
             props[key] = get(key)
     if protocol.startswith("SASL"):
-        mechanism = str(configs.get("sasl.mechanism.controller.protocol", "GSSAPI")).strip().upper()
+        mechanism = str(configs.get(mechanism_config, "GSSAPI")).strip().upper()
         props["sasl.mechanism"] = mechanism
         jaas = get(f"{mechanism.lower()}.sasl.jaas.config") or get("sasl.jaas.config")
         if jaas:
@@ -173,4 +174,27 @@ def controller_client_security(configs: Mapping[str, Any], controller_names: tup
     try:
         return ClientSecurity.from_properties(props)
     except ClientConfigError as exc:
-        raise ValueError(f"the broker's connection to the controller (listener {name}): {exc}") from None
+        raise ValueError(f"{what} (listener {name}): {exc}") from None
+
+
+def controller_client_security(configs: Mapping[str, Any], controller_names: tuple[str, ...]) -> ClientSecurity | None:
+    """How a broker connects to the controller, as Kafka's brokers do: the first
+    ``controller.listener.names`` listener, ``sasl.mechanism.controller.protocol``."""
+    if not controller_names:
+        return None
+    return _client_security_for(configs, controller_names[0], controller_names, "sasl.mechanism.controller.protocol",
+                                "the broker's connection to the controller")
+
+
+def inter_broker_client(configs: Mapping[str, Any], broker_listeners: tuple[str, ...],
+                        controller_names: tuple[str, ...]) -> tuple[str, ClientSecurity | None]:
+    """(listener name, security) a broker uses to reach other brokers (share-state RPCs):
+    ``inter.broker.listener.name``, else the first broker listener, with
+    ``sasl.mechanism.inter.broker.protocol``. Raises ValueError naming the setting."""
+    name = str(configs.get("inter.broker.listener.name") or "").strip() or \
+        (broker_listeners[0] if broker_listeners else "PLAINTEXT")
+    if broker_listeners and name not in broker_listeners:
+        raise ValueError(f"inter.broker.listener.name={name} is not one of this broker's listeners "
+                         f"({', '.join(broker_listeners)})")
+    return name, _client_security_for(configs, name, controller_names, "sasl.mechanism.inter.broker.protocol",
+                                      "the broker's connection to other brokers")

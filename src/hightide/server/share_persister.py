@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..client import BrokerConnection
 from ..client.errors import KafkaError
+from ..client.properties import ClientSecurity
 from ..protocol.errors import ErrorCode
 from ..share.records import STATE_TOPIC, coordinator_key, partition_for
 from ..share.types import ShareState, ShareStateKey, StateBatch
 from .coordinator_log import CoordinatorUnavailable
 from .leadership import alive_endpoint
+from .listener_security import inter_broker_client
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -42,6 +44,17 @@ class SharePersisterClient:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._conns: dict[int, BrokerConnection] = {}
+        self._inter: tuple[str, ClientSecurity | None] | None = None  # inter-broker listener and its security
+
+    def _inter_broker(self) -> tuple[str, ClientSecurity | None]:
+        """(listener, client security) to reach other brokers: ``inter.broker.listener.name``
+        (else the first broker listener) with its TLS/SASL settings (issue 17)."""
+        if self._inter is None:
+            b = self.broker
+            self._inter = inter_broker_client(b.config.security_values,
+                                              tuple(x.name for x in b.cluster.broker_listeners),
+                                              b.cluster.controller_listener_names)
+        return self._inter
 
     # -- routing ----------------------------------------------------------------------------
     async def _leader_address(self, key: ShareStateKey) -> tuple[int, str, int] | None:
@@ -65,7 +78,7 @@ class SharePersisterClient:
                                                len(topic.partitions)))
         if p is None or p.leader == b.node_id:
             return None
-        listener = b.cluster.broker_listeners[0].name if b.cluster.broker_listeners else "PLAINTEXT"
+        listener = self._inter_broker()[0]
         ep = alive_endpoint(b.image, p.leader, listener)
         if ep is None:
             raise KafkaError(ErrorCode.coordinator_not_available,
@@ -82,7 +95,8 @@ class SharePersisterClient:
             if conn is not None:
                 await conn.close()
             conn = BrokerConnection(host, port, f"hightide-share-{self.broker.node_id}",
-                                    request_timeout_s=REQUEST_TIMEOUT_S, node_id=node)
+                                    request_timeout_s=REQUEST_TIMEOUT_S, node_id=node,
+                                    security=self._inter_broker()[1])
             self._conns[node] = conn
         try:
             if not conn.connected:
