@@ -405,3 +405,20 @@ def test_a_paused_leader_is_deposed_and_follows_after_it_resumes(seed: int) -> N
     assert new is not None and new.id != old.id and new.core is not None and new.core.epoch > epoch
     sim.run()
     assert old.core.role == "follower" and old.core.epoch == new.core.epoch
+
+
+def test_a_follower_whose_pre_vote_a_majority_rejects_follows_its_leader_again() -> None:
+    f = core(2, epoch=3, leader=1)
+    f.step(0, Tick())
+    out = f.step(2000, Tick())                          # fetch timeout -> pre-vote
+    assert f.role == "prospective"
+    out = answer_votes(f, 2001, out, False)             # both still follow node 1
+    assert f.role == "follower" and f.leader_id == 1 and f.epoch == 3
+    assert len(sends(out, m.FetchRequest)) == 1
+    # ... whereas the same leader named in one answer alone does not pull it back
+    g = core(2, epoch=3, leader=1)
+    g.step(0, Tick())
+    out = g.step(2000, Tick())
+    first = sends(out, m.VoteRequest)[0]
+    g.step(2001, Received(first.dest, m.VoteResponse(0, 1, 3, False), first.correlation_id))
+    assert g.role == "prospective"

@@ -397,9 +397,15 @@ class RaftCore(Replication):
                 else:
                     self._become_leader(now)
             elif len(self._rejects) >= self.majority and not self._backing_off:
-                # Lost (a pre-vote spends no epoch): back off at once rather than wait
-                # for the election timeout.
-                self._back_off(now)
+                known = self.election.leader_id
+                if self.role == "prospective" and known >= 0:
+                    # A majority still follows the leader we lost: fetch from it again
+                    # (Kafka's ProspectiveState goes back to following).
+                    self._become_follower(now, self.epoch, known)
+                else:
+                    # Lost (a pre-vote spends no epoch): back off at once rather than
+                    # wait for the election timeout.
+                    self._back_off(now)
 
     def _on_begin_epoch(self, now: int, source: int, req: m.BeginQuorumEpochRequest) -> None:
         if req.leader_epoch < self.epoch:
