@@ -158,3 +158,21 @@ def test_spark_kafkaio_over_sasl_ssl(secure):
                                 "kafka.ssl.truststore.location": str(secure.certs.ca)}, streaming=False)
     with KafkaIO(opts.bootstrap_servers, security=opts.security) as io:
         assert io.partitions(["secured"]) == {"secured": [0, 1]}
+
+
+def test_exporter_over_sasl_ssl(secure):
+    """The exporter with --command-config's options scrapes a SASL_SSL cluster; without
+    them it reports the cluster down (hightide_exporter_up 0)."""
+    from hightide.client.properties import admin_options_from
+    from hightide.monitoring.exporter import Exporter
+    options, _, _ = admin_options_from(secure.scram())
+
+    async def scrape(client_options: dict) -> str:
+        ex = Exporter(secure.addr("SASL_SSL"), client_options=client_options, scrape_timeout_s=8.0)
+        try:
+            return (await ex.render()).decode()
+        finally:
+            await ex.stop()
+    up = asyncio.run(scrape(options))
+    assert "hightide_exporter_up 1.0" in up and 'topic="secured"' in up
+    assert "hightide_exporter_up 0.0" in asyncio.run(scrape({}))
