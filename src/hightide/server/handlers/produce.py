@@ -241,7 +241,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         for _, plog in durable:
             ctx.flusher.durable(plog)
         return None
-    response = {"responses": responses, "throttle_time": 0}
+    response = {"responses": responses, "throttle_time": 0, "failed": failed}
     if durable:
         return _after_fsync(ctx, durable, response)
     return _encode(ctx, response)
@@ -267,7 +267,7 @@ def _encode(ctx: RequestContext, response: dict) -> RawResponse:
                            for p in t["partition_responses"]]) for t in response["responses"]]
     # KIP-951: the current leader of each partition refused NOT_LEADER_OR_FOLLOWER
     leaders = {(t["name"], p["index"]): p["current_leader"] for t in response["responses"]
-               for p in t["partition_responses"] if p.get("current_leader") is not None}
+               for p in t["partition_responses"] if p.get("current_leader") is not None} if response["failed"] else None
     frame = encode_produce_response(ctx.version, ctx.header.correlation_id, topics, leaders=leaders,
                                     node_endpoints=node_endpoints(ctx, (i for i, _ in leaders.values()))
                                     if leaders else ())
