@@ -8,7 +8,7 @@ import io
 import itertools
 import uuid
 from collections.abc import Iterator
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 
 import pytest
@@ -146,6 +146,17 @@ def nested_value(entity: Any, where: tuple[str, bool]) -> Any:
     return value[0] if where[1] else value
 
 
+def same_fields(decoded: Any, entity: Any) -> bool:
+    """``decoded == entity``; for a request a hand-written decoder returns as its own
+    types (OffsetCommit v8/v9: protocol/offset_commit_request.py), the same value in
+    every field of kio's entity, recursively."""
+    if type(decoded) is type(entity) or not (is_dataclass(entity) or isinstance(entity, tuple)):
+        return bool(decoded == entity)
+    if is_dataclass(entity):
+        return all(same_fields(getattr(decoded, f.name), getattr(entity, f.name)) for f in fields(entity))
+    return len(decoded) == len(entity) and all(same_fields(d, e) for d, e in zip(decoded, entity))
+
+
 # -- header ---------------------------------------------------------------------------
 
 
@@ -225,7 +236,7 @@ def test_round_trip_and_truncation(api_key: int, version: int, cls: type) -> Non
     frame = body_frame(api_key, version, entity)
     header, off = parse_header(memoryview(frame).toreadonly())
     assert (header.api_key, header.api_version, header.correlation_id) == (api_key, version, 42)
-    assert decode_request(header, memoryview(frame).toreadonly(), off) == entity
+    assert same_fields(decode_request(header, memoryview(frame).toreadonly(), off), entity)
     for cut in range(off, len(frame)):
         with pytest.raises(PeerProtocolError):
             decode_request(header, frame[:cut], off)
@@ -247,7 +258,7 @@ def test_unknown_tags_are_skipped_and_collected(api_key: int, version: int, cls:
 
     unknown: dict = {}
     decoded = decode_request(header, memoryview(body).toreadonly(), off, unknown)
-    assert decoded == entity
+    assert same_fields(decoded, entity)
     expected = {id(decoded): {10001: b"top", 10002: b""}}
     if where is not None:
         expected[id(nested_value(decoded, where))] = {20000: b"nested\x00"}
