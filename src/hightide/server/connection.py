@@ -150,7 +150,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self.conn.in_flight:
             return False
         self.closing = True
-        return True
+        # TLS cannot stay half-open (asyncio closes it and warns on True): in-flight answers are lost
+        return None if self.security.ssl_context is not None else True
 
     # -- requests -------------------------------------------------------------------
     def _run_received(self) -> None:
