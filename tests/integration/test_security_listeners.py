@@ -491,3 +491,27 @@ def test_hightide_client_reauthenticates_before_its_session_expires(broker):
         finally:
             await conn.close()
     asyncio.run(go())
+
+
+def test_sasl_principal_is_what_acls_decide_on(broker):
+    """carol (SCRAM-SHA-512, not a super user) may write a topic only once an ACL for
+    User:carol allows it: the authenticated SASL user is the request's principal."""
+    topic = broker.create_topic(_topic())
+    props = {**_librdkafka_props(broker, "scram"), "sasl.username": "carol", "sasl.password": "carol-secret",
+             "message.timeout.ms": 10000}
+
+    def produce() -> object:
+        results: list = []
+        p = Producer(props)
+        p.produce(topic, b"x", callback=lambda err, msg: results.append(err))
+        p.flush(15)
+        return results[0] if results else "no delivery report"
+    err = produce()
+    assert err is not None and err.name() == "TOPIC_AUTHORIZATION_FAILED", err
+    admin = AdminClient({"bootstrap.servers": broker.srv.bootstrap})
+    acl = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*", AclOperation.WRITE,
+                     AclPermissionType.ALLOW)
+    for fut in admin.create_acls([acl]).values():
+        fut.result(15)
+    assert produce() is None
+    assert broker.end_offset(topic) == 1
