@@ -36,7 +36,7 @@ from ..log.storage import POSIX, Storage
 from . import handlers
 from .broker_node import BrokerNode
 from .connection import KafkaConnection
-from .listener_security import ListenerIdentity, ListenerSecurity, listener_security
+from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, listener_security
 from .context import Services
 from .controller_service import ControllerService
 from .flusher import Flusher
@@ -165,6 +165,9 @@ class Broker:
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
                  (time.monotonic() - t0) * 1000)
+        if len(self.servers) > 1 or self._security.get(self.servers[0][0].name, PLAINTEXT).protocol != "PLAINTEXT":
+            log.info("listeners: %s", ", ".join(f"{x} ({self.listener_security(x.name).protocol})"
+                                                for x, _ in self.servers))
 
     def _listeners(self) -> list[tuple[Listener, Services]]:
         """The listeners this process serves and the services (route table) of each: the
