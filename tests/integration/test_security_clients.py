@@ -176,3 +176,11 @@ def test_exporter_over_sasl_ssl(secure):
     up = asyncio.run(scrape(options))
     assert "hightide_exporter_up 1.0" in up and 'topic="secured"' in up
     assert "hightide_exporter_up 0.0" in asyncio.run(scrape({}))
+
+
+def test_spark_sample_offsets_command_takes_command_config(secure, tmp_path):
+    pytest.importorskip("pyarrow")
+    r = _cli("spark", "sample-offsets", "-b", secure.addr("SASL_SSL"), "--command-config", secure.scram(),
+             "--out", str(tmp_path / "samples"), "--topic", "secured", "--count", "1")
+    assert r.exit_code == 0, r.output
+    assert '"partitions": 2' in r.output

@@ -22,6 +22,7 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 _CLIENT_OPTIONS = "hightide.client_options"
+_CLIENT_PROPERTIES = "hightide.client_properties"
 
 
 def _load_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -35,6 +36,8 @@ def _load_command_config(ctx: click.Context, param: click.Parameter, value: str 
     for warning in warnings:
         click.echo(f"WARN {warning}", err=True)
     ctx.meta[_CLIENT_OPTIONS] = options
+    from ..client.properties import load_properties
+    ctx.meta[_CLIENT_PROPERTIES] = load_properties(value)
 
 
 def command_config_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -52,6 +55,14 @@ def client_options() -> dict[str, Any]:
     without one): ``security`` (a ClientSecurity), ``client_id``, timeouts."""
     ctx = click.get_current_context(silent=True)
     return dict(ctx.meta.get(_CLIENT_OPTIONS, {})) if ctx is not None else {}
+
+
+def spark_security_options() -> dict[str, str]:
+    """This command's ``--command-config`` security properties as Spark source options
+    (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``); empty without one."""
+    ctx = click.get_current_context(silent=True)
+    props = ctx.meta.get(_CLIENT_PROPERTIES, {}) if ctx is not None else {}
+    return {f"kafka.{k}": v for k, v in props.items() if k.startswith(("security.", "sasl.", "ssl."))}
 
 
 def admin_options(f: Callable[..., Any]) -> Callable[..., Any]:

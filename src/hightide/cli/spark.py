@@ -12,10 +12,11 @@ import time
 import click
 
 from . import main
-from ._common import DEFAULT_BOOTSTRAP
+from ._common import DEFAULT_BOOTSTRAP, client_options, command_config_option, spark_security_options
 
 
 def _bootstrap_option(f):  # type: ignore[no-untyped-def]
+    f = command_config_option(f)
     return click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=DEFAULT_BOOTSTRAP,
                         show_default=True, help="HOST:PORT[,HOST:PORT...] of hightide or any Kafka cluster.")(f)
 
@@ -39,7 +40,8 @@ def sample_offsets(bootstrap_server: str, out_dir: str, topics: tuple[str, ...],
     from ..spark.laghistory import sample_end_offsets
     n = 0
     try:
-        with KafkaIO(bootstrap_server, client_id="hightide-spark-sampler") as io:
+        with KafkaIO(bootstrap_server, client_id="hightide-spark-sampler",
+                     security=client_options().get("security")) as io:
             while True:
                 started = time.monotonic()
                 parts = sample_end_offsets(bootstrap_server, out_dir, topics=list(topics) or None, io=io)
@@ -77,6 +79,10 @@ def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: t
     except ImportError:
         raise click.ClickException("pyspark is not installed: pip install 'hightide[spark]'") from None
     from ..spark.laghistory import lag_history
+    security = client_options().get("security")
+    if security is not None:  # the job's own end-offset sample (a KafkaIO here) uses it too
+        from ..spark.kafkaio import remember_security
+        remember_security(bootstrap_server, security)
     existing = None if remote else SparkSession.getActiveSession()
     if remote:
         spark = SparkSession.builder.remote(remote).appName("hightide-lag-history").getOrCreate()
@@ -88,6 +94,7 @@ def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: t
     try:
         result = lag_history(spark, bootstrap_server, samples, out_dir, groups=list(groups) or None,
                              slo_lag=slo_lag, top=top, sample_now=not no_sample_now,
+                             kafka_options=spark_security_options(),
                              slo_time_lag_ms=None if slo_time_lag is None else int(slo_time_lag * 1000))
     finally:
         if existing is None:

@@ -94,11 +94,13 @@ def decode_commit_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Reco
                                              schema=COMMITS_SCHEMA)
 
 
-def read_commits(spark: Any, bootstrap_servers: str) -> Any:
+def read_commits(spark: Any, bootstrap_servers: str, kafka_options: dict[str, str] | None = None) -> Any:
     """The commits DataFrame (:data:`COMMITS_SCHEMA`) read through the ``hightide``
     source. ``__consumer_offsets`` is compacted and small, so its records are decoded
-    row by row in ``mapInArrow`` (DataFrame API only, no RDD: works on Spark Connect)."""
-    raw = (spark.read.format("hightide").option("kafka.bootstrap.servers", bootstrap_servers)
+    row by row in ``mapInArrow`` (DataFrame API only, no RDD: works on Spark Connect).
+    ``kafka_options``: more source options (``kafka.security.protocol``, ``kafka.sasl.*``...)."""
+    raw = (spark.read.format("hightide").options(**(kafka_options or {}))
+           .option("kafka.bootstrap.servers", bootstrap_servers)
            .option("subscribe", OFFSETS_TOPIC).option("startingOffsets", "earliest")
            .option("failOnDataLoss", "false").load())
     ddl = "group string, topic string, partition int, committed long, commit_ms long, log_offset long, metadata string"
@@ -182,16 +184,18 @@ def lag_rows(commits: Any, samples: Any) -> Any:
 def lag_history(spark: Any, bootstrap_servers: str, samples_path: str | os.PathLike[str],
                 out_dir: str | os.PathLike[str], *, groups: list[str] | None = None,
                 slo_lag: int | None = None, slo_time_lag_ms: int | None = None, top: int = 10,
-                sample_now: bool = True) -> LagHistoryResult:
+                sample_now: bool = True, kafka_options: dict[str, str] | None = None) -> LagHistoryResult:
     """Run the lag-history job and write its outputs to ``out_dir`` (see the module
     docstring). ``groups`` restricts the report to those groups; ``slo_lag`` (records)
-    and ``slo_time_lag_ms`` set the SLOs counted as breaches."""
+    and ``slo_time_lag_ms`` set the SLOs counted as breaches; ``kafka_options`` are passed
+    to the source (the connection's security: ``kafka.security.protocol``, ``kafka.sasl.*``,
+    ``kafka.ssl.*``)."""
     from pyspark.sql import functions as F
     from . import register
     register(spark, commit_progress=False)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    commits = read_commits(spark, bootstrap_servers)
+    commits = read_commits(spark, bootstrap_servers, kafka_options)
     if groups:
         commits = commits.where(F.col("group").isin(list(groups)))
     commits = commits.cache()
