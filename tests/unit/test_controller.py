@@ -312,6 +312,18 @@ def test_create_partitions_unknown_topic() -> None:
     assert ctx.create_partitions("nope", 3)[0] == ErrorCode.unknown_topic_or_partition
 
 
+@pytest.mark.parametrize(("assignment", "message"), [
+    ([[]], "The manual partition assignment includes an empty replica list."),
+    ([[1, 1]], "The manual partition assignment includes the broker 1 more than once."),
+])
+def test_create_partitions_rejects_empty_and_repeated_replicas(assignment: list[list[int]], message: str) -> None:
+    """Kafka's INVALID_REPLICA_ASSIGNMENT texts (an empty list crashed the controller with
+    IndexError before: found by test_fuzz_handlers)."""
+    ctx = ControllerTestContext(node_ids=(1, 2))
+    ctx.create("t", num_partitions=1)
+    assert ctx.create_partitions("t", 2, assignment) == (ErrorCode.invalid_replica_assignment, message)
+
+
 def test_create_partitions_assignment_count_must_match() -> None:
     ctx = ControllerTestContext()
     ctx.create("t", num_partitions=1)

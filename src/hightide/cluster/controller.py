@@ -100,11 +100,17 @@ class Controller:
     def _unknown_broker(self, image: MetadataImage, assignments: Iterable[Sequence[int]],
                         first: int = 0) -> str | None:
         """Kafka's INVALID_REPLICA_ASSIGNMENT text for a manual assignment naming a broker
-        that is not registered (or, cluster mode, a partition whose replicas are all
-        fenced or shutting down); None when it is valid."""
+        that is not registered, an empty replica list or a broker listed twice (or, cluster
+        mode, a partition whose replicas are all fenced or shutting down); None when it is
+        valid."""
         known = set(image.brokers) if self.node_ids is None else set(self.node_ids)
         usable = set(self.usable(image))
         for p, reps in enumerate(assignments):
+            if not reps:
+                return "The manual partition assignment includes an empty replica list."
+            twice = next((b for i, b in enumerate(reps) if b in reps[:i]), None)
+            if twice is not None:
+                return f"The manual partition assignment includes the broker {twice} more than once."
             bad = [b for b in reps if b not in known]
             if bad:
                 return f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered."
