@@ -52,6 +52,24 @@ def test_producer_ids_come_in_disjoint_blocks_from_the_controller(cluster) -> No
     assert not set(first) & set(second) and len(set(second)) == 3
 
 
+def test_a_producer_id_block_the_controller_cannot_give_is_a_retriable_error(cluster) -> None:
+    """With the controller gone, a broker that needs a new producer-id block answers
+    InitProducerId with COORDINATOR_LOAD_IN_PROGRESS (Kafka's retriable answer while no
+    block is available) instead of closing the connection."""
+    c = cluster(1)
+    c.controller.kill()
+
+    async def init_pid() -> int:
+        conn = await _connect(c.address(0))
+        try:
+            resp = await conn.request(22, conn.pick_version(22, 4), {"transactional_id": None,
+                                                                    "transaction_timeout": 60000})
+            return int(resp.error_code)
+        finally:
+            await conn.close()
+    assert c.run(init_pid()) == ErrorCode.coordinator_load_in_progress
+
+
 def test_a_consumer_group_commits_through_the_brokers(cluster) -> None:
     c = cluster(3)
     admin = AdminClient({"bootstrap.servers": c.bootstrap})

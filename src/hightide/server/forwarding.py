@@ -48,7 +48,7 @@ from ..protocol.codec import encode_request, request_schema, response_schema
 from ..protocol.errors import ErrorCode
 from ..security.principal import serialize_principal
 from .controller_channel import ControllerChannel, ControllerUnavailable
-from .coordinator_runtime import CoordinatorUnavailable
+from .coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
 from .read_gate import ReadGate
 from .registry import Route, Routes
 
@@ -253,15 +253,16 @@ class RemoteMetadataWrites:
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         """A block of producer ids from the controller: (first id, count). Raises
-        CoordinatorUnavailable when the controller cannot give one."""
+        CoordinatorLoadInProgress (COORDINATOR_LOAD_IN_PROGRESS, retriable, as Kafka's
+        broker answers while it has no block) when the controller cannot give one."""
         try:
             resp = await self.forwarder.channel.request(
                 67, 0, {"broker_id": self.node_id, "broker_epoch": self._epoch()})
-        except (ControllerUnavailable, KafkaError) as exc:
-            raise CoordinatorUnavailable(f"no producer id block from the controller: {exc}") from exc
+        except (ControllerUnavailable, KafkaError) as exc:  # Kafka: retriable while no block is available
+            raise CoordinatorLoadInProgress(f"no producer id block from the controller: {exc}") from exc
         if resp.error_code != ErrorCode.none:
-            raise CoordinatorUnavailable("the controller refused a producer id block: "
-                                         f"{ErrorCode(resp.error_code).name.upper()}")
+            raise CoordinatorLoadInProgress("the controller refused a producer id block: "
+                                            f"{ErrorCode(resp.error_code).name.upper()}")
         return int(resp.producer_id_start), int(resp.producer_id_len)
 
 

@@ -4,6 +4,7 @@ ongoing transaction is aborted first; KIP-360's producer id and epoch on v3+).""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ...protocol.build import materialize
@@ -15,6 +16,8 @@ from ..authorization import authorize, authorize_by_type, authorize_cluster
 from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
+
+log = logging.getLogger("hightide.producer_ids")
 
 
 @handles(22, 0, 5)
@@ -39,8 +42,14 @@ def _answer(ctx: RequestContext, code: ErrorCode, pid: int = -1, epoch: int = -1
 
 async def _allocate(ctx: RequestContext) -> Any:
     """A new producer id (a block is reserved in the metadata log when the last one is
-    used up, which waits for that write to be durable)."""
-    pid = await ctx.producer_ids.next_producer_id()
+    used up, which waits for that write to be durable). A block that cannot be had (the
+    controller unreachable, the metadata log failing) is answered with the error the
+    source raised — retriable, as Kafka's — never by closing the connection."""
+    try:
+        pid = await ctx.producer_ids.next_producer_id()
+    except CoordinatorUnavailable as exc:
+        log.warning("InitProducerId from %s: no producer id: %s", ctx.peer, exc)
+        return _answer(ctx, exc.error_code)
     return _answer(ctx, ErrorCode.none, pid, 0)
 
 
