@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+from tests.waiting import wait_until
+
 from .harness import SESSION_MS
 
 
@@ -85,11 +87,13 @@ def test_a_replaced_controller_log_makes_brokers_resync_and_register_again(clust
     ctl.kill()
     shutil.rmtree(ctl.spec.data_dir / "__cluster_metadata-0")  # a new, empty log (same cluster id)
     ctl.start().wait_listening(30)
-    c.wait_unfenced(timeout=60)
+    # the brokers' own images still show them unfenced until they notice the new log, so
+    # wait for what they do about it before waiting for unfenced
     for b in (0, 1):
-        out = c.node(b).output()
-        assert "local metadata copy truncated to offset 0" in out
-        assert "STALE_BROKER_EPOCH" in out and out.count("registered with the controller") >= 2
+        wait_until(lambda: (out := c.node(b).output()).count("registered with the controller") >= 2
+                   and "local metadata copy truncated to offset 0" in out and "STALE_BROKER_EPOCH" in out,
+                   60, what=f"broker {b} to resync and register again")
+    c.wait_unfenced(timeout=60)
     c.run(create("after", 1))
 
     async def topics(via: int) -> list[str]:
