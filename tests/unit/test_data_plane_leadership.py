@@ -262,3 +262,39 @@ def test_producing_to_an_internal_topic_led_elsewhere_is_refused_as_internal(tmp
         assert part.error_code == ErrorCode.invalid_topic_exception
         assert part.error_message == "Cannot append to internal topic __internal"
     run(with_broker(tmp_path, body))
+
+
+class _BrokerOnlyView:
+    """A broker-only node's ClusterView that narrows nothing (ApiVersions as the broker's)."""
+
+    def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
+        return ranges
+
+    def finalized_features(self) -> tuple[int, dict[str, int]]:
+        return 0, {}
+
+
+def test_a_broker_only_node_that_knows_no_registration_lists_no_broker(tmp_path):
+    """Before its image holds any registration (not registered yet), a broker-only node
+    knows no broker — not itself alone: it must not look like a ready single node (found
+    by dev-cluster --brokers 1 reporting ready before the broker could host anything)."""
+    import dataclasses
+
+    async def main() -> None:
+        b = Broker(BrokerConfig.load(overrides={"offsets.topic.num.partitions": 1}), data_dir=str(tmp_path),
+                   listen=("127.0.0.1", 0))
+        b.services = dataclasses.replace(b.services, cluster_view=_BrokerOnlyView())
+        async with b:
+            conn = BrokerConnection("127.0.0.1", b.port, "test")
+            await conn.connect()
+            try:
+                md = await conn.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                "include_topic_authorized_operations": False})
+                assert list(md.brokers) == [] and md.controller_id == -1
+                dc = await conn.request(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+                assert list(dc.brokers) == [] and dc.controller_id == -1
+                fc = await conn.request(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+                assert fc.coordinators[0].error_code == ErrorCode.coordinator_not_available
+            finally:
+                await conn.close()
+    run(main())

@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 
 NO_LEADER = -1
 
+
+def in_cluster(ctx: RequestContext) -> bool:
+    """True on a broker of a cluster: a broker-only process (even before any registration
+    is in its image: it then knows no broker yet, not itself alone), or an image holding
+    broker registrations. False on the single node, which answers for itself."""
+    return bool(ctx.image.brokers) or ctx.services.cluster_view is not None
+
 Endpoint = tuple[int, str, int, "str | None"]
 """(node id, host, port, rack): one entry of a response's NodeEndpoints / brokers list."""
 
@@ -130,7 +137,7 @@ def coordinator_endpoint(ctx: RequestContext, topic: str, partition: int) -> tup
     partition); in cluster mode the partition's leader when it is alive with the
     request's listener, else COORDINATOR_NOT_AVAILABLE (no leader yet, or it is fenced)."""
     image = ctx.image
-    if not image.brokers:
+    if not in_cluster(ctx):
         host, port = ctx.services.identity.advertised
         return ErrorCode.none, None, (ctx.services.identity.node_id, host, port, None)
     t = image.topics.get(topic)

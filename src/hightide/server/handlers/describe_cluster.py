@@ -18,7 +18,7 @@ from ...security.acl import CLUSTER_NAME, ResourceType
 from ..authorization import authorized_operations
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
-from ..leadership import alive_brokers
+from ..leadership import alive_brokers, in_cluster
 from ..registry import handles
 
 CLUSTER_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -38,7 +38,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     brokers: list[dict[str, Any]] = [
         {"broker_id": b.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}]
     controller_id = b.node_id
-    if ctx.image.brokers:
+    if in_cluster(ctx):
         listed = alive_brokers(ctx.image, ctx.services.listener,
                                include_fenced=getattr(req, "include_fenced_brokers", False))
         brokers = [{"broker_id": n, "host": h, "port": p, "rack": r, "is_fenced": fenced}

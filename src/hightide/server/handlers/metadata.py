@@ -28,7 +28,7 @@ from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorized_operations, authorizer
-from ..leadership import NO_LEADER, alive_brokers
+from ..leadership import NO_LEADER, alive_brokers, in_cluster
 from ..registry import handles
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ async def auto_create(metadata: MetadataAccess, names: list[str]) -> None:
 @handles(3, 0, 12)
 async def handle(ctx: RequestContext, req: Any) -> Any:
     image = ctx.image
-    cluster = _Cluster(image.brokers, ctx.services.listener, ctx.version) if image.brokers else None
+    cluster = _Cluster(image.brokers, ctx.services.listener, ctx.version) if in_cluster(ctx) else None
     requested = req.topics
     if ctx.version == 0 and requested is not None and len(requested) == 0:
         requested = None  # v0: empty list means all topics
@@ -181,7 +181,7 @@ def _brokers(ctx: RequestContext) -> tuple[list[dict], int]:
     alive brokers on the request's listener and a random one of them as controller (-1
     when there is none), as Kafka's KRaft brokers answer."""
     image = ctx.image
-    if not image.brokers:
+    if not in_cluster(ctx):
         b = ctx.identity
         host, port = b.advertised
         return [{"node_id": b.node_id, "host": host, "port": port, "rack": None}], b.node_id

@@ -36,7 +36,7 @@ from ...share.types import ShareStateKey
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, refused_names
 from ..context import RequestContext
-from ..leadership import node_endpoints, not_leader
+from ..leadership import in_cluster, node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from .common import LEADER_EPOCH
 
@@ -70,7 +70,7 @@ def _leader(ctx: RequestContext, topic_id: uuid.UUID, partition: int) -> tuple[i
 
 def _endpoints(ctx: RequestContext, refused: Iterable[tuple[uuid.UUID, int]]) -> list[tuple[int, str, int, str | None]]:
     """NodeEndpoints of the leaders of the partitions refused NOT_LEADER_OR_FOLLOWER."""
-    return node_endpoints(ctx, (_leader(ctx, tid, p)[0] for tid, p in refused)) if ctx.image.brokers else []
+    return node_endpoints(ctx, (_leader(ctx, tid, p)[0] for tid, p in refused)) if in_cluster(ctx) else []
 
 
 def _ack_batches(ctx: RequestContext, req: Any, parts: Any) -> tuple[list[AckBatch] | None, int]:
