@@ -336,7 +336,10 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
         ``"max_timestamp"`` (needs ListOffsets v7; an older broker yields
         UNSUPPORTED_VERSION for those partitions) or a timestamp in ms. No match: (-1, -1).
         With ``raise_on_error`` (default) the first partition error is raised; otherwise
-        failed partitions map to their :class:`KafkaError`.
+        failed partitions map to their :class:`KafkaError`, and a partition without a
+        leader in the metadata (its only replica's broker fenced or gone) is answered
+        LEADER_NOT_AVAILABLE at once instead of retried until the request timeout — the
+        tables, lag views and the exporter show the rest without waiting for it.
         """
         stamps = {TopicPartition(*tp): spec_timestamp(s) for tp, s in specs.items()}
         iso = _ISOLATION[isolation_level]
@@ -356,7 +359,8 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
                     results[tp] = UnknownTopicOrPartitionError(ErrorCode.unknown_topic_or_partition,
                                                                f"{tp.topic}-{tp.partition}")
                 elif leader < 0:
-                    retry[tp] = ts
+                    if raise_on_error:  # a caller that needs the answer waits for a leader
+                        retry[tp] = ts
                     results[tp] = error_for(ErrorCode.leader_not_available, f"{tp.topic}-{tp.partition}")
                 else:
                     by_leader[leader][tp] = ts
