@@ -256,6 +256,7 @@ class Broker:
             c.close("broker shutting down", level=logging.DEBUG)
         await self.share_manager.close()  # in-flight share state writes (the flusher still runs)
         await self.share_persister.close()
+        await self.txns.close_connections()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -15,7 +15,11 @@ partitions with ``PartitionLog.append_marker`` (parked fetches woken, fsynced fi
 the topic's flush policy asks for it, as after a produce), ``__consumer_offsets``
 partitions through the group coordinator's write path, so the group shard makes the
 transaction's pending offsets visible (or drops them) exactly when the marker is in its
-log. Then the CompleteCommit/CompleteAbort record. A marker that cannot be written now
+log. Then the CompleteCommit/CompleteAbort record. In cluster mode a partition another
+broker leads gets its marker from that broker: one WriteTxnMarkers per broker and round
+(:meth:`TransactionCoordinator.send_markers`), to its inter-broker listener; a leader that
+moved answers NOT_LEADER_OR_FOLLOWER and the marker is sent again, after backoff, to the
+leader the image then names. A marker that cannot be written now
 (log offline, coordinator loading) is retried with backoff; a partition deleted meanwhile
 is skipped, as Kafka does. EndTxn answers once the decision is committed and, unless that
 takes longer than ``END_TXN_WAIT_S``, once the markers are written too (so the client's next
@@ -37,6 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..client.errors import KafkaError
 from ..group.records import OFFSETS_TOPIC
 from ..group.shard import CoordinatorResult
 from ..log.producer_state import ProducerStateError
@@ -50,6 +55,8 @@ from .coordinator_log import CoordinatorUnavailable
 from .coordinator_runtime import fsync_due
 from .coordinator_service import AdapterDefaults, CoordinatorService, returning
 from .coordinator_service import now_ms as _now_ms
+from .inter_broker import InterBrokerClients
+from .txn_verify import RemoteTxnVerifier
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -118,6 +125,8 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                                 id_expiration_ms=cfg["transactional.id.expiration.ms"])
         super().__init__(broker, TxnAdapter(self.config), cfg["transaction.state.log.num.partitions"])
         self._completing: dict[str, asyncio.Task] = {}  # transactional id -> its markers being written
+        self._peers = InterBrokerClients(broker, f"hightide-txn-markers-{broker.node_id}")
+        self._remote = RemoteTxnVerifier(broker)
 
     def topic_configs(self) -> dict[str, str]:
         """``cleanup.policy=compact``, as Kafka's."""
@@ -197,7 +206,12 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                partition: int) -> ErrorCode:
         """:class:`~hightide.log.transactions.TxnVerifier`: is the partition in the
-        producer's ongoing transaction (committed state)?"""
+        producer's ongoing transaction (committed state)? In cluster mode, when another
+        broker leads the id's ``__transaction_state`` partition, that broker is asked
+        (:class:`~.txn_verify.RemoteTxnVerifier`)."""
+        leader = self._leader(STATE_TOPIC, self.partition_for(transactional_id))
+        if self._cluster and leader is not None and leader >= 0 and leader != self.broker.node_id:
+            return self._remote.verify(leader, transactional_id, producer_id, producer_epoch, topic, partition)
         return self.verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)])[
             (topic, partition)]
 
@@ -254,7 +268,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         todo = list(m.partitions)
         delay = 0.05
         while todo:
-            errors = await self.write_markers(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch, todo)
+            errors = await self.send_markers(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch, todo)
             todo = [tp for tp, err in errors.items() if err not in _FINAL]
             if todo:
                 if self.broker.stopping:
@@ -274,13 +288,79 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                 log.warning("completing the transaction of %r failed (%s), retrying", m.transactional_id, exc)
                 await asyncio.sleep(MARKER_RETRY_MAX_S)
 
+    def _leader(self, topic: str, partition: int) -> int | None:
+        """The leader of a partition in the image (-1: none), None if it does not exist."""
+        timg = self.broker.image.topics.get(topic)
+        pimg = timg.partitions.get(partition) if timg is not None else None
+        return None if pimg is None else pimg.leader
+
+    async def send_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                           partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's TransactionMarkerChannelManager, one round: the markers of partitions
+        led here (or gone: UNKNOWN_TOPIC_OR_PARTITION) are written locally, the others are
+        sent to their leaders, one WriteTxnMarkers per broker, all brokers at once. Returns
+        the error of each partition; a leaderless partition answers NOT_LEADER_OR_FOLLOWER
+        and an unreachable broker BROKER_NOT_AVAILABLE or NETWORK_EXCEPTION (retriable)."""
+        me = self.broker.node_id
+        local: list[TopicPartition] = []
+        remote: dict[int, list[TopicPartition]] = {}
+        out: dict[TopicPartition, ErrorCode] = {}
+        for tp in partitions:
+            leader = self._leader(*tp)
+            if leader is None or leader == me:
+                local.append(tp)
+            elif leader < 0:
+                out[tp] = ErrorCode.not_leader_or_follower
+            else:
+                remote.setdefault(leader, []).append(tp)
+        sends = [self._remote_markers(node, tps, producer_id, producer_epoch, commit, coordinator_epoch)
+                 for node, tps in remote.items()]
+        if local:
+            out.update(await self.write_markers(producer_id, producer_epoch, commit, coordinator_epoch, local))
+        for answer in await asyncio.gather(*sends):
+            out.update(answer)
+        return out
+
+    async def _remote_markers(self, node: int, partitions: list[TopicPartition], producer_id: int,
+                              producer_epoch: int, commit: bool,
+                              coordinator_epoch: int) -> dict[TopicPartition, ErrorCode]:
+        """WriteTxnMarkers v1 with one marker for ``partitions`` to broker ``node``: the
+        error of each partition it answers (a partition missing from the answer, or a
+        failed call, gets a retriable error)."""
+        addr = self._peers.address(node)
+        if addr is None:
+            return dict.fromkeys(partitions, ErrorCode.broker_not_available)
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
+        body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
+                             "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
+                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]}
+        try:
+            resp = await self._peers.request(node, addr[0], addr[1], 27, 1, body)
+        except (KafkaError, OSError) as exc:
+            log.warning("WriteTxnMarkers to broker %d failed: %s", node, exc)
+            return dict.fromkeys(partitions, ErrorCode.network_exception)
+        out = dict.fromkeys(partitions, ErrorCode.network_exception)
+        for marker in resp.markers:
+            for t in marker.topics:
+                for r in t.partitions:
+                    if (t.name, int(r.partition_index)) in out:
+                        out[(t.name, int(r.partition_index))] = ErrorCode(r.error_code)
+        return out
+
     async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
-        """Write a COMMIT/ABORT marker of the producer to each partition hosted here
+        """Write a COMMIT/ABORT marker of the producer to each partition led here
         (WriteTxnMarkers); the error of each (UNKNOWN_TOPIC_OR_PARTITION: no such
-        partition here)."""
+        partition; NOT_LEADER_OR_FOLLOWER: another broker leads it, or none does)."""
         out: dict[TopicPartition, ErrorCode] = {}
+        me = self.broker.node_id
         for topic, p in partitions:
+            leader = self._leader(topic, p)
+            if leader is not None and leader != me:
+                out[(topic, p)] = ErrorCode.not_leader_or_follower
+                continue
             if topic == OFFSETS_TOPIC:
                 out[(topic, p)] = await self._offsets_marker(p, TxnBatch(producer_id, producer_epoch, commit,
                                                                          coordinator_epoch))
@@ -409,6 +489,11 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
             task.cancel()
         self._completing.clear()
         super().close()
+
+    async def close_connections(self) -> None:
+        """Close the connections to other brokers (after :meth:`close`)."""
+        await self._peers.close()
+        await self._remote.close()
 
 
 def _code(result: TxnResult) -> ErrorCode:

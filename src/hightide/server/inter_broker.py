@@ -1,0 +1,75 @@
+"""Connections from this broker to other brokers (inter-broker RPCs).
+
+One :class:`~hightide.client.BrokerConnection` per broker id, to the broker's endpoint of
+the inter-broker listener in the metadata image (``inter.broker.listener.name``, else the
+first broker listener, with its TLS/SASL client settings: issue 17). A connection that
+breaks is dropped and opened again on the next call; a broker whose address changed gets
+a new one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..client import BrokerConnection
+from ..client.errors import KafkaError
+from ..client.properties import ClientSecurity
+from .leadership import alive_endpoint
+from .listener_security import inter_broker_client
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+REQUEST_TIMEOUT_S = 10.0
+
+
+class InterBrokerClients:
+    """Connections to other brokers, keyed by broker id (see the module doc)."""
+
+    def __init__(self, broker: Broker, client_id: str, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.broker = broker
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self._conns: dict[int, BrokerConnection] = {}
+        self._inter: tuple[str, ClientSecurity | None] | None = None
+
+    def inter_broker(self) -> tuple[str, ClientSecurity | None]:
+        """(listener name, client security) used to reach other brokers."""
+        if self._inter is None:
+            b = self.broker
+            self._inter = inter_broker_client(b.config.security_values,
+                                              tuple(x.name for x in b.cluster.broker_listeners),
+                                              b.cluster.controller_listener_names)
+        return self._inter
+
+    def address(self, node_id: int) -> tuple[str, int] | None:
+        """(host, port) of ``node_id`` on the inter-broker listener, or None when it is not
+        registered, fenced, or lacks that listener."""
+        ep = alive_endpoint(self.broker.image, node_id, self.inter_broker()[0])
+        return None if ep is None else (ep[1], ep[2])
+
+    async def request(self, node_id: int, host: str, port: int, api_key: int, version: int, body: Any) -> Any:
+        """Send one request to broker ``node_id`` at ``host:port`` and return the decoded
+        response. Raises KafkaError or OSError (the connection is then dropped)."""
+        conn = self._conns.get(node_id)
+        if conn is None or not conn.connected or (conn.host, conn.port) != (host, port):
+            if conn is not None:
+                await conn.close()
+            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
+                                    node_id=node_id, security=self.inter_broker()[1])
+            self._conns[node_id] = conn
+        try:
+            if not conn.connected:
+                await conn.connect()
+            return await conn.request(api_key, version, body)
+        except (KafkaError, OSError):
+            if self._conns.get(node_id) is conn:
+                del self._conns[node_id]
+            await conn.close()
+            raise
+
+    async def close(self) -> None:
+        """Close every connection."""
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            await conn.close()
