@@ -6,12 +6,14 @@ produce with a coordinator on another broker (KIP-890, AddPartitionsToTxn verify
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from hightide.client import BrokerConnection
 from tests.cluster.test_data_across_brokers import coordinators, metadata
 from tests.integration.clients import CREATE
 from tests.waiting import wait_until
@@ -85,3 +87,97 @@ def test_commit_and_abort_with_partitions_led_by_every_broker(cluster):
     assert sorted(read_all(bootstrap, "txn-spread", "read_committed", len(committed))) == sorted(committed)
     assert sorted(read_all(bootstrap, "txn-spread", "read_uncommitted", len(committed) + len(aborted))) == \
         sorted(committed + aborted)
+
+
+def txn_coordinators(address: str, ids: list[str]) -> dict[str, int]:
+    """{transactional id: coordinator node id} by FindCoordinator v4 (-1 on error)."""
+    async def ask() -> dict[str, int]:
+        host, port = address.rsplit(":", 1)
+        conn = BrokerConnection(host, int(port), "test")
+        await conn.connect()
+        try:
+            resp = await conn.request(10, 4, {"key_type": 1, "coordinator_keys": ids})
+        finally:
+            await conn.close()
+        return {x.key: x.node_id if x.error_code == 0 else -1 for x in resp.coordinators}
+    return asyncio.run(ask())
+
+
+def committed_now(bootstrap: str, topic: str, group: str) -> dict[int, int]:
+    """The group's committed offsets as they are now (not waiting for stable offsets)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "isolation.level": "read_uncommitted"})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)],
+                                                               timeout=20)}
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_with_group_and_txn_coordinators_on_different_brokers(cluster):
+    c = cluster(3)
+    bootstrap = c.address(c.broker_ids[0])
+    make_topic(bootstrap, "ctp-in")
+    make_topic(bootstrap, "ctp-out")
+    plain = Producer({"bootstrap.servers": bootstrap})
+    inputs = [f"in-{i}".encode() for i in range(30)]
+    for i, v in enumerate(inputs):
+        plain.produce("ctp-in", v, partition=i % PARTITIONS)
+    plain.flush(30)
+    producer(bootstrap, "warm-up")  # creates __transaction_state
+    ids = [f"ctp-{i}" for i in range(20)]
+    wait_until(lambda: -1 not in txn_coordinators(bootstrap, ids).values(), 30, what="transaction coordinators")
+    txn_nodes = txn_coordinators(bootstrap, ids)
+    groups = coordinators(bootstrap, [f"ctp-group-{i}" for i in range(20)])
+    group, g_node = next((g, n) for g, n in groups.items() if n != -1)
+    txn_id = next(t for t, n in txn_nodes.items() if n != g_node)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    p = producer(bootstrap, txn_id)
+    try:
+        consumer.subscribe(["ctp-in"])
+        seen: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < len(inputs) and time.monotonic() < deadline:
+            seen += [m for m in consumer.consume(100, 0.5) if not m.error()]
+        assert sorted(m.value() for m in seen) == sorted(inputs)
+        p.begin_transaction()
+        for m in seen:
+            p.produce("ctp-out", b"out-" + m.value(), partition=m.partition())
+        p.send_offsets_to_transaction(consumer.position(consumer.assignment()), consumer.consumer_group_metadata(),
+                                      30)
+        p.flush(30)
+        assert all(o < 0 for o in committed_now(bootstrap, "ctp-in", group).values())  # pending until commit
+        p.commit_transaction(30)
+    finally:
+        consumer.close()
+    assert committed_now(bootstrap, "ctp-in", group) == dict.fromkeys(range(PARTITIONS), 10)
+    assert sorted(read_all(bootstrap, "ctp-out", "read_committed", len(inputs))) == sorted(b"out-" + v for v in inputs)
+
+
+def test_a_partition_leader_killed_mid_transaction_gets_its_marker_after_restart(cluster):
+    c = cluster(3)
+    bootstrap = c.address(c.broker_ids[0])
+    leaders = make_topic(bootstrap, "txn-kill")
+    producer(bootstrap, "warm-up")
+    ids = [f"kill-{i}" for i in range(20)]
+    wait_until(lambda: -1 not in txn_coordinators(bootstrap, ids).values(), 30, what="transaction coordinators")
+    txn_nodes = txn_coordinators(bootstrap, ids)
+    txn_id, coord = next((t, n) for t, n in txn_nodes.items() if n != c.broker_ids[0])
+    victim = next(n for n in c.broker_ids if n not in (coord, c.broker_ids[0]))
+    assert victim in leaders.values()
+    p = producer(bootstrap, txn_id)
+    p.begin_transaction()
+    values = send_to_every_partition(p, "txn-kill", "k", 10)
+    c.kill(victim)
+    p.commit_transaction(60)  # decided; the markers to the dead leader are retried
+    dead = {part for part, leader in leaders.items() if leader == victim}
+    early = read_all(bootstrap, "txn-kill", "read_committed", 0, settle_s=1.0)  # the live partitions' markers
+    assert early and all(int(v.decode().split("-")[-2]) not in dead for v in early)
+    c.restart(victim)
+    assert sorted(read_all(bootstrap, "txn-kill", "read_committed", len(values))) == sorted(values)
+    p.begin_transaction()  # the next transaction works: the first completed
+    more = send_to_every_partition(p, "txn-kill", "m", 2)
+    p.commit_transaction(30)
+    assert sorted(read_all(bootstrap, "txn-kill", "read_committed", len(values) + len(more))) == \
+        sorted(values + more)

@@ -60,13 +60,19 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
 
 def _verified(ctx: RequestContext, req: Any) -> ErrorCode:
     """NONE if the group's offsets partition is in the producer's ongoing transaction,
-    else the error Kafka answers (as for a transactional produce). Raises
-    CoordinatorUnavailable (the offsets topic cannot be placed yet)."""
+    else the error Kafka answers (as for a transactional produce, except that coordinator
+    trouble, NOT_ENOUGH_REPLICAS on Produce, is COORDINATOR_NOT_AVAILABLE here, as Kafka's
+    group coordinator normalizes it: the client retries; a transaction coordinator on
+    another broker is asked in the background, see :mod:`~hightide.server.txn_verify`).
+    Raises CoordinatorUnavailable (the offsets topic cannot be placed yet)."""
     if not req.group_id:
         return ErrorCode.invalid_group_id
     partition = ctx.groups.partition_for(req.group_id)
     code = ctx.txns.verify(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, partition)
-    return code if code == ErrorCode.none else verification_error_for_produce(code)[0]
+    if code == ErrorCode.none:
+        return code
+    err = verification_error_for_produce(code)[0]
+    return ErrorCode.coordinator_not_available if err == ErrorCode.not_enough_replicas else err
 
 
 def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
