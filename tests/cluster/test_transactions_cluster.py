@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from hightide.client import BrokerConnection
+from hightide.protocol.errors import ErrorCode
 from tests.cluster.test_data_across_brokers import coordinators, metadata
 from tests.integration.clients import CREATE
 from tests.waiting import wait_until
@@ -181,3 +182,25 @@ def test_a_partition_leader_killed_mid_transaction_gets_its_marker_after_restart
     p.commit_transaction(30)
     assert sorted(read_all(bootstrap, "txn-kill", "read_committed", len(values) + len(more))) == \
         sorted(values + more)
+
+
+def test_write_txn_markers_to_a_broker_not_leading_the_partition_is_not_leader(cluster):
+    c = cluster(3)
+    bootstrap = c.address(c.broker_ids[0])
+    leaders = make_topic(bootstrap, "txn-markers")
+    part = next(p for p, leader in leaders.items() if leader != c.broker_ids[0])
+    led_here = next(p for p, leader in leaders.items() if leader == c.broker_ids[0])
+
+    async def send() -> dict[int, int]:
+        host, port = bootstrap.rsplit(":", 1)
+        conn = BrokerConnection(host, int(port), "test")
+        await conn.connect()
+        try:
+            resp = await conn.request(27, 1, {"markers": [{
+                "producer_id": 4242, "producer_epoch": 0, "transaction_result": False, "coordinator_epoch": 0,
+                "topics": [{"name": "txn-markers", "partition_indexes": [part, led_here]}]}]})
+        finally:
+            await conn.close()
+        return {int(r.partition_index): int(r.error_code) for r in resp.markers[0].topics[0].partitions}
+    # another broker's partition is refused (the coordinator then asks the leader); this one's is written
+    assert asyncio.run(send()) == {part: ErrorCode.not_leader_or_follower, led_here: ErrorCode.none}
