@@ -198,7 +198,8 @@ def test_collision_in_validate_only_request() -> None:
     ({"configs": {"segment.bytes": None}}, ErrorCode.invalid_config),
     ({"assignments": {0: [1]}, "num_partitions": 1}, ErrorCode.invalid_request),
     ({"assignments": {0: [1], 1: [9]}}, ErrorCode.invalid_replica_assignment),
-    ({"assignments": {0: []}}, ErrorCode.invalid_replication_factor),
+    ({"assignments": {0: []}}, ErrorCode.invalid_replica_assignment),  # Kafka's KRaft controller
+    ({"assignments": {0: [1], 1: [1, 2]}}, ErrorCode.invalid_replica_assignment),  # unlike replica counts
 ])
 def test_create_rejections(kw: dict, code: ErrorCode) -> None:
     ctx = ControllerTestContext()
@@ -315,6 +316,8 @@ def test_create_partitions_unknown_topic() -> None:
 @pytest.mark.parametrize(("assignment", "message"), [
     ([[]], "The manual partition assignment includes an empty replica list."),
     ([[1, 1]], "The manual partition assignment includes the broker 1 more than once."),
+    ([[1, 2]], "The manual partition assignment includes a partition with 2 replica(s), but this is not consistent "
+               "with previous partitions, which have 1 replica(s)."),
 ])
 def test_create_partitions_rejects_empty_and_repeated_replicas(assignment: list[list[int]], message: str) -> None:
     """Kafka's INVALID_REPLICA_ASSIGNMENT texts (an empty list crashed the controller with

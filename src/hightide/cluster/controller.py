@@ -98,22 +98,28 @@ class Controller:
         return usable_brokers(image) if self.node_ids is None else self.node_ids
 
     def _unknown_broker(self, image: MetadataImage, assignments: Iterable[Sequence[int]],
-                        first: int = 0) -> str | None:
+                        first: int = 0, rf: int | None = None) -> str | None:
         """Kafka's INVALID_REPLICA_ASSIGNMENT text for a manual assignment naming a broker
-        that is not registered, an empty replica list or a broker listed twice (or, cluster
-        mode, a partition whose replicas are all fenced or shutting down); None when it is
-        valid."""
+        that is not registered, an empty replica list, a broker listed twice or a replica
+        count unlike the other partitions' (``rf``: the existing partitions', for
+        CreatePartitions), as Kafka's validateManualPartitionAssignment (or, cluster mode, a
+        partition whose replicas are all fenced or shutting down); None when it is valid."""
         known = set(image.brokers) if self.node_ids is None else set(self.node_ids)
         usable = set(self.usable(image))
         for p, reps in enumerate(assignments):
             if not reps:
                 return "The manual partition assignment includes an empty replica list."
-            twice = next((b for i, b in enumerate(reps) if b in reps[:i]), None)
-            if twice is not None:
-                return f"The manual partition assignment includes the broker {twice} more than once."
-            bad = [b for b in reps if b not in known]
-            if bad:
-                return f"The manual partition assignment includes broker {bad[0]}, but no such broker is registered."
+            previous = None
+            for b in sorted(reps):  # Kafka's order of checks: by broker id
+                if b not in known:
+                    return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+                if b == previous:
+                    return f"The manual partition assignment includes the broker {b} more than once."
+                previous = b
+            if rf is not None and len(reps) != rf:
+                return (f"The manual partition assignment includes a partition with {len(reps)} replica(s), but this "
+                        f"is not consistent with previous partitions, which have {rf} replica(s).")
+            rf = len(reps)
             if reps and not usable.intersection(reps):
                 return (f"All brokers specified in the manual partition assignment for partition {first + p} "
                         "are fenced or in controlled shutdown.")
@@ -244,7 +250,8 @@ class Controller:
         if assignments is not None and len(assignments) != count - cur:
             return ErrorCode.invalid_replica_assignment, \
                 f"Attempted to add {count - cur} additional partition(s), but only {len(assignments)} assignment(s) were specified.", []
-        bad = self._unknown_broker(image, assignments or (), cur)
+        existing_rf = len(next(iter(t.partitions.values())).replicas) if t.partitions else None
+        bad = self._unknown_broker(image, assignments or (), cur, existing_rf)
         if bad:
             return ErrorCode.invalid_replica_assignment, bad, []
         rf = len(next(iter(t.partitions.values())).replicas) if t.partitions else 1
