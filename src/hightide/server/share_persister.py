@@ -19,15 +19,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..client import BrokerConnection
 from ..client.errors import KafkaError
-from ..client.properties import ClientSecurity
 from ..protocol.errors import ErrorCode
 from ..share.records import STATE_TOPIC, coordinator_key, partition_for
 from ..share.types import ShareState, ShareStateKey, StateBatch
 from .coordinator_log import CoordinatorUnavailable
-from .leadership import alive_endpoint
-from .listener_security import inter_broker_client
+from .inter_broker import InterBrokerClients
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -43,18 +40,7 @@ class SharePersisterClient:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._conns: dict[int, BrokerConnection] = {}
-        self._inter: tuple[str, ClientSecurity | None] | None = None  # inter-broker listener and its security
-
-    def _inter_broker(self) -> tuple[str, ClientSecurity | None]:
-        """(listener, client security) to reach other brokers: ``inter.broker.listener.name``
-        (else the first broker listener) with its TLS/SASL settings (issue 17)."""
-        if self._inter is None:
-            b = self.broker
-            self._inter = inter_broker_client(b.config.security_values,
-                                              tuple(x.name for x in b.cluster.broker_listeners),
-                                              b.cluster.controller_listener_names)
-        return self._inter
+        self._peers = InterBrokerClients(broker, f"hightide-share-{broker.node_id}", REQUEST_TIMEOUT_S)
 
     # -- routing ----------------------------------------------------------------------------
     async def _leader_address(self, key: ShareStateKey) -> tuple[int, str, int] | None:
@@ -78,37 +64,20 @@ class SharePersisterClient:
                                                len(topic.partitions)))
         if p is None or p.leader == b.node_id:
             return None
-        listener = self._inter_broker()[0]
-        ep = alive_endpoint(b.image, p.leader, listener)
+        ep = self._peers.address(p.leader)
         if ep is None:
             raise KafkaError(ErrorCode.coordinator_not_available,
                              f"the share coordinator of {key} (broker {p.leader}) is not available")
-        return ep[0], ep[1], ep[2]
+        return p.leader, ep[0], ep[1]
 
     async def _call(self, addr: tuple[int, str, int], key: ShareStateKey, api_key: int, version: int,
                     partition: dict[str, Any]) -> Any:
         """Send one share-state RPC for ``key`` to the broker at ``addr`` and return its one
         partition result. Raises KafkaError or OSError (a broken connection is dropped)."""
         node, host, port = addr
-        conn = self._conns.get(node)
-        if conn is None or not conn.connected or (conn.host, conn.port) != (host, port):
-            if conn is not None:
-                await conn.close()
-            conn = BrokerConnection(host, port, f"hightide-share-{self.broker.node_id}",
-                                    request_timeout_s=REQUEST_TIMEOUT_S, node_id=node,
-                                    security=self._inter_broker()[1])
-            self._conns[node] = conn
-        try:
-            if not conn.connected:
-                await conn.connect()
-            body = {"group_id": key.group_id, "topics": [
-                {"topic_id": key.topic_id, "partitions": [{"partition": key.partition, **partition}]}]}
-            resp = await conn.request(api_key, version, body)
-        except (KafkaError, OSError):
-            if self._conns.get(node) is conn:
-                del self._conns[node]
-            await conn.close()
-            raise
+        body = {"group_id": key.group_id, "topics": [
+            {"topic_id": key.topic_id, "partitions": [{"partition": key.partition, **partition}]}]}
+        resp = await self._peers.request(node, host, port, api_key, version, body)
         return resp.results[0].partitions[0]
 
     async def _code(self, key: ShareStateKey, api_key: int, version: int, partition: dict[str, Any]) -> int | None:
@@ -172,6 +141,4 @@ class SharePersisterClient:
 
     async def close(self) -> None:
         """Close the connections to other brokers."""
-        conns, self._conns = list(self._conns.values()), {}
-        for conn in conns:
-            await conn.close()
+        await self._peers.close()
