@@ -4,37 +4,18 @@ and the group describe APIs (KIP-430).
 A response carries the operations the caller may perform on a resource as a 32-bit
 field: bit ``n`` set means the operation with code ``n`` (Kafka's ``AclOperation``) is
 allowed; INT32_MIN means "not requested". Kafka without an authorizer answers every
-operation the resource type supports, and so does hightide (it has no ACLs yet).
+operation the resource type supports, and so does hightide; with one, the server computes
+the field from the ACLs (``hightide.server.authorization``). The operation codes are the
+one :class:`hightide.security.acl.AclOperation`.
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
+from ..security.acl import AclOperation
 
 __all__ = ["AUTHORIZED_OPERATIONS_OMITTED", "AclOperation", "all_operations", "to_bit_field"]
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-
-
-class AclOperation(IntEnum):
-    """Kafka's ``org.apache.kafka.common.acl.AclOperation`` codes."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15
 
 
 _O = AclOperation

@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..config import AUTHORIZER_CLASS, AUTHORIZER_CLASS_NAMES
-from ..protocol.acl import AclOperation as ProtocolOperation
 from ..protocol.acl import all_operations, to_bit_field
 from ..protocol.errors import ErrorCode
 from ..security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -179,4 +178,4 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name
     if a is None:
         return all_operations(resource_type.name.lower())
     ops = a.authorized_operations(ctx.principal, ctx.client_host, resource_type, name)
-    return to_bit_field({ProtocolOperation(int(op)) for op in ops})
+    return to_bit_field(set(ops))
