@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .primitives import read_uvarint, skip_tags, uvarint
+from .primitives import int64_tag_section, read_int64_tag, skip_tags
 
 API_KEY = 63
 VERSIONS = range(0, 3)
@@ -27,8 +27,6 @@ TAG_LOWEST_ACKNOWLEDGED_OFFSET = 10000
 
 _BODY = struct.Struct(">ih???")  # throttle ms, error code, IsCaughtUp, IsFenced, ShouldShutDown
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_TAG = uvarint(TAG_LOWEST_ACKNOWLEDGED_OFFSET) + uvarint(_I64.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +51,7 @@ def encode_broker_heartbeat_response(version: int, correlation_id: int, resp: Br
     out = bytearray(b"\x00\x00\x00\x00")
     out += _I32.pack(correlation_id) + b"\x00"  # response header v1: empty tag section
     out += _BODY.pack(resp.throttle_ms, resp.error_code, resp.is_caught_up, resp.is_fenced, resp.should_shut_down)
-    if resp.lowest_acknowledged_offset is None:
-        out += b"\x00"
-    else:
-        out += b"\x01" + _TAG + _I64.pack(resp.lowest_acknowledged_offset)
+    out += int64_tag_section(TAG_LOWEST_ACKNOWLEDGED_OFFSET, resp.lowest_acknowledged_offset)
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
 
@@ -71,18 +66,7 @@ def decode_broker_heartbeat_response(version: int, frame: bytes | memoryview) ->
     pos = skip_tags(frame, 4)
     throttle, error, caught_up, fenced, shut_down = _BODY.unpack_from(frame, pos)
     pos += _BODY.size
-    lowest: int | None = None
-    count, pos = read_uvarint(frame, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(frame, pos)
-        size, pos = read_uvarint(frame, pos)
-        if pos + size > len(frame):
-            raise ValueError(f"tagged field {tag} runs past the end of the frame")
-        if tag == TAG_LOWEST_ACKNOWLEDGED_OFFSET:
-            if size != _I64.size:
-                raise ValueError(f"LowestAcknowledgedOffset is {size} bytes, expected 8")
-            lowest = _I64.unpack_from(frame, pos)[0]
-        pos += size
+    lowest, pos = read_int64_tag(frame, pos, TAG_LOWEST_ACKNOWLEDGED_OFFSET, "LowestAcknowledgedOffset")
     if pos != len(frame):
         raise ValueError(f"{len(frame) - pos} bytes left over after BrokerHeartbeat v{version}")
     return corr, BrokerHeartbeatResponse(error, caught_up, fenced, shut_down, throttle, lowest)

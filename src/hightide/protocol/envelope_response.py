@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .primitives import read_uvarint, skip_tags, uvarint
+from .primitives import int64_tag_section, read_int64_tag, read_uvarint, skip_tags, uvarint
 
 API_KEY = 58
 VERSION = 0
@@ -28,8 +28,6 @@ TAG_METADATA_OFFSET = 10000
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_TAG = uvarint(TAG_METADATA_OFFSET) + uvarint(_I64.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +49,7 @@ def encode_envelope_response(correlation_id: int, resp: EnvelopeResponse) -> byt
         out += uvarint(len(data) + 1)
         out += data
     out += _I16.pack(resp.error_code)
-    if resp.metadata_offset is None:
-        out += b"\x00"
-    else:
-        out += b"\x01" + _TAG + _I64.pack(resp.metadata_offset)
+    out += int64_tag_section(TAG_METADATA_OFFSET, resp.metadata_offset)
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
 
@@ -75,18 +70,7 @@ def decode_envelope_response(frame: bytes | memoryview) -> tuple[int, EnvelopeRe
         pos += size - 1
     error = _I16.unpack_from(frame, pos)[0]
     pos += _I16.size
-    offset: int | None = None
-    count, pos = read_uvarint(frame, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(frame, pos)
-        size, pos = read_uvarint(frame, pos)
-        if pos + size > len(frame):
-            raise ValueError(f"tagged field {tag} runs past the end of the frame")
-        if tag == TAG_METADATA_OFFSET:
-            if size != _I64.size:
-                raise ValueError(f"MetadataOffset is {size} bytes, expected 8")
-            offset = _I64.unpack_from(frame, pos)[0]
-        pos += size
+    offset, pos = read_int64_tag(frame, pos, TAG_METADATA_OFFSET, "MetadataOffset")
     if pos != len(frame):
         raise ValueError(f"{len(frame) - pos} bytes left over after EnvelopeResponse v0")
     return corr, EnvelopeResponse(data, error, offset)

@@ -57,3 +57,30 @@ def skip_tags(buf: bytes | memoryview, pos: int) -> int:
     if pos > len(buf):
         raise ValueError("tagged fields run past the end of the frame")
     return pos
+
+
+def int64_tag_section(tag: int, value: int | None) -> bytes:
+    """A tagged-field section holding one int64 field ``tag`` (empty when ``value`` is
+    None): how hightide's extension tags travel on responses it encodes by hand."""
+    if value is None:
+        return b"\x00"
+    return b"\x01" + uvarint(tag) + uvarint(8) + struct.pack(">q", value)
+
+
+def read_int64_tag(buf: bytes | memoryview, pos: int, tag: int, name: str) -> tuple[int | None, int]:
+    """Read a tagged-field section, returning (the int64 field ``tag`` or None, next
+    position); other tags are skipped. Raises ValueError when a field runs past the end
+    of ``buf`` or ``tag`` is not 8 bytes (``name`` says which field)."""
+    value: int | None = None
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        t, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        if pos + size > len(buf):
+            raise ValueError(f"tagged field {t} runs past the end of the frame")
+        if t == tag:
+            if size != 8:
+                raise ValueError(f"{name} is {size} bytes, expected 8")
+            value = struct.unpack_from(">q", buf, pos)[0]
+        pos += size
+    return value, pos
