@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from hightide.client import TopicPartition
 from hightide.client.transactions import list_transactions
 from hightide.spark.kafkaio import KafkaIO
 
@@ -76,11 +77,11 @@ def test_source_honours_isolation_level(spark, bootstrap, topic_name):
 
 
 @pytest.mark.spark_modes("local")
-def test_transactional_batch_write_is_all_or_nothing(spark, bootstrap, topic_name):
+def test_per_task_transactional_batch_write_is_all_or_nothing(spark, bootstrap, topic_name):
     create_topic(bootstrap, topic_name, 3)
     df = spark.range(0, 300, 1, 3).selectExpr("cast(id as string) as key", "concat('v', cast(id as string)) as value")
     df.write.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", topic_name) \
-        .option("transactional", "true").mode("append").save()
+        .option("transactional", "per-task").mode("append").save()
     want = collections.Counter(f"v{i}".encode() for i in range(300))
     assert collections.Counter(_consume_committed(bootstrap, topic_name, 3)) == want
     committed = _read(spark, bootstrap, topic_name, **{"kafka.isolation.level": "read_committed"})
@@ -93,7 +94,7 @@ def test_transactional_batch_write_is_all_or_nothing(spark, bootstrap, topic_nam
         "else concat('x', cast(id as string)) end as value")
     with pytest.raises(Exception, match="task 2 fails"):
         bad.write.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", topic_name) \
-            .option("transactional", "true").mode("append").save()
+            .option("transactional", "per-task").mode("append").save()
     assert collections.Counter(_consume_committed(bootstrap, topic_name, 3)) == want  # no x-record visible
     assert collections.Counter(r.value for r in committed.select("value").collect()) == want
     everything = [r.value for r in _read(spark, bootstrap, topic_name).select("value").collect()]
@@ -107,7 +108,7 @@ def _pipe(spark, bootstrap, src, dst, ckpt):
     q = (spark.readStream.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("subscribe", src)
          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 60)
          .option("kafka.isolation.level", "read_committed").load()
-         .selectExpr("key", "value")
+         .selectExpr("key", "value").coalesce(1)  # transactional=true: one writer per micro-batch
          .writeStream.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
          .option("checkpointLocation", str(ckpt)).option("transactional", "true")
          .trigger(availableNow=True).start())
@@ -144,6 +145,77 @@ def test_transactional_streaming_sink_exactly_once(spark, bootstrap, topic_name,
     q2, again = _pipe(spark, bootstrap, src, dst, ckpt)
     assert q2.id == q.id and again == {last: batches[last]}
     assert collections.Counter(_consume_committed(bootstrap, dst, 2)) == want
+
+
+@pytest.mark.spark_modes("local")
+def test_transactional_micro_batch_is_atomic(spark, bootstrap, topic_name, tmp_path):
+    """transactional=true: a micro-batch read from 3 input partitions is written by one
+    task in one transaction; a read_committed reader sees none of it until the driver's
+    commit, then all of it (the LSO stays 0 while the records are already in the log)."""
+    src, dst = topic_name, topic_name + "-out"
+    create_topic(bootstrap, src, 3)
+    create_topic(bootstrap, dst, 1)
+    n = 9000
+    spark.range(0, n, 1, 3).selectExpr("cast(id as string) as key", "concat('m', cast(id as string)) as value") \
+        .write.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", src) \
+        .mode("append").save()
+    q = (spark.readStream.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("subscribe", src)
+         .option("startingOffsets", "earliest").load()
+         .selectExpr("key", "value").coalesce(1)
+         .writeStream.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
+         .option("kafka.batch.records", 15)  # many Produce rounds: the transaction is open a while
+         .option("checkpointLocation", str(tmp_path / "ckpt")).option("transactional", "true")
+         .trigger(availableNow=True).start())
+    tp = TopicPartition(dst, 0)
+    seen: list[tuple[int, int]] = []  # (high watermark, last stable offset)
+    try:
+        with KafkaIO(bootstrap) as io:
+            while q.isActive:
+                hw = io.run(io.admin.list_offsets({tp: "latest"}))[tp].offset
+                lso = io.run(io.admin.list_offsets({tp: "latest"}, isolation_level="read_committed"))[tp].offset
+                seen.append((int(hw), int(lso)))
+            q.awaitTermination(240)
+            assert q.exception() is None, q.exception()
+            final = int(io.run(io.admin.list_offsets({tp: "latest"}, isolation_level="read_committed"))[tp].offset)
+            mine = [t for t in io.run(list_transactions(io.admin))
+                    if t.transactional_id.startswith(f"spark-hightide-{q.id}-")]
+    finally:
+        q.stop()
+    assert final == n + 1  # every record, then the COMMIT marker
+    assert {lso for _, lso in seen} <= {0, final}, "read_committed saw part of the micro-batch"
+    assert any(hw > 0 and lso == 0 for hw, lso in seen), f"never saw the open transaction: {seen[-5:]}"
+    assert [t.state for t in mine] == ["CompleteCommit"]  # one transaction for the micro-batch
+    assert collections.Counter(_consume_committed(bootstrap, dst, 1)) == \
+        collections.Counter(b"m%d" % i for i in range(n))
+
+
+@pytest.mark.spark_modes("local")
+def test_transactional_true_refuses_several_writers(spark, bootstrap, topic_name):
+    """transactional=true with a 3-task write: the driver aborts the tasks' transactions
+    and fails the job with the reason (coalesce, or per-task): nothing is visible."""
+    create_topic(bootstrap, topic_name, 2)
+    df = spark.range(0, 300, 1, 3).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+    with pytest.raises(Exception, match=r"ONE transaction from ONE task, but 3 tasks wrote"):
+        df.write.format("hightide").option("kafka.bootstrap.servers", bootstrap).option("topic", topic_name) \
+            .option("transactional", "true").mode("append").save()
+    assert _consume_committed(bootstrap, topic_name, 2) == []
+    assert len(_read(spark, bootstrap, topic_name).collect()) == 300  # written, aborted
+
+
+def test_transactional_option_values():
+    from hightide.spark.options import OptionError, SinkOptions
+
+    def parse(**kw: str) -> tuple[bool, bool]:
+        o = SinkOptions.parse({"kafka.bootstrap.servers": "x:9092", **kw})
+        return o.transactional, o.per_task_transactions
+
+    assert parse() == (False, False)
+    assert parse(transactional="TRUE") == (True, False)
+    assert parse(transactional="per-task") == (True, True)
+    assert parse(transactionalIdPrefix="p") == (True, False)
+    assert parse(transactionalIdPrefix="p", transactional="false") == (False, False)
+    with pytest.raises(OptionError, match="transactional must be true, false or per-task, got 'yes'"):
+        parse(transactional="yes")
 
 
 class _FakeIO:

@@ -308,9 +308,12 @@ class SinkOptions:
     max_batch_bytes: int = 512 * 1024
     request_timeout_s: float = 30.0
     transactional: bool = False
-    """One Kafka transaction per task, committed by the driver once every task of the
-    micro-batch (or job) succeeded (option ``transactional``, or Kafka's
-    ``kafka.transactional.id``, which then is the transactional id prefix)."""
+    """Write in Kafka transactions (option ``transactional`` = ``true`` or ``per-task``, or
+    Kafka's ``kafka.transactional.id``, which then is the transactional id prefix)."""
+    per_task_transactions: bool = False
+    """``transactional=per-task``: one transaction per task, committed by the driver one
+    after another (NOT atomic across tasks). Otherwise (``true``) one transaction per
+    micro-batch (or job), written by its one task: atomic for read_committed readers."""
     transactional_id_prefix: str | None = None
     transaction_timeout_ms: int = 60_000
     security: ClientSecurity | None = None  # kafka.security.protocol, kafka.sasl.*, kafka.ssl.*
@@ -326,8 +329,12 @@ class SinkOptions:
         if codec not in codecs:
             raise OptionError(f"kafka.compression.type must be one of {sorted(codecs)}, got {codec!r}")
         prefix = o.get("transactionalidprefix") or o.get("kafka.transactional.id") or None
+        mode = o.pop("transactional", "true" if prefix is not None else "false").strip().lower()
+        if mode not in ("true", "false", "per-task"):
+            raise OptionError(f"transactional must be true, false or per-task, got {mode!r}")
         return cls(bootstrap_servers=servers, topic=o.get("topic") or None,
-                   transactional=_bool(o, "transactional", prefix is not None), transactional_id_prefix=prefix,
+                   transactional=mode != "false", per_task_transactions=mode == "per-task",
+                   transactional_id_prefix=prefix,
                    transaction_timeout_ms=_int(o, "kafka.transaction.timeout.ms", 60_000) or 60_000,
                    sink_group_id=o.get("sinkgroupid") or None,
                    exactly_once=_bool(o, "exactlyonce", True), compression=codecs[codec],

@@ -40,6 +40,11 @@ at-least-once if a task is retried, like Spark's Kafka sink.
 Transactional mode (option ``transactional``, or a ``transactionalIdPrefix`` /
 ``kafka.transactional.id`` prefix)
 -----------------------------------------------------------------------------------
+``transactional=true``: one transaction per micro-batch (or batch job), so it is atomic
+for read_committed readers; it must be written by one task (the query coalesces to one
+partition: a Python data source cannot ask Spark for a distribution). If several tasks
+wrote, the driver's ``commit`` aborts them all and raises. ``transactional=per-task``:
+the same per task, committed one after another: NOT atomic across tasks.
 Each task writes in a Kafka transaction of the id ``<prefix>-<task>``: InitProducerId
 first (fencing an earlier attempt of the task and aborting its open transaction),
 AddPartitionsToTxn, transactional batches; the transaction is left open and reported in
@@ -451,12 +456,22 @@ def _committed_tags(io: KafkaIO, tp: TopicPartition, start: int, end: int, want:
 
 def _end_transactions(messages: list[Any], opts: SinkOptions, commit: bool) -> int:
     """The driver's half of transactional mode: EndTxn (commit or abort) for the open
-    transaction of every task that reported one. Returns how many. Commits raise the
+    transaction of every task that reported one. Returns how many. ``transactional=true``
+    (not ``per-task``): a commit with more than one task transaction aborts them all and
+    raises OptionError (the batch is never half visible). Commits raise the
     first error (the batch then fails and is retried: a committed transaction stays
     committed, a replay's tags find its records); aborts are best effort."""
     txns = [m.txn for m in messages if isinstance(m, SinkCommit) and m.txn is not None]
     if not txns:
         return 0
+    if commit and len(txns) > 1 and not opts.per_task_transactions:
+        # transactional=true promises one transaction per micro-batch (job): several
+        # writers cannot share one, so nothing of this batch becomes visible
+        _end_transactions(messages, opts, commit=False)
+        raise OptionError(f"transactional=true writes each micro-batch (or job) in ONE transaction from ONE "
+                          f"task, but {len(txns)} tasks wrote records (their transactions are aborted): "
+                          "coalesce the DataFrame to one partition before the write (df.coalesce(1)), or "
+                          "use transactional=per-task (a transaction per task, not atomic across tasks)")
     with KafkaIO(opts.bootstrap_servers, client_id="hightide-spark-sink",
                  request_timeout_s=opts.request_timeout_s, security=opts.security) as io:
         for txn_id, pid, epoch in txns:
