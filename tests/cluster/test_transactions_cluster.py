@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from hightide.client import BrokerConnection
@@ -156,7 +157,8 @@ def test_consume_transform_produce_with_group_and_txn_coordinators_on_different_
     assert sorted(read_all(bootstrap, "ctp-out", "read_committed", len(inputs))) == sorted(b"out-" + v for v in inputs)
 
 
-def test_a_partition_leader_killed_mid_transaction_gets_its_marker_after_restart(cluster):
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_a_partition_leader_killed_mid_transaction_gets_its_marker_after_restart(cluster, commit):
     c = cluster(3)
     bootstrap = c.address(c.broker_ids[0])
     leaders = make_topic(bootstrap, "txn-kill")
@@ -171,16 +173,22 @@ def test_a_partition_leader_killed_mid_transaction_gets_its_marker_after_restart
     p.begin_transaction()
     values = send_to_every_partition(p, "txn-kill", "k", 10)
     c.kill(victim)
-    p.commit_transaction(60)  # decided; the markers to the dead leader are retried
+    # decided; the markers to the dead leader are retried
+    p.commit_transaction(60) if commit else p.abort_transaction(60)
     dead = {part for part, leader in leaders.items() if leader == victim}
     early = read_all(bootstrap, "txn-kill", "read_committed", 0, settle_s=1.0)  # the live partitions' markers
-    assert early and all(int(v.decode().split("-")[-2]) not in dead for v in early)
+    assert all(int(v.decode().split("-")[-2]) not in dead for v in early)
+    assert bool(early) == commit
     c.restart(victim)
-    assert sorted(read_all(bootstrap, "txn-kill", "read_committed", len(values))) == sorted(values)
+    visible = values if commit else []
+    assert sorted(read_all(bootstrap, "txn-kill", "read_committed", len(visible))) == sorted(visible)
     p.begin_transaction()  # the next transaction works: the first completed
     more = send_to_every_partition(p, "txn-kill", "m", 2)
     p.commit_transaction(30)
-    assert sorted(read_all(bootstrap, "txn-kill", "read_committed", len(values) + len(more))) == \
+    # every partition's LSO passed the first transaction: its marker is in the restarted leader's log too
+    assert sorted(read_all(bootstrap, "txn-kill", "read_committed", len(visible) + len(more))) == \
+        sorted(visible + more)
+    assert sorted(read_all(bootstrap, "txn-kill", "read_uncommitted", len(values) + len(more))) == \
         sorted(values + more)
 
 
