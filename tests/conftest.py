@@ -21,6 +21,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SHARED_RETENTION_CHECK_MS = 86_400_000
+
+
 class ServerProcess:
     """A `hightide serve` child process. ``bootstrap`` is its HOST:PORT."""
 
@@ -75,8 +78,14 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> ServerProcess:
-    """One broker shared by the tests that only need *a* broker (unique topic names)."""
-    srv = ServerProcess(tmp_path_factory.mktemp("shared") / "data").start()
+    """One broker shared by the tests that only need *a* broker (unique topic names).
+
+    Its retention check runs once a day: many tests write records with fixed 2023
+    timestamps, which the default 7-day retention deletes — with the default 5-minute
+    check, a tick landing between a test's produce and its consume emptied the partition
+    (a flake seen once in a full run). Retention itself is tested on fresh servers."""
+    srv = ServerProcess(tmp_path_factory.mktemp("shared") / "data",
+                        args=("--set", f"log.retention.check.interval.ms={SHARED_RETENTION_CHECK_MS}")).start()
     yield srv
     code = srv.stop()
     assert code == 0, f"broker did not shut down cleanly ({code}):\n{srv.output()[-4000:]}"
