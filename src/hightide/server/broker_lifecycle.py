@@ -53,6 +53,7 @@ from ..client.errors import KafkaError, KafkaTimeoutError
 from ..protocol.broker_heartbeat_response import BrokerHeartbeatResponse, decode_broker_heartbeat_response
 from ..protocol.errors import ErrorCode
 from .controller_channel import ControllerChannel, ControllerUnavailable
+from .tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from ..cluster.settings import ClusterSettings
@@ -306,12 +307,7 @@ class BrokerLifecycleManager:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

@@ -45,6 +45,7 @@ from ..log.partition_log import PartitionLog
 from ..protocol.errors import ErrorCode
 from ..protocol.records import decode_records, validate_batches
 from .controller_channel import ControllerChannel, ControllerUnavailable
+from .tasks import cancel_and_wait
 
 log = logging.getLogger("hightide.metadata_follower")
 
@@ -203,12 +204,7 @@ class MetadataFollower:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:
