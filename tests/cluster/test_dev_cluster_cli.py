@@ -34,16 +34,55 @@ def test_more_than_one_controller_is_refused_in_one_line(tmp_path: Path) -> None
     assert not list(tmp_path.iterdir())
 
 
+def _two_adjacent_listeners() -> tuple[socket.socket, socket.socket]:
+    """Listening sockets on ports P and P+1, both held by this test: the layout of one
+    broker and one controller from ``--base-port P`` is then wholly taken by us, so which
+    port the run names does not depend on what else the machine is doing (a lone P let an
+    unrelated process holding P+1 decide the answer)."""
+    for _ in range(50):
+        first = socket.socket()
+        first.bind(("127.0.0.1", 0))
+        second = socket.socket()
+        try:
+            second.bind(("127.0.0.1", first.getsockname()[1] + 1))
+        except OSError:
+            first.close()
+            second.close()
+            continue
+        first.listen()
+        second.listen()
+        return first, second
+    raise AssertionError("no two adjacent free ports on 127.0.0.1 in 50 tries")
+
+
 def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    first, second = _two_adjacent_listeners()
+    with first, second:
+        port = first.getsockname()[1]
         r = CliRunner().invoke(main, ["dev-cluster", "--brokers", "1", "--base-port", str(port),
                                       "--data-dir", str(tmp_path / "d")])
     assert r.exit_code == 1
+    # Controllers start first, so the first taken port named is the controller's (P+1).
     assert r.output.strip().splitlines() == [
-        f"Error: cannot listen on 127.0.0.1:{port} (broker-0): address already in use (choose another --base-port)"]
+        f"Error: cannot listen on 127.0.0.1:{port + 1} (controller-3000): address already in use "
+        "(choose another --base-port)"]
+    assert not _processes_using(tmp_path)
+
+
+def test_a_taken_broker_port_is_named(tmp_path: Path) -> None:
+    first, second = _two_adjacent_listeners()
+    second.close()  # the controller's port is free again; only the broker's is taken
+    with first:
+        port = first.getsockname()[1]
+        r = CliRunner().invoke(main, ["dev-cluster", "--brokers", "1", "--base-port", str(port),
+                                      "--data-dir", str(tmp_path / "d")])
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    # P+1 was free a moment ago; if another process grabbed it since, it is named instead.
+    assert lines in ([f"Error: cannot listen on 127.0.0.1:{port} (broker-0): address already in use "
+                      "(choose another --base-port)"],
+                     [f"Error: cannot listen on 127.0.0.1:{port + 1} (controller-3000): address already "
+                      "in use (choose another --base-port)"]), lines
     assert not _processes_using(tmp_path)
 
 
