@@ -16,10 +16,13 @@ from .security_records import SECURITY_RECORD_TYPES
 from .records import (
     BROKER_RESOURCE,
     GROUP_RESOURCE,
+    NO_LEADER_CHANGE,
+    RECOVERED,
     TOPIC_RESOURCE,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RemoveTopicRecord,
@@ -29,10 +32,55 @@ from .records import (
 
 @dataclass
 class PartitionImage:
+    """One partition as the controller last recorded it (Kafka's ``PartitionRegistration``):
+    ``isr`` never empty (defaults to ``replicas``); during a reassignment ``replicas``
+    holds the target replicas followed by those being removed, ``adding_replicas`` and
+    ``removing_replicas`` the difference; ``partition_epoch`` counts every change."""
     partition: int
     leader: int
     leader_epoch: int
     replicas: tuple[int, ...]
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader_recovery_state: int = RECOVERED
+
+    def __post_init__(self) -> None:
+        if not self.isr:
+            self.isr = tuple(self.replicas)
+
+    @property
+    def preferred_leader(self) -> int:
+        """The first replica (Kafka's preferred replica); -1 without replicas."""
+        return self.replicas[0] if self.replicas else -1
+
+    @property
+    def reassigning(self) -> bool:
+        """True while a reassignment is in progress."""
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    def merge(self, change: PartitionChangeRecord) -> PartitionImage:
+        """This partition after ``change`` (Kafka's ``PartitionRegistration.merge``): the
+        partition epoch + 1, the leader epoch + 1 when the record names a leader."""
+        leader_changed = change.leader != NO_LEADER_CHANGE
+        return PartitionImage(
+            self.partition,
+            change.leader if leader_changed else self.leader,
+            self.leader_epoch + 1 if leader_changed else self.leader_epoch,
+            self.replicas if change.replicas is None else tuple(change.replicas),
+            self.isr if change.isr is None else tuple(change.isr),
+            self.partition_epoch + 1,
+            self.removing_replicas if change.removing_replicas is None else tuple(change.removing_replicas),
+            self.adding_replicas if change.adding_replicas is None else tuple(change.adding_replicas),
+            self.leader_recovery_state if change.leader_recovery_state < 0 else change.leader_recovery_state)
+
+    @classmethod
+    def of(cls, record: PartitionRecord) -> PartitionImage:
+        """The partition a ``PartitionRecord`` describes."""
+        return cls(record.partition, record.leader, record.leader_epoch, tuple(record.replicas), tuple(record.isr),
+                   record.partition_epoch, tuple(record.removing_replicas), tuple(record.adding_replicas),
+                   record.leader_recovery_state)
 
 
 @dataclass
@@ -76,8 +124,12 @@ class MetadataImage:
                 self.topics_by_id[t.topic_id] = t
             case PartitionRecord():
                 t = self.topics_by_id[uuid.UUID(record.topic_id)]
-                t.partitions[record.partition] = PartitionImage(
-                    record.partition, record.leader, record.leader_epoch, tuple(record.replicas))
+                t.partitions[record.partition] = PartitionImage.of(record)
+            case PartitionChangeRecord():
+                changed = self.topics_by_id.get(uuid.UUID(record.topic_id))
+                current = changed.partitions.get(record.partition) if changed is not None else None
+                if changed is not None and current is not None:  # a change of a deleted topic: nothing left
+                    changed.partitions[record.partition] = current.merge(record)
             case RemoveTopicRecord(topic_id=tid):
                 removed = self.topics_by_id.pop(uuid.UUID(tid), None)
                 if removed is not None:

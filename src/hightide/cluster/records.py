@@ -28,14 +28,51 @@ class TopicRecord:
     topic_id: str  # UUID string
 
 
+#: ``PartitionChangeRecord.leader`` when the leader does not change (Kafka's NO_LEADER_CHANGE).
+NO_LEADER_CHANGE = -2
+#: Kafka's LeaderRecoveryState: RECOVERED (0), RECOVERING (1: elected uncleanly, the
+#: leader has not yet confirmed recovery with AlterPartition); -1 in a change: unchanged.
+RECOVERED = 0
+RECOVERING = 1
+
+
 @dataclass(frozen=True)
 class PartitionRecord:
+    """Kafka's ``PartitionRecord``: the whole state of one partition. ``isr`` empty means
+    "the replicas" (records written before replication was tracked carry no ISR, and an
+    ISR is never empty), so it is normalized to ``replicas`` on construction."""
     type: ClassVar[str] = "partition"
     topic_id: str
     partition: int
     leader: int
     leader_epoch: int = 0
     replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader_recovery_state: int = RECOVERED
+
+    def __post_init__(self) -> None:
+        if not self.isr:
+            object.__setattr__(self, "isr", tuple(self.replicas))
+
+
+@dataclass(frozen=True)
+class PartitionChangeRecord:
+    """Kafka's ``PartitionChangeRecord``: a change of one partition; a field left at its
+    default (None, ``NO_LEADER_CHANGE``, -1) is unchanged. Applying it bumps the partition
+    epoch; a ``leader`` other than ``NO_LEADER_CHANGE`` (even the same broker) also bumps
+    the leader epoch (Kafka's ``PartitionRegistration.merge``)."""
+    type: ClassVar[str] = "partition_change"
+    topic_id: str
+    partition: int
+    leader: int = NO_LEADER_CHANGE
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    leader_recovery_state: int = -1
 
 
 @dataclass(frozen=True)
@@ -70,10 +107,11 @@ class FeatureLevelRecord:
     feature_level: int
 
 
-MetadataRecord = (TopicRecord | PartitionRecord | RemoveTopicRecord | ConfigRecord | ProducerIdsRecord
-                  | FeatureLevelRecord | BrokerRecord | SecurityRecord)
-_TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, ProducerIdsRecord,
-                                    FeatureLevelRecord, *BROKER_RECORD_TYPES, *SECURITY_RECORD_TYPES)}
+MetadataRecord = (TopicRecord | PartitionRecord | PartitionChangeRecord | RemoveTopicRecord | ConfigRecord
+                  | ProducerIdsRecord | FeatureLevelRecord | BrokerRecord | SecurityRecord)
+_TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, PartitionChangeRecord, RemoveTopicRecord, ConfigRecord,
+                                    ProducerIdsRecord, FeatureLevelRecord, *BROKER_RECORD_TYPES,
+                                    *SECURITY_RECORD_TYPES)}
 
 
 def encode(record: MetadataRecord) -> bytes:

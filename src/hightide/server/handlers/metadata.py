@@ -46,7 +46,7 @@ def topic_entry(t: TopicImage, cluster: _Cluster | None = None) -> dict:
     for p in sorted(t.partitions.values(), key=lambda p: p.partition):
         entry = {"error_code": ErrorCode.none, "partition_index": p.partition, "leader_id": p.leader,
                  "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas),
-                 "isr_nodes": list(p.replicas), "offline_replicas": []}
+                 "isr_nodes": list(p.isr), "offline_replicas": []}
         if cluster is not None:
             cluster.availability(entry, p.leader)
         parts.append(entry)
