@@ -92,6 +92,11 @@ class _Running:
         return self.prefix[i - 1] if i else -1
 
 
+def _t0(ev: Event) -> float:
+    """When the operation was invoked (its completion if it has no ``t0``)."""
+    return float(ev["t0"] if "t0" in ev else ev["t"])
+
+
 def _offsets(ev: Event) -> dict[int, int]:
     return {int(p): int(o) for p, o in ev.get("offsets", {}).items()}
 
@@ -240,10 +245,10 @@ class _Run:
         for ev in self.events:
             if ev["f"] == "committed" and ev["type"] == "ok":
                 for p, o in _offsets(ev).items():
-                    reads[(ev["group"], p)].append((float(ev.get("t0", ev["t"])), ev["t"], o))
+                    reads[(ev["group"], p)].append((_t0(ev), ev["t"], o))
             elif ev["f"] == "commit" and ev["type"] != "fail":
                 for p, o in _offsets(ev).items():
-                    sent[(ev["group"], p)].append((float(ev.get("t0", ev["t"])), o))
+                    sent[(ev["group"], p)].append((_t0(ev), o))
         for key, rs in reads.items():
             completed = _Running((t, o) for _, t, o in rs)
             invoked = _Running(sent.get(key, ()))
