@@ -35,6 +35,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Callable
 
 from hightide.protocol.records import (
     RECORD_LIST_TOO_LARGE,
@@ -139,6 +140,11 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         #: batch headers replayed into the producer state by the last (re)load, after the
         #: snapshot it started from (all of them without one)
         self.producer_state_replayed = 0
+        #: How an append moves the high watermark. None (one replica): the HW follows the
+        #: LEO. A partition with more replicas gets a callable here from the broker's replica
+        #: manager; an append then leaves the HW alone and calls it (a leader advances the HW
+        #: from its ISR's log end offsets, a follower takes its leader's).
+        self.after_append: Callable[[], None] | None = None
 
     # ================================================================== opening
 
@@ -231,7 +237,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         the active segment when full or older than segment.ms, assigns consecutive
         offsets and the leader epoch, stamps LogAppendTime if the topic uses it, and
         writes everything with one ``pwritev`` (page cache only). Advances the HW to the
-        new LEO (single node).
+        new LEO (one replica), else calls :attr:`after_append`.
 
         Raises OSError when the disk refuses the write; nothing of it is then visible or
         left in the file. Full disk and out-of-descriptors errors leave the log writable
@@ -311,8 +317,11 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         if seg.first_append_ms is None:
             seg.first_append_ms = now_ms
         self._leo = offset
-        self._hw = offset
         self.unflushed_messages += count
+        if self.after_append is None:
+            self._hw = offset
+        else:
+            self.after_append()
         return first
 
     def _append_failed(self, exc: OSError, seg: LogSegment) -> None:
