@@ -499,6 +499,27 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         self.cleaner_checkpoint = None
         self._reload_producer_state()
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset``, which may be past the LEO (Kafka's
+        ``truncateFullyAndStartAt``: a replica installing a metadata snapshot that ends at
+        ``offset``). Every segment and producer snapshot is deleted; the new log start
+        offset is durable when this returns (blocking file work: segments are unlinked)."""
+        if self.swap_pending:
+            raise RuntimeError("truncate_fully_and_start_at while a cleaner swap is being installed")
+        self.generation += 1
+        for seg in self._segments:
+            seg.delete()
+        self._segments = [LogSegment(self.storage, self.path, offset, self.config.index_interval_bytes)]
+        self._segments[0].recover()
+        self._bases = [offset]
+        self._log_start = self._leo = self._hw = self._recovery_point = offset
+        self._persist_log_start()
+        self._delete_all_snapshots()
+        self._dir_dirty = True
+        truncate_cleaner_checkpoint(self.storage, self.path, offset)
+        self.cleaner_checkpoint = None
+        self._reload_producer_state()
+
     def mark_dir_dirty(self) -> None:
         """Files were created, renamed or removed in the directory: fsync it next flush."""
         self._dir_dirty = True
