@@ -237,7 +237,7 @@ def test_controlled_shutdown_of_a_leader_moves_leadership_and_waits_until_everyo
     assert (reply.is_fenced, reply.should_shut_down) == (False, False)
     # RF=1: no other replica, so the partition goes leaderless (epoch + 1) in the same batch
     assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN),
-                       R.PartitionRecord(tid, 0, -1, 1, (1,))]
+                       R.PartitionChangeRecord(tid, 0, leader=-1)]
     assert _leader(c, tid) == (-1, 1)
     shutdown_offset = c.committed
     assert c.image.brokers[1].in_controlled_shutdown
@@ -270,11 +270,11 @@ def test_session_expiry_makes_the_partitions_leaderless_and_unfencing_gives_them
     c.now += TIMEOUT
     c.heartbeat(2, e2)
     c.now += 1
-    assert c.tick() == [BrokerRegistrationChangeRecord(1, e1, fenced=FENCE), R.PartitionRecord(t1, 0, -1, 1, (1,))]
+    assert c.tick() == [BrokerRegistrationChangeRecord(1, e1, fenced=FENCE), R.PartitionChangeRecord(t1, 0, leader=-1)]
     assert _leader(c, t1) == (-1, 1) and _leader(c, t2) == (2, 0)
     reply, records = c.heartbeat(1, e1)  # back, caught up: unfenced and leader again
     assert not reply.is_fenced
-    assert records == [BrokerRegistrationChangeRecord(1, e1, fenced=UNFENCE), R.PartitionRecord(t1, 0, 1, 2, (1,))]
+    assert records == [BrokerRegistrationChangeRecord(1, e1, fenced=UNFENCE), R.PartitionChangeRecord(t1, 0, leader=1)]
     assert _leader(c, t1) == (1, 2)
 
 
@@ -283,12 +283,12 @@ def test_want_fence_and_unregister_make_the_partitions_leaderless():
     e1 = c.up(1)
     tid = _lead_a_partition(c, 1)
     _, records = c.heartbeat(1, e1, want_fence=True)
-    assert records[1:] == [R.PartitionRecord(tid, 0, -1, 1, (1,))]
+    assert records[1:] == [R.PartitionChangeRecord(tid, 0, leader=-1)]
     _, records = c.heartbeat(1, e1)  # unfenced again: leader again
     assert _leader(c, tid) == (1, 2)
     code, _, records = c.core.unregister(c.image, 1)
     c.append(records)
-    assert records[0] == R.PartitionRecord(tid, 0, -1, 3, (1,)) and 1 not in c.image.brokers
+    assert records[0] == R.PartitionChangeRecord(tid, 0, leader=-1) and 1 not in c.image.brokers
 
 
 def test_a_new_incarnation_replacing_an_expired_leader_moves_its_partitions_first():
@@ -297,7 +297,7 @@ def test_a_new_incarnation_replacing_an_expired_leader_moves_its_partitions_firs
     tid = _lead_a_partition(c, 1)
     c.now += TIMEOUT + 1  # expired, not fenced yet (no tick ran)
     reply, records = c.register(1, 2)
-    assert records[0] == R.PartitionRecord(tid, 0, -1, 1, (1,))
+    assert records[0] == R.PartitionChangeRecord(tid, 0, leader=-1)
     assert reply.broker_epoch == c.committed != e1  # the epoch is the RegisterBrokerRecord's offset
     assert isinstance(records[1], RegisterBrokerRecord) and _leader(c, tid) == (-1, 1)
 
@@ -454,7 +454,7 @@ def test_a_failed_append_of_the_controlled_shutdown_record_is_written_again():
     assert c.heartbeat(2, e2)[0].lowest_acknowledged_offset == c.committed
     reply, records = c.heartbeat(1, e1, want_shut_down=True)
     assert records == [BrokerRegistrationChangeRecord(1, e1, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN),
-                       R.PartitionRecord(tid, 0, -1, 1, (1,))]
+                       R.PartitionChangeRecord(tid, 0, leader=-1)]
     assert c.image.brokers[1].in_controlled_shutdown
 
 

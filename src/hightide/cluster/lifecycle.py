@@ -34,12 +34,13 @@ The catch-up offset is Kafka's (the offset of the broker's RegisterBrokerRecord)
 to the largest lowest-acknowledged offset already handed out, so a broker joining the
 active set never pulls the seed's value backwards. ``IsCaughtUp`` answers the same test.
 
-Leadership (Kafka's ``ReplicationControlManager``): every batch that fences a broker
-(heartbeat with WantFence, session expiry, a new incarnation replacing an unfenced
-registration), puts it in controlled shutdown or unregisters it also moves every
-partition it leads to NO_LEADER (leader -1, leader epoch + 1; with RF=1 there is no other
-replica to move to); the batch that unfences a broker makes it leader again (epoch + 1)
-of every leaderless partition it is a replica of (:mod:`.placement`). So a broker in
+Leadership (Kafka's ``ReplicationControlManager``, :mod:`.replication_control`): every
+batch that fences a broker (heartbeat with WantFence, session expiry, a new incarnation
+replacing an unfenced registration), puts it in controlled shutdown or unregisters it
+also takes it out of every ISR (but the last member) and moves the leadership of every
+partition it leads to the next ISR member in replica order, or to nobody (leader -1;
+leader epoch + 1 either way); the batch that unfences a broker elects leaders for the
+leaderless partitions, so those whose ISR holds it get it back. So a broker in
 controlled shutdown leads nothing once its record is applied, and is told to shut down
 once every active broker has applied that record (Kafka's test).
 """
@@ -47,7 +48,7 @@ once every active broker has applied that record (Kafka's test).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -68,9 +69,15 @@ from .broker_records import (
     UnregisterBrokerRecord,
 )
 from .heartbeats import BrokerHeartbeats
-from .image import MetadataImage
-from .placement import leaderless_records, regained_records
+from .image import MetadataImage, TopicImage
+from .placement import usable_brokers
 from .records import MetadataRecord
+from .replication_control import (
+    PartitionChanges,
+    add_broker_records,
+    remove_broker_records,
+    unclean_election_enabled,
+)
 
 
 @dataclass(frozen=True)
@@ -148,9 +155,22 @@ class BrokerLifecycle:
     cluster_id: str
     config: LifecycleConfig = field(default_factory=LifecycleConfig)
     finalized_features: Mapping[str, int] = field(default_factory=dict)
+    #: The controller's ``unclean.leader.election.enable`` (static and dynamic), for
+    #: topics that do not set it and without a cluster-wide dynamic default.
+    unclean_default: Callable[[], bool] = lambda: False
 
     def __post_init__(self) -> None:
         self.heartbeats = BrokerHeartbeats(self.config.session_timeout_ms)
+
+    def _removed(self, image: MetadataImage, broker_id: int,
+                 changes: PartitionChanges | None = None) -> list[MetadataRecord]:
+        """The partition changes of ``broker_id`` leaving (fenced, shutting down, gone)."""
+        changes = changes if changes is not None else PartitionChanges(image, usable_brokers(image))
+        return list(remove_broker_records(changes, broker_id, self._unclean(image)))
+
+    def _unclean(self, image: MetadataImage) -> Callable[[TopicImage], bool]:
+        default = self.unclean_default()
+        return lambda topic: unclean_election_enabled(image, topic, default)
 
     def features(self, image: MetadataImage) -> dict[str, int]:
         """The finalized feature levels: the image's (FeatureLevelRecord) over the
@@ -174,8 +194,8 @@ class BrokerLifecycle:
             return error, []
         existing = image.brokers.get(req.broker_id)
         same = existing is not None and existing.incarnation_id == req.incarnation_id
-        moved = 0 if existing is None or same or existing.fenced else len(leaderless_records(image, req.broker_id))
-        epoch = existing.epoch if same and existing is not None else next_offset + moved
+        replaced = [] if existing is None or same or existing.fenced else self._removed(image, req.broker_id)
+        epoch = existing.epoch if same and existing is not None else next_offset + len(replaced)
         record = RegisterBrokerRecord(
             req.broker_id, str(req.incarnation_id), epoch, req.listeners, req.features, req.rack,
             fenced=existing.fenced if same and existing is not None else True,
@@ -183,7 +203,6 @@ class BrokerLifecycle:
             log_dirs=req.log_dirs)
         if same and existing is not None:
             self.heartbeats.session(existing, now_ms).last_contact_ms = now_ms
-        replaced = [] if existing is None or same or existing.fenced else leaderless_records(image, req.broker_id)
         # A new incarnation's session starts when its record is applied (the old one's
         # session is kept until then, so a failed append leaves the old registration as
         # it was); it is fenced, so it cannot expire before its first heartbeat.
@@ -220,7 +239,7 @@ class BrokerLifecycle:
         if reg is None:
             return ErrorCode.broker_id_not_registered, f"Broker ID {broker_id} is not currently registered", []
         self.heartbeats.remove(broker_id)
-        return ErrorCode.none, None, [*leaderless_records(image, broker_id), UnregisterBrokerRecord(broker_id, reg.epoch)]
+        return ErrorCode.none, None, [*self._removed(image, broker_id), UnregisterBrokerRecord(broker_id, reg.epoch)]
 
     # -- BrokerHeartbeat (63) -----------------------------------------------------------
     def heartbeat(self, image: MetadataImage, req: Heartbeat, now_ms: int, next_offset: int,
@@ -296,14 +315,14 @@ class BrokerLifecycle:
             return current, BrokerState.SHUTDOWN_NOW
         return current, current
 
-    @staticmethod
-    def _leadership_records(image: MetadataImage, reg: BrokerRegistration, current: BrokerState,
+    def _leadership_records(self, image: MetadataImage, reg: BrokerRegistration, current: BrokerState,
                             nxt: BrokerState) -> list[MetadataRecord]:
-        """Partition leadership moving with a state change (see the module doc)."""
+        """Partition leadership and ISRs moving with a state change (see the module doc)."""
         if nxt is BrokerState.UNFENCED and current is BrokerState.FENCED:
-            return list(regained_records(image, reg.broker_id))
+            changes = PartitionChanges(image, usable_brokers(image))
+            return list(add_broker_records(changes, reg.broker_id, self._unclean(image)))
         if nxt is BrokerState.CONTROLLED_SHUTDOWN or (nxt.fenced and not reg.fenced):
-            return list(leaderless_records(image, reg.broker_id))
+            return self._removed(image, reg.broker_id)
         return []
 
     @staticmethod
@@ -344,6 +363,7 @@ class BrokerLifecycle:
         one stale broker per event and reschedules at once; this fences them in one
         batch.)"""
         records: list[MetadataRecord] = []
+        changes = PartitionChanges(image, usable_brokers(image))  # one view: several may expire together
         for reg in sorted(image.brokers.values(), key=lambda r: r.broker_id):
             if reg.fenced:
                 continue
@@ -351,7 +371,7 @@ class BrokerLifecycle:
             if self.heartbeats.expired(session, now_ms):
                 session.shutdown_offset = -1
                 records.append(BrokerRegistrationChangeRecord(reg.broker_id, reg.epoch, fenced=FENCE))
-                records += leaderless_records(image, reg.broker_id)
+                records += self._removed(image, reg.broker_id, changes)
         return records
 
     def idle_records(self, now_ms: int, last_append_ms: int) -> list[MetadataRecord]:

@@ -1,4 +1,4 @@
-"""Partition placement and leadership on broker fencing (cluster mode), sans-IO.
+"""Partition placement (cluster mode), sans-IO.
 
 Placement (Kafka's ``StripedReplicaPlacer``, without racks): the brokers a new partition
 may be placed on are the *usable* ones — registered, unfenced, not in controlled shutdown
@@ -8,14 +8,8 @@ may be placed on are the *usable* ones — registered, unfenced, not in controll
 brokers, each topic starting somewhere else, and the outcome is deterministic (tests,
 and a replayed decision is the same decision).
 
-Leadership (Kafka's ``ReplicationControlManager``): when a broker is fenced, enters
-controlled shutdown or is unregistered, every partition it leads gets a
-:class:`PartitionRecord` with leader -1 (NO_LEADER) and leader epoch + 1, replicas kept
-(:func:`leaderless_records`); with replication factor 1 there is no other replica to
-move to, so the partition is unavailable until the broker returns. When a broker is
-unfenced, every leaderless partition it is a replica of gets it back as leader, epoch + 1
-(:func:`regained_records`). The lifecycle core writes these in the same batch as the
-fence/unfence record, so no image ever shows a fenced leader.
+Leadership as brokers come and go, and every other partition change, is
+:mod:`.replication_control`'s.
 """
 
 from __future__ import annotations
@@ -24,7 +18,6 @@ import zlib
 from collections.abc import Iterable, Sequence
 
 from .image import MetadataImage
-from .records import PartitionRecord
 
 NO_LEADER = -1
 
@@ -57,26 +50,4 @@ def place(topic: str, partitions: Iterable[int], rf: int, brokers: Sequence[int]
     return [tuple(brokers[(start + p + i) % n] for i in range(rf)) for p in partitions]
 
 
-def leaderless_records(image: MetadataImage, broker_id: int) -> list[PartitionRecord]:
-    """A record moving every partition ``broker_id`` leads to NO_LEADER (epoch + 1)."""
-    out = []
-    for t in sorted(image.topics.values(), key=lambda t: t.name):
-        for p in sorted(t.partitions.values(), key=lambda p: p.partition):
-            if p.leader == broker_id:
-                out.append(PartitionRecord(str(t.topic_id), p.partition, NO_LEADER, p.leader_epoch + 1, p.replicas))
-    return out
-
-
-def regained_records(image: MetadataImage, broker_id: int) -> list[PartitionRecord]:
-    """A record making ``broker_id`` leader (epoch + 1) of every leaderless partition it
-    is a replica of (with RF=1: the partitions it led before it was fenced)."""
-    out = []
-    for t in sorted(image.topics.values(), key=lambda t: t.name):
-        for p in sorted(t.partitions.values(), key=lambda p: p.partition):
-            if p.leader == NO_LEADER and broker_id in p.replicas:
-                out.append(PartitionRecord(str(t.topic_id), p.partition, broker_id, p.leader_epoch + 1, p.replicas))
-    return out
-
-
-__all__ = ["NO_LEADER", "PlacementError", "usable_brokers", "start_index", "place", "leaderless_records",
-           "regained_records"]
+__all__ = ["NO_LEADER", "PlacementError", "usable_brokers", "start_index", "place"]

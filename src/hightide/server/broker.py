@@ -199,6 +199,7 @@ class Broker:
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
             write=self.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
             committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints)
+        self.controller_service.lifecycle.unclean_default = lambda: bool(self.config["unclean.leader.election.enable"])
         self.controller_services = Services.of(self, handlers.controller_routes(self.controller_service))
 
     def _controller_endpoints(self) -> list[tuple[str, str, int]]:
