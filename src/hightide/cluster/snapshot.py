@@ -1,0 +1,356 @@
+"""KRaft metadata snapshots: the metadata image as a file of record batches (sans-IO
+codec plus a small file store over the storage seam).
+
+Theory of operation
+-------------------
+A snapshot is the :class:`~hightide.cluster.image.MetadataImage` after applying every
+record below its **end offset**, written in Kafka's layout (``RecordsSnapshotWriter``):
+
+* file ``<end offset, 20 digits>-<epoch, 10 digits>.checkpoint`` in the
+  ``__cluster_metadata-0`` directory; ``epoch`` is the leader epoch of the last record it
+  covers (the pair is Kafka's ``OffsetAndEpoch`` snapshot id). It is written as
+  ``….checkpoint.part``, fsynced and renamed, so a ``.checkpoint`` file is always whole;
+  leftover ``.part`` files are removed when the store opens, deleted snapshots are first
+  renamed ``….checkpoint.deleted`` (the log loader removes those too);
+* v2 record batches with partition leader epoch = the snapshot's epoch and offsets
+  counted from 0 inside the file: a control batch holding one ``SnapshotHeader`` control
+  record (control type 3; value: Kafka's ``SnapshotHeaderRecord`` v0 through kio:
+  version, LastContainedLogTimestamp), then the image as metadata records (the values
+  hightide's metadata log stores, :mod:`hightide.cluster.records`) in batches of at most
+  :data:`MAX_BATCH_BYTES` / :data:`MAX_BATCH_RECORDS`, then a control batch with one
+  ``SnapshotFooter`` control record (type 4). Every batch carries its CRC-32C.
+
+Loading applies every record of a snapshot at offset ``end offset - 1`` (Kafka's
+QuorumController replays snapshot records at the snapshot's last contained offset), so
+the loaded image equals the image the log replay would have built, except for values
+that are offsets of individual records: a broker registration's ``registration_offset``
+and the image's ``content_offset`` become ``end offset - 1`` (both only ever compared
+with "has the broker applied at least this", so they stay safe), and the legacy merged
+``broker_configs`` view, which a snapshot rebuilds from the per-broker configs.
+
+What is not in a snapshot (KIP-853): KRaftVersionRecord and VotersRecord (hightide's
+voters are static, ``controller.quorum.voters``).
+
+API for the Raft shell and the snapshotter (``hightide.server.snapshotter``):
+:func:`image_records` (on the owning thread: a consistent copy of the image as frozen
+records), :func:`encode_snapshot` (anywhere: bytes), :func:`decode_snapshot` /
+:func:`image_from_snapshot` (anywhere: raise :class:`SnapshotError` on any defect), and
+:class:`SnapshotStore` (blocking file IO: run it off the event loop).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+
+from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
+from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i64
+
+from ..log.storage import POSIX, Storage
+from ..protocol.records import InvalidRecords, build_batch, decode_records, validate_batches
+from .broker_records import BrokerRegistrationChangeRecord, RegisterBrokerRecord
+from .image import MetadataImage
+from .raft.messages import OffsetAndEpoch
+from .records import (
+    BROKER_RESOURCE,
+    GROUP_RESOURCE,
+    TOPIC_RESOURCE,
+    ConfigRecord,
+    FeatureLevelRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    TopicRecord,
+    decode,
+    encode,
+)
+from .security_records import AccessControlEntryRecord, UserScramCredentialRecord
+
+__all__ = [
+    "SNAPSHOT_SUFFIX", "PARTIAL_SUFFIX", "DELETED_SUFFIX", "SnapshotError", "DecodedSnapshot", "SnapshotStore",
+    "snapshot_name", "parse_snapshot_name", "image_records", "encode_snapshot", "decode_snapshot",
+    "image_from_snapshot", "load_latest",
+]
+
+log = logging.getLogger("hightide.metadata")
+
+SNAPSHOT_SUFFIX = ".checkpoint"
+PARTIAL_SUFFIX = ".checkpoint.part"
+DELETED_SUFFIX = ".checkpoint.deleted"
+#: Kafka's ControlRecordType codes.
+SNAPSHOT_HEADER, SNAPSHOT_FOOTER = 3, 4
+MAX_BATCH_BYTES = 1 << 20
+MAX_BATCH_RECORDS = 10_000
+_CONTROL_KEY = struct.Struct(">hh")  # ControlRecordType key: version 0, type
+
+
+class SnapshotError(ValueError):
+    """A snapshot is unusable (truncated, corrupt, not a snapshot); the message says why."""
+
+
+# -- names ---------------------------------------------------------------------------
+def snapshot_name(sid: OffsetAndEpoch) -> str:
+    """Kafka's file name of snapshot ``sid``: ``%020d-%010d.checkpoint``."""
+    return f"{sid.offset:020d}-{sid.epoch:010d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_name(name: str) -> OffsetAndEpoch | None:
+    """The snapshot id a file name stands for, or None if it is not a whole snapshot's
+    name (``.part`` and ``.deleted`` files included)."""
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    stem = name[:-len(SNAPSHOT_SUFFIX)]
+    offset, dash, epoch = stem.partition("-")
+    if not dash or len(offset) != 20 or len(epoch) != 10 or not offset.isdigit() or not epoch.isdigit():
+        return None
+    return OffsetAndEpoch(int(offset), int(epoch))
+
+
+# -- the image as records ------------------------------------------------------------
+def image_records(image: MetadataImage) -> list[MetadataRecord]:
+    """The records that rebuild ``image`` when applied to an empty one, in an order that
+    applies (features, brokers, topics with their partitions and configs, the other
+    configs, producer ids, ACLs, SCRAM credentials). The records are frozen: the list
+    stays valid while the image keeps changing. Cost: one object per record, on the
+    caller's thread."""
+    out: list[MetadataRecord] = [FeatureLevelRecord(n, lvl) for n, lvl in sorted(image.features.items())]
+    for bid in sorted(image.brokers):
+        reg = image.brokers[bid]
+        out.append(RegisterBrokerRecord(reg.broker_id, str(reg.incarnation_id), reg.epoch, reg.endpoints,
+                                        reg.features, reg.rack, reg.fenced, reg.in_controlled_shutdown))
+    names = [f.name for f in fields(PartitionRecord) if f.name != "topic_id"]
+    for topic in image.topics.values():
+        tid = str(topic.topic_id)
+        out.append(TopicRecord(topic.name, tid))
+        for p in sorted(topic.partitions):
+            part = topic.partitions[p]
+            out.append(PartitionRecord(tid, **{n: getattr(part, n) for n in names}))
+        out.extend(ConfigRecord(TOPIC_RESOURCE, topic.name, k, v) for k, v in sorted(topic.configs.items()))
+    for resource in sorted(image.broker_dynamic):
+        out.extend(ConfigRecord(BROKER_RESOURCE, resource, k, v)
+                   for k, v in sorted(image.broker_dynamic[resource].items()))
+    for group in sorted(image.group_configs):
+        out.extend(ConfigRecord(GROUP_RESOURCE, group, k, v) for k, v in sorted(image.group_configs[group].items()))
+    if image.next_producer_id:
+        out.append(ProducerIdsRecord(image.next_producer_id))
+    for acl_id, b in sorted(image.security.acls.by_id.items()):
+        out.append(AccessControlEntryRecord(acl_id, int(b.resource_type), b.resource_name, int(b.pattern_type),
+                                            b.principal, b.host, int(b.operation), int(b.permission)))
+    for (user, mechanism), cred in sorted(image.security.scram.items()):
+        out.append(UserScramCredentialRecord.of(user, mechanism, cred.salt, cred.stored_key, cred.server_key,
+                                                cred.iterations))
+    return out
+
+
+# -- bytes ---------------------------------------------------------------------------
+def _entity_bytes(entity: SnapshotHeaderRecord | SnapshotFooterRecord) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def _control_batch(kind: int, value: bytes, offset: int, epoch: int, now_ms: int) -> bytes:
+    return build_batch([(_CONTROL_KEY.pack(0, kind), value, [], now_ms)], base_offset=offset, is_control=True,
+                       partition_leader_epoch=epoch)
+
+
+def _chunks(values: Sequence[bytes]) -> Iterator[Sequence[bytes]]:
+    start = size = 0
+    for i, v in enumerate(values):
+        if i > start and (size + len(v) > MAX_BATCH_BYTES or i - start >= MAX_BATCH_RECORDS):
+            yield values[start:i]
+            start, size = i, 0
+        size += len(v) + 8
+    if start < len(values):
+        yield values[start:]
+
+
+def encode_snapshot(records: Sequence[MetadataRecord], sid: OffsetAndEpoch, last_contained_ms: int,
+                    now_ms: int) -> bytes:
+    """The snapshot file's bytes: header batch, ``records`` in batches, footer batch.
+    ``last_contained_ms`` is the append time of the last log record it covers (Kafka's
+    LastContainedLogTimestamp); ``now_ms`` stamps the batches."""
+    header = SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(last_contained_ms))
+    parts = [_control_batch(SNAPSHOT_HEADER, _entity_bytes(header), 0, sid.epoch, now_ms)]
+    offset = 1
+    for chunk in _chunks([encode(r) for r in records]):
+        parts.append(build_batch([(None, v, [], now_ms) for v in chunk], base_offset=offset,
+                                 partition_leader_epoch=sid.epoch))
+        offset += len(chunk)
+    parts.append(_control_batch(SNAPSHOT_FOOTER, _entity_bytes(SnapshotFooterRecord(version=i16(0))), offset,
+                                sid.epoch, now_ms))
+    return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class DecodedSnapshot:
+    """A whole, checked snapshot: its records and the header's LastContainedLogTimestamp."""
+    records: list[MetadataRecord]
+    last_contained_ms: int
+
+
+def _control_type(batch: memoryview, what: str) -> tuple[int, bytes]:
+    recs = decode_records(batch)
+    if len(recs) != 1 or recs[0].key is None or len(recs[0].key) < 4 or recs[0].value is None:
+        raise SnapshotError(f"the {what} batch does not hold one control record")
+    return _CONTROL_KEY.unpack_from(recs[0].key)[1], recs[0].value
+
+
+def decode_snapshot(data: bytes | memoryview) -> DecodedSnapshot:
+    """Check and decode a whole snapshot file. Raises :class:`SnapshotError` if any batch
+    is truncated or fails its CRC, the first batch is not a SnapshotHeader control batch,
+    the last not a SnapshotFooter, a control batch sits in between, or a record does not
+    decode."""
+    try:
+        headers = validate_batches(data, client_origin=False)
+    except InvalidRecords as exc:
+        raise SnapshotError(str(exc)) from None
+    mv = memoryview(data)
+    if len(headers) < 2 or not headers[0].is_control or not headers[-1].is_control:
+        raise SnapshotError("no SnapshotHeader and SnapshotFooter control batches (a partial file?)")
+    try:
+        kind, value = _control_type(mv[headers[0].position:headers[0].position + headers[0].size], "first")
+        if kind != SNAPSHOT_HEADER:
+            raise SnapshotError(f"the first control record has type {kind}, not SnapshotHeader (3)")
+        header, _ = entity_reader(SnapshotHeaderRecord)(memoryview(value), 0)
+        h = headers[-1]
+        kind, _ = _control_type(mv[h.position:h.position + h.size], "last")
+        if kind != SNAPSHOT_FOOTER:
+            raise SnapshotError(f"the last control record has type {kind}, not SnapshotFooter (4)")
+        records: list[MetadataRecord] = []
+        for h in headers[1:-1]:
+            if h.is_control:
+                raise SnapshotError(f"a control batch at offset {h.base_offset} inside the snapshot")
+            records.extend(decode(r.value) for r in decode_records(mv[h.position:h.position + h.size])
+                           if r.value is not None)
+    except SnapshotError:
+        raise
+    except (InvalidRecords, ValueError, KeyError, TypeError, struct.error) as exc:
+        raise SnapshotError(f"undecodable record: {exc}") from None
+    return DecodedSnapshot(records, int(header.last_contained_log_timestamp))
+
+
+def image_from_snapshot(data: bytes | memoryview, sid: OffsetAndEpoch) -> MetadataImage:
+    """A new image from snapshot ``sid``'s bytes (every record applied at offset
+    ``sid.offset - 1``, as Kafka). Raises :class:`SnapshotError`."""
+    decoded = decode_snapshot(data)
+    image = MetadataImage()
+    at = sid.offset - 1
+    try:
+        for r in decoded.records:
+            image.apply(r, at)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SnapshotError(f"record does not apply: {exc!r}") from None
+    image.offset = image.content_offset = at
+    return image
+
+
+# -- files ---------------------------------------------------------------------------
+class SnapshotStore:
+    """The snapshot files of one metadata log directory, over the storage seam. Every
+    method does blocking file IO: call it off the event loop (``asyncio.to_thread``)
+    unless the cost is one small directory operation."""
+
+    def __init__(self, directory: str, storage: Storage = POSIX) -> None:
+        self.directory = directory
+        self.storage = storage
+
+    def path(self, sid: OffsetAndEpoch) -> str:
+        return os.path.join(self.directory, snapshot_name(sid))
+
+    def remove_partial(self) -> None:
+        """Delete leftovers of interrupted writes and deletions (``.part``,
+        ``.deleted``)."""
+        for name in self.storage.listdir(self.directory):
+            if name.endswith((PARTIAL_SUFFIX, DELETED_SUFFIX)):
+                self.storage.unlink(os.path.join(self.directory, name))
+
+    def ids(self) -> list[OffsetAndEpoch]:
+        """Ids of the whole snapshot files, oldest first."""
+        ids = [parse_snapshot_name(n) for n in self.storage.listdir(self.directory)]
+        return sorted((s for s in ids if s is not None), key=lambda s: (s.offset, s.epoch))
+
+    def latest(self) -> OffsetAndEpoch | None:
+        ids = self.ids()
+        return ids[-1] if ids else None
+
+    def size(self, sid: OffsetAndEpoch) -> int:
+        """Raises OSError (ENOENT) if there is no such snapshot."""
+        f = self.storage.open(self.path(sid), create=False)
+        try:
+            return f.size()
+        finally:
+            f.close()
+
+    def read(self, sid: OffsetAndEpoch, position: int = 0, max_bytes: int | None = None) -> bytes:
+        """``max_bytes`` (all when None) of snapshot ``sid`` from byte ``position``.
+        Raises OSError (ENOENT) if there is no such snapshot."""
+        f = self.storage.open(self.path(sid), create=False)
+        try:
+            size = f.size()
+            n = size - position if max_bytes is None else min(max_bytes, size - position)
+            return f.pread(max(n, 0), position)
+        finally:
+            f.close()
+
+    def write(self, sid: OffsetAndEpoch, data: bytes) -> int:
+        """Write snapshot ``sid`` durably: ``.part`` file, fsync, rename, directory fsync.
+        Returns its size. Raises OSError (the ``.part`` file removed)."""
+        final = self.path(sid)
+        part = final[:-len(SNAPSHOT_SUFFIX)] + PARTIAL_SUFFIX
+        try:
+            f = self.storage.open(part, truncate=True)
+            try:
+                f.pwrite(data, 0)
+                f.fsync()
+            finally:
+                f.close()
+            self.storage.replace(part, final)
+            self.storage.fsync_dir(self.directory)
+        except OSError:
+            try:
+                self.storage.unlink(part)
+            except OSError:
+                pass
+            raise
+        return len(data)
+
+    def delete(self, sid: OffsetAndEpoch) -> None:
+        """Delete one snapshot (renamed ``.deleted`` first, as Kafka)."""
+        final = self.path(sid)
+        gone = final[:-len(SNAPSHOT_SUFFIX)] + DELETED_SUFFIX
+        self.storage.replace(final, gone)
+        self.storage.unlink(gone)
+
+    def delete_before(self, sid: OffsetAndEpoch) -> list[OffsetAndEpoch]:
+        """Delete every snapshot older than ``sid`` (the latest is kept, as Kafka keeps
+        the snapshot its log start offset needs). Returns the ids deleted."""
+        older = [s for s in self.ids() if (s.offset, s.epoch) < (sid.offset, sid.epoch)]
+        for s in older:
+            self.delete(s)
+        return older
+
+    def delete_all(self) -> None:
+        for s in self.ids():
+            self.delete(s)
+
+
+def load_latest(store: SnapshotStore) -> tuple[OffsetAndEpoch, MetadataImage] | None:
+    """The newest snapshot that decodes whole, with its image, or None. A snapshot that
+    does not (corrupt, truncated, unreadable) is skipped with a WARNING naming the file
+    and the defect, and the next older one is tried."""
+    for sid in reversed(store.ids()):
+        try:
+            image = image_from_snapshot(store.read(sid), sid)
+        except (SnapshotError, OSError) as exc:
+            log.warning("metadata snapshot %s is unusable (%s): ignored, trying an older snapshot or the log",
+                        store.path(sid), exc)
+            continue
+        return sid, image
+    return None
