@@ -18,6 +18,7 @@ from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch
 from hightide.server.metadata_follower import (
     METADATA_TOPIC_ID,
+    UNCOMMITTED_BACKOFF_MS,
     Append,
     Backoff,
     MetadataFollower,
@@ -55,7 +56,12 @@ def test_plan_maps_answers_to_actions() -> None:
     assert plan(partition(hwm=5), 5) == Backoff(0, 5)  # nothing new after the long-poll
     assert isinstance(plan(partition(error=ErrorCode.offset_out_of_range), 5), Truncate)
     assert plan(partition(hwm=3, diverging=3), 5).offset == 0  # type: ignore[union-attr]  # full resync
-    assert plan(partition(hwm=2), 5) == Truncate(0, "the controller's log ends at 2, the local copy at 5")
+    # a high watermark behind the local copy (a new Raft leader that has not committed in its epoch yet) is
+    # not a divergence: the local copy holds committed records only; ask again shortly
+    assert plan(partition(hwm=2), 5) == Backoff(UNCOMMITTED_BACKOFF_MS, -1)
+    assert plan(partition(hwm=-1), 5) == Backoff(UNCOMMITTED_BACKOFF_MS, -1)
+    assert plan(partition(data + batch(6, topic("b")), hwm=6), 5) == Append(data, 6)  # offset 6 is not committed
+    assert plan(partition(batch(6, topic("b")), hwm=6), 6) == Backoff(UNCOMMITTED_BACKOFF_MS, 6)
     backoff = plan(partition(error=ErrorCode.not_leader_or_follower), 5)
     assert isinstance(backoff, Backoff) and backoff.delay_ms > 0 and backoff.reason == "NOT_LEADER_OR_FOLLOWER"
 
@@ -68,7 +74,7 @@ class FakeChannel:
         self.requests: list[dict] = []
 
     async def connection(self) -> Any:
-        return SimpleNamespace(pick_version=lambda key, hi, lo=0: 17)
+        return SimpleNamespace(pick_version=lambda key, hi, lo=0: 17, host="127.0.0.1", port=9093)
 
     async def request(self, api_key: int, version: int, body: dict, **kw: Any) -> Any:
         self.requests.append(body)

@@ -49,8 +49,11 @@ class BrokerNode:
         addresses = settings.controller_addresses()
         client = f"hightide-broker-{settings.node_id}"
         security = controller_client_security(broker.config.security_values, settings.controller_listener_names)
-        self.channel = ControllerChannel(addresses, client_id=client, name="controller", security=security)
-        self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch", security=security)
+        voters = {v.node_id: (v.host, v.port) for v in settings.voters}
+        self.channel = ControllerChannel(addresses, client_id=client, name="controller", security=security,
+                                         voters=voters)
+        self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch", security=security,
+                                               locator=self.channel.locator)  # one view of the active controller
         self.gate = ReadGate(settings.read_consistency, settings.read_max_wait_ms, lao=self._lao,
                              applied=self._applied, content=self._content)
         self.forwarder = Forwarder(self.channel, self.gate)

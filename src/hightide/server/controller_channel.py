@@ -1,14 +1,36 @@
 """A broker's connection to the active controller (Kafka's NodeToControllerChannelManager,
-much reduced: one voter, so the active controller is the one that answers).
+reduced), and how it finds the active controller among the voters.
 
-Theory of operation: :class:`ControllerChannel` owns at most one
+Theory of operation
+-------------------
+:class:`ControllerLocator` knows where the active controller is (the Raft leader): the
+last leader hint (leader id and epoch from a metadata Fetch answer's ``CurrentLeader``,
+its address from ``NodeEndpoints`` or the static voters ``controller.quorum.voters``),
+else nobody, and then the next address to try in round-robin order over the voters (or
+``controller.quorum.bootstrap.servers``). A hint older than the one known is ignored; a
+leader that failed us (connection lost, NOT_CONTROLLER) is forgotten, and a hint naming
+that same leader in that same epoch is ignored until the leader itself answers or a newer
+epoch is heard of. A broker's channels share one locator, so what the metadata Fetch
+learns moves the lifecycle channel too.
+
+:class:`ControllerChannel` owns at most one current
 :class:`~hightide.client.connection.BrokerConnection` (pipelined requests matched by
 correlation id, the ApiVersions handshake on connect). :meth:`ControllerChannel.request`
-connects on demand, trying the controller addresses (``controller.quorum.voters``, else
-``controller.quorum.bootstrap.servers``) in turn; after a failed attempt it waits an
-exponential backoff (100 ms doubling to ``max_backoff_s``) before the next one. A broken
-connection fails the requests in flight with :class:`ControllerUnavailable` and is
-replaced on the next request. Retrying is the caller's decision (heartbeats, the
+connects on demand to the locator's target; after a failed attempt it waits an
+exponential backoff (50 ms doubling to ``max_backoff_s``; reset by a new leader hint and
+by a success) before the next one. Two failures are told apart:
+
+* **not sent** (no connection could be made): :class:`ControllerUnavailable` with
+  ``sent=False``; repeating the request is safe;
+* **outcome unknown** (the connection broke with the request in flight):
+  ``sent=True``; the controller may have processed it. The connection is dropped and
+  the next request goes to the next candidate.
+
+An answer whose top-level ``ErrorCode`` is NOT_CONTROLLER (41: the voter is not the
+active controller; it processed nothing) retires that connection — it is closed once
+the requests still in flight on it are answered — and the request is sent again to the
+next candidate, until the request's timeout; after it the NOT_CONTROLLER answer is
+returned to the caller. Any other retrying is the caller's decision (heartbeats, the
 metadata fetch and forwarded writes retry differently).
 
 A broker uses two channels: one for lifecycle requests and forwarded writes, one for the
@@ -22,33 +44,115 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..client.connection import BrokerConnection
 from ..client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from ..client.properties import ClientSecurity
+from ..protocol.errors import ErrorCode
 
 log = logging.getLogger("hightide.controller_channel")
 
-INITIAL_BACKOFF_S = 0.1
+INITIAL_BACKOFF_S = 0.05
+NOT_CONTROLLER = int(ErrorCode.not_controller)
+
+Address = tuple[str, int]
 
 
 class ControllerUnavailable(Exception):
-    """No controller could be reached, or the connection broke while a request was in
-    flight (the request may or may not have been processed)."""
+    """No controller could be reached (``sent`` False: the request never left), or the
+    connection broke while the request was in flight (``sent`` True: the controller may
+    or may not have processed it)."""
+
+    def __init__(self, message: str, *, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
-class ControllerChannel:
-    """Requests to the active controller. ``addresses`` are tried in turn; ``name`` and
-    ``client_id`` identify the channel in logs and in the controller's request log."""
+class ControllerLocator:
+    """Where the active controller is (see the module doc). ``addresses`` are tried in
+    round-robin order while no leader is known; ``voters`` maps voter ids to their
+    controller-listener addresses (to resolve a hint that carries only an id).
+    No IO; safe to share between the channels of one event loop."""
 
-    def __init__(self, addresses: Sequence[tuple[str, int]], *, client_id: str, name: str = "controller",
-                 request_timeout_s: float = 10.0, max_backoff_s: float = 2.0,
-                 security: ClientSecurity | None = None) -> None:
+    def __init__(self, addresses: Sequence[Address], voters: Mapping[int, Address] | None = None) -> None:
         if not addresses:
             raise ValueError("a controller channel needs at least one controller address")
         self.addresses = list(addresses)
+        self.voters = dict(voters or {})
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.leader_address: Address | None = None
+        self._next = 0
+        self._stale: tuple[int, int] | None = None  # (id, epoch) of a leader that failed us
+        #: Bumped whenever a new leader address is learned (channels reset their backoff).
+        self.generation = 0
+
+    def hint(self, leader_id: int, epoch: int, address: Address | None = None, *, authoritative: bool = False) -> bool:
+        """Node ``leader_id`` leads ``epoch`` (``leader_id`` -1: an election is on in
+        ``epoch``, nobody leads). ``address`` is its controller listener when the answer
+        named it (NodeEndpoints); a static voter's configured address wins (it may be a
+        proxy, or the only route from here). ``authoritative``:
+        the leader itself said so (a successful Fetch answer from it). Returns True when
+        the leader's address changed. Hints older than the known epoch are ignored."""
+        if epoch < self.leader_epoch:
+            return False
+        if leader_id < 0:
+            if epoch > self.leader_epoch:
+                self.leader_epoch, self.leader_id, self.leader_address = epoch, -1, None
+            return False
+        if self._stale == (leader_id, epoch) and not authoritative:
+            return False
+        if authoritative:
+            self._stale = None
+        address = self.voters.get(leader_id) or address
+        changed = address is not None and address != self.leader_address
+        self.leader_id, self.leader_epoch = leader_id, epoch
+        if address is not None:
+            self.leader_address = address
+        if changed:
+            self.generation += 1
+        return changed
+
+    def target(self) -> Address:
+        """The address to connect to: the known leader's, else the next in turn."""
+        if self.leader_address is not None:
+            return self.leader_address
+        return self.addresses[self._next % len(self.addresses)]
+
+    def failed(self, address: Address) -> None:
+        """``address`` did not serve (unreachable, connection lost, NOT_CONTROLLER): if
+        it was the known leader, forget it (and ignore hints naming it in this epoch);
+        the next target is the address after it in turn."""
+        if address == self.leader_address:
+            self._stale = (self.leader_id, self.leader_epoch)
+            self.leader_address = None
+            self.leader_id = -1
+        if address in self.addresses:
+            self._next = self.addresses.index(address) + 1
+        else:
+            self._next += 1
+
+    def describe(self) -> str:
+        """The known leader for logs: ``3001 (epoch 4) at 127.0.0.1:9095`` or ``unknown``."""
+        if self.leader_address is None:
+            return "unknown"
+        host, port = self.leader_address
+        return f"{self.leader_id} (epoch {self.leader_epoch}) at {host}:{port}"
+
+
+class ControllerChannel:
+    """Requests to the active controller. ``addresses`` are the voters (or bootstrap
+    servers) tried in turn unless ``locator`` (shared with another channel) is given;
+    ``name`` and ``client_id`` identify the channel in logs and in the controller's
+    request log."""
+
+    def __init__(self, addresses: Sequence[Address], *, client_id: str, name: str = "controller",
+                 request_timeout_s: float = 10.0, max_backoff_s: float = 1.0,
+                 security: ClientSecurity | None = None, locator: ControllerLocator | None = None,
+                 voters: Mapping[int, Address] | None = None) -> None:
+        self.locator = locator if locator is not None else ControllerLocator(addresses, voters)
         self.client_id = client_id
         self.name = name
         self.request_timeout_s = request_timeout_s
@@ -58,14 +162,22 @@ class ControllerChannel:
         self.security = security
         self._conn: BrokerConnection | None = None
         self._lock = asyncio.Lock()
-        self._next = 0  # index of the address to try next
         self._backoff_s = 0.0
         self._retry_at = 0.0  # monotonic time before which no connect is attempted
+        self._generation = self.locator.generation
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()  # connections being closed after a drop
+        self._in_flight: dict[BrokerConnection, int] = {}
+        self._retired: set[BrokerConnection] = set()  # closed once their requests are answered
         self._last_error: str | None = None
+        #: Requests answered NOT_CONTROLLER and sent again (for tests and logs).
+        self.not_controller_retries = 0
         #: Called with the new connection's ApiVersions map after each successful connect.
         self.on_connect: Callable[[dict[int, tuple[int, int]]], None] | None = None
+
+    @property
+    def addresses(self) -> list[Address]:
+        return self.locator.addresses
 
     @property
     def api_versions(self) -> dict[int, tuple[int, int]]:
@@ -78,13 +190,14 @@ class ControllerChannel:
         return self._conn is not None and self._conn.connected
 
     @property
-    def address(self) -> tuple[str, int] | None:
+    def address(self) -> Address | None:
         """The address of the current connection, if any."""
         return (self._conn.host, self._conn.port) if self._conn is not None else None
 
     async def connection(self) -> BrokerConnection:
         """The open connection, connecting first if needed (waiting out the backoff of an
-        earlier failed attempt). Raises :class:`ControllerUnavailable` if the attempt fails."""
+        earlier failed attempt, unless a new leader was heard of meanwhile). Raises
+        :class:`ControllerUnavailable` (``sent=False``) if the attempt fails."""
         if self._conn is not None and self._conn.connected:
             return self._conn
         async with self._lock:
@@ -92,21 +205,18 @@ class ControllerChannel:
                 return self._conn
             if self._closed:
                 raise ControllerUnavailable(f"{self.name} channel closed")
-            wait = self._retry_at - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            await self._wait_backoff()
             old, self._conn = self._conn, None
             if old is not None:
-                await old.close()
-            host, port = self.addresses[self._next % len(self.addresses)]
+                self._close_later(old)
+            host, port = self.locator.target()
             conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
                                     security=self.security)
             try:
                 await conn.connect()
             except (KafkaError, OSError) as exc:
-                self._next += 1
-                self._backoff_s = min(self.max_backoff_s, max(INITIAL_BACKOFF_S, self._backoff_s * 2))
-                self._retry_at = time.monotonic() + self._backoff_s
+                self.locator.failed((host, port))
+                self._back_off()
                 message = f"cannot reach the controller at {host}:{port}: {exc}"
                 if message != self._last_error:
                     log.warning("%s channel: %s (retrying)", self.name, message)
@@ -115,11 +225,25 @@ class ControllerChannel:
             if self._last_error is not None:
                 log.info("%s channel: connected to the controller at %s:%d", self.name, host, port)
                 self._last_error = None
-            self._backoff_s = 0.0
             self._conn = conn
             if self.on_connect is not None:
                 self.on_connect(conn.api_versions)
             return conn
+
+    async def _wait_backoff(self) -> None:
+        """Sleep until the backoff ends; a new leader hint ends it at once."""
+        while True:
+            if self.locator.generation != self._generation:
+                self._generation = self.locator.generation
+                self._retry_at, self._backoff_s = 0.0, 0.0
+            wait = self._retry_at - time.monotonic()
+            if wait <= 0:
+                return
+            await asyncio.sleep(min(wait, 0.05))
+
+    def _back_off(self) -> None:
+        self._backoff_s = min(self.max_backoff_s, max(INITIAL_BACKOFF_S, self._backoff_s * 2))
+        self._retry_at = time.monotonic() + self._backoff_s
 
     def pick_version(self, api_key: int, wanted_max: int, our_min: int = 0) -> int:
         """The highest version of ``api_key`` both sides speak (see
@@ -131,35 +255,94 @@ class ControllerChannel:
     async def request(self, api_key: int, version: int | Callable[[BrokerConnection], int], body: Any, *,
                       timeout_s: float | None = None, unknown_tags: dict | None = None,
                       decoder: Callable[[bytes], Any] | None = None) -> Any:
-        """Send one request to the controller and return its decoded answer (error codes
-        inside it are not raised). ``version`` may be a function of the connection (to
-        pick it from the controller's ApiVersions). Raises :class:`ControllerUnavailable`
-        when no connection could be made or it broke (the connection is dropped and the
-        next request reconnects) and KafkaTimeoutError when no answer came in time."""
-        conn = await self.connection()
-        v = version(conn) if callable(version) else version
-        try:
-            return await conn.request(api_key, v, body, timeout_s=timeout_s, unknown_tags=unknown_tags,
-                                      decoder=decoder)
-        except KafkaTimeoutError:
-            raise
-        except KafkaConnectionError as exc:
-            self._drop(conn, str(exc))
-            raise ControllerUnavailable(str(exc)) from exc
+        """Send one request to the active controller and return its decoded answer (error
+        codes inside it are not raised). ``version`` may be a function of the connection
+        (to pick it from the controller's ApiVersions). Until ``timeout_s`` (default: the
+        channel's request timeout) has passed, a failed connect is tried again (the next
+        candidate, after the backoff) and an answer NOT_CONTROLLER is sent again to the
+        next candidate; after it that answer is returned. Raises
+        :class:`ControllerUnavailable` when no connection could be made in that time
+        (``sent=False``) or it broke with the request in flight
+        (``sent=True``; the connection is dropped and the next request reconnects), and
+        KafkaTimeoutError when no answer came in time."""
+        limit = self.request_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                conn = await self.connection()
+            except ControllerUnavailable:
+                if time.monotonic() >= deadline or self._retry_at >= deadline or self._closed:
+                    raise
+                continue
+            v = version(conn) if callable(version) else version
+            self._in_flight[conn] = self._in_flight.get(conn, 0) + 1
+            try:
+                resp = await conn.request(api_key, v, body, timeout_s=max(0.05, deadline - time.monotonic()),
+                                          unknown_tags=unknown_tags, decoder=decoder)
+            except KafkaTimeoutError:
+                raise
+            except KafkaConnectionError as exc:
+                self._drop(conn, str(exc))
+                raise ControllerUnavailable(str(exc), sent=True) from exc
+            finally:
+                self._done(conn)
+            if getattr(resp, "error_code", 0) != NOT_CONTROLLER:
+                self._backoff_s = 0.0
+                return resp
+            self._retire(conn)
+            if time.monotonic() >= deadline:
+                return resp
+            self.not_controller_retries += 1
+            if unknown_tags is not None:
+                unknown_tags.clear()
+
+    def _done(self, conn: BrokerConnection) -> None:
+        left = self._in_flight.get(conn, 1) - 1
+        if left > 0:
+            self._in_flight[conn] = left
+            return
+        self._in_flight.pop(conn, None)
+        if conn in self._retired:
+            self._retired.discard(conn)
+            self._close_later(conn)
+
+    def _retire(self, conn: BrokerConnection) -> None:
+        """``conn`` answered NOT_CONTROLLER: send nothing more on it (close it once its
+        requests in flight are answered) and look for the active controller elsewhere."""
+        if self._conn is not conn:
+            return
+        self._conn = None
+        self.locator.failed((conn.host, conn.port))
+        self._back_off()
+        log.info("%s channel: %s:%d is not the active controller (NOT_CONTROLLER); next: %s", self.name,
+                 conn.host, conn.port, self.locator.describe())
+        if self._in_flight.get(conn):
+            self._retired.add(conn)
+        else:
+            self._close_later(conn)
 
     def _drop(self, conn: BrokerConnection, reason: str) -> None:
         if self._conn is conn:
             self._conn = None
-            self._next += 1  # a single voter: the same address again; several: the next one
+            self.locator.failed((conn.host, conn.port))
             self._retry_at = time.monotonic() + INITIAL_BACKOFF_S
             log.info("%s channel: connection to %s:%d lost (%s)", self.name, conn.host, conn.port, reason)
-            task = asyncio.get_running_loop().create_task(conn.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._close_later(conn)
+
+    def _close_later(self, conn: BrokerConnection) -> None:
+        task = asyncio.get_running_loop().create_task(conn.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def retire_current(self) -> None:
+        """The current connection's controller answered that it is not active (e.g.
+        NOT_CONTROLLER inside a forwarded response): retire it as :meth:`request` does."""
+        if self._conn is not None:
+            self._retire(self._conn)
 
     def reset(self) -> None:
         """Drop the current connection (e.g. after a request timed out: the controller may
-        be paused or gone); the next request reconnects."""
+        be paused or gone); the next request connects to the next candidate."""
         if self._conn is not None:
             self._drop(self._conn, "reset")
 
@@ -168,3 +351,6 @@ class ControllerChannel:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
+        for retired in list(self._retired):
+            await retired.close()
+        self._retired.clear()

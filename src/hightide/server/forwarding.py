@@ -15,10 +15,17 @@ Theory of operation
   applied that offset (``acknowledged``; see :mod:`.read_gate`), then sends the inner
   response to the client unchanged. Tagged fields of the client's request that kio does
   not know are not forwarded.
-* **Failures**: while the controller cannot be reached the request is retried (connect
-  failures only: a request that was sent may have been processed) until its timeout;
-  then — or on an Envelope error — the client gets the API's own error response with
-  ``REQUEST_TIMED_OUT`` (no answer), or the Envelope's error code, for every item.
+* **Failover** (Kafka's ForwardingManager over the NodeToControllerChannelManager):
+  the Envelope goes to the active controller the channel knows. An answer NOT_CONTROLLER
+  — the Envelope's own error code, as Kafka's controllers answer, or any error code of
+  the inner response — means the voter processed nothing: the Envelope is sent again to
+  the next candidate (the leader hint, else the voters in turn) until the request's
+  timeout. A request that never left (no connection) is retried likewise. A request
+  whose outcome is unknown — the connection broke while it was in flight, or no answer
+  came in time — is **never sent again** (it may have been applied): the client gets the
+  API's error response with ``REQUEST_TIMED_OUT`` (retriable) for every item, as Kafka's
+  forwarding answers a timeout. With no active controller until the timeout, likewise;
+  any other Envelope error is answered with that error code.
 * **Remote writes** (:class:`RemoteMetadataWrites`): what a broker writes for itself —
   topics auto-created by Metadata and the coordinators' internal topics (a CreateTopics
   in an Envelope, so the answer carries MetadataOffset and the broker can wait until its
@@ -31,7 +38,6 @@ Theory of operation
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import struct
@@ -47,7 +53,7 @@ from ..protocol.build import materialize
 from ..protocol.codec import encode_request, request_schema, response_schema
 from ..protocol.errors import ErrorCode
 from ..security.principal import serialize_principal
-from .controller_channel import ControllerChannel, ControllerUnavailable
+from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerUnavailable
 from .coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
 from .read_gate import ReadGate
 from .registry import Route, Routes
@@ -73,6 +79,41 @@ class EnvelopeFailed(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class OutcomeUnknown(Exception):
+    """The forwarded request was sent and no answer came (connection lost, timeout): it
+    may or may not have been applied, so it is not sent again."""
+
+
+class NoActiveController(Exception):
+    """No active controller answered before the request's timeout (nothing was applied)."""
+
+
+def inner_not_controller(api_key: int, version: int, data: bytes) -> bool:
+    """True if the inner response ``data`` (header and body, no size prefix) carries
+    NOT_CONTROLLER in any ``error_code`` (top level or per item) — for DescribeQuorum
+    also NOT_LEADER_OR_FOLLOWER, Raft's answer of a voter that does not lead: the
+    controller that ran it was not active and applied nothing. False if it does not
+    decode."""
+    try:
+        body = decode_response(api_key, version, data)[1]
+    except KafkaError:
+        return False
+    codes = {NOT_CONTROLLER, int(ErrorCode.not_leader_or_follower)} if api_key == 55 else {NOT_CONTROLLER}
+    return _has_error(body, codes, 3)
+
+
+def _has_error(entity: Any, codes: set[int], depth: int) -> bool:
+    if getattr(entity, "error_code", None) in codes:
+        return True
+    if depth == 0 or not hasattr(entity, "__dataclass_fields__"):
+        return False
+    for name in entity.__dataclass_fields__:
+        value = getattr(entity, name, None)
+        if isinstance(value, tuple) and any(_has_error(item, codes, depth - 1) for item in value):
+            return True
+    return False
 
 
 def metadata_offset(unknown: dict) -> int | None:
@@ -132,34 +173,58 @@ class Forwarder:
         self.channel = channel
         self.gate = gate
         self.forwarded = 0
+        #: Envelopes answered NOT_CONTROLLER inside (not applied) and sent again.
+        self.not_controller_resends = 0
 
     # -- the Envelope round trip -------------------------------------------------------
-    async def envelope(self, inner: bytes, peer: str, deadline: float,
-                       principal: str | None = None) -> tuple[bytes, int | None]:
+    async def envelope(self, inner: bytes, peer: str, deadline: float, principal: str | None = None, *,
+                       api_key: int | None = None, api_version: int = 0) -> tuple[bytes, int | None]:
         """Send ``inner`` (a request header and body, no size prefix) in an Envelope
         carrying the client's ``principal`` (Kafka's principal serde; None: the broker's
-        own write, run under the broker's principal) and address; return (inner response
-        bytes, MetadataOffset or None). Retries connect failures until ``deadline``
-        (monotonic). Raises EnvelopeFailed, ControllerUnavailable or KafkaTimeoutError."""
+        own write, run under the broker's principal) and address to the active
+        controller; return (inner response bytes, MetadataOffset or None).
+
+        Sent again (it was not applied) while the request never left or the answer is
+        NOT_CONTROLLER (the Envelope's error, or — with ``api_key`` given — one in the
+        inner response), until ``deadline`` (monotonic). Raises :class:`OutcomeUnknown`
+        when the request may have been applied (connection lost in flight, no answer in
+        time), :class:`NoActiveController` when none answered by ``deadline``, and
+        :class:`EnvelopeFailed` for any other Envelope error."""
         body = {"request_data": inner,
                 "request_principal": serialize_principal(principal) if principal is not None else None,
                 "client_host_address": client_address(peer)}
         while True:
-            try:
-                await self.channel.connection()
-            except ControllerUnavailable:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(0.05)
-                continue
             unknown: dict = {}
-            resp = await self.channel.request(ENVELOPE_KEY, 0, body, unknown_tags=unknown,
-                                              timeout_s=max(0.1, deadline - time.monotonic()))
-            if resp.error_code != ErrorCode.none or resp.response_data is None:
-                code = int(resp.error_code) or int(ErrorCode.unknown_server_error)
+            try:
+                resp = await self.channel.request(ENVELOPE_KEY, 0, body, unknown_tags=unknown,
+                                                  timeout_s=max(0.1, deadline - time.monotonic()))
+            except ControllerUnavailable as exc:
+                if exc.sent:
+                    raise OutcomeUnknown(f"the connection to the controller was lost with the request in "
+                                         f"flight ({exc}); it may or may not have been applied") from exc
+                if time.monotonic() >= deadline:
+                    raise NoActiveController(f"no controller could be reached: {exc}") from exc
+                continue  # never sent: the channel waits out its backoff before the next attempt
+            except KafkaTimeoutError as exc:
+                raise OutcomeUnknown(f"the controller did not answer in time ({exc}); the request may or may "
+                                     "not have been applied") from exc
+            code = int(resp.error_code)
+            data = bytes(resp.response_data) if resp.response_data is not None else None
+            not_controller = code == NOT_CONTROLLER or (
+                code == ErrorCode.none and data is not None and api_key is not None
+                and inner_not_controller(api_key, api_version, data))
+            if not_controller:
+                if time.monotonic() >= deadline:
+                    raise NoActiveController("no active controller answered before the timeout (every voter "
+                                             "asked answered NOT_CONTROLLER)")
+                self.not_controller_resends += 1
+                self.channel.retire_current()  # the answering voter is not the active controller
+                continue
+            if code != ErrorCode.none or data is None:
+                code = code or int(ErrorCode.unknown_server_error)
                 raise EnvelopeFailed(code, f"the controller refused the forwarded request: "
                                            f"{ErrorCode(code).name.upper()}")
-            return bytes(resp.response_data), metadata_offset(unknown)
+            return data, metadata_offset(unknown)
 
     async def forward(self, ctx: Any, req: Any) -> Any:
         """The handler of a forwarded API: the controller's answer, held until covered."""
@@ -170,10 +235,11 @@ class Forwarder:
         deadline = time.monotonic() + max(timeout_s, 1.0)
         inner = encode_request(header.api_key, header.api_version, header.correlation_id, header.client_id, req)[4:]
         try:
-            data, offset = await self.envelope(inner, ctx.peer, deadline, ctx.principal)
+            data, offset = await self.envelope(inner, ctx.peer, deadline, ctx.principal,
+                                               api_key=header.api_key, api_version=header.api_version)
         except EnvelopeFailed as exc:
             return error_response(header.api_key, header.api_version, req, exc.code, str(exc))
-        except (ControllerUnavailable, KafkaTimeoutError, KafkaError) as exc:
+        except (OutcomeUnknown, NoActiveController, KafkaError) as exc:
             log.warning("forwarding %s to the controller failed: %s", name, exc)
             return error_response(header.api_key, header.api_version, req, ErrorCode.request_timed_out,
                                   f"the controller did not answer the forwarded {name}: {exc}")
@@ -240,8 +306,8 @@ class RemoteMetadataWrites:
             "timeout": int(timeout_s * 1000), "validate_only": False})
         inner = encode_request(19, version, 0, "hightide-broker", body)[4:]
         try:
-            data, offset = await self.forwarder.envelope(inner, "", deadline)
-        except (EnvelopeFailed, ControllerUnavailable, KafkaError) as exc:
+            data, offset = await self.forwarder.envelope(inner, "", deadline, api_key=19, api_version=version)
+        except (EnvelopeFailed, OutcomeUnknown, NoActiveController, KafkaError) as exc:
             raise CoordinatorUnavailable(f"creating {', '.join(t.name for t in topics)} failed: {exc}") from exc
         resp = decode_response(19, version, data)[1]
         if offset is not None:

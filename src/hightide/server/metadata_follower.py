@@ -19,6 +19,21 @@ Theory of operation: one task loops
    or close partition logs, refresh configs, leadership), the lifecycle manager (applied
    offset; a prompt heartbeat after content records) and the read gate are told.
 
+**Finding the leader** (the metadata Fetch goes to the active controller, the Raft
+leader): every answer's ``CurrentLeader`` (id, epoch) and ``NodeEndpoints`` are handed
+to the channel's :class:`~.controller_channel.ControllerLocator` (shared with the
+lifecycle channel). An answer NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (the voter
+does not lead, or leads a newer epoch than ours) with a leader hint sends the next Fetch
+to that leader at once; without one (an election is on), or UNKNOWN_LEADER_EPOCH (that
+voter is behind us), the next voter in turn after a short backoff. The Fetch carries
+``CurrentLeaderEpoch`` = the newest epoch known. The image is kept throughout.
+
+**Committed only**: a Raft leader may send records past its high watermark (not yet
+committed: a failover can still take them back). Only whole batches below the high
+watermark the answer reports are appended and applied; the rest is fetched again once
+committed. So the local copy never holds an uncommitted record, a Fetch at offset N
+still proves N − 1 applied, and a restart replays only committed records.
+
 The first time the local copy reaches the controller's high watermark the follower
 reports it caught up (``WantFence`` ends). While a divergence resync is replaying, the
 broker is not told about the shrinking image (its partition logs must not be deleted
@@ -43,8 +58,8 @@ from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord, decode
 from ..log.partition_log import PartitionLog
 from ..protocol.errors import ErrorCode
-from ..protocol.records import decode_records, validate_batches
-from .controller_channel import ControllerChannel, ControllerUnavailable
+from ..protocol.records import BatchHeader, decode_records, validate_batches
+from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerLocator, ControllerUnavailable
 from .tasks import cancel_and_wait
 
 log = logging.getLogger("hightide.metadata_follower")
@@ -54,7 +69,17 @@ METADATA_TOPIC_ID = uuid.UUID(int=1)
 FETCH_VERSION_MAX = 17
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 8 << 20
+#: How soon to fetch again when the leader's answer holds nothing committed beyond the
+#: local copy (its records are past the high watermark, or it does not know the high
+#: watermark yet): a commit is one voter round trip away.
+UNCOMMITTED_BACKOFF_MS = 5
+#: Backoff before asking the next voter when the one asked knows no leader.
+NO_LEADER_BACKOFF_MS = 100
 _LOG_OVERHEAD = 12  # BaseOffset + BatchLength
+_CONTROL_BIT = 0x20
+_NOT_LEADER = int(ErrorCode.not_leader_or_follower)
+_FENCED_EPOCH = int(ErrorCode.fenced_leader_epoch)
+_UNKNOWN_EPOCH = int(ErrorCode.unknown_leader_epoch)
 
 
 # -- sans-IO: what a Fetch answer means ----------------------------------------------
@@ -106,12 +131,14 @@ def whole_batches(data: bytes | memoryview, fetch_offset: int) -> bytes:
 
 def plan(partition: Any, fetch_offset: int) -> Outcome:
     """What the Fetch answer ``partition`` (one kio ``PartitionData``) for ``fetch_offset``
-    asks of the follower. Errors back off 100-500 ms; OFFSET_OUT_OF_RANGE, a
-    DivergingEpoch or a high watermark below the local end mean the local copy has
-    offsets the controller does not. The controller commits (fsyncs) before it serves a
-    batch, so that happens only when its log was replaced (a new data dir): with one
-    leader epoch nothing says where the two histories part, so the whole copy is
-    fetched again (truncate to 0; snapshots will make this cheaper)."""
+    asks of the follower. Errors back off 100-500 ms; OFFSET_OUT_OF_RANGE or a
+    DivergingEpoch mean the local copy has offsets the controller does not. The local
+    copy holds committed records only, so that happens only when the controller's log
+    was replaced (a new data dir): nothing says where the two histories part, so the
+    whole copy is fetched again (truncate to 0; snapshots will make this cheaper). Only
+    whole batches below the answer's high watermark are appended; a high watermark below
+    the fetch offset (a new leader that has not committed in its epoch yet) or records
+    past it are asked for again after ``UNCOMMITTED_BACKOFF_MS``."""
     code = int(partition.error_code)
     hwm = int(partition.high_watermark)
     if code == ErrorCode.offset_out_of_range:
@@ -123,12 +150,50 @@ def plan(partition: Any, fetch_offset: int) -> Outcome:
     if diverging is not None and int(diverging.end_offset) >= 0 and int(diverging.end_offset) < fetch_offset:
         return Truncate(0, f"the controller's log diverges at offset {int(diverging.end_offset)} (epoch "
                            f"{int(diverging.epoch)})")
-    if 0 <= hwm < fetch_offset:
-        return Truncate(0, f"the controller's log ends at {hwm}, the local copy at {fetch_offset}")
+    if hwm < fetch_offset:  # a new leader that does not know the high watermark yet (Raft: -1 until it commits)
+        return Backoff(UNCOMMITTED_BACKOFF_MS, -1)
     data = whole_batches(partition.records or b"", fetch_offset)
-    if data:
-        return Append(data, hwm)
-    return Backoff(0, hwm)
+    committed = committed_prefix(data, hwm)
+    if committed:
+        return Append(committed, hwm)
+    return Backoff(UNCOMMITTED_BACKOFF_MS if data else 0, hwm)
+
+
+def committed_prefix(data: bytes, high_watermark: int) -> bytes:
+    """The prefix of ``data`` (whole batches) whose batches lie wholly below
+    ``high_watermark`` (committed); a batch that straddles it is left out."""
+    mv = memoryview(data)
+    pos = 0
+    while pos + 27 <= len(mv):
+        base = int.from_bytes(mv[pos:pos + 8], "big", signed=True)
+        size = int.from_bytes(mv[pos + 8:pos + 12], "big", signed=True) + _LOG_OVERHEAD
+        last_delta = int.from_bytes(mv[pos + 23:pos + 27], "big", signed=True)
+        if base + last_delta >= high_watermark:
+            break
+        pos += size
+    return bytes(mv[:pos]) if pos < len(mv) else data
+
+
+def is_control(header: BatchHeader) -> bool:
+    """A control batch (attributes bit 5): Raft's LeaderChange, KRaft's snapshot header
+    and footer — not metadata records; appliers skip them."""
+    return bool(header.attributes & _CONTROL_BIT)
+
+
+def last_batch_epoch(plog: PartitionLog) -> int:
+    """The leader epoch of the local copy's last batch (-1 when it has none): the
+    ``LastFetchedEpoch`` of the next Fetch."""
+    for seg in reversed(plog.segments):
+        offset, epoch = max(seg.base_offset, plog.log_start_offset), -1
+        while offset < plog.log_end_offset:
+            chunk = plog.read(offset, 1 << 20)
+            headers = validate_batches(chunk.data, client_origin=False) if chunk.data else []
+            if not headers:
+                break
+            epoch, offset = headers[-1].partition_leader_epoch, headers[-1].last_offset + 1
+        if epoch >= 0:
+            return epoch
+    return -1
 
 
 def replay(plog: PartitionLog) -> MetadataImage:
@@ -140,6 +205,9 @@ def replay(plog: PartitionLog) -> MetadataImage:
         if not chunk.data:
             break
         for header in validate_batches(chunk.data, client_origin=False):
+            if is_control(header):
+                offset = header.last_offset + 1
+                continue
             batch = memoryview(chunk.data)[header.position:header.position + header.size]
             for rec in decode_records(batch):
                 if rec.offset >= offset and rec.value is not None:
@@ -183,7 +251,10 @@ class MetadataFollower:
         self.last_fetch_ms = 0
         self._resyncing = False
         self._content_offset = content_offset(metadata.image)
-        self._last_epoch = -1 if metadata.log.log_end_offset == 0 else 0
+        self._last_epoch = last_batch_epoch(metadata.log)
+        #: Where the active controller is (shared with the lifecycle channel); None for a
+        #: channel without one (tests).
+        self.locator: ControllerLocator | None = getattr(channel, "locator", None)
         self._task: asyncio.Task[None] | None = None
         self._last_problem: str | None = None
 
@@ -224,7 +295,8 @@ class MetadataFollower:
 
     def _request(self, version: int) -> dict[str, Any]:
         fetch_offset = self.log_end_offset
-        partition = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": fetch_offset,
+        epoch = self.locator.leader_epoch if self.locator is not None else -1
+        partition = {"partition": 0, "current_leader_epoch": epoch, "fetch_offset": fetch_offset,
                      "last_fetched_epoch": self._last_epoch, "log_start_offset": -1,
                      "partition_max_bytes": FETCH_MAX_BYTES}
         topic: dict[str, Any] = {"partitions": [partition]}
@@ -255,13 +327,45 @@ class MetadataFollower:
         except (ControllerUnavailable, KafkaError) as exc:
             return Backoff(0 if isinstance(exc, ControllerUnavailable) else 500, -1, str(exc))
         self.last_fetch_ms = int(time.time() * 1000)
+        asked = (conn.host, conn.port)
+        if resp.error_code == NOT_CONTROLLER:
+            return self._not_leader(asked, None, resp) or Backoff(NO_LEADER_BACKOFF_MS, -1, "NOT_CONTROLLER")
         if resp.error_code != ErrorCode.none:
             return Backoff(500, -1, f"metadata Fetch answered {ErrorCode(resp.error_code).name.upper()}")
         for t in resp.responses:
             for p in t.partitions:
                 if p.partition_index == 0:
-                    return plan(p, fetch_offset)
+                    return self._not_leader(asked, p, resp) or plan(p, fetch_offset)
         return Backoff(500, -1, "the controller's Fetch answer has no __cluster_metadata-0")
+
+    def _not_leader(self, asked: tuple[str, int], partition: Any, resp: Any) -> Outcome | None:
+        """Follow the answer's leader hint (see the module doc): None when the voter
+        asked is the leader and answered (the hint is noted), else where to go next."""
+        code = int(partition.error_code) if partition is not None else NOT_CONTROLLER
+        leader = getattr(partition, "current_leader", None)
+        leader_id = int(leader.leader_id) if leader is not None else -1
+        epoch = int(leader.leader_epoch) if leader is not None else -1
+        locator = self.locator
+        if code not in (_NOT_LEADER, _FENCED_EPOCH, _UNKNOWN_EPOCH, NOT_CONTROLLER):
+            if locator is not None and code == ErrorCode.none and leader_id >= 0:
+                locator.hint(leader_id, epoch, asked, authoritative=True)
+            return None
+        name = ErrorCode(code).name.upper()
+        if locator is None:
+            return Backoff(NO_LEADER_BACKOFF_MS, -1, name)
+        if code != _UNKNOWN_EPOCH:
+            locator.hint(leader_id, epoch, _endpoint(resp, leader_id))
+        if locator.leader_address == asked:  # the leader itself: only our epoch was old
+            return Backoff(0, -1)
+        self.channel.reset()  # go to the leader (or the next voter)
+        if code != _UNKNOWN_EPOCH and locator.leader_address is not None:
+            log.info("metadata fetch: %s:%d answered %s; following the leader %s", asked[0], asked[1], name,
+                     locator.describe())
+            return Backoff(0, -1)
+        why = "is behind the epoch this broker knows" if code == _UNKNOWN_EPOCH else "knows no leader"
+        return Backoff(NO_LEADER_BACKOFF_MS, -1, f"the controller at {asked[0]}:{asked[1]} answered {name} and "
+                                                 f"{why} (epoch {max(epoch, locator.leader_epoch)}); trying the "
+                                                 "next voter")
 
     def _append_and_apply(self, outcome: Append) -> None:
         plog = self.metadata.log
@@ -281,6 +385,8 @@ class MetadataFollower:
         offsets: list[int] = []
         content = self._content_offset
         for h in headers:
+            if is_control(h):
+                continue
             batch = memoryview(outcome.data)[h.position:h.position + h.size]
             for rec in decode_records(batch):
                 if rec.value is None:
@@ -318,7 +424,7 @@ class MetadataFollower:
         plog.truncate_to(outcome.offset)
         self.metadata.image = replay(plog)
         self._content_offset = content_offset(self.metadata.image)
-        self._last_epoch = -1 if plog.log_end_offset == 0 else self._last_epoch
+        self._last_epoch = last_batch_epoch(plog)
         self._resyncing = True
         self._on_reset()
 
@@ -326,6 +432,14 @@ class MetadataFollower:
         if reason != self._last_problem:
             log.warning("metadata fetch: %s (retrying)", reason)
             self._last_problem = reason
+
+
+def _endpoint(resp: Any, node_id: int) -> tuple[str, int] | None:
+    """The address of ``node_id`` among a Fetch answer's NodeEndpoints (v16+), if listed."""
+    for node in getattr(resp, "node_endpoints", None) or ():
+        if int(node.node_id) == node_id:
+            return str(node.host), int(node.port)
+    return None
 
 
 def _log_flush_failure(fut: Any) -> None:
