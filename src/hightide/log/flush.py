@@ -9,11 +9,13 @@ Order inside :func:`run_flush`, and why:
 1. fsync the segment and index files (a failure raises: the log goes offline);
 2. fsync the producer-state snapshots written since the last flush (after the batches
    they describe; a failure is only logged);
-3. write the small files (``log-start-offset``): temp file, fsync, rename (a failure
-   is logged and retried by the next flush; see :attr:`FlushJob.small_files_ok`);
+3. write the small files (``log-start-offset``, ``leader-epoch-checkpoint``, a lowered
+   ``recovery-point``): temp file, fsync, rename (a failure is logged and retried by
+   the next flush; see :attr:`FlushJob.small_files_ok`);
 4. fsync the directories: the partition directory (new, renamed, unlinked files, the
    renames of step 3) and, for a partition created since the last flush, its parent;
-5. write ``recovery-point`` without fsync (a stale one only costs recovery work).
+5. write ``recovery-point`` without fsync (a stale one only costs recovery work), unless
+   a small file failed.
 """
 
 from __future__ import annotations
@@ -101,8 +103,10 @@ def _run_flush(job: FlushJob, snapshot_files: list[StorageFile]) -> None:
             job.storage.fsync_dir(path)
         except FileNotFoundError:
             pass  # the partition was deleted meanwhile
-    if job.recovery_file is not None:
+    if job.recovery_file is not None and job.small_files_ok:
         # Not fsynced: a stale or missing recovery point only means more recovery work.
+        # Not written past small files that failed: the leader-epoch checkpoint must
+        # cover every batch below the recovery point on disk.
         try:
             write_small_file(job.storage, job.recovery_file, f"{job.offset}\n", sync=False)
         except OSError:

@@ -46,6 +46,7 @@ from hightide.protocol.records import (
 from .cleaner_files import CleanerCheckpoint, truncate_cleaner_checkpoint
 from .config import LogConfig
 from .flush import FlushJob, run_flush
+from .leader_epochs import LeaderEpochCache
 from .loader import (
     LOG_START_OFFSET_FILE,
     PRODUCER_SNAPSHOT_FILE,
@@ -53,6 +54,7 @@ from .loader import (
     load_segments,
 )
 from .producer_snapshots import SNAPSHOTS_KEPT, ProducerSnapshots
+from .replica_log import ReplicaLog, UnexpectedAppendOffset
 from .producer_state import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     Duplicate,
@@ -69,6 +71,7 @@ from .txn_log import TransactionalLog
 __all__ = [
     "PartitionLog",
     "LogOffline",
+    "UnexpectedAppendOffset",
     "AppendResult",
     "ReadResult",
     "FileSlice",
@@ -99,7 +102,7 @@ class LogOffline(OSError):
         super().__init__(errno.EIO, f"log offline: {reason}; restart the broker to recover it", path)
 
 
-class PartitionLog(TransactionalLog, ProducerSnapshots):
+class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
     """One partition's log. Invariant: log_start_offset <= high_watermark <= log_end_offset.
 
     Create with :meth:`open`. Not thread-safe; never blocks on anything but file IO.
@@ -145,6 +148,10 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         #: manager; an append then leaves the HW alone and calls it (a leader advances the HW
         #: from its ISR's log end offsets, a follower takes its leader's).
         self.after_append: Callable[[], None] | None = None
+        self.epochs = LeaderEpochCache()  # see :mod:`.replica_log` and :mod:`.leader_epochs`
+        self._leader_epoch: int | None = None
+        #: the recovery point dropped (a truncation): the next flush writes the file durably
+        self._recovery_point_lowered = False
 
     # ================================================================== opening
 
@@ -186,6 +193,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         if self.txn_index.load(self._bases):
             self._dir_dirty = True
         self._load_producer_state(clean_shutdown)
+        self._load_leader_epochs()
         if recovered_any and not clean_shutdown:
             self.flush(now_ms)
         return self
@@ -225,7 +233,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
     # ================================================================== append
 
     def append(
-        self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int, leader_epoch: int = 0
+        self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int,
+        leader_epoch: int | None = None,
     ) -> AppendResult:
         """Append already validated batches (``headers`` from ``validate_batches(buf)``).
 
@@ -235,8 +244,9 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         multi-batch append is rejected as OUT_OF_ORDER_SEQUENCE_NUMBER. Raises
         InvalidRecords(RECORD_LIST_TOO_LARGE) if the batches exceed segment.bytes. Rolls
         the active segment when full or older than segment.ms, assigns consecutive
-        offsets and the leader epoch, stamps LogAppendTime if the topic uses it, and
-        writes everything with one ``pwritev`` (page cache only). Advances the HW to the
+        offsets and the leader epoch (``leader_epoch``, default :attr:`leader_epoch`; a
+        new one is recorded in the epoch cache), stamps LogAppendTime if the topic uses
+        it, and writes everything with one ``pwritev`` (page cache only). Advances the HW to the
         new LEO (one replica), else calls :attr:`after_append`.
 
         Raises OSError when the disk refuses the write; nothing of it is then visible or
@@ -284,11 +294,13 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         return AppendResult(first, offset - 1, -1 if log_append_ms is None else log_append_ms, self._log_start)
 
     def _write_batches(self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int,
-                       leader_epoch: int, sums: tuple[int, int, int] | None = None) -> int:
+                       leader_epoch: int | None, sums: tuple[int, int, int] | None = None, *,
+                       verbatim: bool = False) -> int:
         """Write checked batches at the LEO (rolling first if due), advance LEO and HW.
         Returns the first offset written. ``sums``: (the LEO after them, their bytes,
-        their records) when the caller has them already. Raises OSError like
-        :meth:`append`."""
+        their records) when the caller has them already. ``verbatim``: the batches keep
+        their offsets and epochs (a follower: the HW never follows the LEO, the caller
+        records their epochs). Raises OSError like :meth:`append`."""
         if self.offline_reason is not None:
             raise LogOffline(self.path, self.offline_reason)
         first = self._leo
@@ -307,7 +319,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
             ):
                 seg = self.roll(now_ms)
             mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-            seg.append(mv, headers, first, leader_epoch, log_append_ms)
+            epoch = self.leader_epoch if leader_epoch is None else leader_epoch
+            seg.append(mv, headers, None if verbatim else first, epoch, log_append_ms)
         except OSError as exc:
             self._append_failed(exc, seg)
             raise
@@ -318,8 +331,11 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
             seg.first_append_ms = now_ms
         self._leo = offset
         self.unflushed_messages += count
+        if not verbatim and epoch >= 0 and epoch != self.epochs.latest_epoch:
+            self.epochs.assign(epoch, first)
         if self.after_append is None:
-            self._hw = offset
+            if not verbatim:
+                self._hw = offset
         else:
             self.after_append()
         return first
@@ -396,6 +412,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         """Raise the log start offset; the file follows with the next flush."""
         if new_start > self._log_start:
             self._log_start = new_start
+            self.epochs.truncate_from_start(new_start)
             for off in [o for o in self._snapshots if o < new_start]:
                 self._remove_snapshot(off)
 
@@ -466,8 +483,11 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         ``offset`` goes entirely). Truncating at or below the first segment empties the
         log and restarts it at ``offset``. Snapshots above the new LEO are deleted (all of
         them when the log is emptied) and producer state is reloaded from the newest
-        remaining one plus the batches after it."""
+        remaining one plus the batches after it. The leader-epoch cache loses the entries
+        starting at or past the new LEO, even when no batch goes (as Kafka: an epoch a
+        former leader started without appending anything conflicts with the new one)."""
         if offset >= self._leo:
+            self.epochs.truncate_from_end(self._leo)
             return
         if self.swap_pending:
             raise RuntimeError("truncate_to while a cleaner swap is being installed")
@@ -495,6 +515,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         self._log_start = min(self._log_start, self._leo)
         self._hw = min(self._hw, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
+        self._recovery_point_lowered = True  # durable with the next flush (see _load_leader_epochs)
+        self.epochs.truncate_from_end(self._leo)
         truncate_cleaner_checkpoint(self.storage, self.path, self._leo)
         self.cleaner_checkpoint = None
         self._reload_producer_state()
@@ -513,6 +535,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         self._segments[0].recover()
         self._bases = [offset]
         self._log_start = self._leo = self._hw = self._recovery_point = offset
+        self._recovery_point_lowered = True
+        self.epochs.clear()
         self._persist_log_start()
         self._delete_all_snapshots()
         self._dir_dirty = True
@@ -566,11 +590,14 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         return ms is not None and now_ms - self._last_flush_ms >= ms
 
     def _metadata_dirty(self) -> bool:
-        return self._log_start_on_disk != self._log_start or self._parent_dir_dirty
+        # a changed leader-epoch checkpoint rides on the next flush: nothing below the
+        # recovery point needs it before (see ReplicaLog._load_leader_epochs)
+        return self._log_start_on_disk != self._log_start or self._parent_dir_dirty or self._recovery_point_lowered
 
     def needs_flush(self, now_ms: int) -> bool:
         """True when flush.messages or flush.ms says unflushed data must be fsynced, or
-        a new log start offset (or a new partition directory) is not durable yet. Never
+        a new log start offset or lowered recovery point (or a new partition
+        directory) is not durable yet. Never
         after a failed fsync: retrying it could report success for pages the kernel
         already dropped (Linux clears the error once reported)."""
         if self.offline_reason is not None:
@@ -620,6 +647,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         if self._log_start_on_disk != self._log_start:
             log_start = self._log_start
             small = ((os.path.join(self.path, LOG_START_OFFSET_FILE), f"{log_start}\n"),)
+        small += self._replication_small_files(full)
         dirs: list[str] = []
         if self._dir_dirty or small or snapshot_files:
             dirs.append(self.path)
@@ -629,7 +657,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
         if not full:
             return FlushJob(self.storage, [], tuple(dirs), self._recovery_point, None,
                             snapshot_files=snapshot_files, small_files=small, log_start=log_start)
-        write_rp = self._recovery_point != self._leo or not self._recovery_file_written
+        write_rp = (self._recovery_point != self._leo or not self._recovery_file_written) and not any(
+            p.endswith(RECOVERY_POINT_FILE) for p, _ in small)
         self.unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
@@ -654,7 +683,9 @@ class PartitionLog(TransactionalLog, ProducerSnapshots):
                 self._log_start_on_disk = job.log_start
             if not job.small_files_ok:
                 self._dir_dirty = True
+                self._small_files_lost(job)
         else:
+            self._small_files_lost(job)
             for seg in self._segments:
                 seg.mark_dirty()
             self._dir_dirty = True

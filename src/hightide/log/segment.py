@@ -185,7 +185,7 @@ class LogSegment:
         self,
         buf: memoryview,
         headers: Sequence[BatchHeader],
-        first_offset: int,
+        first_offset: int | None,
         leader_epoch: int,
         log_append_time_ms: int | None,
     ) -> int:
@@ -194,7 +194,9 @@ class LogSegment:
         Only the 16-byte prefix (BaseOffset, BatchLength, PartitionLeaderEpoch) is
         replaced, unless ``log_append_time_ms`` is given: then the header is rebuilt
         with the LogAppendTime bit, MaxTimestamp = that time and a recomputed CRC.
-        Record bytes are passed to ``pwritev`` as memoryviews, never copied.
+        ``first_offset`` None writes the batches exactly as they are (a follower keeps
+        the leader's offsets and epochs; ``leader_epoch`` and ``log_append_time_ms`` are
+        then ignored). Record bytes are passed to ``pwritev`` as memoryviews, never copied.
         Returns the offset following the last batch.
 
         All or nothing: if the write fails (OSError re-raised) whatever part of it reached
@@ -204,7 +206,8 @@ class LogSegment:
         pieces: list[bytes | memoryview] = []
         index_entries: list[tuple[int, int, int, int]] = []
         pos = self.size
-        offset = first_offset
+        verbatim = first_offset is None
+        offset = headers[0].base_offset if first_offset is None else first_offset
         interval = self.index_interval_bytes
         since = self.bytes_since_last_index_entry
         max_ts, max_off = self.max_timestamp, self.max_timestamp_offset
@@ -212,7 +215,11 @@ class LogSegment:
         for h in headers:
             start = h.position
             size = h.length + LOG_OVERHEAD
-            if log_append_time_ms is None:
+            if verbatim:
+                offset = h.base_offset
+                pieces.append(buf[start : start + size])
+                batch_max = h.max_timestamp
+            elif log_append_time_ms is None:
                 pieces.append(pack_prefix(offset, h.length, leader_epoch))
                 pieces.append(buf[start + 16 : start + size])
                 batch_max = h.max_timestamp

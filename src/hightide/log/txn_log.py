@@ -36,7 +36,7 @@ class TransactionalLog(LogReads):
     _log_start: int
     _dir_dirty: bool
 
-    def _write_batches(self, buf: bytes, headers: list[BatchHeader], now_ms: int, leader_epoch: int) -> int:
+    def _write_batches(self, buf: bytes, headers: list[BatchHeader], now_ms: int, leader_epoch: int | None) -> int:
         raise NotImplementedError
 
     # ================================================================== reads
@@ -85,7 +85,7 @@ class TransactionalLog(LogReads):
     # ================================================================== markers
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      now_ms: int, leader_epoch: int = 0) -> int:
+                      now_ms: int, leader_epoch: int | None = None) -> int:
         """Append an end-transaction marker (a control batch, see :mod:`.transactions`)
         ending ``producer_id``'s open transaction here; returns the marker's offset.
 
@@ -94,7 +94,8 @@ class TransactionalLog(LogReads):
         coordinator epoch older than the one of its last marker raises
         ProducerStateError(TRANSACTION_COORDINATOR_FENCED); nothing is written then. A
         marker for a producer with no open transaction here is written all the same
-        (the partition was added to the transaction but got no data).
+        (the partition was added to the transaction but got no data). The marker carries
+        ``leader_epoch`` (default: the log's :attr:`leader_epoch`).
 
         On success the transaction is closed (the LSO moves past it if it was the
         earliest open one) and an ABORT adds an entry to the aborted transactions index.
