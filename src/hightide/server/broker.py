@@ -36,14 +36,14 @@ from ..log.storage import POSIX, Storage
 from . import handlers
 from .broker_node import BrokerNode
 from .connection import KafkaConnection
-from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, listener_security
+from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, controller_client_security, listener_security
 from .context import Services
 from .controller_service import ControllerService
 from .flusher import Flusher
 from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
-from .metadata_runtime import MetadataOp, metadata_runtime
+from .metadata_runtime import MetadataOp, RaftMetadataRuntime, metadata_runtime, raft_metadata_runtime
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
@@ -81,7 +81,8 @@ class Broker:
         self.servers: list[tuple[Listener, asyncio.base_events.Server]] = []
         self.logs: LogManager | None = None
         self.metadata: MetadataLog | None = None
-        self.metadata_runtime: CoordinatorRuntime[MetadataImage] | None = None  # writes to the metadata log
+        # writes to the metadata log (a controller quorum's voter: through Raft)
+        self.metadata_runtime: CoordinatorRuntime[MetadataImage] | RaftMetadataRuntime | None = None
         #: Cluster mode's controller-only process (process.roles=controller): the metadata
         #: log, its runtime and the controller service; no partition logs, no coordinators.
         self.controller_only = self.cluster.is_controller and not self.cluster.is_broker
@@ -193,14 +194,24 @@ class Broker:
         """A controller-only process: the controller service on the metadata log (see
         :mod:`.controller_service`) and the controller listener's route table."""
         assert self.metadata is not None and self.metadata_runtime is not None and self.cluster_id is not None
+        if len(self.cluster.voters) > 1:  # a controller quorum: writes commit through Raft
+            self.metadata_runtime = raft_metadata_runtime(
+                node_id=self.node_id, voters=self.cluster.voters, metadata=self.metadata,
+                durable=self.flusher.durable, cluster_id=self.cluster_id, security=controller_client_security(
+                    self.config.security_values, self.cluster.controller_listener_names))
         metadata, runtime = self.metadata, self.metadata_runtime
+        raft = runtime.shell if isinstance(runtime, RaftMetadataRuntime) else None
         self.controller_service = ControllerService(
             node_id=self.node_id, cluster_id=self.cluster_id,
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
             write=self.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
-            committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints)
+            committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints, raft=raft,
+            voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters})
         self.controller_service.lifecycle.unclean_default = lambda: bool(self.config["unclean.leader.election.enable"])
         self.controller_services = Services.of(self, handlers.controller_routes(self.controller_service))
+        if raft is not None:
+            raft.on_commit, raft.on_activate = self._metadata_committed, self.controller_service.activate
+            raft.start()
 
     def _controller_endpoints(self) -> list[tuple[str, str, int]]:
         """(name, host, port) of the controller listeners as bound (wildcards as 127.0.0.1)."""
@@ -244,6 +255,8 @@ class Broker:
         self.stopping = True
         if self.node is not None:  # controlled shutdown first, still serving (bounded)
             await self.node.stop(min(grace_s, self.cluster.session_timeout_ms / 1000))
+        if self.controller_service is not None and self.controller_service.raft is not None:
+            await self.controller_service.raft.close()  # a leader resigns (EndQuorumEpoch) first
         for _, server in self.servers:
             server.close()
         self.waiters.wake_all()  # long-polls answer now with what they have

@@ -16,6 +16,15 @@ A timer task (:meth:`ControllerService.run`) wakes at the core's ``next_deadline
 expiry, with the leadership moves) or, when the log has been idle for
 ``metadata.max.idle.interval.ms``, a NoOp.
 
+With a controller quorum (``raft``: the :class:`~.raft_shell.RaftShell`, more than one
+voter) only the active controller (the Raft leader, once its epoch's first entry is
+applied) writes: the timer does nothing elsewhere, writes answer NOT_CONTROLLER there,
+and :meth:`activate` — run by the shell when this node becomes active — starts the
+lifecycle state afresh from the image (Kafka's BrokerHeartbeatManager on activation):
+every registered unfenced broker gets a fresh session (a broker is not fenced because
+the controller changed), the acknowledged offsets start unknown (the lowest
+acknowledged offset is -1 until every unfenced broker has fetched or heartbeated).
+
 Observers: every metadata Fetch from a broker (ReplicaId >= 0) is recorded
 (:meth:`observe_fetch`): its fetch offset is the replica's log end offset for
 DescribeQuorum, with the fetch time and the last time it was caught up, and the core
@@ -26,6 +35,7 @@ batch before they fetch again; see docs/cluster.md).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,8 +55,10 @@ from ..cluster.lifecycle import (
     RegistrationReply,
 )
 from ..cluster.records import MetadataRecord
+from ..cluster.raft.describe import describe_quorum
 from ..log.partition_log import PartitionLog
 from .coordinator_runtime import CoordinatorUnavailable
+from .raft_shell import RaftShell
 from .registry import handles
 
 log = logging.getLogger("hightide.controller")
@@ -93,10 +105,16 @@ class ControllerService:
     def __init__(self, *, node_id: int, cluster_id: str, config: LifecycleConfig, write: WriteMetadata,
                  image: Callable[[], MetadataImage], metadata_log: Callable[[], PartitionLog],
                  committed_end: Callable[[], int],
-                 endpoints: Callable[[], list[tuple[str, str, int]]] = list) -> None:
+                 endpoints: Callable[[], list[tuple[str, str, int]]] = list, raft: RaftShell | None = None,
+                 voter_endpoints: dict[int, tuple[str, int]] | None = None) -> None:
         self.node_id = node_id
         self._endpoints = endpoints
+        self.cluster_id = cluster_id
         self.lifecycle = BrokerLifecycle(cluster_id, config)
+        #: The controller quorum's Raft shell (None: the single voter, always active).
+        self.raft = raft
+        #: Every voter's controller address (``controller.quorum.voters``): leader hints.
+        self.voter_endpoints = dict(voter_endpoints or {})
         self._write = write
         self._image = image
         self._metadata_log = metadata_log
@@ -120,6 +138,34 @@ class ControllerService:
     def controller_endpoints(self) -> list[tuple[str, str, int]]:
         """(listener name, host, port) of this controller's listeners, as advertised."""
         return self._endpoints()
+
+    # -- the quorum ----------------------------------------------------------------------
+    @property
+    def is_active(self) -> bool:
+        """True if this controller takes metadata writes (the single voter always)."""
+        return self.raft is None or self.raft.is_active
+
+    @property
+    def leader_id(self) -> int:
+        """The active controller as far as this node knows (-1: none known)."""
+        return self.node_id if self.raft is None else self.raft.leader_id
+
+    @property
+    def leader_epoch(self) -> int:
+        """The quorum's leader epoch (the single voter: 0, no elections)."""
+        return LEADER_EPOCH if self.raft is None else self.raft.epoch
+
+    def activate(self, epoch: int) -> None:
+        """This node became the active controller (see the module doc): fresh lifecycle
+        state, a fresh session for every unfenced broker, no observers known yet."""
+        self.lifecycle = dataclasses.replace(self.lifecycle)  # same settings, no sessions or acknowledgements
+        self.observers = {}
+        started = self.last_append_ms = now_ms()
+        for reg in self.image.brokers.values():
+            if not reg.fenced:
+                self.lifecycle.heartbeats.session(reg, started)
+        log.info("active controller in epoch %d: %d registered brokers get a fresh session", epoch,
+                 len(self.image.brokers))
 
     def appended(self, at_ms: int) -> None:
         """The broker committed a metadata write with records (any writer)."""
@@ -199,13 +245,23 @@ class ControllerService:
             p.last_caught_up_ms = at_ms
         self.lifecycle.observe_fetch(self.image, replica_id, fetch_offset, at_ms, end - 1, replica_epoch)
 
-    def quorum(self, at_ms: int) -> tuple[list[ReplicaProgress], list[ReplicaProgress]]:
-        """(voters, observers) for DescribeQuorum: this node (the leader, caught up now)
-        and the brokers that fetched within ``OBSERVER_SESSION_TIMEOUT_MS``."""
+    def quorum(self, at_ms: int) -> tuple[list[ReplicaProgress], list[ReplicaProgress]] | None:
+        """(voters, observers) for DescribeQuorum: the voters (the single voter: this
+        node, caught up now; a quorum: each voter's fetch position and times as the
+        leader's Raft state has them) and the brokers that fetched within
+        ``OBSERVER_SESSION_TIMEOUT_MS``. None on a controller that is not the leader
+        (Kafka answers NOT_LEADER_OR_FOLLOWER there)."""
         for rid in [r for r, p in self.observers.items() if at_ms - p.last_fetch_ms > OBSERVER_SESSION_TIMEOUT_MS]:
             del self.observers[rid]
-        voter = ReplicaProgress(self.node_id, self.committed_end(), at_ms, at_ms)
-        return [voter], [self.observers[r] for r in sorted(self.observers)]
+        observers = [self.observers[r] for r in sorted(self.observers)]
+        if self.raft is None:
+            return [ReplicaProgress(self.node_id, self.committed_end(), at_ms, at_ms)], observers
+        info = describe_quorum(self.raft.core, at_ms)
+        if info is None:
+            return None
+        voters = [ReplicaProgress(v.replica_id, v.log_end_offset, v.last_fetch_timestamp, v.last_caught_up_timestamp)
+                  for v in info.current_voters]
+        return voters, observers
 
     # -- the timer -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -213,11 +269,12 @@ class ControllerService:
         controller (a restart) starts a session for every broker the image shows
         unfenced, as Kafka's does when it becomes active: one that never heartbeats again
         is fenced a session timeout later."""
-        started = now_ms()
-        for reg in self.image.brokers.values():
-            if not reg.fenced:
-                self.lifecycle.heartbeats.session(reg, started)
+        if self.raft is None:
+            self.activate(LEADER_EPOCH)
         while True:
+            if not self.is_active:  # a quorum's standby controller: the active one keeps the timers
+                await asyncio.sleep(TIMER_MAX_SLEEP_S)
+                continue
             deadline = self.lifecycle.next_deadline_ms(self.image, self.last_append_ms)
             wait_ms = TIMER_MAX_SLEEP_S * 1000 if deadline is None else deadline - now_ms()
             await asyncio.sleep(max(0.0, min(wait_ms / 1000, TIMER_MAX_SLEEP_S)))

@@ -13,18 +13,32 @@ take back.
 
 The image itself is replayed synchronously at start-up by
 :class:`~hightide.cluster.metadata_log.MetadataLog`, before the broker serves.
+
+With a controller quorum (more than one voter in ``controller.quorum.voters``) the
+writes go through Raft instead: :class:`RaftMetadataRuntime` over the
+:class:`~.raft_shell.RaftShell`, which applies committed entries to the image on every
+voter. One voter (``hightide serve``, a lone controller) keeps the path above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
+from ..client.properties import ClientSecurity
+from ..cluster.raft import NotLeaderError, RaftConfig
+from ..cluster.raft.wire import leader_change_batch
+from ..log.partition_log import PartitionLog
 from ..cluster.records import MetadataRecord
 from ..protocol.errors import ErrorCode
-from .coordinator_runtime import CoordinatorRuntime
+from ..protocol.records import build_batch
+from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
+from .quorum_state import QuorumStateStore
+from .raft_peers import RaftPeers
+from .raft_shell import RaftShell, WriteOutcomeUnknown
 
 if TYPE_CHECKING:
     from .flusher import Flusher
@@ -76,3 +90,78 @@ def metadata_runtime(metadata: MetadataLog, flusher: Flusher) -> CoordinatorRunt
     runtime = CoordinatorRuntime(MetadataAdapter(metadata), lambda p: metadata.log, flusher.durable)
     runtime.add_loaded(0, metadata.image, metadata.log.log_end_offset)
     return runtime
+
+
+class RaftMetadataRuntime:
+    """Metadata writes through the controller quorum (more than one voter): the same
+    ``write(0, op, now_ms)`` / ``committed_offset(0)`` surface as the single voter's
+    runtime, with Raft's commit in place of the local fsync.
+
+    Writes are serial (one at a time, each deciding from an image that has every earlier
+    write applied). A write runs only on the active controller (the Raft leader once its
+    epoch's LeaderChange entry is applied; a new leader is waited for up to
+    ``activation_wait_s``): ``op(image)``, its records encoded as one batch, appended
+    through the core, and the result returned once the high watermark passed the batch
+    and its records are applied to the image. Raises
+    :class:`~.coordinator_runtime.CoordinatorUnavailable` with NOT_CONTROLLER when this
+    controller is not the active one (nothing was appended: the caller may send it to
+    the active controller), and with REQUEST_TIMED_OUT when leadership was lost after
+    the append (the write may or may not commit under the next leader: never re-send it
+    blindly). An op with no records appends nothing and returns at once (still behind
+    the earlier writes). The write is shielded: a caller that goes away does not cut it
+    off between the append and the commit."""
+
+    def __init__(self, shell: RaftShell, activation_wait_s: float = 2.0) -> None:
+        self.shell = shell
+        self.activation_wait_s = activation_wait_s
+        self._lock = asyncio.Lock()
+
+    def committed_offset(self, partition: int) -> int:
+        """The offset below which the metadata log is committed and applied."""
+        return self.shell.applied_end
+
+    async def write(self, partition: int, op: Callable[[MetadataImage], Any], now_ms: int) -> Any:
+        return await asyncio.shield(asyncio.ensure_future(self._write(op, now_ms)))
+
+    async def _write(self, op: Callable[[MetadataImage], Any], now_ms: int) -> Any:
+        async with self._lock:
+            shell = self.shell
+            if not shell.is_active and (shell.role != "leader" or not await shell.wait_active(self.activation_wait_s)):
+                raise CoordinatorUnavailable(_not_controller(shell), ErrorCode.not_controller)
+            result = op(shell.metadata.image)
+            records = list(result[1])
+            if not records:
+                return result
+            payload = build_batch([(k, v, [], now_ms) for k, v in MetadataLog.encode_records(records)])
+            try:
+                await shell.append(payload)
+            except NotLeaderError:
+                raise CoordinatorUnavailable(_not_controller(shell), ErrorCode.not_controller) from None
+            except WriteOutcomeUnknown as exc:
+                raise CoordinatorUnavailable(f"the metadata write may or may not have been applied: {exc}",
+                                             ErrorCode.request_timed_out) from None
+            return result
+
+
+def _not_controller(shell: RaftShell) -> str:
+    leader = shell.leader_id
+    who = f"the active controller is {leader}" if leader >= 0 else "no active controller is known"
+    return f"This node {shell.node_id} is not the active controller ({who}, epoch {shell.epoch})."
+
+
+def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]], metadata: MetadataLog,
+                          durable: Callable[[PartitionLog], Awaitable[object]], cluster_id: str | None,
+                          security: ClientSecurity | None = None,
+                          config: RaftConfig | None = None) -> RaftMetadataRuntime:
+    """The metadata runtime of a voter of a controller quorum: ``voters`` are
+    (node id, host, port) of every voter's controller listener (this node included);
+    the quorum-state file lives in the metadata log's directory. The shell is created
+    but not started (:meth:`RaftShell.start`)."""
+    config = config or RaftConfig(leader_change_payload=leader_change_batch)
+    ids = [v[0] for v in voters]
+    peers = RaftPeers(node_id, {v[0]: (v[1], v[2]) for v in voters if v[0] != node_id}, cluster_id=cluster_id,
+                      request_timeout_s=config.request_timeout_ms / 1000, security=security)
+    shell = RaftShell(node_id=node_id, voters=ids, metadata=metadata,
+                      store=QuorumStateStore(metadata.log.path, ids), transport=peers, durable=durable,
+                      config=config)
+    return RaftMetadataRuntime(shell)

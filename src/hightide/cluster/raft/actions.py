@@ -133,9 +133,12 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class ClientAppend:
-    """The application appends ``payloads`` (leader only; one entry each)."""
+    """The application appends ``payloads`` (leader only; one entry each). ``counts``:
+    how many offsets each entry holds (a record batch: its record count); empty means
+    one each."""
 
     payloads: tuple[bytes, ...]
+    counts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

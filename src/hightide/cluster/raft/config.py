@@ -30,7 +30,7 @@ class RaftConfig:
     ``fetch_max_wait_ms`` (the leader parks an empty fetch up to this long, 500).
     ``pre_vote``: start elections with a pre-vote round (KIP-996, Kafka 4); False is
     Kafka 3's behaviour (a voter whose timer expires becomes a candidate at once).
-    ``leader_change_payload(leader_id, epoch, voters)`` builds the payload of the
+    ``leader_change_payload(leader_id, epoch, voters, granting_voters)`` builds the payload of the
     LeaderChange entry a new leader appends (production: a control record batch with
     Kafka's LeaderChangeMessage, as :mod:`hightide.cluster.raft.wire` expects every
     payload to be a record batch); None uses a small JSON document (tests, simulator).
@@ -45,7 +45,7 @@ class RaftConfig:
     fetch_max_entries: int = 64
     snapshot_chunk_bytes: int = 1 << 20
     pre_vote: bool = True
-    leader_change_payload: Callable[[int, int, Sequence[int]], bytes] | None = None
+    leader_change_payload: Callable[[int, int, Sequence[int], Sequence[int]], bytes] | None = None
     unsafe: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

@@ -137,7 +137,7 @@ class RaftCore(Replication):
         elif isinstance(event, Tick):
             self._on_timers(now)
         elif isinstance(event, ClientAppend):
-            self._on_client_append(now, event.payloads)
+            self._on_client_append(now, event.payloads, event.counts)
         elif isinstance(event, FlushDone):
             self._on_flush_done(now, event.end_offset)
         elif isinstance(event, SnapshotCreated):
@@ -259,7 +259,7 @@ class RaftCore(Replication):
         self._set_role(now, "leader")
         self._retries = 0
         build = self.config.leader_change_payload
-        payload = (build(self.node_id, self.epoch, self.voters) if build is not None
+        payload = (build(self.node_id, self.epoch, self.voters, sorted(self._grants)) if build is not None
                    else leader_change_payload(self.node_id, self.voters))
         self._start_leading(now, payload)
         begin = m.BeginQuorumEpochRequest(self.node_id, self.epoch)
@@ -451,10 +451,12 @@ class RaftCore(Replication):
 
     # --- application ---------------------------------------------------------------------
 
-    def _on_client_append(self, now: int, payloads: tuple[bytes, ...]) -> None:
+    def _on_client_append(self, now: int, payloads: tuple[bytes, ...], counts: tuple[int, ...]) -> None:
         if self.role != "leader":
             raise NotLeaderError(self.leader_id, self.epoch)
-        entries = tuple(m.Entry(self.epoch, p) for p in payloads)
+        if counts and len(counts) != len(payloads):
+            raise ValueError("ClientAppend: one count per payload")
+        entries = tuple(m.Entry(self.epoch, p, counts[i] if counts else 1) for i, p in enumerate(payloads))
         self._append_as_leader(now, entries)
 
     def _on_flush_done(self, now: int, end_offset: int) -> None:

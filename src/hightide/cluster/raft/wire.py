@@ -16,8 +16,11 @@ from the batch headers without touching the records.
 from __future__ import annotations
 
 import datetime
+import io
 import struct
+import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.begin_quorum_epoch.v1 import request as bqe_req
@@ -29,16 +32,18 @@ from kio.schema.fetch.v17 import request as fetch_req
 from kio.schema.fetch.v17 import response as fetch_resp
 from kio.schema.fetch_snapshot.v1 import request as fs_req
 from kio.schema.fetch_snapshot.v1 import response as fs_resp
+from kio.schema.leader_change_message.v0.data import LeaderChangeMessage, Voter
 from kio.schema.types import BrokerId, TopicName
 from kio.schema.vote.v2 import request as vote_req
 from kio.schema.vote.v2 import response as vote_resp
-from kio.static.primitive import Records, i32, i32Timedelta, i64
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
 
-from ...protocol.records import HEADER_SIZE, LOG_OVERHEAD, iter_headers
+from ...protocol.records import HEADER_SIZE, LOG_OVERHEAD, build_batch, decode_records, iter_headers
 from . import messages as m
 
 __all__ = ["METADATA_TOPIC", "METADATA_TOPIC_ID", "to_kio", "from_kio", "encode_entries",
-           "decode_entries"]
+           "decode_entries", "leader_change_batch", "read_leader_change", "LEADER_CHANGE"]
 
 METADATA_TOPIC = TopicName("__cluster_metadata")
 #: Kafka's ``Uuid.METADATA_TOPIC_ID``.
@@ -46,6 +51,9 @@ METADATA_TOPIC_ID = uuid.UUID(int=1)
 _CONTROL_BIT = 0x20
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _EPOCH = struct.Struct(">i")
+#: Kafka's ControlRecordType.LEADER_CHANGE; a control record's key is (version 0, type).
+LEADER_CHANGE = 2
+_CONTROL_KEY = struct.Struct(">hh")
 
 
 def _ms(ms: int) -> i32Timedelta:
@@ -87,6 +95,33 @@ def decode_entries(records: bytes | None) -> tuple[m.Entry, ...]:
         out.append(m.Entry(h.partition_leader_epoch, bytes(records[h.position:h.position + size]),
                            h.last_offset_delta + 1, bool(h.attributes & _CONTROL_BIT)))
     return tuple(out)
+
+
+# --- the LeaderChange control batch ---------------------------------------------------
+
+def leader_change_batch(leader_id: int, epoch: int, voters: Sequence[int],
+                        granting_voters: Sequence[int] = ()) -> bytes:
+    """Kafka's LeaderChangeMessage as a control batch (one control record, key = version
+    0 and type LEADER_CHANGE, value = the message, version 0), with PartitionLeaderEpoch
+    ``epoch``; the leader appends it first in every epoch. BaseOffset is set on append."""
+    msg = LeaderChangeMessage(version=i16(0), leader_id=BrokerId(leader_id),
+                              voters=tuple(Voter(voter_id=i32(v)) for v in voters),
+                              granting_voters=tuple(Voter(voter_id=i32(v)) for v in granting_voters))
+    buf = io.BytesIO()
+    entity_writer(LeaderChangeMessage)(buf, msg)
+    key = _CONTROL_KEY.pack(0, LEADER_CHANGE)
+    return build_batch([(key, buf.getvalue(), [], int(time.time() * 1000))], is_control=True,
+                       partition_leader_epoch=epoch)
+
+
+def read_leader_change(batch: bytes) -> LeaderChangeMessage | None:
+    """The LeaderChangeMessage of a control batch; None if it holds no such record."""
+    for rec in decode_records(batch):
+        if rec.key is not None and len(rec.key) >= 4 and rec.value is not None \
+                and _CONTROL_KEY.unpack_from(rec.key)[1] == LEADER_CHANGE:
+            msg, _ = entity_reader(LeaderChangeMessage)(memoryview(rec.value), 0)
+            return msg
+    return None
 
 
 # --- to kio ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from . import (
     admin_topics,
     allocate_producer_ids,
     alter_configs,
+    alter_partition,
     api_versions,
     broker_lifecycle,
     consumer_groups,
@@ -24,6 +25,7 @@ from . import (
     delete_records,
     describe_cluster,
     describe_quorum,
+    elect_leaders,
     end_txn,
     envelope,
     fetch,
@@ -34,6 +36,8 @@ from . import (
     metadata,
     offset_for_leader_epoch,
     produce,
+    reassignments,
+    raft_rpcs,
     sasl,
     scram_credentials,
     share_fetch,
@@ -53,7 +57,7 @@ MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_gr
            describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,
            offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
            add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
-           describe_quorum, update_features, acls, scram_credentials, sasl, txn_admin)
+           describe_quorum, update_features, acls, scram_credentials, sasl, txn_admin, elect_leaders, reassignments)
 
 
 def routes() -> Routes:
@@ -65,7 +69,8 @@ def routes() -> Routes:
 #: metadata writes (run against the controller's image, KIP-919) with ACLs and SCRAM
 #: credentials, Envelope, ApiVersions.
 CONTROLLER_MODULES = (admin_configs, admin_topics, alter_configs, api_versions, envelope, update_features, acls,
-                      scram_credentials, sasl)  # sasl: a SASL controller listener authenticates brokers
+                      scram_credentials, sasl,  # sasl: a SASL controller listener authenticates brokers
+                      alter_partition, elect_leaders, reassignments)
 #: Handlers taking the controller service first (bound by :func:`controller_routes`).
 CONTROLLER_SERVICE_MODULES = (broker_lifecycle, controller_fetch, allocate_producer_ids)
 
@@ -79,6 +84,12 @@ def controller_routes(service: ControllerService) -> Routes:
     table = dict(build_routes(CONTROLLER_MODULES))
     for key, r in build_routes(CONTROLLER_SERVICE_MODULES).items():
         table[key] = Route(key, r.min_version, r.max_version, functools.partial(r.fn, service), r.name)
+    if service.raft is not None:  # a controller quorum: the voters' Raft RPCs, writes only on the leader
+        for key, r in build_routes([raft_rpcs]).items():
+            table[key] = Route(key, r.min_version, r.max_version, functools.partial(r.fn, service), r.name)
+        envelope_route = table[58]
+        table[58] = Route(58, envelope_route.min_version, envelope_route.max_version,
+                          functools.partial(raft_rpcs.envelope_on_leader, service, envelope_route.fn), envelope_route.name)
     quorum = build_routes([describe_quorum])[55]
     table[55] = Route(55, quorum.min_version, quorum.max_version,
                       functools.partial(describe_quorum.controller_describe_quorum, service), quorum.name)

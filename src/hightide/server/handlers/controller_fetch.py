@@ -21,6 +21,13 @@ Contract for the broker side (server/metadata_follower.py):
 * A Fetch at offset N counts as the broker acknowledging N - 1 (hightide's brokers apply
   a batch to their image before they send the next Fetch); it does not refresh the
   broker's session (heartbeats do).
+
+With a controller quorum: a Fetch whose ReplicaId is another voter is Raft replication
+(:mod:`.raft_rpcs`); a broker's Fetch is served by the active controller only — any
+other voter answers NOT_LEADER_OR_FOLLOWER with ``CurrentLeader`` = the leader it knows
+(-1 if none) and its epoch, and (v16+) the leader's controller endpoint in
+``NodeEndpoints``. Leader epochs are the quorum's; DivergingEpoch comes from the
+leader's epoch cache.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ..controller_service import LEADER_EPOCH, service_handler
+from ..controller_service import service_handler
+from .raft_rpcs import is_voter_fetch, voter_fetch
 
 if TYPE_CHECKING:
     from ..controller_service import ControllerService
@@ -76,13 +84,18 @@ async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> An
         return _respond(service, ctx, found[0], None, error=ErrorCode.inconsistent_cluster_id)
     topic, part = found
     replica_id, replica_epoch = _replica(req, ctx.version)
+    if is_voter_fetch(service, replica_id):
+        return await voter_fetch(service, ctx, req)
+    if not service.is_active:
+        return _respond(service, ctx, topic, _partition(service, error=ErrorCode.not_leader_or_follower))
     fetch_offset = int(part.fetch_offset)
     last_epoch = int(getattr(part, "last_fetched_epoch", -1))
     if fetch_offset < 0:
         return _respond(service, ctx, topic, _partition(service, error=ErrorCode.invalid_request))
     end = service.committed_end()
-    if fetch_offset > end or last_epoch > LEADER_EPOCH:  # its copy has records ours does not: no acknowledgement
-        return _respond(service, ctx, topic, _partition(service, diverging=(LEADER_EPOCH, end)))
+    diverging = _diverging(service, fetch_offset, last_epoch, end)
+    if diverging is not None:  # its copy has records ours does not: no acknowledgement
+        return _respond(service, ctx, topic, _partition(service, diverging=diverging))
     service.observe_fetch(replica_id, fetch_offset, replica_epoch, ctx.now_ms)
     max_wait_s = req.max_wait.total_seconds()
     if fetch_offset == end and max_wait_s > 0 and not ctx.identity.stopping:
@@ -93,6 +106,23 @@ async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> An
                 break
             await ctx.waiters.wait([METADATA_KEY], left)
     return _respond(service, ctx, topic, _read(service, fetch_offset, int(part.partition_max_bytes)))
+
+
+def _diverging(service: ControllerService, fetch_offset: int, last_epoch: int, end: int) -> tuple[int, int] | None:
+    """DivergingEpoch (epoch, end offset) when the fetcher's copy is not a prefix of the
+    committed log: it fetches past the committed end, or its last epoch ends before its
+    fetch offset here (or is one this log never had); None when it is."""
+    if fetch_offset > end:
+        return service.leader_epoch, end
+    raft = service.raft
+    if raft is None:
+        return (service.leader_epoch, end) if last_epoch > service.leader_epoch else None
+    if fetch_offset == 0 or last_epoch < 0:
+        return None
+    found = raft.core.log.end_offset_for_epoch(last_epoch)
+    if found.epoch != last_epoch or found.offset < fetch_offset:
+        return found.epoch, min(found.offset, end)
+    return None
 
 
 def _read(service: ControllerService, offset: int, max_bytes: int) -> dict:
@@ -113,7 +143,7 @@ def _partition(service: ControllerService, *, error: ErrorCode = ErrorCode.none,
             "records": records,
             "diverging_epoch": {"epoch": diverging[0] if diverging else -1,
                                 "end_offset": diverging[1] if diverging else -1},
-            "current_leader": {"leader_id": service.node_id, "leader_epoch": LEADER_EPOCH},
+            "current_leader": {"leader_id": service.leader_id, "leader_epoch": service.leader_epoch},
             "snapshot_id": {"end_offset": -1, "epoch": -1}}
 
 
@@ -122,7 +152,12 @@ def _respond(service: ControllerService, ctx: RequestContext, topic: Any, partit
     responses = []
     if topic is not None and partition is not None:
         responses.append({"topic": METADATA_TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [partition]})
-    host, port = ctx.identity.advertised
+    leader = service.leader_id
+    if leader == service.node_id:
+        host, port = ctx.identity.advertised
+    else:
+        host, port = service.voter_endpoints.get(leader, ("", -1))
+    endpoints = [{"node_id": leader, "host": host, "port": port, "rack": None}] if leader >= 0 else []
     return materialize(response_schema(1, ctx.version), {
         "throttle_time": 0, "error_code": error, "session_id": 0, "responses": responses,
-        "node_endpoints": [{"node_id": service.node_id, "host": host, "port": port, "rack": None}]})
+        "node_endpoints": endpoints})

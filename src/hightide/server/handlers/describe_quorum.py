@@ -13,6 +13,13 @@ offset as LogEndOffset.
 A request for another topic-partition gets UNKNOWN_TOPIC_OR_PARTITION for that
 partition (Kafka: the top-level error is NONE, the partition's names it).
 
+With a controller quorum the answer comes from the leader's Raft state: every voter
+with the offset it last fetched from (the leader: its flushed end) and the times of its
+last fetch and of its last fetch at the leader's end (-1: never, e.g. a voter that is
+down), the epoch, the high watermark, and (v2) every voter's controller endpoint. A
+controller that is not the leader answers NOT_LEADER_OR_FOLLOWER for the partition
+(Kafka's answer; a broker forwards DescribeQuorum to the active controller).
+
 DescribeCluster on a controller listener answers ``EndpointType`` 2 (controllers) with
 the controller endpoints (Kafka's ``ControllerApis``); a request for brokers (type 1,
 and every v0/v1 request) gets UNSUPPORTED_ENDPOINT_TYPE.
@@ -30,6 +37,8 @@ from ...security.acl import AclOperation
 from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ..controller_service import LEADER_EPOCH, ReplicaProgress
+
+Nodes = list[tuple[int, list[tuple[str, str, int]]]]  # (voter id, its listeners as (name, host, port))
 from ..registry import handles
 
 if TYPE_CHECKING:
@@ -44,7 +53,8 @@ def _replica(p: ReplicaProgress) -> dict:
 
 
 def _answer(ctx: RequestContext, req: Any, node_id: int, high_watermark: int, voters: list[ReplicaProgress],
-            observers: list[ReplicaProgress], listeners: list[tuple[str, str, int]]) -> Any:
+            observers: list[ReplicaProgress], nodes: Nodes, leader_epoch: int = LEADER_EPOCH,
+            error: ErrorCode = ErrorCode.none) -> Any:
     """The answer; DescribeQuorum needs DESCRIBE on the cluster (Kafka's ControllerApis),
     else a top-level CLUSTER_AUTHORIZATION_FAILED."""
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
@@ -55,9 +65,13 @@ def _answer(ctx: RequestContext, req: Any, node_id: int, high_watermark: int, vo
     for t in req.topics:
         parts: list[dict[str, Any]] = []
         for p in t.partitions:
-            if t.topic_name == METADATA_TOPIC and p.partition_index == 0:
+            if t.topic_name == METADATA_TOPIC and p.partition_index == 0 and error != ErrorCode.none:
+                parts.append({"partition_index": 0, "error_code": error, "error_message": None,
+                              "leader_id": node_id, "leader_epoch": leader_epoch, "high_watermark": -1,
+                              "current_voters": [], "observers": []})
+            elif t.topic_name == METADATA_TOPIC and p.partition_index == 0:
                 parts.append({"partition_index": 0, "error_code": ErrorCode.none, "error_message": None,
-                              "leader_id": node_id, "leader_epoch": LEADER_EPOCH, "high_watermark": high_watermark,
+                              "leader_id": node_id, "leader_epoch": leader_epoch, "high_watermark": high_watermark,
                               "current_voters": [_replica(v) for v in voters],
                               "observers": [_replica(o) for o in observers]})
             else:
@@ -66,10 +80,10 @@ def _answer(ctx: RequestContext, req: Any, node_id: int, high_watermark: int, vo
                               "leader_id": -1, "leader_epoch": -1, "high_watermark": -1,
                               "current_voters": [], "observers": []})
         topics.append({"topic_name": t.topic_name, "partitions": parts})
-    nodes = [{"node_id": v.replica_id, "listeners": [{"name": n, "host": h, "port": port} for n, h, port in listeners]}
-             for v in voters]
-    return materialize(response_schema(55, ctx.version), {"error_code": ErrorCode.none, "error_message": None,
-                                                          "topics": topics, "nodes": nodes})
+    return materialize(response_schema(55, ctx.version), {
+        "error_code": ErrorCode.none, "error_message": None, "topics": topics,
+        "nodes": [{"node_id": n, "listeners": [{"name": x, "host": h, "port": port} for x, h, port in listeners]}
+                  for n, listeners in nodes]})
 
 
 @handles(55, 0, 2)
@@ -79,21 +93,38 @@ def describe_quorum(ctx: RequestContext, req: Any) -> Any:
     node_id = ctx.identity.node_id
     host, port = ctx.identity.advertised
     voter = ReplicaProgress(node_id, end, ctx.now_ms, ctx.now_ms)
-    return _answer(ctx, req, node_id, end, [voter], [], [("PLAINTEXT", host, port)])
+    return _answer(ctx, req, node_id, end, [voter], [], [(node_id, [("PLAINTEXT", host, port)])])
 
 
 def controller_describe_quorum(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
-    """A controller's answer: itself as the voter, the fetching brokers as observers."""
-    voters, observers = service.quorum(ctx.now_ms)
-    return _answer(ctx, req, service.node_id, service.committed_end(), voters, observers,
-                   service.controller_endpoints())
+    """A controller's answer: the voters (itself alone, or the quorum as its leader sees
+    it), the fetching brokers as observers; NOT_LEADER_OR_FOLLOWER on a non-leader."""
+    quorum = service.quorum(ctx.now_ms)
+    nodes = _voter_nodes(service)
+    if quorum is None:
+        return _answer(ctx, req, service.leader_id, -1, [], [], nodes, service.leader_epoch,
+                       ErrorCode.not_leader_or_follower)
+    voters, observers = quorum
+    return _answer(ctx, req, service.node_id, service.committed_end(), voters, observers, nodes,
+                   service.leader_epoch)
+
+
+def _voter_nodes(service: ControllerService) -> Nodes:
+    """Each voter's controller endpoints: this node's as bound, the others' from
+    ``controller.quorum.voters`` (under this node's controller listener name)."""
+    own = service.controller_endpoints()
+    name = own[0][0] if own else "CONTROLLER"
+    nodes: Nodes = [(service.node_id, own)]
+    nodes += [(v, [(name, host, port)]) for v, (host, port) in sorted(service.voter_endpoints.items())
+              if v != service.node_id]
+    return sorted(nodes)
 
 
 def controller_describe_cluster(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
     """KIP-919: a controller describes the controllers (itself, the one voter)."""
     endpoint_type = int(getattr(req, "endpoint_type", ENDPOINT_TYPE_BROKERS))
     base: dict[str, Any] = {"throttle_time": 0, "endpoint_type": endpoint_type, "cluster_id": ctx.identity.cluster_id or "",
-            "controller_id": service.node_id, "cluster_authorized_operations": -2147483648}
+            "controller_id": service.leader_id, "cluster_authorized_operations": -2147483648}
     if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: on a controller, ALTER on the cluster
         return materialize(response_schema(60, ctx.version), {
             **base, "error_code": ErrorCode.cluster_authorization_failed, "controller_id": -1,
@@ -102,7 +133,7 @@ def controller_describe_cluster(service: ControllerService, ctx: RequestContext,
         return materialize(response_schema(60, ctx.version), {
             **base, "error_code": ErrorCode.unsupported_endpoint_type, "controller_id": -1,
             "error_message": "The controller can only describe controllers (EndpointType 2).", "brokers": []})
-    brokers = [{"broker_id": service.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
-               for _, host, port in service.controller_endpoints()[:1]]
+    brokers = [{"broker_id": n, "host": listeners[0][1], "port": listeners[0][2], "rack": None, "is_fenced": False}
+               for n, listeners in _voter_nodes(service) if listeners]
     return materialize(response_schema(60, ctx.version), {**base, "error_code": ErrorCode.none,
                                                           "error_message": None, "brokers": brokers})

@@ -1,0 +1,115 @@
+"""The KRaft RPCs between the voters of a controller quorum, on the controller listener:
+Vote (52) v2, BeginQuorumEpoch (53) v1, EndQuorumEpoch (54) v1 and a voter's Fetch (1)
+v17 of ``__cluster_metadata-0`` (``controller_fetch`` hands over a Fetch whose
+ReplicaId is a voter).
+
+Each request is converted to the core's message (:mod:`hightide.cluster.raft.wire`),
+stepped through the controller's :class:`~..raft_shell.RaftShell` and its answer
+converted back: the core decides everything (epochs, votes, DivergingEpoch, the high
+watermark). A voter's Fetch may be parked by the leader up to its MaxWaitMs.
+
+Top-level errors (Kafka's ``KafkaRaftClient`` request validation):
+CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION (only controllers talk Raft),
+INCONSISTENT_CLUSTER_ID for another cluster's id, INVALID_REQUEST when the request does
+not name exactly ``__cluster_metadata-0``, REQUEST_TIMED_OUT (retriable) when the shell
+gives no answer in time (it is stopping, or its quorum-state write is slow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ...cluster.raft import messages as m
+from ...cluster.raft.wire import from_kio, to_kio
+from ...protocol.build import materialize
+from ...protocol.codec import response_schema
+from ...protocol.envelope_response import EnvelopeResponse, encode_envelope_response
+from ...protocol.errors import ErrorCode
+from ...security.acl import AclOperation
+from ..authorization import authorize_cluster
+from ..context import RequestContext
+from ..controller_service import service_handler
+
+if TYPE_CHECKING:
+    from ..controller_service import ControllerService
+
+__all__ = ["vote", "begin_quorum_epoch", "end_quorum_epoch", "voter_fetch", "is_voter_fetch", "envelope_on_leader"]
+
+#: Kafka's own voters send these versions; the converters speak exactly them.
+VOTE_VERSION, BEGIN_VERSION, END_VERSION, FETCH_VERSION = 2, 1, 1, 17
+
+
+def _top_error(api_key: int, version: int, code: ErrorCode) -> Any:
+    body: dict[str, Any] = {"error_code": code, "topics": [], "responses": [], "throttle_time": 0,
+                            "session_id": 0, "node_endpoints": []}
+    return materialize(response_schema(api_key, version), body)
+
+
+def _source(msg: m.Message) -> int:
+    if isinstance(msg, (m.VoteRequest, m.FetchRequest, m.FetchSnapshotRequest)):
+        return msg.replica_id
+    if isinstance(msg, (m.BeginQuorumEpochRequest, m.EndQuorumEpochRequest)):
+        return msg.leader_id
+    raise ValueError(f"{type(msg).__name__} is not a request")
+
+
+async def _answer(service: ControllerService, ctx: RequestContext, req: Any, api_key: int) -> Any:
+    """Step ``req`` through the Raft shell and answer with the core's reply."""
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+        return _top_error(api_key, ctx.version, ErrorCode.cluster_authorization_failed)
+    cluster_id = getattr(req, "cluster_id", None)
+    if cluster_id is not None and cluster_id != ctx.identity.cluster_id:
+        return _top_error(api_key, ctx.version, ErrorCode.inconsistent_cluster_id)
+    raft = service.raft
+    if raft is None:  # never routed: a single voter serves no Raft RPCs
+        return _top_error(api_key, ctx.version, ErrorCode.unsupported_version)
+    try:
+        msg = from_kio(req)
+        source = _source(msg)
+    except ValueError:
+        return _top_error(api_key, ctx.version, ErrorCode.invalid_request)
+    answer = await raft.handle(source, msg)
+    if answer is None:
+        return _top_error(api_key, ctx.version, ErrorCode.request_timed_out)
+    offset = msg.fetch_offset if isinstance(msg, m.FetchRequest) else 0
+    return to_kio(answer, records_offset=offset)
+
+
+@service_handler(52, VOTE_VERSION, VOTE_VERSION)
+async def vote(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    return await _answer(service, ctx, req, 52)
+
+
+@service_handler(53, BEGIN_VERSION, BEGIN_VERSION)
+async def begin_quorum_epoch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    return await _answer(service, ctx, req, 53)
+
+
+@service_handler(54, END_VERSION, END_VERSION)
+async def end_quorum_epoch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    return await _answer(service, ctx, req, 54)
+
+
+def is_voter_fetch(service: ControllerService, replica_id: int) -> bool:
+    """True if a Fetch from ``replica_id`` is Raft replication between voters (rather
+    than a broker observing the log)."""
+    return service.raft is not None and replica_id in service.raft.core.voters and replica_id != service.node_id
+
+
+async def voter_fetch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+    """A voter's Fetch (v17 only: the version voters send)."""
+    if ctx.version != FETCH_VERSION:
+        return _top_error(1, ctx.version, ErrorCode.unsupported_version)
+    return await _answer(service, ctx, req, 1)
+
+
+async def envelope_on_leader(service: ControllerService, inner: Callable[[RequestContext, Any], Awaitable[Any]],
+                             ctx: RequestContext, req: Any) -> Any:
+    """Envelope (58) on a quorum's controller: only the leader runs the forwarded
+    request; any other voter answers NOT_CONTROLLER at the Envelope level (nothing was
+    run: the broker sends it to the active controller)."""
+    raft = service.raft
+    if raft is not None and raft.role != "leader":
+        return encode_envelope_response(ctx.header.correlation_id, EnvelopeResponse(None, ErrorCode.not_controller))
+    return await inner(ctx, req)

@@ -1,0 +1,91 @@
+"""The ``quorum-state`` file of a controller (Kafka's ``FileQuorumStateStore``).
+
+It holds what a voter must never forget across a crash: the epoch, whom it voted for
+in it and the leader it knows. It lives in the ``__cluster_metadata-0`` directory as
+JSON with Kafka's field names (version 0 of ``QuorumStateData``)::
+
+    {"clusterId":"","leaderId":3001,"leaderEpoch":4,"votedId":3001,"appliedOffset":0,
+     "currentVoters":[{"voterId":3000},{"voterId":3001},{"voterId":3002}],"data_version":0}
+
+Writes are atomic and durable: the JSON goes to ``quorum-state.tmp``, which is fsynced,
+renamed over ``quorum-state``, and then the directory is fsynced, so after a crash the
+file holds either the old state or the new one, never a mix and never nothing.
+:meth:`QuorumStateStore.write` blocks (two fsyncs): the asyncio shell runs it on a worker
+thread (:meth:`QuorumStateStore.awrite`), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Sequence
+
+from ..cluster.raft import ElectionState
+
+__all__ = ["QuorumStateStore", "QUORUM_STATE_FILE", "QuorumStateError"]
+
+QUORUM_STATE_FILE = "quorum-state"
+DATA_VERSION = 0
+
+
+class QuorumStateError(Exception):
+    """The quorum-state file exists but cannot be read (torn by hand, another format):
+    a voter must not guess its vote, so the process refuses to start."""
+
+
+class QuorumStateStore:
+    """The quorum-state file in ``directory`` for a quorum of ``voters``."""
+
+    def __init__(self, directory: str, voters: Sequence[int]) -> None:
+        self.directory = directory
+        self.path = os.path.join(directory, QUORUM_STATE_FILE)
+        self.voters = tuple(sorted(voters))
+        self.writes = 0  # completed writes (tests)
+
+    def read(self) -> ElectionState | None:
+        """The stored state; None when there is no file yet (a new voter). Raises
+        :class:`QuorumStateError` when the file cannot be parsed."""
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            doc = json.loads(raw)
+            return ElectionState(int(doc["leaderEpoch"]), int(doc.get("votedId", -1)),
+                                 int(doc.get("leaderId", -1)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise QuorumStateError(f"cannot read {self.path}: {exc}") from None
+
+    def encode(self, state: ElectionState) -> bytes:
+        """The file's content for ``state`` (Kafka's JSON, version 0)."""
+        return json.dumps({
+            "clusterId": "", "leaderId": state.leader_id, "leaderEpoch": state.epoch,
+            "votedId": state.voted_for, "appliedOffset": 0,
+            "currentVoters": [{"voterId": v} for v in self.voters], "data_version": DATA_VERSION,
+        }, separators=(",", ":")).encode()
+
+    def write(self, state: ElectionState) -> None:
+        """Replace the file with ``state`` atomically and durably (blocking: tmp file,
+        fsync, rename, directory fsync). Raises OSError when any step fails; the old
+        file is then still in place."""
+        os.makedirs(self.directory, exist_ok=True)
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, self.encode(state))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dfd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self.writes += 1
+
+    async def awrite(self, state: ElectionState) -> None:
+        """:meth:`write` on a worker thread."""
+        await asyncio.to_thread(self.write, state)

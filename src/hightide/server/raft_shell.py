@@ -1,0 +1,446 @@
+"""The asyncio shell of the Raft core on a controller (Kafka's KafkaRaftClient driver):
+it runs :class:`~hightide.cluster.raft.RaftCore` over the ``__cluster_metadata-0`` log.
+
+Theory of operation
+-------------------
+The core is sans-IO: every event (a message received, time passing, an append asked by
+the controller, an fsync done) goes through :meth:`RaftShell._step`, which returns the
+core's actions; the shell carries them out **in order**, through one FIFO:
+
+* ``PersistElection``: the quorum-state file is written (tmp + fsync + rename + dir
+  fsync, on a worker thread). Until it is durable nothing queued after it runs — in
+  particular no ``Send`` leaves — so a vote is never granted, nor an epoch announced,
+  before the voter would remember it after a crash (Kafka's rule).
+* ``Append`` / ``Truncate``: the batches are written to (cut from) the partition log,
+  with their base offsets and leader epochs (page cache, synchronous, as every append).
+* ``Flush(end)``: an fsync by the flusher (off the loop); ``FlushDone(end)`` is fed back
+  only after every earlier flush has completed (flushes complete in order). A failed
+  fsync stops the shell: the voter no longer acknowledges anything (Kafka shuts such a
+  controller down).
+* ``Send``: a reply to a request this node is handling (correlation ids from
+  ``INBOUND_CID_BASE`` up, assigned by :meth:`handle`) completes that request's future;
+  any other Send is a request to a peer, sent by the transport in its own task; the
+  answer comes back as ``Received`` (or ``SendFailed``).
+* ``Committed(hw)``: the committed entries are applied to the image in log order
+  (control batches skipped), writes waiting for them are answered, and ``on_commit``
+  runs (wakes the observers' long-polls).
+* ``RoleChanged``: logged; writes in flight on a leader that lost its role fail with an
+  unknown outcome.
+
+The image holds exactly the committed prefix: on start the metadata log is *not*
+replayed (its tail may be uncommitted); entries are applied as the high watermark
+passes them. A leader is **active** (takes metadata writes) once its own LeaderChange
+entry is applied, i.e. the image has everything committed before its epoch
+(``on_activate`` runs then, before any write).
+
+A timer task steps ``Tick`` at the core's ``next_deadline``. Time is wall-clock ms
+(``clock``), so DescribeQuorum's timestamps are Kafka's epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from ..cluster.image import MetadataImage
+from ..cluster.metadata_log import MetadataLog
+from ..cluster.raft import (
+    Action, Append, ClientAppend, Committed, ElectionState, Entry, Event, Flush, FlushDone,
+    InstallSnapshot, NotLeaderError, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
+    Resign, RoleChanged, Send, SendFailed, Tick, TrimLog, Truncate,
+)
+from ..cluster.raft import messages as m
+from ..cluster.raft.wire import encode_entries
+from ..cluster.records import decode
+from ..log.partition_log import PartitionLog
+from ..protocol.records import decode_records, iter_headers, parse_header, validate_batches
+
+log = logging.getLogger("hightide.raft")
+
+__all__ = ["RaftShell", "RaftTransport", "ElectionStore", "WriteOutcomeUnknown", "INBOUND_CID_BASE",
+           "restore_raft_log"]
+
+#: Correlation ids of requests received from peers start here; the core numbers its own
+#: requests from 1, so a reply can never be taken for a request of ours.
+INBOUND_CID_BASE = 1 << 40
+_CONTROL_BIT = 0x20
+
+
+class RaftTransport(Protocol):
+    """Requests to other voters: ``request`` returns the peer's answer or raises
+    (OSError, a client error, a timeout) when none came."""
+
+    async def request(self, dest: int, message: m.Message) -> m.Message: ...
+
+    async def close(self) -> None: ...
+
+
+class ElectionStore(Protocol):
+    """The quorum-state file (:class:`~.quorum_state.QuorumStateStore`)."""
+
+    def read(self) -> ElectionState | None: ...
+
+    async def awrite(self, state: ElectionState) -> None: ...
+
+
+class WriteOutcomeUnknown(Exception):
+    """The leader lost its role after appending a write and before it committed: the
+    write may still commit under the next leader, or be truncated."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def restore_raft_log(plog: PartitionLog) -> RaftLog:
+    """The core's view of the log from the partition log on disk: one entry per record
+    batch (epoch = PartitionLeaderEpoch, count = LastOffsetDelta + 1, control bit)."""
+    entries: list[tuple[int, Entry]] = []
+    offset = plog.log_start_offset
+    while offset < plog.log_end_offset:
+        chunk = plog.read(offset, 1 << 20)
+        if not chunk.data:
+            break
+        data = bytes(chunk.data)
+        for h in iter_headers(data):
+            if h.base_offset + h.last_offset_delta < offset:
+                continue
+            payload = data[h.position:h.position + h.length + 12]
+            entries.append((h.base_offset, Entry(h.partition_leader_epoch, payload, h.last_offset_delta + 1,
+                                                 bool(h.attributes & _CONTROL_BIT))))
+            offset = h.base_offset + h.last_offset_delta + 1
+    restored = RaftLog()
+    restored.start_offset = restored.end_offset = entries[0][0] if entries else plog.log_start_offset
+    for base, entry in entries:
+        if base != restored.end_offset:
+            raise ValueError(f"entry at {base} does not follow end offset {restored.end_offset}")
+        restored.append(entry)
+    return restored
+
+
+class RaftShell:
+    """One voter of the controller quorum (see the module doc). ``durable(plog)``
+    resolves once everything appended to ``plog`` is fsynced (the flusher's);
+    ``on_commit()`` runs after committed entries are applied; ``on_activate(epoch)`` when
+    this node becomes the active controller; ``on_role(role, epoch, leader_id)`` on every
+    role change."""
+
+    def __init__(self, *, node_id: int, voters: Sequence[int], metadata: MetadataLog, store: ElectionStore,
+                 transport: RaftTransport, durable: Callable[[PartitionLog], Awaitable[object]],
+                 config: RaftConfig | None = None, clock: Callable[[], int] = now_ms,
+                 rng: random.Random | None = None) -> None:
+        self.node_id = node_id
+        self.metadata = metadata
+        self.plog = metadata.log
+        self.store = store
+        self.transport = transport
+        self._durable = durable
+        self.clock = clock
+        self.config = config or RaftConfig()
+        restored = restore_raft_log(self.plog)
+        if restored.start_offset > 0:
+            raise ValueError(f"the metadata log starts at {restored.start_offset}: snapshots are not wired into "
+                             "the controller quorum yet")
+        # MetadataLog replayed the whole log, whose tail may be uncommitted: start from an
+        # empty image and apply entries as the high watermark passes them.
+        metadata.image = MetadataImage()
+        self.core = RaftCore(node_id, voters, self.config, rng or random.Random(), clock(),
+                             election=store.read(), log=restored)
+        #: The image holds every committed entry below this offset.
+        self.applied_end = restored.start_offset
+        self.on_commit: Callable[[], None] = lambda: None
+        self.on_activate: Callable[[int], None] = lambda epoch: None
+        self.on_role: Callable[[str, int, int], None] = lambda role, epoch, leader: None
+        self.failed: str | None = None
+        self.active_epoch = -1  # the epoch this node is the active controller of (-1: not active)
+        self._queue: deque[Action] = deque()
+        self._persisting = False
+        self._last_flush: asyncio.Task[None] | None = None
+        self._inbound: dict[int, asyncio.Future[m.Message]] = {}
+        self._next_cid = INBOUND_CID_BASE
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (end offset, epoch, future)
+        self._activated = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def role(self) -> str:
+        return self.core.role
+
+    @property
+    def epoch(self) -> int:
+        return self.core.epoch
+
+    @property
+    def leader_id(self) -> int:
+        """The leader this node knows (itself when leading), -1 if none."""
+        return self.core.leader_id
+
+    @property
+    def is_active(self) -> bool:
+        """True on the leader once its epoch's LeaderChange entry is applied: the image
+        has every earlier committed entry, so metadata writes may run."""
+        return self.active_epoch == self.core.epoch and self.core.role == "leader" and self.failed is None
+
+    async def wait_active(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for this node to become active (it leads already);
+        True if it is."""
+        if self.is_active:
+            return True
+        self._activated.clear()
+        try:
+            await asyncio.wait_for(self._activated.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        return self.is_active
+
+    # -- running ---------------------------------------------------------------------------
+    def start(self, *, timer: bool = True) -> None:
+        """Start the core (its first Tick) and, with ``timer``, the timer task (tests
+        drive :meth:`tick` themselves with a fake clock)."""
+        log.info("raft: node %d starting as %s in epoch %d (log %d..%d, voters %s)", self.node_id, self.core.role,
+                 self.core.epoch, self.core.log.start_offset, self.core.log.end_offset, list(self.core.voters))
+        self._step(Tick())
+        if timer:
+            self._timer = asyncio.get_running_loop().create_task(self._run_timer(), name="raft-timer")
+
+    def tick(self) -> None:
+        """Run the core's due timers now."""
+        self._step(Tick())
+
+    async def _run_timer(self) -> None:
+        while not self._closed:
+            deadline = self.core.next_deadline
+            now = self.clock()
+            if deadline is not None and now >= deadline:
+                self._step(Tick())
+                if self.core.next_deadline is not None and self.core.next_deadline <= now:
+                    await asyncio.sleep(0.001)  # a deadline the core did not move: do not spin
+                continue
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), None if deadline is None else (deadline - now) / 1000)
+            except TimeoutError:
+                pass
+
+    async def close(self, resign_wait_s: float = 0.3) -> None:
+        """Stop: a leader resigns first (EndQuorumEpoch to the voters, waited for up to
+        ``resign_wait_s``), then the timer stops, writes waiting fail with an unknown
+        outcome and requests being handled get no answer (None)."""
+        if self._closed:
+            return
+        if self.core.role == "leader" and self.failed is None:
+            self._step(Resign())
+            pending = [t for t in self._tasks if not t.done()]
+            if pending:
+                await asyncio.wait(pending, timeout=resign_wait_s)
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        self._fail_waiters("the controller is shutting down")
+        for fut in self._inbound.values():
+            if not fut.done():
+                fut.cancel()
+        await self.transport.close()
+
+    # -- the controller's writes -------------------------------------------------------------
+    async def append(self, payload: bytes) -> int:
+        """Append one record batch as the leader and return its end offset once it is
+        committed and applied to the image. Raises :class:`NotLeaderError` (nothing
+        appended) on a non-leader, :class:`WriteOutcomeUnknown` if leadership is lost
+        before it commits."""
+        if self._closed or self.failed is not None:
+            raise NotLeaderError(self.core.leader_id, self.core.epoch)
+        self._step(ClientAppend((payload,), (parse_header(payload).last_offset_delta + 1,)))
+        end = self.core.log.end_offset
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((end, self.core.epoch, fut))
+        await fut
+        return end
+
+    # -- requests from peers ---------------------------------------------------------------
+    async def handle(self, source: int, message: m.Message, timeout_s: float | None = None) -> m.Message | None:
+        """Step a request from peer ``source`` and return the core's answer (a Fetch may
+        be parked up to its MaxWaitMs). None when no answer comes within ``timeout_s``
+        (default: the request timeout) or the shell stops."""
+        if self._closed or self.failed is not None:
+            return None
+        cid = self._next_cid
+        self._next_cid += 1
+        fut: asyncio.Future[m.Message] = asyncio.get_running_loop().create_future()
+        self._inbound[cid] = fut
+        try:
+            self._step(Received(source, message, cid))
+            return await asyncio.wait_for(fut, timeout_s or self.config.request_timeout_ms / 1000)
+        except (TimeoutError, asyncio.CancelledError):
+            if self._closed:
+                return None
+            if fut.cancelled():
+                return None
+            raise
+        finally:
+            self._inbound.pop(cid, None)
+
+    # -- the core --------------------------------------------------------------------------
+    def _step(self, event: Event) -> None:
+        """Feed ``event`` to the core and carry out its actions. Raises NotLeaderError for
+        a ClientAppend on a non-leader (nothing happened)."""
+        if self._closed or self.failed is not None:
+            if isinstance(event, ClientAppend):
+                raise NotLeaderError(self.core.leader_id, self.core.epoch)
+            return
+        actions = self.core.step(self.clock(), event)
+        self._queue.extend(actions)
+        if not self._persisting:
+            self._drain()
+        self._wake.set()
+
+    def _drain(self) -> None:
+        while self._queue and not self._closed:
+            action = self._queue.popleft()
+            if isinstance(action, PersistElection):
+                self._persisting = True
+                self._spawn(self._persist(action.state), "raft-persist")
+                return
+            self._carry_out(action)
+
+    async def _persist(self, state: ElectionState) -> None:
+        try:
+            await self.store.awrite(state)
+        except OSError as exc:
+            self._fail(f"writing the quorum-state file failed: {exc}")
+            return
+        self._persisting = False
+        self._drain()
+
+    def _carry_out(self, action: Action) -> None:
+        if isinstance(action, Send):
+            self._send(action)
+        elif isinstance(action, Append):
+            self._append(action)
+        elif isinstance(action, Truncate):
+            log.info("raft: truncating the metadata log to %d (diverged from the leader)", action.offset)
+            self.plog.truncate_to(action.offset)
+        elif isinstance(action, Flush):
+            self._last_flush = self._spawn(self._flush(action.end_offset, self._last_flush), "raft-flush")
+        elif isinstance(action, Committed):
+            self._apply_committed(action.high_watermark)
+        elif isinstance(action, RoleChanged):
+            self._role_changed(action)
+        elif isinstance(action, (TrimLog, InstallSnapshot)):
+            # Snapshots are not wired yet: the log on disk keeps every entry.
+            log.warning("raft: %s ignored (snapshots are not wired into the controller yet)", type(action).__name__)
+
+    def _send(self, action: Send) -> None:
+        if action.correlation_id >= INBOUND_CID_BASE:
+            fut = self._inbound.get(action.correlation_id)
+            if fut is not None and not fut.done():
+                fut.set_result(action.message)
+            return
+        self._spawn(self._request(action.dest, action.message, action.correlation_id), "raft-send")
+
+    async def _request(self, dest: int, message: m.Message, cid: int) -> None:
+        try:
+            answer = await self.transport.request(dest, message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the peer or the connection
+            log.debug("raft: %s to %d failed: %s", type(message).__name__, dest, exc)
+            self._step(SendFailed(dest, cid))
+            return
+        self._step(Received(dest, answer, cid))
+
+    def _append(self, action: Append) -> None:
+        if self.plog.log_end_offset != action.base_offset:
+            self._fail(f"the metadata log ends at {self.plog.log_end_offset}, the core appends at {action.base_offset}")
+            return
+        offset = action.base_offset
+        now = self.clock()
+        try:
+            for entry in action.entries:
+                data = encode_entries(offset, (entry,))
+                self.plog.append(data, validate_batches(data, client_origin=False), now, entry.epoch)
+                offset += entry.count
+        except OSError as exc:
+            self._fail(f"appending to the metadata log failed: {exc}")
+
+    async def _flush(self, end: int, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None and not previous.done():
+            await asyncio.shield(previous)
+        try:
+            await self._durable(self.plog)
+        except OSError as exc:
+            self._fail(f"fsync of the metadata log failed: {exc}")
+            return
+        self._step(FlushDone(end))
+
+    def _apply_committed(self, hw: int) -> None:
+        """Apply the entries below ``hw`` not applied yet (control batches skipped)."""
+        offset = self.applied_end
+        while offset < hw:
+            entry = self.core.log.entry_at(offset)
+            if entry is None:
+                self._fail(f"committed offset {offset} is not an entry of the log")
+                return
+            if not entry.control:
+                base = parse_header(entry.payload).base_offset
+                records, offsets = [], []
+                for rec in decode_records(entry.payload):
+                    if rec.value is not None:
+                        records.append(decode(rec.value))
+                        offsets.append(offset + rec.offset - base)
+                self.metadata.apply(records, offsets)
+            offset += entry.count
+        self.applied_end = offset
+        if (self.core.role == "leader" and self.active_epoch != self.core.epoch
+                and offset > self.core.epoch_start_offset >= 0):
+            self.active_epoch = self.core.epoch
+            log.info("raft: node %d is the active controller in epoch %d (metadata applied to %d)",
+                     self.node_id, self.core.epoch, offset)
+            self.on_activate(self.core.epoch)
+            self._activated.set()
+        still = []
+        for end, epoch, fut in self._waiters:
+            if end <= offset and not fut.done():
+                fut.set_result(None)
+            elif not fut.done():
+                still.append((end, epoch, fut))
+        self._waiters = still
+        self.on_commit()
+
+    def _role_changed(self, action: RoleChanged) -> None:
+        log.info("raft: node %d is %s in epoch %d (leader %d)", self.node_id, action.role, action.epoch,
+                 action.leader_id)
+        if action.role != "leader":
+            self.active_epoch = -1
+            self._fail_waiters(f"this controller lost the leadership (now {action.role} in epoch {action.epoch})")
+        self.on_role(action.role, action.epoch, action.leader_id)
+
+    def _fail_waiters(self, why: str) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(WriteOutcomeUnknown(why))
+
+    def _fail(self, why: str) -> None:
+        if self.failed is None:
+            log.critical("raft: node %d stops taking part in the quorum: %s", self.node_id, why)
+        self.failed = why
+        self.active_epoch = -1
+        self._fail_waiters(why)
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
