@@ -25,8 +25,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ClusterFactory]:
-    """A factory: ``cluster(n_brokers=3, *, proxied=(), wait=True, timeout=60,
-    settings=None, **kafka_settings)`` starts one controller and ``n_brokers`` brokers
+    """A factory: ``cluster(n_brokers=3, *, controllers=1, proxied=(), wait=True,
+    timeout=60, settings=None, **kafka_settings)`` starts ``controllers`` controllers
+    (one, or a quorum) and ``n_brokers`` brokers
     (heartbeat 250 ms, session 3000 ms) and, with ``wait``, returns once every broker is
     unfenced on every broker. Keyword settings use ``_`` for ``.``
     (``metadata_read_consistency="local"``). Every node is stopped at teardown, also when
@@ -34,10 +35,12 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ClusterF
     made: list[ClusterHarness] = []
     request.node._clusters = made
 
-    def make(n_brokers: int = 3, *, proxied: tuple[int, ...] | list[int] = (), wait: bool = True,
-             timeout: float = 60.0, settings: dict[str, Any] | None = None, **kafka_settings: Any) -> ClusterHarness:
+    def make(n_brokers: int = 3, *, controllers: int = 1, proxied: tuple[int, ...] | list[int] = (),
+             wait: bool = True, timeout: float = 60.0, settings: dict[str, Any] | None = None,
+             **kafka_settings: Any) -> ClusterHarness:
         merged = {**(settings or {}), **kafka_names(kafka_settings)}
-        h = ClusterHarness(tmp_path / f"cluster-{len(made)}", n_brokers, proxied=proxied, settings=merged)
+        h = ClusterHarness(tmp_path / f"cluster-{len(made)}", n_brokers, proxied=proxied, settings=merged,
+                           n_controllers=controllers)
         made.append(h)
         h.start(wait_unfenced=wait, timeout=timeout)
         return h

@@ -7,6 +7,8 @@ healthy broker. Use through the ``cluster`` fixture (tests/cluster/conftest.py):
 
     def test_x(cluster):
         c = cluster(3)                               # controller + 3 brokers, all unfenced
+        q = cluster(3, controllers=3)                # a quorum of 3 controllers + 3 brokers
+        q.kill(q.quorum_leader()); q.wait_leader()   # a new active controller
         c = cluster(2, proxied=[1], metadata_read_consistency="local")
         c.proxies[1].pause()                         # broker 1 cut off from the controller
         c.kill(0); c.wait_fenced(0)
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hightide.client import AdminClient
+from hightide.client.cluster import QuorumInfo, active_controller
 from hightide.devcluster import DevCluster, NodeProcess, plan
 
 from .proxy import FaultProxy
@@ -46,6 +49,8 @@ class ClusterHarness(DevCluster):
         layout.setdefault("session_timeout_ms", SESSION_MS)
         super().__init__(plan(n_brokers, base_dir, settings=settings, **layout), base_dir)
         self.proxies: dict[int, FaultProxy] = {}
+        if proxied and len(self.controllers) > 1:
+            raise ValueError("proxies sit in front of a single controller; a quorum has several")
         controller = self.controllers[0].spec
         for bid in proxied:
             proxy = FaultProxy((controller.host, controller.port)).start()
@@ -88,6 +93,35 @@ class ClusterHarness(DevCluster):
     def terminate(self, node_id: int) -> int | None:
         """SIGTERM (clean shutdown) and wait; returns the exit code."""
         return self.nodes[node_id].stop(sig=signal.SIGTERM)
+
+    # -- the controller quorum --------------------------------------------------------------
+    def live_controllers(self) -> list[NodeProcess]:
+        """The controllers that run and are not paused."""
+        return [n for n in self.controllers if n.alive and not n.paused]
+
+    async def aquorum(self, timeout_s: float = 5.0) -> QuorumInfo:
+        """DescribeQuorum of the active controller, found among the live controllers
+        (:func:`hightide.client.cluster.active_controller`). Raises KafkaError."""
+        servers = [(n.spec.host, n.spec.port) for n in self.live_controllers()]
+        conn, quorum = await active_controller(servers, timeout_s=timeout_s)
+        await conn.close()
+        return quorum
+
+    def quorum(self, timeout_s: float = 5.0) -> QuorumInfo:
+        return asyncio.run(self.aquorum(timeout_s))
+
+    def quorum_leader(self, timeout_s: float = 30.0) -> int:
+        """The node id of the active controller (waits for one)."""
+        return self.wait_leader(timeout=timeout_s)
+
+    def wait_leader(self, *, other_than: int | None = None, timeout: float = 30.0) -> int:
+        """Wait until a live controller other than ``other_than`` leads the quorum and
+        return its id."""
+        def leader() -> int | None:
+            q = self.quorum(timeout_s=2.0)
+            ok = q.leader_id >= 0 and q.leader_id != other_than and self.nodes[q.leader_id].alive
+            return q.leader_id if ok else None
+        return int(self.wait_until(leader, timeout, what=f"a quorum leader other than {other_than}"))
 
     def admin(self, node_id: int | None = None, **kw: Any) -> AdminClient:
         """An AdminClient bootstrapped from one broker (default: all brokers); use with

@@ -408,3 +408,60 @@ def test_the_follower_tries_the_next_voter_while_nobody_leads_and_skips_control_
             await ch.close()
         metadata.close()
     asyncio.run(run())
+
+
+# -- hightide's admin client: --bootstrap-controller against a quorum ----------------
+class QuorumConn:
+    """Stands in for BrokerConnection in hightide.client.cluster: DescribeQuorum
+    answered per address by ``answers`` (a function of the address and the round)."""
+
+    answers: Callable[[tuple[str, int]], Any]
+    asked: list[tuple[str, int]] = []
+
+    def __init__(self, host: str, port: int, client_id: str | None = None, **kw: Any) -> None:
+        self.host, self.port = host, port
+
+    async def connect(self) -> None:
+        if (self.host, self.port) == A:  # down
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}")
+
+    def pick_version(self, api_key: int, wanted_max: int, our_min: int = 0) -> int:
+        return wanted_max
+
+    async def request(self, api_key: int, version: int, body: Any) -> Any:
+        assert api_key == 55
+        self.asked.append((self.host, self.port))
+        return self.answers((self.host, self.port))
+
+    async def close(self) -> None:
+        pass
+
+
+def quorum_answer(error: int = 0, leader: int = -1, nodes: dict[int, tuple[str, int]] | None = None) -> Any:
+    part = SimpleNamespace(partition_index=0, error_code=error, error_message=None, leader_id=leader,
+                           leader_epoch=3, high_watermark=10 if not error else -1, current_voters=(), observers=())
+    return SimpleNamespace(error_code=0, topics=[SimpleNamespace(topic_name="__cluster_metadata", partitions=[part])],
+                           nodes=[SimpleNamespace(node_id=i, listeners=[SimpleNamespace(name="CONTROLLER", host=h,
+                                                                                        port=p)])
+                                  for i, (h, p) in (nodes or {}).items()])
+
+
+def test_the_admin_client_finds_the_active_controller_of_a_quorum(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hightide.client import cluster as client_cluster
+    rounds = {"n": 0}
+
+    def answers(addr: tuple[str, int]) -> Any:
+        if addr == B:
+            rounds["n"] += 1  # nobody leads in the first round (an election), then C does
+            return quorum_answer(int(ErrorCode.not_leader_or_follower), 3002 if rounds["n"] > 1 else -1,
+                                 {3002: C})
+        return quorum_answer(0, 3002) if rounds["n"] > 1 else quorum_answer(int(ErrorCode.not_leader_or_follower))
+    QuorumConn.answers = staticmethod(answers)  # type: ignore[assignment]
+    QuorumConn.asked = []
+    monkeypatch.setattr(client_cluster, "BrokerConnection", QuorumConn)
+
+    async def run() -> None:
+        conn, quorum = await client_cluster.active_controller([A, B], timeout_s=5)
+        assert (conn.host, conn.port) == C and quorum.leader_id == 3002 and quorum.high_watermark == 10
+        assert QuorumConn.asked == [B, B, C]  # round 1: B (no leader); round 2: B names C, C answers
+    asyncio.run(run())

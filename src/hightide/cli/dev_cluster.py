@@ -1,4 +1,5 @@
-"""``hightide dev-cluster``: a controller and N brokers on loopback, until Ctrl-C."""
+"""``hightide dev-cluster``: a controller (or a quorum of them) and N brokers on loopback,
+until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _parse_sets(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--brokers", "n_brokers", type=click.IntRange(1, 64), default=3, show_default=True,
               help="How many broker processes.")
 @click.option("--controllers", "n_controllers", type=int, default=1, show_default=True,
-              help="How many controllers (one today).")
+              help="How many controllers: 1, or a quorum of 3 or 5 voters.")
 @click.option("--data-dir", default="./hightide-dev-cluster", show_default=True,
               help="Base dir: one data dir per node under it (kept between runs).")
 @click.option("--base-port", type=click.IntRange(0, 65535), default=9092, show_default=True,
@@ -39,18 +40,19 @@ def _parse_sets(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--log-level", default="INFO", show_default=True, help="The nodes' --log-level.")
 def dev_cluster(n_brokers: int, n_controllers: int, data_dir: str, base_port: int,
                 overrides: tuple[str, ...], log_level: str) -> None:
-    """Run a controller and N brokers on 127.0.0.1 until Ctrl-C.
+    """Run a controller (or a quorum of them) and N brokers on 127.0.0.1 until Ctrl-C.
 
     Prints the bootstrap string and each broker's state as it changes (registered,
-    unfenced, fenced, exited); node logs are in DATA_DIR/logs. Ctrl-C (or SIGTERM) stops
-    the brokers, then the controller."""
+    unfenced, fenced, exited) and any controller that exits; node logs are in
+    DATA_DIR/logs. Ctrl-C (or SIGTERM) stops the brokers, then the controllers."""
     if n_controllers != 1:
         raise click.ClickException(f"--controllers {n_controllers}: only one controller runs today "
                                    "(a controller quorum is the next step).")
     from ..devcluster import DevCluster, NodeFailed, plan
     settings = _parse_sets(overrides)
     try:
-        specs = plan(n_brokers, data_dir, base_port=base_port or None, settings=settings, log_level=log_level)
+        specs = plan(n_brokers, data_dir, n_controllers=n_controllers, base_port=base_port or None,
+                     settings=settings, log_level=log_level)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     cluster = DevCluster(specs, data_dir)
@@ -63,7 +65,7 @@ def dev_cluster(n_brokers: int, n_controllers: int, data_dir: str, base_port: in
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
-        click.echo("stopping: brokers first, then the controller")
+        click.echo(f"stopping: brokers first, then the controller{'s' * (len(cluster.controllers) != 1)}")
         for node_id, code in cluster.stop().items():
             click.echo(f"  {cluster.nodes[node_id].spec.name} stopped (exit {code})")
     finally:
@@ -81,8 +83,8 @@ def _start(cluster: Any) -> None:
     from ..devcluster import format_dirs
     cluster.check_ports()
     cluster.cluster_id = format_dirs(n.spec for n in cluster.nodes.values())
-    n = len(cluster.brokers)
-    click.echo(f"dev cluster {cluster.cluster_id}: 1 controller, {n} broker{'s' * (n != 1)}")
+    n, c = len(cluster.brokers), len(cluster.controllers)
+    click.echo(f"dev cluster {cluster.cluster_id}: {c} controller{'s' * (c != 1)}, {n} broker{'s' * (n != 1)}")
     click.echo(f"data and logs under {cluster.base_dir}")
     for group in (cluster.controllers, cluster.brokers):
         for node in group:
@@ -91,7 +93,7 @@ def _start(cluster: Any) -> None:
             node.wait_listening(60.0)
             click.echo(f"  {node.spec.name:<16} {node.spec.address:<21} listening (pid {node.pid})")
     click.echo(f"bootstrap: {cluster.bootstrap}")
-    click.echo(f"controller: {cluster.bootstrap_controller}")
+    click.echo(f"controller{'s' * (c != 1)}: {cluster.bootstrap_controller}")
 
 
 def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, str]:
@@ -119,6 +121,7 @@ def _watch(cluster: Any) -> None:
     """Print broker state changes until interrupted; a broker seen fenced before it was
     ever unfenced is shown as ``registered (fenced)``."""
     shown: dict[int, str] = {}
+    shown_controllers: dict[int, str] = {}
     ever_unfenced: set[int] = set()
     ready = False
     while True:
@@ -136,13 +139,27 @@ def _watch(cluster: Any) -> None:
             ready = True
             click.echo(f"{time.strftime('%H:%M:%S')} all {len(states)} brokers unfenced; "
                        "Ctrl-C stops the cluster")
-        for node in cluster.controllers:
-            if not node.alive:
-                raise _controller_gone(node)
+        _watch_controllers(cluster, shown_controllers)
         sys.stdout.flush()
         time.sleep(POLL_S)
 
 
-def _controller_gone(node: Any) -> Exception:
+def _watch_controllers(cluster: Any, shown: dict[int, str]) -> None:
+    """Print a controller that exits or pauses (a quorum survives a minority); raise
+    NodeFailed once a majority of the controllers has exited (no metadata change can
+    be made any more: a single controller's exit ends the dev cluster)."""
     from ..devcluster import NodeFailed
-    return NodeFailed(f"{node.spec.name} exited with {node.returncode}: {node.last_line()}")
+    gone = []
+    for node in cluster.controllers:
+        state = "paused" if node.alive and node.paused else ("running" if node.alive else f"exited ({node.returncode})")
+        if not node.alive:
+            gone.append(node)
+        if shown.get(node.spec.node_id, "running") != state:
+            click.echo(f"{time.strftime('%H:%M:%S')} {node.spec.name} {state}")
+        shown[node.spec.node_id] = state
+    if len(gone) > (len(cluster.controllers) - 1) // 2:
+        node = gone[0]
+        if len(cluster.controllers) == 1:
+            raise NodeFailed(f"{node.spec.name} exited with {node.returncode}: {node.last_line()}")
+        raise NodeFailed(f"{len(gone)} of {len(cluster.controllers)} controllers exited (no quorum): "
+                         f"{node.spec.name} exited with {node.returncode}: {node.last_line()}")

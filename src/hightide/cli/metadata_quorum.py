@@ -50,20 +50,27 @@ class QuorumView:
 
 
 async def gather_view(bootstrap: str, controller: bool, timeout_s: float = 15.0) -> QuorumView:
-    """Connect to the first reachable server and ask DescribeQuorum and DescribeCluster.
+    """Ask DescribeQuorum and DescribeCluster of the first reachable broker (it forwards
+    DescribeQuorum to the active controller) or, with ``controller``, of the active
+    controller among the servers (a voter that does not lead answers
+    NOT_LEADER_OR_FOLLOWER; see :func:`~hightide.client.cluster.active_controller`).
     Raises :class:`~hightide.client.errors.KafkaError` (connection, unsupported, error
     codes); a broker that does not offer DescribeQuorum gets a hint to use
     ``--bootstrap-controller``."""
     from ..client import UnsupportedVersionError, parse_servers
-    from ..client.cluster import connect_any, describe_cluster, describe_quorum
-    conn = await connect_any(parse_servers(bootstrap), timeout_s=timeout_s,
-                             security=client_options().get("security"))  # --command-config
+    from ..client.cluster import active_controller, connect_any, describe_cluster, describe_quorum
+    security = client_options().get("security")  # --command-config
+    if controller:  # a quorum: only the active controller answers; find it among the servers
+        conn, quorum = await active_controller(parse_servers(bootstrap), timeout_s=timeout_s, security=security)
+    else:
+        conn = await connect_any(parse_servers(bootstrap), timeout_s=timeout_s, security=security)
     try:
-        try:
-            quorum = await describe_quorum(conn)
-        except UnsupportedVersionError as exc:
-            hint = "" if controller else " (ask the controller: --bootstrap-controller HOST:PORT)"
-            raise UnsupportedVersionError(exc.code, f"{exc.message}{hint}") from None
+        if not controller:
+            try:
+                quorum = await describe_quorum(conn)
+            except UnsupportedVersionError as exc:
+                raise UnsupportedVersionError(
+                    exc.code, f"{exc.message} (ask the controller: --bootstrap-controller HOST:PORT)") from None
         desc = await describe_cluster(conn, controllers=controller, include_fenced=True)
     finally:
         await conn.close()

@@ -4,10 +4,14 @@ They take a :class:`~hightide.client.connection.BrokerConnection` rather than an
 :class:`~hightide.client.admin.AdminClient` because they must also work against a
 controller (KIP-919 ``--bootstrap-controller``), which answers neither Metadata nor the
 other broker APIs the admin client starts with. Both work against hightide and Kafka.
+:func:`active_controller` finds the active controller of a quorum (only it answers
+DescribeQuorum; the others answer NOT_LEADER_OR_FOLLOWER naming the leader).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +21,8 @@ from .connection import BrokerConnection
 from .errors import ErrorCode, KafkaError, error_for
 from .properties import ClientSecurity
 
-__all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "applied_offset", "connect_any",
+__all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "active_controller",
+           "applied_offset", "connect_any",
            "describe_cluster", "describe_quorum", "lowest_acknowledged", "METADATA_TOPIC"]
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -120,24 +125,114 @@ async def describe_quorum(conn: BrokerConnection) -> QuorumInfo:
     """DescribeQuorum of ``__cluster_metadata-0`` on ``conn`` (a controller, or a node
     that answers it: hightide's single node, a Kafka broker that forwards it). Raises
     :class:`~hightide.client.errors.UnsupportedVersionError` when ``conn`` does not
-    offer the API, and the answer's error (top level or partition) as :class:`KafkaError`."""
+    offer the API, and the answer's error (top level or partition) as :class:`KafkaError`
+    (NOT_LEADER_OR_FOLLOWER from a controller that does not lead the quorum: see
+    :func:`active_controller`)."""
+    answer = await _describe_quorum(conn)
+    if isinstance(answer, QuorumInfo):
+        return answer
+    raise error_for(answer.code, answer.message)
+
+
+@dataclass(frozen=True, slots=True)
+class _NotAnswered:
+    code: int
+    message: str
+    leader_id: int  # the leader the answering controller knows (-1: none)
+    nodes: dict[int, tuple[tuple[str, str, int], ...]]
+
+
+async def _describe_quorum(conn: BrokerConnection) -> QuorumInfo | _NotAnswered:
     v = conn.pick_version(55, 2, 0)
     resp = await conn.request(55, v, {"topics": [{"topic_name": METADATA_TOPIC,
                                                   "partitions": [{"partition_index": 0}]}]})
+    nodes = {int(n.node_id): tuple((x.name, x.host, int(x.port)) for x in n.listeners)
+             for n in getattr(resp, "nodes", ())}
     if resp.error_code != ErrorCode.none:
-        raise error_for(resp.error_code, getattr(resp, "error_message", None) or "DescribeQuorum")
+        return _NotAnswered(int(resp.error_code), getattr(resp, "error_message", None) or "DescribeQuorum", -1, nodes)
     for t in resp.topics:
         for p in t.partitions:
             if t.topic_name != METADATA_TOPIC or int(p.partition_index) != 0:
                 continue
             if p.error_code != ErrorCode.none:
-                raise error_for(p.error_code, getattr(p, "error_message", None) or f"{METADATA_TOPIC}-0")
-            nodes = {int(n.node_id): tuple((x.name, x.host, int(x.port)) for x in n.listeners)
-                     for n in getattr(resp, "nodes", ())}
+                return _NotAnswered(int(p.error_code), getattr(p, "error_message", None) or f"{METADATA_TOPIC}-0",
+                                    int(p.leader_id), nodes)
             return QuorumInfo(int(p.leader_id), int(p.leader_epoch), int(p.high_watermark),
                               tuple(_replica(r) for r in p.current_voters),
                               tuple(_replica(r) for r in p.observers), nodes)
     raise KafkaError(ErrorCode.unknown_server_error, f"DescribeQuorum answered without {METADATA_TOPIC}-0")
+
+
+_NOT_ACTIVE = (int(ErrorCode.not_leader_or_follower), int(ErrorCode.not_controller))
+
+
+async def active_controller(servers: list[tuple[str, int]], *, timeout_s: float = 15.0,
+                            security: ClientSecurity | None = None) -> tuple[BrokerConnection, QuorumInfo]:
+    """A connection to the active controller among ``servers`` (KIP-919's
+    ``--bootstrap-controller``: any of the controllers) and its DescribeQuorum answer.
+
+    The servers are asked in turn. A controller that does not lead answers
+    NOT_LEADER_OR_FOLLOWER (Kafka's answer) naming the leader it knows: that leader's
+    endpoint (from the answer's Nodes, else the controllers DescribeCluster lists) is
+    asked next. While nobody leads (an election), every server is asked again every
+    200 ms until ``timeout_s``. Against a single controller or a node that answers
+    DescribeQuorum itself this is one round trip. Raises
+    :class:`~hightide.client.errors.KafkaConnectionError` ("no server reachable: ...")
+    when no server could be reached in a round, :class:`~hightide.client.errors.UnsupportedVersionError` when one does not
+    offer DescribeQuorum, and the last error (e.g. NOT_LEADER_OR_FOLLOWER) at the
+    timeout."""
+    from .errors import KafkaConnectionError, KafkaTimeoutError
+    deadline = time.monotonic() + timeout_s
+    last: KafkaError | None = None
+    while True:
+        pending = list(servers)
+        seen: set[tuple[str, int]] = set()
+        unreachable: list[str] = []
+        while pending:
+            host, port = pending.pop(0)
+            if (host, port) in seen:
+                continue
+            seen.add((host, port))
+            conn = BrokerConnection(host, port, "hightide-admin", security=security,
+                                    request_timeout_s=max(1.0, min(5.0, deadline - time.monotonic())))
+            try:
+                await conn.connect()
+                answer = await _describe_quorum(conn)
+                if isinstance(answer, QuorumInfo):
+                    return conn, answer
+                if answer.code not in _NOT_ACTIVE:
+                    raise error_for(answer.code, answer.message)
+                last = error_for(answer.code, f"{host}:{port}: {answer.message}")
+                leader = await _leader_endpoint(conn, answer)
+                if leader is not None:
+                    pending.insert(0, leader)
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:  # down or paused: the next one
+                last = exc
+                unreachable.append(f"{host}:{port}: {exc}")
+            except KafkaError:
+                await conn.close()
+                raise
+            await conn.close()
+        if len(unreachable) == len(seen):  # nobody answered at all: no point in waiting
+            raise KafkaConnectionError("no server reachable: " + "; ".join(unreachable))
+        if time.monotonic() >= deadline:
+            raise last or KafkaConnectionError("no server to ask")
+        await asyncio.sleep(0.2)
+
+
+async def _leader_endpoint(conn: BrokerConnection, answer: _NotAnswered) -> tuple[str, int] | None:
+    """Where the leader named in ``answer`` listens: its Nodes entry, else the
+    controller DescribeCluster lists with that id; None when no leader is known."""
+    if answer.leader_id < 0:
+        return None
+    listeners = answer.nodes.get(answer.leader_id)
+    if listeners:
+        return listeners[0][1], listeners[0][2]
+    try:
+        desc = await describe_cluster(conn, controllers=True)
+    except KafkaError:
+        return None
+    return next(((b.host, b.port) for b in desc.brokers if b.node_id == answer.leader_id), None)
 
 
 def applied_offset(replica: QuorumReplica) -> int | None:

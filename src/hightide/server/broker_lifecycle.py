@@ -34,6 +34,12 @@ reports the outcome with ``on_*``. States::
   says ``ShouldShutDown`` (state SHUT_DOWN). The shell bounds the wait.
 * ``STALE_BROKER_EPOCH`` (the controller does not know this registration: it restarted
   without it, or fenced and replaced it) → register again, same incarnation.
+* **Controller failover**: the channel finds the active controller (NOT_CONTROLLER is
+  sent again to the next voter; see :mod:`.controller_channel`), so heartbeats simply
+  go on at the new one with the same broker epoch: the session survives (the new active
+  controller gives every registered broker a fresh session) and nothing is registered
+  again unless it answers STALE_BROKER_EPOCH. A heartbeat or registration whose
+  connection was lost is simply sent again (both are idempotent).
 * The LAO is kept from every successful answer that carries it (-1: unknown — the known
   value is kept, it stays true of the past; it never goes backwards here).
 """
@@ -261,6 +267,7 @@ class BrokerLifecycleManager:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._was_fenced: bool | None = None
+        self._controller: tuple[str, int] | None = None  # where the last answer came from
         #: A heartbeat unanswered this long means the controller is stuck or gone: half
         #: the session timeout, so the broker reconnects well before it would be fenced.
         self._timeout_s = max(1.0, settings.session_timeout_ms / 2000)
@@ -363,6 +370,7 @@ class BrokerLifecycleManager:
                 self.channel.reset()
             log.debug("heartbeat failed: %s", exc)
             return
+        self._note_controller()
         before = self.core.lowest_acknowledged
         self.core.on_heartbeat(resp, now_ms())
         if resp.error_code == ErrorCode.stale_broker_epoch:
@@ -377,6 +385,16 @@ class BrokerLifecycleManager:
             self._note_fencing(resp.is_fenced)
         if self.core.lowest_acknowledged > before:
             self._on_lao(self.core.lowest_acknowledged)
+
+    def _note_controller(self) -> None:
+        where = self.channel.address
+        if where is None or where == self._controller:
+            return
+        if self._controller is not None:
+            log.info("broker %d heartbeats to the active controller at %s:%d now (was %s:%d), epoch %d",
+                     self.settings.node_id, where[0], where[1], self._controller[0], self._controller[1],
+                     self.core.broker_epoch)
+        self._controller = where
 
     def _note_fencing(self, fenced: bool) -> None:
         if fenced == self._was_fenced:
