@@ -166,6 +166,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("compression.zstd.level", "int", 3, "zstd level of recompressed batches.",
        (lambda v: -131072 <= v <= 22, "must be in [-131072, 22]")),
     _d("min.insync.replicas", "int", 1, "Minimum in-sync replicas for acks=all.", _pos),
+    _d("replica.lag.time.max.ms", "long", 30000,
+       "A follower that has not caught up with its leader's log end offset for this long is removed from the "
+       "ISR (the leader asks the controller with AlterPartition).", _pos),
     _d("offset.metadata.max.bytes", "int", 4096, "Largest offset commit metadata.", _nonneg),
     _d("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets (fixed once created).", _pos),
     _d("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", (lambda v: v >= 14, "must be >= 14")),

@@ -44,6 +44,7 @@ from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
 from .metadata_runtime import MetadataOp, RaftMetadataRuntime, metadata_runtime, raft_metadata_runtime
+from .replica_manager import ReplicaManager
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
@@ -100,6 +101,7 @@ class Broker:
         self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
         self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
+        self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
@@ -159,6 +161,7 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
             self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
             self._tasks.append(asyncio.create_task(self.txns.run_timers(), name="transaction-timers"))
+            self._tasks.append(asyncio.create_task(self.replica_manager.run(), name="isr-expiration"))
         self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"] and not self.controller_only:
             self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
@@ -263,6 +266,7 @@ class Broker:
         self.groups.close()  # parked JoinGroup/SyncGroup answer NOT_COORDINATOR; loads stop
         self.share_state.close()
         self.txns.close()  # marker writes stop; the next start completes decided transactions
+        self.replica_manager.close()  # acks=all waits answer NOT_LEADER_OR_FOLLOWER
         deadline = time.monotonic() + grace_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -399,6 +403,7 @@ class Broker:
         their internal topics led here, unload lost ones)."""
         self._open_logs()
         self.apply_dynamic_broker_configs()
+        self.replica_manager.apply_image(self.image)  # lead / follow each hosted partition
         for runtime in (self.groups, self.share_state, self.share_manager, getattr(self, "txns", None)):
             follow = getattr(runtime, "follow_leadership", None)
             if follow is not None:

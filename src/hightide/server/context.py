@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .group_runtime import GroupRuntime
     from .metadata_runtime import MetadataOp
     from .registry import Routes
+    from .replica_manager import ReplicaManager
     from .share_groups import ShareGroupService
     from .share_manager import SharePartitionManager
     from .share_runtime import ShareStateRuntime
@@ -153,6 +154,9 @@ class Services:
     #: The transaction coordinator (None: a broker built without one answers
     #: COORDINATOR_NOT_AVAILABLE to the transaction APIs).
     txns: TransactionCoordinator | None = None
+    #: Replication roles of the partitions hosted here (None: a broker built without one,
+    #: every partition then has one replica).
+    replicas: ReplicaManager | None = None
 
     @classmethod
     def of(cls, broker: Broker, routes: Routes) -> Services:
@@ -160,7 +164,7 @@ class Services:
                    producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
                    share_groups=broker.share_groups, share_state=broker.share_state,
                    share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
-                   cluster_view=getattr(broker, "node", None))
+                   cluster_view=getattr(broker, "node", None), replicas=getattr(broker, "replica_manager", None))
 
 
 #: The principal of a connection that did not authenticate (PLAINTEXT, or SSL without a

@@ -16,6 +16,15 @@ work). Record bytes go from ``os.pread`` of the segment straight into the respon
 (:mod:`hightide.protocol.fetch_response`); they are never decoded. Fetch sessions
 (KIP-227) are answered the way Kafka answers when its session cache is full: session
 id 0, i.e. every fetch is a full fetch, which every client supports.
+
+A follower's fetch (replica id >= 0, from ``ReplicaState`` in v15+; CLUSTER_ACTION when
+authorization is on) reads up to the log end offset, not the high watermark, and never
+waits on the HW: it parks until the LEO moves. Each partition it read without error is
+recorded with the replica manager (:meth:`ReplicaManager.follower_fetched`: its fetch
+offset is the follower's log end, which may move the HW and grow the ISR), and the
+answer carries the HW after that update. A broker that is not a follower of the
+partition gets NOT_LEADER_OR_FOLLOWER (UNKNOWN_LEADER_EPOCH when it named a leader epoch).
+A parked fetch is answered at once when the partition's leader or leader epoch changes.
 """
 
 from __future__ import annotations
@@ -37,14 +46,23 @@ from .common import check_leader_epoch
 
 FINAL_EPOCH = -1
 
-Watched = tuple[tuple[str, int], int, int]
-"""A partition a parked fetch waits on: ((topic, partition), fetch offset, partition max bytes)."""
+Watched = tuple[tuple[str, int], int, int, int]
+"""A partition a parked fetch waits on: ((topic, partition), fetch offset, partition max
+bytes, the partition's leader epoch when it was read)."""
 
 
-def _read_all(ctx: RequestContext, req: Any, read_committed: bool,
-              refused: set[str] | None = None) -> tuple[list[TopicData], int, bool, list[Watched]]:
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """The follower a fetch comes from: its broker id and broker epoch (-1: not sent)."""
+    replica_id: int
+    broker_epoch: int
+
+
+def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[str] | None = None,
+              replica: Replica | None = None) -> tuple[list[TopicData], int, bool, list[Watched]]:
     """One pass over the requested partitions. Returns (topics, bytes, any error, the
-    partitions to wait on). Topics in ``refused`` answer TOPIC_AUTHORIZATION_FAILED."""
+    partitions to wait on). Topics in ``refused`` answer TOPIC_AUTHORIZATION_FAILED.
+    ``replica``: a follower's fetch (reads up to the LEO, recorded per partition)."""
     image = ctx.image
     partition_log = ctx.logs.partition_log
     remaining = req.max_bytes if ctx.version >= 3 else 2**31 - 1
@@ -81,8 +99,9 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool,
                 pd.error_code = ErrorCode.kafka_storage_error
                 errors = True
                 continue
-            keys.append(((timg.name, p.partition), p.fetch_offset, p.partition_max_bytes))
-            err = check_leader_epoch(getattr(p, "current_leader_epoch", -1), timg.partitions[p.partition].leader_epoch)
+            epoch = timg.partitions[p.partition].leader_epoch
+            keys.append(((timg.name, p.partition), p.fetch_offset, p.partition_max_bytes, epoch))
+            err = check_leader_epoch(getattr(p, "current_leader_epoch", -1), epoch)
             pd.high_watermark = plog.high_watermark
             pd.last_stable_offset = plog.last_stable_offset
             pd.log_start_offset = plog.log_start_offset
@@ -93,11 +112,15 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool,
                 continue
             limit = min(p.partition_max_bytes, remaining)
             if limit <= 0:
+                if replica is not None and not _follower_fetched(ctx, replica, timg.name, p, plog, pd):
+                    errors = True
                 pd.records = b""
                 continue
             try:
                 if read_committed:
                     result, pd.aborted = plog.read_committed(p.fetch_offset, limit)
+                elif replica is not None:
+                    result = plog.read(p.fetch_offset, limit)  # up to the LEO
                 else:
                     result = plog.read(p.fetch_offset, limit, max_offset=plog.high_watermark)
             except OffsetOutOfRange:
@@ -106,6 +129,9 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool,
                 continue
             except OSError:
                 pd.error_code = ErrorCode.kafka_storage_error
+                errors = True
+                continue
+            if replica is not None and not _follower_fetched(ctx, replica, timg.name, p, plog, pd):
                 errors = True
                 continue
             data = result.data
@@ -121,6 +147,23 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool,
     return out, total, errors, keys
 
 
+def _follower_fetched(ctx: RequestContext, replica: Replica, topic: str, p: Any, plog: PartitionLog,
+                      pd: PartitionData) -> bool:
+    """Record a follower's fetch of a partition it could read (see the module doc) and put
+    the HW after it in ``pd``. False (``pd.error_code`` set) when the replica manager
+    refuses it."""
+    replicas = ctx.services.replicas
+    code = ErrorCode.not_leader_or_follower if replicas is None else replicas.follower_fetched(
+        topic, p.partition, replica.replica_id, replica.broker_epoch, p.fetch_offset,
+        getattr(p, "log_start_offset", -1), getattr(p, "current_leader_epoch", -1))
+    if code != ErrorCode.none:
+        pd.error_code = code
+        return False
+    pd.high_watermark = plog.high_watermark
+    pd.last_stable_offset = plog.last_stable_offset
+    return True
+
+
 @dataclass(slots=True)
 class _Position:
     """Where a parked fetch starts in one partition (Kafka's FetchPartitionStatus)."""
@@ -130,12 +173,13 @@ class _Position:
     segment: int  # base offset of the segment holding ``offset``
     position: int  # byte position of the batch holding ``offset`` in that segment
     max_bytes: int
+    leader_epoch: int  # the partition's, when the fetch was read
 
 
 def _park(logs: PartitionLogs, watched: list[Watched]) -> list[_Position] | None:
     """The fetch positions of ``watched``; None if a partition already needs an answer."""
     out = []
-    for key, offset, max_bytes in watched:
+    for key, offset, max_bytes, epoch in watched:
         plog = logs.partition_log(*key)
         if plog is None:
             return None
@@ -143,15 +187,24 @@ def _park(logs: PartitionLogs, watched: list[Watched]) -> list[_Position] | None
             segment, position = plog.position_of(offset)
         except (OffsetOutOfRange, OSError):
             return None
-        out.append(_Position(key, plog, offset, segment, position, max_bytes))
+        out.append(_Position(key, plog, offset, segment, position, max_bytes, epoch))
     return out
 
 
-def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, min_bytes: int) -> bool:
+def _leadership_changed(ctx: RequestContext, p: _Position) -> bool:
+    """True if this node no longer leads the partition in the epoch the fetch was read in."""
+    t = ctx.image.topics.get(p.key[0])
+    pimg = t.partitions.get(p.key[1]) if t is not None else None
+    return pimg is None or pimg.leader_epoch != p.leader_epoch or pimg.leader != ctx.identity.node_id
+
+
+def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, min_bytes: int,
+           to_log_end: bool = False) -> bool:
     """Kafka's DelayedFetch.tryComplete: True if the fetch should be answered now.
 
-    Compares each fetch position with the high watermark's (LSO's) position, counting
-    up to the partition's max bytes of what lies between; never reads record bytes.
+    Compares each fetch position with the high watermark's (LSO's; a follower's: the
+    LEO's) position, counting up to the partition's max bytes of what lies between;
+    never reads record bytes.
     """
     if ctx.identity.stopping:
         return True
@@ -159,12 +212,14 @@ def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, m
     partition_log = ctx.logs.partition_log
     for p in parked:
         plog = partition_log(*p.key)
-        if plog is not p.log:
-            return True  # deleted, recreated or reopened
-        end = plog.last_stable_offset if read_committed else plog.high_watermark
+        if plog is not p.log or _leadership_changed(ctx, p):
+            return True  # deleted, recreated or reopened; led elsewhere or in a new epoch
+        end = plog.log_end_offset if to_log_end else (
+            plog.last_stable_offset if read_committed else plog.high_watermark)
         if end == p.offset:
             continue
-        if plog.high_watermark < p.offset or p.offset < plog.log_start_offset:
+        ceiling = plog.log_end_offset if to_log_end else plog.high_watermark
+        if ceiling < p.offset or p.offset < plog.log_start_offset:
             return True  # truncated below the fetch offset, or records deleted past it
         if end < p.offset:
             continue  # read_committed past the LSO: nothing to read until it moves past the offset
@@ -181,18 +236,18 @@ def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, m
 
 
 async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadline: float,
-                     watched: list[Watched], refused: set[str] | None) -> RawResponse:
+                     watched: list[Watched], refused: set[str] | None, replica: Replica | None) -> RawResponse:
     """Park until :func:`_ready` or the deadline, re-checking positions on every append
-    to a watched partition; then read every partition once and answer."""
+    to a watched partition (and HW move); then read every partition once and answer."""
     parked = _park(ctx.logs, watched)
     if parked is not None:
         keys = [p.key for p in parked]
-        while not _ready(ctx, parked, read_committed, req.min_bytes):
+        while not _ready(ctx, parked, read_committed, req.min_bytes, replica is not None):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             await ctx.waiters.wait(keys, left)
-    topics, _, _, _ = _read_all(ctx, req, read_committed, refused)
+    topics, _, _, _ = _read_all(ctx, req, read_committed, refused, replica)
     return _respond(ctx, topics)
 
 
@@ -214,6 +269,15 @@ def _leader_endpoints(ctx: RequestContext, topics: list[TopicData]) -> list[tupl
 def _replica_id(req: Any) -> int:
     state = getattr(req, "replica_state", None)  # v15+: ReplicaState.ReplicaId
     return state.replica_id if state is not None else getattr(req, "replica_id", -1)
+
+
+def _replica(req: Any) -> Replica | None:
+    """The follower a fetch comes from (replica id >= 0), else None (a consumer)."""
+    replica_id = _replica_id(req)
+    if replica_id < 0:
+        return None
+    state = getattr(req, "replica_state", None)
+    return Replica(replica_id, state.replica_epoch if state is not None else -1)
 
 
 def _refused_topics(ctx: RequestContext, req: Any) -> set[str] | None:
@@ -243,14 +307,15 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         return _respond(ctx, [], ErrorCode.fetch_session_id_not_found)
     read_committed = getattr(req, "isolation_level", 0) == 1
     refused = _refused_topics(ctx, req)
-    topics, total, errors, keys = _read_all(ctx, req, read_committed, refused)
+    replica = _replica(req)
+    topics, total, errors, keys = _read_all(ctx, req, read_committed, refused, replica)
     max_wait_ms = req.max_wait.total_seconds() * 1000
     if total >= req.min_bytes or errors or max_wait_ms <= 0 or not keys:
         if not keys and max_wait_ms > 0 and not errors and not req.topics:
             return _sleep_then_respond(ctx, max_wait_ms)
         return _respond(ctx, topics)
     deadline = time.monotonic() + max_wait_ms / 1000
-    return _long_poll(ctx, req, read_committed, deadline, keys, refused)
+    return _long_poll(ctx, req, read_committed, deadline, keys, refused, replica)
 
 
 async def _sleep_then_respond(ctx: RequestContext, max_wait_ms: float) -> RawResponse:

@@ -9,14 +9,22 @@ record by record):
 
 * ``acks=0``: no response; if any partition failed the connection is closed, which is
   how Kafka tells a fire-and-forget producer something went wrong;
-* ``acks=1`` / ``acks=-1``: answered once the batch is in the page cache, or once it is
-  fsynced when the topic's ``flush.messages`` asks for it (e.g. 1).
+* ``acks=1``: answered once the batch is in the page cache, or once it is fsynced when
+  the topic's ``flush.messages`` asks for it (e.g. 1);
+* ``acks=-1`` (all): the same on a partition with one replica. On a partition with
+  followers (cluster mode), Kafka's rules: NOT_ENOUGH_REPLICAS before appending when the
+  ISR is smaller than ``min.insync.replicas`` (capped at the replica count), then the
+  answer waits (Kafka's DelayedProduce, :meth:`ReplicaManager.wait_replicated`) until the
+  high watermark passes the batch: REQUEST_TIMED_OUT after the request's ``timeout``,
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
+  NOT_LEADER_OR_FOLLOWER if leadership moved.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from ...log.config import LogConfig
 from ...log.partition_log import PartitionLog
@@ -30,17 +38,27 @@ from ..authorization import authorizer
 from ..context import RequestContext
 from ..leadership import node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
-from .common import LEADER_EPOCH
+
+if TYPE_CHECKING:
+    from ..replica_manager import LeaderPartition, ReplicaManager
+
+Replicated = tuple[dict, "asyncio.Future[ErrorCode]"]
+"""A partition response whose acks=all answer waits for the high watermark."""
 
 
-def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, acks: int) -> tuple[ErrorCode, str, list[dict]] | None:
+def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, acks: int,
+                  led: LeaderPartition | None, topic_partition: str) -> tuple[ErrorCode, str, list[dict]] | None:
     """Topic policies Kafka enforces before appending: min.insync.replicas for acks=all
-    (a single node has an ISR of 1) and the CreateTime bounds
+    (a partition with one replica has an ISR of 1; ``led``: the ISR of one with followers,
+    against min(min.insync.replicas, replicas) as Kafka 3.7+) and the CreateTime bounds
     message.timestamp.before/after.max.ms. Returns (error, message, record errors) or
     None. The batch is decoded only when a bound is set and may be crossed (the future
     bound is checked on the header's MaxTimestamp first); every record out of range is
     listed by its batch index, as Kafka's LogValidator does."""
-    if acks == -1 and cfg.min_insync_replicas > 1:
+    if led is not None:
+        if acks == -1 and (refusal := led.state.not_enough_replicas(topic_partition)) is not None:
+            return ErrorCode.not_enough_replicas, refusal, []
+    elif acks == -1 and cfg.min_insync_replicas > 1:
         return (ErrorCode.not_enough_replicas,
                 f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement "
                 f"of {cfg.min_insync_replicas}", [])
@@ -108,32 +126,34 @@ def _unverified_transaction(ctx: RequestContext, transactional_id: str | None, p
 
 
 def _append_partition(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                      acks: int, transactional_id: str | None = None) -> tuple[dict, PartitionLog | None]:
-    """Returns (partition response dict, log needing a durable ack or None)."""
+                      acks: int, transactional_id: str | None = None
+                      ) -> tuple[dict, PartitionLog | None, asyncio.Future[ErrorCode] | None]:
+    """Returns (partition response dict, log needing a durable ack or None, the acks=all
+    wait for the high watermark of a partition with followers or None)."""
     resp = {"index": partition, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": None}
     timg = ctx.image.topics.get(topic)
     known = timg is not None and partition in timg.partitions
     if timg is None or not known:
         resp["error_code"] = ErrorCode.unknown_topic_or_partition
-        return resp, None
+        return resp, None, None
     if timg.internal:  # before the leader check, as Kafka's ReplicaManager
         resp["error_code"] = ErrorCode.invalid_topic_exception
         resp["error_message"] = f"Cannot append to internal topic {topic}"
-        return resp, None
+        return resp, None, None
     if (elsewhere := not_leader(ctx, timg, partition)) is not None:
         resp["error_code"], resp["current_leader"] = elsewhere.error_code, elsewhere.current_leader
-        return resp, None
+        return resp, None, None
     plog = ctx.logs.partition_log(topic, partition)
     if plog is None:
         # A partition whose log could not be opened (e.g. out of file descriptors) is a
         # storage problem, not an unknown partition.
         resp["error_code"] = ErrorCode.kafka_storage_error
-        return resp, None
+        return resp, None, None
     if records is None:
         resp["error_code"] = ErrorCode.invalid_record
         resp["error_message"] = "records must not be null"
-        return resp, None
+        return resp, None, None
     try:
         headers = validate_batches(records, plog.config.max_message_bytes)
     except InvalidRecords as exc:
@@ -141,57 +161,68 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
         resp["error_message"] = str(exc)
         if exc.error_code == ErrorCode.invalid_record:
             resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
-        return resp, None
+        return resp, None, None
     h = headers[0]
-    policy = _policy_error(plog.config, h, records, ctx.now_ms, acks)
+    replicas = ctx.services.replicas
+    led = replicas.led_with_followers(topic, partition) if acks == -1 and replicas is not None else None
+    policy = _policy_error(plog.config, h, records, ctx.now_ms, acks, led, f"{topic}-{partition}")
     if policy is not None:
         resp["error_code"], resp["error_message"], resp["record_errors"] = policy
-        return resp, None
+        return resp, None, None
     if plog.config.compact:
         bad = _keyless_record_errors(records, f"{topic}-{partition}")
         if bad:
             resp["error_code"], resp["error_message"] = ErrorCode.invalid_record, _record_errors_summary(bad)
             resp["record_errors"] = bad
             resp["log_start_offset"] = plog.log_start_offset
-            return resp, None
+            return resp, None, None
     codec = plog.config.compression_codec
     if codec is not None and h.compression != codec:
         try:
             records, headers = _recompressed(records, codec, plog.config, f"{topic}-{partition}")
         except InvalidRecords as exc:
             resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
-            return resp, None
+            return resp, None, None
     if h.is_transactional:
         refused = _unverified_transaction(ctx, transactional_id, plog, h, topic, partition)
         if refused is not None:
             resp["error_code"], resp["error_message"] = refused
-            return resp, None
+            return resp, None, None
     try:
-        result = plog.append(records, headers, ctx.now_ms, LEADER_EPOCH)
+        result = plog.append(records, headers, ctx.now_ms)  # in the log's leader epoch
     except ProducerStateError as exc:
         resp["error_code"] = ErrorCode(exc.error_code)
         resp["error_message"] = str(exc)
-        return resp, None
+        return resp, None, None
     except InvalidRecords as exc:
         resp["error_code"] = ErrorCode(exc.error_code)
         resp["error_message"] = str(exc)
-        return resp, None
+        return resp, None, None
     except OSError as exc:  # nothing was written (see PartitionLog.append)
         resp["error_code"] = ErrorCode.kafka_storage_error
         resp["error_message"] = f"append failed: {exc.strerror or exc}"
-        return resp, None
+        return resp, None, None
     if result.duplicate:
         resp.update(base_offset=result.base_offset, log_start_offset=result.log_start_offset,
                     log_append_time=result.log_append_time_ms if plog.config.log_append_time else -1)
         # A retry of a batch whose first answer was a failed fsync must not be
         # acknowledged before the batch is durable either.
         fsync_first = plog.config.flush_interval_messages is not None and plog.recovery_point <= result.last_offset
-        return resp, plog if fsync_first else None
+        # ... nor before it is replicated (Kafka waits for the original offsets' HW too)
+        return resp, plog if fsync_first else None, _replicated(replicas, led, topic, partition, result.last_offset)
     ctx.waiters.wake((topic, partition))
     resp.update(base_offset=result.base_offset, log_append_time=result.log_append_time_ms,
                 log_start_offset=result.log_start_offset)
     needs_fsync = plog.config.flush_interval_messages is not None and plog.unflushed_messages >= plog.config.flush_interval_messages
-    return resp, plog if needs_fsync else None
+    return resp, plog if needs_fsync else None, _replicated(replicas, led, topic, partition, result.last_offset)
+
+
+def _replicated(replicas: ReplicaManager | None, led: LeaderPartition | None, topic: str, partition: int,
+                last_offset: int) -> asyncio.Future[ErrorCode] | None:
+    """The acks=all wait of a partition with followers (``led``), else None."""
+    if led is None or replicas is None:
+        return None
+    return replicas.wait_replicated(topic, partition, last_offset + 1)
 
 
 def _refused_topics(ctx: RequestContext, req: Any) -> dict[str, ErrorCode] | None:
@@ -214,6 +245,7 @@ def _refused_topics(ctx: RequestContext, req: Any) -> dict[str, ErrorCode] | Non
 def handle(ctx: RequestContext, req: Any) -> Any:
     responses = []
     durable = []
+    replicated: list[Replicated] = []
     failed = False
     acks = req.acks
     refused = _refused_topics(ctx, req)
@@ -225,12 +257,14 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             if code != ErrorCode.none:
                 resp = {"index": p.index, "error_code": code, "base_offset": -1,
                         "log_append_time": -1, "log_start_offset": -1, "record_errors": [], "error_message": None}
-                plog = None
+                plog = wait = None
             else:
-                resp, plog = _append_partition(ctx, t.name, p.index, p.records, acks, req.transactional_id)
+                resp, plog, wait = _append_partition(ctx, t.name, p.index, p.records, acks, req.transactional_id)
             failed |= resp["error_code"] != ErrorCode.none
             if plog is not None:
                 durable.append((resp, plog))
+            if wait is not None:
+                replicated.append((resp, wait))
             parts.append(resp)
         responses.append({"name": t.name, "partition_responses": parts})
     if acks == 0:
@@ -242,21 +276,38 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             ctx.flusher.durable(plog)
         return None
     response = {"responses": responses, "throttle_time": 0, "failed": failed}
-    if durable:
-        return _after_fsync(ctx, durable, response)
+    if durable or replicated:
+        return _after_fsync(ctx, durable, response, replicated, req.timeout.total_seconds())
     return _encode(ctx, response)
 
 
-async def _after_fsync(ctx: RequestContext, durable: list[tuple[dict, PartitionLog]], response: dict) -> RawResponse:
-    """Answer once the partitions that need it are fsynced; a partition whose fsync
-    failed answers KAFKA_STORAGE_ERROR (never an acknowledgement), the others succeed."""
-    futures = [ctx.flusher.durable(plog) for _, plog in durable]
-    results = await asyncio.gather(*futures, return_exceptions=True)
-    for (resp, _), r in zip(durable, results):
-        if isinstance(r, BaseException):
-            resp["error_code"] = ErrorCode.kafka_storage_error
-            resp["error_message"] = f"fsync failed: {getattr(r, 'strerror', None) or r}"
-            resp["base_offset"] = -1
+async def _after_fsync(ctx: RequestContext, durable: list[tuple[dict, PartitionLog]], response: dict,
+                       replicated: list[Replicated], timeout_s: float) -> RawResponse:
+    """Answer once the partitions that need it are fsynced and, for acks=all on partitions
+    with followers, replicated (the high watermark passed the batch) within the
+    request's ``timeout_s``. A partition whose fsync failed answers KAFKA_STORAGE_ERROR
+    (never an acknowledgement); one not replicated in time REQUEST_TIMED_OUT; one whose
+    wait ended otherwise its error (NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER); the others succeed."""
+    deadline = time.monotonic() + timeout_s
+    if durable:
+        futures = [ctx.flusher.durable(plog) for _, plog in durable]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for (resp, _), r in zip(durable, results):
+            if isinstance(r, BaseException):
+                resp["error_code"] = ErrorCode.kafka_storage_error
+                resp["error_message"] = f"fsync failed: {getattr(r, 'strerror', None) or r}"
+                resp["base_offset"] = -1
+    if replicated:
+        pending = [w for _, w in replicated if not w.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        for resp, w in replicated:
+            code = w.result() if w.done() else ErrorCode.request_timed_out
+            w.cancel()
+            if code != ErrorCode.none and resp["error_code"] == ErrorCode.none:
+                resp["error_code"] = code
+                response["failed"] = True
     return _encode(ctx, response)
 
 
