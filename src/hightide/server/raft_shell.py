@@ -332,7 +332,8 @@ class RaftShell:
             log.info("raft: truncating the metadata log to %d (diverged from the leader)", action.offset)
             self.plog.truncate_to(action.offset)
         elif isinstance(action, Flush):
-            self._last_flush = self._spawn(self._flush(action.end_offset, self._last_flush), "raft-flush")
+            durable = self._durable(self.plog)  # asked now (it may share an fsync round), reported in order
+            self._last_flush = self._spawn(self._flush(action.end_offset, durable, self._last_flush), "raft-flush")
         elif isinstance(action, Committed):
             self._apply_committed(action.high_watermark)
         elif isinstance(action, RoleChanged):
@@ -374,11 +375,12 @@ class RaftShell:
         except OSError as exc:
             self._fail(f"appending to the metadata log failed: {exc}")
 
-    async def _flush(self, end: int, previous: asyncio.Task[None] | None) -> None:
-        if previous is not None and not previous.done():
-            await asyncio.shield(previous)
+    async def _flush(self, end: int, durable: Awaitable[object], previous: asyncio.Task[None] | None) -> None:
+        """Feed FlushDone(end) once ``durable`` resolved and every earlier flush was fed."""
         try:
-            await self._durable(self.plog)
+            if previous is not None and not previous.done():
+                await asyncio.shield(previous)
+            await durable
         except OSError as exc:
             self._fail(f"fsync of the metadata log failed: {exc}")
             return
