@@ -146,7 +146,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("log.message.timestamp.after.max.ms", "long", LONG_MAX,
        "Default message.timestamp.after.max.ms: furthest future CreateTime accepted.", _nonneg),
     _d("unclean.leader.election.enable", "bool", False,
-       "Default unclean.leader.election.enable (a single node has no other replica to elect)."),
+       "Default unclean.leader.election.enable: let an alive replica outside the ISR lead when no in-sync "
+       "replica is alive (acknowledged records can be lost)."),
     _d("log.cleaner.enable", "bool", True, "Run the log cleaner for compacted topics."),
     _d("log.cleaner.backoff.ms", "long", 15000, "Pause between cleaner passes.", _pos),
     _d("log.cleaner.delete.retention.ms", "long", 86400000, "Default delete.retention.ms.", _nonneg),
@@ -172,13 +173,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("offset.metadata.max.bytes", "int", 4096, "Largest offset commit metadata.", _nonneg),
     _d("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets (fixed once created).", _pos),
     _d("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", (lambda v: v >= 14, "must be >= 14")),
+    _d("offsets.topic.replication.factor", "int", 3,
+       "Replicas of __consumer_offsets when it is created (capped at the brokers registered then, with a "
+       "WARNING; Kafka refuses).", _pos),
     _d("offsets.retention.minutes", "int", 10080, "Offsets of groups without members expire after this long.", _pos),
     _d("offsets.retention.check.interval.ms", "long", 600000, "How often expired offsets are removed.", _pos),
     _d("transaction.state.log.num.partitions", "int", 50,
        "Partitions of __transaction_state (fixed once created).", _pos),
     _d("transaction.state.log.replication.factor", "int", 3,
-       "Accepted for compatibility: hightide creates __transaction_state with one replica, as its other "
-       "internal topics.", _pos),
+       "Replicas of __transaction_state when it is created (capped at the brokers registered then, with a "
+       "WARNING; Kafka refuses).", _pos),
     _d("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of __transaction_state.",
        (lambda v: v >= 14, "must be >= 14")),
     _d("transaction.max.timeout.ms", "int", 900000,
@@ -245,6 +249,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("group.share.assignors", "list", ("simple",), "Server-side assignors of share groups (only 'simple').",
        (lambda v: tuple(v) == ("simple",), "hightide implements the 'simple' share group assignor only")),
     # Share coordinator (share state in __share_group_state).
+    _d("share.coordinator.state.topic.replication.factor", "int", 3,
+       "Replicas of __share_group_state when it is created (capped at the brokers registered then, with a "
+       "WARNING; Kafka refuses).", _pos),
     _d("share.coordinator.state.topic.num.partitions", "int", 50,
        "Partitions of __share_group_state (fixed once created).", _pos),
     _d("share.coordinator.state.topic.segment.bytes", "int", 104857600, "Segment size of __share_group_state.",

@@ -8,9 +8,10 @@ INVALID_REPLICATION_FACTOR, INVALID_CONFIG, INVALID_TOPIC_EXCEPTION, ...).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -26,6 +27,18 @@ from ..config import (
 )
 from .image import MetadataImage, TopicImage
 from .placement import PlacementError, place, usable_brokers
+from .replication_control import (
+    AlterPartitionAnswer,
+    ElectionResult,
+    IsrRequest,
+    ReassignResult,
+    Reassignment,
+    alter_partition,
+    alter_reassignments,
+    elect_leaders,
+    list_reassignments,
+    unclean_election_enabled,
+)
 from .records import (
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
@@ -37,6 +50,8 @@ from .records import (
     TopicRecord,
 )
 
+log = logging.getLogger("hightide.controller")
+
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 PRODUCER_ID_BLOCK = 1000
@@ -44,6 +59,12 @@ PRODUCER_ID_BLOCK = 1000
 # must not be able to ask for millions of them (Kafka has no such limit; it creates
 # partitions asynchronously across a cluster). Documented in docs/compatibility.md.
 MAX_PARTITIONS_PER_TOPIC = 10_000
+#: The replication factor of each internal topic created with the default (-1): Kafka's
+#: configs. Kafka refuses to create one with fewer brokers; hightide caps it at the number
+#: of usable brokers and logs a WARNING (so one broker, or a single node, just works).
+INTERNAL_REPLICATION_FACTORS = {"__consumer_offsets": "offsets.topic.replication.factor",
+                                "__share_group_state": "share.coordinator.state.topic.replication.factor",
+                                "__transaction_state": "transaction.state.log.replication.factor"}
 
 
 @dataclass
@@ -171,7 +192,7 @@ class Controller:
                 return TopicResult(t.name, ErrorCode.invalid_replica_assignment, bad), []
         else:
             n = self.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
-            rf = self.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
+            rf = self._replication_factor(image, t)
         if n <= 0:
             return TopicResult(t.name, ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."), []
         if n > MAX_PARTITIONS_PER_TOPIC:
@@ -195,15 +216,34 @@ class Controller:
         given = {k: v for k, v in t.configs.items() if v is not None}  # all of them: validated above
         return TopicResult(t.name, ErrorCode.none, None, tid, n, rf, given), recs
 
+    def _replication_factor(self, image: MetadataImage, t: NewTopic) -> int:
+        """The requested replication factor, else ``default.replication.factor``, else for
+        an internal topic its own config capped at the usable brokers (with a WARNING in
+        cluster mode; see :data:`INTERNAL_REPLICATION_FACTORS`)."""
+        if t.replication_factor != -1:
+            return t.replication_factor
+        config = INTERNAL_REPLICATION_FACTORS.get(t.name)
+        if config is None:
+            return int(self.config["default.replication.factor"])
+        wanted, usable = int(self.config[config]), len(self.usable(image))
+        if 0 < usable < wanted:
+            if self.node_ids is None:
+                log.warning("creating %s with replication factor %d: %s=%d, but only %d broker(s) are registered "
+                            "and unfenced (Kafka would refuse; it stays at %d replica(s) when more brokers join)",
+                            t.name, usable, config, wanted, usable, usable)
+            return usable
+        return wanted
+
     def _partition_records(self, image: MetadataImage, tid: uuid.UUID, first: int,
                            replicas: Sequence[tuple[int, ...]]) -> list[MetadataRecord]:
-        """Partitions ``first``, ``first + 1``, ... with the given replicas; the leader is
-        the first usable replica (a manual assignment may list a fenced one first)."""
+        """Partitions ``first``, ``first + 1``, ... with the given replicas; the ISR is the
+        usable replicas (a manual assignment may name fenced ones) and the leader its first
+        (Kafka's ``buildPartitionRegistration``)."""
         usable = set(self.usable(image))
         out: list[MetadataRecord] = []
         for i, reps in enumerate(replicas):
-            leader = next((b for b in reps if b in usable), reps[0])
-            out.append(PartitionRecord(str(tid), first + i, leader, 0, tuple(reps)))
+            isr = tuple(b for b in reps if b in usable) or tuple(reps)
+            out.append(PartitionRecord(str(tid), first + i, isr[0], 0, tuple(reps), isr))
         return out
 
     def delete_topics(self, image: MetadataImage, names: Iterable[str | None],
@@ -335,6 +375,44 @@ class Controller:
         old = image.group_configs.get(group_id, {})
         return ErrorCode.none, None, [ConfigRecord(GROUP_RESOURCE, group_id, key, current.get(key))
                                       for key in sorted(set(current) | set(old)) if current.get(key) != old.get(key)]
+
+    # -- replication (cluster/replication_control.py) ---------------------------------
+    def unclean(self, image: MetadataImage) -> Callable[[TopicImage], bool]:
+        """Whether a topic allows unclean leader election (``unclean.leader.election.enable``)."""
+        default = bool(self.config["unclean.leader.election.enable"])
+        return lambda topic: unclean_election_enabled(image, topic, default)
+
+    def known(self, image: MetadataImage) -> set[int]:
+        """The brokers a replica assignment may name: registered ones (single node: itself)."""
+        return set(image.brokers) if self.node_ids is None else set(self.node_ids)
+
+    def alter_partition(self, image: MetadataImage, broker_id: int, broker_epoch: int,
+                        topics: Sequence[tuple[uuid.UUID | None, Sequence[IsrRequest]]],
+                        version: int) -> tuple[AlterPartitionAnswer, list[MetadataRecord]]:
+        """AlterPartition (56) from a partition leader (see :func:`.replication_control.alter_partition`)."""
+        answer, records = alter_partition(image, broker_id, broker_epoch, topics, self.unclean(image), version)
+        return answer, list(records)
+
+    def elect_leaders(self, image: MetadataImage, election_type: int,
+                      partitions: Sequence[tuple[str, Sequence[int]]] | None
+                      ) -> tuple[list[tuple[str, list[ElectionResult]]], list[MetadataRecord]]:
+        """ElectLeaders (43); raises ValueError for an unknown election type."""
+        results, records = elect_leaders(image, election_type, partitions, self.usable(image))
+        return results, list(records)
+
+    def alter_reassignments(self, image: MetadataImage,
+                            topics: Sequence[tuple[str, Sequence[tuple[int, Sequence[int] | None]]]]
+                            ) -> tuple[list[tuple[str, list[ReassignResult]]], list[MetadataRecord]]:
+        """AlterPartitionReassignments (45)."""
+        results, records = alter_reassignments(image, topics, self.known(image), self.usable(image),
+                                               self.unclean(image))
+        return results, list(records)
+
+    @staticmethod
+    def list_reassignments(image: MetadataImage, topics: Sequence[tuple[str, Sequence[int]]] | None
+                           ) -> list[tuple[str, list[Reassignment]]]:
+        """ListPartitionReassignments (46)."""
+        return list_reassignments(image, topics)
 
     # -- producer ids ---------------------------------------------------------------
     def allocate_producer_ids(self, image: MetadataImage) -> tuple[int, list[MetadataRecord]]:

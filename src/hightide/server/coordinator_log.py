@@ -33,7 +33,7 @@ async def ensure_internal_topic(broker: Broker, name: str, partitions: int, conf
     the controller refuses."""
     if name not in broker.image.topics:
         try:  # through the controller on a broker-only node (Broker.create_topics)
-            results = await broker.create_topics([NewTopic(name, partitions, 1, configs=configs)])
+            results = await broker.create_topics([NewTopic(name, partitions, configs=configs)])  # RF: the controller's
         except CoordinatorUnavailable as exc:  # the metadata log failed: nothing was created
             raise CoordinatorUnavailable(f"cannot create {name}: {exc}") from exc
         result = results[0]

@@ -63,7 +63,8 @@ log = logging.getLogger("hightide.forwarding")
 #: What a broker forwards (api key → name), as Kafka's brokers do: the metadata writes, and
 #: DescribeQuorum (only the controller knows the quorum).
 FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 30: "CreateAcls", 31: "DeleteAcls", 33: "AlterConfigs",
-             37: "CreatePartitions", 44: "IncrementalAlterConfigs", 51: "AlterUserScramCredentials",
+             37: "CreatePartitions", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
+             45: "AlterPartitionReassignments", 46: "ListPartitionReassignments", 51: "AlterUserScramCredentials",
              55: "DescribeQuorum", 57: "UpdateFeatures"}
 ENVELOPE_KEY = 58
 TAG_METADATA_OFFSET = 10000
@@ -161,6 +162,16 @@ def error_response(api_key: int, version: int, req: Any, code: int, message: str
         body = {"results": [{**item, "user": u} for u in users]}
     elif api_key == 55:
         body = {**item, "topics": [], "nodes": []}
+    elif api_key == 43:
+        body = {**item, "replica_election_results": [
+            {"topic": t.topic, "partition_result": [{**item, "partition_id": p} for p in t.partitions]}
+            for t in req.topic_partitions or ()]}
+    elif api_key == 45:
+        body = {**item, "responses": [
+            {"name": t.name, "partitions": [{**item, "partition_index": p.partition_index} for p in t.partitions]}
+            for t in req.topics]}
+    elif api_key == 46:
+        body = {**item, "topics": []}
     else:
         body = dict(item)
     return materialize(cls, {"throttle_time": 0, **body})
