@@ -144,11 +144,20 @@ def test_error_response_for_every_forwarded_api(api_key: int) -> None:
         31: {"filters": [{"resource_type_filter": 2, "resource_name_filter": "t", "pattern_type_filter": 3,
                           "principal_filter": None, "host_filter": None, "operation": 3, "permission_type": 3}]},
         51: {"deletions": [{"name": "u", "mechanism": 1}], "upsertions": []},
-        55: {"topics": []}}
+        55: {"topics": []},
+        43: {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0]}], "timeout": 1000},
+        45: {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}], "timeout": 1000},
+        46: {"topics": None, "timeout": 1000}}
     req = materialize(request_schema(api_key, version), bodies[api_key])
     resp = error_response(api_key, version, req, ErrorCode.request_timed_out, "no controller")
-    items = (getattr(resp, "topics", None) or getattr(resp, "responses", None) or getattr(resp, "results", None)
+    items = (getattr(resp, "topics", None) or getattr(resp, "results", None)
              or getattr(resp, "filter_results", None))
+    if api_key == 43:  # per partition, in topics
+        items = [p for t in resp.replica_election_results for p in t.partition_result]
+    elif api_key == 45:
+        items = [p for t in resp.responses for p in t.partitions]
+    elif items is None:
+        items = getattr(resp, "responses", None)
     codes = [int(i.error_code) for i in items] if items else [int(resp.error_code)]
     assert codes == [ErrorCode.request_timed_out]
 
