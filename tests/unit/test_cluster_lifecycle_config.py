@@ -78,6 +78,7 @@ def test_a_valid_three_node_layout():
     (1, {"listeners": "CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
          "advertised.listeners": "CONTROLLER://h:9093"}, "must not contain"),
     (3, {"controller.quorum.voters": "1@h:9093"}, "node.id 3 must be included"),
+    (1, {"controller.quorum.voters": "1@h:9093,2@h:9094"}, "combined mode \\(broker,controller\\) is a single voter"),
     (1, {"broker.session.timeout.ms": "0"}, ">= 1"),
     (1, {"metadata.read.consistency": "eventual"}, "acknowledged or local"),
     (1, {"broker.sesion.timeout.ms": "1"}, "did you mean 'broker.session.timeout.ms'"),

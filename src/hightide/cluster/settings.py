@@ -89,6 +89,9 @@ def validate_cluster_configs(node_id: int, configs: Mapping[str, Any]) -> dict[s
     if "controller" in roles and voters and node_id not in voters:
         raise ConfigError(f"If process.roles contains controller, the node.id {node_id} must be included in the "
                           "set of voters controller.quorum.voters")
+    if roles == {"broker", "controller"} and len(voters) > 1:
+        raise ConfigError("controller.quorum.voters: a quorum of more than one voter runs on controller-only "
+                          "processes (process.roles=controller); combined mode (broker,controller) is a single voter")
     return v
 
 

@@ -283,6 +283,9 @@ class ControllerService:
             try:
                 await self.tick()
             except CoordinatorUnavailable as exc:
+                if exc.error_code in (ErrorCode.not_controller, ErrorCode.request_timed_out) and not self.is_active:
+                    log.info("controller timer: no longer the active controller: %s", exc)
+                    continue
                 log.error("controller timer: metadata write failed (retrying): %s", exc)
                 await asyncio.sleep(TIMER_MAX_SLEEP_S)
             except Exception:

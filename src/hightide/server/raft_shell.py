@@ -97,6 +97,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _cancelling() -> bool:
+    """True if the current task itself is being cancelled (not just a future it awaited)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def restore_raft_log(plog: PartitionLog) -> RaftLog:
     """The core's view of the log from the partition log on disk: one entry per record
     batch (epoch = PartitionLeaderEpoch, count = LastOffsetDelta + 1, control bit)."""
@@ -282,11 +288,11 @@ class RaftShell:
         try:
             self._step(Received(source, message, cid))
             return await asyncio.wait_for(fut, timeout_s or self.config.request_timeout_ms / 1000)
-        except (TimeoutError, asyncio.CancelledError):
-            if self._closed:
-                return None
-            if fut.cancelled():
-                return None
+        except TimeoutError:
+            return None
+        except asyncio.CancelledError:
+            if self._closed and not _cancelling():
+                return None  # close() cancelled the answer: the shell stopped
             raise
         finally:
             self._inbound.pop(cid, None)
