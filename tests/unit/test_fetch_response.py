@@ -54,3 +54,21 @@ def test_error_partition_has_empty_records_not_null(version):
     entity, _ = entity_reader(load_response_schema(1, version))(frame, 4 + (version >= 12))
     part = entity.responses[0].partitions[0]
     assert (part.error_code, part.records) == (1, b"")
+
+
+@pytest.mark.parametrize("version", [12, 16, 17])
+@pytest.mark.parametrize("leader", [None, (3, 9)])
+def test_diverging_epoch_tag_matches_kio(version, leader):
+    """DivergingEpoch (tag 0) before CurrentLeader (tag 1), as kio encodes them."""
+    topics = [TopicData("t", TID, [PartitionData(0, 0, 10, 10, 0, [], -1, b"", current_leader=leader,
+                                                 diverging_epoch=(4, 37))])]
+    mine, _ = encode_fetch_response(version, 5, topics)
+    part = {"partition_index": 0, "error_code": 0, "high_watermark": 10, "last_stable_offset": 10,
+            "log_start_offset": 0, "aborted_transactions": [], "preferred_read_replica": -1, "records": b"",
+            "diverging_epoch": {"epoch": 4, "end_offset": 37}}
+    if leader is not None:
+        part["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+    expected = encode_response(1, version, 5, materialize(load_response_schema(1, version), {
+        "throttle_time": 0, "error_code": 0, "session_id": 0,
+        "responses": [{"topic": "t", "topic_id": TID, "partitions": [part]}]}))
+    assert expected[4:] == b"".join(bytes(b) for b in mine)

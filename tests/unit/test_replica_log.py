@@ -64,8 +64,9 @@ def replicate(leader: PartitionLog, follower: PartitionLog, max_bytes: int = 1 <
 
 def test_leader_appends_carry_the_leader_epoch(tmp_path: Path) -> None:
     lg = open_log(tmp_path)
-    assert lg.leader_epoch == 0 and lg.epochs.entries() == []
+    assert lg.leader_epoch == -1 and lg.epochs.entries() == []
     lead(lg, batch())
+    assert lg.leader_epoch == 0
     assert lg.epochs.entries() == [EpochEntry(0, 0)]
     lg.become_leader(3)
     assert lg.epochs.entries() == [EpochEntry(0, 0), EpochEntry(3, 2)]

@@ -319,7 +319,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             ):
                 seg = self.roll(now_ms)
             mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-            epoch = self.leader_epoch if leader_epoch is None else leader_epoch
+            epoch = max(0, self.leader_epoch) if leader_epoch is None else leader_epoch
             seg.append(mv, headers, None if verbatim else first, epoch, log_append_ms)
         except OSError as exc:
             self._append_failed(exc, seg)

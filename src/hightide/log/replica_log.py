@@ -93,12 +93,13 @@ class ReplicaLog(LogReads):
 
     @property
     def leader_epoch(self) -> int:
-        """The epoch stamped on batches this log appends as a leader: the one given to
-        :meth:`become_leader`, else the newest epoch in the log, else 0."""
+        """The leader epoch of this log: the one given to :meth:`become_leader`, else the
+        newest epoch in the log, else -1 (none yet). Batches appended as a leader carry
+        it (epoch 0 while it is -1)."""
         if self._leader_epoch is not None:
             return self._leader_epoch
         latest = self.epochs.latest_epoch
-        return 0 if latest is None else latest
+        return -1 if latest is None else latest
 
     def become_leader(self, epoch: int) -> None:
         """This replica leads the partition in ``epoch`` from now on: later leader appends

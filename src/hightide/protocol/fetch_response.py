@@ -35,6 +35,8 @@ class PartitionData:
     #: MessageSetSize -1"), so it would never see the partition's error code.
     records: bytes | memoryview = b""
     current_leader: tuple[int, int] | None = None  # (leader id, epoch), tagged field 1 (v12+)
+    #: (epoch, end offset) for a follower whose log diverged, tagged field 0 (v12+)
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -88,11 +90,14 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicD
                 out.append(rec)
                 cur = bytearray()
             if flexible:
+                tags = []  # ascending tag numbers
+                if p.diverging_epoch is not None:
+                    tag = _I32.pack(p.diverging_epoch[0]) + _Q.pack(p.diverging_epoch[1]) + b"\x00"
+                    tags.append(uvarint(0) + uvarint(len(tag)) + tag)
                 if p.current_leader is not None:
                     tag = _I32.pack(p.current_leader[0]) + _I32.pack(p.current_leader[1]) + b"\x00"
-                    cur += b"\x01" + uvarint(1) + uvarint(len(tag)) + tag
-                else:
-                    cur += b"\x00"
+                    tags.append(uvarint(1) + uvarint(len(tag)) + tag)
+                cur += uvarint(len(tags)) + b"".join(tags)
         if flexible:
             cur += b"\x00"
     if flexible:

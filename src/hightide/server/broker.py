@@ -44,6 +44,7 @@ from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
 from .metadata_runtime import MetadataOp, RaftMetadataRuntime, metadata_runtime, raft_metadata_runtime
+from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
@@ -102,6 +103,7 @@ class Broker:
         self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
         self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
+        self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(self)  # followers fetch
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
@@ -146,6 +148,8 @@ class Broker:
             self._start_controller()
         else:
             self._open_logs()
+            if self.node is None:  # the single node leads every partition: its logs take their leader epochs
+                self.replica_manager.apply_image(self.image)
             self.groups.start()
             self.share_state.start()
             self.txns.start()
@@ -275,6 +279,7 @@ class Broker:
         await self.share_manager.close()  # in-flight share state writes (the flusher still runs)
         await self.share_persister.close()
         await self.txns.close_connections()
+        await self.replica_fetchers.close()  # before the logs close: no append after this
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -380,6 +385,7 @@ class Broker:
         observers' metadata Fetches long-polling for it, tell the controller service."""
         if not self.controller_only:
             self._open_logs()
+            self.replica_manager.apply_image(self.image)  # leader epochs stamped on the logs led here
         self.waiters.wake(METADATA_FETCH_KEY)
         if self.controller_service is not None:
             self.controller_service.appended(now_ms())

@@ -110,6 +110,9 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
                 pd.error_code = err
                 errors = True
                 continue
+            if replica is not None and _diverged(plog, p, pd):
+                errors = True  # answered at once, as Kafka answers a diverging follower
+                continue
             limit = min(p.partition_max_bytes, remaining)
             if limit <= 0:
                 if replica is not None and not _follower_fetched(ctx, replica, timg.name, p, plog, pd):
@@ -145,6 +148,20 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
             remaining -= n
         out.append(td)
     return out, total, errors, keys
+
+
+def _diverged(plog: PartitionLog, p: Any, pd: PartitionData) -> bool:
+    """Fetch v12+ from a follower (Kafka's ``Partition.readRecords``): True, with no
+    records, when its LastFetchedEpoch / FetchOffset diverge from this leader's log
+    (``pd.diverging_epoch`` = our largest epoch <= it and where that epoch ends here: the
+    follower truncates there and fetches again) or when the end of that epoch is unknown
+    here or the offset is below our log start (OFFSET_OUT_OF_RANGE)."""
+    try:
+        pd.diverging_epoch = plog.diverging_epoch(getattr(p, "last_fetched_epoch", -1), p.fetch_offset)
+    except OffsetOutOfRange:
+        pd.error_code = ErrorCode.offset_out_of_range
+        return True
+    return pd.diverging_epoch is not None
 
 
 def _follower_fetched(ctx: RequestContext, replica: Replica, topic: str, p: Any, plog: PartitionLog,

@@ -1,5 +1,10 @@
-"""OffsetForLeaderEpoch (key 23): a single node has one leader epoch (0) for every
-partition, so epoch 0 ends at the log end offset and any other epoch is undefined."""
+"""OffsetForLeaderEpoch (key 23), answered from the partition log's leader-epoch cache
+(:mod:`hightide.log.leader_epochs`), as Kafka's ``Partition.lastOffsetForLeaderEpoch``:
+for each requested LeaderEpoch, the largest epoch <= it that the leader's log knows and
+where that epoch ends (the start of the next epoch, or the log end offset for the latest
+one); -1/-1 with no error when the log knows none (an empty log, or an epoch newer than
+the latest). Consumers use it to detect truncation after a leader change (KIP-320),
+followers to find where their log diverges."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from ..authorization import authorize_cluster, refused_names
 from ..context import RequestContext
 from ..leadership import leader_epoch
 from ..registry import handles
-from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
+from .common import check_leader_epoch, resolve_partition
 
 
 @handles(23, 2, 4)
@@ -35,9 +40,9 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             if err == ErrorCode.none:
                 err = check_leader_epoch(getattr(p, "current_leader_epoch", -1),
                                          leader_epoch(ctx.image, t.topic, p.partition))
-            if plog is not None and err == ErrorCode.none and 0 <= p.leader_epoch:
-                # Requested epoch >= ours: the largest epoch <= requested is ours.
-                entry.update(leader_epoch=LEADER_EPOCH, end_offset=plog.log_end_offset)
+            if plog is not None and err == ErrorCode.none:
+                epoch, end = plog.end_offset_for_epoch(p.leader_epoch)
+                entry.update(leader_epoch=epoch, end_offset=end)
             entry["error_code"] = err
             parts.append(entry)
         topics.append({"topic": t.topic, "partitions": parts})
