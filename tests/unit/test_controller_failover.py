@@ -8,6 +8,7 @@ follower following Raft's leader hints and applying only committed records."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,7 @@ class Voter:
     def __init__(self, node_id: int) -> None:
         self.node_id = node_id
         self.up = True
+        self.paused = False  # accepts the socket, never answers (SIGSTOP)
         self.active = False
         self.lose_next = False
         self.hint: tuple[int, int] = (-1, -1)  # (leader id, epoch) it would name
@@ -97,8 +99,11 @@ class FakeConnection:
         self.api_versions = {1: (4, 17), 19: (2, 7), 58: (0, 0), 62: (0, 4), 63: (0, 2)}
 
     async def connect(self) -> None:
-        if not self.net[(self.host, self.port)].up:
+        voter = self.net[(self.host, self.port)]
+        if not voter.up:
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: refused")
+        if voter.paused:
+            await asyncio.sleep(3600)
         self.connected = True
 
     def pick_version(self, api_key: int, wanted_max: int, our_min: int = 0) -> int:
@@ -230,6 +235,24 @@ def test_a_connection_lost_in_flight_says_the_request_was_sent(net: Net) -> None
             with pytest.raises(controller_channel.ControllerUnavailable) as err:
                 await ch.request(63, 2, {"broker_epoch": 42})
             assert not err.value.sent
+        finally:
+            await ch.close()
+    asyncio.run(run())
+
+
+def test_a_connect_to_a_paused_voter_is_abandoned_for_a_new_leader_hint(net: Net) -> None:
+    async def run() -> None:
+        net[A].paused = True  # the old leader, SIGSTOPped: the handshake never completes
+        net[B].active = True
+        ch = channel(request_timeout_s=10.0)
+        try:
+            started = time.monotonic()
+            pending = asyncio.ensure_future(ch.request(63, 2, {"broker_epoch": 42}))
+            await asyncio.sleep(0.2)
+            assert not pending.done()
+            ch.locator.hint(3001, 2)  # the metadata fetch learned the new leader
+            resp = await asyncio.wait_for(pending, 1.0)
+            assert resp.error_code == 0 and ch.address == B and time.monotonic() - started < 1.0
         finally:
             await ch.close()
     asyncio.run(run())

@@ -42,6 +42,7 @@ keeps the Raft fetch and the lifecycle requests on separate channels).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +56,9 @@ from ..protocol.errors import ErrorCode
 log = logging.getLogger("hightide.controller_channel")
 
 INITIAL_BACKOFF_S = 0.05
+#: Connect and ApiVersions handshake bound: a paused controller accepts the socket (the
+#: kernel does) but never answers (Kafka's raft request timeout is 2 s).
+CONNECT_TIMEOUT_S = 2.0
 NOT_CONTROLLER = int(ErrorCode.not_controller)
 
 Address = tuple[str, int]
@@ -68,6 +72,10 @@ class ControllerUnavailable(Exception):
     def __init__(self, message: str, *, sent: bool = False) -> None:
         super().__init__(message)
         self.sent = sent
+
+
+class _LeaderMoved(Exception):
+    """A connect attempt was abandoned for a newly heard-of leader."""
 
 
 class ControllerLocator:
@@ -210,10 +218,13 @@ class ControllerChannel:
             if old is not None:
                 self._close_later(old)
             host, port = self.locator.target()
-            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
-                                    security=self.security)
+            conn = BrokerConnection(host, port, self.client_id, security=self.security,
+                                    request_timeout_s=min(self.request_timeout_s, CONNECT_TIMEOUT_S))
             try:
-                await conn.connect()
+                await self._connect(conn)
+            except _LeaderMoved:
+                self._close_later(conn)
+                raise ControllerUnavailable(f"a new leader was heard of while connecting to {host}:{port}") from None
             except (KafkaError, OSError) as exc:
                 self.locator.failed((host, port))
                 self._back_off()
@@ -225,10 +236,31 @@ class ControllerChannel:
             if self._last_error is not None:
                 log.info("%s channel: connected to the controller at %s:%d", self.name, host, port)
                 self._last_error = None
+            conn.request_timeout_s = self.request_timeout_s
             self._conn = conn
             if self.on_connect is not None:
                 self.on_connect(conn.api_versions)
             return conn
+
+    async def _connect(self, conn: BrokerConnection) -> None:
+        """``conn.connect()`` (socket and ApiVersions, bounded by CONNECT_TIMEOUT_S: a
+        paused process accepts the socket but never answers), abandoned with
+        :class:`_LeaderMoved` when a leader at another address is heard of meanwhile."""
+        generation = self.locator.generation
+        task = asyncio.ensure_future(conn.connect())
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.05)
+                moved = self.locator.generation != generation
+                if not task.done() and moved and self.locator.target() != (conn.host, conn.port):
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+                    raise _LeaderMoved()
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        task.result()
 
     async def _wait_backoff(self) -> None:
         """Sleep until the backoff ends; a new leader hint ends it at once."""
@@ -267,13 +299,21 @@ class ControllerChannel:
         KafkaTimeoutError when no answer came in time."""
         limit = self.request_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
+        refused: Any = None  # the last NOT_CONTROLLER answer
         while True:
             try:
                 conn = await self.connection()
             except ControllerUnavailable:
                 if time.monotonic() >= deadline or self._retry_at >= deadline or self._closed:
+                    if refused is not None:
+                        return refused
                     raise
                 continue
+            if time.monotonic() >= deadline:  # waited for a connection too long: never sent
+                if refused is not None:
+                    return refused
+                raise ControllerUnavailable(f"{self.name} channel: no connection to the active controller within "
+                                            f"{limit:g} s")
             v = version(conn) if callable(version) else version
             self._in_flight[conn] = self._in_flight.get(conn, 0) + 1
             try:
@@ -290,6 +330,7 @@ class ControllerChannel:
                 self._backoff_s = 0.0
                 return resp
             self._retire(conn)
+            refused = resp
             if time.monotonic() >= deadline:
                 return resp
             self.not_controller_retries += 1

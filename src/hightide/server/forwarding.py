@@ -216,7 +216,7 @@ class Forwarder:
                 if time.monotonic() >= deadline:
                     raise NoActiveController(f"no controller could be reached: {exc}") from exc
                 continue  # never sent: the channel waits out its backoff before the next attempt
-            except KafkaTimeoutError as exc:
+            except KafkaTimeoutError as exc:  # (a paused controller: the lifecycle's heartbeat resets the channel)
                 raise OutcomeUnknown(f"the controller did not answer in time ({exc}); the request may or may "
                                      "not have been applied") from exc
             code = int(resp.error_code)

@@ -8,8 +8,10 @@ Theory of operation: one task loops
    (-1 before registration), ``MaxWaitMs`` 500 (the controller parks the Fetch until the
    log grows);
 2. :func:`plan` decides what the answer means (sans-IO): records to append, a divergence
-   (the local copy has offsets the controller does not: truncate, replay, fetch again), or
-   an error to back off from;
+   (the local copy has offsets the controller does not: truncate, replay, fetch again), a
+   ``SnapshotId`` (the fetch offset is below the controller's log start: download it with
+   FetchSnapshot, replace the local copy and the image by it, fetch on from its end; see
+   :mod:`.snapshotter`), or an error to back off from;
 3. the records are appended to the local copy (the same :class:`MetadataLog` files the
    controller writes, in this broker's own data dir; its fsync is asked for but not
    waited on: a broker that loses a tail in a crash fetches it again) and applied to the
@@ -55,11 +57,14 @@ from ..client.errors import KafkaError, KafkaTimeoutError
 from ..cluster.broker_records import NoOpRecord
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
+from ..cluster.raft.messages import OffsetAndEpoch
 from ..cluster.records import MetadataRecord, decode
+from ..cluster.snapshot import SnapshotError
 from ..log.partition_log import PartitionLog
 from ..protocol.errors import ErrorCode
 from ..protocol.records import BatchHeader, decode_records, validate_batches
 from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerLocator, ControllerUnavailable
+from .snapshotter import SnapshotFetchFailed, fetch_snapshot, install_snapshot
 from .tasks import cancel_and_wait
 
 log = logging.getLogger("hightide.metadata_follower")
@@ -73,6 +78,9 @@ FETCH_MAX_BYTES = 8 << 20
 #: local copy (its records are past the high watermark, or it does not know the high
 #: watermark yet): a commit is one voter round trip away.
 UNCOMMITTED_BACKOFF_MS = 5
+#: A Fetch unanswered this long past its long-poll means the controller is paused or cut
+#: off: reconnect to the next candidate (Kafka's ``controller.quorum.request.timeout.ms``).
+FETCH_TIMEOUT_S = 2.0
 #: Backoff before asking the next voter when the one asked knows no leader.
 NO_LEADER_BACKOFF_MS = 100
 _LOG_OVERHEAD = 12  # BaseOffset + BatchLength
@@ -107,7 +115,17 @@ class Backoff:
     reason: str | None = None
 
 
-Outcome = Append | Truncate | Backoff
+@dataclass(frozen=True)
+class LoadSnapshot:
+    """The fetch offset is below the controller's log start: load snapshot
+    ``snapshot_id`` with FetchSnapshot (``leader_epoch`` as CurrentLeaderEpoch), replace
+    the local copy and image by it, then fetch on from its end offset."""
+    snapshot_id: OffsetAndEpoch
+    leader_epoch: int
+    high_watermark: int
+
+
+Outcome = Append | Truncate | Backoff | LoadSnapshot
 
 
 def whole_batches(data: bytes | memoryview, fetch_offset: int) -> bytes:
@@ -146,6 +164,11 @@ def plan(partition: Any, fetch_offset: int) -> Outcome:
     if code != ErrorCode.none:
         name = ErrorCode(code).name.upper() if code in ErrorCode._value2member_map_ else str(code)
         return Backoff(500 if code == ErrorCode.unknown_topic_or_partition else 100, -1, name)
+    snapshot = getattr(partition, "snapshot_id", None)
+    if snapshot is not None and int(snapshot.end_offset) >= 0:  # below the log start (Kafka's SnapshotId)
+        leader = getattr(partition, "current_leader", None)
+        return LoadSnapshot(OffsetAndEpoch(int(snapshot.end_offset), int(snapshot.epoch)),
+                            int(leader.leader_epoch) if leader is not None else -1, hwm)
     diverging = getattr(partition, "diverging_epoch", None)
     if diverging is not None and int(diverging.end_offset) >= 0 and int(diverging.end_offset) < fetch_offset:
         return Truncate(0, f"the controller's log diverges at offset {int(diverging.end_offset)} (epoch "
@@ -194,6 +217,16 @@ def last_batch_epoch(plog: PartitionLog) -> int:
         if epoch >= 0:
             return epoch
     return -1
+
+
+def fetch_epoch(metadata: MetadataLog) -> int:
+    """``LastFetchedEpoch`` for the next Fetch: the local copy's last batch's epoch, or
+    the snapshot's when the copy is empty from it (-1 when neither)."""
+    epoch = last_batch_epoch(metadata.log)
+    sid = metadata.snapshot_id
+    if epoch < 0 and sid is not None and metadata.log.log_end_offset == sid.offset:
+        return sid.epoch
+    return epoch
 
 
 def replay(plog: PartitionLog) -> MetadataImage:
@@ -251,7 +284,7 @@ class MetadataFollower:
         self.last_fetch_ms = 0
         self._resyncing = False
         self._content_offset = content_offset(metadata.image)
-        self._last_epoch = last_batch_epoch(metadata.log)
+        self._last_epoch = fetch_epoch(metadata)
         #: Where the active controller is (shared with the lifecycle channel); None for a
         #: channel without one (tests).
         self.locator: ControllerLocator | None = getattr(channel, "locator", None)
@@ -285,6 +318,8 @@ class MetadataFollower:
                 self._after(outcome.high_watermark)
             elif isinstance(outcome, Truncate):
                 self._truncate(outcome)
+            elif isinstance(outcome, LoadSnapshot):
+                await self._load_snapshot(outcome)
             else:
                 if outcome.high_watermark >= 0:
                     self._after(outcome.high_watermark)
@@ -320,7 +355,7 @@ class MetadataFollower:
             conn = await self.channel.connection()
             version = conn.pick_version(1, FETCH_VERSION_MAX, 12)
             resp = await self.channel.request(1, version, self._request(version),
-                                              timeout_s=FETCH_MAX_WAIT_MS / 1000 + 5)
+                                              timeout_s=FETCH_MAX_WAIT_MS / 1000 + FETCH_TIMEOUT_S)
         except KafkaTimeoutError:
             self.channel.reset()  # a paused or gone controller: reconnect
             return Backoff(100, -1, "the controller did not answer a metadata Fetch in time")
@@ -421,12 +456,36 @@ class MetadataFollower:
         plog = self.metadata.log
         log.warning("local metadata copy truncated to offset %d: %s; fetching it again from the controller",
                     outcome.offset, outcome.reason)
-        plog.truncate_to(outcome.offset)
-        self.metadata.image = replay(plog)
+        self.metadata.truncate_to(outcome.offset)  # and the snapshots past it; the image rebuilt
         self._content_offset = content_offset(self.metadata.image)
-        self._last_epoch = last_batch_epoch(plog)
+        self._last_epoch = fetch_epoch(self.metadata)
         self._resyncing = True
         self._on_reset()
+
+    async def _load_snapshot(self, outcome: LoadSnapshot) -> None:
+        """Download snapshot ``outcome.snapshot_id``, install it (see
+        :mod:`.snapshotter`), and tell the broker about the new image (unless a resync
+        is replaying). A failure backs off and fetches the log again (its answer names
+        the snapshot to load, which may be a newer one by then)."""
+        sid, t0 = outcome.snapshot_id, time.monotonic()
+        log.info("metadata fetch at offset %d is below the controller's log start: loading snapshot %d-%d",
+                 self.log_end_offset, sid.offset, sid.epoch)
+        try:
+            data = await fetch_snapshot(self.channel, sid, replica_id=self.node_id, leader_epoch=outcome.leader_epoch,
+                                        cluster_id=self._cluster_id())
+            await install_snapshot(self.metadata, sid, data)
+        except (SnapshotFetchFailed, SnapshotError, OSError, ControllerUnavailable, KafkaError) as exc:
+            self._problem(f"loading metadata snapshot {sid.offset}-{sid.epoch} failed: {exc}")
+            await asyncio.sleep(0.5)
+            return
+        self._last_epoch = sid.epoch
+        self._content_offset = content_offset(self.metadata.image)
+        log.info("loaded metadata snapshot %d-%d (%d bytes, %d topics) in %.0f ms; following the log from offset %d",
+                 sid.offset, sid.epoch, len(data), len(self.metadata.image.topics), (time.monotonic() - t0) * 1000,
+                 self.log_end_offset)
+        if not self._resyncing:
+            self._on_applied(self.applied_offset, self._content_offset)
+        self._after(outcome.high_watermark)
 
     def _problem(self, reason: str) -> None:
         if reason != self._last_problem:
