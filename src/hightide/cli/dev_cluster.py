@@ -29,8 +29,8 @@ def _parse_sets(items: tuple[str, ...]) -> dict[str, str]:
 @main.command("dev-cluster")
 @click.option("--brokers", "n_brokers", type=click.IntRange(1, 64), default=3, show_default=True,
               help="How many broker processes.")
-@click.option("--controllers", "n_controllers", type=int, default=1, show_default=True,
-              help="How many controllers: 1, or a quorum of 3 or 5 voters.")
+@click.option("--controllers", "n_controllers", type=click.IntRange(1, 9), default=1, show_default=True,
+              help="How many controllers: 1, or a quorum of 3 (survives 1 lost) or 5 (survives 2).")
 @click.option("--data-dir", default="./hightide-dev-cluster", show_default=True,
               help="Base dir: one data dir per node under it (kept between runs).")
 @click.option("--base-port", type=click.IntRange(0, 65535), default=9092, show_default=True,
@@ -45,9 +45,6 @@ def dev_cluster(n_brokers: int, n_controllers: int, data_dir: str, base_port: in
     Prints the bootstrap string and each broker's state as it changes (registered,
     unfenced, fenced, exited) and any controller that exits; node logs are in
     DATA_DIR/logs. Ctrl-C (or SIGTERM) stops the brokers, then the controllers."""
-    if n_controllers != 1:
-        raise click.ClickException(f"--controllers {n_controllers}: only one controller runs today "
-                                   "(a controller quorum is the next step).")
     from ..devcluster import DevCluster, NodeFailed, plan
     settings = _parse_sets(overrides)
     try:
