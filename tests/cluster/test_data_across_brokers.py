@@ -178,8 +178,9 @@ def test_a_non_leader_names_the_leader_and_a_killed_broker_leaves_its_partitions
 def test_a_group_coordinator_moves_away_with_its_broker_and_comes_back_with_its_offsets(cluster):
     """The broker leading a group's __consumer_offsets partition is killed: FindCoordinator
     answers COORDINATOR_NOT_AVAILABLE (its only replica is fenced); once it is back it
-    loads the partition again and the committed offsets are there."""
-    c = cluster(3)
+    loads the partition again and the committed offsets are there. (One replica of
+    __consumer_offsets: with the default three the coordinator moves to another replica.)"""
+    c = cluster(3, offsets_topic_replication_factor=1)
     first = c.broker_ids[0]
     bootstrap = c.address(first)
     CREATE["confluent"](bootstrap, "coord", PARTITIONS)
