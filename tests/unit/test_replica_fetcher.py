@@ -133,3 +133,30 @@ def test_follower_replicates_byte_for_byte_and_truncates_after_a_leader_change(t
         assert [(p.error_code, p.leader_epoch, p.end_offset) for p in r.topics[0].partitions] == [
             (0, 3, 60), (0, 4, 66), (0, 2, 0)]
     run(two_brokers(tmp_path, body))
+
+
+def test_follower_behind_the_leaders_log_start_restarts_there_and_a_fenced_epoch_waits(tmp_path: Path) -> None:
+    async def body(brokers: list[Broker]) -> None:
+        b1, b2 = brokers
+        await lead(brokers, leader=1, epoch=3, first=True)
+        await produce(b1, 20)
+        await equal_logs(b2, b1, "the follower to catch up")
+        await async_wait_until(lambda: plog(b1).high_watermark == 60, timeout=20, what="the leader's HW")
+
+        b2.replica_fetchers.stop_following(TP)
+        plog(b2).truncate_to(0)  # the follower lost its copy (a replaced disk)
+        assert plog(b1).delete_records_before(30) == 30
+        b2.replica_fetchers.follow(TP, 1, 3)  # fetch at 0 < the leader's log start: OFFSET_OUT_OF_RANGE
+        await async_wait_until(lambda: plog(b2).log_start_offset == 30 and plog(b2).log_end_offset == 60,
+                               timeout=20, what="the follower to restart at the leader's log start and catch up")
+        assert log_bytes(plog(b2)) == log_bytes(plog(b1))
+
+        b2.replica_fetchers.follow(TP, 1, 2)  # an epoch older than the leader's: FENCED_LEADER_EPOCH
+        fetcher = b2.replica_fetchers.fetchers[1]
+        await async_wait_until(lambda: fetcher.partitions[TP].delayed_until == float("inf"), timeout=20,
+                               what="the fenced partition to wait for the metadata")
+        await produce(b1, 1)
+        assert plog(b2).log_end_offset == 60
+        b2.replica_fetchers.follow(TP, 1, 3)  # the metadata names the leader's epoch again
+        await equal_logs(b2, b1, "the follower to fetch again")
+    run(two_brokers(tmp_path, body))
