@@ -148,6 +148,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("unclean.leader.election.enable", "bool", False,
        "Default unclean.leader.election.enable: let an alive replica outside the ISR lead when no in-sync "
        "replica is alive (acknowledged records can be lost)."),
+    _d("unclean.leader.election.interval.ms", "long", 300000,
+       "How long after a leaderless partition of a topic allowing unclean election is seen the controller "
+       "elects it a leader outside the ISR (elections at fencing are immediate).", _pos),
+    _d("auto.leader.rebalance.enable", "bool", True,
+       "The controller gives partitions back to their preferred (first) replica once it is in sync again, "
+       "leader.imbalance.check.interval.seconds after they are seen led by another."),
+    _d("leader.imbalance.check.interval.seconds", "long", 300,
+       "How long the controller waits before giving partitions back to their preferred replicas.", _pos),
     _d("log.cleaner.enable", "bool", True, "Run the log cleaner for compacted topics."),
     _d("log.cleaner.backoff.ms", "long", 15000, "Pause between cleaner passes.", _pos),
     _d("log.cleaner.delete.retention.ms", "long", 86400000, "Default delete.retention.ms.", _nonneg),

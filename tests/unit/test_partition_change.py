@@ -11,6 +11,7 @@ import pytest
 from hightide.cluster import records as R
 from hightide.cluster.broker_records import FENCE, BrokerRegistrationChangeRecord, RegisterBrokerRecord
 from hightide.cluster.image import MetadataImage, PartitionImage
+from hightide.cluster.lifecycle import BrokerLifecycle, ElectionConfig, LifecycleConfig
 from hightide.cluster.partition_change import NO_LEADER, Election, build_change, complete_reassignment
 from hightide.cluster.replication_control import (
     PREFERRED,
@@ -245,3 +246,41 @@ def test_cancelling_a_move_whose_isr_is_only_new_replicas_needs_unclean_election
 def _r(p: int, replicas: tuple[int, ...], adding: tuple[int, ...], removing: tuple[int, ...]) -> object:
     from hightide.cluster.replication_control import Reassignment
     return Reassignment(p, replicas, adding, removing)
+
+
+# -- the controller's periodic elections (auto.leader.rebalance.enable, unclean interval) -----
+def _lifecycle(**elections: object) -> BrokerLifecycle:
+    lc = BrokerLifecycle("c", LifecycleConfig(max_idle_interval_ms=0))
+    lc.elections = lambda: ElectionConfig(**elections)  # type: ignore[arg-type]
+    return lc
+
+
+def test_preferred_leaders_come_back_after_the_imbalance_check_interval() -> None:
+    image = image_with({1: False, 2: False, 3: False}, (2, (1, 2, 3), (1, 2, 3)), (3, (1, 3), (3,)))
+    lc = _lifecycle(leader_imbalance_check_interval_ms=1000)
+    assert lc.next_deadline_ms(image, 50) == 50  # imbalanced, not scheduled yet: the timer runs at once
+    assert lc.election_records(image, 100) == []  # scheduled for 1100
+    assert lc.next_deadline_ms(image, 50) == 1100
+    assert lc.election_records(image, 1099) == []
+    # partition 1's preferred replica is out of the ISR: left as it is
+    assert lc.election_records(image, 1100) == [R.PartitionChangeRecord(TID, 0, leader=1)]
+    assert lc.election_records(image, 1200) == []  # still imbalanced (partition 1): scheduled again
+    assert lc.next_deadline_ms(image, 50) == 2200
+    off = _lifecycle(auto_leader_rebalance_enable=False, leader_imbalance_check_interval_ms=1)
+    assert off.election_records(image, 0) == off.election_records(image, 10) == []
+    assert off.next_deadline_ms(image, 0) is None
+
+
+def test_a_topic_switched_to_unclean_election_gets_a_leader_after_the_interval() -> None:
+    image = image_with({1: True, 2: False}, (NO_LEADER, (1, 2), (1,)))
+    lc = _lifecycle(auto_leader_rebalance_enable=False, unclean_leader_election_interval_ms=500)
+    assert lc.election_records(image, 0) == [] and lc.next_deadline_ms(image, 0) is None  # not allowed
+    image.apply(R.ConfigRecord(R.TOPIC_RESOURCE, "t", "unclean.leader.election.enable", "true"), image.offset + 1)
+    assert lc.election_records(image, 1000) == []
+    assert lc.election_records(image, 1500) == [
+        R.PartitionChangeRecord(TID, 0, leader=2, isr=(2,), leader_recovery_state=R.RECOVERING)]
+    # the controller-wide default counts for topics without the config
+    image = image_with({1: True, 2: False}, (NO_LEADER, (1, 2), (1,)))
+    lc = _lifecycle(auto_leader_rebalance_enable=False, unclean_leader_election_enable=True,
+                    unclean_leader_election_interval_ms=1)
+    assert lc.election_records(image, 0) == [] and len(lc.election_records(image, 1)) == 1

@@ -73,8 +73,13 @@ from .image import MetadataImage, TopicImage
 from .placement import usable_brokers
 from .records import MetadataRecord
 from .replication_control import (
+    MAX_ELECTIONS_PER_RUN,
     PartitionChanges,
     add_broker_records,
+    balance_leaders,
+    elect_unclean_leaders,
+    imbalanced,
+    leaderless_unclean,
     remove_broker_records,
     unclean_election_enabled,
 )
@@ -91,6 +96,25 @@ class LifecycleConfig:
     def from_configs(cls, values: Mapping[str, Any]) -> LifecycleConfig:
         """From :func:`hightide.cluster.settings.validate_cluster_configs`' result."""
         return cls(values["broker.session.timeout.ms"], values["metadata.max.idle.interval.ms"])
+
+
+@dataclass(frozen=True)
+class ElectionConfig:
+    """The controller's election settings, Kafka's names: ``unclean.leader.election.enable``
+    (false; topics may override it), ``auto.leader.rebalance.enable`` (true),
+    ``leader.imbalance.check.interval.seconds`` (300), ``unclean.leader.election.interval.ms``
+    (300000)."""
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    unclean_leader_election_interval_ms: int = 300_000
+
+    @classmethod
+    def from_config(cls, config: Any) -> ElectionConfig:
+        """From a broker config (anything answering ``config[name]``)."""
+        return cls(bool(config["unclean.leader.election.enable"]), bool(config["auto.leader.rebalance.enable"]),
+                   int(config["leader.imbalance.check.interval.seconds"]) * 1000,
+                   int(config["unclean.leader.election.interval.ms"]))
 
 
 class BrokerState(Enum):
@@ -155,12 +179,15 @@ class BrokerLifecycle:
     cluster_id: str
     config: LifecycleConfig = field(default_factory=LifecycleConfig)
     finalized_features: Mapping[str, int] = field(default_factory=dict)
-    #: The controller's ``unclean.leader.election.enable`` (static and dynamic), for
-    #: topics that do not set it and without a cluster-wide dynamic default.
-    unclean_default: Callable[[], bool] = lambda: False
+    #: The controller's election settings as of now (read at every use: dynamic broker
+    #: configs may change them).
+    elections: Callable[[], ElectionConfig] = ElectionConfig
 
     def __post_init__(self) -> None:
         self.heartbeats = BrokerHeartbeats(self.config.session_timeout_ms)
+        #: When the next unclean election / preferred-leader balancing runs (None: not due).
+        self._unclean_due: int | None = None
+        self._balance_due: int | None = None
 
     def _removed(self, image: MetadataImage, broker_id: int,
                  changes: PartitionChanges | None = None) -> list[MetadataRecord]:
@@ -169,7 +196,7 @@ class BrokerLifecycle:
         return list(remove_broker_records(changes, broker_id, self._unclean(image)))
 
     def _unclean(self, image: MetadataImage) -> Callable[[TopicImage], bool]:
-        default = self.unclean_default()
+        default = self.elections().unclean_leader_election_enable
         return lambda topic: unclean_election_enabled(image, topic, default)
 
     def features(self, image: MetadataImage) -> dict[str, int]:
@@ -374,6 +401,46 @@ class BrokerLifecycle:
                 records += self._removed(image, reg.broker_id, changes)
         return records
 
+    def election_records(self, image: MetadataImage, now_ms: int) -> list[MetadataRecord]:
+        """Kafka's periodic elections: ``unclean.leader.election.interval.ms`` after
+        leaderless partitions of topics allowing unclean election are first seen, elect
+        them a leader outside the ISR; ``leader.imbalance.check.interval.seconds`` after
+        partitions not led by their preferred replica are first seen (with
+        ``auto.leader.rebalance.enable``), give them back to it where it is in the ISR.
+        Either runs again at once when it hit :data:`MAX_ELECTIONS_PER_RUN`."""
+        cfg = self.elections()
+        unclean = self._unclean(image)
+        changes = PartitionChanges(image, usable_brokers(image))
+        records: list[MetadataRecord] = []
+        if not leaderless_unclean(image, unclean):
+            self._unclean_due = None
+        elif self._unclean_due is None:
+            self._unclean_due = now_ms + cfg.unclean_leader_election_interval_ms
+        elif now_ms >= self._unclean_due:
+            done = elect_unclean_leaders(changes, unclean)
+            self._unclean_due = now_ms if len(done) >= MAX_ELECTIONS_PER_RUN else None
+            records += done
+        if not cfg.auto_leader_rebalance_enable or not imbalanced(image):
+            self._balance_due = None
+        elif self._balance_due is None:
+            self._balance_due = now_ms + cfg.leader_imbalance_check_interval_ms
+        elif now_ms >= self._balance_due:
+            done = balance_leaders(changes)
+            self._balance_due = now_ms if len(done) >= MAX_ELECTIONS_PER_RUN else None
+            records += done
+        return records
+
+    def _election_deadlines(self, image: MetadataImage, last_append_ms: int) -> list[int]:
+        """When :meth:`election_records` has work: its due times, or at once when an
+        election may be needed and is not scheduled yet (the timer's next run schedules it)."""
+        cfg = self.elections()
+        out = [t for t in (self._unclean_due, self._balance_due) if t is not None]
+        if self._unclean_due is None and leaderless_unclean(image, self._unclean(image)):
+            out.append(last_append_ms)
+        if self._balance_due is None and cfg.auto_leader_rebalance_enable and imbalanced(image):
+            out.append(last_append_ms)
+        return out
+
     def idle_records(self, now_ms: int, last_append_ms: int) -> list[MetadataRecord]:
         """A NoOpRecord when nothing has been appended for ``metadata.max.idle.interval.ms``
         (0 disables), so offsets keep moving and brokers keep proving they follow."""
@@ -381,9 +448,11 @@ class BrokerLifecycle:
         return [NoOpRecord()] if interval > 0 and now_ms - last_append_ms >= interval else []
 
     def next_deadline_ms(self, image: MetadataImage, last_append_ms: int) -> int | None:
-        """When :meth:`fence_expired` or :meth:`idle_records` next has work: the earliest
-        session expiry or idle deadline; None when neither can come due."""
+        """When :meth:`fence_expired`, :meth:`election_records` or :meth:`idle_records`
+        next has work: the earliest session expiry, election or idle deadline; None when
+        none can come due."""
         times = [t for t in (self.heartbeats.next_expiry_ms(image.brokers.values()),) if t is not None]
+        times += self._election_deadlines(image, last_append_ms)
         if self.config.max_idle_interval_ms > 0:
             times.append(last_append_ms + self.config.max_idle_interval_ms)
         return min(times, default=None)
@@ -406,6 +475,6 @@ def _any_other_active(heartbeats: BrokerHeartbeats, image: MetadataImage, broker
     return any(heartbeats.is_active(r) for r in image.brokers.values() if r.broker_id != broker_id)
 
 
-__all__: Sequence[str] = ("BrokerLifecycle", "LifecycleConfig", "BrokerState", "Registration",
+__all__: Sequence[str] = ("BrokerLifecycle", "LifecycleConfig", "ElectionConfig", "BrokerState", "Registration",
                           "RegistrationReply", "Heartbeat", "HeartbeatReply", "heartbeat_response",
                           "leads_partitions")

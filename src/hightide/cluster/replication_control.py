@@ -117,6 +117,49 @@ def add_broker_records(changes: PartitionChanges, broker_id: int, unclean: Uncle
     return changes.records[before:]
 
 
+#: Kafka's ``maxElectionsPerImbalance``: elections per timer run (the next run follows at once).
+MAX_ELECTIONS_PER_RUN = 1000
+
+
+def imbalanced(image: MetadataImage) -> bool:
+    """True if some partition is not led by its preferred (first) replica."""
+    return any(p.replicas and p.leader != p.replicas[0] for t in image.topics.values() for p in t.partitions.values())
+
+
+def leaderless_unclean(image: MetadataImage, unclean: Unclean) -> bool:
+    """True if some leaderless partition's topic allows unclean leader election."""
+    return any(p.leader == NO_LEADER and p.replicas and unclean(t)
+               for t in image.topics.values() for p in t.partitions.values())
+
+
+def balance_leaders(changes: PartitionChanges, limit: int = MAX_ELECTIONS_PER_RUN) -> list[PartitionChangeRecord]:
+    """Preferred elections for partitions not led by their first replica (Kafka's
+    ``maybeBalancePartitionLeaders``, ``auto.leader.rebalance.enable``); at most
+    ``limit`` records. A partition whose preferred replica is out of the ISR or fenced is
+    left as it is."""
+    before = len(changes.records)
+    for topic, part in list(changes.partitions()):
+        if len(changes.records) - before >= limit:
+            break
+        if part.replicas and part.leader != part.replicas[0]:
+            changes.change(topic, part, election=Election.PREFERRED)
+    return changes.records[before:]
+
+
+def elect_unclean_leaders(changes: PartitionChanges, unclean: Unclean,
+                          limit: int = MAX_ELECTIONS_PER_RUN) -> list[PartitionChangeRecord]:
+    """Unclean elections for leaderless partitions of topics that allow them (Kafka's
+    ``maybeElectUncleanLeaders``: a topic switched to unclean election after its
+    partition lost its ISR gets a leader); at most ``limit`` records."""
+    before = len(changes.records)
+    for topic, part in list(changes.partitions()):
+        if len(changes.records) - before >= limit:
+            break
+        if part.leader == NO_LEADER and part.replicas and unclean(topic):
+            changes.change(topic, part, election=Election.UNCLEAN)
+    return changes.records[before:]
+
+
 # -- AlterPartition (56) -------------------------------------------------------------------
 @dataclass(frozen=True)
 class IsrRequest:
@@ -375,6 +418,7 @@ def list_reassignments(image: MetadataImage, topics: Sequence[tuple[str, Sequenc
 
 
 __all__ = ["PartitionChanges", "remove_broker_records", "add_broker_records", "unclean_election_enabled",
+           "imbalanced", "leaderless_unclean", "balance_leaders", "elect_unclean_leaders", "MAX_ELECTIONS_PER_RUN",
            "IsrRequest", "IsrResult", "AlterPartitionAnswer", "alter_partition", "isr_request_error",
            "elect_leaders", "alter_reassignments", "list_reassignments", "manual_assignment_error", "Reassignment",
            "PREFERRED", "UNCLEAN"]

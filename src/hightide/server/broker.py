@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from ..cluster.controller import Controller, NewTopic, TopicResult
 from ..cluster.image import MetadataImage, TopicImage
-from ..cluster.lifecycle import LifecycleConfig
+from ..cluster.lifecycle import ElectionConfig, LifecycleConfig
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings, Listener
@@ -214,7 +214,7 @@ class Broker:
             write=self.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
             committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints, raft=raft,
             voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters})
-        self.controller_service.lifecycle.unclean_default = lambda: bool(self.config["unclean.leader.election.enable"])
+        self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
         self.controller_services = Services.of(self, handlers.controller_routes(self.controller_service))
         if raft is not None:
             raft.on_commit, raft.on_activate = self._metadata_committed, self.controller_service.activate

@@ -299,6 +299,8 @@ class ControllerService:
             at = now_ms()
             records = self.lifecycle.fence_expired(image, at)
             if not records:
+                records = self.lifecycle.election_records(image, at)  # Kafka's periodic elections
+            if not records:
                 records = self.lifecycle.idle_records(at, self.last_append_ms)
             return records, records
         written: list[MetadataRecord] = await self._write(op)
