@@ -25,6 +25,9 @@ offset is the follower's log end, which may move the HW and grow the ISR), and t
 answer carries the HW after that update. A broker that is not a follower of the
 partition gets NOT_LEADER_OR_FOLLOWER (UNKNOWN_LEADER_EPOCH when it named a leader epoch).
 A parked fetch is answered at once when the partition's leader or leader epoch changes.
+A follower whose LastFetchedEpoch and FetchOffset (v12+) diverge from this log's leader
+epochs is answered at once with DivergingEpoch (the largest epoch <= its own and where
+that epoch ends here) and no records, as Kafka does; it truncates there and fetches again.
 """
 
 from __future__ import annotations
