@@ -158,14 +158,29 @@ class ReplicaLog(LogReads):
         cache.truncate_from_end(self._leo)
         scan_from = self._log_start if entries is None else max(self._recovery_point, self._log_start)
         if scan_from < self._leo:
-            for h in self._headers_from(scan_from):
-                e = h.partition_leader_epoch
-                if e >= 0 and e != cache.latest_epoch:
-                    cache.assign(e, h.base_offset)
+            self._assign_epochs_from(cache, scan_from)
         cache.truncate_from_start(self._log_start)
         if entries is None and len(cache):
             cache.dirty = True
         self.epochs = cache
+
+    def _assign_epochs_from(self, cache: LeaderEpochCache, offset: int) -> None:
+        """Assign the epochs of the batches from ``offset`` to the LEO. Epochs never go
+        down along a log, so when the first and the last of those batches share one, it
+        is the only one (two header reads, not a walk: a log written before epoch
+        checkpoints existed has epoch 0 throughout)."""
+        first = next(self._headers_from(offset), None)
+        last = next(self._headers_from(self._leo - 1), None)
+        if first is None or last is None:
+            return
+        if first.partition_leader_epoch == last.partition_leader_epoch:
+            headers: Iterator[BatchHeader] | list[BatchHeader] = [first]
+        else:
+            headers = self._headers_from(offset)
+        for h in headers:
+            e = h.partition_leader_epoch
+            if e >= 0 and e != cache.latest_epoch:
+                cache.assign(e, h.base_offset)
 
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """The headers of the batches whose last offset is >= ``offset``, in order."""
