@@ -15,6 +15,7 @@ from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import iter_headers
 from tests.waiting import wait_until
 
+from .harness import ClusterHarness
 from .test_replication_leader import call, partition_state, produce
 
 TOPIC = "replicated"  # the helpers of test_replication_leader name this topic
@@ -25,18 +26,18 @@ def on_disk(data_dir: Path) -> bytes:
     return b"".join(f.read_bytes() for f in sorted((data_dir / f"{TOPIC}-0").glob("*.log")))
 
 
-def create(c: object, min_isr: int) -> None:
-    created = call(c.address(0), 19, 7, {"topics": [  # type: ignore[attr-defined]
+def create(c: ClusterHarness, min_isr: int) -> None:
+    created = call(c.address(0), 19, 7, {"topics": [
         {"name": TOPIC, "num_partitions": 1, "replication_factor": 3, "assignments": [],
          "configs": [{"name": "min.insync.replicas", "value": str(min_isr)}]}], "timeout": 30_000,
         "validate_only": False})
     assert created.topics[0].error_code == ErrorCode.none, created.topics[0].error_message
 
 
-def leader_with_isr(c: object, brokers: set[int], isr: set[int]) -> int:
+def leader_with_isr(c: ClusterHarness, brokers: set[int], isr: set[int]) -> int:
     """Wait until every broker in ``brokers`` sees one live leader and the ISR ``isr``."""
     def same() -> tuple[int] | None:  # a tuple: leader 0 is falsy
-        states = [partition_state(c.address(b)) for b in brokers]  # type: ignore[attr-defined]
+        states = [partition_state(c.address(b)) for b in brokers]
         first = states[0]
         if first is None or first[0] < 0 or first[1] != isr or any(s != first for s in states):
             return None
@@ -44,9 +45,9 @@ def leader_with_isr(c: object, brokers: set[int], isr: set[int]) -> int:
     return int(wait_until(same, 60, what=f"one leader and ISR {sorted(isr)} seen by brokers {sorted(brokers)}")[0])
 
 
-def replicas_equal(c: object, brokers: set[int], what: str) -> bytes:
+def replicas_equal(c: ClusterHarness, brokers: set[int], what: str) -> bytes:
     def equal() -> bytes | None:
-        copies = {on_disk(c.node(b).spec.data_dir) for b in brokers}  # type: ignore[attr-defined]
+        copies = {on_disk(c.node(b).spec.data_dir) for b in brokers}
         return copies.pop() if len(copies) == 1 else None
     return bytes(wait_until(equal, 60, what=what))
 

@@ -305,6 +305,9 @@ class ReplicaFetcher:
             return need_flush
         if code == ErrorCode.offset_out_of_range:
             leader_start = int(pd.log_start_offset)
+            if plog.swap_pending:  # the log cleaner is installing a swap: no truncation now
+                st.delay(0.1)
+                return False
             if 0 <= leader_start and plog.log_end_offset < leader_start:
                 log.info("%s-%d: fetch offset %d is below the leader's log start offset %d: restarting the "
                          "log there", *tp, plog.log_end_offset, leader_start)
@@ -344,6 +347,12 @@ class ReplicaFetcher:
         return n is not None and plog.unflushed_messages >= n
 
     def _truncate(self, st: PartitionFetchState, plog: PartitionLog, epoch: int, end_offset: int, why: str) -> bool:
+        """Truncate where the leader's answer says; True (the truncation must be made
+        durable before the next fetch) unless the log cleaner is installing a swap
+        (then the partition retries shortly)."""
+        if plog.swap_pending:
+            st.delay(0.1)
+            return False
         offset, done = truncation_point(epoch, end_offset, plog.epochs, plog.log_end_offset, plog.high_watermark)
         if offset < plog.log_end_offset:
             log.info("%s-%d: truncating to offset %d (log end %d) after %s (epoch %d, end offset %d) from "
@@ -366,6 +375,9 @@ class ReplicaFetcher:
                 continue
             last = plog.epochs.latest_epoch
             if last is None:
+                if plog.swap_pending:  # the log cleaner is installing a swap: no truncation now
+                    st.delay(0.1)
+                    continue
                 plog.truncate_to(plog.high_watermark)  # Kafka's truncateToHighWatermark
                 st.truncating = False
                 durable.append(plog)
