@@ -2,9 +2,11 @@
 an RF=3 topic on 3 brokers shows its replicas and ISR in Metadata (confluent-kafka and
 kafka-python); a killed leader is fenced after the session timeout and a new leader is
 elected from the ISR (leader epoch bumped, the dead broker out of the ISR); once it is
-back and in sync again, ElectLeaders PREFERRED gives it its partitions back; a move
+back and in sync again, ElectLeaders PREFERRED gives it its partitions back, or the
+controller does by itself after leader.imbalance.check.interval.seconds; a move
 (AlterPartitionReassignments) of a partition to other brokers completes once they are
-in sync, and ListPartitionReassignments shows it meanwhile."""
+in sync; a partition whose last ISR member died stays leaderless until an ElectLeaders
+UNCLEAN elects the replica that came back."""
 
 from __future__ import annotations
 
@@ -111,3 +113,43 @@ def test_reassignment_moves_a_partition_and_completes_once_in_sync(cluster):
         assert admin.list_partition_reassignments() == {}
     finally:
         admin.close()
+
+
+def test_the_preferred_leader_comes_back_by_itself_after_the_imbalance_interval(cluster):
+    c = cluster(3, leader_imbalance_check_interval_seconds=1)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
+    start = c.wait_until(lambda: metadata(c.address(0)).get(0), 30, what="the topic in Metadata")
+    victim = start.leader
+    other = next(b for b in c.broker_ids if b != victim)
+    c.kill(victim)
+    c.wait_until(lambda: metadata(c.address(other))[0].leader not in (victim, -1), 30, what="a new leader")
+    c.node(victim).start().wait_listening(30)
+    back = c.wait_until(lambda: (m := metadata(c.address(other))[0]).leader == victim and m, 60,
+                        what=f"broker {victim} leading again without an ElectLeaders")
+    assert victim in back.isr and back.leader_epoch == start.leader_epoch + 2
+
+
+def test_unclean_election_only_when_asked(cluster):
+    c = cluster(3)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 2)])[TOPIC].result(30)
+    start = c.wait_until(lambda: metadata(c.address(0)).get(0), 30, what="the topic in Metadata")
+    leader, follower = start.replicas
+    watcher = next(b for b in c.broker_ids if b not in start.replicas)
+    c.kill(follower)
+    c.wait_until(lambda: metadata(c.address(watcher))[0].isr == (leader,), 30, what=f"{follower} out of the ISR")
+    c.kill(leader)
+    gone = c.wait_until(lambda: (m := metadata(c.address(watcher))[0]).leader == -1 and m, 30,
+                        what="partition 0 without a leader")
+    assert gone.isr == (leader,) and gone.error_code == 5  # LEADER_NOT_AVAILABLE; the last ISR member stays
+    c.node(follower).start().wait_listening(30)
+    c.wait_unfenced([follower], 60)
+    assert metadata(c.address(watcher))[0].leader == -1  # not in the ISR: no clean election brings it in
+    tp = [TopicPartition(TOPIC, 0)]
+    admin = AdminClient({"bootstrap.servers": c.address(watcher)})  # the first one knows dead brokers
+    assert [e.code() for e in admin.elect_leaders(ElectionType.PREFERRED, tp).result(30).values()] == [80]
+    assert list(admin.elect_leaders(ElectionType.UNCLEAN, tp).result(30).values()) == [None]
+    now = c.wait_until(lambda: (m := metadata(c.address(watcher))[0]).leader == follower and m, 30,
+                       what=f"{follower} elected uncleanly")
+    assert now.isr == (follower,) and now.leader_epoch > gone.leader_epoch
