@@ -49,11 +49,12 @@ from dataclasses import dataclass, fields
 
 from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.static.primitive import i16, i64
 
 from ..log.storage import POSIX, Storage
 from ..protocol.records import InvalidRecords, build_batch, decode_records, validate_batches
+from ..protocol.tolerant import read_tolerant
 from .broker_records import BrokerRegistrationChangeRecord, RegisterBrokerRecord
 from .image import MetadataImage
 from .raft.messages import OffsetAndEpoch
@@ -218,7 +219,7 @@ def decode_snapshot(data: bytes | memoryview) -> DecodedSnapshot:
         kind, value = _control_type(mv[headers[0].position:headers[0].position + headers[0].size], "first")
         if kind != SNAPSHOT_HEADER:
             raise SnapshotError(f"the first control record has type {kind}, not SnapshotHeader (3)")
-        header, _ = entity_reader(SnapshotHeaderRecord)(memoryview(value), 0)
+        header, _ = read_tolerant(SnapshotHeaderRecord, memoryview(value), 0)
         h = headers[-1]
         kind, _ = _control_type(mv[h.position:h.position + h.size], "last")
         if kind != SNAPSHOT_FOOTER:

@@ -36,10 +36,11 @@ from kio.schema.leader_change_message.v0.data import LeaderChangeMessage, Voter
 from kio.schema.types import BrokerId, TopicName
 from kio.schema.vote.v2 import request as vote_req
 from kio.schema.vote.v2 import response as vote_resp
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
 
 from ...protocol.records import HEADER_SIZE, LOG_OVERHEAD, build_batch, decode_records, iter_headers
+from ...protocol.tolerant import read_tolerant
 from . import messages as m
 
 __all__ = ["METADATA_TOPIC", "METADATA_TOPIC_ID", "to_kio", "from_kio", "encode_entries",
@@ -119,7 +120,7 @@ def read_leader_change(batch: bytes) -> LeaderChangeMessage | None:
     for rec in decode_records(batch):
         if rec.key is not None and len(rec.key) >= 4 and rec.value is not None \
                 and _CONTROL_KEY.unpack_from(rec.key)[1] == LEADER_CHANGE:
-            msg, _ = entity_reader(LeaderChangeMessage)(memoryview(rec.value), 0)
+            msg, _ = read_tolerant(LeaderChangeMessage, memoryview(rec.value), 0)
             return msg
     return None
 
