@@ -117,6 +117,8 @@ class Simulation:
         self.delivered_ms: list[int] = []
         self.topics: list[str] = []
         self.slack: dict[int, int] = {}  # extra fencing delay from failed appends, by broker
+        #: (leader epoch, partition epoch) last seen per partition: they never go back.
+        self.partition_epochs: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
 
     # -- plumbing -------------------------------------------------------------------------
     def _uuid(self) -> uuid.UUID:
@@ -225,7 +227,8 @@ class Simulation:
         self.at(self.now + self.p.tick_ms, self.controller_tick)
 
     def _admin_write(self) -> None:
-        """A topic (led by a random registered broker) created or deleted."""
+        """A topic created (one partition, 1 to 3 replicas on random usable brokers, the
+        first leading, all in the ISR) or deleted."""
         if self.topics and self.rng.random() < 0.5:
             name = self.topics.pop(self.rng.randrange(len(self.topics)))
             t = self.image.topics.get(name)
@@ -235,9 +238,9 @@ class Simulation:
         active = usable_brokers(self.image)  # placement: registered, unfenced, not shutting down
         if not active:
             return
-        leader = self.rng.choice(active)
+        replicas = tuple(self.rng.sample(active, self.rng.randint(1, min(3, len(active)))))
         name, tid = f"t{self.seq}", str(self._uuid())
-        if self.append([R.TopicRecord(name, tid), R.PartitionRecord(tid, 0, leader, 0, (leader,))]):
+        if self.append([R.TopicRecord(name, tid), R.PartitionRecord(tid, 0, replicas[0], 0, replicas)]):
             self.topics.append(name)
 
     # -- the brokers ------------------------------------------------------------------------
@@ -394,16 +397,30 @@ class Simulation:
                           f"applied offset {proc.applied}")
 
     def _check_leaders(self) -> None:
-        """Leadership follows fencing (in the same batch): a partition's leader is an
-        active broker or -1, and a leaderless partition has no active replica."""
+        """Leadership and ISRs follow fencing (in the same batch): a partition's leader is
+        an active broker in its ISR, or -1; a leaderless partition has no active ISR
+        member (no unclean election here); the ISR is a non-empty subset of the replicas
+        whose members are all unfenced unless it is down to its last member; leader and
+        partition epochs never go back."""
         active = {r.broker_id for r in self._active()}
+        unfenced = {r.broker_id for r in self.image.brokers.values() if not r.fenced}
         for t in self.image.topics.values():
             for p in t.partitions.values():
-                if p.leader != -1 and p.leader not in active:
-                    self.fail(f"{t.name}-{p.partition} is led by broker {p.leader}, which is not active")
-                if p.leader == -1 and active.intersection(p.replicas):
-                    self.fail(f"{t.name}-{p.partition} is leaderless although replica(s) "
-                              f"{sorted(active.intersection(p.replicas))} are active")
+                where = f"{t.name}-{p.partition} (leader {p.leader}, ISR {list(p.isr)}, replicas {list(p.replicas)})"
+                if p.leader != -1 and (p.leader not in active or p.leader not in p.isr):
+                    self.fail(f"{where}: the leader is not an active ISR member")
+                if p.leader == -1 and active.intersection(p.isr):
+                    self.fail(f"{where}: leaderless although ISR member(s) "
+                              f"{sorted(active.intersection(p.isr))} are active")
+                if not p.isr or not set(p.isr) <= set(p.replicas):
+                    self.fail(f"{where}: the ISR is empty or not within the replicas")
+                if len(p.isr) > 1 and not set(p.isr) <= unfenced:
+                    self.fail(f"{where}: a fenced broker stayed in an ISR of several members")
+                key = (t.topic_id, p.partition)
+                before = self.partition_epochs.get(key, (-1, -1))
+                if p.leader_epoch < before[0] or p.partition_epoch < before[1]:
+                    self.fail(f"{where}: epochs went back from {before} to {(p.leader_epoch, p.partition_epoch)}")
+                self.partition_epochs[key] = (p.leader_epoch, p.partition_epoch)
 
     def check(self) -> None:
         hb = self.core.heartbeats
