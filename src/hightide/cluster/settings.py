@@ -47,6 +47,12 @@ CLUSTER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "A broker without a heartbeat for this long is fenced by the controller.", _pos),
     _d("metadata.max.idle.interval.ms", "int", 500,
        "The controller appends a NoOp record when the metadata log has been idle this long (0 = never).", _nonneg),
+    _d("metadata.log.max.record.bytes.between.snapshots", "long", 20 * 1024 * 1024,
+       "The controller snapshots its metadata image once this many bytes of records have been committed to the "
+       "metadata log since the last snapshot.", _pos),
+    _d("metadata.log.max.snapshot.interval.ms", "long", 3_600_000,
+       "The controller snapshots its metadata image at least this often while records are committed that no "
+       "snapshot holds (0 = only by size).", _nonneg),
     _d("metadata.read.consistency", "string", "acknowledged",
        "acknowledged: a broker serves metadata only at offsets every unfenced broker has applied (seed 004); "
        "local: its own latest, as Kafka.",
@@ -163,6 +169,8 @@ class ClusterSettings:
     max_idle_interval_ms: int = 500
     read_consistency: str = "acknowledged"
     read_max_wait_ms: int = 2000
+    snapshot_max_bytes: int = 20 * 1024 * 1024
+    snapshot_interval_ms: int = 3_600_000
 
     @classmethod
     def from_values(cls, node_id: int, configs: Mapping[str, Any]) -> ClusterSettings:
@@ -180,7 +188,9 @@ class ClusterSettings:
             session_timeout_ms=v["broker.session.timeout.ms"],
             max_idle_interval_ms=v["metadata.max.idle.interval.ms"],
             read_consistency=v["metadata.read.consistency"],
-            read_max_wait_ms=v["metadata.read.max.wait.ms"])
+            read_max_wait_ms=v["metadata.read.max.wait.ms"],
+            snapshot_max_bytes=v["metadata.log.max.record.bytes.between.snapshots"],
+            snapshot_interval_ms=v["metadata.log.max.snapshot.interval.ms"])
 
     @property
     def is_broker(self) -> bool:

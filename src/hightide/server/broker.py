@@ -50,6 +50,7 @@ from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
 from .share_runtime import ShareStateRuntime
+from .snapshotter import snapshotter_for
 from .txn_runtime import TransactionCoordinator
 from .waiters import AppendWaiters
 
@@ -137,7 +138,8 @@ class Broker:
         if self._dir_lock is None:  # first, before anything in the directory is opened or written
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
         self.logs = LogManager(self.data_dir, self.storage)
-        self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage)
+        self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage,
+                                    refetchable=self.node is not None)  # a broker's copy may be fetched again
         if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
             self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
         elif self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
@@ -157,6 +159,9 @@ class Broker:
         if self.node is not None:
             self.node.start()  # after the listeners: the registration names their ports
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
+        self.snapshotter = snapshotter_for(self)  # metadata snapshots (None: a broker-only node, a Raft voter)
+        if self.snapshotter is not None:
+            self._tasks.append(asyncio.create_task(self.snapshotter.run(), name="metadata-snapshots"))
         if self.controller_service is not None:
             self._tasks.append(asyncio.create_task(self.controller_service.run(), name="controller-timers"))
         else:

@@ -29,6 +29,7 @@ from . import (
     end_txn,
     envelope,
     fetch,
+    fetch_snapshot,
     group_offsets,
     groups,
     init_producer_id,
@@ -72,12 +73,13 @@ CONTROLLER_MODULES = (admin_configs, admin_topics, alter_configs, api_versions, 
                       scram_credentials, sasl,  # sasl: a SASL controller listener authenticates brokers
                       alter_partition, elect_leaders, reassignments)
 #: Handlers taking the controller service first (bound by :func:`controller_routes`).
-CONTROLLER_SERVICE_MODULES = (broker_lifecycle, controller_fetch, allocate_producer_ids)
+CONTROLLER_SERVICE_MODULES = (broker_lifecycle, controller_fetch, allocate_producer_ids, fetch_snapshot)
 
 
 def controller_routes(service: ControllerService) -> Routes:
     """The route table of a controller listener (a controller-only process): ApiVersions,
-    BrokerRegistration/BrokerHeartbeat/UnregisterBroker, the observers' metadata Fetch,
+    BrokerRegistration/BrokerHeartbeat/UnregisterBroker, the observers' metadata Fetch and
+    FetchSnapshot,
     AllocateProducerIds, Envelope, DescribeQuorum, DescribeCluster (controllers,
     KIP-919), UpdateFeatures and the admin writes and DescribeConfigs, with the service's
     handlers bound to ``service``."""

@@ -14,6 +14,9 @@ Contract for the broker side (server/metadata_follower.py):
   next record will get). ``CurrentLeader`` = (this node, leader epoch 0).
 * Nothing to send and ``MaxWaitMs`` > 0: the Fetch waits until the metadata log commits
   a write (or the wait runs out, or the controller stops), then answers.
+* ``FetchOffset`` below the log start offset (trimmed behind a snapshot): error NONE
+  with ``SnapshotId`` = the latest snapshot, no records; the broker loads it with
+  FetchSnapshot (59) and fetches on from its end offset.
 * ``FetchOffset`` beyond the committed end, or a ``LastFetchedEpoch`` above ours (the
   broker's copy has records this controller does not): error NONE with
   ``DivergingEpoch`` = (leader epoch, committed end), no records. The broker truncates
@@ -45,6 +48,7 @@ from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..controller_service import service_handler
+from .fetch_snapshot import snapshot_for
 from .raft_rpcs import is_voter_fetch, voter_fetch
 
 if TYPE_CHECKING:
@@ -93,6 +97,11 @@ async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> An
     if fetch_offset < 0:
         return _respond(service, ctx, topic, _partition(service, error=ErrorCode.invalid_request))
     end = service.committed_end()
+    snapshot = snapshot_for(service, fetch_offset)
+    if snapshot is not None:  # trimmed below the log start: load the snapshot first (Kafka's SnapshotId answer)
+        partition = _partition(service)
+        partition["snapshot_id"] = {"end_offset": snapshot.offset, "epoch": snapshot.epoch}
+        return _respond(service, ctx, topic, partition)
     diverging = _diverging(service, fetch_offset, last_epoch, end)
     if diverging is not None:  # its copy has records ours does not: no acknowledgement
         return _respond(service, ctx, topic, _partition(service, diverging=diverging))
