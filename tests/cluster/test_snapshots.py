@@ -13,9 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from hightide.client import AdminClient
 from hightide.cluster.raft.messages import OffsetAndEpoch
 from hightide.cluster.snapshot import SnapshotStore, image_from_snapshot
+
+from .test_controller import Controller
 
 N_TOPICS = 120
 SNAPSHOT_BYTES = 4096
@@ -88,3 +92,63 @@ def test_snapshot_trim_catch_up_and_restart(cluster: Any) -> None:
     for broker in (0, 1):
         c.wait_until(lambda b=broker: {"after-restart", *names} <= c.run(topics_on(c.address(b))), 30,
                      what=f"every topic on broker {broker} after the controller restart")
+
+
+def fetch_snapshot(conn: Any, sid: OffsetAndEpoch, position: int, *, max_bytes: int = 1 << 20, epoch: int = 0,
+                   topic: str = "__cluster_metadata", version: int = 1, cluster_id: str | None = None) -> Any:
+    return conn.request(59, version, {
+        "cluster_id": cluster_id if cluster_id is not None else conn.cluster_id, "replica_id": -1,
+        "max_bytes": max_bytes, "topics": [{"name": topic, "partitions": [{
+            "partition": 0, "current_leader_epoch": epoch, "position": position, "replica_directory_id": None,
+            "snapshot_id": {"end_offset": sid.offset, "epoch": sid.epoch}}]}]})
+
+
+def test_fetch_below_log_start_and_fetch_snapshot_rules(cluster: Any) -> None:
+    """Kafka's answers, on a controller-only process (NoOps off: nothing else is written)."""
+    c = cluster(0, wait=False, metadata_max_idle_interval_ms=0, broker_session_timeout_ms=600_000,
+                metadata_log_max_record_bytes_between_snapshots=SNAPSHOT_BYTES)
+    with Controller(c.bootstrap_controller, c.cluster_id, c.controllers[0].spec.node_id) as conn:
+        conn.up(0)  # a registered broker to place partitions on (its session outlives the test)
+        for i in range(60):
+            assert conn.create_topic(f"t{i}").error_code == ErrorCode.none
+        seen: list[Any] = []
+
+        def settled() -> OffsetAndEpoch | None:
+            """The latest snapshot once no write is in progress and it stayed the same."""
+            s = latest_snapshot(c.controller)
+            busy = any(n.endswith(".part") for n in os.listdir(metadata_dir(c.controller)))
+            seen.append(None if s is None or busy else s[0])
+            return seen[-1] if len(seen) >= 3 and seen[-1] is not None and seen[-1] == seen[-2] == seen[-3] else None
+
+        sid = c.wait_until(settled, 30, what="the controller's last snapshot written")
+        data = (metadata_dir(c.controller) / f"{sid.offset:020d}-{sid.epoch:010d}.checkpoint").read_bytes()
+
+        # A Fetch below the log start: error NONE, SnapshotId, no records; at the start: records.
+        part = conn.fetch(0).responses[0].partitions[0]
+        assert (part.error_code, part.snapshot_id.end_offset, part.snapshot_id.epoch) == (0, sid.offset, sid.epoch)
+        assert not part.records and part.log_start_offset == sid.offset
+        part = conn.fetch(sid.offset).responses[0].partitions[0]
+        assert part.snapshot_id.end_offset == -1 and part.high_watermark >= sid.offset
+
+        # Chunks by position reassemble the file (v0 and v1); Size is the file size.
+        for version in (0, 1):
+            got = b""
+            while len(got) < len(data):
+                resp = fetch_snapshot(conn, sid, len(got), max_bytes=1000, version=version)
+                p = resp.topics[0].partitions[0]
+                assert (resp.error_code, p.error_code, p.size, p.position) == (0, 0, len(data), len(got))
+                assert 0 < len(p.unaligned_records) <= 1000
+                got += bytes(p.unaligned_records)
+            assert got == data
+
+        def code(**kw: Any) -> tuple[int, int]:
+            resp = fetch_snapshot(conn, kw.pop("sid", sid), kw.pop("position", 0), **kw)
+            return int(resp.error_code), int(resp.topics[0].partitions[0].error_code) if resp.topics else -1
+
+        assert code(sid=OffsetAndEpoch(sid.offset - 1, 0)) == (0, ErrorCode.snapshot_not_found)
+        assert code(position=len(data)) == (0, ErrorCode.position_out_of_range)
+        assert code(position=-1) == (0, ErrorCode.position_out_of_range)
+        assert code(epoch=1) == (0, ErrorCode.unknown_leader_epoch)
+        assert code(epoch=-1) == (0, ErrorCode.fenced_leader_epoch)
+        assert code(topic="other") == (0, ErrorCode.unknown_topic_or_partition)
+        assert code(cluster_id="not-ours") == (ErrorCode.inconsistent_cluster_id, -1)
