@@ -86,10 +86,8 @@ class ReplicaFetching(Protocol):
 
 
 def partition_assignment(p: PartitionImage) -> PartitionAssignment:
-    """The image's partition state; until the image carries ISRs, the ISR is the replicas."""
-    isr = getattr(p, "isr", None)
-    return PartitionAssignment(tuple(p.replicas), tuple(isr) if isr else tuple(p.replicas), p.leader_epoch,
-                               int(getattr(p, "partition_epoch", 0)))
+    """The image's partition state (an empty ISR, never written by a controller, is the replicas)."""
+    return PartitionAssignment(tuple(p.replicas), tuple(p.isr or p.replicas), p.leader_epoch, p.partition_epoch)
 
 
 @dataclass(eq=False)

@@ -9,6 +9,13 @@
   (-3, -4, -5 below the version that introduced them: UNSUPPORTED_VERSION);
 * T >= 0: the first offset whose timestamp >= T, with that record's timestamp.
 Anything at or past the fetchable end (HW, or LSO for read_committed) answers -1/-1.
+
+Replication (Kafka's ``Partition.fetchOffsetForTimestamp``): the leader epoch answered is
+the partition's current one for LATEST and, for any other offset, the epoch of the batch
+holding it (the log's leader-epoch cache; -1 when it knows none). While a new leader's
+high watermark is still below the start of its leader epoch, LATEST (and a lookup whose
+result is at or past the fetchable end) answers OFFSET_NOT_AVAILABLE, a retriable error,
+so a client never sees the end of the log go back across a leader change.
 """
 
 from __future__ import annotations
@@ -25,21 +32,24 @@ from ..authorization import refused_names
 from ..context import RequestContext
 from ..leadership import leader_epoch
 from ..registry import handles
-from .common import LEADER_EPOCH, check_leader_epoch, resolve_partition
+from .common import check_leader_epoch, resolve_partition
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
-def lookup(plog: PartitionLog, timestamp: int, version: int, read_committed: bool) -> tuple[ErrorCode, int, int]:
-    """(error, timestamp, offset) for one partition."""
+def lookup(plog: PartitionLog, timestamp: int, version: int, read_committed: bool,
+           available: bool = True) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) for one partition. ``available``: False while a new
+    leader's HW lags the start of its epoch (OFFSET_NOT_AVAILABLE for LATEST and for
+    results at or past the fetchable end)."""
     end = plog.last_stable_offset if read_committed else plog.high_watermark
     if version < _MIN_VERSION.get(timestamp, 0):
         return ErrorCode.unsupported_version, -1, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.none, -1, plog.log_start_offset
     if timestamp == LATEST:
-        return ErrorCode.none, -1, end
+        return (ErrorCode.none, -1, end) if available else (ErrorCode.offset_not_available, -1, -1)
     if timestamp == LATEST_TIERED:
         return ErrorCode.none, -1, -1
     if timestamp == MAX_TIMESTAMP:
@@ -50,14 +60,26 @@ def lookup(plog: PartitionLog, timestamp: int, version: int, read_committed: boo
         return ErrorCode.none, -1, -1
     offset, ts = found
     if offset >= end:
-        return ErrorCode.none, -1, -1
+        return (ErrorCode.none if available else ErrorCode.offset_not_available), -1, -1
     return ErrorCode.none, ts, offset
+
+
+def _epoch_of(plog: PartitionLog, timestamp: int, offset: int, current: int) -> int:
+    """The leader epoch answered with ``offset``: the partition's current one for LATEST,
+    else the epoch of the batch holding it (-1 when none is known, or no offset)."""
+    if offset < 0:
+        return -1
+    if timestamp == LATEST:
+        return current
+    epoch = plog.epochs.epoch_for_offset(offset)
+    return -1 if epoch is None else epoch
 
 
 @handles(2, 1, 9)
 def handle(ctx: RequestContext, req: Any) -> Any:
     read_committed = getattr(req, "isolation_level", 0) == 1
     denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
+    replicas = ctx.services.replicas
     topics = []
     for t in req.topics:
         seen: dict[int, int] = {}
@@ -73,13 +95,15 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 parts.append(entry)
                 continue
             plog, err = resolve_partition(ctx, t.name, p.partition_index)
+            epoch = -1
             if err == ErrorCode.none:
-                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1),
-                                         leader_epoch(ctx.image, t.name, p.partition_index))
+                epoch = leader_epoch(ctx.image, t.name, p.partition_index)
+                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1), epoch)
             if plog is not None and err == ErrorCode.none:
-                err, ts, off = lookup(plog, p.timestamp, ctx.version, read_committed)
+                available = replicas is None or replicas.offsets_available(t.name, p.partition_index)
+                err, ts, off = lookup(plog, p.timestamp, ctx.version, read_committed, available)
                 if err == ErrorCode.none:
-                    entry.update(timestamp=ts, offset=off, leader_epoch=LEADER_EPOCH if off >= 0 else -1)
+                    entry.update(timestamp=ts, offset=off, leader_epoch=_epoch_of(plog, p.timestamp, off, epoch))
             entry["error_code"] = err
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
