@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from hightide.client import NewTopic
 from hightide.client.connection import BrokerConnection
 from hightide.client.errors import ErrorCode, KafkaError
 from hightide.cluster.records import TopicRecord, decode
@@ -32,11 +33,11 @@ from .harness import ClusterHarness
 VOTERS = 3
 
 
-def create(h: ClusterHarness, name: str, timeout_s: float = 8.0) -> int:
+def create(h: ClusterHarness, name: str, timeout_s: float = 8.0, partitions: int = -1) -> int:
     """CreateTopics of ``name`` through the brokers; the error code (0: created)."""
     async def go() -> int:
         async with h.admin(request_timeout_s=timeout_s) as admin:
-            res = await admin.create_topics([name], timeout_s=timeout_s, raise_on_error=False)
+            res = await admin.create_topics([NewTopic(name, partitions)], timeout_s=timeout_s, raise_on_error=False)
         err = res.get(name)
         return 0 if err is None else int(err.code)
     try:
@@ -275,3 +276,52 @@ def test_a_paused_leader_is_deposed_and_rejoins_as_a_follower(cluster) -> None:
     print(f"SIGSTOP of leader {leader}: {new_leader} elected after {elected_s * 1000:.0f} ms, writes through a "
           f"broker resumed after {deposed_s * 1000:.0f} ms; "
           f"leaders per epoch {sorted(per_epoch.items())}")
+
+
+def test_a_lost_majority_stops_metadata_changes_but_not_the_data_plane(cluster) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    h = cluster(3, controllers=VOTERS)
+    assert create(h, "data", partitions=3) == 0  # one partition on each broker
+    p = Producer({"bootstrap.servers": h.bootstrap, "acks": "all", "linger.ms": 5})
+    failed: list[object] = []
+
+    def produce(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            p.produce("data", value=b"v%d" % i, partition=i % 3,
+                      on_delivery=lambda err, msg: failed.append(err) if err is not None else None)
+        assert p.flush(30) == 0 and not failed, failed
+
+    def consume(c: Consumer, n: int) -> list[bytes]:
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        return got
+    # a consumer (its group coordinator and __consumer_offsets exist) before the quorum is lost
+    c = Consumer({"bootstrap.servers": h.bootstrap, "group.id": "g", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition("data", part, OFFSET_BEGINNING) for part in range(3)])
+        produce(0, 3)
+        assert sorted(consume(c, 3)) == [b"v0", b"v1", b"v2"]
+        leader = h.quorum_leader()
+        survivor = next(n.spec.node_id for n in h.controllers if n.spec.node_id != leader)
+        for node in h.controllers:
+            if node.spec.node_id != survivor:
+                h.kill(node.spec.node_id)  # two of three voters gone (the leader among them)
+        started = time.monotonic()
+        assert create(h, "no-quorum", timeout_s=3.0) == ErrorCode.request_timed_out  # nothing can commit
+        assert time.monotonic() - started < 10
+        produce(3, 30)  # existing partitions keep taking writes ...
+        assert sorted(consume(c, 30)) == sorted(b"v%d" % i for i in range(3, 33))  # ... and serving reads
+    finally:
+        c.close()
+
+    restarted = [n.spec.node_id for n in h.controllers if n.spec.node_id != survivor][0]
+    h.node(restarted).start().wait_listening(30)  # a majority again
+    h.wait_leader()
+    wait_until(lambda: create(h, "quorum-back", timeout_s=3.0) in (0, ErrorCode.topic_already_exists), 30,
+               what="a CreateTopics once a majority is back")
+    assert create(h, "no-quorum", timeout_s=3.0) == 0, "the timed-out create must not have been applied"
+    h.wait_unfenced()

@@ -177,7 +177,7 @@ class ControllerChannel:
         self._closing: set[asyncio.Task[None]] = set()  # connections being closed after a drop
         self._in_flight: dict[BrokerConnection, int] = {}
         self._retired: set[BrokerConnection] = set()  # closed once their requests are answered
-        self._last_error: str | None = None
+        self._warned: set[str] = set()  # connect failures logged since the last success
         #: Requests answered NOT_CONTROLLER and sent again (for tests and logs).
         self.not_controller_retries = 0
         #: Called with the new connection's ApiVersions map after each successful connect.
@@ -229,13 +229,13 @@ class ControllerChannel:
                 self.locator.failed((host, port))
                 self._back_off()
                 message = f"cannot reach the controller at {host}:{port}: {exc}"
-                if message != self._last_error:
+                if message not in self._warned:  # once per address and cause until a connect succeeds
                     log.warning("%s channel: %s (retrying)", self.name, message)
-                    self._last_error = message
+                    self._warned.add(message)
                 raise ControllerUnavailable(message) from exc
-            if self._last_error is not None:
+            if self._warned:
                 log.info("%s channel: connected to the controller at %s:%d", self.name, host, port)
-                self._last_error = None
+                self._warned.clear()
             conn.request_timeout_s = self.request_timeout_s
             self._conn = conn
             if self.on_connect is not None:
@@ -355,8 +355,8 @@ class ControllerChannel:
         self._conn = None
         self.locator.failed((conn.host, conn.port))
         self._back_off()
-        log.info("%s channel: %s:%d is not the active controller (NOT_CONTROLLER); next: %s", self.name,
-                 conn.host, conn.port, self.locator.describe())
+        log.debug("%s channel: %s:%d is not the active controller (NOT_CONTROLLER); next: %s", self.name,
+                  conn.host, conn.port, self.locator.describe())
         if self._in_flight.get(conn):
             self._retired.add(conn)
         else:
@@ -367,7 +367,8 @@ class ControllerChannel:
             self._conn = None
             self.locator.failed((conn.host, conn.port))
             self._retry_at = time.monotonic() + INITIAL_BACKOFF_S
-            log.info("%s channel: connection to %s:%d lost (%s)", self.name, conn.host, conn.port, reason)
+            log.log(logging.DEBUG if reason == "reset" else logging.INFO, "%s channel: connection to %s:%d %s",
+                    self.name, conn.host, conn.port, "dropped" if reason == "reset" else f"lost ({reason})")
             self._close_later(conn)
 
     def _close_later(self, conn: BrokerConnection) -> None:

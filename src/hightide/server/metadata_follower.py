@@ -290,6 +290,7 @@ class MetadataFollower:
         self.locator: ControllerLocator | None = getattr(channel, "locator", None)
         self._task: asyncio.Task[None] | None = None
         self._last_problem: str | None = None
+        self._problems: set[str] = set()  # reasons logged since the last successful fetch
 
     @property
     def log_end_offset(self) -> int:
@@ -441,6 +442,7 @@ class MetadataFollower:
         if self._last_problem is not None:
             log.info("following the controller's metadata log again at offset %d", self.log_end_offset)
             self._last_problem = None
+            self._problems.clear()
         if high_watermark < 0 or self.log_end_offset < high_watermark:
             return
         if self._resyncing:
@@ -488,9 +490,12 @@ class MetadataFollower:
         self._after(outcome.high_watermark)
 
     def _problem(self, reason: str) -> None:
-        if reason != self._last_problem:
+        """Log ``reason`` once until the next successful fetch (several voters in turn
+        give alternating reasons; each is logged once)."""
+        if reason not in self._problems:
             log.warning("metadata fetch: %s (retrying)", reason)
-            self._last_problem = reason
+            self._problems.add(reason)
+        self._last_problem = reason
 
 
 def _endpoint(resp: Any, node_id: int) -> tuple[str, int] | None:
