@@ -186,8 +186,12 @@ class ReplicaManager:
             return
         if led is not None:
             self._resign(tp)  # the log was reopened (recreated topic)
+        # A log this manager has not handled since it was opened has HW = LEO, which nothing
+        # proves committed: start from the log start, as Kafka does without an HW checkpoint
+        # (the followers' first fetches bring it up; an ISR of this node alone at once).
+        known_hw = plog.high_watermark if plog.after_append is not None else plog.log_start_offset
         state = LeaderReplicaState.become_leader(
-            self.node_id, assignment, log_end_offset=plog.log_end_offset, high_watermark=plog.high_watermark,
+            self.node_id, assignment, log_end_offset=plog.log_end_offset, high_watermark=known_hw,
             now_ms=ts, lag_time_max_ms=self.lag_time_max_ms, min_insync_replicas=min_isr,
             eligible_brokers=eligible)
         state.own_broker_epoch = self._own_broker_epoch()
@@ -197,7 +201,7 @@ class ReplicaManager:
         log.info("leading %s in leader epoch %d: replicas %s, ISR %s, high watermark %d, log end %d", led.name,
                  state.leader_epoch, list(state.replicas), list(state.isr), state.high_watermark,
                  plog.log_end_offset)
-        self._hw_moved(led)
+        self._hw_moved(led)  # puts the state's HW on the log (lowering an unproven one)
 
     @staticmethod
     def _stamp_epoch(plog: PartitionLog, epoch: int, tp: TopicPartition) -> None:
