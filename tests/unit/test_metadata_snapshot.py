@@ -37,6 +37,7 @@ from hightide.cluster.security_records import (
 )
 from hightide.cluster.snapshot import (
     SnapshotError,
+    copy_image,
     decode_snapshot,
     encode_snapshot,
     image_from_snapshot,
@@ -122,6 +123,24 @@ def test_every_record_type_round_trips_through_a_snapshot() -> None:
     assert image_records(loaded) == image_records(image)  # and a snapshot of the snapshot is the same
     assert loaded.topics["orders"].partitions[1].partition_epoch == 1  # the PartitionChangeRecord's effect
     assert "gone" not in loaded.topics and 2 not in loaded.brokers
+
+
+def test_a_copy_is_unchanged_by_later_writes() -> None:
+    image = replayed(every_type_records())
+    copy = copy_image(image)
+    before = image_records(image)
+    assert image_records(copy) == before and state(copy) == state(image)
+    at = image.offset + 1
+    for r in [rec.ConfigRecord(rec.TOPIC_RESOURCE, "orders", "retention.ms", "7"),
+              rec.PartitionChangeRecord(T1, 0, leader=1, isr=(1,)), rec.PartitionRecord(T1, 2, 0),
+              rec.RemoveTopicRecord(T3), rec.TopicRecord("new", T2),
+              BrokerRegistrationChangeRecord(0, 7, FENCE), RemoveAccessControlEntryRecord("acl-1"),
+              RemoveUserScramCredentialRecord("alice", 1), rec.FeatureLevelRecord("metadata.version", 22),
+              rec.ConfigRecord(rec.BROKER_RESOURCE, "", "log.retention.ms", None),
+              rec.ConfigRecord(rec.GROUP_RESOURCE, "g1", "share.record.lock.duration.ms", None)]:
+        image.apply(r, at)
+        at += 1
+    assert image_records(copy) == before  # what a snapshot captured at the copy still says
 
 
 def test_kafka_layout_header_records_footer() -> None:

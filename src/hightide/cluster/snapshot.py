@@ -32,8 +32,8 @@ What is not in a snapshot (KIP-853): KRaftVersionRecord and VotersRecord (highti
 voters are static, ``controller.quorum.voters``).
 
 API for the Raft shell and the snapshotter (``hightide.server.snapshotter``):
-:func:`image_records` (on the owning thread: a consistent copy of the image as frozen
-records), :func:`encode_snapshot` (anywhere: bytes), :func:`decode_snapshot` /
+:func:`copy_image` (on the owning thread: a consistent copy, cheap),
+:func:`image_records` (the image as frozen records), :func:`encode_snapshot` (bytes), :func:`decode_snapshot` /
 :func:`image_from_snapshot` (anywhere: raise :class:`SnapshotError` on any defect), and
 :class:`SnapshotStore` (blocking file IO: run it off the event loop).
 """
@@ -45,6 +45,7 @@ import logging
 import os
 import struct
 from collections.abc import Iterator, Sequence
+import dataclasses
 from dataclasses import dataclass, fields
 
 from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
@@ -53,11 +54,13 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i64
 
 from ..log.storage import POSIX, Storage
+from ..security.authorizer import AclIndex
 from ..protocol.records import InvalidRecords, build_batch, decode_records, validate_batches
 from ..protocol.tolerant import read_tolerant
 from .broker_records import BrokerRegistrationChangeRecord, RegisterBrokerRecord
 from .image import MetadataImage
 from .raft.messages import OffsetAndEpoch
+from .security_image import SecurityImage
 from .records import (
     BROKER_RESOURCE,
     GROUP_RESOURCE,
@@ -75,7 +78,7 @@ from .security_records import AccessControlEntryRecord, UserScramCredentialRecor
 
 __all__ = [
     "SNAPSHOT_SUFFIX", "PARTIAL_SUFFIX", "DELETED_SUFFIX", "SnapshotError", "DecodedSnapshot", "SnapshotStore",
-    "snapshot_name", "parse_snapshot_name", "image_records", "encode_snapshot", "decode_snapshot",
+    "snapshot_name", "parse_snapshot_name", "copy_image", "image_records", "encode_snapshot", "decode_snapshot",
     "image_from_snapshot", "load_latest",
 ]
 
@@ -114,6 +117,27 @@ def parse_snapshot_name(name: str) -> OffsetAndEpoch | None:
 
 
 # -- the image as records ------------------------------------------------------------
+def copy_image(image: MetadataImage) -> MetadataImage:
+    """A copy of ``image`` that later changes to ``image`` leave alone, for a snapshot
+    encoded on another thread. Every mutable container is copied (topics, their partition
+    and config maps, configs, features, brokers, ACLs, credentials); the partition images
+    themselves are shared, as :meth:`MetadataImage.apply` replaces a partition's image and
+    never changes one in place. Cost: a few dict copies per topic (about 1 µs per
+    partition), on the caller's thread."""
+    topics = {name: dataclasses.replace(t, partitions=dict(t.partitions), configs=dict(t.configs))
+              for name, t in image.topics.items()}
+    acls = AclIndex()
+    for acl_id, binding in image.security.acls.by_id.items():
+        acls.add(acl_id, binding)
+    return dataclasses.replace(
+        image, topics=topics, topics_by_id={t.topic_id: t for t in topics.values()},
+        broker_configs=dict(image.broker_configs),
+        broker_dynamic={k: dict(v) for k, v in image.broker_dynamic.items()},
+        group_configs={k: dict(v) for k, v in image.group_configs.items()}, features=dict(image.features),
+        brokers={b: dataclasses.replace(r) for b, r in image.brokers.items()},
+        security=SecurityImage(acls, dict(image.security.scram)))
+
+
 def image_records(image: MetadataImage) -> list[MetadataRecord]:
     """The records that rebuild ``image`` when applied to an empty one, in an order that
     applies (features, brokers, topics with their partitions and configs, the other
