@@ -26,6 +26,7 @@ controller refuses to start (:class:`MetadataLogGap`).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 from typing import Sequence
@@ -43,8 +44,9 @@ METADATA_TOPIC = "__cluster_metadata"
 log = logging.getLogger("hightide.metadata")
 
 
-class MetadataLogGap(Exception):
-    """The metadata log starts past offset 0 and no usable snapshot covers its start."""
+class MetadataLogGap(OSError):
+    """The metadata log starts past offset 0 and no usable snapshot covers its start (an
+    OSError about the log directory: ``hightide serve`` reports it in one line)."""
 
 
 class MetadataLog:
@@ -77,11 +79,12 @@ class MetadataLog:
                             self.log.log_end_offset, self.snapshots.path(self.snapshot_id), self.snapshot_id.offset)
                 self.log.truncate_fully_and_start_at(self.snapshot_id.offset)
         elif self.log.log_start_offset > 0:
-            msg = (f"the metadata log in {self.log.path} starts at offset {self.log.log_start_offset} but no usable "
-                   "snapshot ends there (the latest is corrupt or missing)")
+            msg = (f"the metadata log starts at offset {self.log.log_start_offset} but no usable snapshot ends there "
+                   "(the latest is corrupt or missing)")
             if not refetchable:
-                raise MetadataLogGap(msg + ": restore the snapshot file (or the data dir) from a backup")
-            log.warning("%s: emptying the local copy to fetch it again from the controller", msg)
+                raise MetadataLogGap(errno.EIO, msg + "; restore the snapshot file or the data directory from a "
+                                     "backup", self.log.path)
+            log.warning("%s in %s: emptying the local copy to fetch it again from the controller", msg, self.log.path)
             self.snapshots.delete_all()
             self.log.truncate_fully_and_start_at(0)
         start = self.snapshot_id.offset if self.snapshot_id is not None else 0
