@@ -3,7 +3,8 @@ driven with raw Kafka requests the way a broker drives it: BrokerRegistration,
 BrokerHeartbeat (with hightide's LowestAcknowledgedOffset tag), session expiry, the
 observers' metadata Fetch (long-poll, diverging answer), Envelope (with the
 MetadataOffset tag), the admin writes placed over registered brokers,
-AllocateProducerIds, UpdateFeatures, DescribeQuorum and DescribeCluster (KIP-919)."""
+AllocateProducerIds, UpdateFeatures, DescribeQuorum and DescribeCluster (KIP-919),
+AlterPartition."""
 
 from __future__ import annotations
 
@@ -347,3 +348,36 @@ def test_a_restarted_controller_fences_a_broker_that_never_comes_back(cluster):
                                      and r.fenced == FENCE], timeout=SESSION_MS / 1000 + 15, what="the fencing")
         assert fenced == [BrokerRegistrationChangeRecord(0, epoch, fenced=FENCE)]
         assert time.monotonic() - restarted >= SESSION_MS / 1000 - 0.5
+
+
+def test_alter_partition_from_the_leader(controller):
+    """AlterPartition (56) v3 on the controller listener: STALE_BROKER_EPOCH, the new state
+    in the answer (partition epoch + 1, leader epoch kept) and a PartitionChangeRecord,
+    INVALID_UPDATE_VERSION for a stale partition epoch, INVALID_REQUEST from a follower."""
+    epochs = {0: controller.up(0), 1: controller.up(1)}
+    created = controller.request(19, 7, {"topics": [{"name": "isr", "num_partitions": 1, "replication_factor": 2,
+                                                     "assignments": [], "configs": []}],
+                                         "timeout": 30000, "validate_only": False}).topics[0]
+    assert created.error_code == ErrorCode.none
+    tid = created.topic_id
+    [part] = [r for _, r in controller.records() if isinstance(r, R.PartitionRecord) and r.topic_id == str(tid)]
+    leader, follower = part.replicas
+    assert part.isr == (leader, follower)
+
+    def alter(broker: int, isr: list[int], partition_epoch: int, broker_epoch: int | None = None) -> Any:
+        return controller.request(56, 3, {
+            "broker_id": broker, "broker_epoch": epochs[broker] if broker_epoch is None else broker_epoch,
+            "topics": [{"topic_id": tid, "partitions": [{
+                "partition_index": 0, "leader_epoch": 0, "leader_recovery_state": 0, "partition_epoch": partition_epoch,
+                "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": epochs[b]} for b in isr]}]}]})
+
+    assert alter(leader, [leader], 0, broker_epoch=12345).error_code == ErrorCode.stale_broker_epoch
+    answer = alter(leader, [leader], 0)
+    p = answer.topics[0].partitions[0]
+    assert (answer.error_code, p.error_code, p.leader_id, p.leader_epoch, tuple(p.isr), p.partition_epoch) == \
+        (ErrorCode.none, ErrorCode.none, leader, 0, (leader,), 1)
+    assert controller.records()[-1][1] == R.PartitionChangeRecord(str(tid), 0, isr=(leader,))
+    assert alter(leader, [leader, follower], 0).topics[0].partitions[0].error_code == ErrorCode.invalid_update_version
+    p = alter(leader, [leader, follower], 1).topics[0].partitions[0]
+    assert (p.error_code, tuple(p.isr), p.partition_epoch) == (ErrorCode.none, (leader, follower), 2)
+    assert alter(follower, [follower], 2).topics[0].partitions[0].error_code == ErrorCode.invalid_request
