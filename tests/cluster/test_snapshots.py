@@ -2,8 +2,9 @@
 ``metadata.log.max.record.bytes.between.snapshots`` the controller snapshots and trims
 its log while topics are created; a broker that joins afterwards (empty metadata copy,
 fetch offset 0 below the controller's log start) catches up through FetchSnapshot and
-sees every topic; a restarted controller loads its image from the snapshot plus the log
-after it."""
+sees every topic; a broker snapshots its own copy and restarts from it; a restarted
+controller loads its image from the snapshot plus the log after it. FetchSnapshot's
+answers on a controller-only process."""
 
 from __future__ import annotations
 
@@ -83,6 +84,14 @@ def test_snapshot_trim_catch_up_and_restart(cluster: Any) -> None:
     assert "loading snapshot" in out and "loaded metadata snapshot" in out, out[-3000:]
     assert any(n.endswith(".checkpoint") for n in os.listdir(metadata_dir(late)))
     print(f"late broker caught up through FetchSnapshot in {catch_up_s:.2f} s (snapshot {sid})")
+
+    # A broker that followed all along snapshots its own copy (as Kafka's brokers do) and
+    # a restart loads it.
+    early = c.node(0)
+    c.wait_until(lambda: latest_snapshot(early) is not None, 30, what="broker 0's own snapshot")
+    early.restart()
+    c.wait_unfenced([0, 1])
+    assert "metadata image loaded: snapshot" in early.output().split("--- start 2")[-1]
 
     # A restarted controller loads the snapshot plus the log after it, and keeps serving.
     ctl.restart(kill=True)

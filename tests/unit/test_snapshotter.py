@@ -240,3 +240,38 @@ async def _follower(tmp_path: Path) -> None:
     again = MetadataLog(str(tmp_path / "broker"), 0, True, refetchable=True)  # a restart starts from the snapshot
     assert again.snapshot_id == sid and len(again.image.topics) == 30
     again.close()
+
+
+def test_a_snapshot_installed_meanwhile_supersedes_the_one_being_written(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    asyncio.run(_superseded(tmp_path, monkeypatch))
+
+
+async def _superseded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from hightide.server import snapshotter as module
+    src, newer, data = source_snapshot(tmp_path, 40)
+    copy = MetadataLog(str(tmp_path / "broker"), 0, True, refetchable=True)
+    for i in range(5):
+        append(copy, topic_records(i))
+    s = snapshotter(copy, max_bytes=1)
+    release = threading.Event()
+    real = module._encode_and_write
+
+    def slow(*args: Any) -> Any:
+        release.wait(5)
+        return real(*args)
+
+    monkeypatch.setattr(module, "_encode_and_write", slow)
+    own = asyncio.get_running_loop().create_task(s.create())
+    await asyncio.sleep(0.05)
+    await install_snapshot(copy, newer, data)  # the controller's, while ours is being written
+    release.set()
+    assert await own is None
+    assert copy.snapshot_id == newer and copy.snapshots.ids() == [newer] and copy.log.log_start_offset == newer.offset
+    assert not s.due(0) and s.last_end == newer.offset  # the snapshotter follows the installed one
+    copy.trim_to_snapshot(OffsetAndEpoch(10, 0))  # an older one changes nothing
+    assert copy.snapshot_id == newer and copy.log.log_start_offset == newer.offset
+    copy.close()
+    src.close()

@@ -96,7 +96,10 @@ class MetadataLog:
     def trim_to_snapshot(self, sid: OffsetAndEpoch) -> None:
         """Snapshot ``sid`` (written, durable, at most the committed end) is now the
         latest: move the log start offset to its end, delete the segments wholly below it
-        and every older snapshot (a few unlinks, on the caller's thread)."""
+        and every older snapshot (a few unlinks, on the caller's thread). A snapshot older
+        than the current one (installed meanwhile) changes nothing."""
+        if self.snapshot_id is not None and sid.offset < self.snapshot_id.offset:
+            return
         self.snapshot_id = sid
         if sid.offset > self.log.log_start_offset:
             self.log.delete_records_before(min(sid.offset, self.log.high_watermark))

@@ -26,6 +26,11 @@ Then, at most one at a time:
 A failed write is logged (ERROR) and tried again at the next due check, at most every
 ``RETRY_S``; nothing is trimmed then.
 
+A broker-only node snapshots its local copy of the log the same way (Kafka's brokers
+do too), so its restart replays little; it checks every ``BROKER_POLL_S`` instead of
+waking at commits, and a snapshot it installed from the controller meanwhile supersedes
+the one it was writing (deleted).
+
 **Installing** (:func:`install_snapshot`): a broker whose metadata Fetch is answered with
 a ``SnapshotId`` (its fetch offset is below the controller's log start) downloads it
 with :func:`fetch_snapshot` (FetchSnapshot chunks by position until ``Size`` bytes),
@@ -84,6 +89,8 @@ MAX_SLEEP_S = 60.0
 #: FetchSnapshot chunk size (Kafka's followers ask for up to their fetch max bytes).
 FETCH_SNAPSHOT_CHUNK = 1 << 20
 FETCH_SNAPSHOT_VERSION_MAX = 1
+#: How often a broker-only node checks whether its local copy is due for a snapshot.
+BROKER_POLL_S = 1.0
 
 OnCreated = Callable[[OffsetAndEpoch, bytes], None]
 
@@ -133,9 +140,17 @@ class Snapshotter:
         """Bytes of log past the latest snapshot's end offset."""
         return max(0, self.metadata.log.size_bytes - self._below)
 
+    def _sync(self) -> None:
+        """Follow a snapshot installed meanwhile (a broker loading the controller's)."""
+        sid = self.metadata.snapshot_id
+        if sid is not None and sid.offset > self.last_end:
+            self.last_end = sid.offset
+            self._below = bytes_below(self.metadata.log, self.last_end)
+
     def due(self, at_ms: int) -> bool:
         """Records past the last snapshot, and enough bytes of them or the interval
         passed."""
+        self._sync()
         if self._applied_end() <= self.last_end or time.monotonic() < self._retry_at:
             return False
         if self.bytes_since() >= self.max_bytes:
@@ -180,8 +195,14 @@ class Snapshotter:
         store = self.metadata.snapshots
         data, count = await asyncio.to_thread(_encode_and_write, store, sid, image, last_ms)
         t2 = time.monotonic()
-        self.last_end, self.last_ms = sid.offset, now_ms()
+        self.last_ms = now_ms()
         self.created += 1
+        if self.metadata.snapshot_id is not None and self.metadata.snapshot_id.offset >= sid.offset:
+            log.info("metadata snapshot %s superseded by %s (installed meanwhile): deleted", sid,
+                     self.metadata.snapshot_id)
+            await asyncio.to_thread(self.metadata.snapshots.delete, sid)
+            return None
+        self.last_end = sid.offset
         self._on_created(sid, data)
         self._below = bytes_below(self.metadata.log, self.last_end)
         self.last_stats = {"records": count, "bytes": len(data), "capture_ms": (t1 - t0) * 1000,
@@ -288,14 +309,26 @@ async def fetch_snapshot(channel: Channel, sid: OffsetAndEpoch, *, replica_id: i
     return bytes(data)
 
 
+async def _poll(timeout_s: float) -> None:
+    await asyncio.sleep(min(timeout_s, BROKER_POLL_S))
+
+
 def snapshotter_for(broker: Broker) -> Snapshotter | None:
-    """The snapshotter of a process whose metadata log is written by the single-voter
-    runtime (a controller-only process, or the single node in combined mode), with the
-    cluster settings' thresholds; None for a broker-only node (it installs snapshots)
-    and a Raft voter (its shell drives snapshots through the core)."""
+    """The snapshotter of a process, with the cluster settings' thresholds: on the
+    single-voter runtime (a controller-only process, or the single node in combined
+    mode) it snapshots the committed image and wakes at each commit; on a broker-only
+    node it snapshots the local copy (every record of it is applied before the next
+    Fetch, as Kafka's brokers snapshot theirs) and checks every ``BROKER_POLL_S``. None
+    for a Raft voter (its shell drives snapshots through the core)."""
     runtime = broker.metadata_runtime
     metadata = broker.metadata
-    if metadata is None or runtime is None or isinstance(runtime, RaftMetadataRuntime):
+    if metadata is None:
+        return None
+    if runtime is None:  # a broker-only node: its copy of the controller's log
+        return Snapshotter(metadata, max_bytes=broker.cluster.snapshot_max_bytes,
+                           interval_ms=broker.cluster.snapshot_interval_ms,
+                           applied_end=lambda: metadata.log.log_end_offset, wait_commit=_poll)
+    if isinstance(runtime, RaftMetadataRuntime):
         return None
     return Snapshotter(metadata, max_bytes=broker.cluster.snapshot_max_bytes,
                        interval_ms=broker.cluster.snapshot_interval_ms,
