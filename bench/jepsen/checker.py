@@ -279,7 +279,7 @@ class _Run:
 
     def _stats(self) -> dict[str, Any]:
         acked = {ev["value"] for ev in self.events if ev["f"] == "send" and ev["type"] == "ok"}
-        consumed = {v for (_, _), (v, by) in self.seen.items() if by.startswith("poll")}
+        consumed = {r[2] for ev in self.events if ev["f"] == "poll" and ev["type"] == "ok" for r in ev["records"]}
         shared = [r[2] for ev in self.events if ev["f"] == "share-poll" and ev["type"] == "ok" for r in ev["records"]]
         return {
             "ops": dict(sorted(self.stats.items())),
