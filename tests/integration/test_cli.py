@@ -82,10 +82,15 @@ def test_groups_describe_json_and_time_lag(server, loaded):
 def test_topics_and_offsets(server, loaded):
     topic, _, ts = loaded
     assert topic in run(server, "topics", "list").output
-    desc = norm(run(server, "topics", "describe", topic).output, TOPIC=topic)
-    assert desc == ["TOPIC | PARTITION | LEADER | REPLICAS | ISR | LOG-START-OFFSET | LOG-END-OFFSET",
-                    "TOPIC | 0 | 1 | 1 | 1 | 0 | 10", "TOPIC | 1 | 1 | 1 | 1 | 0 | 5",
-                    "TOPIC | 2 | 1 | 1 | 1 | 0 | 0"]
+    desc = run(server, "topics", "describe", topic).output.replace(topic, "TOPIC").splitlines()
+    assert re.fullmatch(r"Topic: TOPIC\tTopicId: [\w-]{22}\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: .*",
+                        desc[0]), desc[0]
+    assert desc[1:] == [f"\tTopic: TOPIC\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: N/A\tLastKnownElr: N/A"
+                        for p in range(3)]
+    rows = json.loads(run(server, "topics", "describe", topic, "-o", "json").stdout)[0]["partitions"]
+    assert [(r["log_start_offset"], r["log_end_offset"]) for r in rows] == [(0, 10), (0, 5), (0, 0)]
+    assert run(server, "topics", "describe", topic, "--under-replicated-partitions").output == ""
+    assert run(server, "topics", "describe", topic, "--unavailable-partitions").output == ""
     mx = json.loads(run(server, "offsets", topic, "--spec", "max-timestamp", "-o", "json").stdout)
     assert [(r["offset"], r["timestamp"]) for r in mx] == [(9, ts + 9), (4, ts + 4), (None, None)]
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime((ts + 3) / 1000)) + f".{(ts + 3) % 1000:03d}Z"

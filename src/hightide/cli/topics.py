@@ -36,27 +36,40 @@ def topics_list(bootstrap_server: str, output: str, include_internal: bool) -> N
 @topics.command("describe")
 @admin_options
 @click.argument("names", nargs=-1)
-def topics_describe(bootstrap_server: str, output: str, names: tuple[str, ...]) -> None:
-    """Partitions of NAMES (default: all topics) with leaders, replicas and offsets."""
+@click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
+              help="Only partitions whose ISR is smaller than their replica list.")
+@click.option("--unavailable-partitions", "unavailable", is_flag=True,
+              help="Only partitions without a leader or whose leader is not a live broker.")
+@click.option("--under-min-isr-partitions", "under_min_isr", is_flag=True,
+              help="Only partitions whose ISR is smaller than min.insync.replicas (or without a leader).")
+@click.option("--at-min-isr-partitions", "at_min_isr", is_flag=True,
+              help="Only partitions whose ISR size equals min.insync.replicas.")
+@click.option("--exclude-internal", is_flag=True, help="Leave out __consumer_offsets and co. (listing all topics).")
+def topics_describe(bootstrap_server: str, output: str, names: tuple[str, ...], under_replicated: bool,
+                    unavailable: bool, under_min_isr: bool, at_min_isr: bool, exclude_internal: bool) -> None:
+    """Topics NAMES (default: all) as kafka-topics.sh --describe prints them.
+
+    One line per topic (TopicId, PartitionCount, ReplicationFactor, the configs not at
+    their default), then one per partition (Leader, Replicas, Isr). With a report flag
+    only the partitions it selects are printed, without the topic lines. ``-o json``
+    adds each partition's offline replicas and log start/end offsets.
+    """
+    reports = [n for n, on in (("under_replicated", under_replicated), ("unavailable", unavailable),
+                               ("under_min_isr", under_min_isr), ("at_min_isr", at_min_isr)) if on]
+
     async def go(admin: Any) -> list[dict[str, Any]]:
-        wanted = list(names) or await admin.list_topics()
-        described = await admin.describe_topics(wanted)
-        tps = [(t, p) for t in wanted for p in sorted(described[t].partitions)]
-        from ..client import TopicPartition
-        specs = [TopicPartition(t, p) for t, p in tps]
-        start = await admin.list_offsets({tp: "earliest" for tp in specs}, raise_on_error=False)
-        end = await admin.list_offsets({tp: "latest" for tp in specs}, raise_on_error=False)
-        rows = []
-        for tp in specs:
-            pm = described[tp.topic].partitions[tp.partition]
-            rows.append({"topic": tp.topic, "partition": tp.partition, "leader": pm.leader,
-                         "replicas": ",".join(map(str, pm.replicas)), "isr": ",".join(map(str, pm.isr)),
-                         "log_start_offset": _off(start.get(tp)), "log_end_offset": _off(end.get(tp))})
-        return rows
-    rows = run_admin(bootstrap_server, go)
-    emit(output, [Col("TOPIC", "topic"), Col("PARTITION", "partition"), Col("LEADER", "leader"),
-                  Col("REPLICAS", "replicas"), Col("ISR", "isr"), Col("LOG-START-OFFSET", "log_start_offset"),
-                  Col("LOG-END-OFFSET", "log_end_offset")], rows)
+        from .topic_describe import describe_topics
+        return await describe_topics(admin, list(names), include_internal=not exclude_internal,
+                                     offsets=output == "json")
+    described = run_admin(bootstrap_server, go)
+    from .topic_describe import kafka_topics_text, selected
+    if output == "json":
+        emit(output, [], [], json_doc=[{**t, "partitions": [p for p in t["partitions"] if selected(p, reports)]}
+                                       for t in described])
+        return
+    text = kafka_topics_text(described, reports)
+    if text:
+        click.echo(text)
 
 
 @topics.command("create")

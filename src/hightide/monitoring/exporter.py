@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from ..client import AdminClient
 from ..lag import Status, StatusRules
 from .monitor import LagMonitor, Snapshot
+from .partitions import PartitionState, partition_families, partition_snapshot
 from .quorum import QuorumSnapshot, quorum_families, quorum_snapshot
 from .share_monitor import ShareSnapshot, share_snapshot
 
@@ -46,6 +47,7 @@ class SnapshotCollector:
         self.snapshot: Snapshot | None = None
         self.share: ShareSnapshot | None = None  # share groups (None: not supported or not read)
         self.quorum: QuorumSnapshot | None = None  # metadata quorum (None: no DescribeQuorum)
+        self.replication: list[PartitionState] | None = None  # leaders, replicas, ISR (None: not read)
         self.scrape_error = 0.0
 
     def collect(self) -> Iterator[GaugeMetricFamily]:  # noqa: C901 - a flat list of families
@@ -98,6 +100,7 @@ class SnapshotCollector:
             for group, srep in sorted(self.share.groups.items()):
                 _share_group(g, srep)
         yield from g.all()
+        yield from partition_families(self.replication)
         yield from quorum_families(self.quorum)
 
     def _group(self, g: _Families, group: str, rep: Any) -> None:
@@ -310,11 +313,13 @@ class Exporter:
         self.collector.snapshot = await self._monitor.snapshot(self.groups, all_topics=True)
         self.collector.share = await share_snapshot(self._admin, self.groups)
         self.collector.quorum = await quorum_snapshot(self._admin)
+        self.collector.replication = await partition_snapshot(self._admin)
 
     def _fail(self, why: str) -> None:
         log.warning("snapshot failed: %s", why)
         self.collector.scrape_error = 1.0
         self.collector.snapshot = self.collector.share = self.collector.quorum = None
+        self.collector.replication = None
 
     async def render(self, timeout_s: float | None = None) -> bytes:
         await self.refresh(timeout_s)
