@@ -143,3 +143,31 @@ def test_a_voter_remembers_its_epoch_across_a_restart(quorum: ClusterHarness) ->
         part = conn.request(55, 2, {"topics": [{"topic_name": "__cluster_metadata",
                                                 "partitions": [{"partition_index": 0}]}]}).topics[0].partitions[0]
     assert part.leader_epoch >= json.loads(before)["leaderEpoch"]
+
+
+def test_a_voter_back_after_the_leader_trimmed_its_log_installs_the_leaders_snapshot(tmp_path: Path,
+                                                                                     request: pytest.FixtureRequest) -> None:
+    # a snapshot after every commit: the leader's log start moves past the stopped voter
+    h = ClusterHarness(tmp_path / "quorum", 0, n_controllers=VOTERS, settings={
+        "metadata.max.idle.interval.ms": 0, "metadata.log.max.record.bytes.between.snapshots": 1})
+    request.node._clusters = [h]
+    try:
+        h.start(wait_unfenced=False, timeout=60)
+        ids = [n.spec.node_id for n in h.controllers]
+        wait_until(lambda: leader_of(h, ids) is not None, 30, what="a leader every voter names")
+        leader = leader_of(h, ids)
+        assert leader is not None
+        behind = next(i for i in ids if i != leader)
+        h.kill(behind)
+        with Controller(h.address(leader), h.cluster_id or "") as conn:
+            conn.up(0)
+            assert conn.create_topic("while-away").error_code == ErrorCode.none
+        leader_dir = Path(h.node(leader).spec.data_dir) / "__cluster_metadata-0"
+        wait_until(lambda: list(leader_dir.glob("*.checkpoint")), 15, what="a snapshot on the leader")
+        h.node(behind).start().wait_listening(30)
+        wait_until(lambda: topic_on(h, behind, "while-away"), 30, what="the returning voter catching up")
+        behind_dir = Path(h.node(behind).spec.data_dir) / "__cluster_metadata-0"
+        assert list(behind_dir.glob("*.checkpoint")), "the returning voter holds a snapshot (installed or its own)"
+        assert "installed snapshot" in h.node(behind).log_path.read_text()
+    finally:
+        h.close()

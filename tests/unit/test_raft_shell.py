@@ -37,6 +37,7 @@ from hightide.server.coordinator_runtime import CoordinatorUnavailable
 from hightide.server.metadata_runtime import RaftMetadataRuntime
 from hightide.server.quorum_state import QuorumStateError, QuorumStateStore
 from hightide.server.raft_shell import RaftShell
+from hightide.server.snapshotter import Snapshotter, install_snapshot
 from tests.waiting import async_wait_until
 
 VOTERS = (1, 2, 3)
@@ -310,3 +311,47 @@ def test_the_quorum_state_file_is_kafkas_json_written_atomically(tmp_path: Path)
     (tmp_path / "quorum-state").write_text("{not json")
     with pytest.raises(QuorumStateError):
         store.read()
+
+
+# --- snapshots -------------------------------------------------------------------------
+
+def test_a_snapshot_trims_the_leaders_log_and_a_voter_behind_it_installs_it(tmp_path: Path) -> None:
+    async def run() -> None:
+        net = Net()
+        shells = await start_quorum(tmp_path, net)
+        for s in shells.values():
+            s.install = lambda sid, data, s=s: install_snapshot(s.metadata, sid, data)
+        try:
+            leader = active(net)
+            lagging = next(s for s in shells.values() if s is not leader)
+            net.cut.add(lagging.node_id)
+            for name in ("a", "b", "c"):
+                await RaftMetadataRuntime(leader).write(0, create(name), 1000)
+            snapshotter = Snapshotter(leader.metadata, max_bytes=1, interval_ms=0,
+                                      applied_end=lambda: leader.applied_end,
+                                      wait_commit=lambda timeout_s: asyncio.sleep(timeout_s),
+                                      on_created=leader.snapshot_created)
+            leader.on_trim = snapshotter.trim
+            sid = await snapshotter.create()
+            assert sid is not None and sid.offset == leader.applied_end
+            assert leader.plog.log_start_offset == sid.offset == leader.core.log.start_offset
+            assert lagging.plog.log_end_offset < sid.offset  # behind the leader's log start
+            net.cut.clear()
+            await async_wait_until(lambda: lagging.metadata.snapshot_id == sid, 10,
+                                   what="the lagging voter installing the leader's snapshot")
+            await async_wait_until(lambda: lagging.applied_end >= sid.offset, 5, what="applied to the snapshot")
+            assert sorted(lagging.metadata.image.topics) == ["a", "b", "c"]
+            await RaftMetadataRuntime(leader).write(0, create("d"), 1000)
+            await async_wait_until(lambda: "d" in lagging.metadata.image.topics, 5, what="fetching on after it")
+            assert lagging.plog.log_start_offset == sid.offset
+        finally:
+            for s in shells.values():
+                await s.close()
+        # a voter restarted on a snapshotted log starts from the snapshot's image
+        leader.metadata.close()
+        reopened = MetadataLog(str(tmp_path / f"node-{leader.node_id}"), 0, True)
+        restarted = RaftShell(node_id=leader.node_id, voters=VOTERS, metadata=reopened, store=leader.store,
+                              transport=Recorder(), durable=FakeFsync(), config=FAST)
+        assert restarted.applied_end == sid.offset and restarted.core.log.snapshot == sid
+        assert sorted(reopened.image.topics) == ["a", "b", "c"]  # "d" is in the log: applied once committed
+    asyncio.run(run())

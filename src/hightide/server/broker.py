@@ -43,7 +43,7 @@ from .flusher import Flusher
 from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
-from .metadata_runtime import MetadataOp, RaftMetadataRuntime, metadata_runtime, raft_metadata_runtime
+from .metadata_runtime import MetadataOp, RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_metadata_runtime
 from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 from .share_groups import ShareGroupService
@@ -210,7 +210,9 @@ class Broker:
             self.metadata_runtime = raft_metadata_runtime(
                 node_id=self.node_id, voters=self.cluster.voters, metadata=self.metadata,
                 durable=self.flusher.durable, cluster_id=self.cluster_id, security=controller_client_security(
-                    self.config.security_values, self.cluster.controller_listener_names))
+                    self.config.security_values, self.cluster.controller_listener_names),
+                snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
+                                         lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)))
         metadata, runtime = self.metadata, self.metadata_runtime
         raft = runtime.shell if isinstance(runtime, RaftMetadataRuntime) else None
         self.controller_service = ControllerService(

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..client.properties import ClientSecurity
-from ..cluster.raft import NotLeaderError, RaftConfig
+from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig
 from ..cluster.raft.wire import leader_change_batch
 from ..log.partition_log import PartitionLog
 from ..cluster.records import MetadataRecord
@@ -151,12 +152,16 @@ def _not_controller(shell: RaftShell) -> str:
 
 def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]], metadata: MetadataLog,
                           durable: Callable[[PartitionLog], Awaitable[object]], cluster_id: str | None,
-                          security: ClientSecurity | None = None,
-                          config: RaftConfig | None = None) -> RaftMetadataRuntime:
+                          security: ClientSecurity | None = None, config: RaftConfig | None = None,
+                          snapshots: SnapshotPolicy | None = None) -> RaftMetadataRuntime:
     """The metadata runtime of a voter of a controller quorum: ``voters`` are
     (node id, host, port) of every voter's controller listener (this node included);
     the quorum-state file lives in the metadata log's directory. The shell is created
-    but not started (:meth:`RaftShell.start`)."""
+    but not started (:meth:`RaftShell.start`). With ``snapshots`` the voter snapshots its
+    image by that policy (:class:`~.snapshotter.Snapshotter`, started with the shell) and
+    trims its log behind each snapshot; a follower installs the leader's snapshot when it
+    is behind the leader's log start either way."""
+    from .snapshotter import Snapshotter, install_snapshot  # it imports this module
     config = config or RaftConfig(leader_change_payload=leader_change_batch)
     ids = [v[0] for v in voters]
     peers = RaftPeers(node_id, {v[0]: (v[1], v[2]) for v in voters if v[0] != node_id}, cluster_id=cluster_id,
@@ -164,4 +169,26 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
     shell = RaftShell(node_id=node_id, voters=ids, metadata=metadata,
                       store=QuorumStateStore(metadata.log.path, ids), transport=peers, durable=durable,
                       config=config)
+
+    async def install(sid: OffsetAndEpoch, data: bytes) -> None:
+        await install_snapshot(metadata, sid, data)
+    shell.install = install
+    if snapshots is not None:
+        snapshotter = Snapshotter(metadata, max_bytes=snapshots.max_bytes, interval_ms=snapshots.interval_ms,
+                                  applied_end=lambda: shell.applied_end, wait_commit=snapshots.wait_commit,
+                                  on_created=shell.snapshot_created)
+        shell.on_trim = snapshotter.trim
+        shell.snapshotter = snapshotter
     return RaftMetadataRuntime(shell)
+
+
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    """When a voter snapshots its image (Kafka's names):
+    ``metadata.log.max.record.bytes.between.snapshots`` (``max_bytes``),
+    ``metadata.log.max.snapshot.interval.ms`` (``interval_ms``); ``wait_commit(timeout_s)``
+    resolves at the next metadata commit."""
+
+    max_bytes: int
+    interval_ms: int
+    wait_commit: Callable[[float], Awaitable[object]]

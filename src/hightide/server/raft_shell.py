@@ -26,10 +26,15 @@ core's actions; the shell carries them out **in order**, through one FIFO:
   runs (wakes the observers' long-polls).
 * ``RoleChanged``: logged; writes in flight on a leader that lost its role fail with an
   unknown outcome.
+* Snapshots (:mod:`.snapshotter`): the snapshotter writes a snapshot of the image at the
+  applied offset and hands it to :meth:`RaftShell.snapshot_created` (``SnapshotCreated``);
+  ``TrimLog`` trims the log behind it (``on_trim``); ``InstallSnapshot`` (a follower
+  below the leader's log start fetched the leader's snapshot) blocks the FIFO like a
+  quorum-state write until ``install`` has written it and replaced the image and log.
 
-The image holds exactly the committed prefix: on start the metadata log is *not*
-replayed (its tail may be uncommitted); entries are applied as the high watermark
-passes them. A leader is **active** (takes metadata writes) once its own LeaderChange
+The image holds exactly the committed prefix: on start it is the latest snapshot's (or
+empty), not the replayed log (whose tail may be uncommitted); entries are applied as the
+high watermark passes them. A leader is **active** (takes metadata writes) once its own LeaderChange
 entry is applied, i.e. the image has everything committed before its epoch
 (``on_activate`` runs then, before any write).
 
@@ -54,8 +59,10 @@ from ..cluster.raft import (
     InstallSnapshot, NotLeaderError, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
     Resign, RoleChanged, Send, SendFailed, Tick, TrimLog, Truncate,
 )
+from ..cluster.raft import OffsetAndEpoch, SnapshotCreated
 from ..cluster.raft import messages as m
 from ..cluster.raft.wire import encode_entries
+from ..cluster.snapshot import SnapshotError, image_from_snapshot
 from ..cluster.records import decode
 from ..log.partition_log import PartitionLog
 from ..protocol.records import decode_records, iter_headers, parse_header, validate_batches
@@ -88,6 +95,12 @@ class ElectionStore(Protocol):
     async def awrite(self, state: ElectionState) -> None: ...
 
 
+class Snapshotting(Protocol):
+    """The snapshotter (:class:`~.snapshotter.Snapshotter`): ``run`` forever."""
+
+    async def run(self) -> None: ...
+
+
 class WriteOutcomeUnknown(Exception):
     """The leader lost its role after appending a write and before it committed: the
     write may still commit under the next leader, or be truncated."""
@@ -103,11 +116,12 @@ def _cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def restore_raft_log(plog: PartitionLog) -> RaftLog:
-    """The core's view of the log from the partition log on disk: one entry per record
-    batch (epoch = PartitionLeaderEpoch, count = LastOffsetDelta + 1, control bit)."""
+def restore_raft_log(plog: PartitionLog, snapshot: OffsetAndEpoch | None = None) -> RaftLog:
+    """The core's view of the log from the partition log on disk: the ``snapshot`` (the
+    latest, if any) and one entry per record batch past it (epoch = PartitionLeaderEpoch,
+    count = LastOffsetDelta + 1, control bit)."""
     entries: list[tuple[int, Entry]] = []
-    offset = plog.log_start_offset
+    offset = max(plog.log_start_offset, snapshot.offset if snapshot is not None else 0)
     while offset < plog.log_end_offset:
         chunk = plog.read(offset, 1 << 20)
         if not chunk.data:
@@ -120,6 +134,8 @@ def restore_raft_log(plog: PartitionLog) -> RaftLog:
             entries.append((h.base_offset, Entry(h.partition_leader_epoch, payload, h.last_offset_delta + 1,
                                                  bool(h.attributes & _CONTROL_BIT))))
             offset = h.base_offset + h.last_offset_delta + 1
+    if snapshot is not None:
+        return RaftLog.restore(snapshot, entries)
     restored = RaftLog()
     restored.start_offset = restored.end_offset = entries[0][0] if entries else plog.log_start_offset
     for base, entry in entries:
@@ -148,17 +164,30 @@ class RaftShell:
         self._durable = durable
         self.clock = clock
         self.config = config or RaftConfig()
-        restored = restore_raft_log(self.plog)
-        if restored.start_offset > 0:
-            raise ValueError(f"the metadata log starts at {restored.start_offset}: snapshots are not wired into "
-                             "the controller quorum yet")
-        # MetadataLog replayed the whole log, whose tail may be uncommitted: start from an
-        # empty image and apply entries as the high watermark passes them.
-        metadata.image = MetadataImage()
+        sid = metadata.snapshot_id
+        restored = restore_raft_log(self.plog, sid)
+        snapshot_data = b""
+        # MetadataLog replayed the log past the snapshot, whose tail may be uncommitted:
+        # start from the snapshot's image (committed) and apply entries as the high
+        # watermark passes them.
+        if sid is not None:
+            snapshot_data = metadata.snapshots.read(sid)
+            metadata.image = image_from_snapshot(snapshot_data, sid)
+        else:
+            if restored.start_offset > 0:
+                raise ValueError(f"the metadata log starts at {restored.start_offset} without a snapshot")
+            metadata.image = MetadataImage()
         self.core = RaftCore(node_id, voters, self.config, rng or random.Random(), clock(),
-                             election=store.read(), log=restored)
+                             election=store.read(), log=restored, snapshot_data=snapshot_data)
         #: The image holds every committed entry below this offset.
         self.applied_end = restored.start_offset
+        #: ``TrimLog``: the log may now start at the snapshot's end (the snapshotter's trim).
+        self.on_trim: Callable[[OffsetAndEpoch], None] = metadata.trim_to_snapshot
+        #: ``InstallSnapshot``: write the fetched snapshot, reset the log, replace the image.
+        self.install: Callable[[OffsetAndEpoch, bytes], Awaitable[object]] | None = None
+        #: Writes snapshots when due (:class:`~.snapshotter.Snapshotter`); run by :meth:`start`.
+        self.snapshotter: Snapshotting | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
         self.on_commit: Callable[[], None] = lambda: None
         self.on_activate: Callable[[int], None] = lambda epoch: None
         self.on_role: Callable[[str, int, int], None] = lambda role, epoch, leader: None
@@ -217,6 +246,8 @@ class RaftShell:
         self._step(Tick())
         if timer:
             self._timer = asyncio.get_running_loop().create_task(self._run_timer(), name="raft-timer")
+        if self.snapshotter is not None:
+            self._snapshot_task = asyncio.get_running_loop().create_task(self.snapshotter.run(), name="raft-snapshots")
 
     def tick(self) -> None:
         """Run the core's due timers now."""
@@ -249,8 +280,9 @@ class RaftShell:
             if pending:
                 await asyncio.wait(pending, timeout=resign_wait_s)
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        for task in (self._timer, self._snapshot_task):
+            if task is not None:
+                task.cancel()
         for task in list(self._tasks):
             task.cancel()
         self._fail_waiters("the controller is shutting down")
@@ -318,6 +350,10 @@ class RaftShell:
                 self._persisting = True
                 self._spawn(self._persist(action.state), "raft-persist")
                 return
+            if isinstance(action, InstallSnapshot):
+                self._persisting = True
+                self._spawn(self._install_snapshot(action), "raft-install-snapshot")
+                return
             self._carry_out(action)
 
     async def _persist(self, state: ElectionState) -> None:
@@ -344,9 +380,35 @@ class RaftShell:
             self._apply_committed(action.high_watermark)
         elif isinstance(action, RoleChanged):
             self._role_changed(action)
-        elif isinstance(action, (TrimLog, InstallSnapshot)):
-            # Snapshots are not wired yet: the log on disk keeps every entry.
-            log.warning("raft: %s ignored (snapshots are not wired into the controller yet)", type(action).__name__)
+        elif isinstance(action, TrimLog):
+            try:
+                self.on_trim(action.snapshot_id)
+            except OSError as exc:  # the log keeps its segments: harmless, retried at the next snapshot
+                log.error("raft: trimming the metadata log to %s failed: %s", action.snapshot_id, exc)
+
+    async def _install_snapshot(self, action: InstallSnapshot) -> None:
+        sid = action.snapshot_id
+        if self.install is None:
+            self._fail(f"the leader sent snapshot {sid} but this node cannot install snapshots")
+            return
+        try:
+            await self.install(sid, action.data)
+        except (SnapshotError, OSError) as exc:
+            self._fail(f"installing snapshot {sid} failed: {exc}")
+            return
+        log.info("raft: installed snapshot %s from the leader (the log restarts at %d)", sid, sid.offset)
+        self.applied_end = sid.offset
+        self.on_commit()
+        self._persisting = False
+        self._drain()
+
+    def snapshot_created(self, sid: OffsetAndEpoch, data: bytes) -> None:
+        """The snapshotter wrote snapshot ``sid`` (at most the applied offset, at an entry
+        boundary): the core may serve it and trim the log behind it (``TrimLog``)."""
+        try:
+            self._step(SnapshotCreated(sid, data))
+        except ValueError as exc:  # past the HW or not at an entry of its epoch: keep the log
+            log.error("raft: snapshot %s not used to trim the log: %s", sid, exc)
 
     def _send(self, action: Send) -> None:
         if action.correlation_id >= INBOUND_CID_BASE:

@@ -92,6 +92,11 @@ def controller_routes(service: ControllerService) -> Routes:
         envelope_route = table[58]
         table[58] = Route(58, envelope_route.min_version, envelope_route.max_version,
                           functools.partial(raft_rpcs.envelope_on_leader, service, envelope_route.fn), envelope_route.name)
+        snapshot_route = table.get(59)  # a voter's FetchSnapshot goes to the Raft core, a broker's to the files
+        if snapshot_route is not None:
+            table[59] = Route(59, snapshot_route.min_version, snapshot_route.max_version,
+                              functools.partial(raft_rpcs.fetch_snapshot_from_voters, service, snapshot_route.fn),
+                              snapshot_route.name)
     quorum = build_routes([describe_quorum])[55]
     table[55] = Route(55, quorum.min_version, quorum.max_version,
                       functools.partial(describe_quorum.controller_describe_quorum, service), quorum.name)

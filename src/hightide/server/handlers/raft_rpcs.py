@@ -1,7 +1,7 @@
 """The KRaft RPCs between the voters of a controller quorum, on the controller listener:
-Vote (52) v2, BeginQuorumEpoch (53) v1, EndQuorumEpoch (54) v1 and a voter's Fetch (1)
+Vote (52) v2, BeginQuorumEpoch (53) v1, EndQuorumEpoch (54) v1, a voter's Fetch (1)
 v17 of ``__cluster_metadata-0`` (``controller_fetch`` hands over a Fetch whose
-ReplicaId is a voter).
+ReplicaId is a voter) and a voter's FetchSnapshot (59) v1.
 
 Each request is converted to the core's message (:mod:`hightide.cluster.raft.wire`),
 stepped through the controller's :class:`~..raft_shell.RaftShell` and its answer
@@ -34,10 +34,11 @@ from ..controller_service import service_handler
 if TYPE_CHECKING:
     from ..controller_service import ControllerService
 
-__all__ = ["vote", "begin_quorum_epoch", "end_quorum_epoch", "voter_fetch", "is_voter_fetch", "envelope_on_leader"]
+__all__ = ["vote", "begin_quorum_epoch", "end_quorum_epoch", "voter_fetch", "is_voter_fetch", "envelope_on_leader",
+           "fetch_snapshot_from_voters"]
 
 #: Kafka's own voters send these versions; the converters speak exactly them.
-VOTE_VERSION, BEGIN_VERSION, END_VERSION, FETCH_VERSION = 2, 1, 1, 17
+VOTE_VERSION, BEGIN_VERSION, END_VERSION, FETCH_VERSION, SNAPSHOT_VERSION = 2, 1, 1, 17, 1
 
 
 def _top_error(api_key: int, version: int, code: ErrorCode) -> Any:
@@ -113,3 +114,16 @@ async def envelope_on_leader(service: ControllerService, inner: Callable[[Reques
     if raft is not None and raft.role != "leader":
         return encode_envelope_response(ctx.header.correlation_id, EnvelopeResponse(None, ErrorCode.not_controller))
     return await inner(ctx, req)
+
+
+async def fetch_snapshot_from_voters(service: ControllerService,
+                                     inner: Callable[[RequestContext, Any], Awaitable[Any]],
+                                     ctx: RequestContext, req: Any) -> Any:
+    """FetchSnapshot (59) on a quorum's controller: a voter's (ReplicaId a voter, v1)
+    is Raft's and answered by the core from the snapshot it serves; anyone else's
+    (brokers) by ``inner`` from the snapshot files."""
+    if not is_voter_fetch(service, int(getattr(req, "replica_id", -1))):
+        return await inner(ctx, req)
+    if ctx.version != SNAPSHOT_VERSION:
+        return _top_error(59, ctx.version, ErrorCode.unsupported_version)
+    return await _answer(service, ctx, req, 59)
