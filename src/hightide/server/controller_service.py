@@ -233,7 +233,7 @@ class ControllerService:
         """A metadata Fetch from ``replica_id`` at ``fetch_offset`` (ReplicaEpoch when the
         Fetch version has it): DescribeQuorum bookkeeping and the acknowledgement of
         ``fetch_offset - 1``."""
-        if replica_id < 0 or replica_id == self.node_id:
+        if replica_id < 0 or replica_id == self.node_id or not self.is_active:
             return
         end = self.committed_end()
         p = self.observers.get(replica_id)

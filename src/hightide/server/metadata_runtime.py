@@ -174,8 +174,16 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
         await install_snapshot(metadata, sid, data)
     shell.install = install
     if snapshots is not None:
+        policy = snapshots
+
+        async def wait_commit(timeout_s: float) -> None:
+            # Python 3.11's wait_for can swallow a cancellation that coincides with the
+            # wake-up (stop wakes every waiter, then cancels): end the loop on close too.
+            await policy.wait_commit(timeout_s)
+            if shell.closed:
+                raise asyncio.CancelledError()
         snapshotter = Snapshotter(metadata, max_bytes=snapshots.max_bytes, interval_ms=snapshots.interval_ms,
-                                  applied_end=lambda: shell.applied_end, wait_commit=snapshots.wait_commit,
+                                  applied_end=lambda: shell.applied_end, wait_commit=wait_commit,
                                   on_created=shell.snapshot_created)
         shell.on_trim = snapshotter.trim
         shell.snapshotter = snapshotter

@@ -220,6 +220,11 @@ class RaftShell:
         return self.core.leader_id
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` began: the shell steps nothing more."""
+        return self._closed
+
+    @property
     def is_active(self) -> bool:
         """True on the leader once its epoch's LeaderChange entry is applied: the image
         has every earlier committed entry, so metadata writes may run."""
