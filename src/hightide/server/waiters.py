@@ -42,8 +42,14 @@ class AppendWaiters:
                     fut.set_result(None)
 
     async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> None:
+        """Return on the next append to any of ``keys`` or after ``timeout_s``.
+
+        A cancellation of the caller always propagates: ``asyncio.wait_for`` (3.11) returns
+        the result instead when the future was resolved in the same loop iteration as the
+        cancel (``wake_all`` then ``cancel`` at shutdown), and a task looping on this wait
+        then never ends."""
         fut = self.register(keys)
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait((fut,), timeout=timeout_s)
+        finally:
+            fut.cancel()  # no-op when resolved; unregisters it otherwise
