@@ -52,3 +52,26 @@ def test_cancel_right_after_a_wake_is_not_swallowed() -> None:
         assert task.cancelled()
 
     asyncio.run(go())
+
+
+def test_wait_event_propagates_a_cancel_that_lands_with_the_set() -> None:
+    from hightide.server.tasks import wait_event
+
+    async def go() -> None:
+        event = asyncio.Event()
+
+        async def loop_forever() -> None:
+            while True:
+                await wait_event(event, 60)
+                event.clear()
+
+        task = asyncio.create_task(loop_forever())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        event.set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 2)
+        assert await wait_event(asyncio.Event(), 0.01) is False
+
+    asyncio.run(go())

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ..log.flush import FlushJob, run_flush
+from .tasks import wait_event
 
 if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog
@@ -52,10 +53,7 @@ class Flusher:
     async def run(self) -> None:
         self._wakeup = asyncio.Event()
         while True:
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), TICK_S)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._wakeup, TICK_S)
             self._wakeup.clear()
             self._round = asyncio.ensure_future(self.flush_due())
             await asyncio.shield(self._round)
