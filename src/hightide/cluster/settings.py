@@ -53,6 +53,9 @@ CLUSTER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("metadata.log.max.snapshot.interval.ms", "long", 3_600_000,
        "The controller snapshots its metadata image at least this often while records are committed that no "
        "snapshot holds (0 = only by size).", _nonneg),
+    _d("metadata.log.segment.bytes", "int", 1024 * 1024 * 1024,
+       "The size of a metadata log segment file; segments wholly below the latest snapshot are deleted.",
+       (lambda v: v >= 8 * 1024 * 1024, "must be >= 8388608 (Kafka's minimum)")),
     _d("metadata.read.consistency", "string", "acknowledged",
        "acknowledged: a broker serves metadata only at offsets every unfenced broker has applied (seed 004); "
        "local: its own latest, as Kafka.",
@@ -171,6 +174,7 @@ class ClusterSettings:
     read_max_wait_ms: int = 2000
     snapshot_max_bytes: int = 20 * 1024 * 1024
     snapshot_interval_ms: int = 3_600_000
+    metadata_segment_bytes: int = 1024 * 1024 * 1024
 
     @classmethod
     def from_values(cls, node_id: int, configs: Mapping[str, Any]) -> ClusterSettings:
@@ -190,7 +194,8 @@ class ClusterSettings:
             read_consistency=v["metadata.read.consistency"],
             read_max_wait_ms=v["metadata.read.max.wait.ms"],
             snapshot_max_bytes=v["metadata.log.max.record.bytes.between.snapshots"],
-            snapshot_interval_ms=v["metadata.log.max.snapshot.interval.ms"])
+            snapshot_interval_ms=v["metadata.log.max.snapshot.interval.ms"],
+            metadata_segment_bytes=v["metadata.log.segment.bytes"])
 
     @property
     def is_broker(self) -> bool:

@@ -139,6 +139,7 @@ class Broker:
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
         self.logs = LogManager(self.data_dir, self.storage)
         self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage,
+                                    segment_bytes=self.cluster.metadata_segment_bytes,
                                     refetchable=self.node is not None)  # a broker's copy may be fetched again
         if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
             self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
