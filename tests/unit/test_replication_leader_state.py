@@ -193,7 +193,17 @@ def test_alter_partition_answers():
     assert s.on_alter_partition_result(change, ErrorCode.none, PartitionAssignment((0, 1, 2), (0, 1, 2), 5, 10),
                                        10, T0 + 2).committed is None  # no longer pending: ignored
     assert s.isr == (0, 1) and s.partition_epoch == 9
-    assert not s.update(PartitionAssignment((0, 1, 2), (0, 1, 2), 5, 3), 10, T0 + 3) and s.isr == (0, 1)  # older
+    s.update(PartitionAssignment((0, 1, 2), (0, 1, 2), 5, 3), 10, T0 + 3)  # an older partition epoch
+    assert s.isr == (0, 1)
+
+
+def test_an_unchanged_image_keeps_the_proposal_in_flight():
+    s = leader(leo=10, now=0)
+    fetch(s, 1, 10, 10, 0)
+    change = s.maybe_shrink(10, T0 + LAG + 1)
+    assert change is not None
+    s.update(PartitionAssignment((0, 1, 2), (0, 1, 2), 5, 7), 10, T0 + LAG + 2)  # e.g. another topic changed
+    assert s.pending is change and s.maybe_shrink(10, T0 + LAG + 3) is None
 
 
 def test_acks_outcome():

@@ -304,10 +304,13 @@ class LeaderReplicaState:
         """The image changed while this node stays leader (Kafka's ``makeLeader`` for the
         current leader). An older partition epoch is ignored; otherwise the assignment and
         committed ISR replace ours and any pending proposal is dropped (its answer will be
-        ignored). A new leader epoch starts at the current LEO and resets the followers'
-        timers (ISR members caught up now, others never). Returns True if the HW moved."""
-        if assignment.partition_epoch < self.partition_epoch:
-            return False
+        ignored). The same partition and leader epochs mean nothing changed (every change
+        bumps the partition epoch): a proposal in flight stays. A new leader epoch starts at
+        the current LEO and resets the followers' timers (ISR members caught up now, others
+        never). Returns True if the HW moved."""
+        if assignment.partition_epoch < self.partition_epoch or (
+                assignment.partition_epoch == self.partition_epoch and assignment.leader_epoch == self.leader_epoch):
+            return self.advance_hw(log_end_offset, now_ms)
         self.replicas = assignment.replicas
         self.isr = assignment.isr
         self.partition_epoch = assignment.partition_epoch
