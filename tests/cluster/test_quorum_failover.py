@@ -325,3 +325,25 @@ def test_a_lost_majority_stops_metadata_changes_but_not_the_data_plane(cluster) 
                what="a CreateTopics once a majority is back")
     assert create(h, "no-quorum", timeout_s=3.0) == 0, "the timed-out create must not have been applied"
     h.wait_unfenced()
+
+
+def test_a_voter_whose_disk_is_lost_rejoins_from_an_empty_data_dir(cluster) -> None:
+    import shutil
+    h = cluster(1, controllers=VOTERS)
+    for i in range(3):
+        assert create(h, f"before-{i}") == 0
+    leader = h.quorum_leader()
+    lost = next(n for n in h.controllers if n.spec.node_id != leader)
+    lost.kill()
+    props = (lost.spec.data_dir / "meta.properties").read_text()
+    shutil.rmtree(lost.spec.data_dir)  # the disk is gone: only the cluster's meta.properties is put back
+    lost.spec.data_dir.mkdir()
+    (lost.spec.data_dir / "meta.properties").write_text(props)
+    since = int(time.time() * 1000)
+    lost.start().wait_listening(30)
+    wait_until(lambda: caught_up_since(h, lost.spec.node_id, since), 30, what="the wiped voter caught up")
+    assert {r.name for r in topic_records(lost.spec.data_dir)} >= {"before-0", "before-1", "before-2"}
+    h.kill(leader)  # the wiped voter now has to take part in electing the next leader
+    new_leader = h.wait_leader(other_than=leader)
+    assert create(h, "after") == 0
+    assert h.quorum().leader_id == new_leader
