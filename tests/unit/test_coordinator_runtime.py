@@ -389,3 +389,125 @@ def test_unloading_answers_parked_joins_not_coordinator(tmp_path):
             await asyncio.wait_for(parked, 5)
         assert info.value.error_code == ErrorCode.not_coordinator
     asyncio.run(scenario())
+
+
+class FakeReplicas:
+    """The replica manager's ``wait_replicated`` for a partition with followers: every
+    call is a future the test resolves with ``replicate(code)``; the log's HW stays where
+    the test puts it (the log's ``after_append`` hook keeps it from following the LEO)."""
+
+    def __init__(self, plog: PartitionLog) -> None:
+        self.plog = plog
+        plog.after_append = lambda: None
+        self.waits: list[tuple[int, asyncio.Future]] = []
+
+    def wait_replicated(self, topic: str, partition: int, end: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.waits.append((end, fut))
+        return fut
+
+    def replicate(self, code: ErrorCode = ErrorCode.none) -> None:
+        """The HW reaches the log end: resolve every wait with ``code``."""
+        self.plog.high_watermark = self.plog.log_end_offset
+        waits, self.waits = self.waits, []
+        for _, fut in waits:
+            fut.set_result(code)
+
+
+def _replicated_runtime(path, **overrides) -> tuple[GroupRuntime, FakeBroker, FakeReplicas]:
+    groups, broker = _runtime(path, **overrides)
+    broker.replica_manager = FakeReplicas(broker.log)
+    return groups, broker, broker.replica_manager
+
+
+async def _until_waiting(replicas: FakeReplicas) -> None:
+    for _ in range(100):
+        if replicas.waits:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("nothing waits for replication")
+
+
+@pytest.mark.parametrize("code", [ErrorCode.none, ErrorCode.not_enough_replicas_after_append])
+def test_a_replicated_partition_answers_once_the_high_watermark_passes_the_write(tmp_path, code):
+    """Cluster mode: an OffsetCommit appended (and, with flush.messages=1, fsynced) is
+    not answered nor visible to OffsetFetch until the HW passes it; an HW that passed it
+    counts even if the ISR shrank below min.insync.replicas since (the records are in
+    the committed log)."""
+    groups, broker, replicas = _replicated_runtime(tmp_path, **{"log.flush.interval.messages": 1})
+
+    async def scenario():
+        commit = asyncio.ensure_future(_commit(groups, 42))
+        await _until_fsync_requested(broker)
+        broker.flusher.complete()
+        await _until_waiting(replicas)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not commit.done() and _fetched(groups) == -1  # durable here, not replicated: not committed
+        assert replicas.waits[0][0] == 1  # waits for the HW to reach the write's end
+        second = asyncio.ensure_future(_commit(groups, 43))  # pipelined behind it
+        await _until_fsync_requested(broker)
+        broker.flusher.complete()
+        replicas.replicate(code)
+        assert (await commit)[0] == ErrorCode.none and (await second)[0] == ErrorCode.none
+        assert _fetched(groups) == 43 and groups.runtime.committed_offset(0) == 2
+    asyncio.run(scenario())
+
+
+def test_a_write_that_loses_its_leadership_answers_not_coordinator_and_unloads(tmp_path):
+    groups, broker, replicas = _replicated_runtime(tmp_path)
+
+    async def scenario():
+        commit = asyncio.ensure_future(_commit(groups, 7))
+        await _until_waiting(replicas)
+        replicas.replicate(ErrorCode.not_leader_or_follower)
+        with pytest.raises(CoordinatorUnavailable) as info:
+            await commit
+        assert info.value.error_code == ErrorCode.not_coordinator
+        assert 0 not in groups.runtime.partitions  # unloaded: the new leader's coordinator takes over
+    asyncio.run(scenario())
+
+
+def test_no_followers_no_wait(tmp_path):
+    """A partition without followers (wait_replicated resolved at once, as the replica
+    manager answers for RF=1 and the single node): committed at the append, as before."""
+    groups, broker, replicas = _replicated_runtime(tmp_path)
+
+    def at_once(topic: str, partition: int, end: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(ErrorCode.none)
+        return fut
+    replicas.wait_replicated = at_once  # type: ignore[method-assign]
+
+    async def scenario():
+        result = await _commit(groups, 9)
+        assert result[0] == ErrorCode.none and _fetched(groups) == 9
+    asyncio.run(scenario())
+
+
+def test_a_new_leader_loads_only_once_its_high_watermark_reaches_the_log_end(tmp_path):
+    """A coordinator partition gained by a broker whose HW is still below its log end
+    (a new leader before its followers fetch) stays LOADING until the HW reaches the log
+    end it found, then replays all of it: the committed offsets answered never go back
+    to what a replay up to the old HW would give."""
+    groups, broker, replicas = _replicated_runtime(tmp_path)
+
+    async def scenario():
+        for i in range(5):
+            commit = asyncio.ensure_future(_commit(groups, i))
+            await _until_waiting(replicas)
+            replicas.replicate()
+            await commit
+        broker.log.high_watermark = 2  # what a new leader may know at first
+        reloaded = GroupRuntime(broker)  # type: ignore[arg-type]
+        reloaded.runtime.load([0])
+        await _until_waiting(replicas)
+        assert replicas.waits[0][0] == 5
+        for _ in range(5):
+            await asyncio.sleep(0)
+        with pytest.raises(CoordinatorLoadInProgress):
+            reloaded.shard_for(GROUP)
+        replicas.replicate()
+        await reloaded.runtime.wait_loaded()
+        assert _fetched(reloaded) == 4
+    asyncio.run(scenario())

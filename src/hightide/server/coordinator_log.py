@@ -3,7 +3,7 @@
 
 * :func:`ensure_internal_topic` creates the topic on first use, as Kafka does;
 * :func:`runtime_for` builds the :class:`~.coordinator_runtime.CoordinatorRuntime` of a
-  topic over the broker's partition logs and flusher.
+  topic over the broker's partition logs, flusher and replica manager.
 
 :class:`CoordinatorUnavailable` and :class:`CoordinatorLoadInProgress` are re-exported
 for the handlers (they carry the error code to answer with).
@@ -11,7 +11,9 @@ for the handlers (they carry the error code to answer with).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..cluster.controller import NewTopic
@@ -51,4 +53,19 @@ def runtime_for(broker: Broker, adapter: ShardAdapter[S]) -> CoordinatorRuntime[
     """A runtime over the broker's logs of ``adapter.topic``."""
     topic = adapter.topic
     return CoordinatorRuntime(adapter, lambda p: broker.partition_log(topic, p), broker.flusher.durable,
-                              lambda p: broker.waiters.wake((topic, p)))
+                              lambda p: broker.waiters.wake((topic, p)), _replication(broker, topic))
+
+
+def _replication(broker: Broker, topic: str) -> Callable[[int, int], asyncio.Future[ErrorCode]]:
+    """The runtime's wait for a write's records to reach the high watermark: the broker's
+    replica manager (created after the coordinators, so looked up at each write; resolved
+    at once for a partition without followers), or done at once where there is none."""
+    def wait(partition: int, end: int) -> asyncio.Future[ErrorCode]:
+        manager = getattr(broker, "replica_manager", None)
+        if manager is not None:
+            fut: asyncio.Future[ErrorCode] = manager.wait_replicated(topic, partition, end)
+            return fut
+        done: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        done.set_result(ErrorCode.none)
+        return done
+    return wait

@@ -54,8 +54,21 @@ machine crash before the next periodic fsync can lose them, exactly as it can lo
 acknowledged produce. Committing a write applies its result to the committed shard
 (replay, live state, log lines, parked completions such as a JoinGroup answered by this
 write) and only then answers its caller. So an answer is sent only after its records are
-committed, and every read after it sees them. With replication the committed offset
-becomes the high watermark (replicated to the ISR); nothing above this notion changes.
+committed, and every read after it sees them.
+
+*Replicated partitions* (cluster mode, a coordinator topic with followers): a write also
+waits until the partition's high watermark passes its end (``replicated(partition,
+end)``, the replica manager's ``wait_replicated``: the ISR holds it), as Kafka's
+coordinator runtime commits at the high watermark. A partition without followers (the
+single node, RF=1) is answered at once, so nothing waits there. A high watermark that
+passed the write counts even if the ISR has shrunk below ``min.insync.replicas`` since
+(NOT_ENOUGH_REPLICAS_AFTER_APPEND: the records are below the high watermark, in the
+committed log every replica keeps). A lost leadership (NOT_LEADER_OR_FOLLOWER) unloads
+the partition: its unfinished writes answer NOT_COORDINATOR and clients find the new
+coordinator, which loads the log the ISR kept. A partition starts loading only once its
+high watermark has reached the log end it found (a new leader's high watermark may
+start below it until its followers fetch): the load replays the whole log, so the new
+coordinator never answers committed offsets older than the old one did.
 
 Both views replay the same record and live objects, which is sound because they are
 immutable (frozen records; a classic group is cloned by the operation that changes it).
@@ -191,6 +204,7 @@ class _Write:
     offsets: list[int] = field(default_factory=list)
     end: int = 0  # the log end offset after it: committed once the committed offset reaches it
     needs_fsync: bool = False
+    replicated: bool = True  # False while the high watermark is below ``end`` (replicated partitions)
 
 
 @dataclass(eq=False)
@@ -213,15 +227,19 @@ class CoordinatorRuntime(Generic[S]):
     """The partitions of one coordinator log. ``log_for(partition)`` gives the partition's
     log (None if unavailable); ``durable(plog)`` an awaitable resolved when everything
     appended to ``plog`` is fsynced (raises OSError if the fsync failed); ``on_append``
-    (optional) is told of every append (wakes long-polls)."""
+    (optional) is told of every append (wakes long-polls); ``replicated(partition,
+    end)`` (optional, cluster mode) a future resolved with an ErrorCode once the
+    partition's high watermark reaches ``end`` (see the module doc)."""
 
     def __init__(self, adapter: ShardAdapter[S], log_for: Callable[[int], PartitionLog | None],
                  durable: Callable[[PartitionLog], Awaitable[Any]],
-                 on_append: Callable[[int], None] | None = None) -> None:
+                 on_append: Callable[[int], None] | None = None,
+                 replicated: Callable[[int, int], asyncio.Future[ErrorCode]] | None = None) -> None:
         self.adapter = adapter
         self._log_for = log_for
         self._durable = durable
         self._on_append = on_append
+        self._replicated = replicated
         self.partitions: dict[int, _Partition[S]] = {}
         self.loaded_records = 0  # records replayed by the loads so far (tests, logs)
 
@@ -249,8 +267,20 @@ class CoordinatorRuntime(Generic[S]):
         self.partitions[partition] = part
 
     async def _load(self, p: int, part: _Partition[S]) -> None:
+        await self._wait_log_end_replicated(p)
         for _ in self._load_chunks(p, part):
             await asyncio.sleep(0)
+
+    async def _wait_log_end_replicated(self, p: int) -> None:
+        """Replicated partitions: wait (LOADING meanwhile) until the high watermark reaches
+        the log end found now, so the load replays everything the ISR holds."""
+        plog = self._log_for(p)
+        if self._replicated is None or plog is None or plog.high_watermark >= plog.log_end_offset:
+            return
+        code = await self._replicated(p, plog.log_end_offset)
+        if code not in _HW_REACHED:
+            log.warning("%s-%d: loading before its high watermark reached the log end (%s)", self.adapter.topic, p,
+                        code.name)
 
     def _load_chunks(self, p: int, part: _Partition[S]) -> Iterator[None]:
         """Load the partition (a yield after each chunk): ACTIVE at the end, FAILED if its
@@ -430,6 +460,8 @@ class CoordinatorRuntime(Generic[S]):
                 return
         if w.needs_fsync:
             self._when_durable(p, part, w)
+        if self._replicated is not None and w.offsets:
+            self._when_replicated(p, part, w)
 
     def _append(self, p: int, records: list[Any], now_ms: int,
                 txn: TxnBatch | None = None) -> tuple[list[int], bool]:
@@ -479,6 +511,29 @@ class CoordinatorRuntime(Generic[S]):
                 self._fail(p, part, exc)
         fut.add_done_callback(done)
 
+    def _when_replicated(self, p: int, part: _Partition[S], w: _Write) -> None:
+        """Replicated partitions: ``w`` commits only once the high watermark passes its
+        end (at once for a partition without followers); a lost leadership unloads the
+        partition (NOT_COORDINATOR to every unfinished write)."""
+        assert self._replicated is not None
+        fut = self._replicated(p, w.end)
+        if fut.done() and not fut.cancelled() and fut.result() in _HW_REACHED:
+            return  # no followers (or already replicated): nothing to wait for
+        w.replicated = False
+        epoch = part.epoch
+
+        def done(f: asyncio.Future[ErrorCode]) -> None:
+            if part.epoch != epoch or self.partitions.get(p) is not part:
+                return  # failed or unloaded meanwhile
+            code = ErrorCode.not_leader_or_follower if f.cancelled() or f.exception() else f.result()
+            if code in _HW_REACHED:
+                w.replicated = True
+                self._advance(p, part)
+            else:
+                log.warning("%s-%d: a write was not replicated (%s); unloading", self.adapter.topic, p, code.name)
+                self.unload(p, f"lost its leadership while replicating a write ({code.name})")
+        fut.add_done_callback(done)
+
     def _advance(self, p: int, part: _Partition[S]) -> None:
         """Commit the in-flight writes from the head while they are committable; apply
         each to the committed shard and answer it. Serial adapters: then run the next
@@ -486,7 +541,7 @@ class CoordinatorRuntime(Generic[S]):
         while True:
             while part.inflight:
                 w = part.inflight[0]
-                if w.needs_fsync and w.end > part.durable_offset:
+                if (w.needs_fsync and w.end > part.durable_offset) or not w.replicated:
                     return
                 part.inflight.popleft()
                 part.committed_offset = max(part.committed_offset, w.end)
@@ -556,6 +611,9 @@ class CoordinatorRuntime(Generic[S]):
             self._install(p, part, views)
             log.warning("%s-%d reloaded from its log (to offset %d)", self.adapter.topic, p, part.committed_offset)
             return
+
+
+_HW_REACHED = (ErrorCode.none, ErrorCode.not_enough_replicas_after_append)  # the HW passed the write
 
 
 def _retrieve(fut: asyncio.Future) -> None:
