@@ -267,6 +267,23 @@ def test_end_quorum_epoch_lets_the_first_successor_start_at_once() -> None:
     assert f.role == "prospective"
 
 
+def test_a_late_answer_naming_the_resigned_leader_does_not_pull_the_successor_back() -> None:
+    # found on real processes: the resigned leader's parked Fetch came back NOT_LEADER
+    # naming itself after its EndQuorumEpoch, and the prospective successor followed it
+    # again, so a graceful shutdown failed over only after the fetch timeout (2 s)
+    f = core(2, epoch=1, leader=1)
+    out = f.step(0, Tick())
+    fetch_cid = sends(out, m.FetchRequest)[0].correlation_id
+    f.step(10, Received(1, m.EndQuorumEpochRequest(1, 1, (2, 3))))
+    out = f.step(10, Tick())
+    assert f.role == "prospective"
+    f.step(11, Received(1, m.FetchResponse(int(m.ErrorCode.not_leader_or_follower), 1, 1, 0, 0), fetch_cid))
+    f.step(12, Received(3, m.VoteResponse(0, 1, 1, False), sends(out, m.VoteRequest)[-1].correlation_id))
+    assert f.role == "prospective", "followed the leader that resigned in this epoch"
+    f.step(13, Received(1, m.BeginQuorumEpochRequest(1, 1)))  # a stale copy from before it resigned
+    assert f.role == "prospective"
+
+
 def test_a_single_voter_elects_itself_and_commits_on_its_own_fsync() -> None:
     c = core(1, voters=(1,))
     c.step(0, Tick())

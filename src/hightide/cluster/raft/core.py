@@ -93,6 +93,10 @@ class RaftCore(Replication):
         self._backing_off = False
         self._retries = 0                            # election rounds lost in a row
         self.election_deadline: int | None = None
+        # (epoch, leader) of the last EndQuorumEpoch: that leader resigned for good in
+        # that epoch, so a late message still naming it (its parked Fetch's error answer,
+        # a voter that has not heard of the resignation yet) must not make us follow it.
+        self._ended: tuple[int, int] = (-1, -1)
         self._init_replication(now)
         self._restore_role(now)
         self._startup = self._out    # handed out by the first step (a follower's Fetch)
@@ -289,6 +293,8 @@ class RaftCore(Replication):
             return True
         if (epoch == self.epoch and leader_id >= 0 and leader_id != self.node_id
                 and self.role in ("unattached", "prospective", "candidate")):
+            if (epoch, leader_id) == self._ended:
+                return False             # it resigned in this epoch: never follow it again
             if self.role == "prospective" and leader_id == self.election.leader_id:
                 # The leader we stopped hearing from: a voter that still names it (its
                 # own fetch timer has not run out yet) is no reason to wait on it again.
@@ -412,6 +418,9 @@ class RaftCore(Replication):
             self._reply(source, m.BeginQuorumEpochResponse(
                 FENCED, self.leader_id, self.epoch))
             return
+        if (req.leader_epoch, req.leader_id) == self._ended:  # a late copy from before it resigned
+            self._reply(source, m.BeginQuorumEpochResponse(NONE, self.leader_id, self.epoch))
+            return
         if not (self.role == "follower" and req.leader_epoch == self.epoch):
             if req.leader_epoch == self.epoch and self.role in ("leader", "resigned"):
                 raise AssertionError(
@@ -427,6 +436,7 @@ class RaftCore(Replication):
             return
         if req.leader_epoch > self.epoch:
             self._become_unattached(now, req.leader_epoch)
+        self._ended = (req.leader_epoch, req.leader_id)
         if self.role in ("follower", "unattached") and self.leader_id in (-1, req.leader_id):
             # Kafka: the first preferred successor starts at once, the others back off
             # exponentially by their position, so the most caught-up voter wins.
