@@ -23,7 +23,7 @@ from hightide.client import BrokerConnection
 from hightide.cluster.broker_records import RegisterBrokerRecord
 from hightide.cluster.records import PartitionRecord, TopicRecord
 from hightide.log.partition_log import PartitionLog
-from hightide.protocol.records import build_batch, iter_headers
+from hightide.protocol.records import build_batch, iter_headers, validate_batches
 
 from tests.waiting import async_wait_until
 
@@ -143,7 +143,10 @@ def test_follower_behind_the_leaders_log_start_restarts_there_and_a_fenced_epoch
         await equal_logs(b2, b1, "the follower to catch up")
         await async_wait_until(lambda: plog(b1).high_watermark == 60, timeout=20, what="the leader's HW")
 
-        b2.replica_fetchers.stop_following(TP)
+        old = b2.replica_fetchers.fetchers[1]
+        b2.replica_fetchers.stop_following(TP)  # its last partition: the fetcher task ends
+        await async_wait_until(lambda: old._task is not None and old._task.done(), timeout=5,
+                               what="the fetcher without partitions to end")
         plog(b2).truncate_to(0)  # the follower lost its copy (a replaced disk)
         assert plog(b1).delete_records_before(30) == 30
         b2.replica_fetchers.follow(TP, 1, 3)  # fetch at 0 < the leader's log start: OFFSET_OUT_OF_RANGE
@@ -159,4 +162,13 @@ def test_follower_behind_the_leaders_log_start_restarts_there_and_a_fenced_epoch
         assert plog(b2).log_end_offset == 60
         b2.replica_fetchers.follow(TP, 1, 3)  # the metadata names the leader's epoch again
         await equal_logs(b2, b1, "the follower to fetch again")
+
+        b2.replica_fetchers.stop_following(TP)
+        extra = build_batch([(None, b"never on the leader", [], 1)] * 2)
+        plog(b2).append(extra, validate_batches(extra), 0, leader_epoch=3)  # a tail the leader never had
+        b2.replica_fetchers.follow(TP, 1, 3)
+        state = b2.replica_fetchers.fetchers[1].partitions[TP]
+        state.truncating = True  # Kafka's truncating state: OffsetForLeaderEpoch before fetching
+        await equal_logs(b2, b1, "the follower to cut its tail where OffsetForLeaderEpoch says")
+        assert not state.truncating
     run(two_brokers(tmp_path, body))

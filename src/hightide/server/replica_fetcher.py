@@ -54,6 +54,7 @@ from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
 from .inter_broker import InterBrokerClients
+from .tasks import wait_event
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -153,6 +154,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self._unreachable_logged = False
 
     # -- membership ---------------------------------------------------------------------------
@@ -173,6 +175,7 @@ class ReplicaFetcher:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
 
     def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
 
@@ -185,7 +188,7 @@ class ReplicaFetcher:
 
     # -- the loop -----------------------------------------------------------------------------
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             try:
                 await self._round()
             except asyncio.CancelledError:
@@ -202,10 +205,7 @@ class ReplicaFetcher:
         if not ready:
             self._wakeup.clear()
             nxt = min((st.delayed_until for st in self.partitions.values()), default=math.inf)
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), None if nxt == math.inf else max(0.0, nxt - now))
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._wakeup, None if nxt == math.inf else max(0.0, nxt - now))
             return
         addr = self._manager.peers.address(self.leader_id)
         if addr is None:  # not registered, fenced, or no inter-broker listener: the metadata will move it
@@ -405,8 +405,11 @@ class ReplicaFetcher:
                         else:
                             st.delay()
                         continue
+                    before = plog.log_end_offset
                     if self._truncate(st, plog, int(p.leader_epoch), int(p.end_offset), "OffsetForLeaderEpoch"):
                         durable.append(plog)
+                    if plog.log_end_offset == before:
+                        st.delay()  # nothing to cut: the fetch that sent us here would fail the same way at once
         if durable:
             await asyncio.gather(*(self._broker.flusher.durable(p) for p in durable), return_exceptions=True)
 
