@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from hightide.client.errors import KafkaConnectionError
+from hightide.client.errors import KafkaConnectionError, KafkaTimeoutError
 from hightide.cluster.metadata_log import MetadataLog
 from hightide.cluster.records import TopicRecord, encode
 from hightide.protocol.broker_heartbeat_response import BrokerHeartbeatResponse
@@ -93,8 +93,10 @@ class FakeConnection:
 
     net: Net
 
-    def __init__(self, host: str, port: int, client_id: str | None = None, **kw: Any) -> None:
+    def __init__(self, host: str, port: int, client_id: str | None = None, *, request_timeout_s: float = 30.0,
+                 **kw: Any) -> None:
         self.host, self.port = host, port
+        self.request_timeout_s = request_timeout_s
         self.connected = False
         self.api_versions = {1: (4, 17), 19: (2, 7), 58: (0, 0), 62: (0, 4), 63: (0, 2)}
 
@@ -102,8 +104,9 @@ class FakeConnection:
         voter = self.net[(self.host, self.port)]
         if not voter.up:
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: refused")
-        if voter.paused:
-            await asyncio.sleep(3600)
+        if voter.paused:  # as BrokerConnection: the handshake is bounded by its request timeout
+            await asyncio.sleep(self.request_timeout_s)
+            raise KafkaTimeoutError(f"api 18 v3 to {self.host}:{self.port} timed out")
         self.connected = True
 
     def pick_version(self, api_key: int, wanted_max: int, our_min: int = 0) -> int:
@@ -253,6 +256,23 @@ def test_a_connect_to_a_paused_voter_is_abandoned_for_a_new_leader_hint(net: Net
             ch.locator.hint(3001, 2)  # the metadata fetch learned the new leader
             resp = await asyncio.wait_for(pending, 1.0)
             assert resp.error_code == 0 and ch.address == B and time.monotonic() - started < 1.0
+        finally:
+            await ch.close()
+    asyncio.run(run())
+
+
+def test_a_paused_voter_holds_a_request_only_for_the_connect_timeout(net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller_channel, "CONNECT_TIMEOUT_S", 0.3)
+
+    async def run() -> None:
+        net[A].paused = True  # accepts the socket, never answers ApiVersions; no hint arrives
+        net[B].active = True
+        ch = channel(request_timeout_s=10.0)
+        try:
+            started = time.monotonic()
+            resp = await ch.request(63, 2, {"broker_epoch": 42})
+            assert resp.error_code == 0 and ch.address == B
+            assert time.monotonic() - started < 2.0  # not the 10 s request timeout
         finally:
             await ch.close()
     asyncio.run(run())
