@@ -109,6 +109,7 @@ def test_follower_append_keeps_offsets_epochs_and_bytes(tmp_path: Path) -> None:
     assert log_bytes(follower) == log_bytes(leader)
     assert follower.epochs.entries() == leader.epochs.entries() == [EpochEntry(4, 0), EpochEntry(6, 60)]
     assert follower.high_watermark == leader.high_watermark == 20  # the leader's, not the LEO
+    assert follower.leader_epoch == 6  # the leader's latest, from its batches
     assert len(follower.segments) > 1
     assert follower.producer_state.producers[9].last_seq == leader.producer_state.producers[9].last_seq
 

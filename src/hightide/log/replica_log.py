@@ -240,6 +240,7 @@ class ReplicaLog(LogReads):
             count += h.records_count
         first = headers[0].base_offset
         self._write_batches(buf, headers, now_ms, None, (headers[-1].next_offset, total, count), verbatim=True)
+        self._leader_epoch = None  # a follower now: leader_epoch is the leader's, from its batches
         self._assign_epochs(headers)
         self._apply_producer_batches(buf, headers)
         return AppendResult(first, headers[-1].last_offset, -1, self._log_start)
