@@ -129,6 +129,8 @@ class RaftMetadataRuntime:
             shell = self.shell
             if not shell.is_active and (shell.role != "leader" or not await shell.wait_active(self.activation_wait_s)):
                 raise CoordinatorUnavailable(_not_controller(shell), ErrorCode.not_controller)
+            if shell.plog.log_end_offset != shell.core.log.end_offset:  # an action still queued (never while active)
+                raise CoordinatorUnavailable(_not_controller(shell), ErrorCode.not_controller)
             result = op(shell.metadata.image)
             records = list(result[1])
             if not records:

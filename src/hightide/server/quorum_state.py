@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Sequence
 
 from ..cluster.raft import ElectionState
 
 __all__ = ["QuorumStateStore", "QUORUM_STATE_FILE", "QuorumStateError"]
+
+log = logging.getLogger("hightide.raft")
 
 QUORUM_STATE_FILE = "quorum-state"
 DATA_VERSION = 0
@@ -53,10 +56,15 @@ class QuorumStateStore:
             return None
         try:
             doc = json.loads(raw)
-            return ElectionState(int(doc["leaderEpoch"]), int(doc.get("votedId", -1)),
-                                 int(doc.get("leaderId", -1)))
+            state = ElectionState(int(doc["leaderEpoch"]), int(doc.get("votedId", -1)),
+                                  int(doc.get("leaderId", -1)))
+            stored = sorted(int(v["voterId"]) for v in doc.get("currentVoters") or [])
         except (ValueError, KeyError, TypeError) as exc:
             raise QuorumStateError(f"cannot read {self.path}: {exc}") from None
+        if stored and tuple(stored) != self.voters:
+            log.warning("%s was written for voters %s; controller.quorum.voters now names %s (static voters must be "
+                        "the same on every controller and across restarts)", self.path, stored, list(self.voters))
+        return state
 
     def encode(self, state: ElectionState) -> bytes:
         """The file's content for ``state`` (Kafka's JSON, version 0)."""
