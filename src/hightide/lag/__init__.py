@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .assignment import decode_assignment
+    from .endoffsets import EndOffsetMemory, EndOffsets
     from .offsets import Anomaly, OffsetLag, offset_lag
     from .status import (
         GroupStatus,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 _HOME = {
     "decode_assignment": "assignment",
+    **dict.fromkeys(("EndOffsetMemory", "EndOffsets"), "endoffsets"),
     **dict.fromkeys(("Anomaly", "OffsetLag", "offset_lag"), "offsets"),
     **dict.fromkeys(("GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRow", "StatusRows", "StatusRules",
                      "StatusTracker", "evaluate_group", "evaluate_group_rows", "evaluate_partition"), "status"),
@@ -60,7 +62,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Anomaly", "Certainty", "GroupStatus", "OffsetHistory", "OffsetLag", "PartitionStatus", "Sample",
+    "Anomaly", "Certainty", "EndOffsetMemory", "EndOffsets", "GroupStatus", "OffsetHistory", "OffsetLag", "PartitionStatus", "Sample",
     "Status", "StatusRow", "StatusRows", "StatusRules", "StatusTracker", "TimeLag", "TimeLagMethod",
     "best_time_lag", "decode_assignment", "evaluate_group", "evaluate_group_rows", "evaluate_partition", "offset_lag",
     "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated",

@@ -26,6 +26,12 @@ class Anomaly(StrEnum):
     COMMITTED_BEFORE_LOG_START = "committed_before_log_start"
     """committed < log start offset: records between them were deleted (retention or
     DeleteRecords) before the group read them; the consumer will skip or reset."""
+    STALE_END = "stale_end"
+    """The end offset is the last one known, not a current reading: the partition's
+    leader could not tell it (a leader failover: a new leader's high watermark is not
+    known until its followers fetch) or told a smaller one, which a clean failover never
+    makes true (:mod:`hightide.lag.endoffsets`). The lag is measured to that last known
+    end: it may under-report what was produced meanwhile, never what was already there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,9 @@ class OffsetLag:
         return self.lag is not None and self.lag <= 0
 
 
+_STALE = (Anomaly.STALE_END,)
+
+
 def _known(offset: int | None) -> int | None:
     return None if offset is None or offset < 0 else offset
 
@@ -81,7 +90,7 @@ def pending_offsets(high_watermark: int | None, last_stable_offset: int | None) 
 
 def offset_lag(committed: int | None, high_watermark: int | None, log_start_offset: int | None = None,
                last_stable_offset: int | None = None, *, read_committed: bool = False,
-               next_visible: int | None = None) -> OffsetLag:
+               next_visible: int | None = None, stale: bool = False) -> OffsetLag:
     """The lag of a group on one partition.
 
     ``committed``: the group's committed offset (the next offset it will read), None or
@@ -93,17 +102,20 @@ def offset_lag(committed: int | None, high_watermark: int | None, log_start_offs
     delivered (:func:`hightide.lag.markers.next_visible_offset`), None if not looked up;
     when it is at or past the end, everything between ``committed`` and the end is
     transaction markers (or aborted records for read_committed) and the lag is 0 with
-    ``invisible_tail = end - committed`` (the "stuck at 1" pitfall). Never raises.
+    ``invisible_tail = end - committed`` (the "stuck at 1" pitfall). ``stale``: the
+    offsets are the last known ones, not a current reading (STALE_END is reported,
+    see :class:`hightide.lag.endoffsets.EndOffsetMemory`). Never raises.
     """
     c = _known(committed)
     end = _known(last_stable_offset if read_committed else high_watermark)
     start = _known(log_start_offset)
     pending = pending_offsets(high_watermark, last_stable_offset)
     if c is not None and end is not None and c <= end and (start is None or c >= start):
+        marked = _STALE if stale else ()  # no other anomaly (the usual case)
         if next_visible is not None and c < end <= next_visible:
-            return OffsetLag(c, end, start, 0, (), read_committed, pending, end - c)
-        return OffsetLag(c, end, start, end - c, (), read_committed, pending)  # no anomaly (the usual case)
-    anomalies: list[Anomaly] = []
+            return OffsetLag(c, end, start, 0, marked, read_committed, pending, end - c)
+        return OffsetLag(c, end, start, end - c, marked, read_committed, pending)
+    anomalies: list[Anomaly] = [Anomaly.STALE_END] if stale else []
     if c is None:
         anomalies.append(Anomaly.NO_COMMIT)
     if end is None:

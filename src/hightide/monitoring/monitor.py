@@ -40,11 +40,14 @@ from ..lag import (
     time_lag_from_record,
     time_lag_interpolated,
 )
+from ..lag.endoffsets import DEFAULT_GRACE_MS, EndOffsetMemory
 
 __all__ = ["GroupReport", "LagMonitor", "PartitionReport", "PartitionReports", "Snapshot", "TopicPartitionReport"]
 
 ALL_METHODS = ("record_timestamp", "interpolation", "max_timestamp_anchor")
 _NO_HISTORY = OffsetHistory(2)  # read only: a partition without end-offset samples
+LAST_KNOWN = "last_known"
+"""The ``source`` of a lag row whose end offsets are the last known ones (STALE_END)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +134,14 @@ class LagMonitor:
     def __init__(self, admin: AdminClient, *, rules: StatusRules = StatusRules(),
                  methods: Iterable[str] = ALL_METHODS, isolation_level: str = "read_uncommitted",
                  history_points: int = 120, clock: Callable[[], float] = time.time,
-                 record_fetch_rounds: int = 8, marker_probe_max_lag: int = 1000) -> None:
+                 record_fetch_rounds: int = 8, marker_probe_max_lag: int = 1000,
+                 stale_end_grace_ms: int = DEFAULT_GRACE_MS) -> None:
         self.admin = admin
+        self.ends = EndOffsetMemory(stale_end_grace_ms, read_committed=isolation_level in ("read_committed", 1))
+        """End offsets never go back from one snapshot to the next because of a leader
+        failover: an unknown or smaller reading is replaced by the last known one, marked
+        stale (source ``last_known``, anomaly STALE_END), for at most
+        ``stale_end_grace_ms`` (see :mod:`hightide.lag.endoffsets`, docs/lag.md)."""
         self.marker_probe_max_lag = marker_probe_max_lag
         """Partitions whose lag is at most this many offsets are checked for the "stuck
         at 1" pitfall (only transaction markers, or aborted records for read_committed,
@@ -177,17 +186,19 @@ class LagMonitor:
         now = self._now_ms()
         described = await self._describe(ids, errors)
         lags = await self._add_assigned(lags, described)
+        lags, stale = self._settle_ends(lags, now)
         visible = await self._visible(lags)
         tps = sorted({row[0] for g in lags.values() if not isinstance(g, KafkaError) for row in g})
         if all_topics:
             md = await self.admin.metadata()
             tps = sorted(set(tps) | {TopicPartition(t.name, p) for t in md.topics.values()
                                      if not t.is_internal and t.error == ErrorCode.none for p in t.partitions})
-        bounds = await self._bounds(tps, lags, all_topics)
+        bounds = await self._bounds(tps, lags, now, stale)
+        self.ends.end_round()
         anchors = await self._anchors(tps)
         records = await self._records(lags)
         for tp, (hw, _) in bounds.items():
-            if hw is not None:
+            if hw is not None and tp not in stale:  # a stale end is no new sample
                 self.histories.setdefault(tp, OffsetHistory(self.history_points)).add(hw, now)
         partitions = {tp: TopicPartitionReport(tp.topic, tp.partition, *bounds.get(tp, (None, None)),
                                                anchors.get(tp)) for tp in tps}
@@ -257,10 +268,41 @@ class LagMonitor:
         except KafkaError:
             return {}
 
-    async def _bounds(self, tps: list[TopicPartition], lags: dict[str, list[LagRow] | KafkaError], all_topics: bool
-                      ) -> dict[TopicPartition, tuple[int | None, int | None]]:
-        """(high watermark, log start) per partition: from the lag answers, and for the
-        partitions no group committed to (``all_topics``), from ListOffsets."""
+    def _settle_ends(self, lags: dict[str, list[LagRow] | KafkaError], now: int
+                     ) -> tuple[dict[str, list[LagRow] | KafkaError], set[TopicPartition]]:
+        """``lags`` with each row's end offsets settled by :attr:`ends`: a row whose end
+        is unknown or went back (a leader failover) carries the last known end offsets
+        instead, its lag measured to them, with source ``last_known``; and the partitions
+        reported that way."""
+        settle, now_ms, read_committed = self.ends.settle, now, self.ends.read_committed
+        stale: set[TopicPartition] = set()
+        out = lags
+        for g, rows in lags.items():
+            if isinstance(rows, KafkaError):
+                continue
+            settled = None
+            for i, row in enumerate(rows):
+                e = settle(row[0], row[2], row[3], row[5], now_ms)
+                if e is None:
+                    continue
+                if settled is None:
+                    settled = list(rows)
+                    if out is lags:
+                        out = dict(lags)
+                    out[g] = settled
+                tp, c = row[0], row[1]
+                end = e.last_stable_offset if read_committed else e.high_watermark
+                settled[i] = (tp, c, e.high_watermark, e.log_start_offset,
+                              None if c is None or end is None else end - c, e.last_stable_offset,
+                              row[6], LAST_KNOWN, row[8])
+                stale.add(tp)
+        return out, stale
+
+    async def _bounds(self, tps: list[TopicPartition], lags: dict[str, list[LagRow] | KafkaError], now: int,
+                      stale: set[TopicPartition]) -> dict[TopicPartition, tuple[int | None, int | None]]:
+        """(high watermark, log start) per partition: from the (settled) lag answers, and
+        for the partitions no group committed to (``all_topics``), from ListOffsets,
+        settled likewise (those reported stale are added to ``stale``)."""
         out: dict[TopicPartition, tuple[int | None, int | None]] = {}
         for g in lags.values():
             if isinstance(g, KafkaError):
@@ -273,7 +315,12 @@ class LagMonitor:
             latest = await self.admin.list_offsets({tp: "latest" for tp in rest}, raise_on_error=False)
             earliest = await self.admin.list_offsets({tp: "earliest" for tp in rest}, raise_on_error=False)
             for tp in rest:
-                out[tp] = (_offset(latest.get(tp)), _offset(earliest.get(tp)))
+                hw, start = _offset(latest.get(tp)), _offset(earliest.get(tp))
+                e = self.ends.settle(tp, hw, start, None, now) if not self.ends.read_committed else None
+                if e is not None:
+                    hw, start = e.high_watermark, e.log_start_offset
+                    stale.add(tp)
+                out[tp] = (hw, start)
         return out
 
     async def _anchors(self, tps: list[TopicPartition]) -> dict[TopicPartition, ListOffsetsResult]:
@@ -424,7 +471,8 @@ class PartitionReports(Sequence[PartitionReport]):
         tp, committed, hw, start, _, lst, _, source, error = row
         ctx = self._ctx
         ol = offset_lag(committed, hw, start, lst, read_committed=ctx.read_committed,
-                        next_visible=None if committed is None else ctx.visible.get((tp, committed)))
+                        next_visible=None if committed is None else ctx.visible.get((tp, committed)),
+                        stale=source == LAST_KNOWN)
         tls = ctx.time_lags(tp, ol)
         return PartitionReport(self._group, tp.topic, tp.partition, ol, hw, lst, self._owner.get(tp), tls,
                                best_time_lag(tls), PartitionStatus(*self._statuses[tp]), source,

@@ -43,6 +43,7 @@ from .flusher import Flusher
 from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
+from .leader_offsets import LeaderOffsets
 from .metadata_runtime import MetadataOp, RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_metadata_runtime
 from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
@@ -105,6 +106,7 @@ class Broker:
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
         self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
         self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(self)  # followers fetch
+        self.leader_offsets = LeaderOffsets(self)  # OffsetFetch's HW tags of partitions led elsewhere
         self._tasks: list[asyncio.Task] = []
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
@@ -288,6 +290,7 @@ class Broker:
         await self.share_persister.close()
         await self.txns.close_connections()
         await self.replica_fetchers.close()  # before the logs close: no append after this
+        await self.leader_offsets.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from .broker import Broker
     from .flusher import Flusher
     from .group_runtime import GroupRuntime
+    from .leader_offsets import LeaderOffsets
     from .metadata_runtime import MetadataOp
     from .registry import Routes
     from .replica_manager import ReplicaManager
@@ -157,6 +158,9 @@ class Services:
     #: Replication roles of the partitions hosted here (None: a broker built without one,
     #: every partition then has one replica).
     replicas: ReplicaManager | None = None
+    #: Partition leaders' offsets for OffsetFetch's extension tags (None: the tags of
+    #: partitions led elsewhere are not sent).
+    leader_offsets: LeaderOffsets | None = None
 
     @classmethod
     def of(cls, broker: Broker, routes: Routes) -> Services:
@@ -164,7 +168,8 @@ class Services:
                    producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
                    share_groups=broker.share_groups, share_state=broker.share_state,
                    share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
-                   cluster_view=getattr(broker, "node", None), replicas=getattr(broker, "replica_manager", None))
+                   cluster_view=getattr(broker, "node", None), replicas=getattr(broker, "replica_manager", None),
+                   leader_offsets=getattr(broker, "leader_offsets", None))
 
 
 #: The principal of a connection that did not authenticate (PLAINTEXT, or SSL without a

@@ -178,14 +178,49 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
 
 
 # -- OffsetFetch ----------------------------------------------------------------------------
-Bounds = dict[tuple[str, int], "tuple[int, int, int] | None"]
-"""(high watermark, log start offset, last stable offset) per partition, None without a
-log: read once per OffsetFetch request (the handler runs without awaiting, so every
-group of the request sees the same values)."""
+class _Bounds:
+    """(high watermark, log start offset, last stable offset) of each partition of one
+    OffsetFetch request, read once per partition whatever the number of groups (the
+    handler reads every group's committed offsets, and the bounds of the partitions led
+    here, without awaiting: one consistent snapshot). None: no tags for the partition.
+
+    A partition another broker leads is noted in ``elsewhere`` (leader id, leader epoch)
+    and its entries in ``later``; the handler asks the leaders once every committed
+    offset was read (so the high watermark is never older than the commit) and fills
+    those entries in (:mod:`hightide.server.leader_offsets`)."""
+
+    __slots__ = ("elsewhere", "known", "later")
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[str, int], tuple[int, int, int] | None] = {}
+        self.elsewhere: dict[tuple[str, int], tuple[int, int]] = {}
+        self.later: list[tuple[list[PartitionOffset | PartitionTuple], int, tuple[str, int]]] = []
+
+    def read(self, ctx: RequestContext, topic: str, partition: int) -> tuple[int, int, int] | None:
+        """The partition's bounds if this broker leads it and knows its high watermark,
+        else None (and the leader noted in ``elsewhere`` when another broker leads it).
+        A new leader whose HW has not reached the start of its epoch yet answers None,
+        as ListOffsets answers OFFSET_NOT_AVAILABLE then: its HW may be below the old
+        leader's, and an end offset must not go back."""
+        t = ctx.image.topics.get(topic)
+        p = None if t is None else t.partitions.get(partition)
+        if p is None:
+            return None
+        if p.leader != ctx.services.identity.node_id:
+            if p.leader >= 0:
+                self.elsewhere[(topic, partition)] = (p.leader, p.leader_epoch)
+            return None
+        plog = ctx.logs.partition_log(topic, partition)
+        if plog is None:
+            return None
+        replicas = ctx.services.replicas
+        if replicas is not None and not replicas.offsets_available(topic, partition):
+            return None
+        return plog.high_watermark, plog.log_start_offset, plog.last_stable_offset
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
-                 member_epoch: int = -1, bounds: Bounds | None = None,
+                 member_epoch: int = -1, bounds: _Bounds | None = None,
                  require_stable: bool = False) -> GroupOffsets:
     """One group's offsets. Authorization as Kafka: DESCRIBE on the group (else the
     group's GROUP_AUTHORIZATION_FAILED); named topics the principal may not DESCRIBE
@@ -209,23 +244,23 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
         if hidden:
             fetched = [f for f in fetched if f[0] not in hidden]
     extend = ctx.version >= 6
-    logs = ctx.logs
     if bounds is None:
-        bounds = {}
+        bounds = _Bounds()
+    known, elsewhere = bounds.known, bounds.elsewhere
     by_topic: dict[str, list[PartitionOffset | PartitionTuple]] = {}
     for topic, partition, offset, epoch, metadata, error_code in fetched:
         b = None
-        if extend:
-            key = (topic, partition)
-            if key in bounds:
-                b = bounds[key]
-            else:
-                plog = logs.partition_log(topic, partition)
-                b = bounds[key] = None if plog is None else (
-                    plog.high_watermark, plog.log_start_offset, plog.last_stable_offset)
         parts = by_topic.get(topic)
         if parts is None:
             parts = by_topic[topic] = []
+        if extend:
+            key = (topic, partition)
+            if key in known:
+                b = known[key]
+            else:
+                b = known[key] = bounds.read(ctx, topic, partition)
+            if b is None and key in elsewhere:
+                bounds.later.append((parts, len(parts), key))
         if b is None:
             parts.append((partition, offset, epoch, metadata, error_code, None, None, None))
         else:
@@ -240,12 +275,38 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
 
 @handles(9, 1, 9)
 def offset_fetch(ctx: RequestContext, req: Any) -> Any:
+    """Committed offsets, with the extension tags on v6+: the bounds of partitions led
+    here are read with the commits; if some partitions are led by other brokers the
+    answer waits for their leaders' offsets (at most about a second, see
+    :mod:`hightide.server.leader_offsets`); the single node never waits."""
+    bounds = _Bounds()
     if ctx.version >= 8:
-        bounds: Bounds = {}
         groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),
                                getattr(g, "member_epoch", -1), bounds, req.require_stable) for g in req.groups]
     else:
-        groups = [_fetch_group(ctx, req.group_id, req.topics, require_stable=getattr(req, "require_stable", False))]
+        groups = [_fetch_group(ctx, req.group_id, req.topics, bounds=bounds,
+                               require_stable=getattr(req, "require_stable", False))]
+    if bounds.later and ctx.services.leader_offsets is not None:
+        return _with_leader_bounds(ctx, groups, bounds)
+    return _encode_offset_fetch(ctx, groups)
+
+
+async def _with_leader_bounds(ctx: RequestContext, groups: list[GroupOffsets], bounds: _Bounds) -> RawResponse:
+    """The answer once the leaders of ``bounds.elsewhere`` answered (or did not: those
+    partitions then carry no tags)."""
+    service = ctx.services.leader_offsets
+    assert service is not None
+    got = await service.bounds(bounds.elsewhere)
+    for parts, i, key in bounds.later:
+        b = got.get(key)
+        if b is not None:
+            e = parts[i]
+            assert isinstance(e, tuple)  # _fetch_group's entries are tuples
+            parts[i] = (e[0], e[1], e[2], e[3], e[4], b[0], b[1], b[2])
+    return _encode_offset_fetch(ctx, groups)
+
+
+def _encode_offset_fetch(ctx: RequestContext, groups: list[GroupOffsets]) -> RawResponse:
     frame = encode_offset_fetch_response(ctx.version, ctx.header.correlation_id, groups)
     return RawResponse([memoryview(frame)[4:]])
 
