@@ -38,6 +38,17 @@ CLUSTER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("controller.quorum.bootstrap.servers", "list", (), "host:port of controllers to discover the quorum from.",
        (_all_match(_HOSTPORT), "must be a list of {host}:{port}")),
     _d("controller.listener.names", "list", (), "Names of the listeners the controller serves on."),
+    _d("controller.quorum.election.timeout.ms", "int", 1000,
+       "A voter without a leader waits a random time in [t, 2t) before it starts an election.", _pos),
+    _d("controller.quorum.fetch.timeout.ms", "int", 2000,
+       "A voter that has not fetched from the leader for this long starts an election; a leader that has not "
+       "heard a majority fetch within 1.5 times it resigns.", _pos),
+    _d("controller.quorum.election.backoff.max.ms", "int", 1000,
+       "The longest a voter backs off after a lost election (exponential, randomized).", _pos),
+    _d("controller.quorum.request.timeout.ms", "int", 2000,
+       "How long a voter waits for another voter's answer before retrying.", _pos),
+    _d("controller.quorum.retry.backoff.ms", "int", 20,
+       "How long a voter waits before retrying a request whose connection failed.", _nonneg),
     _d("listeners", "list", ("PLAINTEXT://:9092",), "NAME://host:port for each listener.",
        (_all_match(_LISTENER), "must be a list of {name}://{host}:{port}")),
     _d("advertised.listeners", "list", None, "NAME://host:port published to clients (default: listeners).",
@@ -175,6 +186,8 @@ class ClusterSettings:
     snapshot_max_bytes: int = 20 * 1024 * 1024
     snapshot_interval_ms: int = 3_600_000
     metadata_segment_bytes: int = 1024 * 1024 * 1024
+    #: controller.quorum.{election.timeout,fetch.timeout,election.backoff.max,request.timeout,retry.backoff}.ms
+    quorum_timeouts_ms: tuple[int, int, int, int, int] = (1000, 2000, 1000, 2000, 20)
 
     @classmethod
     def from_values(cls, node_id: int, configs: Mapping[str, Any]) -> ClusterSettings:
@@ -195,7 +208,10 @@ class ClusterSettings:
             read_max_wait_ms=v["metadata.read.max.wait.ms"],
             snapshot_max_bytes=v["metadata.log.max.record.bytes.between.snapshots"],
             snapshot_interval_ms=v["metadata.log.max.snapshot.interval.ms"],
-            metadata_segment_bytes=v["metadata.log.segment.bytes"])
+            metadata_segment_bytes=v["metadata.log.segment.bytes"],
+            quorum_timeouts_ms=(v["controller.quorum.election.timeout.ms"], v["controller.quorum.fetch.timeout.ms"],
+                                v["controller.quorum.election.backoff.max.ms"],
+                                v["controller.quorum.request.timeout.ms"], v["controller.quorum.retry.backoff.ms"]))
 
     @property
     def is_broker(self) -> bool:

@@ -44,7 +44,9 @@ from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
 from .leader_offsets import LeaderOffsets
-from .metadata_runtime import MetadataOp, RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_metadata_runtime
+from .metadata_runtime import (
+    MetadataOp, RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
+)
 from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 from .share_groups import ShareGroupService
@@ -215,7 +217,8 @@ class Broker:
                 durable=self.flusher.durable, cluster_id=self.cluster_id, security=controller_client_security(
                     self.config.security_values, self.cluster.controller_listener_names),
                 snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
-                                         lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)))
+                                         lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)),
+                config=raft_config(self.cluster))
         metadata, runtime = self.metadata, self.metadata_runtime
         raft = runtime.shell if isinstance(runtime, RaftMetadataRuntime) else None
         self.controller_service = ControllerService(

@@ -34,6 +34,7 @@ from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig
 from ..cluster.raft.wire import leader_change_batch
 from ..log.partition_log import PartitionLog
 from ..cluster.records import MetadataRecord
+from ..cluster.settings import ClusterSettings
 from ..protocol.errors import ErrorCode
 from ..protocol.records import build_batch
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
@@ -190,6 +191,14 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
         shell.on_trim = snapshotter.trim
         shell.snapshotter = snapshotter
     return RaftMetadataRuntime(shell)
+
+
+def raft_config(settings: ClusterSettings) -> RaftConfig:
+    """The Raft core's timeouts from Kafka's ``controller.quorum.*`` settings; the
+    LeaderChange entry is Kafka's control batch."""
+    election, fetch, backoff, request, retry = settings.quorum_timeouts_ms
+    return RaftConfig(election_timeout_ms=election, fetch_timeout_ms=fetch, election_backoff_max_ms=backoff,
+                      request_timeout_ms=request, retry_backoff_ms=retry, leader_change_payload=leader_change_batch)
 
 
 @dataclass(frozen=True)
