@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from hightide.cli import main
 from tests.waiting import wait_until
 
+from .conftest import ClusterFactory
 from .test_dev_cluster_run import _alive
 
 
@@ -32,7 +33,7 @@ def describe(*args: str) -> Any:
     return json.loads(r.output)
 
 
-def test_metadata_quorum_shows_every_voter_and_observer_from_any_voter(cluster) -> None:
+def test_metadata_quorum_shows_every_voter_and_observer_from_any_voter(cluster: ClusterFactory) -> None:
     h = cluster(3, controllers=3)
     leader = h.quorum_leader()
     ids = sorted(n.spec.node_id for n in h.controllers)
@@ -48,10 +49,11 @@ def test_metadata_quorum_shows_every_voter_and_observer_from_any_voter(cluster) 
     killed_ms = int(time.time() * 1000)
     h.kill(follower.spec.node_id)
 
-    def lagging() -> Any:
+    def lagging() -> Any:  # the dead voter lags while everyone else has fetched since the kill
         rows = {r["node_id"]: r for r in describe("--replication", "--bootstrap-controller", h.bootstrap_controller)}
-        dead = rows[follower.spec.node_id]
-        return rows if dead["lag"] > 0 else None
+        others = [r for i, r in rows.items() if i not in (follower.spec.node_id, rows_leader(rows))]
+        fresh = all(r["last_fetch_timestamp"] > killed_ms for r in others)
+        return rows if rows[follower.spec.node_id]["lag"] > 0 and fresh else None
     rows = wait_until(lagging, 20, what=f"voter {follower.spec.node_id} lagging after its kill")
     assert [rows[i]["status"] for i in ids] == ["Leader" if i == leader else "Follower" for i in ids]
     assert [rows[b]["status"] for b in (0, 1, 2)] == ["Observer"] * 3
@@ -59,6 +61,10 @@ def test_metadata_quorum_shows_every_voter_and_observer_from_any_voter(cluster) 
     assert dead["last_fetch_timestamp"] <= killed_ms and dead["last_caught_up_timestamp"] <= killed_ms
     alive = [rows[i] for i in ids if i != follower.spec.node_id] + [rows[b] for b in (0, 1, 2)]
     assert all(r["last_fetch_timestamp"] > killed_ms for r in alive), rows
+
+
+def rows_leader(rows: dict[int, Any]) -> int:
+    return next(i for i, r in rows.items() if r["status"] == "Leader")
 
 
 def test_dev_cluster_runs_a_quorum_and_survives_a_controller_exit(tmp_path: Path) -> None:
@@ -69,8 +75,11 @@ def test_dev_cluster_runs_a_quorum_and_survives_a_controller_exit(tmp_path: Path
     lines: queue.Queue[str] = queue.Queue()
     seen: list[str] = []
     assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: [lines.put(x.rstrip("\n")) for x in proc.stdout],  # type: ignore[union-attr]
-                              daemon=True)
+    def read() -> None:
+        assert proc.stdout is not None
+        for x in proc.stdout:
+            lines.put(x.rstrip("\n"))
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     pids: dict[str, int] = {}
 

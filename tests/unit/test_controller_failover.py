@@ -499,7 +499,7 @@ def test_the_admin_client_finds_the_active_controller_of_a_quorum(monkeypatch: p
             return quorum_answer(int(ErrorCode.not_leader_or_follower), 3002 if rounds["n"] > 1 else -1,
                                  {3002: C})
         return quorum_answer(0, 3002) if rounds["n"] > 1 else quorum_answer(int(ErrorCode.not_leader_or_follower))
-    QuorumConn.answers = staticmethod(answers)  # type: ignore[assignment]
+    QuorumConn.answers = staticmethod(answers)
     QuorumConn.asked = []
     monkeypatch.setattr(client_cluster, "BrokerConnection", QuorumConn)
 
