@@ -263,7 +263,12 @@ class RaftShell:
             deadline = self.core.next_deadline
             now = self.clock()
             if deadline is not None and now >= deadline:
-                self._step(Tick())
+                try:
+                    self._step(Tick())
+                except Exception as exc:  # the core broke a rule it checks (a bug): stop taking part
+                    log.exception("raft: the core failed on a timer")
+                    self._fail(f"the core failed on a timer: {exc}")
+                    return
                 if self.core.next_deadline is not None and self.core.next_deadline <= now:
                     await asyncio.sleep(0.001)  # a deadline the core did not move: do not spin
                 continue
@@ -359,7 +364,12 @@ class RaftShell:
                 self._persisting = True
                 self._spawn(self._install_snapshot(action), "raft-install-snapshot")
                 return
-            self._carry_out(action)
+            try:
+                self._carry_out(action)
+            except Exception as exc:  # a bug or an unexpected IO error: stop voting rather than diverge
+                log.exception("raft: carrying out %s failed", type(action).__name__)
+                self._fail(f"carrying out {type(action).__name__} failed: {exc}")
+                return
 
     async def _persist(self, state: ElectionState) -> None:
         try:
