@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
+
+from hightide.protocol.build import materialize
+from hightide.protocol.codec import encode_request
+from hightide.protocol.envelope_response import decode_envelope_response
 
 from tests.waiting import wait_until
 
@@ -95,7 +100,26 @@ def test_three_controllers_elect_commit_on_all_and_fail_over(quorum: ClusterHarn
         fetched = conn.fetch(0, replica_id=0).responses[0].partitions[0]
         assert fetched.error_code == ErrorCode.not_leader_or_follower
         assert fetched.current_leader.leader_id == leader
-    assert not topic_on(h, leader, "refused")
+        leader_port = int(h.address(leader).rsplit(":", 1)[1])
+        assert [(e.node_id, e.port) for e in conn.fetch(0, replica_id=0).node_endpoints] == [(leader, leader_port)]
+        # a forwarded write: NOT_CONTROLLER at the Envelope level, nothing run
+        inner = materialize(load_request_schema(19, 7), {
+            "topics": [{"name": "forwarded-refused", "num_partitions": 1, "replication_factor": -1,
+                        "assignments": [], "configs": []}], "timeout": 30000, "validate_only": False})
+        frame = conn.raw(58, 0, {"request_data": encode_request(19, 7, 1, "c", inner)[4:], "request_principal": b"",
+                                 "client_host_address": b"\x7f\0\0\1"})
+        _, env = decode_envelope_response(frame)
+        assert env.error_code == ErrorCode.not_controller and env.response_data is None
+        # KIP-919: every voter listed, the leader as ControllerId
+        cluster = conn.request(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+        assert cluster.controller_id == leader and sorted(b.broker_id for b in cluster.brokers) == ids
+        # Raft RPCs of another cluster are refused
+        vote = conn.request(52, 2, {"cluster_id": "another-cluster", "voter_id": others[0], "topics": [
+            {"topic_name": "__cluster_metadata", "partitions": [
+                {"partition_index": 0, "replica_epoch": 99, "replica_id": leader, "replica_directory_id": None,
+                 "voter_directory_id": None, "last_offset_epoch": 99, "last_offset": 99, "pre_vote": False}]}]})
+        assert vote.error_code == ErrorCode.inconsistent_cluster_id
+    assert not topic_on(h, leader, "refused") and not topic_on(h, leader, "forwarded-refused")
 
     killed_at = time.monotonic()
     h.kill(leader)
