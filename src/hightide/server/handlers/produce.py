@@ -36,14 +36,14 @@ from ...protocol.records import BatchHeader, InvalidRecords, decode_records, rec
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorizer
 from ..context import RequestContext
-from ..leadership import node_endpoints, not_leader
+from ..leadership import NotLeader, node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
 
 if TYPE_CHECKING:
     from ..replica_manager import LeaderPartition, ReplicaManager
 
-Replicated = tuple[dict, "asyncio.Future[ErrorCode]"]
-"""A partition response whose acks=all answer waits for the high watermark."""
+Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
+"""(topic, partition response) whose acks=all answer waits for the high watermark."""
 
 
 def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, acks: int,
@@ -264,7 +264,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             if plog is not None:
                 durable.append((resp, plog))
             if wait is not None:
-                replicated.append((resp, wait))
+                replicated.append((t.name, resp, wait))
             parts.append(resp)
         responses.append({"name": t.name, "partition_responses": parts})
     if acks == 0:
@@ -299,16 +299,25 @@ async def _after_fsync(ctx: RequestContext, durable: list[tuple[dict, PartitionL
                 resp["error_message"] = f"fsync failed: {getattr(r, 'strerror', None) or r}"
                 resp["base_offset"] = -1
     if replicated:
-        pending = [w for _, w in replicated if not w.done()]
+        pending = [w for _, _, w in replicated if not w.done()]
         if pending:
             await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
-        for resp, w in replicated:
+        for topic, resp, w in replicated:
             code = w.result() if w.done() else ErrorCode.request_timed_out
             w.cancel()
             if code != ErrorCode.none and resp["error_code"] == ErrorCode.none:
                 resp["error_code"] = code
                 response["failed"] = True
+                if code == ErrorCode.not_leader_or_follower:  # KIP-951: where it moved
+                    resp["current_leader"] = _current_leader(ctx, topic, resp["index"])
     return _encode(ctx, response)
+
+
+def _current_leader(ctx: RequestContext, topic: str, partition: int) -> tuple[int, int] | None:
+    """(leader id, epoch) the image has for a partition this node stopped leading."""
+    t = ctx.image.topics.get(topic)
+    p = t.partitions.get(partition) if t is not None else None
+    return None if p is None else NotLeader(ErrorCode.not_leader_or_follower, p.leader, p.leader_epoch).current_leader
 
 
 def _encode(ctx: RequestContext, response: dict) -> RawResponse:
