@@ -4,7 +4,7 @@
 brokers, test timings: heartbeat 250 ms, session 3 s) with two fault-injecting TCP
 proxies per broker (tests/cluster/proxy.py): one in front of the broker — its advertised
 listener, so clients *and other brokers* reach it only through the proxy — and one
-between the broker and the controller. Isolating a broker blackholes both: nobody can
+between the broker and each controller (``controllers`` voters, 1 by default). Isolating a broker blackholes both: nobody can
 reach it and it cannot reach the controller (its own connections to other brokers'
 proxies stay up: a one-way partition, the broker still hears leaders but nobody hears
 it).
@@ -13,13 +13,15 @@ it).
 1-5 s (some shorter, some longer than the 3 s session timeout) then healed, with
 1-3 s to recover in between. Faults (``--faults``): ``kill`` (kill -9 a broker, restart
 it on the same data dir), ``pause`` (SIGSTOP, SIGCONT), ``partition`` (isolate a broker
-as above), ``controller`` (kill -9 the active controller and restart it). Every start and
+as above), ``controller`` (kill -9 the active controller — the quorum's leader, asked
+with DescribeQuorum — and restart it). Every start and
 heal is a ``nemesis`` event in the history. Targets are drawn from a seeded RNG, so a
 seed replays the same fault schedule (not the same timing).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Mapping
@@ -41,21 +43,22 @@ HEARTBEAT_MS, SESSION_MS = 250, 3000
 class ProxiedCluster:
     """Controller + ``n`` brokers behind per-broker proxies (see the module doc)."""
 
-    def __init__(self, base_dir: Path, n: int, settings: Mapping[str, Any] | None = None) -> None:
-        self.dev = DevCluster(plan(n, base_dir, heartbeat_interval_ms=HEARTBEAT_MS, session_timeout_ms=SESSION_MS,
-                                   settings=settings), base_dir)
-        ctl = self.dev.controllers[0].spec
+    def __init__(self, base_dir: Path, n: int, settings: Mapping[str, Any] | None = None,
+                 controllers: int = 1) -> None:
+        self.dev = DevCluster(plan(n, base_dir, n_controllers=controllers, heartbeat_interval_ms=HEARTBEAT_MS,
+                                   session_timeout_ms=SESSION_MS, settings=settings), base_dir)
         self.front: dict[int, FaultProxy] = {}
-        self.ctl: dict[int, FaultProxy] = {}
+        self.ctl: dict[int, list[FaultProxy]] = {}  # per broker: one proxy to each controller
         self.isolated: set[int] = set()
         for node in self.dev.brokers:
             spec = node.spec
             front = FaultProxy((spec.host, spec.port)).start()
             self.front[spec.node_id] = front
             spec.settings["advertised.listeners"] = f"PLAINTEXT://{front.address[0]}:{front.address[1]}"
-            link = FaultProxy((ctl.host, ctl.port)).start()
-            self.ctl[spec.node_id] = link
-            self.dev.route_via(spec.node_id, *link.address)
+            links = [(c.spec.node_id, FaultProxy((c.spec.host, c.spec.port)).start()) for c in self.dev.controllers]
+            self.ctl[spec.node_id] = [link for _, link in links]
+            spec.settings["controller.quorum.voters"] = ",".join(
+                f"{cid}@{link.address[0]}:{link.address[1]}" for cid, link in links)
 
     @property
     def bootstrap(self) -> str:
@@ -71,15 +74,34 @@ class ProxiedCluster:
 
     def isolate(self, bid: int) -> None:
         self.isolated.add(bid)
-        for proxy in (self.front[bid], self.ctl[bid]):
+        for proxy in (self.front[bid], *self.ctl[bid]):
             proxy.blackhole(True)
             proxy.close_connections()
 
     def heal(self, bid: int) -> None:
         self.isolated.discard(bid)
-        for proxy in (self.front[bid], self.ctl[bid]):
+        for proxy in (self.front[bid], *self.ctl[bid]):
             proxy.blackhole(False)
             proxy.close_connections()  # blackholed connections lost bytes: start them afresh
+
+    def active_controller(self) -> int:
+        """The node id of the active controller (the quorum's leader; the only controller
+        when there is one, or when the quorum cannot be asked)."""
+        ctls = self.dev.controllers
+        if len(ctls) == 1:
+            return ctls[0].spec.node_id
+        from hightide.client.cluster import active_controller
+
+        async def ask() -> int:
+            conn, info = await active_controller([(c.spec.host, c.spec.port) for c in ctls if c.alive],
+                                                 timeout_s=10.0)
+            await conn.close()
+            return info.leader_id
+        try:
+            leader = asyncio.run(ask())
+        except Exception:  # noqa: BLE001 - an election in progress: any controller will do
+            return ctls[0].spec.node_id
+        return leader if leader in self.dev.nodes else ctls[0].spec.node_id
 
     def heal_all(self) -> None:
         """Every node running and resumed, every proxy passing bytes."""
@@ -95,7 +117,7 @@ class ProxiedCluster:
         try:
             self.dev.close()
         finally:
-            for proxy in (*self.front.values(), *self.ctl.values()):
+            for proxy in (*self.front.values(), *(p for links in self.ctl.values() for p in links)):
                 proxy.stop()
 
 
@@ -145,7 +167,7 @@ class Nemesis:
 
     def _target(self, fault: str) -> int:
         if fault == "controller":
-            return self.cluster.dev.controllers[0].spec.node_id
+            return self.cluster.active_controller()
         return self.rnd.choice(self.cluster.dev.broker_ids)
 
     def _inject(self, fault: str, node: int) -> None:
