@@ -120,3 +120,31 @@ def test_acls_and_describe_quorum_through_a_broker(cluster) -> None:
     names, leader, observers = c.run(main())
     assert names == ["fwd-"]
     assert leader == c.controller.spec.node_id and observers == [0, 1]  # the controller's view, not the broker's
+
+
+def test_find_coordinator_without_a_controller_answers_at_once(cluster) -> None:
+    """The group's internal topic does not exist yet and the controller is gone: the
+    broker answers FindCoordinator COORDINATOR_NOT_AVAILABLE within a few seconds (Kafka
+    answers at once while its topic creation goes on), not after a 30 s hold of the
+    client's connection; the same for Metadata's auto-creation (the topic is unknown)."""
+    c = cluster(1, controllers=3)
+    leader = c.quorum_leader()
+    for node in [n for n in c.controllers if n.spec.node_id != leader][:1] + \
+            [n for n in c.controllers if n.spec.node_id == leader]:
+        node.kill()  # a majority gone: the survivor can never lead
+
+    async def ask() -> tuple[int, int, float]:
+        conn = await _connect(c.address(0))
+        try:
+            t0 = time.monotonic()
+            fc = await conn.request(10, conn.pick_version(10, 3), {"key": "g-no-controller", "key_type": 0})
+            md = await conn.request(3, conn.pick_version(3, 12, 4), {
+                "topics": [{"name": "made-without-controller", "topic_id": uuid.UUID(int=0)}],
+                "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+            return int(fc.error_code), int(md.topics[0].error_code), time.monotonic() - t0
+        finally:
+            await conn.close()
+    fc_code, md_code, took = c.run(ask())
+    assert fc_code == ErrorCode.coordinator_not_available
+    assert md_code in (ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available)
+    assert took < 15, f"held the client for {took:.1f} s"

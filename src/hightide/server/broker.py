@@ -61,6 +61,9 @@ log = logging.getLogger("hightide.broker")
 
 GROUP_TIMER_INTERVAL_S = 0.1
 METADATA_FETCH_KEY = (METADATA_TOPIC, 0)  # the observers' long-poll key (handlers.controller_fetch)
+#: How long a broker-only node waits for the controller on its own topic creations before
+#: answering a retriable error (see Broker._create_through_controller).
+OWN_WRITE_WAIT_S = 5.0
 
 
 def now_ms() -> int:
@@ -110,6 +113,7 @@ class Broker:
         self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(self)  # followers fetch
         self.leader_offsets = LeaderOffsets(self)  # OffsetFetch's HW tags of partitions led elsewhere
         self._tasks: list[asyncio.Task] = []
+        self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
         self.started_at = 0.0
@@ -411,10 +415,36 @@ class Broker:
         acknowledged consistency, returns once every unfenced broker has them). Raises
         CoordinatorUnavailable when the metadata log (or the controller) fails."""
         if self.node is not None:
-            return await self.node.remote.create_topics(topics)
+            return await self._create_through_controller(topics)
         results: list[TopicResult] = await self.write_metadata(
             lambda image: self.controller.create_topics(image, topics))
         return results
+
+    async def _create_through_controller(self, topics: list[NewTopic]) -> list[TopicResult]:
+        """A broker-only node's own creation, shared by concurrent callers asking for the
+        same names and awaited at most OWN_WRITE_WAIT_S: without an active controller
+        (an election, a lost majority) the caller gets CoordinatorUnavailable then — its
+        client gets a retriable error at once, as Kafka answers while its creation goes
+        on — and the creation keeps running in the background (it is idempotent by
+        name: a late or repeated one answers TOPIC_ALREADY_EXISTS)."""
+        assert self.node is not None
+        key = tuple(sorted(t.name for t in topics))
+        task = self._own_creations.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self.node.remote.create_topics(topics))
+            self._own_creations[key] = task
+            task.add_done_callback(lambda t: self._creation_done(key, t))
+        done, _ = await asyncio.wait((task,), timeout=OWN_WRITE_WAIT_S)
+        if not done:
+            raise CoordinatorUnavailable(f"creating {', '.join(key)}: no answer from the controller within "
+                                         f"{OWN_WRITE_WAIT_S:.0f} s (it goes on in the background)")
+        return task.result()
+
+    def _creation_done(self, key: tuple[str, ...], task: asyncio.Future[list[TopicResult]]) -> None:
+        if self._own_creations.get(key) is task:
+            del self._own_creations[key]
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("creating %s failed: %s", ", ".join(key), task.exception())
 
     def after_metadata_change(self) -> None:
         """Put a metadata change applied by the follower (broker-only node) in force: open
