@@ -294,7 +294,7 @@ class Exporter:
                 self.collector.scrape_error = 0.0
             except Exception as exc:  # noqa: BLE001 - reported as hightide_exporter_up 0
                 self._fail("timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}")
-                admin, self._admin, self._monitor = self._admin, None, None
+                admin, self._admin = self._admin, None  # the monitor (status windows, last known ends) stays
                 if admin is not None:
                     await admin.close()
             self._last = time.monotonic()
@@ -308,7 +308,9 @@ class Exporter:
                                    **self.client_options})
             self._admin = admin  # (closed by refresh if start() fails or times out)
             await admin.start()
-            self._monitor = LagMonitor(admin, rules=self.rules, isolation_level=self.isolation_level)
+            if self._monitor is None:
+                self._monitor = LagMonitor(admin, rules=self.rules, isolation_level=self.isolation_level)
+            self._monitor.admin = admin
         assert self._monitor is not None
         self.collector.snapshot = await self._monitor.snapshot(self.groups, all_topics=True)
         self.collector.share = await share_snapshot(self._admin, self.groups)
