@@ -59,7 +59,7 @@ from ..client.errors import KafkaError, KafkaTimeoutError
 from ..protocol.broker_heartbeat_response import BrokerHeartbeatResponse, decode_broker_heartbeat_response
 from ..protocol.errors import ErrorCode
 from .controller_channel import ControllerChannel, ControllerUnavailable
-from .tasks import cancel_and_wait
+from .tasks import cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
     from ..cluster.settings import ClusterSettings
@@ -328,10 +328,7 @@ class BrokerLifecycleManager:
             else:
                 delay = 1.0 if action is None else max(0.0, (action.until_ms - now_ms()) / 1000)
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self._wake, delay)
 
     async def _register(self, action: Register) -> None:
         body = {"broker_id": self.settings.node_id, "cluster_id": self._cluster_id(),

@@ -66,6 +66,7 @@ from ..cluster.snapshot import SnapshotError, image_from_snapshot
 from ..cluster.records import decode
 from ..log.partition_log import PartitionLog
 from ..protocol.records import decode_records, iter_headers, parse_header, validate_batches
+from .tasks import wait_event
 
 log = logging.getLogger("hightide.raft")
 
@@ -273,10 +274,7 @@ class RaftShell:
                     await asyncio.sleep(0.001)  # a deadline the core did not move: do not spin
                 continue
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), None if deadline is None else (deadline - now) / 1000)
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, None if deadline is None else (deadline - now) / 1000)
 
     async def close(self, resign_wait_s: float = 0.3) -> None:
         """Stop: a leader resigns first (EndQuorumEpoch to the voters, waited for up to
