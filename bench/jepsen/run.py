@@ -19,7 +19,8 @@ reads every partition in full and checks the history (:mod:`checker`).
 on the topic (each acknowledged write fsynced: only a lost disk could lose it).
 
 Writes one JSON result (``bench/results/<date>-jepsen-<name>.json``: the checker's report
-with a few examples of each anomaly) and, with ``--history PATH``, the whole history as
+with a few examples of each anomaly, and how long writes stalled around each kind of
+fault, :mod:`availability`) and, with ``--history PATH``, the whole history as
 JSON lines (about 200 bytes an operation: 20 MB for a 5-minute run); prints the result;
 exits 1 if the checker found an anomaly (0 with ``--broken`` only if it did: the point of
 that mode). ``--data-dir`` keeps the nodes' data and logs.
@@ -42,6 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.jepsen import workload  # noqa: E402
+from bench.jepsen.availability import write_gaps  # noqa: E402
 from bench.jepsen.checker import check  # noqa: E402
 from bench.jepsen.history import History  # noqa: E402
 from bench.jepsen.nemesis import FAULTS, Nemesis, ProxiedCluster  # noqa: E402
@@ -128,6 +130,7 @@ def run(*, brokers: int = 3, controllers: int = 1, duration: float = 60.0, fault
         "faults_injected": nemesis.injected, "nemesis_errors": nemesis.errors,
         "history_events": len(history), "final_read_problems": problems,
         "first_lost_write_acked_at_s": lost["examples"][0]["t"] if lost["examples"] else None,
+        "write_gaps_ms": write_gaps(history.events()),
         "anomalies": {k: v["count"] for k, v in report["checks"].items() if v["count"]},
         "check": report,
     }

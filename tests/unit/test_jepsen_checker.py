@@ -213,3 +213,16 @@ def test_every_check_is_exercised_above(name):
     histories.append([*clean(), poll(3.9, "c2", [[1, 3, "nobody-sent-this"]])])
     histories.append([e for e in clean() if not (e["f"] == "final-read" and e["partition"] == 1)])
     assert any(check(h)["checks"][name]["count"] for h in histories)
+
+
+def test_write_gaps_measure_the_longest_stall_after_each_fault():
+    from bench.jepsen.availability import write_gaps
+    ev = [send(0.1 * i, 0, i, i % 2, i // 2) for i in range(10)]        # both partitions every 0.2 s
+    ev.append({"f": "nemesis", "type": "info", "process": "nemesis", "t": 1.05, "fault": "kill", "node": 0,
+               "phase": "start"})
+    ev += [send(1.1, 1, 0, 1, 5), send(4.0, 1, 1, 0, 5)]                # partition 0 stalls 0.8 -> 4.0
+    ev.append({"f": "nemesis", "type": "info", "process": "nemesis", "t": -1.0, "fault": "pause", "node": 1,
+               "phase": "start"})                                       # before any ack: not measured
+    got = write_gaps(ev)
+    assert got["kill"] == {"faults": 1, "p50_ms": 3200, "p99_ms": 3200, "max_ms": 3200, "not_measured": 0}
+    assert got["pause"]["faults"] == 0 and got["pause"]["not_measured"] == 1
