@@ -2,8 +2,8 @@
 
 The logic lives in the sans-IO shard (:mod:`hightide.group.shard`); these handlers
 translate requests, run them through the coordinator runtime, and encode the answer.
-OffsetFetch responses carry hightide's extension tags (high watermark, log start
-offset, last stable offset per partition; docs/protocol-extensions.md) on v6+, and
+OffsetFetch responses carry hightide's extension tags (the partition leader's high
+watermark, log start offset and last stable offset; docs/protocol-extensions.md) on v6+, and
 OffsetCommit requests may carry ``ExpectedOffset`` (tag 10000 per partition).
 """
 
