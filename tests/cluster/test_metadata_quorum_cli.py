@@ -89,9 +89,13 @@ def test_kafka_uuid_is_url_safe_base64_without_padding() -> None:
     (["--status", "--replication"], "give exactly one of --status or --replication"),
     (["--status", "-b", "127.0.0.1:1", "--bootstrap-controller", "127.0.0.1:1"],
      "give only one of --bootstrap-server or --bootstrap-controller"),
+    (["--status", "-b", "127.0.0.1:1", "|", "--bootstrap-controller", "127.0.0.1:1"],
+     "give only one of --bootstrap-server or --bootstrap-controller"),
 ])
 def test_usage_errors(args: list[str], message: str) -> None:
-    r = CliRunner().invoke(main, ["metadata-quorum", "describe", *args])
+    before = args[args.index("|") + 1:] if "|" in args else []  # given before "describe"
+    args = args[:args.index("|")] if "|" in args else args
+    r = CliRunner().invoke(main, ["metadata-quorum", *before, "describe", *args])
     assert r.exit_code == 2 and message in r.output
 
 
@@ -116,3 +120,7 @@ def test_single_node_is_the_one_voter_and_leader(server, topic_name) -> None:
     rows = json.loads(r.output)
     assert [(x["node_id"], x["status"], x["lag"]) for x in rows] == [(1, "Leader", 0)]
     assert rows[0]["log_end_offset"] >= int(fields["HighWatermark"])
+    # kafka-metadata-quorum.sh's order: the connection options before the subcommand
+    r = CliRunner().invoke(main, ["metadata-quorum", "--bootstrap-server", server.bootstrap, "describe", "--status"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0 and "LeaderId:" in r.output, r.output

@@ -170,8 +170,17 @@ REPLICATION_COLS = [Col("NodeId", "node_id"), Col("DirectoryId", "directory_id",
 
 
 @main.group("metadata-quorum")
-def metadata_quorum() -> None:
-    """The metadata quorum: leader, high watermark, replication (kafka-metadata-quorum)."""
+@click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
+              help="HOST:PORT[,...] of brokers (default 127.0.0.1:9092).")
+@click.option("--bootstrap-controller", default=None, help="HOST:PORT[,...] of controllers (KIP-919).")
+@command_config_option
+@click.pass_context
+def metadata_quorum(ctx: click.Context, bootstrap_server: str | None, bootstrap_controller: str | None) -> None:
+    """The metadata quorum: leader, high watermark, replication (kafka-metadata-quorum).
+
+    The connection options go before or after ``describe`` (kafka-metadata-quorum.sh
+    takes them before: ``metadata-quorum --bootstrap-server HOST:PORT describe --status``)."""
+    ctx.obj = {"bootstrap_server": bootstrap_server, "bootstrap_controller": bootstrap_controller}
 
 
 @metadata_quorum.command("describe")
@@ -186,6 +195,9 @@ def metadata_quorum() -> None:
 def describe(bootstrap_server: str | None, bootstrap_controller: str | None, status: bool, replication: bool,
              human_readable: bool, as_json: bool) -> None:
     """Describe the metadata quorum (one of --status or --replication)."""
+    given = click.get_current_context().obj or {}
+    bootstrap_server = bootstrap_server or given.get("bootstrap_server")
+    bootstrap_controller = bootstrap_controller or given.get("bootstrap_controller")
     if status == replication:
         raise click.UsageError("give exactly one of --status or --replication")
     if bootstrap_server and bootstrap_controller:
