@@ -10,6 +10,10 @@ flags select partitions as Kafka's ``TopicCommand`` does:
 - ``unavailable``: no leader, or a leader that is not a live (unfenced) broker;
 - ``under_min_isr``: no leader, or fewer ISR members than ``min.insync.replicas``;
 - ``at_min_isr``: exactly ``min.insync.replicas`` ISR members.
+
+Unlike kafka-topics.sh, a partition being reassigned counts its adding replicas in its
+replication factor (Kafka subtracts them, from ListPartitionReassignments, which this
+admin client does not send yet), so it shows as under-replicated until the move ends.
 """
 
 from __future__ import annotations
