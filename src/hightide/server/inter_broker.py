@@ -9,6 +9,7 @@ a new one.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..client import BrokerConnection
@@ -32,6 +33,7 @@ class InterBrokerClients:
         self.request_timeout_s = request_timeout_s
         self._conns: dict[int, BrokerConnection] = {}
         self._inter: tuple[str, ClientSecurity | None] | None = None
+        self._connecting: dict[int, asyncio.Lock] = {}
 
     def inter_broker(self) -> tuple[str, ClientSecurity | None]:
         """(listener name, client security) used to reach other brokers."""
@@ -50,17 +52,24 @@ class InterBrokerClients:
 
     async def request(self, node_id: int, host: str, port: int, api_key: int, version: int, body: Any) -> Any:
         """Send one request to broker ``node_id`` at ``host:port`` and return the decoded
-        response. Raises KafkaError or OSError (the connection is then dropped)."""
-        conn = self._conns.get(node_id)
-        if conn is None or not conn.connected or (conn.host, conn.port) != (host, port):
-            if conn is not None:
-                await conn.close()
-            conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
-                                    node_id=node_id, security=self.inter_broker()[1])
-            self._conns[node_id] = conn
+        response. Concurrent callers share one connection (opened once, under a lock per
+        broker). Raises KafkaError or OSError (the connection is then dropped)."""
+        async with self._connecting.setdefault(node_id, asyncio.Lock()):  # one connect at a time per broker
+            conn = self._conns.get(node_id)
+            if conn is None or not conn.connected or (conn.host, conn.port) != (host, port):
+                if conn is not None:
+                    await conn.close()
+                conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
+                                        node_id=node_id, security=self.inter_broker()[1])
+                self._conns[node_id] = conn
+                try:
+                    await conn.connect()
+                except (KafkaError, OSError):
+                    if self._conns.get(node_id) is conn:
+                        del self._conns[node_id]
+                    await conn.close()
+                    raise
         try:
-            if not conn.connected:
-                await conn.connect()
             return await conn.request(api_key, version, body)
         except (KafkaError, OSError):
             if self._conns.get(node_id) is conn:
