@@ -13,8 +13,9 @@ the cluster benchmarks. Theory of operation:
    output goes to ``<base>/logs/<name>.log``; :meth:`NodeProcess.wait_listening` fails
    fast with the node's last output line when a node exits during start-up (port in use,
    data dir locked, bad config). Children get SIGKILL if this process dies
-   (``PR_SET_PDEATHSIG`` on Linux), and :meth:`DevCluster.close` (also run by ``with``
-   and at interpreter exit) stops whatever is still running, so nothing leaks.
+   (``PR_SET_PDEATHSIG`` on Linux, for nodes started from the main thread), and
+   :meth:`DevCluster.close` (also run by ``with`` and at interpreter exit) stops
+   whatever is still running, so nothing leaks.
 3. Broker states come from DescribeCluster (v2, fenced brokers included) asked of the
    brokers themselves: :meth:`DevCluster.states` and :meth:`DevCluster.wait_unfenced`.
 
@@ -32,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -217,6 +219,16 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def _die_with_parent_preexec() -> Callable[[], None] | None:
+    """``_die_with_parent`` on Linux when called from the main thread, else None: Linux
+    delivers PR_SET_PDEATHSIG when the *thread* that forked the child exits, so a node
+    started from a worker thread (a test's fault injector) would be SIGKILLed when that
+    thread ends. Such nodes are stopped by :meth:`DevCluster.close` and at exit instead."""
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    return _die_with_parent
+
+
 class NodeProcess:
     """One node's ``hightide serve`` child process (start, stop, kill, pause, restart)."""
 
@@ -253,7 +265,7 @@ class NodeProcess:
             log.flush()
             self.proc = subprocess.Popen(self.spec.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
-                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                         preexec_fn=_die_with_parent_preexec())
         self.paused = False
         self.starts += 1
         return self

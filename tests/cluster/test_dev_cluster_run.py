@@ -85,3 +85,18 @@ def test_dev_cluster_starts_serves_reports_a_dead_broker_and_stops_on_sigint(tmp
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_node_restarted_from_a_worker_thread_outlives_the_thread(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG fires when the forking *thread* exits: a node a fault injector
+    restarted from its own thread used to be SIGKILLed as soon as that thread ended."""
+    from hightide.devcluster import DevCluster, plan
+    with DevCluster(plan(0, tmp_path / "d", base_port=None), tmp_path / "d") as dc:
+        dc.start(wait_unfenced=False)
+        node = dc.controllers[0]
+        worker = threading.Thread(target=lambda: node.restart(kill=True))
+        worker.start()
+        worker.join()
+        node.wait_listening(30)
+        time.sleep(1.0)
+        assert node.alive, f"the node died with its starting thread ({node.returncode})"
