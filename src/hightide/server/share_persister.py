@@ -10,14 +10,24 @@ Kafka's inter-broker share-state RPC (InitializeShareGroupState, ReadShareGroupS
 WriteShareGroupState v1, DeleteShareGroupState, ReadShareGroupStateSummary v1) over one
 connection per broker, on this broker's first listener. The leader answers
 NOT_COORDINATOR if it lost the partition meanwhile; a broker that cannot be reached
-answers COORDINATOR_NOT_AVAILABLE. Either way the caller sees a failed call and retries
-as it does for a local failure (the share partition re-reads its state).
+answers COORDINATOR_NOT_AVAILABLE. Such answers — NOT_COORDINATOR,
+COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, a dropped connection
+(NETWORK_EXCEPTION) or a timeout — mean the share coordinator is moving (its partition's
+leader died or changed): each call is tried again, routed afresh from the metadata image,
+with backoff (0.1 s doubling to 1 s) for up to ``REQUEST_TIMEOUT_S``, as Kafka's
+``PersisterStateManager`` retries them, so a coordinator failover delays an
+acknowledgement instead of failing it. Re-sending a write whose outcome is unknown is
+safe: it carries the whole window and the coordinator merges per offset, keeping the
+greatest (delivery count, state). Other errors, or one that outlasts the bound, reach the
+caller, which handles them as a local failure (the share partition re-reads its state).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
@@ -32,6 +42,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.share")
 
 REQUEST_TIMEOUT_S = 10.0
+RETRY_BACKOFF_S, RETRY_BACKOFF_MAX_S = 0.1, 1.0
+#: answers that mean "the share coordinator is moving: ask again" (see the module doc)
+RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                       ErrorCode.coordinator_load_in_progress, ErrorCode.network_exception,
+                       ErrorCode.request_timed_out})
+T = TypeVar("T")
+
+
+async def retrying(attempt: Callable[[], Awaitable[T]], code_of: Callable[[T], int],
+                   timeout_s: float = REQUEST_TIMEOUT_S) -> T:
+    """Await ``attempt()`` until its result's code is not in :data:`RETRIABLE` or the
+    next try would start after ``timeout_s``; returns the last result (its code may be
+    retriable then). Backoff 0.1 s doubling to 1 s between tries."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    backoff = RETRY_BACKOFF_S
+    while True:
+        result = await attempt()
+        if code_of(result) not in RETRIABLE or loop.time() + backoff > deadline:
+            return result
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
 
 
 class SharePersisterClient:
@@ -110,34 +142,47 @@ class SharePersisterClient:
                           delivery_complete_count=getattr(r, "delivery_complete_count", -1), state_batches=batches)
 
     # -- SharePersister -----------------------------------------------------------------------
+    async def _code_or_local(self, key: ShareStateKey, api_key: int, version: int, partition: dict[str, Any],
+                             local: Callable[[], Awaitable[int]]) -> int:
+        """One routed call (the leader's answer, or the local coordinator's), retried while
+        the coordinator is moving."""
+        async def attempt() -> int:
+            code = await self._code(key, api_key, version, partition)
+            return await local() if code is None else code
+        return await retrying(attempt, int)
+
+    async def _state_or_local(self, key: ShareStateKey, api_key: int, version: int, partition: dict[str, Any],
+                              local: Callable[[], Awaitable[ShareState]]) -> ShareState:
+        async def attempt() -> ShareState:
+            st = await self._state(key, api_key, version, partition)
+            return await local() if st is None else st
+        return await retrying(attempt, lambda st: int(st.error_code))
+
     async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> int:
-        code = await self._code(key, 83, 0, {"state_epoch": state_epoch, "start_offset": start_offset})
-        return await self.broker.share_state.initialize(key, state_epoch, start_offset) if code is None else code
+        return await self._code_or_local(key, 83, 0, {"state_epoch": state_epoch, "start_offset": start_offset},
+                                         lambda: self.broker.share_state.initialize(key, state_epoch, start_offset))
 
     async def read(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
-        st = await self._state(key, 84, 0, {"leader_epoch": leader_epoch})
-        return await self.broker.share_state.read(key, leader_epoch) if st is None else st
+        return await self._state_or_local(key, 84, 0, {"leader_epoch": leader_epoch},
+                                          lambda: self.broker.share_state.read(key, leader_epoch))
 
     async def write(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     delivery_complete_count: int, state_batches: tuple[StateBatch, ...]) -> int:
-        code = await self._code(key, 85, 1, {
+        return await self._code_or_local(key, 85, 1, {
             "state_epoch": state_epoch, "leader_epoch": leader_epoch, "start_offset": start_offset,
             "delivery_complete_count": delivery_complete_count,
             "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
                                "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
-                              for b in state_batches]})
-        if code is None:
-            return await self.broker.share_state.write(key, state_epoch, leader_epoch, start_offset,
-                                                       delivery_complete_count, state_batches)
-        return code
+                              for b in state_batches]},
+            lambda: self.broker.share_state.write(key, state_epoch, leader_epoch, start_offset,
+                                                  delivery_complete_count, state_batches))
 
     async def read_summary(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
-        st = await self._state(key, 87, 1, {"leader_epoch": leader_epoch})
-        return await self.broker.share_state.read_summary(key, leader_epoch) if st is None else st
+        return await self._state_or_local(key, 87, 1, {"leader_epoch": leader_epoch},
+                                          lambda: self.broker.share_state.read_summary(key, leader_epoch))
 
     async def delete(self, key: ShareStateKey) -> int:
-        code = await self._code(key, 86, 0, {})
-        return await self.broker.share_state.delete(key) if code is None else code
+        return await self._code_or_local(key, 86, 0, {}, lambda: self.broker.share_state.delete(key))
 
     async def close(self) -> None:
         """Close the connections to other brokers."""
