@@ -23,7 +23,11 @@ def test_a_failed_scrape_keeps_the_monitor_and_its_memory(server: Any, topic_nam
         try:
             assert "hightide_exporter_up 1.0" in (await ex.render()).decode()
             mon = ex._monitor
-            assert mon is not None and len(mon.ends) == 1 and len(mon.tracker._groups) == 1
+            # the memory holds every partition the exporter reads (the shared broker has
+            # other tests' topics too), the group's among them
+            assert mon is not None and len(mon.tracker._groups) == 1
+            remembered = len(mon.ends)
+            assert remembered >= 1
 
             real = mon.snapshot
 
@@ -36,7 +40,7 @@ def test_a_failed_scrape_keeps_the_monitor_and_its_memory(server: Any, topic_nam
 
             assert "hightide_exporter_up 1.0" in (await ex.render()).decode()
             assert ex._monitor is mon and mon.admin is ex._admin  # the new connection, the same memory
-            assert len(mon.ends) == 1
+            assert len(mon.ends) == remembered
         finally:
             await ex.stop()
     asyncio.run(go())
