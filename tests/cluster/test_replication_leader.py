@@ -8,48 +8,15 @@ after SIGCONT the follower catches up, rejoins the ISR and the records are commi
 
 from __future__ import annotations
 
-import asyncio
 import time
-from pathlib import Path
-from typing import Any
 
-from hightide.client import BrokerConnection
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.records import build_batch, decode_records, validate_batches
+from hightide.protocol.records import decode_records, validate_batches
 from tests.waiting import wait_until
 
-TOPIC = "replicated"
+from .replication_calls import TOPIC, call, on_disk, partition_state, produce
+
 LAG_MS = 1500  # replica.lag.time.max.ms: well under the 3 s session, so the leader shrinks the ISR first
-
-
-def call(address: str, api: int, version: int, body: dict[str, Any], timeout_s: float = 30.0) -> Any:
-    async def run() -> Any:
-        host, port = address.rsplit(":", 1)
-        conn = BrokerConnection(host, int(port), "test-replication", request_timeout_s=timeout_s)
-        await conn.connect()
-        try:
-            return await conn.request(api, version, body)
-        finally:
-            await conn.close()
-    return asyncio.run(run())
-
-
-def partition_state(address: str) -> tuple[int, set[int]] | None:
-    """(leader, ISR) of partition 0 as the broker at ``address`` has it, None if unknown."""
-    resp = call(address, 3, 12, {"topics": [{"name": TOPIC, "topic_id": None}], "allow_auto_topic_creation": False,
-                                 "include_topic_authorized_operations": False})
-    parts = resp.topics[0].partitions
-    if resp.topics[0].error_code or not parts or parts[0].error_code:
-        return None
-    return parts[0].leader_id, set(parts[0].isr_nodes)
-
-
-def produce(address: str, value: bytes, acks: int, timeout_ms: int = 10_000) -> tuple[ErrorCode, int]:
-    batch = build_batch([(None, value, [], int(time.time() * 1000))])
-    resp = call(address, 0, 9, {"transactional_id": None, "acks": acks, "timeout": timeout_ms, "topic_data": [
-        {"name": TOPIC, "partition_data": [{"index": 0, "records": batch}]}]})
-    p = resp.responses[0].partition_responses[0]
-    return ErrorCode(p.error_code), p.base_offset
 
 
 def fetch(address: str) -> tuple[int, list[bytes]]:
@@ -75,11 +42,6 @@ def latest_offset(address: str) -> int:
     p = resp.topics[0].partitions[0]
     assert p.error_code == ErrorCode.none, ErrorCode(p.error_code)
     return int(p.offset)
-
-
-def on_disk(data_dir: Path) -> bytes:
-    """Every segment byte of the partition's replica in ``data_dir``."""
-    return b"".join(f.read_bytes() for f in sorted((data_dir / f"{TOPIC}-0").glob("*.log")))
 
 
 def test_acks_all_waits_for_the_isr_and_a_stopped_follower_leaves_and_rejoins(cluster):
