@@ -47,7 +47,8 @@ Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
 
 
 def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, acks: int,
-                  led: LeaderPartition | None, topic_partition: str) -> tuple[ErrorCode, str, list[dict]] | None:
+                  led: LeaderPartition | None, topic: str, partition: int
+                  ) -> tuple[ErrorCode, str, list[dict]] | None:
     """Topic policies Kafka enforces before appending: min.insync.replicas for acks=all
     (a partition with one replica has an ISR of 1; ``led``: the ISR of one with followers,
     against min(min.insync.replicas, replicas) as Kafka 3.7+) and the CreateTime bounds
@@ -56,7 +57,7 @@ def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, a
     bound is checked on the header's MaxTimestamp first); every record out of range is
     listed by its batch index, as Kafka's LogValidator does."""
     if led is not None:
-        if acks == -1 and (refusal := led.state.not_enough_replicas(topic_partition)) is not None:
+        if acks == -1 and (refusal := led.state.not_enough_replicas(f"{topic}-{partition}")) is not None:
             return ErrorCode.not_enough_replicas, refusal, []
     elif acks == -1 and cfg.min_insync_replicas > 1:
         return (ErrorCode.not_enough_replicas,
@@ -165,7 +166,7 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
     h = headers[0]
     replicas = ctx.services.replicas
     led = replicas.led_with_followers(topic, partition) if acks == -1 and replicas is not None else None
-    policy = _policy_error(plog.config, h, records, ctx.now_ms, acks, led, f"{topic}-{partition}")
+    policy = _policy_error(plog.config, h, records, ctx.now_ms, acks, led, topic, partition)
     if policy is not None:
         resp["error_code"], resp["error_message"], resp["record_errors"] = policy
         return resp, None, None
