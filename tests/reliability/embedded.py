@@ -126,7 +126,7 @@ class EmbeddedBroker:
             # the worker threads finish what they are doing (a flush or cleaning step
             # already on its way to the disk), as in a process killed at that moment
             b.cleaner.close()
-            b.flusher._executor.shutdown(wait=True)
+            b.flusher.shutdown_threads()
             if b.metadata is not None:
                 b.metadata.log.abandon()
             if b.logs is not None:

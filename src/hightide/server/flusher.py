@@ -3,13 +3,18 @@
 for acks that must wait for durability.
 
 fsync never runs on the event loop: each round captures what to flush on the loop
-(:meth:`PartitionLog.begin_flush`), fsyncs on a small pool of worker threads
-(:func:`run_flush`, the round's logs spread over ``FSYNC_THREADS`` threads; fsync
-releases the GIL, so the loop keeps serving, and the file system overlaps the fsyncs of
-different files), and completes on the loop (:meth:`PartitionLog.end_flush`). A log is
-in a round at most once and rounds never overlap, so a log is never flushed twice at
-once; a failed fsync is never retried (``end_flush`` takes the log offline).
-Durability requests that arrive during a round share the next one (group commit).
+(:meth:`PartitionLog.begin_flush`), fsyncs on small pools of worker threads
+(:func:`run_flush`, the logs spread over ``FSYNC_THREADS`` threads; fsync releases the
+GIL, so the loop keeps serving, and the file system overlaps the fsyncs of different
+files), and completes on the loop (:meth:`PartitionLog.end_flush`). A log is in a round
+at most once and rounds never overlap, so a log is never flushed twice at once; a failed
+fsync is never retried (``end_flush`` takes the log offline). Durability requests that
+arrive during a round share the next one (group commit).
+
+Two pools: the logs somebody waits for (:meth:`Flusher.durable`: an acknowledgement, a
+coordinator write) are fsynced at the process's priority and their waiters are answered
+as soon as they are done; the periodic flushes nobody waits for run on threads of lower
+CPU priority (:mod:`.threads`), so their writeback work does not delay the event loop.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ..log.flush import FlushJob, run_flush
 from .tasks import wait_event
+from .threads import background_executor
 
 if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog
@@ -37,7 +43,8 @@ class Flusher:
         self.broker = broker
         self._requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]] = {}
         self._wakeup: asyncio.Event | None = None
-        self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hightide-fsync")
+        self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hightide-fsync")  # waited for
+        self._background = background_executor(FSYNC_THREADS, "hightide-fsync-periodic")
         self._round: asyncio.Future | None = None
 
     def durable(self, plog: "PartitionLog") -> asyncio.Future:
@@ -67,7 +74,12 @@ class Flusher:
                 pass
         if self._requested:  # durability asked after the last round (the run task is cancelled by now)
             await self.flush_due()
+        self.shutdown_threads()
+
+    def shutdown_threads(self) -> None:
+        """Stop the worker threads once what they are doing is done (blocking)."""
         self._executor.shutdown(wait=True)
+        self._background.shutdown(wait=True)
 
     async def flush_due(self) -> None:
         requested, self._requested = self._requested, {}
@@ -82,9 +94,17 @@ class Flusher:
             return
         # requested: everything; otherwise what the policy says (maybe only a new log
         # start offset and directory entries, without fsyncing segments)
-        jobs = [(key, plog, plog.begin_flush(now) if key in requested else plog.begin_due_flush(now))
-                for key, plog in targets.items()]
-        outcomes = await self._run_jobs([job for _, _, job in jobs])
+        waited = [(key, plog, plog.begin_flush(now)) for key, plog in targets.items() if key in requested]
+        periodic = [(key, plog, plog.begin_due_flush(now)) for key, plog in targets.items() if key not in requested]
+        await asyncio.gather(self._complete(waited, requested, self._executor),
+                             self._complete(periodic, {}, self._background))
+
+    async def _complete(self, jobs: list[tuple[int, "PartitionLog", FlushJob]],
+                        requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]], executor: Executor) -> None:
+        """Run ``jobs`` on ``executor``, end each log's flush, answer its waiters."""
+        if not jobs:
+            return
+        outcomes = await self._run_jobs([job for _, _, job in jobs], executor)
         for (key, plog, job), err in zip(jobs, outcomes):
             plog.end_flush(job, ok=err is None)
             if err is not None:
@@ -97,12 +117,14 @@ class Flusher:
                 else:
                     fut.set_exception(err)
 
-    async def _run_jobs(self, jobs: list[FlushJob]) -> list[OSError | None]:
-        """Run the jobs on up to ``FSYNC_THREADS`` threads (job i on share i mod n, each
-        share in order); the outcome of each job, in the jobs' order."""
+    async def _run_jobs(self, jobs: list[FlushJob], executor: Executor | None = None) -> list[OSError | None]:
+        """Run the jobs on up to ``FSYNC_THREADS`` threads of ``executor`` (default: the
+        waited-for pool; job i on share i mod n, each share in order); the outcome of
+        each job, in the jobs' order."""
         n = min(FSYNC_THREADS, len(jobs))
         loop = asyncio.get_running_loop()
-        shares = await asyncio.gather(*(loop.run_in_executor(self._executor, _run_all, jobs[i::n]) for i in range(n)))
+        pool = executor or self._executor
+        shares = await asyncio.gather(*(loop.run_in_executor(pool, _run_all, jobs[i::n]) for i in range(n)))
         out: list[OSError | None] = [None] * len(jobs)
         for i, share in enumerate(shares):
             out[i::n] = share

@@ -3,7 +3,8 @@
 Each cleaning runs the steps of :mod:`hightide.log.cleaner`: the short ones (plan,
 commit, install, end) on the event loop, where the log is owned, the disk work (reading
 and rewriting segments, every fsync) on one dedicated worker thread. So the loop keeps
-serving while a large ``__consumer_offsets`` partition is rewritten, and appends,
+serving while a large ``__consumer_offsets`` partition is rewritten (the thread runs at a
+lower CPU priority than the loop: :mod:`.threads`), and appends,
 retention and deletion may run meanwhile: a cleaning whose segments changed under it is
 abandoned at the commit step. One worker thread, and one cleaning at a time per log
 (``PartitionLog.cleaning``).
@@ -14,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..log import cleaner as C
 from ..log.partition_log import PartitionLog
+from .threads import background_executor
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -33,7 +34,7 @@ class LogCleaner:
     def __init__(self, broker: "Broker", skip_topics: tuple[str, ...] = ()) -> None:
         self.broker = broker
         self.skip_topics = skip_topics
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="hightide-cleaner")
+        self._executor = background_executor(1, "hightide-cleaner")  # below the loop's priority
         self.cleanings = 0  # cleanings completed (tests and metrics)
         self.abandoned = 0  # cleanings abandoned because the log changed under them
 
