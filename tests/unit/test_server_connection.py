@@ -57,10 +57,22 @@ def produce_request(records: bytes) -> ProduceRequest:
 
 
 def drain(c: ServerConnection) -> list:
+    """The events buffered now. A Produce request's records are views of the receive
+    buffer, valid until the next ``get_buffer``: its body is replaced by kio's entity
+    holding copies, as a handler would have to copy anything it kept."""
     events = []
     while (e := c.next_request()) is not NEED_DATA:
+        if isinstance(e, Request) and e.header.api_key == 0:
+            e.body = owned(e.body)
         events.append(e)
     return events
+
+
+def owned(body) -> ProduceRequest:
+    return ProduceRequest(transactional_id=body.transactional_id, acks=body.acks, timeout=body.timeout, topic_data=tuple(
+        TopicProduceData(name=t.name, partition_data=tuple(
+            PartitionProduceData(index=p.index, records=None if p.records is None else bytes(p.records))
+            for p in t.partition_data)) for t in body.topic_data))
 
 
 def with_version(frame: bytes, version: int) -> bytes:

@@ -1,8 +1,8 @@
 """Request/response codec: Kafka request headers, kio payloads, response frames.
 
 * :func:`parse_header` reads the request header by hand (it is on every request).
-* :func:`decode_request` uses kio's native reader and falls back to
-  :mod:`.tolerant` when a message carries tagged fields kio does not know.
+* :func:`decode_request` decodes Produce and OffsetCommit by hand
+  (:data:`FAST_DECODERS`), everything else with :mod:`.tolerant` (kio's schemas).
 * :func:`encode_response` returns a complete frame (size prefix included).
   ApiVersions responses always use response header v0, as Kafka requires.
 """
@@ -13,17 +13,31 @@ import io
 import struct
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Callable
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
 from .errors import ErrorCode, PeerProtocolError
-from .offset_commit_request import decode_offset_commit_request, is_fast_decoded
+from .offset_commit_request import decode_offset_commit_request
 from .primitives import skip_tags
+from .produce_request import decode_produce_request
+from .share_fetch_request import decode_share_acknowledge_request, decode_share_fetch_request
 from .tolerant import Unknown, read_tolerant
 
 API_VERSIONS_KEY = 18
+
+_FastDecoder = Callable[[int, "memoryview | bytes", int, "Unknown | None"], Any]
+FAST_DECODERS: dict[int, tuple[range, str, _FastDecoder]] = {
+    # api key: (versions decoded by hand, entity name for errors, decoder(version, frame, offset, unknown))
+    0: (range(3, 12), "ProduceRequest", decode_produce_request),  # records: views of the frame, never copied
+    8: (range(8, 10), "OffsetCommitRequest", decode_offset_commit_request),
+    78: (range(1, 3), "ShareFetchRequest", decode_share_fetch_request),
+    79: (range(1, 3), "ShareAcknowledgeRequest", decode_share_acknowledge_request),
+}
+"""Requests decoded by hand (same field names and types as kio's entities, compared with
+kio's schema walker by the unit tests); every other request goes through
+:func:`~hightide.protocol.tolerant.read_tolerant`."""
 _HDR = struct.Struct(">hhih")
 _SIZE = struct.Struct(">i")
 _CORR = struct.Struct(">ii")
@@ -84,23 +98,28 @@ def decode_request(header: RequestHeader, frame: memoryview | bytes, offset: int
                    unknown_tags: Unknown | None = None) -> Any:
     """Decode the request body. Raises :class:`PeerProtocolError` on malformed input.
 
-    Always through :func:`~hightide.protocol.tolerant.read_tolerant`: unknown tagged
-    fields do not fail the decode (they are collected in ``unknown_tags``), and declared
-    array lengths are bounded by the frame before anything is allocated (kio's native
-    entity reader would abort the process on a hostile length).
+    By hand for the requests in :data:`FAST_DECODERS` (Produce's ``records`` are then
+    views of ``frame``, writable if it is: see :mod:`.produce_request`), otherwise through
+    :func:`~hightide.protocol.tolerant.read_tolerant` (on a read-only view: the decoded
+    entity never refers to ``frame``). Either way unknown tagged fields do not fail the
+    decode (they are collected in ``unknown_tags``), and declared array lengths are
+    bounded by the frame before anything is allocated (kio's native entity reader would
+    abort the process on a hostile length).
     """
-    if is_fast_decoded(header.api_key, header.api_version):  # OffsetCommit v8/v9: by hand, same fields
+    fast = FAST_DECODERS.get(header.api_key)
+    if fast is not None and header.api_version in fast[0]:
         try:
-            return decode_offset_commit_request(header.api_version, frame, offset, unknown_tags)
+            return fast[2](header.api_version, frame, offset, unknown_tags)
         except Exception as exc:
-            raise PeerProtocolError(f"malformed OffsetCommitRequest v{header.api_version}: {exc!r}") from exc
+            raise PeerProtocolError(f"malformed {fast[1]} v{header.api_version}: {exc!r}") from exc
     schema = request_schema(header.api_key, header.api_version)
     if schema is None:
         raise PeerProtocolError(
             f"no schema for api_key={header.api_key} v{header.api_version}",
             ErrorCode.unsupported_version)
     try:
-        entity, _ = read_tolerant(schema, frame, offset, unknown_tags)
+        view = frame.toreadonly() if isinstance(frame, memoryview) else frame  # kio's readers want read-only
+        entity, _ = read_tolerant(schema, view, offset, unknown_tags)
         return entity
     except Exception as exc:
         raise PeerProtocolError(f"malformed {schema.__name__} v{header.api_version}: {exc!r}") from exc

@@ -39,8 +39,12 @@ Errors, as in h11:
 Buffer lifetime: frames are views into the frame reader's buffers, which are reused by
 the next receive. Frames not yet turned into events when :meth:`get_buffer` is called
 (requests held back by the shell's back-pressure) are copied then, so only held requests
-ever cost a copy. A :class:`Request` never refers to the receive buffer: the decoder
-copies what it keeps.
+ever cost a copy. A :class:`Request` refers to the receive buffer only in a Produce
+request's ``records`` (memoryview slices of the frame, writable unless the frame was a
+held copy, see :mod:`.produce_request`): they are valid until the next
+:meth:`get_buffer`, that is during the synchronous part of the request's handler, which
+must not keep them (the Produce handler writes them to the log and releases them). Every
+other request is decoded into objects of its own.
 """
 
 from __future__ import annotations
@@ -226,7 +230,7 @@ class ServerConnection(Generic[R]):
             return NEED_DATA
         frame = self._frames.popleft()
         try:
-            return self._event(memoryview(frame).toreadonly())  # kio's readers want read-only buffers
+            return self._event(memoryview(frame))  # writable: Produce batches are patched in place
         except PeerProtocolError as exc:
             self._error = exc
             self._frames.clear()
