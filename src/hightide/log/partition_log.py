@@ -249,6 +249,12 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         it, and writes everything with one ``pwritev`` (page cache only). Advances the HW to the
         new LEO (one replica), else calls :attr:`after_append`.
 
+        A writable memoryview ``buf`` (a Produce request's receive buffer) has those
+        header fields patched in place and is written from directly, even when the
+        append then fails; bytes, bytearrays and read-only views are never modified. No
+        reference to ``buf`` is kept after the call (producer state, indexes and the
+        epoch cache take numbers from ``headers``).
+
         Raises OSError when the disk refuses the write; nothing of it is then visible or
         left in the file. Full disk and out-of-descriptors errors leave the log writable
         (the next append is tried afresh); anything else, and any append after a failed
@@ -318,7 +324,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
                 or offset - 1 - seg.base_offset > _INT32_MAX
             ):
                 seg = self.roll(now_ms)
-            mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+            # only a memoryview handed over is patched in place; bytes and bytearrays never change
+            mv = buf if isinstance(buf, memoryview) else memoryview(buf).toreadonly()
             epoch = max(0, self.leader_epoch) if leader_epoch is None else leader_epoch
             seg.append(mv, headers, None if verbatim else first, epoch, log_append_ms)
         except OSError as exc:

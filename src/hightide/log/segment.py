@@ -36,7 +36,26 @@ _unpack_header: Callable[[bytes | memoryview, int], HeaderFields] = struct.Struc
 _PREFIX = struct.Struct(">qii")
 _TAIL = struct.Struct(">hiqqqhii")
 _HEAD21 = struct.Struct(">qiibI")
+_CRC = struct.Struct(">I")
 _LOG_APPEND_TIME_BIT = 0x08
+_CRC_AT = 17  # BaseOffset 8, BatchLength 4, PartitionLeaderEpoch 4, Magic 1
+_ATTRIBUTES_AT = 21
+
+
+def _patch(buf: memoryview, h: BatchHeader, offset: int, leader_epoch: int, log_append_time_ms: int | None) -> int:
+    """Patch the batch ``h`` of the writable ``buf`` in place for an append at ``offset``:
+    BaseOffset and PartitionLeaderEpoch (outside the CRC); with ``log_append_time_ms``
+    also the LogAppendTime bit and MaxTimestamp, and the CRC recomputed over them.
+    Returns the batch's MaxTimestamp as written."""
+    start = h.position
+    _PREFIX.pack_into(buf, start, offset, h.length, leader_epoch)
+    if log_append_time_ms is None:
+        return h.max_timestamp
+    _TAIL.pack_into(buf, start + _ATTRIBUTES_AT, h.attributes | _LOG_APPEND_TIME_BIT, h.last_offset_delta,
+                    h.base_timestamp, log_append_time_ms, h.producer_id, h.producer_epoch, h.base_sequence,
+                    h.records_count)
+    _CRC.pack_into(buf, start + _CRC_AT, crc32c(buf[start + _ATTRIBUTES_AT : start + h.length + LOG_OVERHEAD]))
+    return log_append_time_ms
 READ_CHUNK = 4 * 1024 * 1024
 HEADER_CHUNK = 64 * 1024  # header walks: the index puts the target within a few KiB
 
@@ -197,7 +216,10 @@ class LogSegment:
         ``first_offset`` None writes the batches exactly as they are (a follower keeps
         the leader's offsets and epochs; ``leader_epoch`` and ``log_append_time_ms`` are
         then ignored). Record bytes are passed to ``pwritev`` as memoryviews, never copied.
-        Returns the offset following the last batch.
+        A writable ``buf`` (a Produce request's receive buffer) is patched in place (the
+        prefix; with LogAppendTime the attributes, MaxTimestamp and CRC too), so adjacent
+        batches go out as one view; a read-only one gets new header bytes written before
+        its untouched rest. Returns the offset following the last batch.
 
         All or nothing: if the write fails (OSError re-raised) whatever part of it reached
         the file is cut off again and the indexes are untouched; if even that cut fails,
@@ -212,6 +234,8 @@ class LogSegment:
         since = self.bytes_since_last_index_entry
         max_ts, max_off = self.max_timestamp, self.max_timestamp_offset
         pack_prefix = _PREFIX.pack
+        in_place = not verbatim and not buf.readonly
+        run_start = run_end = -1  # the run of adjacent batches patched in place, written as one view
         for h in headers:
             start = h.position
             size = h.length + LOG_OVERHEAD
@@ -219,6 +243,13 @@ class LogSegment:
                 offset = h.base_offset
                 pieces.append(buf[start : start + size])
                 batch_max = h.max_timestamp
+            elif in_place:
+                batch_max = _patch(buf, h, offset, leader_epoch, log_append_time_ms)
+                if start != run_end:
+                    if run_end >= 0:
+                        pieces.append(buf[run_start:run_end])
+                    run_start = start
+                run_end = start + size
             elif log_append_time_ms is None:
                 pieces.append(pack_prefix(offset, h.length, leader_epoch))
                 pieces.append(buf[start + 16 : start + size])
@@ -248,6 +279,8 @@ class LogSegment:
             since += size
             pos += size
             offset = last + 1
+        if run_end >= 0:
+            pieces.append(buf[run_start:run_end])
         try:
             self._f.pwritev(pieces, self.size)
         except OSError:

@@ -3,6 +3,8 @@
 Per partition: resolve the topic, validate the batch header and CRC (never the records
 themselves), check the idempotent producer's sequence, append the batch as opaque bytes
 with its offsets assigned, wake long-polling fetches, and answer according to ``acks``.
+The batch goes from the receive buffer to the segment file without a copy in Python
+(the request decoder's records are views of the frame, see :func:`handle`).
 A topic whose ``compression.type`` is a codec (not the default ``producer``) gets
 batches of another codec recompressed to it first (records section only, never parsed
 record by record):
@@ -32,7 +34,7 @@ from ...log.producer_state import ProducerStateError
 from ...log.transactions import verification_error_for_produce
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
-from ...protocol.records import BatchHeader, InvalidRecords, decode_records, recompress_batch, validate_batches
+from ...protocol.records import Buffer, BatchHeader, InvalidRecords, decode_records, recompress_batch, validate_batches
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorizer
 from ..context import RequestContext
@@ -46,7 +48,7 @@ Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
 """(topic, partition response) whose acks=all answer waits for the high watermark."""
 
 
-def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, acks: int,
+def _policy_error(cfg: LogConfig, h: BatchHeader, records: Buffer, now_ms: int, acks: int,
                   led: LeaderPartition | None, topic: str, partition: int
                   ) -> tuple[ErrorCode, str, list[dict]] | None:
     """Topic policies Kafka enforces before appending: min.insync.replicas for acks=all
@@ -79,7 +81,7 @@ def _policy_error(cfg: LogConfig, h: BatchHeader, records: bytes, now_ms: int, a
     return ErrorCode.invalid_timestamp, "One or more records have been rejected due to invalid timestamp", bad
 
 
-def _keyless_record_errors(records: bytes, topic_partition: str) -> list[dict]:
+def _keyless_record_errors(records: Buffer, topic_partition: str) -> list[dict]:
     """Kafka's LogValidator.validateKey for a compacted topic: one RecordError per record
     without a key, by its index in the batch (a client sends exactly one batch per
     partition, checked before). Decodes (decompresses) the batch: compacted topics only.
@@ -97,7 +99,7 @@ def _record_errors_summary(errors: list[dict]) -> str:
             f"and only showing the first three errors at most: [{shown}]")
 
 
-def _recompressed(records: bytes, codec: int, cfg: LogConfig, topic_partition: str) -> tuple[bytes, list[BatchHeader]]:
+def _recompressed(records: Buffer, codec: int, cfg: LogConfig, topic_partition: str) -> tuple[bytes, list[BatchHeader]]:
     """The batch recompressed to the topic's ``compression.type`` and its new header
     (Kafka's LogValidator does the same when the codecs differ). Raises InvalidRecords:
     CORRUPT_MESSAGE if it cannot be decompressed, MESSAGE_TOO_LARGE if the result exceeds
@@ -126,7 +128,7 @@ def _unverified_transaction(ctx: RequestContext, transactional_id: str | None, p
     return None if err == ErrorCode.none else verification_error_for_produce(err)
 
 
-def _append_partition(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+def _append_partition(ctx: RequestContext, topic: str, partition: int, records: Buffer | None,
                       acks: int, transactional_id: str | None = None
                       ) -> tuple[dict, PartitionLog | None, asyncio.Future[ErrorCode] | None]:
     """Returns (partition response dict, log needing a durable ack or None, the acks=all
@@ -244,6 +246,30 @@ def _refused_topics(ctx: RequestContext, req: Any) -> dict[str, ErrorCode] | Non
 
 @handles(0, 3, 11)
 def handle(ctx: RequestContext, req: Any) -> Any:
+    """Append every partition's records, then answer (see the module docstring).
+
+    ``records`` are views of the receive buffer (:mod:`~hightide.protocol.produce_request`),
+    valid only during this synchronous call: they are validated, written (the log patches
+    offsets in place when the view is writable) and released before it returns, so an
+    answer that waits (fsync, replication) cannot touch them; nothing on the append path
+    keeps a reference (what the log keeps, producer state and indexes, comes from the
+    batch headers; decoded or recompressed records are new bytes)."""
+    try:
+        return _handle(ctx, req)
+    finally:
+        _release(req)
+
+
+def _release(req: Any) -> None:
+    """Release the request's record views (a later use raises ValueError instead of
+    reading a reused receive buffer); kio-decoded ``bytes`` records are left alone."""
+    for t in req.topic_data:
+        for p in t.partition_data:
+            if type(p.records) is memoryview:
+                p.records.release()
+
+
+def _handle(ctx: RequestContext, req: Any) -> Any:
     responses = []
     durable = []
     replicated: list[Replicated] = []
