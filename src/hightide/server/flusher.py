@@ -12,9 +12,11 @@ fsync is never retried (``end_flush`` takes the log offline). Durability request
 arrive during a round share the next one (group commit).
 
 Two pools: the logs somebody waits for (:meth:`Flusher.durable`: an acknowledgement, a
-coordinator write) are fsynced at the process's priority and their waiters are answered
-as soon as they are done; the periodic flushes nobody waits for run on threads of lower
-CPU priority (:mod:`.threads`), so their writeback work does not delay the event loop.
+coordinator write) are fsynced at the process's priority in the round; the periodic
+flushes nobody waits for run as a batch of their own on threads of lower CPU priority
+(:mod:`.threads`), so their writeback work does not delay the event loop, and rounds do
+not wait for that batch: at most one periodic batch runs at a time, and a log in it that
+somebody waits for meanwhile is flushed again once the batch ends.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Flusher:
         self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hightide-fsync")  # waited for
         self._background = background_executor(FSYNC_THREADS, "hightide-fsync-periodic")
         self._round: asyncio.Future | None = None
+        self._periodic: asyncio.Task | None = None  # the periodic batch running, if any
+        self._periodic_logs: set[int] = set()  # the logs in it
 
     def durable(self, plog: "PartitionLog") -> asyncio.Future:
         """A future resolved once everything appended to ``plog`` so far is fsynced
@@ -66,14 +70,17 @@ class Flusher:
             await asyncio.shield(self._round)
 
     async def close(self) -> None:
-        """Wait for a round in progress, then stop the worker threads."""
+        """Wait for a round and a periodic batch in progress, answer the durability
+        still asked for, then stop the worker threads."""
         if self._round is not None and not self._round.done():
             try:
                 await self._round
             except Exception:
                 pass
+        if self._periodic is not None:
+            await asyncio.gather(self._periodic, return_exceptions=True)
         if self._requested:  # durability asked after the last round (the run task is cancelled by now)
-            await self.flush_due()
+            await self.flush_due(periodic=False)
         self.shutdown_threads()
 
     def shutdown_threads(self) -> None:
@@ -81,23 +88,34 @@ class Flusher:
         self._executor.shutdown(wait=True)
         self._background.shutdown(wait=True)
 
-    async def flush_due(self) -> None:
+    async def flush_due(self, periodic: bool = True) -> None:
+        """One round: fsync the logs somebody waits for and answer them; start a periodic
+        batch of the logs the flush policy says are due (``periodic``) unless one is
+        still running (it is not waited for)."""
         requested, self._requested = self._requested, {}
-        logs = self.broker.logs
+        for key in [k for k in requested if k in self._periodic_logs]:  # flushed again after the batch
+            plog, futures = requested.pop(key)
+            self._requested.setdefault(key, (plog, []))[1].extend(futures)
         now = int(time.time() * 1000)
-        targets = {key: plog for key, (plog, _) in requested.items()}
-        if logs is not None:
-            for _, plog in logs:
-                if id(plog) not in targets and plog.needs_flush(now):
-                    targets[id(plog)] = plog
-        if not targets:
-            return
-        # requested: everything; otherwise what the policy says (maybe only a new log
-        # start offset and directory entries, without fsyncing segments)
-        waited = [(key, plog, plog.begin_flush(now)) for key, plog in targets.items() if key in requested]
-        periodic = [(key, plog, plog.begin_due_flush(now)) for key, plog in targets.items() if key not in requested]
-        await asyncio.gather(self._complete(waited, requested, self._executor),
-                             self._complete(periodic, {}, self._background))
+        waited = [(key, plog, plog.begin_flush(now)) for key, (plog, _) in requested.items()]
+        logs = self.broker.logs
+        if periodic and logs is not None and (self._periodic is None or self._periodic.done()):
+            # what the policy says: maybe only a new log start offset and directory
+            # entries, without fsyncing segments
+            due = [(id(plog), plog, plog.begin_due_flush(now)) for _, plog in logs
+                   if id(plog) not in requested and plog.needs_flush(now)]
+            if due:
+                self._periodic_logs = {key for key, _, _ in due}
+                self._periodic = asyncio.ensure_future(self._complete(due, {}, self._background))
+                self._periodic.add_done_callback(self._periodic_done)
+        await self._complete(waited, requested, self._executor)
+
+    def _periodic_done(self, task: asyncio.Task) -> None:
+        self._periodic_logs = set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("periodic flush failed", exc_info=task.exception())
+        if self._requested and self._wakeup is not None:  # requests deferred behind the batch
+            self._wakeup.set()
 
     async def _complete(self, jobs: list[tuple[int, "PartitionLog", FlushJob]],
                         requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]], executor: Executor) -> None:
