@@ -11,12 +11,18 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 
-from .results import FileSlice, OffsetOutOfRange, ReadResult
+from .results import FileSlice, OffsetOutOfRange, ReadResult, RecordsRead
 from .segment import HEADER_CHUNK, LogSegment
+from .storage import FileRegion
 
-__all__ = ["LogReads"]
+__all__ = ["LogReads", "REGION_MIN_BYTES"]
 
 _LEN = struct.Struct(">i")
+
+REGION_MIN_BYTES = 64 * 1024
+"""Reads at least this large are returned by :meth:`LogReads.read_records` as a
+:class:`~.storage.FileRegion` (sent with ``sendfile``); smaller ones as bytes, where a
+``pread`` costs less than the ``dup`` and ``close`` of a region."""
 
 
 class LogReads:
@@ -98,6 +104,27 @@ class LogReads:
         if sl is None:
             return ReadResult(b"", -1, self._hw, self._log_start)
         return ReadResult(sl.file.pread(sl.size, sl.position), sl.first_offset, self._hw, self._log_start)
+
+    def read_records(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> RecordsRead:
+        """Like :meth:`read`, but a read of at least :data:`REGION_MIN_BYTES` from a file
+        engine that makes regions (:class:`~.storage.PosixFile`) is a
+        :class:`~.storage.FileRegion` instead of bytes: nothing is read here, the caller
+        owns the region and must close it. Raises like :meth:`read` (and OSError when no
+        descriptor is left for the region)."""
+        sl = self.read_slice(offset, max_bytes, max_offset=max_offset)
+        if sl is None:
+            return RecordsRead(b"", -1, self._hw, self._log_start)
+        return RecordsRead(self._slice_records(sl), sl.first_offset, self._hw, self._log_start)
+
+    @staticmethod
+    def _slice_records(sl: FileSlice) -> bytes | FileRegion:
+        """A slice's bytes, or a region on it (see :meth:`read_records`)."""
+        if sl.size >= REGION_MIN_BYTES:
+            region = getattr(sl.file, "region", None)  # only the POSIX engine has one
+            if region is not None:
+                made: FileRegion = region(sl.size, sl.position)
+                return made
+        return sl.file.pread(sl.size, sl.position)
 
     def position_of(self, offset: int) -> tuple[int, int]:
         """Where ``offset`` is in the log, as Kafka's LogOffsetMetadata: (base offset of its

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-__all__ = ["OFFSET_OUT_OF_RANGE", "OffsetOutOfRange", "AppendResult", "ReadResult", "FileSlice", "partition_dir"]
+from .storage import FileRegion
+
+__all__ = ["OFFSET_OUT_OF_RANGE", "OffsetOutOfRange", "AppendResult", "ReadResult", "RecordsRead", "FileSlice",
+           "partition_dir"]
 
 OFFSET_OUT_OF_RANGE = 1
 
@@ -33,6 +36,17 @@ class ReadResult(NamedTuple):
     batch (-1 when ``data`` is empty)."""
 
     data: bytes
+    first_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+class RecordsRead(NamedTuple):
+    """A :class:`ReadResult` whose ``data`` may be a :class:`~.storage.FileRegion` (a
+    large read from a file engine that can make one) instead of bytes; whoever receives
+    it owns the region and must close it (see :meth:`PartitionLog.read_records`)."""
+
+    data: bytes | FileRegion
     first_offset: int
     high_watermark: int
     log_start_offset: int

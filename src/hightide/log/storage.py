@@ -6,7 +6,8 @@ module of the log calls ``os`` file functions itself. Three engines implement it
 
 * :class:`PosixStorage` (this module): plain ``os`` calls, the production engine. A
   handle is an fd; ``pwritev`` hands memoryviews to the kernel without copying them and
-  ``pread`` returns the bytes the fetch response carries.
+  ``pread`` returns the bytes the fetch response carries; :meth:`PosixFile.region`
+  gives a :class:`FileRegion` instead, for the network shell to ``sendfile``.
 * :class:`~.storage_memory.MemoryStorage`: files in memory, modelling the page cache
   against what an fsync made durable, so ``crash()`` can drop everything not fsynced
   (file bytes and directory entries) — a power cut.
@@ -39,6 +40,8 @@ from typing import Protocol, Union
 
 __all__ = [
     "Buffer",
+    "FileRegion",
+    "RegionTruncated",
     "Storage",
     "StorageFile",
     "PosixStorage",
@@ -126,6 +129,53 @@ class Storage(Protocol):
 # ---------------------------------------------------------------------------- POSIX
 
 
+class RegionTruncated(OSError):
+    """A :class:`FileRegion`'s file ended before the region did (it was truncated after
+    the region was taken): the bytes promised cannot be sent."""
+
+
+class FileRegion:
+    """``size`` bytes at ``offset`` of a file, held by a descriptor of its own (a
+    ``dup`` taken when the region was made), so the region keeps the file it was read
+    from even if the segment is deleted, replaced by the cleaner or closed meanwhile,
+    and never reads a file that reused the descriptor number. The network shell sends
+    it with ``os.sendfile`` (``fd``/``offset``/``size``) or :meth:`read`'s bytes.
+    ``len()`` is ``size``. The owner must :meth:`close` it (idempotent) when sent or
+    dropped; only :class:`PosixFile` makes regions."""
+
+    __slots__ = ("fd", "offset", "size")
+
+    def __init__(self, fd: int, offset: int, size: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, start: int = 0) -> bytes:
+        """The region's bytes from ``start`` (relative to the region) to its end.
+        Raises :class:`RegionTruncated` if the file is now shorter, OSError on IO errors
+        or a closed region."""
+        want = self.size - start
+        data = os.pread(self.fd, want, self.offset + start)
+        while len(data) < want:  # pread may return short only at the end of the file
+            more = os.pread(self.fd, want - len(data), self.offset + start + len(data))
+            if not more:
+                raise RegionTruncated(errno.EIO, f"file ended {want - len(data)} bytes before the region "
+                                      f"({self.offset}+{self.size})")
+            data += more
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, offset={self.offset}, size={self.size})"
+
+
 class PosixFile:
     """A file descriptor. Methods are thin wrappers over ``os`` calls."""
 
@@ -160,6 +210,11 @@ class PosixFile:
 
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self.fd, size, offset)
+
+    def region(self, size: int, offset: int) -> FileRegion:
+        """``size`` bytes at ``offset`` as a :class:`FileRegion` on a ``dup`` of this
+        descriptor (no bytes are read; the caller closes it). Raises OSError (EMFILE)."""
+        return FileRegion(os.dup(self.fd), offset, size)
 
     def fsync(self) -> None:
         os.fsync(self.fd)

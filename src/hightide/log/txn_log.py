@@ -13,7 +13,7 @@ from hightide.protocol.records import BatchHeader, validate_batches
 
 from .producer_state import ProducerStateError, ProducerStateManager
 from .log_reads import LogReads
-from .results import ReadResult
+from .results import RecordsRead
 from .segment import LogSegment
 from .transactions import CompletedTxn, marker_batch
 from .txn_index import AbortedTxn, TxnIndex
@@ -56,16 +56,17 @@ class TransactionalLog(LogReads):
         ``producer_epoch`` (a produce to it then needs no verification, as in Kafka)."""
         return self.producer_state.has_ongoing_transaction(producer_id, producer_epoch)
 
-    def read_committed(self, offset: int, max_bytes: int) -> tuple[ReadResult, list[tuple[int, int]]]:
-        """A read_committed read: like ``read(offset, max_bytes, max_offset=LSO)``, plus
+    def read_committed(self, offset: int, max_bytes: int) -> tuple[RecordsRead, list[tuple[int, int]]]:
+        """A read_committed read: like ``read_records(offset, max_bytes, max_offset=LSO)``
+        (a large read may be a region the caller must close), plus
         the aborted transactions (producer id, first offset) that may have batches in
         what was read. The range's upper bound comes from the segment's offset index (no
         header walk), as Kafka's fetchUpperBoundOffset; a log without aborted
         transactions pays nothing extra. Raises OffsetOutOfRange like ``read``."""
         sl = self.read_slice(offset, max_bytes, max_offset=self.last_stable_offset)
         if sl is None:
-            return ReadResult(b"", -1, self._hw, self._log_start), []
-        result = ReadResult(sl.file.pread(sl.size, sl.position), sl.first_offset, self._hw, self._log_start)
+            return RecordsRead(b"", -1, self._hw, self._log_start), []
+        result = RecordsRead(self._slice_records(sl), sl.first_offset, self._hw, self._log_start)
         if not self.txn_index.entries:
             return result, []
         seg = self._segments[self._segment_index(sl.first_offset)]

@@ -2,8 +2,8 @@
 
 Fetch responses carry the bulk of the bytes a broker sends, so they are built as a
 list of buffers: small encoded headers interleaved with the record bytes exactly as
-read from the segment files, which go to the socket with ``writelines`` and are never
-copied again. The layout matches kio's generated encoder byte for byte (a unit test
+read from the segment files -- bytes, or a :class:`~.regions.Region` of a segment file
+that the IO shell sends with ``sendfile`` -- never copied here. The layout matches kio's generated encoder byte for byte (a unit test
 checks every version).
 """
 
@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from .primitives import array_len, string, uvarint
+from .regions import Region, ResponseBuffer
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -33,7 +34,9 @@ class PartitionData:
     #: Always an array, empty when there is nothing to send (errors too): Kafka never sends
     #: null records, and librdkafka rejects a whole response holding one ("invalid
     #: MessageSetSize -1"), so it would never see the partition's error code.
-    records: bytes | memoryview = b""
+    #: Bytes, or a region of a segment file (its length goes in the size field; the
+    #: encoder passes it on in the buffers, uncopied and unread).
+    records: bytes | memoryview | Region = b""
     current_leader: tuple[int, int] | None = None  # (leader id, epoch), tagged field 1 (v12+)
     #: (epoch, end offset) for a follower whose log diverged, tagged field 0 (v12+)
     diverging_epoch: tuple[int, int] | None = None
@@ -49,11 +52,12 @@ class TopicData:
 def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicData], *,
                           throttle_ms: int = 0, error_code: int = 0, session_id: int = 0,
                           node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
-                          ) -> tuple[list[bytes | memoryview], int]:
+                          ) -> tuple[list[ResponseBuffer], int]:
     """Return (buffers, total size) of the response frame *without* the 4-byte size
-    prefix (header + body). ``version`` must be 4..17."""
+    prefix (header + body). ``version`` must be 4..17. Every region among the
+    partitions' records is in the buffers (the caller owns them)."""
     flexible = version >= 12
-    out: list[bytes | memoryview] = []
+    out: list[ResponseBuffer] = []
     head = bytearray(_I32.pack(correlation_id))
     if flexible:
         head += b"\x00"  # response header v1 tag section

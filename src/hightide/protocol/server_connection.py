@@ -58,6 +58,7 @@ from .build import materialize
 from .codec import API_VERSIONS_KEY, RequestHeader, decode_request, encode_response, parse_header, response_schema
 from .errors import ErrorCode, LocalProtocolError, PeerProtocolError
 from .framing import FrameReader
+from .regions import ResponseBuffer, close_regions
 
 __all__ = ["NEED_DATA", "Answered", "RawResponse", "Refused", "Request", "ServerConnection", "VersionRange",
            "api_version_ranges"]
@@ -92,8 +93,10 @@ R = TypeVar("R", bound=VersionRange)
 @dataclass(frozen=True, slots=True)
 class RawResponse:
     """A response already encoded as buffers (response header and body, without the
-    size prefix); they are written as they are, never copied (the zero-copy Fetch)."""
-    buffers: list[bytes | memoryview]
+    size prefix); they are written as they are, never copied (the zero-copy Fetch).
+    Buffers may be file regions (:mod:`.regions`): the connection passes them on to the
+    shell, which sends and closes them, or closes them itself when it drops the answer."""
+    buffers: list[ResponseBuffer]
 
     @property
     def size(self) -> int:
@@ -127,7 +130,7 @@ class Answered:
 
     __slots__ = ("header", "buffers")
 
-    def __init__(self, header: RequestHeader, buffers: Sequence[bytes | memoryview]) -> None:
+    def __init__(self, header: RequestHeader, buffers: Sequence[ResponseBuffer]) -> None:
         self.header = header
         self.buffers = buffers
 
@@ -151,7 +154,7 @@ class Refused:
 
 
 _PENDING: Final = object()
-_NOTHING: tuple[bytes | memoryview, ...] = ()  # a request answered without a response (acks=0 Produce)
+_NOTHING: tuple[ResponseBuffer, ...] = ()  # a request answered without a response (acks=0 Produce)
 
 
 def api_version_ranges(routes: Mapping[int, VersionRange]) -> list[dict[str, int]]:
@@ -181,6 +184,7 @@ class ServerConnection(Generic[R]):
         #: (authentication: a connection that has not authenticated gets only some APIs);
         #: False makes the event a :class:`Refused`. None (the default) admits everything.
         self.gate: Callable[[RequestHeader, int], bool] | None = None
+        self._closed = False  # close() was called: answers are dropped (their regions closed)
 
     # -- bytes in -------------------------------------------------------------------
     def get_buffer(self, sizehint: int = -1) -> memoryview:
@@ -269,7 +273,7 @@ class ServerConnection(Generic[R]):
         return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body)
 
     # -- bytes back -----------------------------------------------------------------
-    def send(self, slot: int, response: Any) -> Sequence[bytes | memoryview]:
+    def send(self, slot: int, response: Any) -> Sequence[ResponseBuffer]:
         """Answer the request in ``slot``; return the buffers that may be written now,
         in order (empty while an earlier request is unanswered).
 
@@ -279,7 +283,13 @@ class ServerConnection(Generic[R]):
         included) or ``None`` (no response is sent; the order is still kept).
         Raises :class:`LocalProtocolError` if ``slot`` is not waiting for an answer, and
         whatever kio's encoder raises for a malformed entity (the slot stays pending).
+        After :meth:`close`, the answer is dropped (its regions closed) and nothing is
+        returned. The caller owns the regions among the returned buffers.
         """
+        if self._closed:
+            if isinstance(response, RawResponse):
+                close_regions(response.buffers)
+            return _NOTHING
         index = slot - self._first_slot
         if not 0 <= index < len(self._slots) or self._slots[index][1] is not _PENDING:
             raise LocalProtocolError(f"slot {slot} is not waiting for an answer")
@@ -290,7 +300,7 @@ class ServerConnection(Generic[R]):
         return self._flush()
 
     @staticmethod
-    def _frame(header: RequestHeader, response: Any) -> Sequence[bytes | memoryview]:
+    def _frame(header: RequestHeader, response: Any) -> Sequence[ResponseBuffer]:
         if isinstance(response, RawResponse):
             buffers = response.buffers
             return [sum(map(len, buffers)).to_bytes(4, "big"), *buffers]
@@ -300,7 +310,7 @@ class ServerConnection(Generic[R]):
             return [response]
         return [encode_response(header.api_key, header.api_version, header.correlation_id, response)]
 
-    def _flush(self) -> Sequence[bytes | memoryview]:
+    def _flush(self) -> Sequence[ResponseBuffer]:
         slots = self._slots
         first = slots.popleft()[1]
         self._first_slot += 1
@@ -311,6 +321,17 @@ class ServerConnection(Generic[R]):
             out.extend(slots.popleft()[1])
             self._first_slot += 1
         return out
+
+    def close(self) -> None:
+        """The connection is gone: drop every answer still held behind an unanswered
+        one, closing the regions in them; later :meth:`send` calls drop theirs too.
+        Idempotent."""
+        self._closed = True
+        for entry in self._slots:
+            if entry[1] is not _PENDING:
+                close_regions(entry[1])
+        self._slots.clear()
+        self._frames.clear()
 
     # -- state ----------------------------------------------------------------------
     @property

@@ -31,6 +31,15 @@ more is read meanwhile); a connection that has not authenticated within
 never finish). Handlers see the authenticated principal as ``ctx.principal``. Neither
 authentication bytes nor passwords are ever logged.
 
+Fetch answers may hold file regions (record bytes left in the segment files, see
+:mod:`.zero_copy`): on a plaintext listener, when nothing is queued in the transport,
+they are written straight to the socket (headers with ``writev``, records with
+``sendfile``) and only what the kernel does not take goes through the transport; on a
+TLS listener, or behind queued bytes, they are read into bytes and written through the
+transport. Every region is closed once written or when its answer is dropped (the
+connection closed first); a region whose file was cut short under it closes the
+connection (the client retries).
+
 Each request is written to the request log (:mod:`.request_log`, logger
 ``hightide.request`` at DEBUG) when it is answered; when that logger is off, a request
 costs one ``isEnabledFor`` check.
@@ -48,12 +57,14 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.build import materialize
 from ..protocol.codec import RequestHeader, response_schema
 from ..protocol.errors import ErrorCode, PeerProtocolError
+from ..protocol.regions import ResponseBuffer, close_regions, has_region
 from ..protocol.server_connection import NEED_DATA, Answered, Refused, Request, ServerConnection
 from ..security.session import REJECT, SASL, SERVE, Admission, AuthenticatedSession, SaslSession
 from . import request_log
 from .context import ANONYMOUS, RequestContext, Services, _host_of
 from .listener_security import PLAINTEXT, ListenerSecurity, Session
-from .registry import CloseConnection, Route
+from .registry import CloseConnection, RawResponse, Route
+from .zero_copy import RegionTruncated, remainder, send_now
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -92,6 +103,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.max_queued = cfg["queued.max.requests"]
         self.idle_ms = cfg["connections.max.idle.ms"]
         self.transport: asyncio.Transport | None = None
+        self._sock_fd = -1  # the plaintext socket's fd for sendfile (-1: TLS or no socket)
         self.peer = "?"
         self.paused = False  # back-pressure applies: no request is run (either reason below)
         self.write_paused = False  # the transport's write buffer is above its high-water mark
@@ -111,12 +123,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_host = _host_of(self.peer)
         self.broker.connections.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and self.security.ssl_context is None:
+            self._sock_fd = sock.fileno()
         self._arm_idle_timer()
         if not self.security.plaintext:
             self._start_session(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self._sock_fd = -1
+        self.conn.close()  # held answers are dropped, their regions closed
         self.broker.connections.discard(self)
         if self._idle_handle:
             self._idle_handle.cancel()
@@ -230,6 +247,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("encoding the answer of %s v%d for %s failed; closing connection", request.route.name,
                           request.header.api_version, self.peer)
+            if isinstance(result, RawResponse):
+                close_regions(result.buffers)
             self.close("internal error")
             return
         if out:
@@ -243,14 +262,38 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.closing and not self.conn.in_flight and self._open():
             self.transport.close()  # type: ignore[union-attr]
 
-    def _write(self, buffers: Sequence[bytes | memoryview]) -> None:
+    def _write(self, buffers: Sequence[ResponseBuffer]) -> None:
+        """Write an answer's buffers in order; regions among them are sent (see the
+        module docstring) and closed, also when the connection is already closing."""
         t = self.transport
-        if not buffers or t is None or t.is_closing():
+        if not buffers:
             return
-        if len(buffers) == 1:
-            t.write(buffers[0])
+        if t is None or t.is_closing():
+            close_regions(buffers)
+            return
+        if has_region(buffers):
+            self._write_regions(t, buffers)
+        elif len(buffers) == 1:
+            t.write(buffers[0])  # type: ignore[arg-type]  # bytes (no region)
         else:
-            t.writelines(buffers)
+            t.writelines(buffers)  # type: ignore[arg-type]
+
+    def _write_regions(self, t: asyncio.Transport, buffers: Sequence[ResponseBuffer]) -> None:
+        """Straight to the socket while the transport has nothing queued (uvloop's
+        ``get_write_buffer_size`` counts its own buffer and libuv's write queue, so a
+        direct write never overtakes queued bytes), the rest through the transport."""
+        try:
+            i = done = 0
+            if self._sock_fd >= 0 and t.get_write_buffer_size() == 0:
+                i, done = send_now(self._sock_fd, buffers)
+            if i < len(buffers):
+                t.writelines(remainder(buffers, i, done))
+        except RegionTruncated as exc:
+            self.close(f"fetch answer cut short, closing so the client retries: {exc}")
+        except OSError as exc:
+            self.close(f"write failed: {exc}", level=logging.INFO)
+        finally:
+            close_regions(buffers)
 
     def _open(self) -> bool:
         return self.transport is not None and not self.transport.is_closing()

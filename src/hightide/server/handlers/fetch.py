@@ -12,8 +12,14 @@ fetch offset left behind on an older segment), when the broker stops, or when
 
 A read_committed fetch (isolation level 1) gets data up to the last stable offset and
 the aborted transactions overlapping it, from the log's in-memory index (no per-record
-work). Record bytes go from ``os.pread`` of the segment straight into the response buffers
-(:mod:`hightide.protocol.fetch_response`); they are never decoded. Fetch sessions
+work). Record bytes are never decoded: a partition's read of at least
+``REGION_MIN_BYTES`` is a file region (a dup'd descriptor, offset and size, see
+:meth:`PartitionLog.read_records`) that the connection sends with ``sendfile``; smaller
+ones are ``pread`` into the response buffers (:mod:`hightide.protocol.fetch_response`).
+Every region read is either in the answer (the connection closes it once sent) or
+closed here (a partition dropped by the KIP-74 limit, a read thrown away when the fetch
+parks). With the request log on, regions are read into bytes so the log can decode the
+answer. Fetch sessions
 (KIP-227) are answered the way Kafka answers when its session cache is full: session
 id 0, i.e. every fetch is a full fetch, which every client supports.
 
@@ -33,6 +39,7 @@ that epoch ends here) and no records, as Kafka does; it truncates there and fetc
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,11 +47,13 @@ from typing import Any
 from ...log.partition_log import OffsetOutOfRange, PartitionLog
 from ...protocol.errors import ErrorCode
 from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
+from ...protocol.regions import close_regions
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorizer
 from ..context import PartitionLogs, RequestContext
 from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
+from ..request_log import REQUEST_LOGGER
 from .common import check_leader_epoch
 
 FINAL_EPOCH = -1
@@ -65,14 +74,26 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
               replica: Replica | None = None) -> tuple[list[TopicData], int, bool, list[Watched]]:
     """One pass over the requested partitions. Returns (topics, bytes, any error, the
     partitions to wait on). Topics in ``refused`` answer TOPIC_AUTHORIZATION_FAILED.
-    ``replica``: a follower's fetch (reads up to the LEO, recorded per partition)."""
+    ``replica``: a follower's fetch (reads up to the LEO, recorded per partition).
+    The caller owns the regions among the records (see :func:`_close_records`); on an
+    exception none is left open."""
+    out: list[TopicData] = []
+    try:
+        return _read_topics(ctx, req, read_committed, refused, replica, out)
+    except BaseException:
+        _close_records(out)
+        raise
+
+
+def _read_topics(ctx: RequestContext, req: Any, read_committed: bool, refused: set[str] | None,
+                 replica: Replica | None, out: list[TopicData]) -> tuple[list[TopicData], int, bool, list[Watched]]:
+    """:func:`_read_all`'s pass, appending each topic to ``out`` before reading it."""
     image = ctx.image
     partition_log = ctx.logs.partition_log
     remaining = req.max_bytes if ctx.version >= 3 else 2**31 - 1
     total = 0
     errors = False
     keys = []
-    out: list[TopicData] = []
     for t in req.topics:
         if ctx.version >= 13:
             timg = image.topic_by_id(t.topic_id)
@@ -81,6 +102,7 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
             name = t.topic
             timg = image.topics.get(name)
         td = TopicData(name, t.topic_id if ctx.version >= 13 else None, [])
+        out.append(td)
         for p in t.partitions:
             pd = PartitionData(p.partition)
             td.partitions.append(pd)
@@ -126,9 +148,9 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
                 if read_committed:
                     result, pd.aborted = plog.read_committed(p.fetch_offset, limit)
                 elif replica is not None:
-                    result = plog.read(p.fetch_offset, limit)  # up to the LEO
+                    result = plog.read_records(p.fetch_offset, limit)  # up to the LEO
                 else:
-                    result = plog.read(p.fetch_offset, limit, max_offset=plog.high_watermark)
+                    result = plog.read_records(p.fetch_offset, limit, max_offset=plog.high_watermark)
             except OffsetOutOfRange:
                 pd.error_code = ErrorCode.offset_out_of_range
                 errors = True
@@ -137,11 +159,13 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
                 pd.error_code = ErrorCode.kafka_storage_error
                 errors = True
                 continue
+            data = result.data
             if replica is not None and not _follower_fetched(ctx, replica, timg.name, p, plog, pd):
+                close_regions((data,))
                 errors = True
                 continue
-            data = result.data
             if total and len(data) > limit:
+                close_regions((data,))
                 data = b""  # only the first partition with data may exceed the limits (KIP-74)
                 if read_committed:
                     pd.aborted = []
@@ -149,8 +173,29 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
             n = len(data)
             total += n
             remaining -= n
-        out.append(td)
+    if REQUEST_LOGGER.isEnabledFor(logging.DEBUG):
+        _read_regions(out)
     return out, total, errors, keys
+
+
+def _close_records(topics: list[TopicData]) -> None:
+    """Close the regions among the partitions' records (a read that is not sent)."""
+    close_regions(pd.records for t in topics for pd in t.partitions)
+
+
+def _read_regions(topics: list[TopicData]) -> None:
+    """Replace every region among the records by its bytes (and close it). Raises
+    OSError when a region cannot be read (all regions are closed then)."""
+    try:
+        for t in topics:
+            for pd in t.partitions:
+                rec = pd.records
+                if not isinstance(rec, (bytes, memoryview)):
+                    pd.records = rec.read()
+                    rec.close()
+    except BaseException:
+        _close_records(topics)
+        raise
 
 
 def _diverged(plog: PartitionLog, p: Any, pd: PartitionData) -> bool:
@@ -272,8 +317,12 @@ async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadli
 
 
 def _respond(ctx: RequestContext, topics: list[TopicData], error: int = 0) -> RawResponse:
-    buffers, _ = encode_fetch_response(ctx.version, ctx.header.correlation_id, topics, error_code=error,
-                                       session_id=0, node_endpoints=_leader_endpoints(ctx, topics))
+    try:
+        buffers, _ = encode_fetch_response(ctx.version, ctx.header.correlation_id, topics, error_code=error,
+                                           session_id=0, node_endpoints=_leader_endpoints(ctx, topics))
+    except BaseException:
+        _close_records(topics)
+        raise
     return RawResponse(buffers)
 
 
@@ -334,6 +383,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         if not keys and max_wait_ms > 0 and not errors and not req.topics:
             return _sleep_then_respond(ctx, max_wait_ms)
         return _respond(ctx, topics)
+    _close_records(topics)  # parked: read again when it completes
     deadline = time.monotonic() + max_wait_ms / 1000
     return _long_poll(ctx, req, read_committed, deadline, keys, refused, replica)
 
