@@ -94,21 +94,24 @@ class OffsetStore:
         errors: dict[TopicPartition, ErrorCode] = {}
         records: list[Record] = []
         current = self.offsets.get(group, {})
-        for c in commits:
-            tp = (c.topic, c.partition)
-            metadata = c.metadata if c.metadata is not None else ""
+        limit = self.metadata_max_bytes
+        none, new = ErrorCode.none, tuple.__new__  # (the NamedTuples without their Python-level __new__)
+        for topic, partition, offset, leader_epoch, metadata, expected_offset in commits:
+            tp = (topic, partition)
+            if metadata is None:
+                metadata = ""
             # (UTF-8 takes at most 4 bytes per character: most metadata needs no encoding)
-            if 4 * len(metadata) > self.metadata_max_bytes and len(metadata.encode()) > self.metadata_max_bytes:
+            if 4 * len(metadata) > limit and len(metadata.encode()) > limit:
                 errors[tp] = ErrorCode.offset_metadata_too_large
-            elif not partition_exists(c.topic, c.partition):
+            elif not partition_exists(topic, partition):
                 errors[tp] = ErrorCode.unknown_topic_or_partition
-            elif c.expected_offset is not None and \
-                    (current[tp].offset if tp in current else -1) != c.expected_offset:
+            elif expected_offset is not None and \
+                    (current[tp].offset if tp in current else -1) != expected_offset:
                 errors[tp] = EXPECTED_OFFSET_MISMATCH
             else:
-                errors[tp] = ErrorCode.none
-                records.append((OffsetKey(group, c.topic, c.partition),
-                                OffsetValue(c.offset, c.leader_epoch, metadata, now_ms)))
+                errors[tp] = none
+                records.append((new(OffsetKey, (group, topic, partition)),
+                                new(OffsetValue, (offset, leader_epoch, metadata, now_ms, -1))))
         return errors, records
 
     def delete(self, group: str, partitions: Iterable[TopicPartition]) -> list[Record]:

@@ -116,6 +116,14 @@ def encode_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
     return CR.encode_key(key), CR.encode_value(value)
 
 
+def encode_records(records: list[Record]) -> list[tuple[bytes | None, bytes | None]]:
+    """:func:`encode_record` of each record; the offset records of an OffsetCommit share
+    the encoding of their group and topic (:func:`.records.encode_offset_records`)."""
+    if all(type(k) is OffsetKey for k, _ in records):
+        return R.encode_offset_records(records)
+    return [encode_record(k, v) for k, v in records]
+
+
 def decode_record(key: bytes, value: bytes | None) -> Record | None:
     """The (key, value) of a ``__consumer_offsets`` record; None for a record type
     hightide does not interpret. Raises RecordFormatError for a malformed record."""

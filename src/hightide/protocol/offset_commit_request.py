@@ -188,6 +188,7 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
     instance_id, pos = _compact_str(buf, pos, True)
     ntopics, pos = _array_len(buf, pos, 3)
     head, head_size = _PART_HEAD.unpack_from, _PART_HEAD.size
+    new = tuple.__new__  # the NamedTuple without its Python-level __new__
     topics: list[CommitTopicRequest] = []
     for _ in range(ntopics):
         name, pos = _compact_str(buf, pos, False)
@@ -196,13 +197,20 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
         for _ in range(nparts):
             index, offset, epoch = head(buf, pos)
             pos += head_size
-            if buf[pos] == 1:  # the usual empty metadata
-                metadata: str | None = ""
+            n = buf[pos]
+            if 1 < n < 0x80 and pos + n <= len(buf):  # metadata of 1-126 bytes: a one-byte length
+                metadata: str | None = buf[pos + 1:pos + n].decode()
+                pos += n
+            elif n == 1:  # the usual empty metadata
+                metadata = ""
                 pos += 1
             else:
                 metadata, pos = _compact_str(buf, pos, True)
-            p = CommitPartitionRequest(index, offset, epoch, metadata)
-            pos = _tags(buf, pos, p, unknown)
+            p = new(CommitPartitionRequest, (index, offset, epoch, metadata))
+            if buf[pos] == 0:  # no tagged fields
+                pos += 1
+            else:
+                pos = _tags(buf, pos, p, unknown)
             parts.append(p)
         topic = CommitTopicRequest(name or "", parts)
         pos = _tags(buf, pos, topic, unknown)

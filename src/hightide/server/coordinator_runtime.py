@@ -119,7 +119,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..protocol.errors import ErrorCode
-from ..protocol.records import build_batch, decode_records, validate_batches
+from ..protocol.kv_batch import build_kv_batch
+from ..protocol.records import decode_records, validate_batches
 from ..txn.batch import TxnBatch
 
 if TYPE_CHECKING:
@@ -478,11 +479,11 @@ class CoordinatorRuntime(Generic[S]):
                                           now_ms)
                 count = 1
             else:
-                batch = build_batch([(k, v, [], now_ms) for k, v in self.adapter.encode(records)],
-                                    producer_id=-1 if txn is None else txn.producer_id,
-                                    producer_epoch=-1 if txn is None else txn.producer_epoch,
-                                    base_sequence=-1 if txn is None else _next_sequence(plog, txn),
-                                    is_transactional=txn is not None)
+                batch = build_kv_batch(self.adapter.encode(records), now_ms,
+                                       producer_id=-1 if txn is None else txn.producer_id,
+                                       producer_epoch=-1 if txn is None else txn.producer_epoch,
+                                       base_sequence=-1 if txn is None else _next_sequence(plog, txn),
+                                       is_transactional=txn is not None)
                 base = plog.append(batch, validate_batches(batch, client_origin=False), now_ms).base_offset
                 count = len(records)
         except OSError as exc:

@@ -47,7 +47,7 @@ from ..group.shard import (
     GroupCoordinatorShard,
     LiveGroup,
     decode_record,
-    encode_record,
+    encode_records,
 )
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
 from ..protocol.errors import ErrorCode
@@ -107,7 +107,7 @@ class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
                 shard.replay(k, v)
 
     def encode(self, records: list[tuple[Any, Any]]) -> list[tuple[bytes | None, bytes | None]]:
-        return [encode_record(k, v) for k, v in records]
+        return encode_records(records)
 
     def replay(self, shard: GroupCoordinatorShard, partition: int, result: CoordinatorResult,
                offsets: list[int]) -> None:

@@ -13,6 +13,7 @@ import struct
 from typing import Any
 
 from ...group.offsets import CommitRequest
+from ...group.shard import CoordinatorResult, GroupCoordinatorShard
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
@@ -133,15 +134,16 @@ def _expected_offset(ctx: RequestContext, partition: Any) -> int | None:
 def _commit_requests(ctx: RequestContext, req: Any, denied: set[str] | frozenset[str]) -> list[CommitRequest]:
     """The partitions to commit (not those of ``denied`` topics), one tuple each."""
     epochs = ctx.version >= 6  # committed_leader_epoch (v6+)
-    out = []
+    tagged = bool(ctx.unknown_tags)  # (usually no tags at all: no ExpectedOffset to look up)
+    new = tuple.__new__  # the NamedTuple without its Python-level __new__
+    out: list[CommitRequest] = []
     for t in req.topics:
         name = t.name
         if name in denied:
             continue
-        for p in t.partitions:
-            out.append(CommitRequest(name, p.partition_index, p.committed_offset,
-                                     p.committed_leader_epoch if epochs else -1, p.committed_metadata,
-                                     _expected_offset(ctx, p)))
+        out += [new(CommitRequest, (name, p.partition_index, p.committed_offset,
+                                    p.committed_leader_epoch if epochs else -1, p.committed_metadata,
+                                    _expected_offset(ctx, p) if tagged else None)) for p in t.partitions]
     return out
 
 
@@ -159,16 +161,17 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
     denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     commits = _commit_requests(ctx, req, denied)
 
-    def exists(topic: str, partition: int) -> bool:
-        t = ctx.image.topics.get(topic)
-        return t is not None and partition in t.partitions
+    def commit(shard: GroupCoordinatorShard) -> CoordinatorResult:
+        topics = ctx.image.topics  # the image when the commit runs (one look-up, not one per partition)
+
+        def exists(topic: str, partition: int) -> bool:
+            t = topics.get(topic)
+            return t is not None and partition in t.partitions
+        return shard.commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id, commits,
+                                    ctx.now_ms, exists, getattr(req, "group_instance_id", None), ctx.version)
 
     try:
-        group_error, errors = await ctx.groups.execute(
-            req.group_id, lambda shard: shard.commit_offsets(
-                req.group_id, req.generation_id_or_member_epoch, req.member_id, commits, ctx.now_ms, exists,
-                getattr(req, "group_instance_id", None), ctx.version),
-            ctx.now_ms)
+        group_error, errors = await ctx.groups.execute(req.group_id, commit, ctx.now_ms)
     except CoordinatorUnavailable as exc:
         group_error, errors = exc.error_code, {}
     topics = [(t.name, [(p.partition_index, ErrorCode.topic_authorization_failed if t.name in denied
