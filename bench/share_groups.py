@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _limits
 from kio.serial import entity_reader
-from produce_consume import Broker
+from produce_consume import Broker, CpuMeter, Profiler
 
 from hightide.protocol.build import materialize
 from hightide.protocol.codec import encode_request, request_schema, response_schema
@@ -171,7 +171,11 @@ def state_bytes(data_dir: Path) -> int:
     return sum(f.stat().st_size for d in data_dir.glob("__share_group_state-*") for f in d.glob("*.log"))
 
 
-def run_raw(workdir: Path, members: int, n: int, size: int, sets: list[str], max_records: int) -> dict:
+def run_raw(workdir: Path, members: int, n: int, size: int, sets: list[str], max_records: int,
+            profile_dir: Path | None = None) -> dict:
+    """One raw run. ``broker_cpu_s`` is the broker's CPU time (user + system) from the
+    consumers' start until the persisted SPSO reached the end: on a loaded machine the
+    broker CPU seconds per million acknowledged records is the figure to compare."""
     workdir.mkdir(parents=True)
     broker = Broker(workdir, sets=sets)
     broker.start()
@@ -183,18 +187,26 @@ def run_raw(workdir: Path, members: int, n: int, size: int, sets: list[str], max
         tid = asyncio.run(setup(broker.bootstrap, topic, group))
         bytes0 = state_bytes(broker.data_dir)
 
+        assert broker.proc is not None
+        meter = CpuMeter(broker.proc.pid)
+        profiler = Profiler(profile_dir, broker.proc.pid)
+
         async def main():
             stats = {"acquired": 0, "acked": 0, "fetches": 0, "done": asyncio.Event()}
+            profiler.start(f"share-raw-{members}-{workdir.name}")
+            c0 = meter._cpu()
             t0 = time.monotonic()
             waiter = asyncio.create_task(wait_done(broker.bootstrap, group, tid, n, 600))
             tasks = [asyncio.create_task(raw_member(broker.bootstrap, group, topic, tid, n, stats, max_records))
                      for _ in range(members)]
             t_done = await waiter
+            stats["cpu_s"] = (meter._cpu() or 0.0) - (c0 or 0.0)
             stats["done"].set()
             await asyncio.gather(*tasks)
             return stats, t_done - t0
 
         stats, elapsed = asyncio.run(main())
+        profile = profiler.finish()
         written = state_bytes(broker.data_dir) - bytes0
         return {"members": members, "records": n, "record_bytes": size, "max_records_per_fetch": max_records,
                 "seconds": round(elapsed, 3), "share_fetches": stats["fetches"],
@@ -203,6 +215,9 @@ def run_raw(workdir: Path, members: int, n: int, size: int, sets: list[str], max
                 "redeliveries": stats["acquired"] - n,
                 "share_state_bytes_written": written,
                 "share_state_bytes_per_record": round(written / n, 2),
+                "broker_cpu_s": round(stats["cpu_s"], 3),
+                "broker_cpu_s_per_million_acks": round(stats["cpu_s"] * 1e6 / n, 3),
+                **({"profile": profile} if profile else {}),
                 "broker": broker.stop()}
     except BaseException:
         broker.stop()
@@ -296,13 +311,16 @@ def main() -> None:
                     "(comma separated), e.g. for before/after runs with PYTHONPATH=<other src>")
     ap.add_argument("--records", type=int, help="records in the partition (default 400,000; --quick 100,000)")
     ap.add_argument("--repeat", type=int, help="runs per configuration (default 3; --quick 1)")
+    ap.add_argument("--profile-dir", type=Path, help="attach py-spy to the broker during the raw runs "
+                    "(--raw-only); it steals CPU, so rates of a profiled run are lower")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 400_000)
     repeat = args.repeat or (1 if args.quick else 3)
     size = 100
     if args.raw_only:
         with tempfile.TemporaryDirectory(prefix="ht-bench-share-") as tmp:
-            raw = [median_run([run_raw(Path(tmp) / f"raw{m}-{k}", m, n, size, [], 500) for k in range(repeat)])
+            raw = [median_run([run_raw(Path(tmp) / f"raw{m}-{k}", m, n, size, [], 500, args.profile_dir)
+                               for k in range(repeat)])
                    for m in (int(x) for x in args.raw_only.split(","))]
         print(json.dumps({"benchmark": "share_groups", "mode": "raw_only", "raw": raw,
                           "pythonpath": os.environ.get("PYTHONPATH"), "load_average": os.getloadavg(),

@@ -157,10 +157,13 @@ class SharePartitionManager:
         """True when the persisted state is uninitialised although we hold the partition
         (its state was deleted, maybe initialised again, behind our back). Uses the share
         coordinator's synchronous summary when it has one (no IO)."""
-        summary = getattr(getattr(self.broker, "share_state", None), "summary", None)
-        if summary is None:
+        coordinator = getattr(self.broker, "share_state", None)
+        summary = getattr(coordinator, "summary", None)
+        if coordinator is None or summary is None:
             return False
         try:
+            if coordinator.initialized(key):
+                return False  # the usual answer, without building a summary
             st = summary(key)
         except CoordinatorUnavailable:  # not loaded: keep what we hold
             return False

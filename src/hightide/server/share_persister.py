@@ -48,6 +48,9 @@ RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_avai
                        ErrorCode.coordinator_load_in_progress, ErrorCode.network_exception,
                        ErrorCode.request_timed_out})
 T = TypeVar("T")
+#: one partition's fields of a share-state RPC, or a function building them (only when
+#: the call goes to another broker)
+Partition = dict[str, Any] | Callable[[], dict[str, Any]]
 
 
 async def retrying(attempt: Callable[[], Awaitable[T]], code_of: Callable[[T], int],
@@ -103,16 +106,17 @@ class SharePersisterClient:
         return p.leader, ep[0], ep[1]
 
     async def _call(self, addr: tuple[int, str, int], key: ShareStateKey, api_key: int, version: int,
-                    partition: dict[str, Any]) -> Any:
+                    partition: Partition) -> Any:
         """Send one share-state RPC for ``key`` to the broker at ``addr`` and return its one
         partition result. Raises KafkaError or OSError (a broken connection is dropped)."""
         node, host, port = addr
+        fields = partition() if callable(partition) else partition
         body = {"group_id": key.group_id, "topics": [
-            {"topic_id": key.topic_id, "partitions": [{"partition": key.partition, **partition}]}]}
+            {"topic_id": key.topic_id, "partitions": [{"partition": key.partition, **fields}]}]}
         resp = await self._peers.request(node, host, port, api_key, version, body)
         return resp.results[0].partitions[0]
 
-    async def _code(self, key: ShareStateKey, api_key: int, version: int, partition: dict[str, Any]) -> int | None:
+    async def _code(self, key: ShareStateKey, api_key: int, version: int, partition: Partition) -> int | None:
         """The error code of the RPC at the leader, or None when the local coordinator answers."""
         try:
             addr = await self._leader_address(key)
@@ -142,7 +146,7 @@ class SharePersisterClient:
                           delivery_complete_count=getattr(r, "delivery_complete_count", -1), state_batches=batches)
 
     # -- SharePersister -----------------------------------------------------------------------
-    async def _code_or_local(self, key: ShareStateKey, api_key: int, version: int, partition: dict[str, Any],
+    async def _code_or_local(self, key: ShareStateKey, api_key: int, version: int, partition: Partition,
                              local: Callable[[], Awaitable[int]]) -> int:
         """One routed call (the leader's answer, or the local coordinator's), retried while
         the coordinator is moving."""
@@ -168,7 +172,7 @@ class SharePersisterClient:
 
     async def write(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     delivery_complete_count: int, state_batches: tuple[StateBatch, ...]) -> int:
-        return await self._code_or_local(key, 85, 1, {
+        return await self._code_or_local(key, 85, 1, lambda: {  # built only for a remote coordinator
             "state_epoch": state_epoch, "leader_epoch": leader_epoch, "start_offset": start_offset,
             "delivery_complete_count": delivery_complete_count,
             "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,

@@ -247,6 +247,14 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
         state). Raises CoordinatorLoadInProgress / CoordinatorUnavailable."""
         return self.shard_for(key).read_summary(key, self._exists)  # no topic yet: an empty shard
 
+    def initialized(self, key: ShareStateKey) -> bool:
+        """True when the committed state of ``key`` exists with a start offset (the share
+        partition is initialised): a dictionary lookup, no objects built, for the share
+        partitions' check on every use. False says nothing more (ask :meth:`summary`).
+        Raises CoordinatorLoadInProgress / CoordinatorUnavailable as :meth:`summary`."""
+        st = self.shard_for(key).states.get(key)
+        return st is not None and st.start_offset >= 0
+
     def keys_for_group(self, group_id: str) -> list[ShareStateKey]:
         """Every share partition of ``group_id`` that has (committed) state. Raises
         CoordinatorLoadInProgress while a partition is loading."""

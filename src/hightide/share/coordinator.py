@@ -44,8 +44,8 @@ import heapq
 import itertools
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -80,8 +80,9 @@ class ShareResult:
     response: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionState:
+class PartitionState(NamedTuple):
+    """The committed state of one share partition (a tuple: one is built per write)."""
+
     snapshot_epoch: int
     state_epoch: int
     leader_epoch: int
@@ -186,6 +187,8 @@ def combine_batches(so_far: tuple[StateBatch, ...] | list[StateBatch], new: tupl
     ``start_offset`` (unless -1); per offset the greatest (delivery count, state) wins.
     Linear when each list is sorted and disjoint (the stored state always is, and writers'
     batches normally are); any input is accepted."""
+    if not so_far and not new:
+        return ()
     a, a_ok = _clipped(so_far, start_offset)
     b, b_ok = _clipped(new, start_offset)
     runs = _merge_sorted(a, b) if a_ok and b_ok else _sweep(a + b)
@@ -375,10 +378,10 @@ class ShareCoordinatorShard:
             start = cur.start_offset if value.start_offset == -1 else value.start_offset
             batches = combine_batches(cur.batches, value.state_batches, start)
             leader = cur.leader_epoch if value.leader_epoch == -1 else max(cur.leader_epoch, value.leader_epoch)
-            self.states[sk] = replace(
-                cur, leader_epoch=leader, start_offset=start, batches=batches,
-                delivery_complete_count=_effective_dcc(value.delivery_complete_count, batches, start),
-                updates_since_snapshot=cur.updates_since_snapshot + 1)
+            self.states[sk] = PartitionState(  # (dataclasses.replace costs 4x this, once per write)
+                cur.snapshot_epoch, cur.state_epoch, leader, start, cur.create_timestamp, cur.write_timestamp,
+                batches, _effective_dcc(value.delivery_complete_count, batches, start),
+                cur.updates_since_snapshot + 1, cur.snapshot_offset)
 
 
 def _error_state(err: Outcome | None) -> ShareState:

@@ -68,11 +68,20 @@ class StateBatch:
 
 @dataclass(frozen=True, slots=True)
 class ShareStateKey:
-    """A share partition: the group, the topic id and the partition."""
+    """A share partition: the group, the topic id and the partition. Equal keys are of
+    the same class with equal fields; the hash is computed once (a key is looked up
+    several times per share request, and a UUID hashes in Python)."""
 
     group_id: str
     topic_id: uuid.UUID
     partition: int
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.group_id, self.topic_id, self.partition)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
