@@ -159,6 +159,23 @@ class OffsetStore:
         if not self.pending:
             self._committed_at.clear()
 
+    def replay_values(self, records: Iterable[tuple[OffsetKey, OffsetValue]]) -> None:
+        """:meth:`replay` of each record (none a tombstone), in order: an OffsetCommit's."""
+        if self.pending:
+            for key, value in records:
+                self.replay(key, value)
+            return
+        offsets = self.offsets
+        last, group = None, None
+        for key, value in records:
+            if key.group != last:
+                last = key.group
+                group = offsets.get(last)
+                if group is None:
+                    group = offsets[last] = {}
+            assert group is not None
+            group[(key.topic, key.partition)] = value
+
     def replay(self, key: OffsetKey, value: OffsetValue | None) -> None:
         tp = (key.topic, key.partition)
         if value is None:
@@ -168,7 +185,10 @@ class OffsetStore:
                 if not group:
                     del self.offsets[key.group]
         else:
-            self.offsets.setdefault(key.group, {})[tp] = value
+            group = self.offsets.get(key.group)
+            if group is None:
+                group = self.offsets[key.group] = {}
+            group[tp] = value
         if self.pending:  # transactions hold offsets: remember where this commit is in the log
             self._position += 1
             if value is None:

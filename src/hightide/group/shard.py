@@ -574,6 +574,15 @@ class GroupCoordinatorShard:
         elif isinstance(key, OffsetKey):
             self.offsets.replay_pending(txn.producer_id, key, value)
 
+    def replay_all(self, records: list[Record]) -> None:
+        """:meth:`replay` of each record, in order (the offset records of an OffsetCommit
+        in one call to the offset store)."""
+        if all(type(k) is OffsetKey and type(v) is OffsetValue for k, v in records):
+            self.offsets.replay_values(records)
+            return
+        for key, value in records:
+            self.replay(key, value)
+
     def replay(self, key: Any, value: Any) -> None:
         if isinstance(key, OffsetKey):
             self.offsets.replay(key, value if isinstance(value, OffsetValue) or value is None else None)

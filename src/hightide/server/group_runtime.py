@@ -115,8 +115,7 @@ class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
             for k, v in result.records or [(None, None)]:
                 shard.replay_txn(result.txn_batch, k, v)
             return
-        for k, v in result.records:
-            shard.replay(k, v)
+        shard.replay_all(result.records)
         for k, v in result.live:
             shard.replay(k, v)
 
