@@ -107,3 +107,31 @@ def test_request_decoder_refuses_garbage_like_the_generic_reader(tail, version):
             decode_request(header, memoryview(frame)[4:].toreadonly(), off, unknown)
     else:
         assert _fields(decode_request(header, memoryview(frame)[4:].toreadonly(), off, unknown), unknown) == expected
+
+
+@given(st.sampled_from([8, 9]), st.lists(st.tuples(st.text(max_size=12), _partitions), max_size=4))
+def test_decoded_partitions_are_commit_requests(version, topics):
+    """A decoded partition is (topic, partition, offset, leader epoch, metadata, expected
+    offset): the fields of the shard's CommitRequest, in order, which the broker commits."""
+    from hightide.group.offsets import CommitRequest
+
+    frame = encode_offset_commit_request(version, 3, "c", "g", -1, "", None, topics)
+    header, off = parse_header(memoryview(frame)[4:])
+    req = decode_request(header, memoryview(frame)[4:].toreadonly(), off, {})
+    got = [tuple(p) for t in req.topics for p in t.partitions]
+    assert got == [tuple(CommitRequest(name, p.partition, p.offset, p.leader_epoch, p.metadata, p.expected_offset))
+                   for name, parts in topics for p in parts]
+
+
+def test_a_malformed_expected_offset_is_ignored_like_the_handler_did():
+    """ExpectedOffset of another size than 8 bytes: no expected offset (the tag is kept)."""
+    frame = bytearray(encode_offset_commit_request(9, 1, "c", "g", -1, "", None,
+                                                   [("t", [CommitPartition(0, 5, expected_offset=7)])]))
+    tag = b"\x01" + bytes([0x90, 0x4E]) + b"\x08" + (7).to_bytes(8, "big")  # count, tag 10000, size 8, value
+    at = bytes(frame).index(tag)
+    short = bytes(frame[:at]) + b"\x01" + bytes([0x90, 0x4E]) + b"\x04" + (7).to_bytes(4, "big") + bytes(frame[at + len(tag):])
+    short = (len(short) - 4).to_bytes(4, "big") + short[4:]
+    header, off = parse_header(memoryview(short)[4:])
+    unknown: dict = {}
+    p = decode_request(header, memoryview(short)[4:].toreadonly(), off, unknown).topics[0].partitions[0]
+    assert p.expected_offset is None and unknown[id(p)][TAG_EXPECTED_OFFSET] == (7).to_bytes(4, "big")

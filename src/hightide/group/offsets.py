@@ -29,6 +29,11 @@ class CommitRequest(NamedTuple):
     expected_offset: int | None = None  # hightide extension: commit only if stored == expected
 
 
+# What a commit reads: a CommitRequest, or any tuple of its fields in its order (the
+# broker's OffsetCommit decoder yields such tuples, see hightide.protocol.offset_commit_request).
+CommitTuple = tuple[str, int, int, int, "str | None", "int | None"]
+
+
 class FetchedOffset(NamedTuple):
     """A tuple (cheap to build: OffsetFetch answers thousands per request)."""
 
@@ -82,7 +87,7 @@ class OffsetStore:
         return False
 
     # -- writes (return records; never mutate) ------------------------------------------
-    def commit(self, group: str, commits: Iterable[CommitRequest], now_ms: int,
+    def commit(self, group: str, commits: Iterable[CommitTuple], now_ms: int,
                partition_exists: Callable[[str, int], bool]) -> tuple[dict[TopicPartition, ErrorCode], list[Record]]:
         """Validate commits; return per-partition errors and the records to append.
 

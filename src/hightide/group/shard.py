@@ -63,7 +63,7 @@ from .consumer_api import (
 )
 from .consumer_group import ConsumerGroup, ConsumerGroups
 from .modern_group import ModernGroup
-from .offsets import CommitRequest, FetchedOffset, OffsetStore, TopicPartition
+from .offsets import CommitRequest, CommitTuple, FetchedOffset, OffsetStore, TopicPartition
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue
 from .share_group import (
     ShareGroupConfig,
@@ -427,7 +427,7 @@ class GroupCoordinatorShard:
         return group
 
     # -- OffsetCommit ---------------------------------------------------------------------
-    def commit_offsets(self, group_id: str, generation: int, member_id: str, commits: Iterable[CommitRequest],
+    def commit_offsets(self, group_id: str, generation: int, member_id: str, commits: Iterable[CommitTuple],
                        now_ms: int, partition_exists: Callable[[str, int], bool],
                        instance_id: str | None = None, api_version: int = 9) -> CoordinatorResult:
         """Response: (group error, {tp: error}). A *simple* commit (generation -1, no
@@ -446,7 +446,7 @@ class GroupCoordinatorShard:
         else:
             group_error = self._validate_member(group_id, generation, member_id, instance_id)
         if group_error != ErrorCode.none:
-            return CoordinatorResult([], (group_error, {(c.topic, c.partition): group_error for c in commits}))
+            return CoordinatorResult([], (group_error, {(c[0], c[1]): group_error for c in commits}))
         errors, records = self.offsets.commit(group_id, commits, now_ms, partition_exists)
         return CoordinatorResult(records, (ErrorCode.none, errors))
 
@@ -468,7 +468,7 @@ class GroupCoordinatorShard:
         else:
             group_error = self._validate_member(group_id, generation, member_id, instance_id)
         if group_error != ErrorCode.none:
-            return CoordinatorResult([], (group_error, {(c.topic, c.partition): group_error for c in commits}))
+            return CoordinatorResult([], (group_error, {(c[0], c[1]): group_error for c in commits}))
         errors, records = self.offsets.commit(group_id, commits, now_ms, partition_exists)
         return CoordinatorResult(records, (ErrorCode.none, errors),
                                  txn_batch=TxnBatch(producer_id, producer_epoch) if records else None)

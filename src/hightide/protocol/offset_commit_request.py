@@ -98,12 +98,18 @@ def encode_offset_commit_response(version: int, correlation_id: int,
 
 
 class CommitPartitionRequest(NamedTuple):
-    """A decoded request partition (kio's field names; ExpectedOffset is an unknown tag)."""
+    """A decoded request partition: kio's field names (ExpectedOffset is also collected as
+    an unknown tag, as the generic reader does), and first its topic's name and last the
+    ExpectedOffset (tag 10000 holding 8 bytes, else None): the fields, in order, of
+    :class:`hightide.group.offsets.CommitRequest`, so the broker commits these tuples as
+    they are."""
 
+    topic: str
     partition_index: int
     committed_offset: int
     committed_leader_epoch: int
     committed_metadata: str | None
+    expected_offset: int | None = None
 
 
 class CommitTopicRequest(NamedTuple):
@@ -123,6 +129,7 @@ class OffsetCommitRequestBody:
 
 
 _PART_HEAD = struct.Struct(">iqi")  # partition index, committed offset, committed leader epoch
+_I64 = struct.Struct(">q")
 _GEN = struct.Struct(">i")
 
 
@@ -138,12 +145,8 @@ def _compact_str(buf: bytes, pos: int, nullable: bool) -> tuple[str | None, int]
     return buf[pos:end].decode(), end
 
 
-def _tags(buf: bytes, pos: int, owner: object, unknown: dict[int, dict[int, bytes]] | None) -> int:
-    """Read a tagged-field section (every tag is unknown to this schema) into
-    ``unknown[id(owner)]`` as kio's tolerant reader does; return the next position."""
-    count = buf[pos]
-    if count == 0:
-        return pos + 1
+def _read_tags(buf: bytes, pos: int) -> tuple[dict[int, bytes], int]:
+    """A tagged-field section: ``({tag: bytes}, next position)``."""
     count, pos = read_uvarint(buf, pos)
     found: dict[int, bytes] = {}
     for _ in range(count):
@@ -153,6 +156,15 @@ def _tags(buf: bytes, pos: int, owner: object, unknown: dict[int, dict[int, byte
             raise ValueError(f"tagged field {tag} runs past the end of the frame")
         found[tag] = bytes(buf[pos:pos + size])
         pos += size
+    return found, pos
+
+
+def _tags(buf: bytes, pos: int, owner: object, unknown: dict[int, dict[int, bytes]] | None) -> int:
+    """Read a tagged-field section (every tag is unknown to this schema) into
+    ``unknown[id(owner)]`` as kio's tolerant reader does; return the next position."""
+    if buf[pos] == 0:
+        return pos + 1
+    found, pos = _read_tags(buf, pos)
     if unknown is not None:
         unknown[id(owner)] = found
     return pos
@@ -192,6 +204,7 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
     topics: list[CommitTopicRequest] = []
     for _ in range(ntopics):
         name, pos = _compact_str(buf, pos, False)
+        topic_name = name or ""
         nparts, pos = _array_len(buf, pos, head_size + 2)
         parts: list[CommitPartitionRequest] = []
         for _ in range(nparts):
@@ -206,13 +219,18 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
                 pos += 1
             else:
                 metadata, pos = _compact_str(buf, pos, True)
-            p = new(CommitPartitionRequest, (index, offset, epoch, metadata))
             if buf[pos] == 0:  # no tagged fields
                 pos += 1
-            else:
-                pos = _tags(buf, pos, p, unknown)
+                parts.append(new(CommitPartitionRequest, (topic_name, index, offset, epoch, metadata, None)))
+                continue
+            found, pos = _read_tags(buf, pos)
+            raw = found.get(TAG_EXPECTED_OFFSET)
+            expected = _I64.unpack(raw)[0] if raw is not None and len(raw) == 8 else None
+            p = new(CommitPartitionRequest, (topic_name, index, offset, epoch, metadata, expected))
+            if unknown is not None:
+                unknown[id(p)] = found
             parts.append(p)
-        topic = CommitTopicRequest(name or "", parts)
+        topic = CommitTopicRequest(topic_name, parts)
         pos = _tags(buf, pos, topic, unknown)
         topics.append(topic)
     body = OffsetCommitRequestBody(group_id or "", generation, member_id or "", instance_id, topics)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ...group.offsets import CommitRequest
+from ...group.offsets import CommitRequest, CommitTuple
 from ...group.shard import CoordinatorResult, GroupCoordinatorShard
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ...protocol.offset_commit_request import encode_offset_commit_response
+from ...protocol.offset_commit_request import OffsetCommitRequestBody, encode_offset_commit_response
 from ...protocol.offset_fetch_response import (
     GroupOffsets,
     PartitionOffset,
@@ -131,12 +131,15 @@ def _expected_offset(ctx: RequestContext, partition: Any) -> int | None:
     return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
 
 
-def _commit_requests(ctx: RequestContext, req: Any, denied: set[str] | frozenset[str]) -> list[CommitRequest]:
-    """The partitions to commit (not those of ``denied`` topics), one tuple each."""
+def _commit_requests(ctx: RequestContext, req: Any, denied: set[str] | frozenset[str]) -> list[CommitTuple]:
+    """The partitions to commit (not those of ``denied`` topics), one tuple each. v8/v9
+    requests come decoded as such tuples already (:class:`CommitPartitionRequest`)."""
+    if isinstance(req, OffsetCommitRequestBody):
+        return [p for t in req.topics if t.name not in denied for p in t.partitions]
     epochs = ctx.version >= 6  # committed_leader_epoch (v6+)
     tagged = bool(ctx.unknown_tags)  # (usually no tags at all: no ExpectedOffset to look up)
     new = tuple.__new__  # the NamedTuple without its Python-level __new__
-    out: list[CommitRequest] = []
+    out: list[CommitTuple] = []
     for t in req.topics:
         name = t.name
         if name in denied:
