@@ -64,6 +64,26 @@ def test_send_now_stops_when_the_socket_is_full_and_the_remainder_completes_it(s
         b.close()
 
 
+def test_send_now_resumes_inside_the_first_buffer(segment):
+    f, data = segment
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    a.setblocking(False)
+    region = f.region(100_000, 5)
+    try:
+        assert send_now(a.fileno(), [region, b"y"], 99_000) == (2, 0)
+        assert send_now(a.fileno(), [b"abcdef", region], 4) == (2, 0)
+        got = bytearray()
+        t = _reader(b, got, 1000 + 1 + 2 + 100_000)
+        t.start()
+        t.join(10)
+        assert bytes(got) == data[99_005:100_005] + b"y" + b"ef" + data[5:100_005]
+    finally:
+        region.close()
+        a.close()
+        b.close()
+
+
 def test_send_now_sends_everything_when_the_socket_has_room(segment):
     f, data = segment
     a, b = socket.socketpair()

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -104,6 +105,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.idle_ms = cfg["connections.max.idle.ms"]
         self.transport: asyncio.Transport | None = None
         self._sock_fd = -1  # the plaintext socket's fd for sendfile (-1: TLS or no socket)
+        self._unsent: list[ResponseBuffer] = []  # written directly, not yet taken by the kernel
+        self._unsent_start = 0  # bytes of _unsent[0] already sent
+        self._unsent_bytes = 0
+        self._unsent_paused = False  # reading paused by _throttle_unsent
+        self._writable_fd = -1  # a dup of the socket watched for writability while _unsent
         self.peer = "?"
         self.paused = False  # back-pressure applies: no request is run (either reason below)
         self.write_paused = False  # the transport's write buffer is above its high-water mark
@@ -133,6 +139,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self._sock_fd = -1
+        self._drop_unsent()
         self.conn.close()  # held answers are dropped, their regions closed
         self.broker.connections.discard(self)
         if self._idle_handle:
@@ -259,7 +266,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 request_log.log_completed(request.header, self.peer, result, started)
         if self.paused or self.conn.pending_responses:  # else nothing can have changed
             self._check_backpressure()
-        if self.closing and not self.conn.in_flight and self._open():
+        if self.closing and not self.conn.in_flight and not self._unsent and self._open():
             self.transport.close()  # type: ignore[union-attr]
 
     def _write(self, buffers: Sequence[ResponseBuffer]) -> None:
@@ -271,7 +278,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if t is None or t.is_closing():
             close_regions(buffers)
             return
-        if has_region(buffers):
+        if self._unsent:  # a direct send is under way: everything queues behind it
+            self._unsent.extend(buffers)
+            self._unsent_bytes += sum(map(len, buffers))
+            self._throttle_unsent()
+        elif has_region(buffers):
             self._write_regions(t, buffers)
         elif len(buffers) == 1:
             t.write(buffers[0])  # type: ignore[arg-type]  # bytes (no region)
@@ -281,19 +292,90 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _write_regions(self, t: asyncio.Transport, buffers: Sequence[ResponseBuffer]) -> None:
         """Straight to the socket while the transport has nothing queued (uvloop's
         ``get_write_buffer_size`` counts its own buffer and libuv's write queue, so a
-        direct write never overtakes queued bytes), the rest through the transport."""
+        direct write never overtakes queued bytes); what the kernel does not take now
+        waits for the socket to be writable (:meth:`_send_unsent`). On TLS, or behind
+        queued bytes, the regions are read and go through the transport."""
+        if self._sock_fd < 0 or t.get_write_buffer_size():
+            try:
+                t.writelines(remainder(buffers, 0, 0))
+            except OSError as exc:
+                self._write_failed(exc)
+            finally:
+                close_regions(buffers)
+            return
+        self._unsent = list(buffers)
+        self._unsent_start = 0
+        self._unsent_bytes = sum(map(len, buffers))
+        self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        """Send what the socket takes of :attr:`_unsent`; wait for it to be writable
+        (a watcher on a dup of the socket's fd, so the transport's own registration is
+        untouched) while something is left; close the regions sent."""
+        unsent = self._unsent
+        if not self._open():  # closed meanwhile: the socket's fd may already be gone
+            self._drop_unsent()
+            return
         try:
-            i = done = 0
-            if self._sock_fd >= 0 and t.get_write_buffer_size() == 0:
-                i, done = send_now(self._sock_fd, buffers)
-            if i < len(buffers):
-                t.writelines(remainder(buffers, i, done))
-        except RegionTruncated as exc:
-            self.close(f"fetch answer cut short, closing so the client retries: {exc}")
+            i, done = send_now(self._sock_fd, unsent, self._unsent_start)
         except OSError as exc:
+            self._write_failed(exc)
+            return
+        if i:
+            close_regions(unsent[:i])
+            self._unsent_bytes -= sum(map(len, unsent[:i])) - self._unsent_start
+            del unsent[:i]
+            self._unsent_start = 0
+        self._unsent_bytes -= done - self._unsent_start
+        self._unsent_start = done
+        loop = asyncio.get_running_loop()
+        if unsent:
+            if self._writable_fd < 0:
+                self._writable_fd = os.dup(self._sock_fd)
+                loop.add_writer(self._writable_fd, self._send_unsent)
+            self._throttle_unsent()
+            return
+        if self._writable_fd >= 0:
+            loop.remove_writer(self._writable_fd)
+            os.close(self._writable_fd)
+            self._writable_fd = -1
+        self._unsent_bytes = 0
+        self._throttle_unsent()
+        if self.closing and not self.conn.in_flight and self._open():
+            self.transport.close()  # type: ignore[union-attr]  # a half-closed client got its answers
+
+    def _throttle_unsent(self) -> None:
+        """Back-pressure for direct sends, as the transport's own: reading pauses above
+        the write high-water mark and resumes once the unsent bytes are below a quarter
+        of it (while direct sends are pending the transport holds nothing, so it never
+        pauses or resumes writing meanwhile)."""
+        if self._unsent_bytes > WRITE_HIGH_WATER:
+            if not self._unsent_paused:
+                self._unsent_paused = self.write_paused = True
+                self._check_backpressure()
+        elif self._unsent_paused and self._unsent_bytes <= WRITE_HIGH_WATER // 4:
+            self._unsent_paused = self.write_paused = False
+            self._check_backpressure()
+
+    def _write_failed(self, exc: OSError) -> None:
+        if isinstance(exc, RegionTruncated):
+            self.close(f"fetch answer cut short, closing so the client retries: {exc}")
+        else:
             self.close(f"write failed: {exc}", level=logging.INFO)
-        finally:
-            close_regions(buffers)
+        self._drop_unsent()
+
+    def _drop_unsent(self) -> None:
+        """Close the regions of answers not sent and stop watching the socket."""
+        if self._unsent:
+            close_regions(self._unsent)
+            self._unsent = []
+            self._unsent_bytes = 0
+        if self._writable_fd >= 0:
+            try:
+                asyncio.get_running_loop().remove_writer(self._writable_fd)
+            finally:
+                os.close(self._writable_fd)
+                self._writable_fd = -1
 
     def _open(self) -> bool:
         return self.transport is not None and not self.transport.is_closing()
@@ -429,5 +511,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     @property
     def in_flight(self) -> int:
-        """Requests received and not yet answered on the wire (held ones included)."""
-        return self.conn.in_flight
+        """Requests received and not yet answered on the wire (held ones included; an
+        answer still being sent directly counts as one)."""
+        return self.conn.in_flight + (1 if self._unsent else 0)
