@@ -194,13 +194,14 @@ def run_raw(workdir: Path, members: int, n: int, size: int, sets: list[str], max
         async def main():
             stats = {"acquired": 0, "acked": 0, "fetches": 0, "done": asyncio.Event()}
             profiler.start(f"share-raw-{members}-{workdir.name}")
-            c0 = meter._cpu()
+            c0, client0 = meter._cpu(), time.process_time()
             t0 = time.monotonic()
             waiter = asyncio.create_task(wait_done(broker.bootstrap, group, tid, n, 600))
             tasks = [asyncio.create_task(raw_member(broker.bootstrap, group, topic, tid, n, stats, max_records))
                      for _ in range(members)]
             t_done = await waiter
             stats["cpu_s"] = (meter._cpu() or 0.0) - (c0 or 0.0)
+            stats["client_cpu_s"] = time.process_time() - client0
             stats["done"].set()
             await asyncio.gather(*tasks)
             return stats, t_done - t0
@@ -217,6 +218,7 @@ def run_raw(workdir: Path, members: int, n: int, size: int, sets: list[str], max
                 "share_state_bytes_per_record": round(written / n, 2),
                 "broker_cpu_s": round(stats["cpu_s"], 3),
                 "broker_cpu_s_per_million_acks": round(stats["cpu_s"] * 1e6 / n, 3),
+                "client_cpu_s": round(stats["client_cpu_s"], 3),
                 **({"profile": profile} if profile else {}),
                 "broker": broker.stop()}
     except BaseException:

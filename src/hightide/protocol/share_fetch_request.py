@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import struct
 import uuid
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from .primitives import read_uvarint
@@ -63,10 +62,9 @@ class ForgottenTopic(NamedTuple):
     partitions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ShareFetchRequestBody:
+class ShareFetchRequestBody(NamedTuple):
     """A decoded ShareFetch v1/v2 request body (kio's field names; v1 has the v2 fields
-    at their defaults)."""
+    at their defaults). Tuples, not frozen dataclasses: one is built per request."""
 
     group_id: str | None
     member_id: str | None
@@ -82,8 +80,7 @@ class ShareFetchRequestBody:
     forgotten_topics_data: list[ForgottenTopic]
 
 
-@dataclass(frozen=True, slots=True)
-class ShareAcknowledgeRequestBody:
+class ShareAcknowledgeRequestBody(NamedTuple):
     """A decoded ShareAcknowledge v1/v2 request body (kio's field names)."""
 
     group_id: str | None
@@ -113,7 +110,11 @@ def _string(buf: bytes, pos: int) -> tuple[str | None, int]:
 def _array_len(buf: bytes, pos: int, min_entry: int) -> tuple[int, int]:
     """A non-null compact array's length, bounded by the bytes left (``min_entry``: the
     smallest encoded entry)."""
-    n, pos = _uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
     if n == 0:
         raise ValueError("null in a non-nullable array")
     n -= 1
@@ -177,7 +178,10 @@ def _ack_batches(buf: bytes, pos: int, unknown: Unknown | None) -> tuple[list[Ac
             types = struct.unpack_from(f">{nt}b", buf, pos)
         pos += nt
         b = AcknowledgementBatch(first, last, types)
-        pos = _tags(buf, pos, b, unknown)
+        if buf[pos]:
+            pos = _tags(buf, pos, b, unknown)
+        else:
+            pos += 1
         out.append(b)
     return out, pos
 
@@ -193,7 +197,10 @@ def _topics(buf: bytes, pos: int, unknown: Unknown | None) -> tuple[list[Acknowl
             index = _I32.unpack_from(buf, pos)[0]
             batches, pos = _ack_batches(buf, pos + 4, unknown)
             p = AcknowledgePartition(index, batches)
-            pos = _tags(buf, pos, p, unknown)
+            if buf[pos]:
+                pos = _tags(buf, pos, p, unknown)
+            else:
+                pos += 1
             parts.append(p)
         t = AcknowledgeTopic(tid, parts)
         pos = _tags(buf, pos, t, unknown)

@@ -38,9 +38,11 @@ TAG_DELIVERY_COMPLETE_COUNT = 0
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _BATCH = struct.Struct(">qqbh")
 _BATCH_NO_TAGS = struct.Struct(">qqbhB")  # a batch and its tag count (0)
+_SNAPSHOT_HEAD = struct.Struct(">hiiiqqq")  # version, then the ShareSnapshotValue fields before the batches
+_UPDATE_HEAD = struct.Struct(">hiiq")  # version, then the ShareUpdateValue fields before the batches
+_DCC_TAG = struct.Struct(">BBBi")  # one tagged field: tag 0, size 4, the int32
 
 
 class ShareRecordError(ValueError):
@@ -97,22 +99,22 @@ def _uvarint(n: int) -> bytes:
 def encode_key(key: ShareKey) -> bytes:
     record_type = SNAPSHOT_TYPE if isinstance(key, ShareSnapshotKey) else UPDATE_TYPE
     gid = key.group_id.encode()
-    return (_I16.pack(record_type) + _I16.pack(len(gid)) + gid + key.topic_id.bytes
-            + _I32.pack(key.partition))
+    return b"".join((_I16.pack(record_type), _I16.pack(len(gid)), gid, key.topic_id.bytes,
+                     _I32.pack(key.partition)))
 
 
 def _batches(batches: tuple[StateBatch, ...]) -> bytes:
-    parts = [_uvarint(len(batches) + 1)]
-    for b in batches:
-        parts.append(_BATCH.pack(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count))
-        parts.append(b"\x00")  # the batch's (empty) tagged fields
-    return b"".join(parts)
+    if not batches:
+        return b"\x01"
+    pack = _BATCH_NO_TAGS.pack  # each batch with its (empty) tagged fields
+    return _uvarint(len(batches) + 1) + b"".join(
+        [pack(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count, 0) for b in batches])
 
 
 def _tags(delivery_complete_count: int) -> bytes:
     if delivery_complete_count == -1:
         return b"\x00"
-    return b"\x01" + _uvarint(TAG_DELIVERY_COMPLETE_COUNT) + b"\x04" + _I32.pack(delivery_complete_count)
+    return _DCC_TAG.pack(1, TAG_DELIVERY_COMPLETE_COUNT, 4, delivery_complete_count)
 
 
 def encode_value(value: ShareValue | None) -> bytes | None:
@@ -120,12 +122,10 @@ def encode_value(value: ShareValue | None) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, ShareSnapshotValue):
-        head = (_I16.pack(0) + _I32.pack(value.snapshot_epoch) + _I32.pack(value.state_epoch)
-                + _I32.pack(value.leader_epoch) + _I64.pack(value.start_offset)
-                + _I64.pack(value.create_timestamp) + _I64.pack(value.write_timestamp))
+        head = _SNAPSHOT_HEAD.pack(0, value.snapshot_epoch, value.state_epoch, value.leader_epoch,
+                                   value.start_offset, value.create_timestamp, value.write_timestamp)
     else:
-        head = (_I16.pack(0) + _I32.pack(value.snapshot_epoch) + _I32.pack(value.leader_epoch)
-                + _I64.pack(value.start_offset))
+        head = _UPDATE_HEAD.pack(0, value.snapshot_epoch, value.leader_epoch, value.start_offset)
     return head + _batches(value.state_batches) + _tags(value.delivery_complete_count)
 
 

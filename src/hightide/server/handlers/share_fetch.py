@@ -115,7 +115,9 @@ async def _acknowledge_all(ctx: RequestContext, req: Any, group_id: str, member_
             continue
         key = ShareStateKey(group_id, tid, p)
         jobs.append(((tid, p), manager.acknowledge(key, name, member_id, batches)))
-    if jobs:
+    if len(jobs) == 1:  # the usual case: no task and no gathering future for one partition
+        results[jobs[0][0]] = await jobs[0][1]
+    elif jobs:
         done = await asyncio.gather(*(j for _, j in jobs))
         for (tp, _), res in zip(jobs, done):
             results[tp] = res
