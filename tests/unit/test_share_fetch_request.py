@@ -4,6 +4,7 @@ lengths, unknown tagged fields."""
 
 from __future__ import annotations
 
+import datetime
 import struct
 import uuid
 from typing import Any
@@ -60,7 +61,6 @@ def requests(draw: Any) -> bytes:
     version = draw(st.sampled_from([1, 2]))
     body = (_fetch_body if api == 78 else _ack_body)(version, draw)
     if api == 78:
-        import datetime
         body["max_wait"] = datetime.timedelta(milliseconds=body["max_wait"])
     return encode_request(api, version, 5, "c", materialize(request_schema(api, version), body))
 
@@ -103,7 +103,7 @@ def _fast(frame: bytes, data: bytes | None = None) -> Any:
 
 @settings(max_examples=400)
 @given(requests())
-def test_decoder_matches_the_generic_reader(frame):
+def test_decoder_matches_the_generic_reader(frame: bytes) -> None:
     frame = frame[4:]
     assert _fast(frame) == _generic(frame)
     assert _fast(frame, frame) == _generic(frame)  # bytes as well as a view
@@ -111,24 +111,24 @@ def test_decoder_matches_the_generic_reader(frame):
 
 @settings(max_examples=3000)
 @given(requests(), st.data())
-def test_corrupted_requests_fail_or_decode_like_the_generic_reader(frame, data):
+def test_corrupted_requests_fail_or_decode_like_the_generic_reader(frame: bytes, data: st.DataObject) -> None:
     """Mutations of valid requests (bytes replaced, inserted, removed; the tail cut):
     the hand decoder raises PeerProtocolError exactly when kio's walker fails, and
     otherwise decodes the same fields and unknown tags."""
-    frame = bytearray(frame[4:])
-    _, off = parse_header(memoryview(bytes(frame)))
+    work = bytearray(frame[4:])
+    _, off = parse_header(memoryview(bytes(work)))
     for _ in range(data.draw(st.integers(1, 3))):
         kind = data.draw(st.sampled_from(["set", "insert", "delete", "cut"]))
-        at = data.draw(st.integers(off, max(off, len(frame) - 1)))
-        if kind == "set" and at < len(frame):
-            frame[at] = data.draw(st.integers(0, 255))
+        at = data.draw(st.integers(off, max(off, len(work) - 1)))
+        if kind == "set" and at < len(work):
+            work[at] = data.draw(st.integers(0, 255))
         elif kind == "insert":
-            frame[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+            work[at:at] = data.draw(st.binary(min_size=1, max_size=4))
         elif kind == "delete":
-            del frame[at:at + data.draw(st.integers(1, 3))]
+            del work[at:at + data.draw(st.integers(1, 3))]
         else:
-            del frame[at:]
-    frame = bytes(frame)
+            del work[at:]
+    frame = bytes(work)
     try:
         expected = _generic(frame)
     except Exception:
@@ -141,15 +141,14 @@ def test_corrupted_requests_fail_or_decode_like_the_generic_reader(frame, data):
 
 
 def _fetch_frame(version: int = 1, **over: Any) -> bytes:
-    body = {"group_id": "g", "member_id": "m", "share_session_epoch": 3, "max_wait": 500, "min_bytes": 1,
+    body: dict[str, Any] = {"group_id": "g", "member_id": "m", "share_session_epoch": 3, "max_wait": 500, "min_bytes": 1,
             "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500, "topics": [], "forgotten_topics_data": []}
     body.update(over)
-    import datetime
-    body["max_wait"] = datetime.timedelta(milliseconds=body["max_wait"])
+    body["max_wait"] = datetime.timedelta(milliseconds=int(body["max_wait"]))
     return encode_request(78, version, 1, "c", materialize(request_schema(78, version), body))[4:]
 
 
-def test_fields_and_acknowledgement_batches_are_plain_tuples():
+def test_fields_and_acknowledgement_batches_are_plain_tuples() -> None:
     tid = uuid.uuid4()
     frame = _fetch_frame(2, share_acquire_mode=1, is_renew_ack=True, topics=[{"topic_id": tid, "partitions": [
         {"partition_index": 4, "acknowledgement_batches": [
@@ -166,7 +165,7 @@ def test_fields_and_acknowledgement_batches_are_plain_tuples():
     assert req.forgotten_topics_data == [(tid, (1, 2))]
 
 
-def test_a_hostile_array_length_is_refused_before_allocating():
+def test_a_hostile_array_length_is_refused_before_allocating() -> None:
     frame = bytearray(_fetch_frame())
     # topics is the byte before forgotten (empty: 0x01) and the tag section (0x00)
     assert frame[-3:] == b"\x01\x01\x00"
@@ -176,7 +175,7 @@ def test_a_hostile_array_length_is_refused_before_allocating():
         decode_request(header, bytes(frame), off)
 
 
-def test_unknown_tags_are_collected_per_entity():
+def test_unknown_tags_are_collected_per_entity() -> None:
     frame = bytearray(_fetch_frame(topics=[{"topic_id": uuid.uuid4(), "partitions": [
         {"partition_index": 0, "acknowledgement_batches": [
             {"first_offset": 1, "last_offset": 2, "acknowledge_types": [1]}]}]}]))
@@ -192,6 +191,6 @@ def test_unknown_tags_are_collected_per_entity():
 
 
 @pytest.mark.parametrize("version", [0, 3])
-def test_other_versions_are_refused(version):
+def test_other_versions_are_refused(version: int) -> None:
     with pytest.raises(ValueError):
         decode_share_fetch_request(version, _fetch_frame(), 0)

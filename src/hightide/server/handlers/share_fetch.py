@@ -17,9 +17,10 @@ session after its acknowledgements and releases what the member still holds.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ...protocol.build import materialize
@@ -93,9 +94,16 @@ def _ack_batches(ctx: RequestContext, req: Any, parts: Any) -> tuple[list[AckBat
 def _denied(ctx: RequestContext, topic_ids: Iterable[uuid.UUID]) -> frozenset[str]:
     """The topics (by name) among ``topic_ids`` the principal may not READ (Kafka's
     ShareFetch/ShareAcknowledge check); empty without an authorizer."""
+    return refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, _topic_names(ctx, topic_ids))
+
+
+def _topic_names(ctx: RequestContext, topic_ids: Iterable[uuid.UUID]) -> Iterator[str]:
+    """Names of the known topics among ``topic_ids`` (lazy: nothing is looked up unless an
+    authorizer asks)."""
     image = ctx.image
-    return refused_names(ctx, AclOperation.READ, ResourceType.TOPIC,
-                         (t.name for t in map(image.topic_by_id, set(topic_ids)) if t is not None))
+    for t in map(image.topic_by_id, set(topic_ids)):
+        if t is not None:
+            yield t.name
 
 
 async def _acknowledge_all(ctx: RequestContext, req: Any, group_id: str, member_id: str, acks: dict,
@@ -170,7 +178,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
                                                  ctx.now_ms)
     except SessionError as exc:
         return _fetch_error(ctx, exc.error_code, exc.message)
-    denied = _denied(ctx, [tid for tid, _ in context.partitions] + [tid for tid, _ in acks])
+    denied = _denied(ctx, itertools.chain((tid for tid, _ in context.partitions), (tid for tid, _ in acks)))
     ack_results = await _acknowledge_all(ctx, req, group_id, member_id, acks, denied) if acks else {}
     results: dict[tuple[uuid.UUID, int], SharePartitionData] = {}
     renew_only = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
