@@ -189,6 +189,26 @@ def test_slow_reader_with_pipelined_fetches_gets_every_answer_intact_and_in_orde
     assert got == want
 
 
+def test_half_closed_slow_client_gets_its_whole_answer_then_eof(server, topic_name):
+    confluent_create_topic(server.bootstrap, topic_name, 3)
+    produce(server.bootstrap, topic_name, 3, 100)
+    req = fetch_frame(12, 1, topic_name, None, [(0, 0), (1, 0), (2, 0)])
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as s:
+        expected = ask_all(s, [(12, req)])[0]
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.settimeout(15)
+    try:
+        slow.connect(("127.0.0.1", server.port))
+        slow.sendall(req)
+        slow.shutdown(socket.SHUT_WR)  # the broker sees EOF while most of the answer is unsent
+        time.sleep(0.3)
+        assert recv_frame(slow) == expected
+        assert slow.recv(1) == b""  # then the broker closes
+    finally:
+        slow.close()
+
+
 def test_answer_held_behind_a_parked_fetch_keeps_the_bytes_of_a_deleted_segment(fresh_server, topic_name):
     srv = fresh_server()
     with broker_log_on_failure(srv):

@@ -170,8 +170,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._run_received()
 
     def eof_received(self) -> bool | None:
-        # Client half-closed: finish in-flight work, then close.
-        if not self.conn.in_flight:
+        # Client half-closed: finish in-flight work (and direct sends), then close.
+        if not self.in_flight:
             return False
         self.closing = True
         # TLS cannot stay half-open (asyncio closes it and warns on True): in-flight answers are lost
@@ -331,7 +331,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         if unsent:
             if self._writable_fd < 0:
-                self._writable_fd = os.dup(self._sock_fd)
+                try:
+                    self._writable_fd = os.dup(self._sock_fd)
+                except OSError as exc:  # out of descriptors
+                    self._write_failed(exc)
+                    return
                 loop.add_writer(self._writable_fd, self._send_unsent)
             self._throttle_unsent()
             return
