@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .primitives import array_len, string, uvarint
+from .regions import ResponseBuffer
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -48,11 +49,11 @@ def encode_share_fetch_response(version: int, correlation_id: int, topics: list[
                                 throttle_ms: int = 0, error_code: int = 0, error_message: str | None = None,
                                 acquisition_lock_timeout_ms: int = 0,
                                 node_endpoints: Sequence[tuple[int, str, int, str | None]] = (),
-                                ) -> list[bytes | memoryview]:
+                                ) -> list[ResponseBuffer]:
     """Buffers of the response frame without the 4-byte size prefix (header + body)."""
     if version not in (1, 2):
         raise ValueError(f"ShareFetch response version {version} is not supported")
-    out: list[bytes | memoryview] = []
+    out: list[ResponseBuffer] = []
     cur = bytearray(_I32.pack(correlation_id))
     cur += b"\x00"  # response header v1 tags
     cur += _I32.pack(throttle_ms) + _I16.pack(error_code) + _nullable(error_message)
