@@ -133,7 +133,8 @@ def test_a_region_cut_short_under_it_raises_instead_of_sending_less(segment):
             send_now(a.fileno(), [region])
     finally:
         region.close()
-        a.close()
+        a.close()  # the reader sees EOF and ends
+        t.join(10)
         b.close()
 
 
