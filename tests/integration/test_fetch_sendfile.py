@@ -1,4 +1,4 @@
-"""The zero-copy Fetch (issue 21): record reads of 64 KiB or more go from the segment
+"""The zero-copy Fetch (issue 21): record reads of 32 KiB or more go from the segment
 file to the socket with ``sendfile``. Seen from the wire, nothing may change: answers
 are byte-identical to the ones read into bytes (a TLS listener reads them, the
 plaintext one sends them from the file), a slow reader with pipelined fetches gets every

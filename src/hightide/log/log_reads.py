@@ -19,10 +19,12 @@ __all__ = ["LogReads", "REGION_MIN_BYTES"]
 
 _LEN = struct.Struct(">i")
 
-REGION_MIN_BYTES = 64 * 1024
+REGION_MIN_BYTES = 32 * 1024
 """Reads at least this large are returned by :meth:`LogReads.read_records` as a
-:class:`~.storage.FileRegion` (sent with ``sendfile``); smaller ones as bytes, where a
-``pread`` costs less than the ``dup`` and ``close`` of a region."""
+:class:`~.storage.FileRegion` (sent with ``sendfile``); smaller ones as bytes. Measured
+here (CPU per send over a loopback socket pair): ``pread`` + ``send`` vs ``dup`` +
+``sendfile`` + ``close`` cost the same at 8 KiB, 10.9 vs 6.4 us at 32 KiB, 17.8 vs
+7.5 us at 64 KiB, 58 vs 24 us at 256 KiB."""
 
 
 class LogReads:
