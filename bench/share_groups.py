@@ -18,6 +18,10 @@ Run:  .venv/bin/python bench/share_groups.py [--quick]
    written to ``__share_group_state`` per acknowledged record and state writes per
    second, and the pure share-partition core's rate (acquire + acknowledge, no IO).
 
+``--in-process``: only the broker's CPU per acknowledgement with no socket and no client
+process (:func:`in_process`), the steadier figure on a loaded machine. Raw runs also report
+the broker's CPU seconds per million acknowledgements (``broker_cpu_s_per_million_acks``).
+
 Prints one JSON document (progress on stderr), with the same-run physical limits.
 """
 
@@ -297,6 +301,132 @@ def core_rate(n_batches: int = 20_000, batch: int = 500) -> dict:
             "operations_per_s": round(n_batches / el)}
 
 
+class _FakeTransport:
+    """What a KafkaConnection needs of a transport; completes ``fut`` with each whole frame."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.fut: asyncio.Future | None = None
+
+    def write(self, data) -> None:
+        self.buf += data
+        self._check()
+
+    def writelines(self, buffers) -> None:
+        for b in buffers:
+            self.buf += b
+        self._check()
+
+    def _check(self) -> None:
+        if len(self.buf) >= 4:
+            n = int.from_bytes(self.buf[:4], "big")
+            if len(self.buf) >= 4 + n and self.fut is not None and not self.fut.done():
+                self.fut.set_result(bytes(self.buf[4:4 + n]))
+                del self.buf[:4 + n]
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def set_write_buffer_limits(self, high=None, low=None) -> None: ...
+    def close(self) -> None: ...
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 5) if name == "peername" else default
+
+
+async def _in_process(n: int, batch: int) -> dict:
+    from hightide import Broker as HtBroker, BrokerConfig
+    from hightide.cluster.controller import NewTopic
+    from hightide.protocol.records import build_batch, validate_batches
+    from hightide.server.connection import KafkaConnection
+    with tempfile.TemporaryDirectory(prefix="ht-bench-share-ip-") as d:
+        b = HtBroker(BrokerConfig.load(), data_dir=d, listen=("127.0.0.1", 0))
+        await b.start()
+        try:
+            _, recs = b.controller.create_topics(b.image, [NewTopic("t", 1)])
+            await b.commit_metadata(recs)
+            plog = b.partition_log("t", 0)
+            now = int(time.time() * 1000)
+            one = build_batch([(None, os.urandom(100), [], now)] * batch)
+            for _ in range(n // batch):
+                buf = bytearray(one)
+                plog.append(buf, validate_batches(buf), now)
+            tid = b.image.topics["t"].topic_id
+            tr = _FakeTransport()
+            conn = KafkaConnection(b)
+            conn.connection_made(tr)  # type: ignore[arg-type]
+            corr, client = 0, 0.0
+
+            async def req(api: int, version: int, body: dict):
+                nonlocal corr, client
+                c0 = time.process_time()
+                corr += 1
+                data = encode_request(api, version, corr, "bench", materialize(request_schema(api, version), body))
+                client += time.process_time() - c0
+                tr.fut = asyncio.get_running_loop().create_future()
+                pos = 0
+                while pos < len(data):
+                    view = conn.get_buffer(len(data) - pos)
+                    k = min(len(view), len(data) - pos)
+                    view[:k] = data[pos:pos + k]
+                    conn.buffer_updated(k)
+                    pos += k
+                frame = await tr.fut
+                c0 = time.process_time()
+                cls = response_schema(api, version)
+                r = read_tolerant(cls, frame, 4 + (1 if cls.__flexible__ else 0))[0]
+                client += time.process_time() - c0
+                return r
+
+            r = await req(44, 1, {"resources": [{"resource_type": GROUP_RESOURCE, "resource_name": "g", "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+                "validate_only": False})
+            member = str(uuid.uuid4())
+            hb = await req(76, 1, {"group_id": "g", "member_id": member, "member_epoch": 0, "rack_id": None,
+                                   "subscribed_topic_names": ["t"]})
+            assert hb.error_code == 0, hb
+            epoch, pending, acked, fetches = 0, [], 0, 0
+            warm = 20
+            while True:
+                if fetches == warm:
+                    client, acked0, cpu0 = 0.0, acked, time.process_time()
+                acks = [{"first_offset": f, "last_offset": last, "acknowledge_types": [1]} for f, last in pending]
+                parts = [{"partition_index": 0, "acknowledgement_batches": acks}] if (epoch == 0 or acks) else []
+                r = await req(78, 1, {"group_id": "g", "member_id": member, "share_session_epoch": epoch,
+                                      "max_wait": 200, "min_bytes": 1, "max_bytes": 8 << 20, "max_records": batch,
+                                      "batch_size": batch,
+                                      "topics": [{"topic_id": tid, "partitions": parts}] if parts else [],
+                                      "forgotten_topics_data": []})
+                assert r.error_code == 0, r
+                epoch, fetches = epoch + 1, fetches + 1
+                acked += sum(last - f + 1 for f, last in pending)
+                pending = [(a.first_offset, a.last_offset) for t in r.responses for p in t.partitions
+                           for a in p.acquired_records]
+                if pending and pending[-1][1] >= n - 1:
+                    break
+            cpu = time.process_time() - cpu0 - client
+            return {"round_trips": fetches - warm, "records_acknowledged": acked - acked0,
+                    "broker_cpu_us_per_round_trip": round(cpu / (fetches - warm) * 1e6, 1),
+                    "broker_cpu_s_per_million_acks": round(cpu / (acked - acked0) * 1e6, 3)}
+        finally:
+            await b.stop()
+
+
+def in_process(n: int, batch: int = 500) -> dict:
+    """The broker's CPU per acknowledgement without a socket or a client process: a real
+    Broker in this process, one KafkaConnection on a fake transport, one member looping
+    ShareFetch (acknowledging the previous ``batch`` records, acquiring the next ones,
+    state persisted as always). Process CPU minus the client's encoding and decoding, so
+    it is a steadier figure than the raw runs on a loaded machine (socket writes and the
+    client are not in it)."""
+    try:
+        import uvloop
+        return uvloop.run(_in_process(n, batch))
+    except ImportError:
+        return asyncio.run(_in_process(n, batch))
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median acknowledged rate, with every run's rate attached (the
     2-core machine is shared, single runs are noisy)."""
@@ -315,10 +445,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, help="runs per configuration (default 3; --quick 1)")
     ap.add_argument("--profile-dir", type=Path, help="attach py-spy to the broker during the raw runs "
                     "(--raw-only); it steals CPU, so rates of a profiled run are lower")
+    ap.add_argument("--in-process", action="store_true", help="only the in-process broker CPU per "
+                    "acknowledgement (see in_process), --repeat times")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 400_000)
     repeat = args.repeat or (1 if args.quick else 3)
     size = 100
+    if args.in_process:
+        runs = [in_process(args.records or 500_000) for _ in range(args.repeat or 3)]
+        print(json.dumps({"benchmark": "share_groups", "mode": "in_process", "runs": runs,
+                          "pythonpath": os.environ.get("PYTHONPATH"), "load_average": os.getloadavg()}, indent=2))
+        return
     if args.raw_only:
         with tempfile.TemporaryDirectory(prefix="ht-bench-share-") as tmp:
             raw = [median_run([run_raw(Path(tmp) / f"raw{m}-{k}", m, n, size, [], 500, args.profile_dir)
