@@ -150,6 +150,9 @@ class SharePersisterClient:
                              local: Callable[[], Awaitable[int]]) -> int:
         """One routed call (the leader's answer, or the local coordinator's), retried while
         the coordinator is moving."""
+        if self.broker.cluster.single_node:  # always the local coordinator: nothing to route
+            return await retrying(local, int)
+
         async def attempt() -> int:
             code = await self._code(key, api_key, version, partition)
             return await local() if code is None else code
