@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
 from collections import Counter
 import tempfile
@@ -134,10 +138,12 @@ async def measure(bootstrap: str, groups: list[str], ext: bool, repeat: int) -> 
 
 def snapshot_only(args: argparse.Namespace) -> None:
     """Set up as the full run, then ``--repeat`` snapshots of every group (after one
-    untimed snapshot that connects and finds the coordinator): their durations and the
-    client's GC collections, as JSON."""
+    untimed snapshot that connects and finds the coordinator): their durations, the CPU
+    seconds each cost the client (``process_time``) and the broker (/proc, all threads),
+    and the client's GC collections, as JSON. ``--profile``: py-spy of the broker;
+    ``--client-profile``: cProfile of the client (pstats file), both over the timed
+    snapshots."""
     import gc
-    import os
     collections = [0, 0, 0]
 
     def counted(phase: str, info: dict) -> None:
@@ -151,23 +157,61 @@ def snapshot_only(args: argparse.Namespace) -> None:
             groups = [f"bench-group-{i:04d}" for i in range(args.groups)]
             asyncio.run(setup(broker.bootstrap, "lag-bench", groups, args.partitions))
 
+            client_cpu: list[float] = []
+            broker_cpu: list[float] = []
+
             async def run() -> list[float]:
                 async with AdminClient(broker.bootstrap) as a:
                     mon = LagMonitor(a)
                     await mon.snapshot(groups, all_topics=True)
                     gc.callbacks.append(counted)
-                    out = [(await mon.snapshot(groups, all_topics=True)).duration_s for _ in range(args.repeat)]
+                    spy = _py_spy(broker.proc.pid, args.profile) if args.profile else None
+                    prof = cProfile.Profile() if args.client_profile else None
+                    out = []
+                    try:
+                        if prof is not None:
+                            prof.enable()
+                        for _ in range(args.repeat):
+                            c0, b0 = time.process_time(), _cpu_seconds(broker.proc.pid)
+                            out.append((await mon.snapshot(groups, all_topics=True)).duration_s)
+                            client_cpu.append(time.process_time() - c0)
+                            broker_cpu.append(_cpu_seconds(broker.proc.pid) - b0)
+                    finally:
+                        if prof is not None:
+                            prof.disable()
+                            prof.dump_stats(args.client_profile)
+                        if spy is not None:
+                            spy.send_signal(signal.SIGINT)
+                            spy.wait(60)
                     gc.callbacks.remove(counted)
                     return out
             times = asyncio.run(run())
         finally:
             broker.stop()
+    total = [c + b for c, b in zip(client_cpu, broker_cpu)]
     print(json.dumps({"benchmark": "lag_scrape", "mode": "snapshot_only", "groups": args.groups,
                       "partitions": args.partitions, "pythonpath": os.environ.get("PYTHONPATH"),
                       "snapshot_s": {"median": statistics.median(times), "min": min(times), "max": max(times),
                                      "all": times},
+                      "cpu_s_per_snapshot": {"client_median": statistics.median(client_cpu),
+                                             "broker_median": statistics.median(broker_cpu),
+                                             "total_median": statistics.median(total), "total_min": min(total),
+                                             "client_all": client_cpu, "broker_all": broker_cpu},
                       "gc_collections_per_snapshot": [c / args.repeat for c in collections],
                       "load_average": os.getloadavg(), "machine": _limits.machine()}, indent=2))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _py_spy(pid: int, path: str) -> subprocess.Popen:
+    """py-spy recording the broker ``pid`` into ``path`` (speedscope) until SIGINT."""
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "speedscope",
+                             "--output", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main() -> None:
@@ -175,8 +219,13 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=500)
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--profile", metavar="PATH",
+                    help="with --snapshot-only: record the broker with py-spy during the timed snapshots")
+    ap.add_argument("--client-profile", metavar="PATH",
+                    help="with --snapshot-only: cProfile the client during the timed snapshots (pstats file)")
     ap.add_argument("--snapshot-only", action="store_true",
-                    help="time only LagMonitor.snapshot (one-call path), --repeat times: for before/after runs "
+                    help="time only LagMonitor.snapshot (one-call path), --repeat times, and the CPU seconds of "
+                         "client and broker per snapshot: for before/after runs "
                          "(PYTHONPATH=<other src> runs that code, client and broker)")
     args = ap.parse_args()
     if args.snapshot_only:

@@ -108,7 +108,8 @@ def test_the_monitor_never_reports_the_lag_going_back_across_a_failover() -> Non
     for i, (hw, err) in enumerate([(100, ErrorCode.none), (None, ErrorCode.not_leader_or_follower),
                                    (95, ErrorCode.none), (None, ErrorCode.offset_not_available),
                                    (120, ErrorCode.none)]):
-        lags, stale = mon._settle_ends(_rows(hw, error=err), i * 500)
+        scan = mon._scan(_rows(hw, error=err), i * 500)
+        lags, stale = scan.lags, scan.stale
         mon.ends.end_round()
         row = lags["g"][0]
         seen.append((row[2], row[4], row[7], stale == {TP}))

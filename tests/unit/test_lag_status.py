@@ -119,3 +119,50 @@ def test_observe_status_equals_observe_then_partition_status(steps, members):
         assert PartitionStatus(*rows[key]) == statuses[key]
     assert evaluate_group_rows(rows) == evaluate_group(statuses)
     assert evaluate_group_rows(rows).partitions == statuses
+
+
+@given(st.lists(st.tuples(st.integers(1, 3000), _offset, _offset, _offset), min_size=1, max_size=60),
+       st.sampled_from([None, 0, 2]), st.integers(1, 8), st.integers(1_000, 20_000))
+def test_tracker_constant_time_status_equals_a_scan_of_its_window(steps, members, min_samples, window_ms):
+    """observe_status evaluates from markers kept per partition (caught up, rewind, lag
+    gain, offset unchanged since), not by scanning the window: after every sample it
+    answers what a scan of the same samples answers, over long sequences whose window
+    drops samples (committed offsets that go up, down and repeat; unknown offsets)."""
+    rules = StatusRules(window_ms=window_ms, min_samples=min_samples, stop_after_ms=window_ms + 3_000)
+    tracker = StatusTracker(rules)
+    t, kept = 0, []
+    for dt, c, e, start in steps:
+        t += dt
+        row = tracker.observe_status("g", "p", t, c, e, start, members)
+        kept.append(Sample(t, c, e, start))
+        kept = [s for s in kept if s.time_ms > t - window_ms] or kept[-1:]
+        assert tracker.samples("g", "p") == kept
+        # since: the first sample of the trailing run with the newest committed offset, over all samples
+        assert PartitionStatus(*row) == tracker.partition_status("g", "p", t, members)
+        assert PartitionStatus(*row) == evaluate_partition(kept, t, rules, active_members=members,
+                                                           committed_since_ms=tracker._groups["g"]["p"].since_ms)
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=40))
+def test_tracker_statuses_over_monotonic_offsets_equal_a_scan(moves):
+    """Offsets as a consumer produces them (committed and end only grow, some commits
+    repeat): every status the tracker reaches (WARN, STALL, STOP, OK) matches the scan."""
+    rules = StatusRules(window_ms=5_000, min_samples=3, stop_after_ms=8_000)
+    tracker, c, e = StatusTracker(rules), 0, 0
+    for i, (dc, de) in enumerate(moves):
+        e += de
+        c = min(e, c + dc)
+        t = (i + 1) * 1000
+        row = tracker.observe_status("g", "p", t, c, e, 0)
+        assert PartitionStatus(*row) == tracker.partition_status("g", "p", t)
+
+
+def test_rewind_leaves_the_window_with_its_earlier_sample():
+    """A REWIND pair counts while both of its samples are in the window: once the
+    sample before the decrease is dropped, the partition is no longer REWIND."""
+    rules = StatusRules(window_ms=5_000, min_samples=3, stop_after_ms=60_000)
+    tracker = StatusTracker(rules)
+    seen = [tracker.observe_status("g", "p", (i + 1) * 1000, c, 100, 0)[0]
+            for i, c in enumerate([10, 5, 6, 7, 8, 9])]
+    assert seen == [Status.OK, Status.OK, Status.REWIND, Status.REWIND, Status.REWIND, Status.OK]
+    assert tracker.partition_status("g", "p", 6000).status == Status.OK

@@ -162,9 +162,9 @@ def _evaluate(rows: Sequence[_Row], now_ms: int, rules: StatusRules, active_memb
 
 
 def _evaluate_row(rows: Sequence[_Row], now_ms: int, rules: StatusRules, active_members: int | None,
-                  committed_since_ms: int | None, in_window: bool = False) -> StatusRow:
-    """:func:`_evaluate` as a :data:`StatusRow`. ``in_window``: the caller knows every
-    row is inside the window (the tracker after appending a sample at ``now_ms``)."""
+                  committed_since_ms: int | None) -> StatusRow:
+    """:func:`_evaluate` as a :data:`StatusRow`, scanning the rows in the window (the
+    reference :func:`_evaluate_history` answers like in constant time)."""
     if not rows:
         return Status.ERR, "no_samples", False, None
     last = rows[-1]
@@ -172,11 +172,8 @@ def _evaluate_row(rows: Sequence[_Row], now_ms: int, rules: StatusRules, active_
     reason = _error_reason(last)
     if reason is not None:
         return Status.ERR, reason, True, last_lag
-    if in_window:
-        window = rows
-    else:
-        start = now_ms - rules.window_ms
-        window = [r for r in rows if start < r[0] <= now_ms] or [last]
+    start = now_ms - rules.window_ms
+    window = [r for r in rows if start < r[0] <= now_ms] or [last]
     for _, c, e, _ in window:  # = any(_row_lag(r) <= 0), without a list
         if c is not None and e is not None and 0 <= e <= c:
             return Status.OK, "caught_up_in_window", len(window) >= rules.min_samples, last_lag
@@ -267,11 +264,94 @@ def evaluate_group(partitions: Mapping[Hashable, PartitionStatus]) -> GroupStatu
 
 
 class _History:
-    __slots__ = ("samples", "since_ms")
+    """One partition's samples, oldest first, and what the tracker's O(1) evaluation
+    (:func:`_evaluate_history`) reads instead of scanning them. Each ``*_ms`` marker is
+    the time of a sample (None: no such sample yet); a marker at or after the oldest
+    kept sample's time means that sample is still in the window:
+
+    * ``since_ms``: the first sample of the trailing run with the newest committed offset;
+    * ``caught_ms``: the newest sample whose lag was 0 or less;
+    * ``rewind_ms``: the earlier sample of the newest consecutive pair whose committed
+      offset went down;
+    * ``gain_ms``: the earlier sample of the newest consecutive pair whose lag decreased
+      or is unknown in either sample (the pair that keeps the window from WARN).
+
+    Samples are only appended at the newest end and dropped from the oldest, so the
+    newest such sample (pair) is in the window exactly when any is."""
+
+    __slots__ = ("caught_ms", "gain_ms", "rewind_ms", "samples", "since_ms")
 
     def __init__(self) -> None:
         self.samples: deque[_Row] = deque()
         self.since_ms: int | None = None
+        self.caught_ms: int | None = None
+        self.rewind_ms: int | None = None
+        self.gain_ms: int | None = None
+
+    def append(self, time_ms: int, committed: int | None, end_offset: int | None, log_start_offset: int | None,
+               horizon_ms: int) -> None:
+        """Add a sample newer than every kept one; drop those at or before
+        ``horizon_ms`` (keeping at least the new one); update the markers."""
+        samples = self.samples
+        lag = None
+        if committed is not None and end_offset is not None and committed >= 0 and end_offset >= 0:
+            lag = end_offset - committed
+            if lag <= 0:
+                self.caught_ms = time_ms
+        if samples:
+            pt, pc, pe, _ = samples[-1]
+            if pc != committed:
+                self.since_ms = time_ms
+                if committed is not None and pc is not None and committed < pc:
+                    self.rewind_ms = pt
+            if lag is None or pc is None or pe is None or pc < 0 or pe < 0 or lag < pe - pc:
+                self.gain_ms = pt
+        else:
+            self.since_ms = time_ms
+        samples.append((time_ms, committed, end_offset, log_start_offset))
+        while samples[0][0] <= horizon_ms and len(samples) > 1:
+            samples.popleft()
+
+
+def _evaluate_history(h: _History, now_ms: int, rules: StatusRules, active_members: int | None) -> StatusRow:
+    """:func:`_evaluate_row` of ``h.samples`` when the newest was just added at
+    ``now_ms`` (so every kept sample is in the window), in constant time from the
+    markers (see :class:`_History`); the same answer."""
+    samples = h.samples
+    last = samples[-1]
+    c, e = last[1], last[2]
+    if c is None or c < 0:
+        return Status.ERR, "no_commit", True, None
+    if e is None or e < 0:
+        return Status.ERR, "end_unknown", True, None
+    last_lag = e - c
+    if c > e:
+        return Status.ERR, "committed_past_end", True, last_lag
+    start = last[3]
+    if start is not None and start >= 0 and c < start:
+        return Status.ERR, "committed_before_log_start", True, last_lag
+    first = samples[0][0]
+    n = len(samples)
+    caught = h.caught_ms
+    if caught is not None and caught >= first:
+        return Status.OK, "caught_up_in_window", n >= rules.min_samples, last_lag
+    if active_members == 0:
+        return Status.STOP, "no_active_members", n >= rules.min_samples, last_lag
+    if n < 2 or n < rules.min_samples:
+        return Status.OK, "window_incomplete", False, last_lag
+    rewind = h.rewind_ms
+    if rewind is not None and rewind >= first:
+        return Status.REWIND, "committed_offset_decreased", True, last_lag
+    since = h.since_ms
+    assert since is not None  # set by the first append
+    if since <= first:  # every kept sample has the newest committed offset
+        if now_ms - since >= rules.stop_ms:
+            return Status.STOP, "offset_unchanged_for_stop_after", True, last_lag
+        return Status.STALL, "offset_unchanged_lag_not_decreasing", True, last_lag
+    gain = h.gain_ms
+    if gain is None or gain < first:
+        return Status.WARN, "lag_not_decreasing", True, last_lag
+    return Status.OK, "progressing", True, last_lag
 
 
 class StatusTracker:
@@ -305,12 +385,7 @@ class StatusTracker:
         samples = h.samples
         if samples and time_ms <= samples[-1][0]:
             return
-        if not samples or samples[-1][1] != committed:
-            h.since_ms = time_ms
-        samples.append((time_ms, committed, end_offset, log_start_offset))
-        horizon = time_ms - self.rules.window_ms
-        while len(samples) > 1 and samples[0][0] <= horizon:
-            samples.popleft()
+        h.append(time_ms, committed, end_offset, log_start_offset, time_ms - self.rules.window_ms)
 
     def observe_status(self, group: str, key: Hashable, time_ms: int, committed: int | None,
                        end_offset: int | None, log_start_offset: int | None = None,
@@ -324,16 +399,12 @@ class StatusTracker:
         if h is None:
             h = parts[key] = _History()
         samples = h.samples
+        rules = self.rules
         if samples and time_ms <= samples[-1][0]:
-            return _evaluate_row(samples, time_ms, self.rules, active_members, h.since_ms)
-        if not samples or samples[-1][1] != committed:
-            h.since_ms = time_ms
-        samples.append((time_ms, committed, end_offset, log_start_offset))
-        horizon = time_ms - self.rules.window_ms
-        while len(samples) > 1 and samples[0][0] <= horizon:
-            samples.popleft()
+            return _evaluate_row(samples, time_ms, rules, active_members, h.since_ms)
+        h.append(time_ms, committed, end_offset, log_start_offset, time_ms - rules.window_ms)
         # every sample left is in (time_ms - window, time_ms]
-        return _evaluate_row(samples, time_ms, self.rules, active_members, h.since_ms, True)
+        return _evaluate_history(h, time_ms, rules, active_members)
 
     def samples(self, group: str, key: Hashable) -> list[Sample]:
         h = self._groups.get(group, {}).get(key)

@@ -40,7 +40,7 @@ from ..lag import (
     time_lag_from_record,
     time_lag_interpolated,
 )
-from ..lag.endoffsets import DEFAULT_GRACE_MS, EndOffsetMemory
+from ..lag.endoffsets import DEFAULT_GRACE_MS, EndOffsetMemory, EndOffsets
 
 __all__ = ["GroupReport", "LagMonitor", "PartitionReport", "PartitionReports", "Snapshot", "TopicPartitionReport"]
 
@@ -186,17 +186,18 @@ class LagMonitor:
         now = self._now_ms()
         described = await self._describe(ids, errors)
         lags = await self._add_assigned(lags, described)
-        lags, stale = self._settle_ends(lags, now)
-        visible = await self._visible(lags)
-        tps = sorted({row[0] for g in lags.values() if not isinstance(g, KafkaError) for row in g})
+        scan = self._scan(lags, now)
+        lags, stale = scan.lags, scan.stale
+        visible = await self._visible(scan.probes)
+        tps = sorted(scan.bounds)
         if all_topics:
             md = await self.admin.metadata()
             tps = sorted(set(tps) | {TopicPartition(t.name, p) for t in md.topics.values()
                                      if not t.is_internal and t.error == ErrorCode.none for p in t.partitions})
-        bounds = await self._bounds(tps, lags, now, stale)
+        bounds = await self._bounds(tps, scan.bounds, now, stale)
         self.ends.end_round()
         anchors = await self._anchors(tps)
-        records = await self._records(lags)
+        records = await self._records(scan.pending)
         for tp, (hw, _) in bounds.items():
             if hw is not None and tp not in stale:  # a stale end is no new sample
                 self.histories.setdefault(tp, OffsetHistory(self.history_points)).add(hw, now)
@@ -227,7 +228,7 @@ class LagMonitor:
         wanted: dict[str, list[TopicPartition]] = {}
         for g, desc in described.items():
             lag = lags.get(g)
-            if desc is None or isinstance(desc, KafkaError) or isinstance(lag, KafkaError):
+            if desc is None or isinstance(desc, KafkaError) or isinstance(lag, KafkaError) or not desc.members:
                 continue
             have = {row[0] for row in lag or ()}
             missing = [TopicPartition(*tp) for m in desc.members for tp in decode_assignment(m.assignment)
@@ -245,22 +246,12 @@ class LagMonitor:
             out[g] = [*had, *(lag_row(tp, ends[tp]) for tp in tps if tp in ends)]
         return out
 
-    async def _visible(self, lags: dict[str, list[LagRow] | KafkaError]) -> dict[tuple[TopicPartition, int], int]:
+    async def _visible(self, probes: dict[TopicPartition, tuple[list[int], int]]
+                       ) -> dict[tuple[TopicPartition, int], int]:
         """The next visible offset (:func:`~hightide.client.visible.next_visible_offsets`)
-        at each committed offset that is behind its end by 1 to ``marker_probe_max_lag``
-        offsets; {} when off or when the Fetch fails (the raw lag is kept)."""
-        limit = self.marker_probe_max_lag
-        if limit <= 0:
-            return {}
-        read_committed = self.isolation_level in ("read_committed", 1)
-        probes: dict[TopicPartition, tuple[list[int], int]] = {}
-        for g in lags.values():
-            if isinstance(g, KafkaError):
-                continue
-            for tp, c, hw, _, _, lst, *_ in g:
-                end = lst if read_committed else hw
-                if c is not None and end is not None and 0 < end - c <= limit:
-                    probes.setdefault(tp, ([], end))[0].append(c)
+        at each committed offset of ``probes`` (those behind their end by 1 to
+        ``marker_probe_max_lag`` offsets, see :meth:`_scan`); {} when there are none or
+        when the Fetch fails (the raw lag is kept)."""
         if not probes:
             return {}
         try:
@@ -268,48 +259,70 @@ class LagMonitor:
         except KafkaError:
             return {}
 
-    def _settle_ends(self, lags: dict[str, list[LagRow] | KafkaError], now: int
-                     ) -> tuple[dict[str, list[LagRow] | KafkaError], set[TopicPartition]]:
-        """``lags`` with each row's end offsets settled by :attr:`ends`: a row whose end
-        is unknown or went back (a leader failover) carries the last known end offsets
-        instead, its lag measured to them, with source ``last_known``; and the partitions
-        reported that way."""
+    def _scan(self, lags: dict[str, list[LagRow] | KafkaError], now: int) -> _Scan:
+        """One pass over every lag row: each row's end offsets settled by :attr:`ends` (a
+        row whose end is unknown or went back, a leader failover, carries the last known
+        end offsets instead, its lag measured to them, with source ``last_known``), and,
+        from the settled rows, what the rest of the snapshot reads (see :class:`_Scan`).
+        A partition's reading is settled once per distinct (high watermark, log start,
+        LSO) in a row: settling the same reading again in one round answers the same and
+        changes nothing (:meth:`EndOffsetMemory.settle`)."""
         settle, now_ms, read_committed = self.ends.settle, now, self.ends.read_committed
+        limit = self.marker_probe_max_lag
+        want_records = "record_timestamp" in self.methods
         stale: set[TopicPartition] = set()
+        bounds: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        probes: dict[TopicPartition, tuple[list[int], int]] = {}
+        pending: dict[TopicPartition, set[int]] = {}
+        settled_at: dict[TopicPartition, tuple[int | None, int | None, int | None, EndOffsets | None]] = {}
         out = lags
         for g, rows in lags.items():
             if isinstance(rows, KafkaError):
                 continue
             settled = None
             for i, row in enumerate(rows):
-                e = settle(row[0], row[2], row[3], row[5], now_ms)
-                if e is None:
+                tp, c, hw, start, lag, lst = row[0], row[1], row[2], row[3], row[4], row[5]
+                done = settled_at.get(tp)
+                if done is not None and done[0] == hw and done[1] == start and done[2] == lst:
+                    e = done[3]
+                else:
+                    e = settle(tp, hw, start, lst, now_ms)
+                    settled_at[tp] = (hw, start, lst, e)
+                if e is not None:
+                    if settled is None:
+                        settled = list(rows)
+                        if out is lags:
+                            out = dict(lags)
+                        out[g] = settled
+                    hw, start, lst = e.high_watermark, e.log_start_offset, e.last_stable_offset
+                    end = lst if read_committed else hw
+                    lag = None if c is None or end is None else end - c
+                    settled[i] = (tp, c, hw, start, lag, lst, row[6], LAST_KNOWN, row[8])
+                    stale.add(tp)
+                if tp not in bounds:
+                    bounds[tp] = (hw, start)
+                if c is None:
                     continue
-                if settled is None:
-                    settled = list(rows)
-                    if out is lags:
-                        out = dict(lags)
-                    out[g] = settled
-                tp, c = row[0], row[1]
-                end = e.last_stable_offset if read_committed else e.high_watermark
-                settled[i] = (tp, c, e.high_watermark, e.log_start_offset,
-                              None if c is None or end is None else end - c, e.last_stable_offset,
-                              row[6], LAST_KNOWN, row[8])
-                stale.add(tp)
-        return out, stale
+                end = lst if read_committed else hw
+                if end is not None and 0 < end - c <= limit:
+                    probe = probes.get(tp)
+                    if probe is None:
+                        probe = probes[tp] = ([], end)
+                    probe[0].append(c)
+                if want_records and lag is not None and lag > 0:
+                    offs = pending.get(tp)
+                    if offs is None:
+                        offs = pending[tp] = set()
+                    offs.add(c if start is None or start < c else start)  # next read (log start if deleted)
+        return _Scan(out, stale, bounds, probes, pending)
 
-    async def _bounds(self, tps: list[TopicPartition], lags: dict[str, list[LagRow] | KafkaError], now: int,
-                      stale: set[TopicPartition]) -> dict[TopicPartition, tuple[int | None, int | None]]:
-        """(high watermark, log start) per partition: from the (settled) lag answers, and
-        for the partitions no group committed to (``all_topics``), from ListOffsets,
-        settled likewise (those reported stale are added to ``stale``)."""
-        out: dict[TopicPartition, tuple[int | None, int | None]] = {}
-        for g in lags.values():
-            if isinstance(g, KafkaError):
-                continue
-            for row in g:
-                if row[0] not in out:
-                    out[row[0]] = (row[2], row[3])
+    async def _bounds(self, tps: list[TopicPartition], scanned: dict[TopicPartition, tuple[int | None, int | None]],
+                      now: int, stale: set[TopicPartition]) -> dict[TopicPartition, tuple[int | None, int | None]]:
+        """(high watermark, log start) per partition: ``scanned`` from the (settled) lag
+        answers (:meth:`_scan`), and for the partitions no group committed to
+        (``all_topics``), from ListOffsets, settled likewise (those reported stale are
+        added to ``stale``)."""
+        out = dict(scanned)
         rest = [tp for tp in tps if tp not in out]
         if rest:
             latest = await self.admin.list_offsets({tp: "latest" for tp in rest}, raise_on_error=False)
@@ -329,23 +342,13 @@ class LagMonitor:
         got = await self.admin.list_offsets({tp: "max_timestamp" for tp in tps}, raise_on_error=False)
         return {tp: r for tp, r in got.items() if isinstance(r, ListOffsetsResult)}
 
-    async def _records(self, lags: dict[str, list[LagRow] | KafkaError]) -> dict[tuple[TopicPartition, int], int]:
-        """Timestamp of the first record at each lagging committed offset. Each round is
-        one Fetch per leader at the smallest offset still unanswered on each partition,
-        and answers every wanted offset the returned batches cover (usually all of them
-        in one round); at most ``record_fetch_rounds`` rounds."""
-        if "record_timestamp" not in self.methods:
-            return {}
-        pending: dict[TopicPartition, set[int]] = {}
-        for g in lags.values():
-            if isinstance(g, KafkaError):
-                continue
-            for tp, committed, _, start, lag, *_ in g:
-                if lag is not None and lag > 0 and committed is not None:
-                    offs = pending.get(tp)
-                    if offs is None:
-                        offs = pending[tp] = set()
-                    offs.add(max(committed, start or 0))  # where the next read starts (log start if deleted)
+    async def _records(self, pending: dict[TopicPartition, set[int]]) -> dict[tuple[TopicPartition, int], int]:
+        """Timestamp of the first record at each lagging committed offset (``pending``:
+        per partition, where the next read of each lagging group starts, see
+        :meth:`_scan`; consumed). Each round is one Fetch per leader at the smallest
+        offset still unanswered on each partition, and answers every wanted offset the
+        returned batches cover (usually all of them in one round); at most
+        ``record_fetch_rounds`` rounds."""
         out: dict[tuple[TopicPartition, int], int] = {}
         for _ in range(self.record_fetch_rounds):
             if not pending:
@@ -403,6 +406,24 @@ class LagMonitor:
         gs = evaluate_group_rows(statuses)
         return GroupReport(group, state, members, ptype, PartitionReports(group, lag, statuses, owner, ctx),
                            gs, coord, strategy)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """What :meth:`LagMonitor._scan` reads from the lag rows in one pass."""
+
+    lags: dict[str, list[LagRow] | KafkaError]
+    """The rows with their end offsets settled."""
+    stale: set[TopicPartition]
+    """Partitions reported with their last known end offsets."""
+    bounds: dict[TopicPartition, tuple[int | None, int | None]]
+    """(high watermark, log start) of every partition with a row, from its first row."""
+    probes: dict[TopicPartition, tuple[list[int], int]]
+    """Partition -> (committed offsets behind the end by 1 to ``marker_probe_max_lag``
+    offsets, end): the "stuck at 1" check (:mod:`hightide.lag.markers`); {} when off."""
+    pending: dict[TopicPartition, set[int]]
+    """Partition -> where each lagging group's next read starts (its committed offset,
+    or the log start when that was deleted): the record_timestamp method's Fetches."""
 
 
 @dataclass(frozen=True, slots=True)
