@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, Union
 
-__all__ = ["Region", "ResponseBuffer", "close_regions", "has_region"]
+__all__ = ["Region", "ResponseBuffer", "close_regions", "has_region", "joined"]
 
 
 class Region(Protocol):
@@ -47,3 +47,9 @@ def close_regions(buffers: Iterable[ResponseBuffer]) -> None:
     for b in buffers:
         if not isinstance(b, (bytes, memoryview, bytearray)):
             b.close()
+
+
+def joined(buffers: Iterable[ResponseBuffer]) -> bytes:
+    """All of ``buffers`` as one ``bytes``, regions read (not closed: the caller still
+    owns them). Raises OSError if a region cannot be read whole."""
+    return b"".join(b if isinstance(b, (bytes, memoryview, bytearray)) else b.read() for b in buffers)

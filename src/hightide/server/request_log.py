@@ -31,6 +31,7 @@ from kio.schema.index import api_key_map
 
 from ..protocol.codec import API_VERSIONS_KEY, RequestHeader, response_schema
 from ..protocol.errors import ErrorCode
+from ..protocol.regions import joined
 from ..protocol.server_connection import RawResponse
 from ..protocol.tolerant import read_tolerant
 
@@ -134,7 +135,7 @@ def _decode(header: RequestHeader, response: RawResponse | bytes) -> Any:
     else:
         if response.size > MAX_RAW_DECODE:
             return None
-        frame = memoryview(b"".join(response.buffers))
+        frame = memoryview(joined(response.buffers))
     if len(frame) > MAX_RAW_DECODE:
         return None
     try:

@@ -32,6 +32,7 @@ from typing import Any
 from ...protocol.codec import decode_request, encode_response, parse_header
 from ...protocol.envelope_response import EnvelopeResponse, encode_envelope_response
 from ...protocol.errors import ErrorCode, PeerProtocolError
+from ...protocol.regions import close_regions, joined
 from ...security.acl import AclOperation
 from ...security.principal import PrincipalDeserializationError, deserialize_principal
 from ..authorization import authorize_cluster
@@ -97,7 +98,10 @@ def _client_host(address: bytes, default: str) -> str:
 def _inner_bytes(api_key: int, version: int, correlation_id: int, result: Any) -> bytes:
     """The inner response as header + body without the size prefix."""
     if isinstance(result, RawResponse):
-        return b"".join(bytes(b) for b in result.buffers)
+        try:
+            return joined(result.buffers)
+        finally:
+            close_regions(result.buffers)
     if isinstance(result, bytes):
         return result[4:]
     return encode_response(api_key, version, correlation_id, result)[4:]
