@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -186,8 +187,27 @@ def _tune_malloc() -> None:
         pass
 
 
+GC_THRESHOLD = (20_000, 20, 10)  # Python's default is (700, 10, 10)
+
+
+def _tune_gc() -> None:
+    """Make the cyclic garbage collector cheaper for a long-running server.
+
+    Everything allocated so far (modules, classes, configuration) lives as long as the
+    process: ``gc.freeze()`` moves it out of every generation, so no collection scans it
+    again. A young-generation threshold of 20,000 instead of 700 allocations lets the
+    collector run ~30x less often on request paths that allocate a few objects per
+    partition (reference counting frees them meanwhile; only cycles wait for a
+    collection). Measured on an offset-commit load: the collector took ~12 % of the
+    broker's CPU; 134k -> 180k commits/s with both (docs/benchmarks.md).
+    """
+    gc.set_threshold(*GC_THRESHOLD)
+    gc.freeze()
+
+
 def _run(coro) -> None:
     _tune_malloc()
+    _tune_gc()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
