@@ -166,3 +166,46 @@ def test_rewind_leaves_the_window_with_its_earlier_sample():
             for i, c in enumerate([10, 5, 6, 7, 8, 9])]
     assert seen == [Status.OK, Status.OK, Status.REWIND, Status.REWIND, Status.REWIND, Status.OK]
     assert tracker.partition_status("g", "p", 6000).status == Status.OK
+
+
+_lagrow_off = st.one_of(st.none(), st.integers(-1, 40))
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), _lagrow_off, _lagrow_off, _lagrow_off, _lagrow_off),
+                         max_size=6), min_size=1, max_size=8),
+       st.booleans(), st.sampled_from([None, 0, 3]),
+       st.dictionaries(st.tuples(st.integers(0, 3), st.integers(0, 40)), st.integers(0, 45), max_size=8),
+       st.lists(st.integers(-1500, 4000), min_size=8, max_size=8))
+def test_observe_rows_equals_observe_status_row_by_row(rounds, read_committed, members, visible, steps):
+    """observe_rows (the monitor's per-group call on lag rows) answers and stores what
+    one observe_status per row does with the end (LSO or HW), unknown offsets as None
+    and the next-visible offset folded in as the monitor did it."""
+    rules = StatusRules(window_ms=5_000, min_samples=2, stop_after_ms=7_000)
+    fast, slow = StatusTracker(rules), StatusTracker(rules)
+    t = 0
+    for rows, dt in zip(rounds, steps):
+        t += dt  # sometimes backwards: such samples are ignored by both
+        lag_rows = [(k, c, hw, start, None, lst, "", "extension", 0) for k, c, hw, start, lst in rows]
+        got = fast.observe_rows("g", t, lag_rows, members, read_committed=read_committed, next_visible=visible)
+        want = {}
+        for k, c, hw, start, _, lst, *_ in lag_rows:
+            end = lst if read_committed else hw
+            if visible and c is not None and end is not None and visible.get((k, c), -1) >= end > c:
+                end = c
+            want[k] = slow.observe_status("g", k, t, None if c is None or c < 0 else c,
+                                          None if end is None or end < 0 else end,
+                                          None if start is None or start < 0 else start, members)
+        assert got == want
+        for k in range(4):
+            assert fast.samples("g", k) == slow.samples("g", k)
+
+
+def test_observe_rows_counts_a_committed_offset_facing_only_markers_as_caught_up():
+    """Committed 9, end 10: the next visible record at 10 (a marker at 9) or past the
+    end is caught up (lag 0); at 9 (a record is there) the partition is behind by one."""
+    tracker = StatusTracker(StatusRules(window_ms=5_000, min_samples=1))
+    rows = [(k, 9, 10, 0, 1, 10, "", "extension", 0) for k in range(3)]
+    got = tracker.observe_rows("g", 1000, rows, next_visible={(0, 9): 10, (1, 9): 11, (2, 9): 9})
+    assert [got[k][:2] for k in range(3)] == [(Status.OK, "caught_up_in_window")] * 2 + [
+        (Status.OK, "window_incomplete")]
+    assert [r[3] for r in got.values()] == [0, 0, 1]

@@ -388,17 +388,10 @@ class LagMonitor:
         if isinstance(lag, KafkaError):
             return GroupReport(group, state, members, ptype, (), None, coord, strategy, str(lag))
         active = None if members is None else len(members)
-        statuses: dict[TopicPartition, StatusRow] = {}
-        observe, now = self.tracker.observe_status, ctx.now
-        read_committed, visible = ctx.read_committed, ctx.visible
-        for tp, c, hw, start, _, lst, *_ in lag:
-            # the offsets offset_lag() reports (unknown = None), without the object
-            end = lst if read_committed else hw
-            if visible and c is not None and end is not None and visible.get((tp, c), -1) >= end > c:
-                end = c  # only markers (or aborted records) left: caught up, as offset_lag says
-            statuses[tp] = observe(group, tp, now, None if c is None or c < 0 else c,
-                                   None if end is None or end < 0 else end,
-                                   None if start is None or start < 0 else start, active)
+        # the offsets offset_lag() reports (unknown = None, caught up when only markers are
+        # left before the end), without the object
+        statuses: dict[TopicPartition, StatusRow] = self.tracker.observe_rows(
+            group, ctx.now, lag, active, read_committed=ctx.read_committed, next_visible=ctx.visible)
         # (partitions assigned to a member without any commit are in ``lag`` too, with
         # their end offsets: see _add_assigned; they are no_commit, status ERR)
         # = self.tracker.group_status(group, now, active, keys=list(lag)), without
