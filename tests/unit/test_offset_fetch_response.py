@@ -5,12 +5,14 @@ reader and with the encoder (extension tags included) on versions 1-9."""
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hightide.protocol.build import materialize
 from hightide.protocol.codec import encode_response, response_schema
 from hightide.protocol.offset_fetch_response import (TAG_HIGH_WATERMARK, GroupOffsets, PartitionOffset,
                                                      decode_offset_fetch_response,
-                                                     encode_offset_fetch_response)
+                                                     encode_offset_fetch_response, extended_entry)
 from hightide.protocol.tolerant import read_tolerant
 
 TOPICS = [("orders", [PartitionOffset(0, 42, 3, "meta", 0), PartitionOffset(1, -1, -1, "", 0)]),
@@ -123,3 +125,26 @@ def test_decoder_rejects_truncated_and_oversized_frames(version):
             decode_offset_fetch_response(version, frame[:cut])
     with pytest.raises(ValueError):
         decode_offset_fetch_response(version, frame + b"\x00")
+
+
+_i32 = st.integers(-2**31, 2**31 - 1)
+_i64 = st.integers(-2**63, 2**63 - 1)
+
+
+@given(st.lists(st.tuples(_i32, _i64, _i32, st.integers(-2**15, 2**15 - 1), _i64, _i64, _i64), max_size=5),
+       st.sampled_from([6, 7, 8, 9]))
+def test_encoded_entries_give_the_bytes_of_their_tuples(entries, version):
+    """A partition entry the broker's handler encodes itself (extended_entry: empty
+    metadata, the three tags) makes the very frame its tuple makes, any values."""
+    tuples = [(p, o, e, "", err, hw, lso, lst) for p, o, e, err, hw, lso, lst in entries]
+    encoded = [extended_entry(p, o, e, err, hw, lso, lst) for p, o, e, err, hw, lso, lst in entries]
+    mixed = [encoded[i] if i % 2 else t for i, t in enumerate(tuples)]
+    want = encode_offset_fetch_response(version, 3, [GroupOffsets("g", 0, [("t", tuples)])])
+    assert encode_offset_fetch_response(version, 3, [GroupOffsets("g", 0, [("t", encoded)])]) == want
+    assert encode_offset_fetch_response(version, 3, [GroupOffsets("g", 0, [("t", mixed)])]) == want
+
+
+@pytest.mark.parametrize("version", [1, 5])
+def test_an_encoded_entry_in_a_non_flexible_response_is_refused(version):
+    with pytest.raises(ValueError, match="v6"):
+        encode_offset_fetch_response(version, 3, [GroupOffsets("g", 0, [("t", [extended_entry(0, 1, -1, 0, 2, 0, 2)])])])

@@ -45,19 +45,35 @@ start offset, last stable offset; the last three None when not sent); what the d
 returns and the encoder also takes."""
 
 
+PartitionEntry = PartitionOffset | PartitionTuple | bytes
+"""A partition entry of :class:`GroupOffsets`: an object, a :data:`PartitionTuple`, or
+the entry already encoded for the response's version (:func:`extended_entry`)."""
+
+
 @dataclass(slots=True)
 class GroupOffsets:
     group_id: str
     error_code: int = 0
-    topics: list[tuple[str, list[PartitionOffset | PartitionTuple]]] = field(default_factory=list)
-
-
+    topics: list[tuple[str, list[PartitionEntry]]] = field(default_factory=list)
 
 
 # A partition entry in one struct (v6+): empty metadata, the three extension tags in order, 8 bytes each.
 _PART_EXT = struct.Struct(">iqiBhB3sq3sq3sq")
 _EXT_KEYS = (uvarint(TAG_HIGH_WATERMARK) + b"\x08", uvarint(TAG_LOG_START_OFFSET) + b"\x08",
              uvarint(TAG_LAST_STABLE_OFFSET) + b"\x08")
+_EXT_PACK = _PART_EXT.pack
+_K1, _K2, _K3 = _EXT_KEYS
+
+
+def extended_entry(partition: int, offset: int, leader_epoch: int, error_code: int, high_watermark: int,
+                   log_start_offset: int, last_stable_offset: int) -> bytes:
+    """A flexible (v6+) partition entry with empty metadata and the three extension
+    tags, encoded: the same bytes the encoder writes for the equal
+    :data:`PartitionTuple` ``(partition, offset, epoch, "", error_code, hw, lso, lst)``.
+    A handler may put it in :attr:`GroupOffsets.topics` instead of the tuple (v6+
+    responses only)."""
+    return _EXT_PACK(partition, offset, leader_epoch, 1, error_code, 3, _K1, high_watermark, _K2,
+                     log_start_offset, _K3, last_stable_offset)
 
 
 
@@ -86,13 +102,18 @@ def _partition(out: bytearray, p: PartitionOffset | PartitionTuple, version: int
             out += uvarint(tag) + uvarint(8) + _I64.pack(v)
 
 
-def _topics(out: bytearray, topics: list[tuple[str, list[PartitionOffset | PartitionTuple]]], version: int,
+def _topics(out: bytearray, topics: list[tuple[str, list[PartitionEntry]]], version: int,
             flexible: bool) -> None:
     out += array_len(len(topics), flexible)
     for name, parts in topics:
         out += string(name, flexible) + array_len(len(parts), flexible)
         for p in parts:
-            _partition(out, p, version, flexible)
+            if isinstance(p, bytes):
+                if not flexible:
+                    raise ValueError(f"an encoded (v6+) partition entry in an OffsetFetch v{version} response")
+                out += p
+            else:
+                _partition(out, p, version, flexible)
         if flexible:
             out += b"\x00"
 

@@ -20,9 +20,9 @@ from ...protocol.errors import ErrorCode
 from ...protocol.offset_commit_request import OffsetCommitRequestBody, encode_offset_commit_response
 from ...protocol.offset_fetch_response import (
     GroupOffsets,
-    PartitionOffset,
-    PartitionTuple,
+    PartitionEntry,
     encode_offset_fetch_response,
+    extended_entry,
 )
 from ..coordinator_log import CoordinatorUnavailable
 from ...share.records import partition_for as share_partition_for
@@ -200,7 +200,7 @@ class _Bounds:
     def __init__(self) -> None:
         self.known: dict[tuple[str, int], tuple[int, int, int] | None] = {}
         self.elsewhere: dict[tuple[str, int], tuple[int, int]] = {}
-        self.later: list[tuple[list[PartitionOffset | PartitionTuple], int, tuple[str, int]]] = []
+        self.later: list[tuple[list[PartitionEntry], int, tuple[str, int]]] = []
 
     def read(self, ctx: RequestContext, topic: str, partition: int) -> tuple[int, int, int] | None:
         """The partition's bounds if this broker leads it and knows its high watermark,
@@ -253,7 +253,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
     if bounds is None:
         bounds = _Bounds()
     known, elsewhere = bounds.known, bounds.elsewhere
-    by_topic: dict[str, list[PartitionOffset | PartitionTuple]] = {}
+    by_topic: dict[str, list[PartitionEntry]] = {}
     for topic, partition, offset, epoch, metadata, error_code in fetched:
         b = None
         parts = by_topic.get(topic)
@@ -269,6 +269,8 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
                 bounds.later.append((parts, len(parts), key))
         if b is None:
             parts.append((partition, offset, epoch, metadata, error_code, None, None, None))
+        elif metadata == "":  # the usual entry (v6+, since b is read only then), encoded here
+            parts.append(extended_entry(partition, offset, epoch, error_code, b[0], b[1], b[2]))
         else:
             parts.append((partition, offset, epoch, metadata, error_code, b[0], b[1], b[2]))
     if denied and topics is not None:
