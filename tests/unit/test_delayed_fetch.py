@@ -73,7 +73,7 @@ async def _commit(b: Broker, records) -> None:
 
 async def _env(tmp_path, monkeypatch, body) -> None:
     reads: list[tuple[int, int]] = []
-    real_read = PartitionLog.read
+    real_read = PartitionLog.read_records  # what Fetch reads with (bytes or a file region)
 
     def counting_read(self, offset, max_bytes, *, max_offset=None):
         result = real_read(self, offset, max_bytes, max_offset=max_offset)
@@ -81,7 +81,7 @@ async def _env(tmp_path, monkeypatch, body) -> None:
             reads.append((offset, len(result.data)))
         return result
 
-    monkeypatch.setattr(PartitionLog, "read", counting_read)
+    monkeypatch.setattr(PartitionLog, "read_records", counting_read)
     cfg = BrokerConfig.load(overrides={"offsets.topic.num.partitions": 1})
     async with Broker(cfg, data_dir=str(tmp_path), listen=("127.0.0.1", 0)) as b:
         consumer = BrokerConnection("127.0.0.1", b.port, "consumer")
