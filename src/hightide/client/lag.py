@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .errors import ErrorCode, KafkaError
+from ..protocol.offset_fetch_rows import GroupRows, decode_offset_fetch_rows
+from .errors import COORDINATOR_ERRORS, ErrorCode, KafkaError, error_for
 from .types import ListOffsetsResult, OffsetAndMetadata, PartitionLag, TopicPartition
 
 if TYPE_CHECKING:
     from .admin import AdminClient
+    from .connection import BrokerConnection
 
 __all__ = ["LagRow", "group_lag", "groups_lag", "groups_lag_rows", "lag_row", "partition_lag", "uncommitted_lag"]
 
@@ -102,45 +104,89 @@ async def groups_lag(client: AdminClient, group_ids: list[str], *,
 
 
 async def groups_lag_rows(client: AdminClient, group_ids: list[str], *,
-                          isolation_level: str = "read_uncommitted"
+                          isolation_level: str = "read_uncommitted", batch: int = 100
                           ) -> dict[str, list[LagRow] | KafkaError]:
     """:func:`groups_lag` as :data:`LagRow` tuples, sorted by partition within a group:
     the same values without an object per partition (a scrape of 500 groups x 100
-    partitions spends its time here; the lag monitor reads these rows)."""
-    committed = await client._committed_offset_rows(group_ids)
+    partitions spends its time here; the lag monitor reads these rows). The OffsetFetch
+    answers (``batch`` groups per request on v8+) are decoded straight into rows
+    (:func:`hightide.protocol.offset_fetch_rows.decode_offset_fetch_rows`); partitions
+    without the extension's end offsets get them from one ListOffsets pass, and every
+    group's row of such a partition uses that pass's answer."""
     read_committed = isolation_level in ("read_committed", 1)
     use_ext = getattr(client, "use_extensions", True)
-
-    def covered(row: tuple) -> bool:  # _has_extension on a row
-        return use_ext and row[4] is not None and row[5] is not None and (not read_committed or row[6] is not None)
-    missing = sorted({row[0] for rows in committed.values() if not isinstance(rows, KafkaError)
-                      for row in rows if not covered(row)})
+    fetched = await _offset_fetch_rows(client, group_ids, read_committed, use_ext, batch)
+    missing = sorted({row[0] for rows in fetched.values() if not isinstance(rows, KafkaError)
+                      for row in rows if len(row) == 7})
     latest, earliest = await _end_offsets(client, missing, isolation_level)
-    none = ErrorCode.none
-    by_tp = itemgetter(0)
     out: dict[str, list[LagRow] | KafkaError] = {}
     for g in group_ids:
-        rows = committed.get(g)
+        rows = fetched.get(g)
         if rows is None:
             out[g] = KafkaError(ErrorCode.unknown_server_error, f"no answer for group {g!r}")
-            continue
-        if isinstance(rows, KafkaError):
-            out[g] = rows
-            continue
-        lags: list[LagRow] = []
-        append = lags.append
-        for row in sorted(rows, key=by_tp):
-            tp, offset, metadata, epoch, hw, lso, lst = row
-            if tp in latest or not covered(row):
-                pl = partition_lag(OffsetAndMetadata(offset, metadata, epoch), read_committed,
-                                   latest.get(tp), earliest.get(tp))
-                append(lag_row(tp, pl))
-                continue
-            c = offset if offset >= 0 else None  # the extension path of partition_lag, inlined
-            end = lst if read_committed else hw
-            append((tp, c, hw, lso, None if c is None else end - c, lst, metadata, "extension", none))
-        out[g] = lags
+        elif isinstance(rows, KafkaError) or not latest:
+            out[g] = rows  # without ListOffsets every row is a LagRow
+        else:
+            out[g] = [_listed_row(row, read_committed, latest, earliest) if len(row) == 7 or row[0] in latest
+                      else row for row in rows]  # 9 items: a LagRow
     return out
+
+
+def _listed_row(row: tuple, read_committed: bool, latest: dict[TopicPartition, ListOffsetsResult | KafkaError],
+                earliest: dict[TopicPartition, ListOffsetsResult | KafkaError]) -> LagRow:
+    """A decoded row (committed row or lag row) measured against the ListOffsets answers."""
+    tp = row[0]
+    om = OffsetAndMetadata(row[1], row[2], row[3]) if len(row) == 7 else OffsetAndMetadata(row[1], row[6])
+    return lag_row(tp, partition_lag(om, read_committed, latest.get(tp), earliest.get(tp)))
+
+
+_RETRY_GROUP = COORDINATOR_ERRORS | {ErrorCode.unstable_offset_commit}
+
+
+async def _offset_fetch_rows(client: AdminClient, group_ids: list[str], read_committed: bool, use_ext: bool,
+                             batch: int) -> dict[str, list[tuple] | KafkaError]:
+    """Every group's committed partitions as decoded rows (lag rows, or committed rows
+    where the end offsets must be listed), sorted by partition; group-level errors (and
+    a partition error other than UNKNOWN_TOPIC_OR_PARTITION, so a coordinator error is
+    retried) as the group's :class:`KafkaError`."""
+    keys: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
+
+    async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
+        v = conn.pick_version(9, 9, 2)
+        chunks = [gs[i:i + batch] for i in range(0, len(gs), batch)] if v >= 8 else [[g] for g in gs]
+        outs = await asyncio.gather(*(one(conn, v, c) for c in chunks))
+        return {g: r for o in outs for g, r in o.items()}
+
+    async def one(conn: BrokerConnection, v: int, gs: list[str]) -> dict[str, Any]:
+        body: dict[str, Any] = {"group_id": gs[0], "topics": None, "require_stable": False,
+                                "groups": [{"group_id": g, "topics": None} for g in gs]}
+
+        def decode(frame: bytes) -> list[GroupRows]:
+            return decode_offset_fetch_rows(v, frame, keys, TopicPartition, read_committed=read_committed,
+                                            use_extensions=use_ext, source="extension", none=ErrorCode.none)[1]
+        groups = await conn.request(9, v, body, decoder=decode)
+        answers = {g.group_id: g for g in groups} if v >= 8 else {gs[0]: groups[0]}
+        return {g: _group_rows(g, answers.get(g)) for g in gs}
+    return await client._per_coordinator(list(group_ids), send)
+
+
+def _group_rows(group_id: str, got: GroupRows | None) -> list[tuple] | KafkaError:
+    if got is None:
+        return KafkaError(ErrorCode.unknown_server_error, f"OffsetFetch: no answer for {group_id!r}")
+    if got.error_code:
+        return error_for(got.error_code, f"OffsetFetch {group_id!r}")
+    if got.partition_error is not None:
+        topic, partition, code = got.partition_error
+        if code in _RETRY_GROUP:
+            return error_for(code, f"{group_id} {topic}-{partition}")
+        return error_for(code, f"OffsetFetch {group_id!r} {topic}-{partition}")
+    rows = got.rows
+    if not got.ordered:
+        rows.sort(key=_by_partition)
+    return rows
+
+
+_by_partition = itemgetter(0)
 
 
 def lag_row(tp: TopicPartition, pl: PartitionLag) -> LagRow:
