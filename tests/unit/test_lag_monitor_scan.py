@@ -103,3 +103,13 @@ def test_scan_leaves_rows_without_a_settled_end_untouched() -> None:
     assert scan.bounds == {TPS[0]: (10, 0), TPS[1]: (10, 0)}
     assert scan.probes == {TPS[0]: ([5], 10)}
     assert scan.pending == {TPS[0]: {5}}
+
+
+def test_the_status_pass_looks_up_only_committed_offsets_facing_skipped_records() -> None:
+    """A next visible offset equal to the committed one (a record is there) can never
+    make a partition caught up, so the status pass gets only the others."""
+    from hightide.monitoring.monitor import _ReportContext
+    tp = TPS[0]
+    ctx = _ReportContext((), False, {}, {}, {}, 0, {(tp, 5): 5, (tp, 6): 8, (TPS[1], 2): 2})
+    assert ctx.skipped == {(tp, 6): 8}
+    assert ctx.visible == {(tp, 5): 5, (tp, 6): 8, (TPS[1], 2): 2}

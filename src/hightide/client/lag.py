@@ -115,8 +115,9 @@ async def groups_lag_rows(client: AdminClient, group_ids: list[str], *,
     group's row of such a partition uses that pass's answer."""
     read_committed = isolation_level in ("read_committed", 1)
     use_ext = getattr(client, "use_extensions", True)
-    fetched = await _offset_fetch_rows(client, group_ids, read_committed, use_ext, batch)
-    missing = sorted({row[0] for rows in fetched.values() if not isinstance(rows, KafkaError)
+    partial: set[str] = set()  # groups with a partition lacking the extension's end offsets
+    fetched = await _offset_fetch_rows(client, group_ids, read_committed, use_ext, batch, partial)
+    missing = sorted({row[0] for g in partial for rows in (fetched.get(g),) if isinstance(rows, list)
                       for row in rows if len(row) == 7})
     latest, earliest = await _end_offsets(client, missing, isolation_level)
     out: dict[str, list[LagRow] | KafkaError] = {}
@@ -144,11 +145,12 @@ _RETRY_GROUP = COORDINATOR_ERRORS | {ErrorCode.unstable_offset_commit}
 
 
 async def _offset_fetch_rows(client: AdminClient, group_ids: list[str], read_committed: bool, use_ext: bool,
-                             batch: int) -> dict[str, list[tuple] | KafkaError]:
+                             batch: int, partial: set[str]) -> dict[str, list[tuple] | KafkaError]:
     """Every group's committed partitions as decoded rows (lag rows, or committed rows
     where the end offsets must be listed), sorted by partition; group-level errors (and
     a partition error other than UNKNOWN_TOPIC_OR_PARTITION, so a coordinator error is
-    retried) as the group's :class:`KafkaError`."""
+    retried) as the group's :class:`KafkaError`. The groups with committed rows are
+    added to ``partial``."""
     keys: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
 
     async def send(conn: BrokerConnection, gs: list[str]) -> dict[str, Any]:
@@ -166,7 +168,13 @@ async def _offset_fetch_rows(client: AdminClient, group_ids: list[str], read_com
                                             use_extensions=use_ext, source="extension", none=ErrorCode.none)[1]
         groups = await conn.request(9, v, body, decoder=decode)
         answers = {g.group_id: g for g in groups} if v >= 8 else {gs[0]: groups[0]}
-        return {g: _group_rows(g, answers.get(g)) for g in gs}
+        out = {}
+        for g in gs:
+            got = answers.get(g)
+            if got is not None and got.committed_rows:
+                partial.add(g)
+            out[g] = _group_rows(g, got)
+        return out
     return await client._per_coordinator(list(group_ids), send)
 
 

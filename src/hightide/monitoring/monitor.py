@@ -391,7 +391,7 @@ class LagMonitor:
         # the offsets offset_lag() reports (unknown = None, caught up when only markers are
         # left before the end), without the object
         statuses: dict[TopicPartition, StatusRow] = self.tracker.observe_rows(
-            group, ctx.now, lag, active, read_committed=ctx.read_committed, next_visible=ctx.visible)
+            group, ctx.now, lag, active, read_committed=ctx.read_committed, next_visible=ctx.skipped)
         # (partitions assigned to a member without any commit are in ``lag`` too, with
         # their end offsets: see _add_assigned; they are no_commit, status ERR)
         # = self.tracker.group_status(group, now, active, keys=list(lag)), without
@@ -432,6 +432,13 @@ class _ReportContext:
     now: int
     visible: dict[tuple[TopicPartition, int], int] = field(default_factory=dict)
     """(partition, committed offset) -> next visible offset, where it was looked up."""
+    skipped: dict[tuple[TopicPartition, int], int] = field(init=False)
+    """The entries of :attr:`visible` whose next visible offset is past the committed
+    one (markers or aborted records there): the only ones that can change a lag, so
+    the per-partition status pass looks up nothing when no partition has any."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "skipped", {k: v for k, v in self.visible.items() if v > k[1]})
 
     def time_lags(self, tp: TopicPartition, ol: OffsetLag) -> tuple[TimeLag, ...]:
         out = []
