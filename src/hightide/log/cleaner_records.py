@@ -8,7 +8,7 @@ import struct
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from crc32c import crc32c
+from ..protocol.crc import crc32c
 
 from hightide.protocol.records import (
     CORRUPT_MESSAGE,

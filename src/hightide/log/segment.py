@@ -13,7 +13,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 
-from crc32c import crc32c
+from ..protocol.crc import crc32c
 
 from hightide.protocol.records import (
     HEADER_SIZE,

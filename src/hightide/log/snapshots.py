@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any, NamedTuple
 
-from crc32c import crc32c
+from ..protocol.crc import crc32c
 
 from .producer_state import ProducerStateManager
 from .segment import segment_name

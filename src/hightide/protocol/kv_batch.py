@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from crc32c import crc32c
+from .crc import crc32c
 
 __all__ = ["build_kv_batch"]
 

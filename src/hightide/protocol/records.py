@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import cramjam
-from crc32c import crc32c
+from .crc import crc32c
 
 __all__ = [
     "HEADER_SIZE",

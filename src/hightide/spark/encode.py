@@ -23,7 +23,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from crc32c import crc32c
+from ..protocol.crc import crc32c
 
 from ..protocol.records import compress
 
