@@ -31,7 +31,6 @@ from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..client.properties import ClientSecurity
 from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig
-from ..cluster.raft.wire import leader_change_batch
 from ..log.partition_log import PartitionLog
 from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings
@@ -191,6 +190,12 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
         shell.on_trim = snapshotter.trim
         shell.snapshotter = snapshotter
     return RaftMetadataRuntime(shell)
+
+
+def leader_change_batch(*args: Any, **kwargs: Any) -> bytes:
+    """Kafka's LeaderChangeMessage control batch (:func:`hightide.cluster.raft.wire.leader_change_batch`)."""
+    from ..cluster.raft.wire import leader_change_batch as build  # when used: Raft's kio messages cost a single node ~20 ms of start-up
+    return build(*args, **kwargs)
 
 
 def raft_config(settings: ClusterSettings) -> RaftConfig:

@@ -23,7 +23,6 @@ from ..client import BrokerConnection
 from ..client.errors import KafkaError
 from ..client.properties import ClientSecurity
 from ..cluster.raft import messages as m
-from ..cluster.raft.wire import from_kio, to_kio
 
 log = logging.getLogger("hightide.raft")
 
@@ -57,6 +56,7 @@ class RaftPeers:
         """Send ``message`` to voter ``dest`` and return its answer. Raises KafkaError or
         OSError when the connection fails or no answer comes in time (the connection is
         then dropped), KeyError for an unknown voter."""
+        from ..cluster.raft.wire import from_kio, to_kio  # when used: Raft's kio messages cost a single node ~20 ms of start-up
         api_key, version = API_OF[type(message)]
         host, port = self.addresses[dest]
         fetch = api_key in (1, 59)
