@@ -16,7 +16,16 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .primitives import array_len, read_uvarint, string, uvarint
+from .primitives import (
+    Unknown,
+    array_len,
+    collect_tags,
+    read_compact_array_len,
+    read_compact_str,
+    read_tags,
+    string,
+    uvarint,
+)
 
 TAG_EXPECTED_OFFSET = 10000
 _HDR = struct.Struct(">hhih")
@@ -133,57 +142,8 @@ _I64 = struct.Struct(">q")
 _GEN = struct.Struct(">i")
 
 
-def _compact_str(buf: bytes, pos: int, nullable: bool) -> tuple[str | None, int]:
-    n, pos = read_uvarint(buf, pos)
-    if n == 0:
-        if not nullable:
-            raise ValueError("null in a non-nullable string")
-        return None, pos
-    end = pos + n - 1
-    if end > len(buf):
-        raise ValueError("string runs past the end of the frame")
-    return buf[pos:end].decode(), end
-
-
-def _read_tags(buf: bytes, pos: int) -> tuple[dict[int, bytes], int]:
-    """A tagged-field section: ``({tag: bytes}, next position)``."""
-    count, pos = read_uvarint(buf, pos)
-    found: dict[int, bytes] = {}
-    for _ in range(count):
-        tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        if pos + size > len(buf):
-            raise ValueError(f"tagged field {tag} runs past the end of the frame")
-        found[tag] = bytes(buf[pos:pos + size])
-        pos += size
-    return found, pos
-
-
-def _tags(buf: bytes, pos: int, owner: object, unknown: dict[int, dict[int, bytes]] | None) -> int:
-    """Read a tagged-field section (every tag is unknown to this schema) into
-    ``unknown[id(owner)]`` as kio's tolerant reader does; return the next position."""
-    if buf[pos] == 0:
-        return pos + 1
-    found, pos = _read_tags(buf, pos)
-    if unknown is not None:
-        unknown[id(owner)] = found
-    return pos
-
-
-def _array_len(buf: bytes, pos: int, min_entry: int) -> tuple[int, int]:
-    """A non-null compact array's length, bounded by the bytes left (``min_entry`` is
-    the smallest encoded entry), so a hostile length allocates nothing."""
-    n, pos = read_uvarint(buf, pos)
-    if n == 0:
-        raise ValueError("null in a non-nullable array")
-    n -= 1
-    if n * min_entry > len(buf) - pos:
-        raise ValueError(f"array length {n} exceeds the frame")
-    return n, pos
-
-
 def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: int,
-                                 unknown: dict[int, dict[int, bytes]] | None = None) -> OffsetCommitRequestBody:
+                                 unknown: Unknown | None = None) -> OffsetCommitRequestBody:
     """Decode an OffsetCommit v8 or v9 request body starting at ``pos`` (after the
     request header). Tagged fields are collected in ``unknown`` keyed by ``id()`` of
     the request, topic or partition object that carries them (ExpectedOffset is tag
@@ -194,18 +154,18 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
     # one copy of the (small) frame: slicing and decoding bytes costs half of what a
     # memoryview slice does, and a request carries a string per partition (metadata)
     buf = frame if isinstance(frame, bytes) else bytes(frame)
-    group_id, pos = _compact_str(buf, pos, False)
+    group_id, pos = read_compact_str(buf, pos, False)
     generation = _GEN.unpack_from(buf, pos)[0]
-    member_id, pos = _compact_str(buf, pos + 4, False)
-    instance_id, pos = _compact_str(buf, pos, True)
-    ntopics, pos = _array_len(buf, pos, 3)
+    member_id, pos = read_compact_str(buf, pos + 4, False)
+    instance_id, pos = read_compact_str(buf, pos, True)
+    ntopics, pos = read_compact_array_len(buf, pos, 3)
     head, head_size = _PART_HEAD.unpack_from, _PART_HEAD.size
     new = tuple.__new__  # the NamedTuple without its Python-level __new__
     topics: list[CommitTopicRequest] = []
     for _ in range(ntopics):
-        name, pos = _compact_str(buf, pos, False)
+        name, pos = read_compact_str(buf, pos, False)
         topic_name = name or ""
-        nparts, pos = _array_len(buf, pos, head_size + 2)
+        nparts, pos = read_compact_array_len(buf, pos, head_size + 2)
         parts: list[CommitPartitionRequest] = []
         for _ in range(nparts):
             index, offset, epoch = head(buf, pos)
@@ -218,12 +178,12 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
                 metadata = ""
                 pos += 1
             else:
-                metadata, pos = _compact_str(buf, pos, True)
+                metadata, pos = read_compact_str(buf, pos, True)
             if buf[pos] == 0:  # no tagged fields
                 pos += 1
                 parts.append(new(CommitPartitionRequest, (topic_name, index, offset, epoch, metadata, None)))
                 continue
-            found, pos = _read_tags(buf, pos)
+            found, pos = read_tags(buf, pos)
             raw = found.get(TAG_EXPECTED_OFFSET)
             expected = _I64.unpack(raw)[0] if raw is not None and len(raw) == 8 else None
             p = new(CommitPartitionRequest, (topic_name, index, offset, epoch, metadata, expected))
@@ -231,13 +191,9 @@ def decode_offset_commit_request(version: int, frame: bytes | memoryview, pos: i
                 unknown[id(p)] = found
             parts.append(p)
         topic = CommitTopicRequest(topic_name, parts)
-        pos = _tags(buf, pos, topic, unknown)
+        pos = collect_tags(buf, pos, topic, unknown)
         topics.append(topic)
     body = OffsetCommitRequestBody(group_id or "", generation, member_id or "", instance_id, topics)
-    _tags(buf, pos, body, unknown)
+    collect_tags(buf, pos, body, unknown)
     return body
 
-
-def is_fast_decoded(api_key: int, version: int) -> bool:
-    """Whether :func:`decode_offset_commit_request` decodes this request."""
-    return api_key == 8 and version in (8, 9)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .primitives import array_len, read_uvarint, skip_tags, string, uvarint
+from .primitives import array_len, read_compact_str, read_uvarint, skip_tags, string, uvarint
 
 TAG_HIGH_WATERMARK = 10000
 TAG_LOG_START_OFFSET = 10001
@@ -157,12 +157,11 @@ GroupTuple = tuple["str | None", int, list[tuple[str, list[PartitionTuple]]]]
 
 
 def _read_str(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[str | None, int]:
+    """A nullable string (any negative legacy length reads as null)."""
     if flexible:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        n = _I16.unpack_from(buf, pos)[0]
-        pos += 2
+        return read_compact_str(buf, pos)
+    n = _I16.unpack_from(buf, pos)[0]
+    pos += 2
     if n < 0:
         return None, pos
     if n == 0:
@@ -183,6 +182,38 @@ def _read_len(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, i
 
 
 
+def read_extension_tags(buf: bytes | memoryview, pos: int) -> tuple[int | None, int | None, int | None, int]:
+    """A partition's tagged-field section: ``(high watermark, log start offset, last
+    stable offset, next position)``, each extension value None when absent or not 8
+    bytes; other tags are skipped by their size. Raises ValueError when a field runs
+    past the end of ``buf``, IndexError at its end."""
+    hw = lso = lst = None
+    ntags = buf[pos]
+    if ntags >= 0x80:
+        ntags, pos = read_uvarint(buf, pos)
+    else:
+        pos += 1
+    end = len(buf)
+    for _ in range(ntags):
+        tag, pos = read_uvarint(buf, pos)
+        size = buf[pos]
+        if size >= 0x80:
+            size, pos = read_uvarint(buf, pos)
+        else:
+            pos += 1
+        if pos + size > end:
+            raise ValueError(f"tagged field {tag} runs past the end of the frame")
+        if size == 8:
+            if tag == TAG_HIGH_WATERMARK:
+                hw = _I64.unpack_from(buf, pos)[0]
+            elif tag == TAG_LOG_START_OFFSET:
+                lso = _I64.unpack_from(buf, pos)[0]
+            elif tag == TAG_LAST_STABLE_OFFSET:
+                lst = _I64.unpack_from(buf, pos)[0]
+        pos += size
+    return hw, lso, lst, pos
+
+
 def _read_topics(buf: bytes | memoryview, pos: int, version: int, flexible: bool
                  ) -> tuple[list[tuple[str, list[PartitionTuple]]], int]:
     ntopics, pos = _read_len(buf, pos, flexible)
@@ -190,7 +221,6 @@ def _read_topics(buf: bytes | memoryview, pos: int, version: int, flexible: bool
     fixed = _PART_V5 if version >= 5 else _PART_V1
     fixed_unpack, fixed_size = fixed.unpack_from, fixed.size
     i16 = _I16.unpack_from
-    i64 = _I64.unpack_from
     end = len(buf)
     ext_unpack, ext_size = _PART_EXT.unpack_from, _PART_EXT.size
     k1, k2, k3 = _EXT_KEYS
@@ -223,28 +253,10 @@ def _read_topics(buf: bytes | memoryview, pos: int, version: int, flexible: bool
             pos += 2
             hw = lso = lst = None
             if flexible:
-                ntags = buf[pos]
-                if ntags >= 0x80:
-                    ntags, pos = read_uvarint(buf, pos)
-                else:
+                if buf[pos] == 0:  # no tagged fields
                     pos += 1
-                for _ in range(ntags):
-                    tag, pos = read_uvarint(buf, pos)
-                    size = buf[pos]
-                    if size >= 0x80:
-                        size, pos = read_uvarint(buf, pos)
-                    else:
-                        pos += 1
-                    if pos + size > end:
-                        raise ValueError(f"tagged field {tag} runs past the end of the frame")
-                    if size == 8:
-                        if tag == TAG_HIGH_WATERMARK:
-                            hw = i64(buf, pos)[0]
-                        elif tag == TAG_LOG_START_OFFSET:
-                            lso = i64(buf, pos)[0]
-                        elif tag == TAG_LAST_STABLE_OFFSET:
-                            lst = i64(buf, pos)[0]
-                    pos += size
+                else:
+                    hw, lso, lst, pos = read_extension_tags(buf, pos)
             append((partition, offset, epoch, metadata, error_code, hw, lso, lst))
         if flexible:
             pos = skip_tags(buf, pos)

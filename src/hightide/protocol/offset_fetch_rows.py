@@ -34,17 +34,14 @@ from typing import Any, NamedTuple
 from .offset_fetch_response import (
     _EXT_KEYS,
     _I16,
-    _I64,
     _PART_EXT,
     _PART_V1,
     _PART_V5,
-    TAG_HIGH_WATERMARK,
-    TAG_LAST_STABLE_OFFSET,
-    TAG_LOG_START_OFFSET,
     _read_len,
     _read_str,
+    read_extension_tags,
 )
-from .primitives import read_uvarint, skip_tags
+from .primitives import skip_tags
 
 __all__ = ["GroupRows", "decode_offset_fetch_rows"]
 
@@ -163,7 +160,7 @@ class _Walk:
         fixed_unpack, fixed_size = fixed.unpack_from, fixed.size
         ext_unpack, ext_size = _PART_EXT.unpack_from, _PART_EXT.size
         k1, k2, k3 = _EXT_KEYS
-        i16, i64 = _I16.unpack_from, _I64.unpack_from
+        i16 = _I16.unpack_from
         end = len(buf)
         read_committed, use_ext, source, none = self.read_committed, self.use_ext, self.source, self.none
         prev = -1 if self.last is None or self.last[0] != name else self.last[1]
@@ -172,6 +169,8 @@ class _Walk:
         committed_rows = 0
         partition = -1
         for _ in range(max(nparts, 0)):
+            # the usual entry (empty metadata, the three extension tags) in one unpack; the
+            # rest of this branch repeats the general path's below, inline for speed
             if flexible and pos + ext_size <= end:
                 (partition, offset, epoch, mlen, error_code, ntags,
                  t1, hw, t2, lso, t3, lst) = ext_unpack(buf, pos)
@@ -210,24 +209,10 @@ class _Walk:
             pos += 2
             hw = lso = lst = None
             if flexible:
-                ntags = buf[pos]
-                if ntags >= 0x80:
-                    ntags, pos = read_uvarint(buf, pos)
-                else:
+                if buf[pos] == 0:  # no tagged fields
                     pos += 1
-                for _ in range(ntags):
-                    tag, pos = read_uvarint(buf, pos)
-                    size, pos = read_uvarint(buf, pos)
-                    if pos + size > end:
-                        raise ValueError(f"tagged field {tag} runs past the end of the frame")
-                    if size == 8:
-                        if tag == TAG_HIGH_WATERMARK:
-                            hw = i64(buf, pos)[0]
-                        elif tag == TAG_LOG_START_OFFSET:
-                            lso = i64(buf, pos)[0]
-                        elif tag == TAG_LAST_STABLE_OFFSET:
-                            lst = i64(buf, pos)[0]
-                    pos += size
+                else:
+                    hw, lso, lst, pos = read_extension_tags(buf, pos)
             if partition <= prev:
                 self.ordered = False
             prev = partition

@@ -27,17 +27,22 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import NamedTuple
 
-from .primitives import read_uvarint
+from .primitives import (
+    Unknown,
+    collect_tags,
+    read_compact_array_len,
+    read_compact_str,
+    read_int32_array_len,
+    read_legacy_str,
+    read_uvarint,
+)
 
 PRODUCE_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 11
 FIRST_FLEXIBLE = 9
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
-
-Unknown = dict[int, dict[int, bytes]]
 
 
 @dataclass(slots=True, eq=False)
@@ -69,33 +74,6 @@ def is_produce_decoded(version: int) -> bool:
     return MIN_VERSION <= version <= MAX_VERSION
 
 
-def _text(buf: memoryview, pos: int, end: int) -> str:
-    if end > len(buf):
-        raise ValueError("string runs past the end of the frame")
-    return str(buf[pos:end], "utf-8")
-
-
-def _legacy_str(buf: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
-    n = _I16.unpack_from(buf, pos)[0]
-    pos += 2
-    if n < -1:
-        raise ValueError(f"negative string length {n}")
-    if n == -1:
-        if not nullable:
-            raise ValueError("null in a non-nullable string")
-        return None, pos
-    return _text(buf, pos, pos + n), pos + n
-
-
-def _compact_str(buf: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
-    n, pos = read_uvarint(buf, pos)
-    if n == 0:
-        if not nullable:
-            raise ValueError("null in a non-nullable string")
-        return None, pos
-    return _text(buf, pos, pos + n - 1), pos + n - 1
-
-
 def _view(buf: memoryview, pos: int, n: int) -> tuple[memoryview, int]:
     end = pos + n
     if end > len(buf):
@@ -103,43 +81,8 @@ def _view(buf: memoryview, pos: int, n: int) -> tuple[memoryview, int]:
     return buf[pos:end], end
 
 
-def _count(buf: memoryview, pos: int, flexible: bool, min_entry: int) -> tuple[int, int]:
-    """A non-null array's length, bounded by the bytes left (``min_entry``: the smallest
-    encoded entry), so a hostile length allocates nothing."""
-    if flexible:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        n = _I32.unpack_from(buf, pos)[0]
-        pos += 4
-    if n < 0:
-        raise ValueError("null array in a non-nullable field")
-    if n * min_entry > len(buf) - pos:
-        raise ValueError(f"array of {n} elements declared with {len(buf) - pos} bytes left")
-    return n, pos
-
-
-def _tags(buf: memoryview, pos: int, owner: object, unknown: Unknown | None) -> int:
-    """A tagged-field section (Produce v9-v11 declares no tags: all are unknown),
-    collected in ``unknown[id(owner)]``; returns the next position."""
-    count, pos = read_uvarint(buf, pos)
-    if count == 0:
-        return pos
-    found: dict[int, bytes] = {}
-    for _ in range(count):
-        tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        if pos + size > len(buf):
-            raise ValueError(f"tagged field {tag} of {size} bytes runs past the end of the frame")
-        found[tag] = bytes(buf[pos:pos + size])
-        pos += size
-    if unknown is not None:
-        unknown[id(owner)] = found
-    return pos
-
-
 def _partitions_legacy(buf: memoryview, pos: int) -> tuple[list[PartitionProduceData], int]:
-    n, pos = _count(buf, pos, False, 8)
+    n, pos = read_int32_array_len(buf, pos, 8)
     parts: list[PartitionProduceData] = []
     for _ in range(n):
         index, size = _I32.unpack_from(buf, pos)[0], _I32.unpack_from(buf, pos + 4)[0]
@@ -155,7 +98,7 @@ def _partitions_legacy(buf: memoryview, pos: int) -> tuple[list[PartitionProduce
 
 def _partitions_flexible(buf: memoryview, pos: int,
                          unknown: Unknown | None) -> tuple[list[PartitionProduceData], int]:
-    n, pos = _count(buf, pos, True, 6)
+    n, pos = read_compact_array_len(buf, pos, 6)
     parts: list[PartitionProduceData] = []
     for _ in range(n):
         index = _I32.unpack_from(buf, pos)[0]
@@ -167,7 +110,7 @@ def _partitions_flexible(buf: memoryview, pos: int,
         if buf[pos] == 0:  # the usual empty tag section
             pos += 1
         else:
-            pos = _tags(buf, pos, p, unknown)
+            pos = collect_tags(buf, pos, p, unknown)
         parts.append(p)
     return parts, pos
 
@@ -182,24 +125,27 @@ def decode_produce_request(version: int, frame: bytes | bytearray | memoryview, 
     buf = frame if isinstance(frame, memoryview) else memoryview(frame)
     flexible = version >= FIRST_FLEXIBLE
     if flexible:
-        txn_id, pos = _compact_str(buf, pos, True)
+        txn_id, pos = read_compact_str(buf, pos)
     else:
-        txn_id, pos = _legacy_str(buf, pos, True)
+        txn_id, pos = read_legacy_str(buf, pos)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
-    ntopics, pos = _count(buf, pos + 6, flexible, 3 if flexible else 6)
+    if flexible:
+        ntopics, pos = read_compact_array_len(buf, pos + 6, 3)
+    else:
+        ntopics, pos = read_int32_array_len(buf, pos + 6, 6)
     topics: list[TopicProduceData] = []
     for _ in range(ntopics):
         if flexible:
-            name, pos = _compact_str(buf, pos, False)
+            name, pos = read_compact_str(buf, pos, False)
             parts, pos = _partitions_flexible(buf, pos, unknown)
             topic = TopicProduceData(name or "", parts)
-            pos = _tags(buf, pos, topic, unknown)
+            pos = collect_tags(buf, pos, topic, unknown)
         else:
-            name, pos = _legacy_str(buf, pos, False)
+            name, pos = read_legacy_str(buf, pos, False)
             parts, pos = _partitions_legacy(buf, pos)
             topic = TopicProduceData(name or "", parts)
         topics.append(topic)
     body = ProduceRequestBody(txn_id, acks, timedelta(milliseconds=timeout_ms), topics)
     if flexible:
-        _tags(buf, pos, body, unknown)
+        collect_tags(buf, pos, body, unknown)
     return body

@@ -24,9 +24,7 @@ import struct
 import uuid
 from typing import NamedTuple
 
-from .primitives import read_uvarint
-
-Unknown = dict[int, dict[int, bytes]]
+from .primitives import Unknown, collect_tags, read_compact_array_len, read_compact_str
 
 _I32 = struct.Struct(">i")
 _FETCH_LIMITS = struct.Struct(">iiiiii")  # epoch, max wait, min bytes, max bytes, max records, batch size
@@ -90,39 +88,7 @@ class ShareAcknowledgeRequestBody(NamedTuple):
     topics: list[AcknowledgeTopic]
 
 
-# -- primitives --------------------------------------------------------------------------------
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    return (b, pos + 1) if b < 0x80 else read_uvarint(buf, pos)
-
-
-def _string(buf: bytes, pos: int) -> tuple[str | None, int]:
-    """A compact nullable string."""
-    n, pos = _uvarint(buf, pos)
-    if n == 0:
-        return None, pos
-    end = pos + n - 1
-    if end > len(buf):
-        raise ValueError("string runs past the end of the frame")
-    return buf[pos:end].decode(), end
-
-
-def _array_len(buf: bytes, pos: int, min_entry: int) -> tuple[int, int]:
-    """A non-null compact array's length, bounded by the bytes left (``min_entry``: the
-    smallest encoded entry)."""
-    n = buf[pos]
-    if n < 0x80:
-        pos += 1
-    else:
-        n, pos = read_uvarint(buf, pos)
-    if n == 0:
-        raise ValueError("null in a non-nullable array")
-    n -= 1
-    if n * min_entry > len(buf) - pos:
-        raise ValueError(f"array length {n} exceeds the frame")
-    return n, pos
-
-
+# -- fields ------------------------------------------------------------------------------------
 def _topic_id(buf: bytes, pos: int) -> uuid.UUID | None:
     raw = buf[pos:pos + 16]
     if len(raw) != 16:
@@ -143,34 +109,15 @@ def _bool(buf: bytes, pos: int) -> bool:
     return b == 1
 
 
-def _tags(buf: bytes, pos: int, owner: object, unknown: Unknown | None) -> int:
-    """Read a tagged-field section (every tag is unknown to these schemas) into
-    ``unknown[id(owner)]``; return the next position."""
-    if buf[pos] == 0:
-        return pos + 1
-    count, pos = read_uvarint(buf, pos)
-    found: dict[int, bytes] = {}
-    for _ in range(count):
-        tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        if pos + size > len(buf):
-            raise ValueError(f"tagged field {tag} runs past the end of the frame")
-        found[tag] = buf[pos:pos + size]
-        pos += size
-    if unknown is not None and found:
-        unknown[id(owner)] = found
-    return pos
-
-
 # -- the acknowledgement walker ------------------------------------------------------------------
 def _ack_batches(buf: bytes, pos: int, unknown: Unknown | None) -> tuple[list[AcknowledgementBatch], int]:
-    n, pos = _array_len(buf, pos, 18)
+    n, pos = read_compact_array_len(buf, pos, 18)
     out = []
     rng = _RANGE.unpack_from
     for _ in range(n):
         first, last = rng(buf, pos)
         pos += 16
-        nt, pos = _array_len(buf, pos, 1)
+        nt, pos = read_compact_array_len(buf, pos, 1)
         if nt == 1:
             t = buf[pos]
             types: tuple[int, ...] = (t - 256 if t > 127 else t,)
@@ -179,7 +126,7 @@ def _ack_batches(buf: bytes, pos: int, unknown: Unknown | None) -> tuple[list[Ac
         pos += nt
         b = AcknowledgementBatch(first, last, types)
         if buf[pos]:
-            pos = _tags(buf, pos, b, unknown)
+            pos = collect_tags(buf, pos, b, unknown)
         else:
             pos += 1
         out.append(b)
@@ -187,35 +134,35 @@ def _ack_batches(buf: bytes, pos: int, unknown: Unknown | None) -> tuple[list[Ac
 
 
 def _topics(buf: bytes, pos: int, unknown: Unknown | None) -> tuple[list[AcknowledgeTopic], int]:
-    n, pos = _array_len(buf, pos, 18)
+    n, pos = read_compact_array_len(buf, pos, 18)
     topics = []
     for _ in range(n):
         tid = _topic_id(buf, pos)
-        np_, pos = _array_len(buf, pos + 16, 6)
+        np_, pos = read_compact_array_len(buf, pos + 16, 6)
         parts = []
         for _ in range(np_):
             index = _I32.unpack_from(buf, pos)[0]
             batches, pos = _ack_batches(buf, pos + 4, unknown)
             p = AcknowledgePartition(index, batches)
             if buf[pos]:
-                pos = _tags(buf, pos, p, unknown)
+                pos = collect_tags(buf, pos, p, unknown)
             else:
                 pos += 1
             parts.append(p)
         t = AcknowledgeTopic(tid, parts)
-        pos = _tags(buf, pos, t, unknown)
+        pos = collect_tags(buf, pos, t, unknown)
         topics.append(t)
     return topics, pos
 
 
 def _forgotten(buf: bytes, pos: int, unknown: Unknown | None) -> tuple[list[ForgottenTopic], int]:
-    n, pos = _array_len(buf, pos, 18)
+    n, pos = read_compact_array_len(buf, pos, 18)
     out = []
     for _ in range(n):
         tid = _topic_id(buf, pos)
-        np_, pos = _array_len(buf, pos + 16, 4)
+        np_, pos = read_compact_array_len(buf, pos + 16, 4)
         f = ForgottenTopic(tid, struct.unpack_from(f">{np_}i", buf, pos))
-        pos = _tags(buf, pos + 4 * np_, f, unknown)
+        pos = collect_tags(buf, pos + 4 * np_, f, unknown)
         out.append(f)
     return out, pos
 
@@ -234,8 +181,8 @@ def decode_share_fetch_request(version: int, frame: bytes | memoryview, pos: int
     if version not in (1, 2):
         raise ValueError(f"ShareFetch v{version} is not decoded here")
     buf = _frame_bytes(frame)
-    group_id, pos = _string(buf, pos)
-    member_id, pos = _string(buf, pos)
+    group_id, pos = read_compact_str(buf, pos)
+    member_id, pos = read_compact_str(buf, pos)
     epoch, wait_ms, min_bytes, max_bytes, max_records, batch_size = _FETCH_LIMITS.unpack_from(buf, pos)
     pos += _FETCH_LIMITS.size
     mode, renew = 0, False
@@ -248,7 +195,7 @@ def decode_share_fetch_request(version: int, frame: bytes | memoryview, pos: int
     forgotten, pos = _forgotten(buf, pos, unknown)
     body = ShareFetchRequestBody(group_id, member_id, epoch, datetime.timedelta(milliseconds=wait_ms), min_bytes,
                                  max_bytes, max_records, batch_size, mode, renew, topics, forgotten)
-    _tags(buf, pos, body, unknown)
+    collect_tags(buf, pos, body, unknown)
     return body
 
 
@@ -259,8 +206,8 @@ def decode_share_acknowledge_request(version: int, frame: bytes | memoryview, po
     if version not in (1, 2):
         raise ValueError(f"ShareAcknowledge v{version} is not decoded here")
     buf = _frame_bytes(frame)
-    group_id, pos = _string(buf, pos)
-    member_id, pos = _string(buf, pos)
+    group_id, pos = read_compact_str(buf, pos)
+    member_id, pos = read_compact_str(buf, pos)
     epoch = _I32.unpack_from(buf, pos)[0]
     pos += 4
     renew = False
@@ -269,5 +216,5 @@ def decode_share_acknowledge_request(version: int, frame: bytes | memoryview, po
         pos += 1
     topics, pos = _topics(buf, pos, unknown)
     body = ShareAcknowledgeRequestBody(group_id, member_id, epoch, renew, topics)
-    _tags(buf, pos, body, unknown)
+    collect_tags(buf, pos, body, unknown)
     return body
