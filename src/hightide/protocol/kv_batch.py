@@ -13,6 +13,7 @@ import struct
 from collections.abc import Sequence
 
 from .crc import crc32c
+from .primitives import uvarint
 
 __all__ = ["build_kv_batch"]
 
@@ -23,13 +24,7 @@ _TRANSACTIONAL = 0x10  # attributes bit 4
 
 
 def _zigzag(n: int) -> bytes:
-    v = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 _SMALL = 8192  # zigzag varints of 0 .. 8191 (one or two bytes) come from this table

@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..group.records import java_abs, java_string_hash
+from ..protocol.primitives import uvarint as _uvarint
 from .types import ShareStateKey, StateBatch
 
 STATE_TOPIC = "__share_group_state"
@@ -87,15 +88,6 @@ ShareValue = ShareSnapshotValue | ShareUpdateValue
 
 
 # -- encoding -----------------------------------------------------------------------------
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def encode_key(key: ShareKey) -> bytes:
     record_type = SNAPSHOT_TYPE if isinstance(key, ShareSnapshotKey) else UPDATE_TYPE
     gid = key.group_id.encode()
