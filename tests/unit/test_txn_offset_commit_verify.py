@@ -71,8 +71,10 @@ class _Env:
         self.txns = TransactionCoordinator(_TxnBroker(tmp_path / "txn"))  # type: ignore[arg-type]
         self.remote = _FakeRemote(answer, delay_s)
         self.txns._remote._request = self.remote  # type: ignore[method-assign]
+        image = MetadataImage()
+        image.topics["t"] = TopicImage("t", uuid.uuid4(), {0: PartitionImage(0, 1, 0, (1,))})
         self.ctx = SimpleNamespace(services=SimpleNamespace(config=SimpleNamespace(values={})), groups=self.groups,
-                                   txns=self.txns, now_ms=T0, version=3, image=MetadataImage())
+                                   txns=self.txns, now_ms=T0, version=3, image=image)
 
     async def commit(self, offset: int) -> ErrorCode:
         req = materialize(request_schema(28, 3), {
@@ -152,4 +154,32 @@ def test_a_stopping_coordinator_answers_the_held_commit_at_once(tmp_path):
         assert not env.pending()
         assert await env.commit(11) == ErrorCode.not_coordinator  # and a new one is not held
         await env.txns.close_connections()
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("code, version, answered", [
+    (ErrorCode.transaction_abortable, 3, ErrorCode.invalid_txn_state),  # clients before v4 do not know it
+    (ErrorCode.transaction_abortable, 4, ErrorCode.transaction_abortable),
+    (ErrorCode.not_leader_or_follower, 3, ErrorCode.not_coordinator),
+    (ErrorCode.not_coordinator, 3, ErrorCode.not_coordinator),
+    (ErrorCode.none, 3, ErrorCode.none),
+])
+def test_kafkas_translation_of_verification_errors(code, version, answered):
+    assert txn_offset_commit.verification_error(code, version) == answered
+
+
+def test_a_coordinator_refusing_the_broker_itself_is_invalid_txn_state(tmp_path):
+    """Kafka's AddPartitionsToTxnManager: the client must not see CLUSTER_AUTHORIZATION_FAILED."""
+    txns = TransactionCoordinator(_TxnBroker(tmp_path / "txn"))  # type: ignore[arg-type]
+
+    async def refused(*args: Any) -> Any:
+        return SimpleNamespace(error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
+
+    txns._remote._peers = SimpleNamespace(address=lambda node: ("127.0.0.1", 1), request=refused,  # type: ignore
+                                          close=txns._remote._peers.close)
+
+    async def run() -> None:
+        assert await txns.verify_held(TXN, PID, EPOCH, "__consumer_offsets", 0) == ErrorCode.invalid_txn_state
+        txns.close()
+        await txns.close_connections()
     asyncio.run(run())
