@@ -212,3 +212,81 @@ def test_write_txn_markers_to_a_broker_not_leading_the_partition_is_not_leader(c
         return {int(r.partition_index): int(r.error_code) for r in resp.markers[0].topics[0].partitions}
     # another broker's partition is refused (the coordinator then asks the leader); this one's is written
     assert asyncio.run(send()) == {part: ErrorCode.not_leader_or_follower, led_here: ErrorCode.none}
+
+
+def leaders_of(bootstrap: str, topic: str) -> dict[int, int]:
+    """{partition: leader} of an internal topic, once it exists with a leader everywhere."""
+    wait_until(lambda: (m := metadata(bootstrap, topic)) and all(err == 0 and leader >= 0
+                                                                 for err, leader in m.values()),
+               30, what=f"leaders for every partition of {topic}")
+    return {p: leader for p, (_, leader) in metadata(bootstrap, topic).items()}
+
+
+def request_lines(c: Any, node: int, api: str) -> list[str]:
+    """The request-log lines (``hightide.request`` at DEBUG) of ``api`` in node's output."""
+    return [line for line in c.node(node).output().splitlines() if f" {api} v" in line and "errors=" in line]
+
+
+def test_the_first_txn_offset_commit_waits_for_the_other_brokers_verification(cluster):
+    """Issue 26 item 6: with the group's coordinator and the transaction's coordinator on
+    different brokers, the group coordinator verifies the transaction with the other
+    broker (KIP-890) before writing the offsets; the TxnOffsetCommit is held until then
+    (Kafka), not answered COORDINATOR_NOT_AVAILABLE while the question runs (kafkajs does
+    not retry that code; librdkafka retries it after 500 ms). Placements are computed from
+    the partition hash of the ids and the leaders of the internal topics, one per broker
+    as group coordinator; the request log of each group coordinator shows every
+    TxnOffsetCommit answered without an error."""
+    from hightide.group.records import OFFSETS_TOPIC
+    from hightide.group.records import partition_for as group_partition
+    from hightide.txn.records import STATE_TOPIC
+    from hightide.txn.records import partition_for as txn_partition
+
+    c = cluster(3, log_level="hightide.request=debug")
+    bootstrap = c.address(c.broker_ids[0])
+    make_topic(bootstrap, "eos-in")
+    make_topic(bootstrap, "eos-out")
+    plain = Producer({"bootstrap.servers": bootstrap})
+    inputs = [f"in-{i}".encode() for i in range(3 * PARTITIONS)]
+    for i, v in enumerate(inputs):
+        plain.produce("eos-in", v, partition=i % PARTITIONS)
+    plain.flush(30)
+    producer(bootstrap, "warm-up")  # creates __transaction_state
+    coordinators(bootstrap, ["warm-up"])  # creates __consumer_offsets
+    group_leaders, txn_leaders = leaders_of(bootstrap, OFFSETS_TOPIC), leaders_of(bootstrap, STATE_TOPIC)
+    candidates = [f"eos-{i}" for i in range(200)]
+    pairings: list[tuple[str, int, str, int]] = []  # (group, its coordinator, transactional id, its coordinator)
+    for g_node in c.broker_ids:
+        group = next(g for g in candidates if group_leaders[group_partition(g, len(group_leaders))] == g_node)
+        txn_id = next(t for t in candidates if txn_leaders[txn_partition(t, len(txn_leaders))] not in (g_node, -1)
+                      and t not in {p[2] for p in pairings})
+        pairings.append((group, g_node, txn_id, txn_leaders[txn_partition(txn_id, len(txn_leaders))]))
+    # the computed placement is the one the brokers name
+    assert coordinators(bootstrap, [g for g, _, _, _ in pairings]) == {g: n for g, n, _, _ in pairings}
+    assert txn_coordinators(bootstrap, [t for _, _, t, _ in pairings]) == {t: n for _, _, t, n in pairings}
+
+    for group, g_node, txn_id, t_node in pairings:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+        p = producer(bootstrap, txn_id)
+        try:
+            consumer.subscribe(["eos-in"])
+            seen: list[Any] = []
+            deadline = time.monotonic() + 60
+            while len(seen) < len(inputs) and time.monotonic() < deadline:
+                seen += [m for m in consumer.consume(100, 0.5) if not m.error()]
+            assert sorted(m.value() for m in seen) == sorted(inputs)
+            p.begin_transaction()
+            for m in seen:
+                p.produce("eos-out", f"{group}-".encode() + m.value(), partition=m.partition())
+            p.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                          consumer.consumer_group_metadata(), 30)
+            p.commit_transaction(30)
+        finally:
+            consumer.close()
+        assert committed_now(bootstrap, "eos-in", group) == dict.fromkeys(range(PARTITIONS), len(inputs) // PARTITIONS)
+        lines = request_lines(c, g_node, "TxnOffsetCommit")
+        assert lines, f"no TxnOffsetCommit in broker {g_node}'s request log"
+        assert all("errors=NONE" in line for line in lines), \
+            f"group {group} at broker {g_node}, transaction {txn_id} at broker {t_node}: {lines}"
+    expected = sorted(f"{g}-".encode() + v for g, _, _, _ in pairings for v in inputs)
+    assert sorted(read_all(bootstrap, "eos-out", "read_committed", len(expected))) == expected

@@ -209,11 +209,34 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         producer's ongoing transaction (committed state)? In cluster mode, when another
         broker leads the id's ``__transaction_state`` partition, that broker is asked
         (:class:`~.txn_verify.RemoteTxnVerifier`)."""
-        leader = self._leader(STATE_TOPIC, self.partition_for(transactional_id))
-        if self._cluster and leader is not None and leader >= 0 and leader != self.broker.node_id:
-            return self._remote.verify(leader, transactional_id, producer_id, producer_epoch, topic, partition)
+        remote = self._remote_coordinator(transactional_id)
+        if remote is not None:
+            return self._remote.verify(remote, transactional_id, producer_id, producer_epoch, topic, partition)
         return self.verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)])[
             (topic, partition)]
+
+    async def verify_held(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                          partition: int) -> ErrorCode:
+        """:meth:`verify` for a caller that can wait (TxnOffsetCommit): when another broker
+        leads the id's ``__transaction_state`` partition, it is asked and the answer
+        awaited, bounded (:meth:`~.txn_verify.RemoteTxnVerifier.ask`: NETWORK_EXCEPTION
+        when none came in time, NOT_COORDINATOR once this coordinator is closed), as
+        Kafka's group coordinator holds the request until verified. Never raises."""
+        remote = self._remote_coordinator(transactional_id)
+        if remote is not None:
+            return await self._remote.ask(remote, transactional_id, producer_id, producer_epoch, topic, partition)
+        return self.verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)])[
+            (topic, partition)]
+
+    def _remote_coordinator(self, transactional_id: str) -> int | None:
+        """Cluster mode: the broker leading the id's ``__transaction_state`` partition
+        when it is another one; None when it is this broker, nobody, or on the single node
+        (then the local shard answers, NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE if
+        it is not loaded here)."""
+        leader = self._leader(STATE_TOPIC, self.partition_for(transactional_id))
+        if self._cluster and leader is not None and leader >= 0 and leader != self.broker.node_id:
+            return leader
+        return None
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -484,10 +507,12 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         return removed
 
     def close(self) -> None:
-        """Shutting down: completions stop (the next start resumes them from the log)."""
+        """Shutting down: completions stop (the next start resumes them from the log), held
+        verifications answer NOT_COORDINATOR."""
         for task in self._completing.values():
             task.cancel()
         self._completing.clear()
+        self._remote.stop_waiting()  # held TxnOffsetCommits answer NOT_COORDINATOR
         super().close()
 
     async def close_connections(self) -> None:

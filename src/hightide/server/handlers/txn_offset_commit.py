@@ -6,6 +6,9 @@ are dropped on ABORT (Kafka's pendingTransactionalOffsetCommits).
 
 First KIP-890's check: the group's offsets partition must be in the producer's ongoing
 transaction (AddOffsetsToTxn); then the group checks the member as for an OffsetCommit.
+When the transaction coordinator is another broker, it is asked and the request is held
+until it answers (bounded; see :meth:`TransactionCoordinator.verify_held`), as Kafka's
+group coordinator does; a refusal is answered as Kafka answers it (:func:`verification_error`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from ...group.records import OFFSETS_TOPIC
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ...log.transactions import verification_error_for_produce
 from ..coordinator_log import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, refused_names
@@ -42,7 +44,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     errors: dict[tuple[str, int], ErrorCode] = {(t.name, p.partition_index): ErrorCode.topic_authorization_failed
                                                 for t in req.topics if t.name in denied for p in t.partitions}
     try:
-        group_error = refused if refused != ErrorCode.none else _verified(ctx, req)
+        group_error = refused if refused != ErrorCode.none else await _verified(ctx, req)
         if group_error == ErrorCode.none and commits:  # none left when every topic is refused
             group_error, committed = await ctx.groups.execute(req.group_id, lambda shard: shard.txn_commit_offsets(
                 req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
@@ -58,21 +60,48 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(28, ctx.version), {"throttle_time": 0, "topics": topics})
 
 
-def _verified(ctx: RequestContext, req: Any) -> ErrorCode:
+async def _verified(ctx: RequestContext, req: Any) -> ErrorCode:
     """NONE if the group's offsets partition is in the producer's ongoing transaction,
-    else the error Kafka answers (as for a transactional produce, except that coordinator
-    trouble, NOT_ENOUGH_REPLICAS on Produce, is COORDINATOR_NOT_AVAILABLE here, as Kafka's
-    group coordinator normalizes it: the client retries; a transaction coordinator on
-    another broker is asked in the background, see :mod:`~hightide.server.txn_verify`).
+    else the error Kafka answers (:func:`verification_error`). A group coordinated
+    elsewhere answers NOT_COORDINATOR first, as Kafka checks its offsets partition before
+    asking. A transaction coordinator on another broker is asked and awaited (bounded).
     Raises CoordinatorUnavailable (the offsets topic cannot be placed yet)."""
     if not req.group_id:
         return ErrorCode.invalid_group_id
+    if ctx.groups.led_elsewhere(req.group_id):
+        return ErrorCode.not_coordinator
     partition = ctx.groups.partition_for(req.group_id)
-    code = ctx.txns.verify(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, partition)
-    if code == ErrorCode.none:
-        return code
-    err = verification_error_for_produce(code)[0]
-    return ErrorCode.coordinator_not_available if err == ErrorCode.not_enough_replicas else err
+    code = await ctx.txns.verify_held(req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC,
+                                      partition)
+    return verification_error(code, ctx.version)
+
+
+#: Kafka's CoordinatorOperationExceptionHelper.handleOperationException: what
+#: TxnOffsetCommit answers for an error of the verification (the rest pass unchanged)
+_NORMALIZED = {
+    ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress,  # a retry without a new lookup
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+
+
+def verification_error(code: ErrorCode, version: int) -> ErrorCode:
+    """What TxnOffsetCommit ``version`` answers for the transaction coordinator's
+    verification answer ``code``, as Kafka: AddPartitionsToTxnManager turns
+    PRODUCER_FENCED into INVALID_PRODUCER_EPOCH and, before v4, TRANSACTION_ABORTABLE
+    into INVALID_TXN_STATE; then the group coordinator normalizes a timed-out or failed
+    call (NETWORK_EXCEPTION) to the retriable COORDINATOR_LOAD_IN_PROGRESS. Other
+    answers (INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) pass
+    unchanged."""
+    if code == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if code == ErrorCode.transaction_abortable and version < 4:
+        return ErrorCode.invalid_txn_state
+    return _NORMALIZED.get(code, code)
 
 
 def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
