@@ -73,6 +73,7 @@ from . import request_log
 from .context import ANONYMOUS, RequestContext, Services, _host_of
 from .listener_security import PLAINTEXT, ListenerSecurity, Session
 from .registry import CloseConnection, RawResponse, Route
+from .tls import PrincipalFailure
 from .zero_copy import RegionTruncated, remainder, send_now
 
 if TYPE_CHECKING:
@@ -428,8 +429,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # -- authentication ---------------------------------------------------------------
     def _start_session(self, transport: asyncio.BaseTransport) -> None:
-        """The listener's session for this connection; on SASL, the gate and the deadline."""
-        session = self.security.new_session(transport)
+        """The listener's session for this connection; on SASL, the gate and the deadline.
+        A client certificate that gives no principal (no ``ssl.principal.mapping.rules``
+        rule applies to its DN) fails the authentication: the connection is closed before
+        any request is read (Kafka fails the connection's first request)."""
+        try:
+            session = self.security.new_session(transport)
+        except PrincipalFailure as exc:
+            self._failed = True
+            self.close(f"authentication failed: {exc}")
+            return
         self.session, self.principal = session, session.principal
         if isinstance(session, SaslSession):
             self.conn.gate = self._gate
