@@ -111,6 +111,14 @@ def test_the_sasl_limit_applies_to_every_frame_before_authentication_only() -> N
         h.receive((200_000).to_bytes(4, "big") + b"\x00" * 10)  # authenticated: socket.request.max.bytes applies
         await asyncio.sleep(0.02)
         assert not h.transport.closed
+
+        h = SaslHarness(delay_ms=0, max_receive=1000)
+        h.login()
+        handshake = materialize(request_schema(17, 1), {"mechanism": "PLAIN"})
+        h.receive(encode_request(17, 1, 3, "c", handshake))  # KIP-368 re-authentication begins
+        assert not h.conn.session.authenticated and not h.transport.closed
+        h.receive((1001).to_bytes(4, "big"))  # its SaslAuthenticate is bounded again
+        assert h.transport.closed
     asyncio.run(scenario())
 
 
