@@ -120,6 +120,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("auto.create.topics.enable", "bool", True, "Create topics on Metadata/Produce for unknown names."),
     _d("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
     _d("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", _pos),
+    _d("sasl.server.max.receive.size", "int", 524288,
+       "Largest request frame a SASL listener accepts from a connection that has not authenticated (or is "
+       "re-authenticating): a larger size field fails the authentication and closes the connection before the "
+       "frame is read. listener.name.<listener>.sasl.server.max.receive.size overrides it for one listener."),
     _d("queued.max.requests", "int", 500, "Requests in flight per connection before reading pauses.", _pos),
     _d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this long.", _ms_or_unlimited),
     _d("message.max.bytes", "int", 1048588, "Largest record batch accepted.", _nonneg),
@@ -281,6 +285,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "With an authorizer: allow an action on a resource that has no ACL at all."),
 ]}
 
+#: Broker configs the listener security (:mod:`hightide.security.settings`) reads as well.
+_LISTENER_SECURITY_TOO = frozenset({"sasl.server.max.receive.size"})
+
+
 def _valid_throttled(v: tuple[str, ...]) -> bool:
     """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
     return v == ("*",) or all(re.fullmatch(r"[0-9]+:[0-9]+", x) for x in v)
@@ -396,6 +404,8 @@ class BrokerConfig:
             self.originals[name] = BROKER_CONFIGS[name].render(BROKER_CONFIGS[name].parse(value))
         self.values[name] = BROKER_CONFIGS[name].parse(value)
         self.explicit.add(name)
+        if name in _LISTENER_SECURITY_TOO:  # the listeners' security reads it from security_values
+            self.security_values[name] = self.values[name]
 
     def apply_dynamic(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
         """Put dynamic broker configs in force, in place (every holder of this object sees

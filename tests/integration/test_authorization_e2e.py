@@ -144,3 +144,74 @@ def test_wrong_password_is_refused(secured: Secured) -> None:
     admin = AdminClient(secured.client("alice", "wrong"))
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=5)
+
+
+
+def test_regex_subscription_is_resolved_with_the_members_describe_acls(secured: Secured) -> None:
+    """A ConsumerGroupHeartbeat v1 whose SubscribedTopicRegex matches a topic alice may
+    describe and one she may not: the broker resolves the regex with alice's ACLs and
+    assigns only the first (Kafka's ``filterTopicDescribeAuthorizedTopics``; issue 26,
+    item 10). Raw requests, so the regex is the broker's to resolve (librdkafka resolves a
+    regex against its own, already filtered, metadata)."""
+    import asyncio
+    import datetime
+
+    from hightide.client.connection import BrokerConnection
+    from hightide.client.properties import ClientSecurity
+
+    group = f"rx-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": secured.srv.bootstrap})
+    for fut in admin.create_acls([AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice",
+                                             "*", AclOperation.READ, AclPermissionType.ALLOW)]).values():
+        fut.result(15)
+    host, port = secured.sasl.split(":")
+
+    async def go() -> set[str]:
+        plain = BrokerConnection("127.0.0.1", secured.srv.port, request_timeout_s=10)
+        await plain.connect()
+        md = await plain.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+        names = {t.topic_id: t.name for t in md.topics}
+        await plain.close()
+        alice = BrokerConnection(host, int(port), request_timeout_s=10, security=ClientSecurity(
+            protocol="SASL_PLAINTEXT", mechanism="PLAIN", username="alice", password="alice-secret"))
+        await alice.connect()
+        member = uuid.uuid4().hex
+        resp = await alice.request(68, 1, {
+            "group_id": group, "member_id": member, "member_epoch": 0, "instance_id": None, "rack_id": None,
+            "rebalance_timeout": datetime.timedelta(milliseconds=30000), "subscribed_topic_names": None,
+            "subscribed_topic_regex": "^(open-orders|closed-ledger)$", "server_assignor": None,
+            "topic_partitions": []})
+        await alice.close()
+        assert resp.error_code == 0, resp
+        return {names[t.topic_id] for t in resp.assignment.topic_partitions}
+
+    assert asyncio.run(go()) == {"open-orders"}
+
+
+def test_regex_subscription_of_a_kip848_consumer_gets_only_describable_topics(secured: Secured) -> None:
+    """confluent-kafka with group.protocol=consumer and a regex subscription over a topic
+    alice may describe and one she may not: only the first is assigned."""
+    import time
+    group = f"rx-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": secured.srv.bootstrap})
+    for fut in admin.create_acls([AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice",
+                                             "*", AclOperation.READ, AclPermissionType.ALLOW)]).values():
+        fut.result(15)
+    c = Consumer(secured.client("alice", "alice-secret", **{"group.id": group, "group.protocol": "consumer",
+                                                             "auto.offset.reset": "earliest"}))
+    try:
+        c.subscribe(["^(open-orders|closed-ledger)$"])
+        assigned: set[str] = set()
+        deadline = time.monotonic() + 30
+        settled_at = None
+        while time.monotonic() < deadline:
+            c.poll(0.2)
+            now = {tp.topic for tp in c.assignment()}
+            if now != assigned:
+                assigned, settled_at = now, time.monotonic()
+            if assigned and settled_at is not None and time.monotonic() - settled_at > 3:
+                break  # unchanged for a few heartbeats
+        assert assigned == {"open-orders"}
+    finally:
+        c.close()

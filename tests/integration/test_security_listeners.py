@@ -263,6 +263,32 @@ def test_mtls_principal_gets_only_what_its_acls_allow(broker):
     assert broker.end_offset(other) == 0
 
 
+def test_mtls_dn_with_email_address_is_printed_as_java_prints_it(broker, tmp_path):
+    """A certificate whose subject carries emailAddress (an attribute outside Java's RFC
+    2253 keywords): the principal is Java's ``1.2.840.113549.1.9.1=#16...`` form, so an
+    ACL written for Kafka applies (issue 26, item 9)."""
+    from .tls_certs import _leaf
+    d = broker.certs.ca.parent
+    _leaf(d, "erin", "/O=Example/CN=erin/emailAddress=erin@example.com", "ca.crt", "ca.key",
+          "extendedKeyUsage=clientAuth\n")
+    email = b"erin@example.com"
+    principal = f"User:1.2.840.113549.1.9.1=#16{len(email):02x}{email.hex()},CN=erin,O=Example"
+    admin = AdminClient({"bootstrap.servers": broker.srv.bootstrap})
+    acl = AclBinding(ResourceType.TOPIC, "erin-", ResourcePatternType.PREFIXED, principal, "*", AclOperation.WRITE,
+                     AclPermissionType.ALLOW)
+    for fut in admin.create_acls([acl]).values():
+        fut.result(15)
+    topic = broker.create_topic(_topic("erin"))
+    props = {**_librdkafka_props(broker, "mtls"), "ssl.certificate.location": str(d / "erin.crt"),
+             "ssl.key.location": str(d / "erin.key"), "message.timeout.ms": 15000}
+    p = Producer(props)
+    errors: list = []
+    p.produce(topic, b"x", callback=lambda err, msg: errors.append(err))
+    p.flush(20)
+    assert errors == [None]
+    assert broker.end_offset(topic) == 1
+
+
 # -- refused ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", ["wrong-password", "unknown-user", "wrong-mechanism", "plain-wrong-password"])

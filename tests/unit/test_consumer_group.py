@@ -42,6 +42,8 @@ class Context(CoordinatorContext[ConsumerGroups]):
         super().__init__(now=0)
         for name, n in (topics or {}).items():
             self.set_topic(name, n)
+        #: member id -> the topics its principal may describe (None: no authorizer)
+        self.may_describe: dict[str, set[str]] | None = None
 
     @property
     def groups(self) -> ConsumerGroups:
@@ -81,7 +83,13 @@ class Context(CoordinatorContext[ConsumerGroups]):
 
     def heartbeat(self, member_id: str, member_epoch: int, group_id: str = "g", **kw: Any) -> HeartbeatResponse:
         req = HeartbeatRequest(group_id, member_id, member_epoch, **kw)
-        result = self.groups.get_or_new(group_id).heartbeat(req, self.now, self.topics())
+        group = self.groups.get_or_new(group_id)
+        if self.may_describe is None:
+            result = group.heartbeat(req, self.now, self.topics())
+        else:  # the member's authorization: the topics its principal may describe
+            allowed = self.may_describe.get(member_id, set())
+            result = group.heartbeat(req, self.now, self.topics(),
+                                     describable=lambda names: {n for n in names if n in allowed})
         if result.response.error_code != E.none:
             assert result.records == [] and result.live == []
         self.apply(result)
@@ -401,6 +409,56 @@ def test_regex_subscription_picks_up_new_topics() -> None:
     a.beat()
     a.beat()
     assert a.count() == 3
+
+
+def test_regex_subscription_assigns_only_topics_the_member_may_describe() -> None:
+    """Kafka resolves a regex with the member's authorization
+    (``filterTopicDescribeAuthorizedTopics``): a topic the member may not describe is
+    never assigned to it, nor does it enter the group's subscription because of it."""
+    ctx = Context({"orders-eu": 2, "orders-us": 2, "other": 1})
+    eu, us = ctx.topic_ids["orders-eu"], ctx.topic_ids["orders-us"]
+    ctx.may_describe = {"a": {"orders-eu", "other"}, "b": {"orders-eu", "orders-us"}}
+    a = Client(ctx, "a", topics=(), subscribed_topic_regex="orders-.*")
+    a.join()
+    a.beat()
+    assert a.owned == {eu: frozenset({0, 1})}
+    assert set(ctx.group().subscription_metadata) == {"orders-eu"}
+    b = Client(ctx, "b", topics=(), subscribed_topic_regex="orders-.*")
+    b.join()
+    settle(ctx, [a, b])
+    assert us not in a.owned and b.owned[us] == frozenset({0, 1})  # b may describe it: b alone gets it
+    assert a.count() + b.count() == 4
+    assert_disjoint([a.owned, b.owned])
+    ctx.set_topic("orders-asia", 1)  # a new matching topic neither may describe
+    settle(ctx, [a, b])
+    assert ctx.topic_ids["orders-asia"] not in a.owned and ctx.topic_ids["orders-asia"] not in b.owned
+    b.leave()
+    settle(ctx, [a])
+    assert a.owned == {eu: frozenset({0, 1})}  # orders-us is left unassigned rather than given to a
+    ctx.may_describe["a"].add("orders-us")  # an ACL granted: taken up at a's next heartbeat
+    settle(ctx, [a])
+    assert a.owned == {eu: frozenset({0, 1}), us: frozenset({0, 1})}
+    ctx.may_describe["a"].discard("orders-eu")  # and revoked
+    settle(ctx, [a])
+    assert a.owned == {us: frozenset({0, 1})}
+    ctx.assert_reload_equal()
+
+
+def test_regex_resolution_after_reload_keeps_the_authorized_subscription() -> None:
+    """The authorized resolution is live state (not in the records): a reloaded group
+    resolves a member's regex within the subscription its records hold until the member
+    heartbeats again, so a topic it may not describe is not handed to it meanwhile."""
+    ctx = Context({"orders-eu": 1, "orders-us": 1})
+    ctx.may_describe = {"a": {"orders-eu"}, "b": {"orders-eu"}}
+    a = Client(ctx, "a", topics=(), subscribed_topic_regex="orders-.*")
+    a.join()
+    a.beat()
+    ctx.shard = ctx.reload()
+    b = Client(ctx, "b", topics=(), subscribed_topic_regex="orders-.*")
+    b.join()  # bumps the group epoch: targets are recomputed for a (unresolved since the reload) too
+    settle(ctx, [a, b])
+    assert ctx.topic_ids["orders-us"] not in a.owned and ctx.topic_ids["orders-us"] not in b.owned
+    assert a.count() + b.count() == 1
 
 
 def test_range_assignor_is_used_when_members_ask_for_it() -> None:

@@ -9,11 +9,11 @@ import pytest
 from hightide.config import BrokerConfig, ConfigError
 from hightide.security.listeners import (
     ListenerConfigError,
+    NoMatchingRule,
     listener_protocol,
     map_principal,
     parse_principal_rules,
     protocol_map,
-    rfc2253_dn,
     tls_settings,
 )
 
@@ -45,10 +45,7 @@ def test_tls_settings_listener_prefix_wins_and_errors_name_the_setting():
         tls_settings({"ssl.keystore.location": "/k.pem", "ssl.client.auth": "requested"}, "SSL")
 
 
-def test_rfc2253_dn_is_javas_order_and_escaping():
-    subject = ((("countryName", "US"),), (("organizationName", "Example, Inc."),), (("organizationalUnitName", "eng"),),
-               (("commonName", "alice"),))
-    assert rfc2253_dn(subject) == r"CN=alice,OU=eng,O=Example\, Inc.,C=US"
+# The DN's printing (Java's X500Principal.getName()) is tested in test_tls_principal.py.
 
 
 def test_principal_mapping_rules():
@@ -56,6 +53,8 @@ def test_principal_mapping_rules():
     assert map_principal("CN=Alice,OU=Eng,O=Example", rules) == "alice@eng"
     assert map_principal("CN=bob,O=x", rules) == "BOB"
     assert map_principal("OU=only", rules) == "OU=only"  # DEFAULT: the DN itself
+    with pytest.raises(NoMatchingRule):
+        map_principal("OU=only", rules[:2])
     assert parse_principal_rules("") == (("DEFAULT", "", "", ""),)
     for bad in ("RULE:oops", "DEFAULT junk", "RULE:(/x/"):
         with pytest.raises(ListenerConfigError):

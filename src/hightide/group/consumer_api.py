@@ -7,7 +7,7 @@ Version-independent: the server handlers translate ConsumerGroupHeartbeat reques
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -121,6 +121,20 @@ class TimersKey(LiveMemberKey):
     (None: cancelled)."""
 
     __slots__ = ()
+
+
+class RegexTopicsKey(LiveMemberKey):
+    """Key of a live record: the value is the frozenset of topic names the consumer
+    group member's regex resolved to at its last heartbeat, only those its principal may
+    describe (None: the member has no regex, or is gone). Live state, never appended."""
+
+    __slots__ = ()
+
+
+#: What the shell passes a heartbeat to resolve a regex with the member's authorization:
+#: given topic names, the subset the member's principal may DESCRIBE (Kafka's
+#: ``filterTopicDescribeAuthorizedTopics``). None: no authorizer, every topic.
+Describable = Callable[[Collection[str]], Collection[str]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,12 @@ and replays ``__consumer_offsets`` the same way at start-up (then calls
 :meth:`loaded_timers`).
 
 A heartbeat (1) creates or updates the member — a new member, a changed subscription or
-changed metadata of the subscribed topics bumps the *group epoch*; (2) if the group epoch
+changed metadata of the subscribed topics bumps the *group epoch*; a regex subscription is
+resolved at each of the member's heartbeats against the current topics, keeping only
+those the member's principal may describe (the shell's ``describable`` filter: Kafka's
+``filterTopicDescribeAuthorizedTopics``), and kept as live state (:class:`RegexTopicsKey`;
+after a reload, until the member's next heartbeat, its regex is resolved within the
+group's recorded subscription metadata); (2) if the group epoch
 is ahead of the *assignment epoch*, recomputes the target assignment with the group's
 server assignor; (3) reconciles the heartbeating member towards its target
 (:func:`.consumer_member.reconcile`): revocations first, then partitions no one else
@@ -49,10 +54,12 @@ from .assignor import (
 )
 from .consumer_api import (
     ConsumerGroupConfig,
+    Describable,
     HeartbeatError,
     HeartbeatRequest,
     HeartbeatResponse,
     ImageTopics,
+    RegexTopicsKey,
     Result,
     StaticTopics,
     Timers,
@@ -97,6 +104,7 @@ __all__ = [
     "HeartbeatResponse",
     "ImageTopics",
     "MemberState",
+    "RegexTopicsKey",
     "Result",
     "StaticTopics",
     "Timers",
@@ -125,6 +133,8 @@ class ConsumerGroup(ModernGroup[Member]):
         self.subscription_metadata: dict[str, TopicMetadata] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        #: member id -> the topics its regex resolved to at its last heartbeat, those it may describe (live)
+        self.regex_topics: dict[str, frozenset[str]] = {}
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -154,16 +164,18 @@ class ConsumerGroup(ModernGroup[Member]):
         return Member(member_id)
 
     # -- ConsumerGroupHeartbeat --------------------------------------------------------------
-    def heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> Result:
+    def heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView,
+                  describable: Describable | None = None) -> Result:
         """Handle one heartbeat. Errors come back as a response with the error code (and
         no records): INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION,
         GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
-        UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID."""
+        UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID. ``describable`` filters the topics
+        the member's regex matches down to those its principal may describe (None: all)."""
         try:
             self._validate(req)
             if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(req, topics)
-            return self._join_or_heartbeat(req, now_ms, topics)
+            return self._join_or_heartbeat(req, now_ms, topics, describable)
         except HeartbeatError as e:
             return Result(HeartbeatResponse(e.code, str(e)))
 
@@ -208,7 +220,8 @@ class ConsumerGroup(ModernGroup[Member]):
     def _assignors(self) -> dict[str, PartitionAssignor]:
         return {n: ASSIGNORS[n] for n in self.config.assignors if n in ASSIGNORS}
 
-    def _join_or_heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> Result:
+    def _join_or_heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView,
+                           describable: Describable | None) -> Result:
         self._check_capacity(req.member_id)
         member_id = req.member_id or self.new_member_id()
         out = Result()
@@ -219,17 +232,18 @@ class ConsumerGroup(ModernGroup[Member]):
             member = self._static_member(member_id, req, out, members, targets)
         updated = self._updated(member, req)
         members[member_id] = updated
+        resolved, regex_changed = self._resolve_regex(member, updated, topics, describable, out)
         bump = (updated.subscribed_topic_names != member.subscribed_topic_names
-                or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex or regex_changed)
         if updated != member:
             out.records.append(self._member_record(updated))
-        bump = self._maybe_new_metadata(members, topics, out) or bump
+        bump = self._maybe_new_metadata(members, topics, out, resolved) or bump
         group_epoch = self.group_epoch + 1 if bump else self.group_epoch
         if bump:
             out.records.append((ConsumerGroupMetadataKey(self.group_id), ConsumerGroupMetadataValue(group_epoch)))
         target_epoch = self.assignment_epoch
         if group_epoch > self.assignment_epoch:
-            targets = self._new_targets(group_epoch, members, targets, topics, out)
+            targets = self._new_targets(group_epoch, members, targets, topics, out, resolved)
             target_epoch = group_epoch
         reconciled = self._reconcile(updated, target_epoch, targets.get(member_id, {}), req)
         if reconciled != updated:
@@ -332,20 +346,54 @@ class ConsumerGroup(ModernGroup[Member]):
                                  self.config.heartbeat_interval_ms, assignment)
 
     # -- subscription metadata and target assignment ------------------------------------------
-    @staticmethod
-    def _subscribed_names(member: Member, topic_names: Iterable[str]) -> set[str]:
-        return resolve_subscription(member.subscribed_topic_names, member.subscribed_topic_regex, topic_names)
+    def _regex_resolution(self, member: Member, resolved: dict[str, frozenset[str]]) -> frozenset[str]:
+        """The topics ``member``'s regex stands for: its resolution at its last heartbeat;
+        not resolved since a reload, the matches among the group's recorded subscription
+        (computed under the members' authorization), never a topic beyond it."""
+        topics = resolved.get(member.member_id)
+        if topics is None:
+            return frozenset(resolve_subscription((), member.subscribed_topic_regex, self.subscription_metadata))
+        return topics
 
-    def _metadata_for(self, members: dict[str, Member], topics: TopicsView) -> dict[str, TopicMetadata]:
+    def _resolve_regex(self, before: Member, member: Member, topics: TopicsView, describable: Describable | None,
+                       out: Result) -> tuple[dict[str, frozenset[str]], bool]:
+        """Resolve the heartbeating member's regex against the current topics with its
+        authorization; a live record when the resolution changed. Returns every member's
+        resolution and whether this member's changed (which bumps the group epoch)."""
+        resolved = dict(self.regex_topics)
+        regex = member.subscribed_topic_regex
+        if not regex:
+            if resolved.pop(member.member_id, None) is not None:
+                out.live.append((RegexTopicsKey(self.group_id, member.member_id), None))
+            return resolved, False
+        matched = frozenset(resolve_subscription((), regex, topics.names()))
+        new = matched & frozenset(describable(matched)) if describable is not None else matched
+        old = self._regex_resolution(before, self.regex_topics) if before.subscribed_topic_regex == regex else None
+        if self.regex_topics.get(member.member_id) != new:
+            out.live.append((RegexTopicsKey(self.group_id, member.member_id), new))
+        resolved[member.member_id] = new
+        return resolved, old is not None and old != new
+
+    def _subscribed_names(self, member: Member, resolved: dict[str, frozenset[str]]) -> set[str]:
+        """The topic names the member subscribes to: its names and its regex's resolution
+        (callers keep those that exist)."""
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names |= self._regex_resolution(member, resolved)
+        return names
+
+    def _metadata_for(self, members: dict[str, Member], topics: TopicsView,
+                      resolved: dict[str, frozenset[str]] | None = None) -> dict[str, TopicMetadata]:
         """The subscribed topics that exist, with their ids and partition counts."""
-        names = list(topics.names()) if any(m.subscribed_topic_regex for m in members.values()) else []
-        wanted = set().union(*(self._subscribed_names(m, names) for m in members.values())) if members else set()
+        resolved = self.regex_topics if resolved is None else resolved
+        wanted = set().union(*(self._subscribed_names(m, resolved) for m in members.values())) if members else set()
         found = {n: topics.by_name(n) for n in sorted(wanted)}
         return {n: TopicMetadata(t.topic_id, n, t.num_partitions) for n, t in found.items() if t is not None}
 
-    def _maybe_new_metadata(self, members: dict[str, Member], topics: TopicsView, out: Result) -> bool:
+    def _maybe_new_metadata(self, members: dict[str, Member], topics: TopicsView, out: Result,
+                            resolved: dict[str, frozenset[str]] | None = None) -> bool:
         """Append a partition metadata record if the subscribed topics changed; True then."""
-        metadata = self._metadata_for(members, topics)
+        metadata = self._metadata_for(members, topics, resolved)
         if metadata == self.subscription_metadata:
             return False
         value = ConsumerGroupPartitionMetadataValue(tuple(metadata[n] for n in sorted(metadata)))
@@ -353,12 +401,12 @@ class ConsumerGroup(ModernGroup[Member]):
         return True
 
     def _new_targets(self, epoch: int, members: dict[str, Member], targets: dict[str, Assignment],
-                     topics: TopicsView, out: Result) -> dict[str, Assignment]:
+                     topics: TopicsView, out: Result, resolved: dict[str, frozenset[str]]) -> dict[str, Assignment]:
         """Run the preferred assignor; append records for the changed member targets and
         the new assignment epoch. Returns every member's new target."""
-        metadata = self._metadata_for(members, topics)
+        metadata = self._metadata_for(members, topics, resolved)
         specs = {mid: MemberSpec(mid, m.instance_id, frozenset(metadata[n].topic_id
-                                                            for n in self._subscribed_names(m, metadata)
+                                                            for n in self._subscribed_names(m, resolved)
                                                             if n in metadata), targets.get(mid, {}))
                  for mid, m in members.items()}
         spec = GroupSpec(specs, {t.topic_id: t.num_partitions for t in metadata.values()})
@@ -436,6 +484,18 @@ class ConsumerGroup(ModernGroup[Member]):
                 "target_assignment": self._named(self.targets.get(m.member_id, {}), topics)}
 
     # -- replay (the only mutator; see ModernGroup.replay) ------------------------------------
+    def _replay_other(self, key: Any, value: Any) -> None:
+        if isinstance(key, RegexTopicsKey):
+            if value is None:
+                self.regex_topics.pop(key.member_id, None)
+            else:
+                self.regex_topics[key.member_id] = value
+
+    def _replay_member(self, member_id: str, value: Any) -> None:
+        super()._replay_member(member_id, value)
+        if value is None:
+            self.regex_topics.pop(member_id, None)
+
     def _replay_subscription(self, value: ConsumerGroupPartitionMetadataValue | None) -> None:
         topics = value.topics if value is not None else ()
         self.subscription_metadata = {t.topic_name: TopicMetadata(t.topic_id, t.topic_name, t.num_partitions)
@@ -482,5 +542,5 @@ class ConsumerGroups(ModernGroups[ConsumerGroup]):
         return ConsumerGroup(group_id, self.config, self.new_member_id)
 
     def _creates_group(self, key: Any, value: Any) -> bool:
-        """Any record but a cancelled timer of a group not known yet creates it."""
-        return not (isinstance(key, TimersKey) and value is None)
+        """Any record but a cancelled timer or regex resolution of a group not known yet creates it."""
+        return not (isinstance(key, (TimersKey, RegexTopicsKey)) and value is None)

@@ -55,8 +55,10 @@ from .classic import (
 )
 from .consumer_api import (
     ConsumerGroupConfig,
+    Describable,
     HeartbeatRequest,
     HeartbeatResponse,
+    RegexTopicsKey,
     Result,
     TimersKey,
     TopicsView,
@@ -314,9 +316,11 @@ class GroupCoordinatorShard:
         return out
 
     # -- KIP-848 consumer groups --------------------------------------------------------------
-    def consumer_group_heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView) -> CoordinatorResult:
+    def consumer_group_heartbeat(self, req: HeartbeatRequest, now_ms: int, topics: TopicsView,
+                                 describable: Describable | None = None) -> CoordinatorResult:
         """ConsumerGroupHeartbeat. Response: a :class:`HeartbeatResponse`; records and live
-        (timer) records as :meth:`ConsumerGroup.heartbeat` returns them. A classic group
+        (timer, regex resolution) records as :meth:`ConsumerGroup.heartbeat` returns them
+        (``describable``: the member's DESCRIBE filter for its regex). A classic group
         with members answers GROUP_ID_NOT_FOUND; an empty one is converted (its metadata
         tombstoned before the consumer group's first records)."""
         if req.group_id in self.share.groups:
@@ -327,7 +331,7 @@ class GroupCoordinatorShard:
                                           or classic_group.state is not GroupState.EMPTY):
             return CoordinatorResult(response=HeartbeatResponse(
                 ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."))
-        r = self._configured(self.consumer.get_or_new(req.group_id)).heartbeat(req, now_ms, topics)
+        r = self._configured(self.consumer.get_or_new(req.group_id)).heartbeat(req, now_ms, topics, describable)
         records = list(r.records)
         if records and (classic_group is not None or req.group_id in self.group_metadata):
             records.insert(0, (GroupKey(req.group_id), None))
@@ -600,7 +604,7 @@ class GroupCoordinatorShard:
                 self.groups[key.group] = value
         elif isinstance(key, (*SR.SHARE_KEY_TYPES, ShareTimersKey, ShareInitKey)):
             self.share.replay(key, value)
-        elif isinstance(key, (TimersKey, CR.ConsumerKey)):
+        elif isinstance(key, (TimersKey, RegexTopicsKey, CR.ConsumerKey)):
             if value is None and key.group_id not in self.consumer.groups:
                 return  # a tombstone of a group already gone must not bring it back
             self.consumer.replay(key, value)

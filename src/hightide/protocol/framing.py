@@ -7,7 +7,10 @@ frames are parsed out of one rolling buffer; a frame larger than that buffer get
 dedicated ``bytearray`` of at least its size, allocated only after the size has been
 checked against ``max_frame_bytes`` — a frame announcing a huge size never allocates —
 and kept for the next large frame (up to ``_SPARE_MAX``), so a producer sending 1 MiB
-requests does not allocate (and page-fault) 1 MiB per request.
+requests does not allocate (and page-fault) 1 MiB per request. The bound can change
+between frames (:meth:`FrameReader.set_limit`: a SASL listener holds connections that
+have not authenticated to ``sasl.server.max.receive.size``); it applies to every size
+field read after the change.
 Frames are returned as ``memoryview`` objects valid until the next
 :meth:`FrameReader.get_buffer` call: decode (or copy) them before receiving more.
 """
@@ -21,7 +24,12 @@ _SPARE_MAX = 16 * 1024 * 1024
 
 
 class FrameTooLarge(PeerProtocolError):
-    """A frame announced a size above ``socket.request.max.bytes``."""
+    """A frame announced a size above the reader's bound (``socket.request.max.bytes``,
+    or the limit set with :meth:`FrameReader.set_limit`, named by ``limit_name``)."""
+
+    def __init__(self, reason: str, limit_name: str = "socket.request.max.bytes") -> None:
+        super().__init__(reason)
+        self.limit_name = limit_name
 
 
 class FrameReader:
@@ -34,6 +42,7 @@ class FrameReader:
 
     def __init__(self, max_frame_bytes: int, chunk_bytes: int = _DEFAULT_CHUNK) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.limit_name = "socket.request.max.bytes"  # the config the bound comes from, for the error
         self._chunk = chunk_bytes
         self._buf = bytearray(chunk_bytes)
         self._start = 0  # first unconsumed byte in _buf
@@ -42,6 +51,12 @@ class FrameReader:
         self._big_size = 0  # size of the large frame being received into _big
         self._big_filled = 0
         self._spare: bytearray | None = None  # the last large-frame buffer, reused
+
+    def set_limit(self, max_frame_bytes: int, name: str) -> None:
+        """Bound every frame whose size field is read from now on by ``max_frame_bytes``
+        (``name``: the config it comes from, for :class:`FrameTooLarge`). A frame whose
+        size was accepted already is received whole."""
+        self.max_frame_bytes, self.limit_name = max_frame_bytes, name
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Return the memoryview the next received bytes must be written into."""
@@ -73,8 +88,7 @@ class FrameReader:
                 raise PeerProtocolError(f"negative frame size {size}")
             if size > self.max_frame_bytes:
                 raise FrameTooLarge(
-                    f"frame of {size} bytes exceeds socket.request.max.bytes="
-                    f"{self.max_frame_bytes}")
+                    f"frame of {size} bytes exceeds {self.limit_name}={self.max_frame_bytes}", self.limit_name)
             if end - start - 4 >= size:
                 frames.append(memoryview(buf)[start + 4:start + 4 + size])
                 start += 4 + size

@@ -187,6 +187,12 @@ class ServerConnection(Generic[R]):
         self._closed = False  # close() was called: answers are dropped (their regions closed)
 
     # -- bytes in -------------------------------------------------------------------
+    def set_frame_limit(self, max_frame_bytes: int, name: str) -> None:
+        """Bound the frames whose size field is read from now on (``name``: the config
+        the bound comes from, named in the :class:`~.framing.FrameTooLarge` raised for a
+        larger one). Nothing of a refused frame is allocated."""
+        self._reader.set_limit(max_frame_bytes, name)
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """The writable memoryview the next received bytes must go into. Frames still
         held (not yet returned by :meth:`next_request`) are copied first, since the
@@ -325,8 +331,11 @@ class ServerConnection(Generic[R]):
     def close(self) -> None:
         """The connection is gone: drop every answer still held behind an unanswered
         one, closing the regions in them; later :meth:`send` calls drop theirs too.
-        Idempotent."""
+        Idempotent. The error that broke the connection loses its traceback (whose frames
+        refer back to the connection: a cycle only the collector would free)."""
         self._closed = True
+        if self._error is not None:
+            self._error.__traceback__ = None
         for entry in self._slots:
             if entry[1] is not _PENDING:
                 close_regions(entry[1])

@@ -21,7 +21,8 @@ the prefixed value wins over the plain one. TLS material is PEM, as Kafka's
   inline) verifies client certificates;
 * ``ssl.client.auth``: ``required``, ``requested`` or ``none`` (default);
 * ``ssl.principal.mapping.rules``: Kafka's ``SslPrincipalMapper`` rules (see
-  :func:`map_principal`), default ``DEFAULT`` (the full RFC 2253 DN).
+  :func:`map_principal`), default ``DEFAULT`` (the full RFC 2253 DN, as Java prints it:
+  :mod:`hightide.security.x500`); a DN no rule applies to fails the authentication.
 """
 
 from __future__ import annotations
@@ -203,34 +204,21 @@ def parse_principal_rules(text: str) -> tuple[tuple[str, str, str, str], ...]:
     return tuple(rules) or (("DEFAULT", "", "", ""),)
 
 
-_RFC2253_KEYWORDS = {"commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
-                     "organizationName": "O", "organizationalUnitName": "OU", "streetAddress": "STREET",
-                     "domainComponent": "DC", "userId": "UID"}
+class NoMatchingRule(ValueError):
+    """No ``ssl.principal.mapping.rules`` rule applies to a DN (Kafka's
+    ``SslPrincipalMapper.NoMatchingRule``): the client's authentication fails."""
 
 
-def _escape(value: str) -> str:
-    out = re.sub(r'([,+"\\<>;])', r"\\\1", value)
-    if out.startswith((" ", "#")):
-        out = "\\" + out
-    if out.endswith(" ") and not out.endswith("\\ "):
-        out = out[:-1] + "\\ "
-    return out
-
-
-def rfc2253_dn(subject: tuple[tuple[tuple[str, str], ...], ...]) -> str:
-    """The RFC 2253 string of a subject as ``ssl.SSLSocket.getpeercert()`` gives it
-    (RDNs in certificate order): last RDN first, as Java's ``X500Principal.getName()``
-    (``CN=alice,OU=eng,O=Example,C=US``)."""
-    rdns = []
-    for rdn in reversed(subject):
-        rdns.append("+".join(f"{_RFC2253_KEYWORDS.get(k, k)}={_escape(v)}" for k, v in rdn))
-    return ",".join(rdns)
+def _rule_text(rule: tuple[str, str, str, str]) -> str:
+    kind, pattern, replacement, case = rule
+    return "DEFAULT" if kind == "DEFAULT" else f"RULE:{pattern}/{replacement}" + (f"/{case}" if case else "")
 
 
 def map_principal(dn: str, rules: tuple[tuple[str, str, str, str], ...]) -> str:
-    """The principal name for a certificate DN: the first rule that matches (``DEFAULT``
-    always matches and keeps the DN; a RULE must match the whole DN), lower/upper-cased
-    by its flag. No rule matching is an error in Kafka; here it keeps the DN as well."""
+    """The principal name for a certificate DN (as :func:`hightide.security.x500.certificate_subject_dn`
+    prints it): the first rule that matches (``DEFAULT`` always matches and keeps the DN;
+    a RULE must match the whole DN), lower/upper-cased by its flag. Raises
+    :class:`NoMatchingRule` when none applies, as Kafka's ``SslPrincipalMapper``."""
     for kind, pattern, replacement, case in rules:
         if kind == "DEFAULT":
             return dn
@@ -239,4 +227,4 @@ def map_principal(dn: str, rules: tuple[tuple[str, str, str, str], ...]) -> str:
             continue
         name = re.sub(r"\$(\d)", lambda g: m.group(int(g.group(1))) or "", replacement)
         return name.lower() if case == "L" else name.upper() if case == "U" else name
-    return dn
+    raise NoMatchingRule(f"No rules apply to {dn}, rules [{', '.join(map(_rule_text, rules))}]")

@@ -28,7 +28,9 @@ States (``TRANSITIONS`` lists the legal moves; :meth:`_to` raises on any other):
 Before authentication only ApiVersions, SaslHandshake and SaslAuthenticate are served; any
 other request closes the connection (Kafka: ``IllegalSaslStateException`` "Unexpected Kafka
 request of type X during SASL handshake/authentication"). A frame larger than
-``sasl.server.max.receive.size`` before authentication closes it too.
+``sasl.server.max.receive.size`` before authentication closes it too: the connection
+bounds frames by it at their size field while :attr:`SaslSession.authenticated` is
+False, so such a frame is never received; :meth:`SaslSession.admit` checks the size again.
 
 Re-authentication (KIP-368): when authentication completes, the session lifetime is
 ``connections.max.reauth.ms`` (0 = none), capped by the credential's own expiry (an

@@ -12,7 +12,9 @@ or already-typed values). Listener-scoped names are Kafka's:
   (``unsecuredValidatorRequiredScope`` ...); ``<mechanism>`` is lower case
   (``plain``, ``scram-sha-512``, ``oauthbearer``);
 * ``listener.name.<listener>.<mechanism>.connections.max.reauth.ms`` (else
-  ``connections.max.reauth.ms``).
+  ``connections.max.reauth.ms``);
+* ``listener.name.<listener>.sasl.server.max.receive.size`` (else
+  ``sasl.server.max.receive.size``).
 
 Listener names are lower-cased in these keys, as Kafka's ``ListenerName.configPrefix``.
 """
@@ -46,7 +48,7 @@ SECURITY_CONFIGS = {c.name: c for c in (
     SecurityConfig("connection.failed.authentication.delay.ms", "int", 100,
                    "Delay before answering a failed authentication and closing the connection."),
     SecurityConfig("sasl.server.max.receive.size", "int", 524288,
-                   "Largest request accepted before authentication."),
+                   "Largest request frame accepted before authentication (checked at its size field)."),
     SecurityConfig("super.users", "string", "",
                    "Principals allowed everything, separated by ';' (e.g. User:admin;User:ops)."),
     SecurityConfig("allow.everyone.if.no.acl.found", "bool", False,
@@ -116,7 +118,9 @@ def sasl_server_config(listener: str, configs: Mapping[str, Any],
         max_reauth_ms=reauth, max_reauth_ms_by_mechanism=reauth_by_mechanism,
         failed_auth_delay_ms=_as_int("connection.failed.authentication.delay.ms",
                                      _get(configs, "connection.failed.authentication.delay.ms")),
-        max_receive_size=_as_int("sasl.server.max.receive.size", _get(configs, "sasl.server.max.receive.size")))
+        max_receive_size=_as_int("sasl.server.max.receive.size",
+                                 configs.get(prefix + "sasl.server.max.receive.size",
+                                             _get(configs, "sasl.server.max.receive.size"))))
 
 
 def _oauth_validator(name: str, text: str) -> UnsecuredValidator:

@@ -28,8 +28,15 @@ request gets its error (or none) and the connection closes after
 ``connection.failed.authentication.delay.ms`` (timer, never a blocking sleep; nothing
 more is read meanwhile); a connection that has not authenticated within
 ``connections.authentication.timeout.ms`` of connecting is closed (slow clients that
-never finish). Handlers see the authenticated principal as ``ctx.principal``. Neither
-authentication bytes nor passwords are ever logged.
+never finish). While the connection is not authenticated (and during a
+re-authentication) every frame is bounded by ``sasl.server.max.receive.size`` at its size
+field: a larger one fails the authentication and closes the connection at once, nothing
+of its size allocated (Kafka's ``SaslServerAuthenticator``). Handlers see the
+authenticated principal as ``ctx.principal``. Neither authentication bytes nor passwords
+are ever logged. A closed connection leaves no reference cycle behind (the gate, a bound
+method, is dropped; a stored protocol error loses its traceback), so reference counting
+frees it and its buffers at once: the tuned collector (``gc.freeze``, a large young
+threshold) would take long to find a cycle.
 
 Fetch answers may hold file regions (record bytes left in the segment files, see
 :mod:`.zero_copy`): on a plaintext listener, when nothing is queued in the transport,
@@ -58,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.build import materialize
 from ..protocol.codec import RequestHeader, response_schema
 from ..protocol.errors import ErrorCode, PeerProtocolError
+from ..protocol.framing import FrameTooLarge
 from ..protocol.regions import ResponseBuffer, close_regions, has_region
 from ..protocol.server_connection import NEED_DATA, Answered, Refused, Request, ServerConnection
 from ..security.session import REJECT, SASL, SERVE, Admission, AuthenticatedSession, SaslSession
@@ -65,6 +73,7 @@ from . import request_log
 from .context import ANONYMOUS, RequestContext, Services, _host_of
 from .listener_security import PLAINTEXT, ListenerSecurity, Session
 from .registry import CloseConnection, RawResponse, Route
+from .tls import PrincipalFailure
 from .zero_copy import RegionTruncated, remainder, send_now
 
 if TYPE_CHECKING:
@@ -100,7 +109,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         cfg = broker.config
         self.services = services or broker.services
         routes = services.routes if services is not None else broker.routes  # the broker's: its default listener
-        self.conn: ServerConnection[Route] = ServerConnection(routes, cfg["socket.request.max.bytes"], RECEIVE_CHUNK)
+        self.max_frame_bytes = cfg["socket.request.max.bytes"]
+        self.conn: ServerConnection[Route] = ServerConnection(routes, self.max_frame_bytes, RECEIVE_CHUNK)
+        self._sasl_limited = False  # frames are bounded by sasl.server.max.receive.size (not authenticated)
         self.max_queued = cfg["queued.max.requests"]
         self.idle_ms = cfg["connections.max.idle.ms"]
         self.transport: asyncio.Transport | None = None
@@ -148,6 +159,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._auth_handle.cancel()
         for t in list(self._tasks):
             t.cancel()
+        self.conn.gate = None  # the gate is a bound method of this connection: no cycle is left behind
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -164,6 +176,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         try:
             self.conn.buffer_updated(nbytes)
+        except FrameTooLarge as exc:
+            if self._sasl_limited:
+                self._receive_size_failed(exc)
+            else:
+                self._protocol_error(exc)
+            return
         except PeerProtocolError as exc:
             self._protocol_error(exc)
             return
@@ -411,13 +429,47 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # -- authentication ---------------------------------------------------------------
     def _start_session(self, transport: asyncio.BaseTransport) -> None:
-        """The listener's session for this connection; on SASL, the gate and the deadline."""
-        session = self.security.new_session(transport)
+        """The listener's session for this connection; on SASL, the gate and the deadline.
+        A client certificate that gives no principal (no ``ssl.principal.mapping.rules``
+        rule applies to its DN) fails the authentication: the connection is closed before
+        any request is read (Kafka fails the connection's first request)."""
+        try:
+            session = self.security.new_session(transport)
+        except PrincipalFailure as exc:
+            self._failed = True
+            self.close(f"authentication failed: {exc}")
+            return
         self.session, self.principal = session, session.principal
         if isinstance(session, SaslSession):
             self.conn.gate = self._gate
+            self._limit_frames()
             loop = asyncio.get_running_loop()
             self._auth_handle = loop.call_later(self.security.auth_timeout_ms / 1000, self._auth_deadline)
+
+    def _limit_frames(self) -> None:
+        """Kafka's ``SaslServerAuthenticator``: while a SASL connection is not
+        authenticated (before its first authentication, and during a re-authentication),
+        every frame is bounded by ``sasl.server.max.receive.size`` at its size field;
+        once authenticated, by ``socket.request.max.bytes``."""
+        session = self.session
+        limited = isinstance(session, SaslSession) and not session.authenticated
+        if limited == self._sasl_limited:
+            return
+        self._sasl_limited = limited
+        if limited:
+            assert isinstance(session, SaslSession)
+            self.conn.set_frame_limit(min(session.config.max_receive_size, self.max_frame_bytes),
+                                      "sasl.server.max.receive.size")
+        else:
+            self.conn.set_frame_limit(self.max_frame_bytes, "socket.request.max.bytes")
+
+    def _receive_size_failed(self, exc: FrameTooLarge) -> None:
+        """A frame above ``sasl.server.max.receive.size`` before authentication: the
+        authentication fails and the connection closes at once (Kafka closes it without
+        the failed-authentication delay, having answered nothing)."""
+        self._failed = True
+        self.close(f"Failed authentication (Failing SASL authentication due to invalid receive size: {exc.reason})",
+                   level=logging.INFO)
 
     def _gate(self, header: RequestHeader, frame_size: int) -> bool:
         admission = self.session.admit(header.api_key, frame_size, int(time.time() * 1000))
@@ -436,6 +488,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             reply = session.handshake(header.api_version, str(body.mechanism), now)
         else:
             reply = session.authenticate(header.api_version, bytes(body.auth_bytes), now)
+        self._limit_frames()
         response = materialize(response_schema(header.api_key, header.api_version), reply.body)
         if reply.close:
             reason = reply.body.get("error_message") or ErrorCode(int(reply.body["error_code"])).name.upper()

@@ -53,7 +53,9 @@ class ListenerSecurity:
         return self.protocol == "PLAINTEXT"
 
     def new_session(self, transport: Any) -> Session:
-        """The session of a new connection on this listener (after its TLS handshake)."""
+        """The session of a new connection on this listener (after its TLS handshake).
+        Raises :class:`~.tls.PrincipalFailure` when the client certificate gives no
+        principal (no mapping rule applies to its DN)."""
         if self.sasl is not None:
             return SaslSession(self.sasl)
         if self.tls is not None:

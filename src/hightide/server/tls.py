@@ -6,9 +6,12 @@ Theory of operation: the context is built once, when the listener starts, and ha
 ``connection_made``, bounded by the listener's authentication timeout. A client
 certificate is requested (``ssl.client.auth=requested``, ``CERT_OPTIONAL``) or required
 (``required``, ``CERT_REQUIRED``) and verified against the listener's truststore; its
-subject DN, mapped by ``ssl.principal.mapping.rules``, is the connection's principal on an
-SSL listener (``User:<mapped DN>``), as Kafka's ``DefaultKafkaPrincipalBuilder``.
-Without a certificate the principal is ``User:ANONYMOUS``.
+subject DN, read from the certificate's DER bytes and printed as Java's
+``X500Principal.getName()`` (:mod:`hightide.security.x500`), mapped by
+``ssl.principal.mapping.rules``, is the connection's principal on an SSL listener
+(``User:<mapped DN>``), as Kafka's ``DefaultKafkaPrincipalBuilder``. Without a
+certificate the principal is ``User:ANONYMOUS``; a DN no rule applies to fails the
+authentication (:class:`~hightide.security.listeners.NoMatchingRule`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import ssl
 import tempfile
 from typing import Any
 
-from ..security.listeners import ListenerConfigError, TlsSettings, map_principal, rfc2253_dn
+from ..security.listeners import ListenerConfigError, TlsSettings, map_principal
+from ..security.x500 import certificate_subject_dn
 from .context import ANONYMOUS
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -62,10 +66,25 @@ def server_context(listener: str, settings: TlsSettings) -> ssl.SSLContext:
     return ctx
 
 
+class PrincipalFailure(Exception):
+    """The client certificate gives no principal: no mapping rule applies to its DN
+    (Kafka: "Failed to map name for '<DN>' based on SSL principal mapping rules.") or
+    its subject cannot be read. The connection must be closed."""
+
+
 def peer_principal(transport: Any, settings: TlsSettings) -> str:
     """The principal of a TLS connection: ``User:`` + the client certificate's mapped DN,
-    or ``User:ANONYMOUS`` when the client sent none."""
-    cert = transport.get_extra_info("peercert")
-    if not cert or not cert.get("subject"):
+    or ``User:ANONYMOUS`` when the client sent none. Raises :class:`PrincipalFailure`."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    if not der:
         return ANONYMOUS
-    return "User:" + map_principal(rfc2253_dn(cert["subject"]), settings.principal_rules)
+    try:
+        dn = certificate_subject_dn(der)
+    except ValueError as exc:
+        raise PrincipalFailure(f"the client certificate's subject cannot be read: {exc}") from None
+    try:
+        return "User:" + map_principal(dn, settings.principal_rules)
+    except ValueError as exc:  # NoMatchingRule
+        raise PrincipalFailure(f"Failed to map name for '{dn}' based on SSL principal mapping rules "
+                               f"(ssl.principal.mapping.rules): {exc}") from None

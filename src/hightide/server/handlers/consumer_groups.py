@@ -4,12 +4,15 @@ The state machine is sans-IO (:mod:`hightide.group.consumer_group`, driven throu
 shard); these handlers translate requests into its version-independent inputs, run them
 through the coordinator runtime (which appends the records, waits until they are
 committed, replays them, then the live timer records) and encode the answer for the negotiated version. Heartbeats are never
-parked: every answer is immediate.
+parked: every answer is immediate. A member's regex is resolved with its own
+authorization: the heartbeat passes the core a filter keeping the topics the request's
+principal may DESCRIBE (:func:`regex_describable`).
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Collection
 from typing import Any
 
 from ...group.consumer_api import HeartbeatRequest, HeartbeatResponse
@@ -18,7 +21,7 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ..coordinator_log import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
-from ..authorization import authorize, refused_names
+from ..authorization import allowed_names, authorize, authorizer, refused_names
 from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group
@@ -59,6 +62,16 @@ def heartbeat_refused(ctx: RequestContext, group_id: str, subscribed: Any) -> Er
     return None
 
 
+def regex_describable(ctx: RequestContext) -> Callable[[Collection[str]], Collection[str]] | None:
+    """The filter a member's regex is resolved with (Kafka's
+    ``filterTopicDescribeAuthorizedTopics``): the topics among those it matches that the
+    request's principal may DESCRIBE, from the ACLs current when it runs. None without an
+    authorizer (every topic)."""
+    if authorizer(ctx) is None:
+        return None
+    return lambda names: allowed_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+
+
 @handles(68, 0, 1)
 async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     runtime = ctx.groups
@@ -69,9 +82,10 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     elif ctx.identity.stopping:
         resp = HeartbeatResponse(ErrorCode.not_coordinator)
     else:
+        describable = regex_describable(ctx)
         try:
             resp = await runtime.execute(req.group_id, lambda shard: shard.consumer_group_heartbeat(
-                hb, ctx.now_ms, runtime.topics()), ctx.now_ms)
+                hb, ctx.now_ms, runtime.topics(), describable), ctx.now_ms)
         except CoordinatorUnavailable as exc:
             resp = HeartbeatResponse(exc.error_code, str(exc))
     assignment = None if resp.assignment is None else {"topic_partitions": [
