@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import base64
 import os
 import signal
 import socket
@@ -34,14 +33,13 @@ import subprocess
 import sys
 import time
 import threading
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "NodeFailed", "NodeProcess", "NodeSpec", "free_ports", "plan",
+__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "LayoutMismatch", "NodeFailed", "NodeProcess", "NodeSpec", "free_ports", "plan",
            "single_node"]
 
 CONTROLLER_ID_BASE = 3000
@@ -184,31 +182,77 @@ def _setting(value: Any) -> str:
     return str(value)
 
 
+class LayoutMismatch(NodeFailed):
+    """The data dirs hold a cluster with other controllers (voters) than the layout asks
+    for: nothing is started (one line naming both)."""
+
+
+def _ids(ids: Iterable[int]) -> str:
+    return ",".join(map(str, sorted(ids)))
+
+
+def inspect_dirs(specs: Iterable[NodeSpec]) -> tuple[str | None, list[str]]:
+    """What :func:`format_dirs` will do with the layout's data dirs, without writing:
+    (the cluster id they hold, or None for new dirs; one line per thing it will do).
+    Raises :class:`LayoutMismatch` when the dirs belong to other controllers (a voter
+    set other than the layout's, several cluster ids, or brokers' data without any
+    controller dir)."""
+    from .log.data_dir import read_meta_properties, recorded_voters
+    specs = list(specs)
+    base = specs[0].data_dir.parent if specs else Path(".")
+    props = {s.node_id: read_meta_properties(str(s.data_dir)) for s in specs}
+    have = {nid: p["cluster.id"] for nid, p in props.items() if p.get("cluster.id")}
+    if not have:
+        return None, [f"formatting new data dirs under {base}"]
+    ids = sorted(set(have.values()))
+    if len(ids) > 1:
+        raise LayoutMismatch(f"the data dirs under {base} belong to {len(ids)} clusters ({', '.join(ids)}): "
+                             "refusing to start (use another --data-dir)")
+    cid = ids[0]
+    wanted = [s.node_id for s in specs if s.is_controller]
+    recorded = {s.node_id: recorded_voters(str(s.data_dir), s.node_id)[0] for s in specs
+                if s.is_controller and s.node_id in have}
+    for nid, voters in recorded.items():
+        if voters is not None and sorted(voters) != sorted(wanted):
+            raise LayoutMismatch(f"{base} holds cluster {cid} with controllers {_ids(voters)}; asked for "
+                                 f"controllers {_ids(wanted)}: refusing to start (use --controllers {len(voters)}, "
+                                 "or another --data-dir)")
+    if not recorded:
+        raise LayoutMismatch(f"{base} holds brokers of cluster {cid} but no controller data dir: refusing to start "
+                             "(a new controller would start an empty metadata log; use another --data-dir)")
+    lines = [f"reusing the data dirs under {base} (cluster {cid})"]
+    for s in specs:
+        if s.node_id in have:
+            continue
+        if s.is_controller:
+            lines.append(f"  {s.name}: new data dir; it votes once it follows a leader the other voters elect")
+        else:
+            lines.append(f"  {s.name}: new data dir (a new broker)")
+    return cid, lines
+
+
 def format_dirs(specs: Iterable[NodeSpec], cluster_id: str | None = None) -> str:
     """Give every node's data dir the same cluster id (Kafka's ``kafka-storage format``):
-    writes ``meta.properties`` where it is missing, reusing the cluster id a node of the
-    layout already has (a restarted dev cluster keeps its id). Returns the cluster id."""
+    new dirs get ``meta.properties`` and each controller the voter set (its quorum-state,
+    see :mod:`hightide.log.data_dir`), all formatted together. Existing dirs are reused
+    as they are (a restarted dev cluster keeps its id); a dir missing from an existing
+    cluster gets only ``meta.properties`` (a wiped controller votes again once it has
+    followed a leader). Returns the cluster id. Raises :class:`LayoutMismatch` (see
+    :func:`inspect_dirs`) before writing anything."""
+    from .log.data_dir import format_dir, new_id, write_meta_properties
     specs = list(specs)
-    found = [_read_props(s.data_dir / "meta.properties").get("cluster.id") for s in specs]
-    cid = cluster_id or next((c for c in found if c), None) \
-        or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    for spec, have in zip(specs, found):
-        if have:
+    found, _ = inspect_dirs(specs)
+    cid = found or cluster_id or new_id()
+    voters = [s.node_id for s in specs if s.is_controller]
+    for spec in specs:
+        if (spec.data_dir / "meta.properties").exists():
             continue
-        spec.data_dir.mkdir(parents=True, exist_ok=True)
-        path = spec.data_dir / "meta.properties"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"version=1\ncluster.id={cid}\nnode.id={spec.node_id}\n")
-        os.replace(tmp, path)
+        if found is None:  # a new cluster: every dir formatted together, controllers with their voter set
+            format_dir(str(spec.data_dir), cluster_id=cid, node_id=spec.node_id,
+                       voters=voters if spec.is_controller else None)
+        else:
+            write_meta_properties(str(spec.data_dir), cid, spec.node_id)
     return cid
-
-
-def _read_props(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    return dict(line.strip().split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

@@ -77,11 +77,15 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _start(cluster: Any) -> None:
     """Start the controllers, then the brokers, printing each as it listens."""
-    from ..devcluster import format_dirs
+    from ..devcluster import format_dirs, inspect_dirs
+    specs = [n.spec for n in cluster.nodes.values()]
+    _, doing = inspect_dirs(specs)  # raises LayoutMismatch (one line) before anything starts
     cluster.check_ports()
-    cluster.cluster_id = format_dirs(n.spec for n in cluster.nodes.values())
+    cluster.cluster_id = format_dirs(specs)
     n, c = len(cluster.brokers), len(cluster.controllers)
     click.echo(f"dev cluster {cluster.cluster_id}: {c} controller{'s' * (c != 1)}, {n} broker{'s' * (n != 1)}")
+    for line in doing:
+        click.echo(line)
     click.echo(f"data and logs under {cluster.base_dir}")
     for group in (cluster.controllers, cluster.brokers):
         for node in group:
