@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "LayoutMismatch", "NodeFailed", "NodeProcess", "NodeSpec", "free_ports", "plan",
+__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "LayoutMismatch", "NodeFailed", "NodeProcess", "NodeSpec",
+           "StatusPoller", "free_ports", "plan",
            "single_node"]
 
 CONTROLLER_ID_BASE = 3000
@@ -497,28 +498,31 @@ class DevCluster:
         _LIVE.discard(self)
 
     # -- observing -----------------------------------------------------------------------
+    async def describe_broker(self, bid: int, timeout_s: float = 2.0) -> dict[int, str] | None:
+        """Broker ``bid``'s view (``{broker id: "fenced" | "unfenced"}``, from its
+        DescribeCluster v2 with fenced brokers), or None when it does not answer within
+        ``timeout_s`` (connecting and asking each)."""
+        from .client.cluster import connect_any, describe_cluster
+        spec = self.nodes[bid].spec
+        try:
+            conn = await connect_any([(spec.host, spec.port)], timeout_s=timeout_s)
+        except Exception:  # noqa: BLE001 - not up (yet): no view
+            return None
+        try:
+            desc = await describe_cluster(conn, include_fenced=True)
+        except Exception:  # noqa: BLE001 - no answer is no view
+            return None
+        finally:
+            await conn.close()
+        return {b.node_id: "fenced" if b.fenced else "unfenced" for b in desc.brokers}
+
     async def astates(self, ask: Iterable[int] | None = None) -> dict[int, dict[int, str]]:
         """Each asked broker's view (default: every running broker): ``{asking id:
         {broker id: "fenced" | "unfenced"}}``. A broker that does not answer is left out;
         below DescribeCluster v2 only unfenced brokers are listed."""
-        from .client.cluster import connect_any, describe_cluster
         ids = list(ask) if ask is not None else [n.spec.node_id for n in self.brokers if n.alive and not n.paused]
-
-        async def one(bid: int) -> tuple[int, dict[int, str]] | None:
-            spec = self.nodes[bid].spec
-            try:
-                conn = await connect_any([(spec.host, spec.port)], timeout_s=2.0)
-            except Exception:  # noqa: BLE001 - not up (yet): no view
-                return None
-            try:
-                desc = await describe_cluster(conn, include_fenced=True)
-            except Exception:  # noqa: BLE001 - no answer is no view
-                return None
-            finally:
-                await conn.close()
-            return bid, {b.node_id: "fenced" if b.fenced else "unfenced" for b in desc.brokers}
-        got = await asyncio.gather(*(one(b) for b in ids))
-        return {g[0]: g[1] for g in got if g is not None}
+        got = await asyncio.gather(*(self.describe_broker(b) for b in ids))
+        return {b: v for b, v in zip(ids, got) if v is not None}
 
     def states(self, ask: Iterable[int] | None = None) -> dict[int, dict[int, str]]:
         """:meth:`astates` from synchronous code (not inside a running event loop)."""
@@ -566,3 +570,66 @@ class DevCluster:
                                  if n.alive and not n.paused and n.spec.node_id != broker_id])
             return bool(views) and all(v.get(broker_id) != "unfenced" for v in views.values())
         self.wait_until(fenced, timeout, what=f"broker {broker_id} fenced")
+
+
+class StatusPoller:
+    """Polls every broker's view on its own (``dev-cluster``'s status lines).
+
+    ``describe(bid, timeout_s)`` asks one broker (:meth:`DevCluster.describe_broker`).
+    Each :meth:`poll` starts a request to every listed broker that has none in flight and
+    waits at most ``wait_s`` for answers; a broker's request has its own deadline
+    (``timeout_s``, above the brokers' ``metadata.read.max.wait.ms`` of 2 s, which a
+    DescribeCluster may be held for while another broker is paused), so a slow or silent
+    broker never hides the others' views: a broker whose request is still out keeps its
+    last view. A broker whose request failed, or has been out longer than ``silent_s``,
+    is *not answering* (SIGSTOPped, stuck).
+    """
+
+    def __init__(self, describe: Callable[[int, float], Any], *, timeout_s: float = 10.0,
+                 silent_s: float = 3.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._describe = describe
+        self.timeout_s = timeout_s
+        self.silent_s = silent_s
+        self._clock = clock
+        self._inflight: dict[int, tuple[asyncio.Task[Any], float]] = {}
+        self.views: dict[int, dict[int, str]] = {}
+        self._failed: set[int] = set()
+
+    async def poll(self, ids: Iterable[int], wait_s: float = 0.5) -> tuple[dict[int, dict[int, str]], set[int]]:
+        """(the latest view of each answering broker of ``ids``, the brokers of ``ids``
+        not answering). Brokers not in ``ids`` are forgotten (their requests cancelled)."""
+        ids = list(ids)
+        for bid in [b for b in self._inflight if b not in ids]:
+            self._inflight.pop(bid)[0].cancel()
+        for bid in [b for b in self.views if b not in ids]:
+            del self.views[bid]
+        self._failed &= set(ids)
+        now = self._clock()
+        for bid in ids:
+            if bid not in self._inflight:
+                task = asyncio.ensure_future(self._describe(bid, self.timeout_s))
+                self._inflight[bid] = (task, now)
+        pending = [t for t, _ in self._inflight.values() if not t.done()]
+        if pending and wait_s > 0:
+            await asyncio.wait(pending, timeout=wait_s)
+        for bid, (task, _) in list(self._inflight.items()):
+            if not task.done():
+                continue
+            del self._inflight[bid]
+            view = None if task.cancelled() or task.exception() is not None else task.result()
+            if view is None:
+                self._failed.add(bid)
+                self.views.pop(bid, None)
+            else:
+                self._failed.discard(bid)
+                self.views[bid] = view
+        now = self._clock()
+        silent = {bid for bid, (_, since) in self._inflight.items() if now - since >= self.silent_s}
+        silent |= self._failed
+        return {b: v for b, v in self.views.items() if b not in silent}, silent
+
+    def close(self) -> None:
+        """Cancel the requests still out."""
+        for task, _ in self._inflight.values():
+            task.cancel()
+        self._inflight.clear()

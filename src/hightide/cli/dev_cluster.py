@@ -3,6 +3,7 @@ until Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 import time
@@ -97,10 +98,12 @@ def _start(cluster: Any) -> None:
     click.echo(f"controller{'s' * (c != 1)}: {cluster.bootstrap_controller}")
 
 
-def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, str]:
+def broker_states(cluster: Any, views: dict[int, dict[int, str]], silent: set[int] | frozenset[int] = frozenset()
+                  ) -> dict[int, str]:
     """Each broker's state from the processes and the brokers' DescribeCluster views:
-    ``exited (code)``, ``paused``, ``unfenced`` (every view says so), ``fenced`` (some
-    view says so), ``starting`` (not listed yet)."""
+    ``exited (code)``, ``paused`` (by dev-cluster), ``not answering`` (in ``silent``: its
+    own DescribeCluster failed or is overdue, e.g. SIGSTOPped from outside), ``unfenced``
+    (every view says so), ``fenced`` (some view says so), ``starting`` (not listed yet)."""
     out = {}
     for node in cluster.brokers:
         bid = node.spec.node_id
@@ -109,6 +112,8 @@ def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, s
             out[bid] = f"exited ({node.returncode})"
         elif node.paused:
             out[bid] = "paused"
+        elif bid in silent:
+            out[bid] = "not answering"
         elif seen and all(s == "unfenced" for s in seen):
             out[bid] = "unfenced"
         elif seen:
@@ -119,30 +124,44 @@ def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, s
 
 
 def _watch(cluster: Any) -> None:
+    """Print broker state changes until interrupted (see :func:`_awatch`)."""
+    asyncio.run(_awatch(cluster))
+
+
+async def _awatch(cluster: Any) -> None:
     """Print broker state changes until interrupted; a broker seen fenced before it was
-    ever unfenced is shown as ``registered (fenced)``."""
+    ever unfenced is shown as ``registered (fenced)``. Every broker is polled on its own
+    (:class:`~hightide.devcluster.StatusPoller`): one silent broker does not make the
+    others look ``starting``."""
+    from ..devcluster import StatusPoller
+    poller = StatusPoller(cluster.describe_broker)
     shown: dict[int, str] = {}
     shown_controllers: dict[int, str] = {}
     ever_unfenced: set[int] = set()
     ready = False
-    while True:
-        states = broker_states(cluster, cluster.states())
-        for bid, state in states.items():
-            label = "registered (fenced)" if state == "fenced" and bid not in ever_unfenced else state
-            if state == "unfenced":
-                ever_unfenced.add(bid)
-            if shown.get(bid) != label:
-                shown[bid] = label
-                click.echo(f"{time.strftime('%H:%M:%S')} broker {bid:<4} {label}")
-                if state.startswith("exited"):
-                    click.echo(f"  {cluster.nodes[bid].last_line()[:76]}")
-        if not ready and all(s == "unfenced" for s in states.values()):
-            ready = True
-            click.echo(f"{time.strftime('%H:%M:%S')} all {len(states)} brokers unfenced; "
-                       "Ctrl-C stops the cluster")
-        _watch_controllers(cluster, shown_controllers)
-        sys.stdout.flush()
-        time.sleep(POLL_S)
+    try:
+        while True:
+            running = [n.spec.node_id for n in cluster.brokers if n.alive and not n.paused]
+            views, silent = await poller.poll(running, wait_s=POLL_S)
+            states = broker_states(cluster, views, silent)
+            for bid, state in states.items():
+                label = "registered (fenced)" if state == "fenced" and bid not in ever_unfenced else state
+                if state == "unfenced":
+                    ever_unfenced.add(bid)
+                if shown.get(bid) != label:
+                    shown[bid] = label
+                    click.echo(f"{time.strftime('%H:%M:%S')} broker {bid:<4} {label}")
+                    if state.startswith("exited"):
+                        click.echo(f"  {cluster.nodes[bid].last_line()[:76]}")
+            if not ready and all(s == "unfenced" for s in states.values()):
+                ready = True
+                click.echo(f"{time.strftime('%H:%M:%S')} all {len(states)} brokers unfenced; "
+                           "Ctrl-C stops the cluster")
+            _watch_controllers(cluster, shown_controllers)
+            sys.stdout.flush()
+            await asyncio.sleep(POLL_S)
+    finally:
+        poller.close()
 
 
 def _watch_controllers(cluster: Any, shown: dict[int, str]) -> None:
