@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import base64
 import os
 import signal
 import socket
@@ -34,14 +33,14 @@ import subprocess
 import sys
 import time
 import threading
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "NodeFailed", "NodeProcess", "NodeSpec", "free_ports", "plan",
+__all__ = ["CONTROLLER_ID_BASE", "DevCluster", "LayoutMismatch", "NodeFailed", "NodeProcess", "NodeSpec",
+           "StatusPoller", "free_ports", "plan",
            "single_node"]
 
 CONTROLLER_ID_BASE = 3000
@@ -184,31 +183,77 @@ def _setting(value: Any) -> str:
     return str(value)
 
 
+class LayoutMismatch(NodeFailed):
+    """The data dirs hold a cluster with other controllers (voters) than the layout asks
+    for: nothing is started (one line naming both)."""
+
+
+def _ids(ids: Iterable[int]) -> str:
+    return ",".join(map(str, sorted(ids)))
+
+
+def inspect_dirs(specs: Iterable[NodeSpec]) -> tuple[str | None, list[str]]:
+    """What :func:`format_dirs` will do with the layout's data dirs, without writing:
+    (the cluster id they hold, or None for new dirs; one line per thing it will do).
+    Raises :class:`LayoutMismatch` when the dirs belong to other controllers (a voter
+    set other than the layout's, several cluster ids, or brokers' data without any
+    controller dir)."""
+    from .log.data_dir import read_meta_properties, recorded_voters
+    specs = list(specs)
+    base = specs[0].data_dir.parent if specs else Path(".")
+    props = {s.node_id: read_meta_properties(str(s.data_dir)) for s in specs}
+    have = {nid: p["cluster.id"] for nid, p in props.items() if p.get("cluster.id")}
+    if not have:
+        return None, [f"formatting new data dirs under {base}"]
+    ids = sorted(set(have.values()))
+    if len(ids) > 1:
+        raise LayoutMismatch(f"the data dirs under {base} belong to {len(ids)} clusters ({', '.join(ids)}): "
+                             "refusing to start (use another --data-dir)")
+    cid = ids[0]
+    wanted = [s.node_id for s in specs if s.is_controller]
+    recorded = {s.node_id: recorded_voters(str(s.data_dir), s.node_id)[0] for s in specs
+                if s.is_controller and s.node_id in have}
+    for nid, voters in recorded.items():
+        if voters is not None and sorted(voters) != sorted(wanted):
+            raise LayoutMismatch(f"{base} holds cluster {cid} with controllers {_ids(voters)}; asked for "
+                                 f"controllers {_ids(wanted)}: refusing to start (use --controllers {len(voters)}, "
+                                 "or another --data-dir)")
+    if not recorded:
+        raise LayoutMismatch(f"{base} holds brokers of cluster {cid} but no controller data dir: refusing to start "
+                             "(a new controller would start an empty metadata log; use another --data-dir)")
+    lines = [f"reusing the data dirs under {base} (cluster {cid})"]
+    for s in specs:
+        if s.node_id in have:
+            continue
+        if s.is_controller:
+            lines.append(f"  {s.name}: new data dir; it votes once it follows a leader the other voters elect")
+        else:
+            lines.append(f"  {s.name}: new data dir (a new broker)")
+    return cid, lines
+
+
 def format_dirs(specs: Iterable[NodeSpec], cluster_id: str | None = None) -> str:
     """Give every node's data dir the same cluster id (Kafka's ``kafka-storage format``):
-    writes ``meta.properties`` where it is missing, reusing the cluster id a node of the
-    layout already has (a restarted dev cluster keeps its id). Returns the cluster id."""
+    new dirs get ``meta.properties`` and each controller the voter set (its quorum-state,
+    see :mod:`hightide.log.data_dir`), all formatted together. Existing dirs are reused
+    as they are (a restarted dev cluster keeps its id); a dir missing from an existing
+    cluster gets only ``meta.properties`` (a wiped controller votes again once it has
+    followed a leader). Returns the cluster id. Raises :class:`LayoutMismatch` (see
+    :func:`inspect_dirs`) before writing anything."""
+    from .log.data_dir import format_dir, new_id, write_meta_properties
     specs = list(specs)
-    found = [_read_props(s.data_dir / "meta.properties").get("cluster.id") for s in specs]
-    cid = cluster_id or next((c for c in found if c), None) \
-        or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    for spec, have in zip(specs, found):
-        if have:
+    found, _ = inspect_dirs(specs)
+    cid = found or cluster_id or new_id()
+    voters = [s.node_id for s in specs if s.is_controller]
+    for spec in specs:
+        if (spec.data_dir / "meta.properties").exists():
             continue
-        spec.data_dir.mkdir(parents=True, exist_ok=True)
-        path = spec.data_dir / "meta.properties"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"version=1\ncluster.id={cid}\nnode.id={spec.node_id}\n")
-        os.replace(tmp, path)
+        if found is None:  # a new cluster: every dir formatted together, controllers with their voter set
+            format_dir(str(spec.data_dir), cluster_id=cid, node_id=spec.node_id,
+                       voters=voters if spec.is_controller else None)
+        else:
+            write_meta_properties(str(spec.data_dir), cid, spec.node_id)
     return cid
-
-
-def _read_props(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    return dict(line.strip().split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -453,28 +498,31 @@ class DevCluster:
         _LIVE.discard(self)
 
     # -- observing -----------------------------------------------------------------------
+    async def describe_broker(self, bid: int, timeout_s: float = 2.0) -> dict[int, str] | None:
+        """Broker ``bid``'s view (``{broker id: "fenced" | "unfenced"}``, from its
+        DescribeCluster v2 with fenced brokers), or None when it does not answer within
+        ``timeout_s`` (connecting and asking each)."""
+        from .client.cluster import connect_any, describe_cluster
+        spec = self.nodes[bid].spec
+        try:
+            conn = await connect_any([(spec.host, spec.port)], timeout_s=timeout_s)
+        except Exception:  # noqa: BLE001 - not up (yet): no view
+            return None
+        try:
+            desc = await describe_cluster(conn, include_fenced=True)
+        except Exception:  # noqa: BLE001 - no answer is no view
+            return None
+        finally:
+            await conn.close()
+        return {b.node_id: "fenced" if b.fenced else "unfenced" for b in desc.brokers}
+
     async def astates(self, ask: Iterable[int] | None = None) -> dict[int, dict[int, str]]:
         """Each asked broker's view (default: every running broker): ``{asking id:
         {broker id: "fenced" | "unfenced"}}``. A broker that does not answer is left out;
         below DescribeCluster v2 only unfenced brokers are listed."""
-        from .client.cluster import connect_any, describe_cluster
         ids = list(ask) if ask is not None else [n.spec.node_id for n in self.brokers if n.alive and not n.paused]
-
-        async def one(bid: int) -> tuple[int, dict[int, str]] | None:
-            spec = self.nodes[bid].spec
-            try:
-                conn = await connect_any([(spec.host, spec.port)], timeout_s=2.0)
-            except Exception:  # noqa: BLE001 - not up (yet): no view
-                return None
-            try:
-                desc = await describe_cluster(conn, include_fenced=True)
-            except Exception:  # noqa: BLE001 - no answer is no view
-                return None
-            finally:
-                await conn.close()
-            return bid, {b.node_id: "fenced" if b.fenced else "unfenced" for b in desc.brokers}
-        got = await asyncio.gather(*(one(b) for b in ids))
-        return {g[0]: g[1] for g in got if g is not None}
+        got = await asyncio.gather(*(self.describe_broker(b) for b in ids))
+        return {b: v for b, v in zip(ids, got) if v is not None}
 
     def states(self, ask: Iterable[int] | None = None) -> dict[int, dict[int, str]]:
         """:meth:`astates` from synchronous code (not inside a running event loop)."""
@@ -522,3 +570,66 @@ class DevCluster:
                                  if n.alive and not n.paused and n.spec.node_id != broker_id])
             return bool(views) and all(v.get(broker_id) != "unfenced" for v in views.values())
         self.wait_until(fenced, timeout, what=f"broker {broker_id} fenced")
+
+
+class StatusPoller:
+    """Polls every broker's view on its own (``dev-cluster``'s status lines).
+
+    ``describe(bid, timeout_s)`` asks one broker (:meth:`DevCluster.describe_broker`).
+    Each :meth:`poll` starts a request to every listed broker that has none in flight and
+    waits at most ``wait_s`` for answers; a broker's request has its own deadline
+    (``timeout_s``, above the brokers' ``metadata.read.max.wait.ms`` of 2 s, which a
+    DescribeCluster may be held for while another broker is paused), so a slow or silent
+    broker never hides the others' views: a broker whose request is still out keeps its
+    last view. A broker whose request failed, or has been out longer than ``silent_s``,
+    is *not answering* (SIGSTOPped, stuck).
+    """
+
+    def __init__(self, describe: Callable[[int, float], Any], *, timeout_s: float = 10.0,
+                 silent_s: float = 3.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._describe = describe
+        self.timeout_s = timeout_s
+        self.silent_s = silent_s
+        self._clock = clock
+        self._inflight: dict[int, tuple[asyncio.Task[Any], float]] = {}
+        self.views: dict[int, dict[int, str]] = {}
+        self._failed: set[int] = set()
+
+    async def poll(self, ids: Iterable[int], wait_s: float = 0.5) -> tuple[dict[int, dict[int, str]], set[int]]:
+        """(the latest view of each answering broker of ``ids``, the brokers of ``ids``
+        not answering). Brokers not in ``ids`` are forgotten (their requests cancelled)."""
+        ids = list(ids)
+        for bid in [b for b in self._inflight if b not in ids]:
+            self._inflight.pop(bid)[0].cancel()
+        for bid in [b for b in self.views if b not in ids]:
+            del self.views[bid]
+        self._failed &= set(ids)
+        now = self._clock()
+        for bid in ids:
+            if bid not in self._inflight:
+                task = asyncio.ensure_future(self._describe(bid, self.timeout_s))
+                self._inflight[bid] = (task, now)
+        pending = [t for t, _ in self._inflight.values() if not t.done()]
+        if pending and wait_s > 0:
+            await asyncio.wait(pending, timeout=wait_s)
+        for bid, (task, _) in list(self._inflight.items()):
+            if not task.done():
+                continue
+            del self._inflight[bid]
+            view = None if task.cancelled() or task.exception() is not None else task.result()
+            if view is None:
+                self._failed.add(bid)
+                self.views.pop(bid, None)
+            else:
+                self._failed.discard(bid)
+                self.views[bid] = view
+        now = self._clock()
+        silent = {bid for bid, (_, since) in self._inflight.items() if now - since >= self.silent_s}
+        silent |= self._failed
+        return {b: v for b, v in self.views.items() if b not in silent}, silent
+
+    def close(self) -> None:
+        """Cancel the requests still out."""
+        for task, _ in self._inflight.values():
+            task.cancel()
+        self._inflight.clear()

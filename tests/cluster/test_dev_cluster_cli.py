@@ -117,3 +117,18 @@ def test_a_data_dir_held_by_another_process_is_one_line(tmp_path: Path) -> None:
     assert last == (f"Error: controller-3000 exited with 1: hightide: data directory {held} is in use by "
                     f"another hightide process (pid {os.getpid()})"), last
     assert not _processes_using(tmp_path)
+
+
+def test_other_controllers_on_an_existing_data_dir_are_refused_in_one_line(tmp_path: Path) -> None:
+    """Issue 26 item 2: the dirs of a 1-controller cluster started with --controllers 3
+    (two new empty voters would elect one of themselves and empty the metadata log)."""
+    from hightide.devcluster import format_dirs, plan
+    cid = format_dirs(plan(2, tmp_path / "d"))
+    r = CliRunner().invoke(main, ["dev-cluster", "--brokers", "2", "--controllers", "3", "--base-port", "0",
+                                  "--data-dir", str(tmp_path / "d")])
+    assert r.exit_code == 1
+    assert r.output.strip().splitlines() == [
+        f"Error: {tmp_path / 'd'} holds cluster {cid} with controllers 3000; asked for controllers "
+        "3000,3001,3002: refusing to start (use --controllers 1, or another --data-dir)"]
+    assert not (tmp_path / "d" / "controller-3001").exists()
+    assert not _processes_using(tmp_path)

@@ -98,15 +98,19 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
     listen_addr = _parse_hostport(listen)
     advertised = _parse_hostport(advertised_listener) if advertised_listener else None
     _prepare_data_dir(data_dir)
+    from ..log.data_dir import DataDirMismatch
     from ..log.dirlock import DataDirLocked
     try:
-        _run(_serve(config, data_dir, listen_addr, advertised))
-    except DataDirLocked as exc:  # another broker owns the directory: one line, no traceback
+        code = _run(_serve(config, data_dir, listen_addr, advertised))
+    except (DataDirLocked, DataDirMismatch) as exc:  # not this node's directory: one line, no traceback
         click.echo(f"hightide: {exc}", err=True)
         sys.exit(1)
     except OSError as exc:  # start-up failed (listen address, data files): one line, no traceback
         logging.getLogger("hightide").debug("start-up failed", exc_info=True)
         raise click.ClickException(_start_error(exc, listen_addr)) from None
+    if code:  # the node stopped itself (e.g. its controller belongs to another cluster): the reason, one line
+        click.echo(f"hightide: {code}", err=True)
+        sys.exit(1)
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -155,7 +159,9 @@ def _start_error(exc: OSError, listen: tuple[str, int]) -> str:
     return f"{exc.strerror}: {exc.filename}."
 
 
-async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> None:
+async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> str | None:
+    """Run the broker until SIGINT/SIGTERM, or until a broker-only node halts itself
+    (:attr:`BrokerNode.fatal`); returns that reason (None after a requested shutdown)."""
     from ..server.broker import Broker
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -163,11 +169,21 @@ async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> 
         loop.add_signal_handler(sig, stop.set)
     broker = Broker(config, data_dir=data_dir, listen=listen, advertised=advertised)
     await broker.start()
+    node = broker.node
     try:
-        await stop.wait()
-        logging.getLogger("hightide.broker").info("shutdown requested")
+        waits = [asyncio.ensure_future(stop.wait())]
+        if node is not None:
+            waits.append(asyncio.ensure_future(node.halted.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        if stop.is_set():
+            logging.getLogger("hightide.broker").info("shutdown requested")
     finally:
         await broker.stop()
+    return node.fatal if node is not None else None
 
 
 def _tune_malloc() -> None:
@@ -205,13 +221,12 @@ def _tune_gc() -> None:
     gc.freeze()
 
 
-def _run(coro) -> None:
+def _run(coro):
     _tune_malloc()
     _tune_gc()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 

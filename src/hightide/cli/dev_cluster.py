@@ -3,6 +3,7 @@ until Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 import time
@@ -77,11 +78,15 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _start(cluster: Any) -> None:
     """Start the controllers, then the brokers, printing each as it listens."""
-    from ..devcluster import format_dirs
+    from ..devcluster import format_dirs, inspect_dirs
+    specs = [n.spec for n in cluster.nodes.values()]
+    _, doing = inspect_dirs(specs)  # raises LayoutMismatch (one line) before anything starts
     cluster.check_ports()
-    cluster.cluster_id = format_dirs(n.spec for n in cluster.nodes.values())
+    cluster.cluster_id = format_dirs(specs)
     n, c = len(cluster.brokers), len(cluster.controllers)
     click.echo(f"dev cluster {cluster.cluster_id}: {c} controller{'s' * (c != 1)}, {n} broker{'s' * (n != 1)}")
+    for line in doing:
+        click.echo(line)
     click.echo(f"data and logs under {cluster.base_dir}")
     for group in (cluster.controllers, cluster.brokers):
         for node in group:
@@ -93,10 +98,12 @@ def _start(cluster: Any) -> None:
     click.echo(f"controller{'s' * (c != 1)}: {cluster.bootstrap_controller}")
 
 
-def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, str]:
+def broker_states(cluster: Any, views: dict[int, dict[int, str]], silent: set[int] | frozenset[int] = frozenset()
+                  ) -> dict[int, str]:
     """Each broker's state from the processes and the brokers' DescribeCluster views:
-    ``exited (code)``, ``paused``, ``unfenced`` (every view says so), ``fenced`` (some
-    view says so), ``starting`` (not listed yet)."""
+    ``exited (code)``, ``paused`` (by dev-cluster), ``not answering`` (in ``silent``: its
+    own DescribeCluster failed or is overdue, e.g. SIGSTOPped from outside), ``unfenced``
+    (every view says so), ``fenced`` (some view says so), ``starting`` (not listed yet)."""
     out = {}
     for node in cluster.brokers:
         bid = node.spec.node_id
@@ -105,6 +112,8 @@ def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, s
             out[bid] = f"exited ({node.returncode})"
         elif node.paused:
             out[bid] = "paused"
+        elif bid in silent:
+            out[bid] = "not answering"
         elif seen and all(s == "unfenced" for s in seen):
             out[bid] = "unfenced"
         elif seen:
@@ -115,30 +124,44 @@ def broker_states(cluster: Any, views: dict[int, dict[int, str]]) -> dict[int, s
 
 
 def _watch(cluster: Any) -> None:
+    """Print broker state changes until interrupted (see :func:`_awatch`)."""
+    asyncio.run(_awatch(cluster))
+
+
+async def _awatch(cluster: Any) -> None:
     """Print broker state changes until interrupted; a broker seen fenced before it was
-    ever unfenced is shown as ``registered (fenced)``."""
+    ever unfenced is shown as ``registered (fenced)``. Every broker is polled on its own
+    (:class:`~hightide.devcluster.StatusPoller`): one silent broker does not make the
+    others look ``starting``."""
+    from ..devcluster import StatusPoller
+    poller = StatusPoller(cluster.describe_broker)
     shown: dict[int, str] = {}
     shown_controllers: dict[int, str] = {}
     ever_unfenced: set[int] = set()
     ready = False
-    while True:
-        states = broker_states(cluster, cluster.states())
-        for bid, state in states.items():
-            label = "registered (fenced)" if state == "fenced" and bid not in ever_unfenced else state
-            if state == "unfenced":
-                ever_unfenced.add(bid)
-            if shown.get(bid) != label:
-                shown[bid] = label
-                click.echo(f"{time.strftime('%H:%M:%S')} broker {bid:<4} {label}")
-                if state.startswith("exited"):
-                    click.echo(f"  {cluster.nodes[bid].last_line()[:76]}")
-        if not ready and all(s == "unfenced" for s in states.values()):
-            ready = True
-            click.echo(f"{time.strftime('%H:%M:%S')} all {len(states)} brokers unfenced; "
-                       "Ctrl-C stops the cluster")
-        _watch_controllers(cluster, shown_controllers)
-        sys.stdout.flush()
-        time.sleep(POLL_S)
+    try:
+        while True:
+            running = [n.spec.node_id for n in cluster.brokers if n.alive and not n.paused]
+            views, silent = await poller.poll(running, wait_s=POLL_S)
+            states = broker_states(cluster, views, silent)
+            for bid, state in states.items():
+                label = "registered (fenced)" if state == "fenced" and bid not in ever_unfenced else state
+                if state == "unfenced":
+                    ever_unfenced.add(bid)
+                if shown.get(bid) != label:
+                    shown[bid] = label
+                    click.echo(f"{time.strftime('%H:%M:%S')} broker {bid:<4} {label}")
+                    if state.startswith("exited"):
+                        click.echo(f"  {cluster.nodes[bid].last_line()[:76]}")
+            if not ready and all(s == "unfenced" for s in states.values()):
+                ready = True
+                click.echo(f"{time.strftime('%H:%M:%S')} all {len(states)} brokers unfenced; "
+                           "Ctrl-C stops the cluster")
+            _watch_controllers(cluster, shown_controllers)
+            sys.stdout.flush()
+            await asyncio.sleep(POLL_S)
+    finally:
+        poller.close()
 
 
 def _watch_controllers(cluster: Any, shown: dict[int, str]) -> None:

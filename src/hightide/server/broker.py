@@ -29,6 +29,8 @@ from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings, Listener
 from ..config import BrokerConfig, ConfigError, effective_topic_config
 from ..log.config import LogConfig
+from ..log.data_dir import check_identity, format_dir, read_meta_properties, write_meta_properties
+from ..log.data_dir import new_id as new_cluster_id
 from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
@@ -324,32 +326,25 @@ class Broker:
         log.info("hightide node %d stopped cleanly", self.node_id)
 
     def _read_meta_properties(self) -> dict[str, str]:
-        path = os.path.join(self.data_dir, "meta.properties")
-        props: dict[str, str] = {}
-        if os.path.exists(path):
-            with open(path) as f:
-                for line in f:
-                    if "=" in line and not line.startswith("#"):
-                        k, v = line.strip().split("=", 1)
-                        props[k] = v
-        return props
+        return read_meta_properties(self.data_dir, self.storage)
 
     def _load_cluster_id(self, new_id: str | None = None) -> str:
-        """The data dir's cluster id; when it has none, ``new_id`` (or a random one) is
-        written to meta.properties first."""
-        import base64
-        import uuid
-        path = os.path.join(self.data_dir, "meta.properties")
+        """The data dir's cluster id after checking that the dir is this node's
+        (:func:`~hightide.log.data_dir.check_identity`: node id, cluster id and, on a
+        controller, the voter set it records; raises DataDirMismatch). When the dir has
+        none, ``new_id`` (or a random one) is written to meta.properties first (file and
+        directory fsynced); a lone controller records its voter set too."""
+        voters = [v.node_id for v in self.cluster.voters] if self.controller_only else None
+        check_identity(self.data_dir, node_id=self.node_id, cluster_id=self.cluster_id, voters=voters,
+                       storage=self.storage)
         props = self._read_meta_properties()
         if "cluster.id" not in props:
-            cid = new_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            props = {"version": "1", "cluster.id": cid, "node.id": str(self.node_id)}
-            tmp = path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write("".join(f"{k}={v}\n" for k, v in props.items()))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            cid = self.cluster_id or new_id or new_cluster_id()
+            if voters is not None and len(voters) == 1:
+                format_dir(self.data_dir, cluster_id=cid, node_id=self.node_id, voters=voters, storage=self.storage)
+            else:  # a quorum voter formatted only now keeps no voter set: it votes once it has followed a leader
+                write_meta_properties(self.data_dir, cid, self.node_id, self.storage)
+            return cid
         return props["cluster.id"]
 
     # -- addresses --------------------------------------------------------------------

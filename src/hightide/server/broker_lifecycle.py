@@ -273,6 +273,9 @@ class BrokerLifecycleManager:
         self._timeout_s = max(1.0, settings.session_timeout_ms / 2000)
         self.registered = asyncio.Event()
         self.unfenced = asyncio.Event()
+        #: Called with the controller's address when the active controller refuses the
+        #: registration with INCONSISTENT_CLUSTER_ID (it belongs to another cluster).
+        self.on_foreign_cluster: Callable[[str], None] = lambda where: None
 
     @property
     def broker_epoch(self) -> int:
@@ -340,7 +343,10 @@ class BrokerLifecycleManager:
             self.core.on_failure(now_ms())
             log.debug("registration failed: %s", exc)
             return
-        if resp.error_code != ErrorCode.none:
+        if resp.error_code == ErrorCode.inconsistent_cluster_id:
+            where = self.channel.address
+            self.on_foreign_cluster(f"{where[0]}:{where[1]}" if where else "the active controller")
+        elif resp.error_code != ErrorCode.none:
             log.warning("the controller refused the registration of broker %d: %s (retrying)",
                         self.settings.node_id, ErrorCode(resp.error_code).name.upper())
         else:

@@ -65,6 +65,11 @@ class BrokerNode:
         #: first; the first entry is what the local copy had at start (offset -1).
         self._features: list[tuple[int, dict[str, int]]] = []
         self._content_seen = -2  # content offset of the last after_metadata_change
+        #: Why this node stopped itself (see :meth:`halt`), None while it runs; ``halted``
+        #: is set then (``hightide serve`` stops the process, exit 1).
+        self.fatal: str | None = None
+        self.halted = asyncio.Event()
+        self._halting: asyncio.Task[None] | None = None
 
     def routes(self, routes: Routes) -> Routes:
         """The route table of a broker-only node: forwarded writes, gated metadata reads,
@@ -147,6 +152,38 @@ class BrokerNode:
         return visible[-1]
 
     # -- cluster id --------------------------------------------------------------------
+    def halt(self, reason: str) -> None:
+        """Stop this node for good (once): log ``reason`` (one line) and set ``halted``.
+        Used when the controller quorum belongs to another cluster (INCONSISTENT_CLUSTER_ID
+        from the active controller, or from a majority of the controllers): following it
+        would replace this broker's metadata and delete its partitions."""
+        if self.fatal is not None:
+            return
+        self.fatal = reason
+        log.critical("%s", reason)
+        self.halted.set()
+
+    def _foreign_cluster(self, where: str) -> None:
+        """INCONSISTENT_CLUSTER_ID (see :meth:`halt`): ask the controller its cluster id
+        (DescribeCluster, bounded) to name it, then halt. Nothing is applied meanwhile: the
+        follower and the registration stop at that answer."""
+        if self.fatal is None and self._halting is None:
+            self._halting = asyncio.get_running_loop().create_task(self._halt_foreign(where), name="halt")
+
+    async def _halt_foreign(self, where: str) -> None:
+        theirs = "another cluster"
+        try:
+            async with asyncio.timeout(3.0):
+                resp = await self.channel.request(60, lambda c: c.pick_version(60, 1), {
+                    "include_cluster_authorized_operations": False, "endpoint_type": 2})
+            if resp.cluster_id:
+                theirs = f"cluster {resp.cluster_id}"
+        except (TimeoutError, ControllerUnavailable, KafkaError):
+            pass
+        self.halt(f"the controller quorum ({where}) belongs to {theirs}, not to this broker's cluster "
+                  f"{self.broker.cluster_id} (data dir {self.broker.data_dir}): stopping rather than following it "
+                  "(INCONSISTENT_CLUSTER_ID)")
+
     async def adopt_cluster_id(self) -> str:
         """The controller's cluster id (DescribeCluster), for a data dir that has none
         yet (Kafka requires ``kafka-storage format``; hightide adopts it on first start).
@@ -171,7 +208,9 @@ class BrokerNode:
         self.follower = MetadataFollower(
             broker.metadata, self.fetch_channel, self.settings.node_id, epoch=lambda: self.lifecycle.broker_epoch,
             cluster_id=lambda: broker.cluster_id, on_applied=self._on_applied, on_caught_up=self.lifecycle.caught_up,
-            on_reset=self.lifecycle.core.on_reset, durable=broker.flusher.durable)
+            on_reset=self.lifecycle.core.on_reset, durable=broker.flusher.durable,
+            on_foreign_cluster=lambda where: self._foreign_cluster(where))
+        self.lifecycle.on_foreign_cluster = self._foreign_cluster
         self.lifecycle.core.on_applied(broker.image.offset, broker.image.content_offset, 0)
         self._features = [(-1, dict(broker.image.features))]
         self.follower.start()
@@ -180,6 +219,8 @@ class BrokerNode:
     async def stop(self, timeout_s: float) -> None:
         """Controlled shutdown (bounded by ``timeout_s``), then stop following and close
         the channels; held reads and writes are answered."""
+        if self._halting is not None:
+            self._halting.cancel()
         if self.lifecycle.registered.is_set():
             await self.lifecycle.shutdown(timeout_s)
         else:
@@ -189,3 +230,4 @@ class BrokerNode:
         self.gate.wake_all()
         await self.channel.close()
         await self.fetch_channel.close()
+

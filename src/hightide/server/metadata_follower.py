@@ -269,7 +269,8 @@ class MetadataFollower:
                  epoch: Callable[[], int], cluster_id: Callable[[], str | None],
                  on_applied: Callable[[int, int], None], on_caught_up: Callable[[], None],
                  on_reset: Callable[[], None] = lambda: None,
-                 durable: Callable[[PartitionLog], Any] | None = None) -> None:
+                 durable: Callable[[PartitionLog], Any] | None = None,
+                 on_foreign_cluster: Callable[[str], None] = lambda where: None) -> None:
         self.metadata = metadata
         self.channel = channel
         self.node_id = node_id
@@ -279,6 +280,9 @@ class MetadataFollower:
         self._on_caught_up = on_caught_up
         self._on_reset = on_reset
         self._durable = durable
+        self._on_foreign_cluster = on_foreign_cluster
+        #: Controllers that answered INCONSISTENT_CLUSTER_ID since the last good answer.
+        self._foreign: set[tuple[str, int]] = set()
         self.caught_up = False
         self.high_watermark = -1  # the controller's, from the last answer
         self.last_fetch_ms = 0
@@ -366,6 +370,9 @@ class MetadataFollower:
         asked = (conn.host, conn.port)
         if resp.error_code == NOT_CONTROLLER:
             return self._not_leader(asked, None, resp) or Backoff(NO_LEADER_BACKOFF_MS, -1, "NOT_CONTROLLER")
+        if resp.error_code == ErrorCode.inconsistent_cluster_id:
+            return self._inconsistent_cluster(asked)
+        self._foreign.clear()
         if resp.error_code != ErrorCode.none:
             return Backoff(500, -1, f"metadata Fetch answered {ErrorCode(resp.error_code).name.upper()}")
         for t in resp.responses:
@@ -373,6 +380,20 @@ class MetadataFollower:
                 if p.partition_index == 0:
                     return self._not_leader(asked, p, resp) or plan(p, fetch_offset)
         return Backoff(500, -1, "the controller's Fetch answer has no __cluster_metadata-0")
+
+    def _inconsistent_cluster(self, asked: tuple[str, int]) -> Outcome:
+        """A controller of another cluster: nothing of its answer is applied (the local
+        copy is never truncated for it). Ask the next voter; once a majority of the
+        controllers (every one, without a quorum) has answered so, the broker halts
+        (``on_foreign_cluster``)."""
+        self._foreign.add(asked)
+        addresses = list(self.locator.addresses) if self.locator is not None else []
+        if len(self._foreign) >= len(addresses) // 2 + 1 or not addresses:
+            self._on_foreign_cluster(", ".join(f"{h}:{p}" for h, p in sorted(self._foreign)))
+            return Backoff(1000, -1, "the controller belongs to another cluster (INCONSISTENT_CLUSTER_ID)")
+        self.channel.reset()
+        return Backoff(NO_LEADER_BACKOFF_MS, -1, f"the controller at {asked[0]}:{asked[1]} belongs to another "
+                                                 "cluster (INCONSISTENT_CLUSTER_ID); trying the next voter")
 
     def _not_leader(self, asked: tuple[str, int], partition: Any, resp: Any) -> Outcome | None:
         """Follow the answer's leader hint (see the module doc): None when the voter

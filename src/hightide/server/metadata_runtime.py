@@ -169,8 +169,8 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
     peers = RaftPeers(node_id, {v[0]: (v[1], v[2]) for v in voters if v[0] != node_id}, cluster_id=cluster_id,
                       request_timeout_s=config.request_timeout_ms / 1000, security=security)
     shell = RaftShell(node_id=node_id, voters=ids, metadata=metadata,
-                      store=QuorumStateStore(metadata.log.path, ids), transport=peers, durable=durable,
-                      config=config)
+                      store=QuorumStateStore(metadata.log.path, ids, cluster_id or ""), transport=peers,
+                      durable=durable, config=config, require_formatted=True)
 
     async def install(sid: OffsetAndEpoch, data: bytes) -> None:
         await install_snapshot(metadata, sid, data)

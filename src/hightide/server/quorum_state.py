@@ -4,7 +4,7 @@ It holds what a voter must never forget across a crash: the epoch, whom it voted
 in it and the leader it knows. It lives in the ``__cluster_metadata-0`` directory as
 JSON with Kafka's field names (version 0 of ``QuorumStateData``)::
 
-    {"clusterId":"","leaderId":3001,"leaderEpoch":4,"votedId":3001,"appliedOffset":0,
+    {"clusterId":"k5oQb1cTQ7yL8rPZ2JXw3A","leaderId":3001,"leaderEpoch":4,"votedId":3001,"appliedOffset":0,
      "currentVoters":[{"voterId":3000},{"voterId":3001},{"voterId":3002}],"data_version":0}
 
 Writes are atomic and durable: the JSON goes to ``quorum-state.tmp``, which is fsynced,
@@ -23,13 +23,13 @@ import os
 from collections.abc import Sequence
 
 from ..cluster.raft import ElectionState
+from ..log.data_dir import QUORUM_STATE, encode_quorum_state
 
 __all__ = ["QuorumStateStore", "QUORUM_STATE_FILE", "QuorumStateError"]
 
 log = logging.getLogger("hightide.raft")
 
-QUORUM_STATE_FILE = "quorum-state"
-DATA_VERSION = 0
+QUORUM_STATE_FILE = QUORUM_STATE
 
 
 class QuorumStateError(Exception):
@@ -38,12 +38,15 @@ class QuorumStateError(Exception):
 
 
 class QuorumStateStore:
-    """The quorum-state file in ``directory`` for a quorum of ``voters``."""
+    """The quorum-state file in ``directory`` for a quorum of ``voters`` of cluster
+    ``cluster_id`` (both recorded in every write: the data dir's voter set, checked at
+    start by :func:`hightide.log.data_dir.check_identity`)."""
 
-    def __init__(self, directory: str, voters: Sequence[int]) -> None:
+    def __init__(self, directory: str, voters: Sequence[int], cluster_id: str = "") -> None:
         self.directory = directory
         self.path = os.path.join(directory, QUORUM_STATE_FILE)
         self.voters = tuple(sorted(voters))
+        self.cluster_id = cluster_id
         self.writes = 0  # completed writes (tests)
 
     def read(self) -> ElectionState | None:
@@ -68,11 +71,7 @@ class QuorumStateStore:
 
     def encode(self, state: ElectionState) -> bytes:
         """The file's content for ``state`` (Kafka's JSON, version 0)."""
-        return json.dumps({
-            "clusterId": "", "leaderId": state.leader_id, "leaderEpoch": state.epoch,
-            "votedId": state.voted_for, "appliedOffset": 0,
-            "currentVoters": [{"voterId": v} for v in self.voters], "data_version": DATA_VERSION,
-        }, separators=(",", ":")).encode()
+        return encode_quorum_state(self.cluster_id, self.voters, state.epoch, state.voted_for, state.leader_id)
 
     def write(self, state: ElectionState) -> None:
         """Replace the file with ``state`` atomically and durably (blocking: tmp file,

@@ -150,12 +150,14 @@ class RaftShell:
     resolves once everything appended to ``plog`` is fsynced (the flusher's);
     ``on_commit()`` runs after committed entries are applied; ``on_activate(epoch)`` when
     this node becomes the active controller; ``on_role(role, epoch, leader_id)`` on every
-    role change."""
+    role change. With ``require_formatted`` a voter whose store holds no quorum-state
+    yet neither votes nor stands for election until it follows a leader (RaftCore's
+    ``can_vote``)."""
 
     def __init__(self, *, node_id: int, voters: Sequence[int], metadata: MetadataLog, store: ElectionStore,
                  transport: RaftTransport, durable: Callable[[PartitionLog], Awaitable[object]],
                  config: RaftConfig | None = None, clock: Callable[[], int] = now_ms,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, require_formatted: bool = False) -> None:
         self.node_id = node_id
         self.metadata = metadata
         self.plog = metadata.log
@@ -177,8 +179,16 @@ class RaftShell:
             if restored.start_offset > 0:
                 raise ValueError(f"the metadata log starts at {restored.start_offset} without a snapshot")
             metadata.image = MetadataImage()
+        election = store.read()
+        # ``require_formatted``: a voter whose data dir has no quorum-state was not formatted
+        # for this voter set (a new or wiped dir): it votes only once it follows a leader.
         self.core = RaftCore(node_id, voters, self.config, rng or random.Random(), clock(),
-                             election=store.read(), log=restored, snapshot_data=snapshot_data)
+                             election=election, log=restored, snapshot_data=snapshot_data,
+                             can_vote=election is not None or not require_formatted)
+        if not self.core.can_vote:
+            log.warning("raft: node %d has no quorum-state (its data dir was not formatted for voters %s): it will "
+                        "not vote or stand for election until it follows a leader the other voters elected",
+                        node_id, list(self.core.voters))
         #: The image holds every committed entry below this offset.
         self.applied_end = restored.start_offset
         #: ``TrimLog``: the log may now start at the snapshot's end (the snapshotter's trim).

@@ -24,6 +24,12 @@ Kafka's KafkaRaftClient and QuorumState:
   appending a LeaderChange control entry.
 * **Check quorum**: a leader that has not heard a Fetch from a majority of voters within
   1.5 × ``fetch_timeout_ms`` resigns, so a paused or partitioned leader steps down.
+* **Unformatted voters** (``can_vote=False``: a voter whose storage was not formatted
+  for this voter set, e.g. a new or wiped data dir): it neither stands for election nor
+  grants a vote or pre-vote, and finds the leader as an observer does; once it follows
+  a leader (which the other voters elected) it votes normally. So an empty voter never
+  wins an election against voters that already have a log, and a majority of empty
+  voters elects nobody.
 
 Time is the ``now`` argument (ms); randomness (election timeouts) comes from the
 ``rng`` given at construction, so a run is reproducible from its seed.
@@ -70,10 +76,12 @@ class RaftCore(Replication):
 
     def __init__(self, node_id: int, voters: Sequence[int], config: RaftConfig,
                  rng: random.Random, now: int, *, election: ElectionState | None = None,
-                 log: RaftLog | None = None, snapshot_data: bytes = b"") -> None:
+                 log: RaftLog | None = None, snapshot_data: bytes = b"", can_vote: bool = True) -> None:
         self.node_id = node_id
         self.voters = tuple(sorted(voters))
         self.is_voter = node_id in self.voters
+        #: False until an unformatted voter follows a leader (see the module doc).
+        self.can_vote = can_vote
         self.majority = len(self.voters) // 2 + 1
         self.config = config
         self.rng = rng
@@ -197,7 +205,7 @@ class RaftCore(Replication):
         if epoch != self.epoch or self.election.leader_id != -1 or voted_for != self.election.voted_for:
             self._persist(ElectionState(epoch, voted_for, -1))
         self._set_role(now, "unattached")
-        if self.is_voter:
+        if self.is_voter and self.can_vote:
             self.election_deadline = now + self._election_timeout()
         else:
             self._start_discovery(now)
@@ -208,10 +216,14 @@ class RaftCore(Replication):
             self._persist(ElectionState(epoch, voted, leader_id))
         self._set_role(now, "follower")
         self._retries = 0
+        self.can_vote = True  # a leader the others elected: this voter's storage is part of the quorum now
         self._start_following(now)
 
     def _become_prospective(self, now: int) -> None:
         if not self.is_voter:
+            return
+        if not self.can_vote:
+            self._become_unattached(now, self.epoch)  # look for the leader instead
             return
         if not self.config.pre_vote:
             self._become_candidate(now)      # Kafka before 4.0 (no KIP-996)
@@ -363,9 +375,9 @@ class RaftCore(Replication):
         end = self.log.end_offset_and_epoch()
         up_to_date = (req.last_offset_epoch, req.last_offset) >= (end.epoch, end.offset)
         if req.pre_vote:
-            granted = up_to_date and self._can_grant_pre_vote(req)
+            granted = up_to_date and self.can_vote and self._can_grant_pre_vote(req)
         else:
-            granted = up_to_date and self._can_grant_vote(req.replica_id)
+            granted = up_to_date and self.can_vote and self._can_grant_vote(req.replica_id)
             if granted and self.election.voted_for != req.replica_id:
                 state = ElectionState(self.epoch, req.replica_id, -1)
                 self._persist(state, durable="vote_without_persist" not in self.config.unsafe)

@@ -33,6 +33,7 @@ class Replication:
     node_id: int
     voters: tuple[int, ...]
     is_voter: bool
+    can_vote: bool
     majority: int
     config: RaftConfig
     rng: random.Random
@@ -135,7 +136,7 @@ class Replication:
                 self._resign(now)     # check quorum: no majority fetched in time
             return
         if self.fetch_deadline is not None and now >= self.fetch_deadline:
-            if self.is_voter:
+            if self.is_voter and self.can_vote:
                 self._become_prospective(now)
             else:
                 self._become_unattached(now, self.epoch)
@@ -292,8 +293,11 @@ class Replication:
             return
         if self.role == "follower":
             dest = self.election.leader_id
-        elif not self.is_voter and self.role == "unattached":
-            dest = self.rng.choice(self.voters)
+        elif (not self.is_voter or not self.can_vote) and self.role == "unattached":
+            others = [v for v in self.voters if v != self.node_id]
+            if not others:
+                return
+            dest = self.rng.choice(others)
         else:
             return
         unflushed = self.flushed_end < self.log.end_offset
