@@ -144,6 +144,12 @@ def test_a_broker_that_has_not_caught_up_leads_and_coordinates_nothing(tmp_path)
                 acked = await b.replica_manager.wait_replicated(topic, 0, 1)
                 assert acked == ErrorCode.not_leader_or_follower
             assert not b.replica_manager.leaders
+            md = await conn.request(3, 12, {"topics": [{"name": "orders", "topic_id": None}],
+                                            "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
+            part = md.topics[0].partitions[0]
+            assert (part.error_code, part.leader_id) == (ErrorCode.leader_not_available, -1)
+            assert [x.node_id for x in md.brokers] == []  # itself: fenced in truth
             assert not b.node.caught_up
         finally:
             await conn.close()

@@ -669,6 +669,8 @@ class Broker:
             await asyncio.sleep(interval)
 
     async def _cleaner_loop(self) -> None:
+        while not self.metadata_ready:  # a broker-only node's topic configs may be stale until caught up
+            await asyncio.sleep(0.1)
         await self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000)
 
     async def run_cleaner(self) -> int:
