@@ -21,8 +21,8 @@ metadata change) loads the partitions it gained (COORDINATOR_LOAD_IN_PROGRESS me
 and unloads those it lost; a request for a partition led elsewhere answers
 NOT_COORDINATOR (FindCoordinator names the leader). A broker that has not caught up with
 the controller's log yet (``Broker.metadata_ready``: a restart's local copy may be stale)
-loads nothing and answers NOT_COORDINATOR to every request. No placement step there: that moves
-records an older single-node hightide stored in the wrong partition.
+loads nothing and answers NOT_COORDINATOR to every request. No placement step there: that
+moves records an older single-node hightide stored in the wrong partition.
 
 :class:`AdapterDefaults` holds what the two :class:`~.coordinator_runtime.ShardAdapter` s
 do alike (results carry ``records``; ``apply`` replays; nothing parked by default).
