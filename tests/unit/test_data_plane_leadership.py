@@ -265,7 +265,10 @@ def test_producing_to_an_internal_topic_led_elsewhere_is_refused_as_internal(tmp
 
 
 class _BrokerOnlyView:
-    """A broker-only node's ClusterView that narrows nothing (ApiVersions as the broker's)."""
+    """A broker-only node's ClusterView that narrows nothing (ApiVersions as the broker's),
+    caught up with the controller."""
+
+    caught_up = True
 
     def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
         return ranges

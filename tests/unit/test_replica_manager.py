@@ -64,6 +64,7 @@ class FakeBroker:
         self.log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=True)
         self.logs = {("t", 0): self.log}
         self.image = MetadataImage()
+        self.metadata_ready = True  # caught up with the controller's log
 
 
 def image(leader: int, replicas: tuple[int, ...], isr: tuple[int, ...], leader_epoch: int = 3,
@@ -135,6 +136,26 @@ def test_one_replica_keeps_hw_at_the_leo_and_waits_nothing(setup):
         assert broker.log.high_watermark == end
         done = rm.wait_replicated("t", 0, end)
         assert done.done() and done.result() == ErrorCode.none
+    asyncio.run(run())
+
+
+def test_no_acknowledgement_without_the_controllers_leader_epoch(setup):
+    """Issue 26: a broker-only node answers an acks=all / coordinator write NONE without
+    leader state only for a one-replica partition it leads in the epoch the controller
+    gave it: never before it caught up with the controller (a restart's stale image),
+    never for a replicated partition it has no leader state of."""
+    broker, rm = setup
+
+    async def run() -> None:
+        broker.metadata_ready = False
+        apply(broker, rm, image(ME, (0,), (0,), leader_epoch=3))  # as the stale local copy says
+        end = append(broker.log)
+        assert rm.wait_replicated("t", 0, end).result() == ErrorCode.not_leader_or_follower
+        broker.image = image(ME, (0, 1), (0, 1))  # replicated, led here, no leader state
+        broker.metadata_ready = True
+        assert rm.wait_replicated("t", 0, end).result() == ErrorCode.not_leader_or_follower
+        apply(broker, rm, image(ME, (0,), (0,), leader_epoch=4))  # caught up: epoch 4 stamped
+        assert rm.wait_replicated("t", 0, end).result() == ErrorCode.none
     asyncio.run(run())
 
 

@@ -160,10 +160,13 @@ class Broker:
         if self.controller_only:
             self._start_controller()
         else:
-            self._open_logs()
+            # A broker-only node's local copy may be stale: its logs are opened (recovered),
+            # but nothing is led, followed, coordinated or deleted before it caught up with
+            # the controller (BrokerNode.caught_up, then after_metadata_change).
+            self._open_logs(delete_removed=self.node is None)
             if self.node is None:  # the single node leads every partition: its logs take their leader epochs
                 self.replica_manager.apply_image(self.image)
-            self.groups.start()
+            self.groups.start()  # a broker-only node: nothing loaded before the catch-up
             self.share_state.start()
             self.txns.start()
         await self._start_listeners()
@@ -441,11 +444,22 @@ class Broker:
         if not task.cancelled() and task.exception() is not None:
             log.debug("creating %s failed: %s", ", ".join(key), task.exception())
 
+    @property
+    def metadata_ready(self) -> bool:
+        """True once this node acts on its metadata image: always on the single node and a
+        controller; a broker-only node once caught up with the controller's log (see
+        :mod:`.broker_node`). Before that it leads and coordinates nothing."""
+        return self.node is None or self.node.caught_up
+
     def after_metadata_change(self) -> None:
         """Put a metadata change applied by the follower (broker-only node) in force: open
         the logs of partitions hosted here and delete removed ones, refresh dynamic and
         topic configs, and let the coordinators follow leadership (load the partitions of
-        their internal topics led here, unload lost ones)."""
+        their internal topics led here, unload lost ones). Nothing before the node has
+        caught up with the controller (:attr:`metadata_ready`): then the whole image at
+        once."""
+        if not self.metadata_ready:
+            return
         self._open_logs()
         self.apply_dynamic_broker_configs()
         self.replica_manager.apply_image(self.image)  # lead / follow each hosted partition
@@ -471,11 +485,12 @@ class Broker:
             props["retention.ms"] = props["retention.bytes"] = "-1"
         return LogConfig.from_kafka(props)
 
-    def _open_logs(self) -> None:
+    def _open_logs(self, *, delete_removed: bool = True) -> None:
         """Open the log of every partition hosted here (this node leads it or holds a
         replica: on the single node, every partition); delete the logs of partitions no
-        longer in the image (deleted topics) — never a log just because its partition is
-        led elsewhere now."""
+        longer in the image (deleted topics) unless ``delete_removed`` is False (a
+        broker-only node's stale local copy at start may lack a topic created since) —
+        never a log just because its partition is led elsewhere now."""
         assert self.logs is not None
         wanted: dict[TopicPartition, TopicImage] = {}
         existing: set[TopicPartition] = set()
@@ -492,7 +507,7 @@ class Broker:
                 self._try_open_log(tp, t, ts)
         for tp in [tp for tp in self._unopened if tp not in wanted]:
             del self._unopened[tp]  # deleted before it could be opened
-        for tp in self.logs.existing_dirs():
+        for tp in self.logs.existing_dirs() if delete_removed else ():
             if tp not in existing and tp[0] != METADATA_TOPIC:
                 log.info("deleting log of removed topic partition %s-%d", *tp)
                 self.logs.delete(tp)
@@ -649,6 +664,8 @@ class Broker:
             await asyncio.sleep(interval)
 
     async def _cleaner_loop(self) -> None:
+        while not self.metadata_ready:  # a broker-only node's topic configs may be stale until caught up
+            await asyncio.sleep(0.1)
         await self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000)
 
     async def run_cleaner(self) -> int:
@@ -658,7 +675,11 @@ class Broker:
         return await self.cleaner.run_once()
 
     def run_retention(self) -> None:
+        """Apply retention to every partition log (not before a broker-only node caught up
+        with the controller: its topic configs may be stale)."""
         assert self.logs is not None
+        if not self.metadata_ready:
+            return
         ts = now_ms()
         for tp, plog in self.logs:
             if tp[0] == METADATA_TOPIC:

@@ -16,6 +16,20 @@ It wires, in Kafka's shape (``BrokerServer``):
 Start order: (cluster id known) → listeners (the registration names their bound ports) →
 follower and lifecycle. Stop order: controlled shutdown (bounded), then the tasks, then the
 channels.
+
+**Acting on metadata** (Kafka's ``BrokerServer`` waits for the metadata catch-up and the
+first publish before it serves; its group coordinator starts on that publish): the local
+copy of the metadata log a broker restarts with may be stale (partitions it led before a
+crash are led elsewhere now, the coordinators moved). So the broker acts on its image only
+once :attr:`BrokerNode.caught_up`: the follower has reached the controller's high
+watermark once, and the image holds this process's own registration (its incarnation id;
+every record that moved leadership away from the previous incarnation comes before it).
+Until then the broker leads no partition (no leader state, data requests answer
+NOT_LEADER_OR_FOLLOWER), loads no coordinator partition (FindCoordinator answers
+COORDINATOR_NOT_AVAILABLE, coordinator requests NOT_COORDINATOR), deletes no log, and
+follows nobody; partition logs are opened (recovered) from the local copy. Then the
+broker puts the whole image in force at once (:meth:`Broker.after_metadata_change`), and
+from then on every applied change as before.
 """
 
 from __future__ import annotations
@@ -70,6 +84,9 @@ class BrokerNode:
         self.fatal: str | None = None
         self.halted = asyncio.Event()
         self._halting: asyncio.Task[None] | None = None
+        #: True once this broker acts on its metadata image (see the module doc); never
+        #: goes back to False.
+        self.caught_up = False
 
     def routes(self, routes: Routes) -> Routes:
         """The route table of a broker-only node: forwarded writes, gated metadata reads,
@@ -127,11 +144,33 @@ class BrokerNode:
         features = self.broker.image.features
         if not self._features or self._features[-1][1] != features:
             self._features.append((content, dict(features)))  # content covers the FeatureLevelRecord
-        if content != self._content_seen:  # a batch of NoOps changes nothing the broker acts on
+        if self._check_caught_up():  # the whole image was put in force just now
+            self._content_seen = content
+        elif content != self._content_seen:  # a batch of NoOps changes nothing the broker acts on
             self._content_seen = content
             self.broker.after_metadata_change()
         self.lifecycle.applied(applied, content)
         self.gate.advance()
+
+    def _on_caught_up(self) -> None:
+        """The follower reached the controller's high watermark for the first time."""
+        self._check_caught_up()
+        self.lifecycle.caught_up()
+
+    def _check_caught_up(self) -> bool:
+        """Start acting on metadata if the conditions of the module doc hold now: the whole
+        image is put in force (True: that was done just now)."""
+        if self.caught_up or self.follower is None or not self.follower.caught_up:
+            return False
+        reg = self.broker.image.brokers.get(self.settings.node_id)
+        if reg is None or reg.incarnation_id != self.lifecycle.core.incarnation_id:
+            return False  # not registered yet, or its registration not applied here yet
+        self.caught_up = True
+        image = self.broker.image
+        log.info("metadata caught up with the controller at offset %d (registered in epoch %d): leading and "
+                 "coordinating what the controller assigned to this broker", image.offset, reg.epoch)
+        self.broker.after_metadata_change()
+        return True
 
     # -- ApiVersions (ClusterView) -------------------------------------------------------
     def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
@@ -207,7 +246,7 @@ class BrokerNode:
         assert broker.metadata is not None
         self.follower = MetadataFollower(
             broker.metadata, self.fetch_channel, self.settings.node_id, epoch=lambda: self.lifecycle.broker_epoch,
-            cluster_id=lambda: broker.cluster_id, on_applied=self._on_applied, on_caught_up=self.lifecycle.caught_up,
+            cluster_id=lambda: broker.cluster_id, on_applied=self._on_applied, on_caught_up=self._on_caught_up,
             on_reset=self.lifecycle.core.on_reset, durable=broker.flusher.durable,
             on_foreign_cluster=lambda where: self._foreign_cluster(where))
         self.lifecycle.on_foreign_cluster = self._foreign_cluster

@@ -89,7 +89,12 @@ class MetadataAccess(Protocol):
 
 
 class ClusterView(Protocol):
-    """What ApiVersions needs from a broker-only node (``BrokerNode``)."""
+    """What ApiVersions and the leadership checks need from a broker-only node
+    (``BrokerNode``)."""
+
+    #: True once the node acts on its metadata image (caught up with the controller's
+    #: log); before, it leads and coordinates nothing.
+    caught_up: bool
 
     def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
         """ApiVersions' ranges with the forwarded APIs narrowed to the controller's."""

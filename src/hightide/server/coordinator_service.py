@@ -19,8 +19,10 @@ In cluster mode (a broker-only process) a broker serves only the partitions of t
 it leads: :meth:`CoordinatorService.follow_leadership` (called at start and after every
 metadata change) loads the partitions it gained (COORDINATOR_LOAD_IN_PROGRESS meanwhile)
 and unloads those it lost; a request for a partition led elsewhere answers
-NOT_COORDINATOR (FindCoordinator names the leader). No placement step there: that moves
-records an older single-node hightide stored in the wrong partition.
+NOT_COORDINATOR (FindCoordinator names the leader). A broker that has not caught up with
+the controller's log yet (``Broker.metadata_ready``: a restart's local copy may be stale)
+loads nothing and answers NOT_COORDINATOR to every request. No placement step there: that
+moves records an older single-node hightide stored in the wrong partition.
 
 :class:`AdapterDefaults` holds what the two :class:`~.coordinator_runtime.ShardAdapter` s
 do alike (results carry ``records``; ``apply`` replays; nothing parked by default).
@@ -148,13 +150,15 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         """Cluster mode: load the partitions of the topic whose leader in ``image`` is this
         node and are not loaded yet (they answer COORDINATOR_LOAD_IN_PROGRESS until
         replayed), unload the loaded ones led elsewhere or by nobody (their pending
-        writes and parked requests answer NOT_COORDINATOR). Does nothing on the single
-        node, which leads every partition."""
+        writes and parked requests answer NOT_COORDINATOR); nothing is led here before
+        the broker caught up with the controller. Does nothing on the single node, which
+        leads every partition."""
         if not self._cluster:
             return
         topic = image.topics.get(self.topic)
         node = self.broker.node_id
-        led = set() if topic is None else {p for p, pi in topic.partitions.items() if pi.leader == node}
+        led = set() if topic is None or not self._acting() else {
+            p for p, pi in topic.partitions.items() if pi.leader == node}
         if topic is not None:
             self.num_partitions = len(topic.partitions)
         for p in sorted(set(self.runtime.partitions) - led):
@@ -164,6 +168,11 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         if gained:
             log.info("loading coordinator partitions %s of %s led here", gained, self.topic)
             self.runtime.load(gained)
+
+    def _acting(self) -> bool:
+        """False while a broker-only node has not caught up with the controller's log (its
+        image may be stale: nothing is served from it)."""
+        return bool(getattr(self.broker, "metadata_ready", True))
 
     def led_elsewhere(self, key: K) -> bool:
         """Cluster mode: True if ``key``'s partition is not served by this broker (another
@@ -177,9 +186,11 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
                                          ErrorCode.not_coordinator)
 
     def _topic_missing(self) -> bool:
-        """True while the topic was never created (single node: nothing loaded yet)."""
+        """True while the topic was never created (single node: nothing loaded yet). Never
+        on a broker-only node that has not caught up (its image may lack the topic: its
+        requests answer NOT_COORDINATOR, never an empty state)."""
         if self._cluster:
-            return self.topic not in self.broker.image.topics
+            return self.topic not in self.broker.image.topics and self._acting()
         return not self.runtime.partitions
 
     async def write_durable(self, partition: int, result: Any, now_ms: int) -> None:

@@ -7,6 +7,9 @@ Kafka's ``ReplicaManager`` / ``KafkaApis``:
 
 * the partition's leader (in the image) is this node: ``None`` — on the single node every
   partition is led here, so this is one dict lookup and one comparison, nothing per record;
+* a broker-only node that has not caught up with the controller's log yet (a restart's
+  local copy may be stale: it leads nothing until then, see :func:`acting`):
+  NOT_LEADER_OR_FOLLOWER without a leader (the client asks Metadata again);
 * another broker, or no leader at all (-1, its only replica is fenced or gone):
   NOT_LEADER_OR_FOLLOWER, with the leader id and epoch the image knows (Kafka's
   ``getCurrentLeader``), which Produce v10+ and Fetch v12+ carry as the ``CurrentLeader``
@@ -33,6 +36,13 @@ if TYPE_CHECKING:
     from .context import RequestContext
 
 NO_LEADER = -1
+
+
+def acting(ctx: RequestContext) -> bool:
+    """True if this node acts on its metadata image: the single node always, a broker-only
+    node once caught up with the controller's log (``BrokerNode.caught_up``)."""
+    view = ctx.services.cluster_view
+    return view is None or view.caught_up
 
 
 def in_cluster(ctx: RequestContext) -> bool:
@@ -69,7 +79,9 @@ def not_leader(ctx: RequestContext, topic: TopicImage, partition: int) -> NotLea
     leaderless partition the same way on produce and fetch)."""
     p = topic.partitions[partition]
     if p.leader == ctx.services.identity.node_id:
-        return None
+        if acting(ctx):
+            return None
+        return NotLeader(ErrorCode.not_leader_or_follower, NO_LEADER, -1)  # stale: names no leader
     return NotLeader(ErrorCode.not_leader_or_follower, p.leader, p.leader_epoch)
 
 
@@ -135,11 +147,15 @@ def coordinator_endpoint(ctx: RequestContext, topic: str, partition: int) -> tup
     """(error, message, node) FindCoordinator answers for the coordinator living in
     ``partition`` of the internal ``topic``: this node on the single node (it leads every
     partition); in cluster mode the partition's leader when it is alive with the
-    request's listener, else COORDINATOR_NOT_AVAILABLE (no leader yet, or it is fenced)."""
+    request's listener, else COORDINATOR_NOT_AVAILABLE (no leader yet, or it is fenced;
+    or this broker has not caught up with the controller's log: its image may be stale)."""
     image = ctx.image
     if not in_cluster(ctx):
         host, port = ctx.services.identity.advertised
         return ErrorCode.none, None, (ctx.services.identity.node_id, host, port, None)
+    if not acting(ctx):
+        return (ErrorCode.coordinator_not_available,
+                "this broker has not caught up with the controller's metadata log yet", None)
     t = image.topics.get(topic)
     p = t.partitions.get(partition) if t is not None else None
     if p is None or p.leader == NO_LEADER:

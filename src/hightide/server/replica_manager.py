@@ -26,7 +26,10 @@ acks=all (Kafka's DelayedProduce): :meth:`wait_replicated` returns a future reso
 an :class:`~hightide.protocol.errors.ErrorCode` once the HW reaches the write's end:
 NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank below min.insync.replicas while it
 waited), or NOT_LEADER_OR_FOLLOWER (leadership lost, broker stopping). For a partition
-without followers it is resolved at once.
+without followers it is resolved at once: NONE only if this node leads it in the leader
+epoch the controller gave it (a broker-only node: caught up with the controller's log,
+the epoch stamped on the log by :meth:`ReplicaManager.apply_image`), else
+NOT_LEADER_OR_FOLLOWER — never an acknowledgement from a stale image.
 """
 
 from __future__ import annotations
@@ -323,16 +326,14 @@ class ReplicaManager:
     def wait_replicated(self, topic: str, partition: int, end_offset: int) -> asyncio.Future[ErrorCode]:
         """A future resolved once the HW of ``topic``-``partition`` reaches ``end_offset``
         (a write's last offset + 1), with NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND, or
-        NOT_LEADER_OR_FOLLOWER (see the module doc). Resolved at once for a partition
-        without followers (NONE if this node leads it, else NOT_LEADER_OR_FOLLOWER). Never
-        times out by itself: the caller bounds the wait."""
+        NOT_LEADER_OR_FOLLOWER (see the module doc). Resolved at once without leader state
+        here (NONE if this node leads the partition as its only replica in the
+        controller's leader epoch, else NOT_LEADER_OR_FOLLOWER). Never times out by
+        itself: the caller bounds the wait."""
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         led = self.leaders.get((topic, partition))
         if led is None:
-            t = self._broker.image.topics.get(topic)
-            p = t.partitions.get(partition) if t is not None else None
-            fut.set_result(ErrorCode.none if p is not None and p.leader == self.node_id
-                           else ErrorCode.not_leader_or_follower)
+            fut.set_result(ErrorCode.none if self._leads_alone(topic, partition) else ErrorCode.not_leader_or_follower)
             return fut
         outcome = led.state.acks_outcome(end_offset)
         if outcome is not None:
@@ -340,6 +341,23 @@ class ReplicaManager:
         else:
             led.waits.add(end_offset, fut)
         return fut
+
+    def _leads_alone(self, topic: str, partition: int) -> bool:
+        """True if this node leads ``topic``-``partition`` without followers to wait for:
+        on the single node, whatever the image says it leads; on a broker-only node, only
+        once caught up with the controller, a one-replica partition whose log carries the
+        image's leader epoch (a replicated one led here has leader state)."""
+        broker = self._broker
+        t = broker.image.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        if p is None or p.leader != self.node_id:
+            return False
+        if broker.node is None:
+            return True
+        if not broker.metadata_ready or len(p.replicas) > 1 or broker.logs is None:
+            return False
+        plog = broker.logs.get((topic, partition))
+        return plog is not None and plog.leader_epoch == p.leader_epoch
 
     def offsets_available(self, topic: str, partition: int) -> bool:
         """False while a new leader's HW has not reached the start of its leader epoch

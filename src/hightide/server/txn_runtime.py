@@ -379,9 +379,10 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         partition; NOT_LEADER_OR_FOLLOWER: another broker leads it, or none does)."""
         out: dict[TopicPartition, ErrorCode] = {}
         me = self.broker.node_id
+        acting = getattr(self.broker, "metadata_ready", True)  # a broker that has not caught up leads nothing
         for topic, p in partitions:
             leader = self._leader(topic, p)
-            if leader is not None and leader != me:
+            if (leader is not None and leader != me) or not acting:
                 out[(topic, p)] = ErrorCode.not_leader_or_follower
                 continue
             if topic == OFFSETS_TOPIC:

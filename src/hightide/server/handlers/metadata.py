@@ -28,7 +28,7 @@ from ..context import MetadataAccess, RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorized_operations, authorizer
-from ..leadership import NO_LEADER, alive_brokers, in_cluster
+from ..leadership import NO_LEADER, acting, alive_brokers, in_cluster
 from ..registry import handles
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ async def auto_create(metadata: MetadataAccess, names: list[str]) -> None:
 @handles(3, 0, 12)
 async def handle(ctx: RequestContext, req: Any) -> Any:
     image = ctx.image
-    cluster = _Cluster(image.brokers, ctx.services.listener, ctx.version) if in_cluster(ctx) else None
+    cluster = _Cluster(_registered(ctx), ctx.services.listener, ctx.version) if in_cluster(ctx) else None
     requested = req.topics
     if ctx.version == 0 and requested is not None and len(requested) == 0:
         requested = None  # v0: empty list means all topics
@@ -176,6 +176,17 @@ def _refused(ctx: RequestContext, a: Authorizer, image: MetadataImage, names: li
     return {n: (image.topics[n].internal if n in image.topics else False) for n in refused}
 
 
+def _registered(ctx: RequestContext) -> Mapping[int, BrokerRegistration]:
+    """The registered brokers this answer describes: the image's, without this broker
+    while it has not caught up with the controller's log (a restart's stale copy: it is
+    fenced, so the partitions it led there are answered LEADER_NOT_AVAILABLE)."""
+    brokers = ctx.image.brokers
+    if acting(ctx):
+        return brokers
+    me = ctx.services.identity.node_id
+    return {b: reg for b, reg in brokers.items() if b != me}
+
+
 def _brokers(ctx: RequestContext) -> tuple[list[dict], int]:
     """(brokers, controller id): this node alone on the single node; in cluster mode the
     alive brokers on the request's listener and a random one of them as controller (-1
@@ -185,6 +196,7 @@ def _brokers(ctx: RequestContext) -> tuple[list[dict], int]:
         b = ctx.identity
         host, port = b.advertised
         return [{"node_id": b.node_id, "host": host, "port": port, "rack": None}], b.node_id
-    alive = [ep for ep, _ in alive_brokers(image, ctx.services.listener)]
+    alive = [ep for ep, _ in alive_brokers(image, ctx.services.listener)
+             if acting(ctx) or ep[0] != ctx.services.identity.node_id]
     brokers = [{"node_id": n, "host": h, "port": port, "rack": r} for n, h, port, r in alive]
     return brokers, random.choice(alive)[0] if alive else -1
