@@ -97,9 +97,15 @@ class _Env:
         return answer()
 
     def stored(self, partition: int = 0) -> list[bytes]:
+        """The values of every record in the partition, batch by batch."""
         plog = self.broker.partition_log(TOPIC, partition)
         assert plog is not None
-        return [r.value for r in decode_records(plog.read(0, 1 << 20).data)] if plog.log_end_offset else []
+        values, offset = [], 0
+        while offset < plog.log_end_offset:
+            records = decode_records(plog.read(offset, 1 << 20).data)  # the batch holding ``offset``
+            values += [r.value for r in records]
+            offset = records[-1].offset + 1
+        return values
 
 
 def _run(tmp_path: Path, answer: ErrorCode, delay_s: float | None, test: Any, timeout_s: float | None = None) -> None:
