@@ -62,7 +62,7 @@ Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
 log = logging.getLogger("hightide.produce")
 
 #: A backstop for a held partition: verifiers bound their own questions
-#: (:class:`~..txn_verify.RemoteTxnVerifier`: the inter-broker request timeout, 10 s).
+#: (:class:`~hightide.server.txn_verify.RemoteTxnVerifier`: the inter-broker request timeout, 10 s).
 HELD_VERIFICATION_MAX_S = 30.0
 
 
