@@ -235,7 +235,10 @@ def test_the_first_txn_offset_commit_waits_for_the_other_brokers_verification(cl
     not retry that code; librdkafka retries it after 500 ms). Placements are computed from
     the partition hash of the ids and the leaders of the internal topics, one per broker
     as group coordinator; the request log of each group coordinator shows every
-    TxnOffsetCommit answered without an error."""
+    TxnOffsetCommit answered without an error. The transactional Produces too: a
+    partition of ``eos-out`` led by a broker other than the transaction's coordinator is
+    held until that coordinator verifies it, then appended (Kafka), not answered
+    NOT_ENOUGH_REPLICAS while the question runs."""
     from hightide.group.records import OFFSETS_TOPIC
     from hightide.group.records import partition_for as group_partition
     from hightide.txn.records import STATE_TOPIC
@@ -244,7 +247,8 @@ def test_the_first_txn_offset_commit_waits_for_the_other_brokers_verification(cl
     c = cluster(3, log_level="hightide.request=debug")
     bootstrap = c.address(c.broker_ids[0])
     make_topic(bootstrap, "eos-in")
-    make_topic(bootstrap, "eos-out")
+    out_leaders = make_topic(bootstrap, "eos-out")
+    assert len(set(out_leaders.values())) > 1  # some partition is led away from each transaction coordinator
     plain = Producer({"bootstrap.servers": bootstrap})
     inputs = [f"in-{i}".encode() for i in range(3 * PARTITIONS)]
     for i, v in enumerate(inputs):
@@ -267,7 +271,7 @@ def test_the_first_txn_offset_commit_waits_for_the_other_brokers_verification(cl
     for group, g_node, txn_id, t_node in pairings:
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                              "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-        p = producer(bootstrap, txn_id)
+        p = producer(bootstrap, txn_id, **{"client.id": f"txp-{txn_id}"})
         try:
             consumer.subscribe(["eos-in"])
             seen: list[Any] = []
@@ -288,5 +292,10 @@ def test_the_first_txn_offset_commit_waits_for_the_other_brokers_verification(cl
         assert lines, f"no TxnOffsetCommit in broker {g_node}'s request log"
         assert all("errors=NONE" in line for line in lines), \
             f"group {group} at broker {g_node}, transaction {txn_id} at broker {t_node}: {lines}"
+    produces = {n: [line for line in request_lines(c, n, "Produce") if "client_id=txp-" in line]
+                for n in set(out_leaders.values())}
+    assert all(produces.values()), f"a leader of eos-out without transactional Produce in its request log: {produces}"
+    failed = [line for lines in produces.values() for line in lines if "errors=NONE" not in line]
+    assert not failed, "\n".join(failed)
     expected = sorted(f"{g}-".encode() + v for g, _, _, _ in pairings for v in inputs)
     assert sorted(read_all(bootstrap, "eos-out", "read_committed", len(expected))) == expected

@@ -33,6 +33,7 @@ Who calls what
 from __future__ import annotations
 
 import struct
+from collections.abc import Awaitable
 from typing import NamedTuple, Protocol
 
 from hightide.protocol.errors import ErrorCode
@@ -74,12 +75,18 @@ class TxnVerifier(Protocol):
       commit/abort);
     * ``ErrorCode.invalid_txn_state``: the partition was not added to the transaction;
     * ``ErrorCode.coordinator_load_in_progress`` / ``not_coordinator`` /
-      ``coordinator_not_available``: cannot tell now (the produce path answers the
-      retriable NOT_ENOUGH_REPLICAS, as Kafka does).
+      ``coordinator_not_available`` / ``network_exception``: cannot tell now (the produce
+      path answers the retriable NOT_ENOUGH_REPLICAS, as Kafka does).
+
+    When the answer must come from elsewhere (the coordinator is another broker), an
+    awaitable of it instead: the produce path holds the partition until it resolves (as
+    Kafka's ReplicaManager holds the produce for AddPartitionsToTxnManager) and then
+    appends or refuses. It must resolve within a bound of its own and must not raise;
+    the caller waits for it without cancelling it, so it may be shared between callers.
     """
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-               partition: int) -> ErrorCode: ...
+               partition: int) -> ErrorCode | Awaitable[ErrorCode]: ...
 
 
 class NoTransactionCoordinator:

@@ -259,6 +259,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if task.cancelled():
             return
         exc = task.exception()
+        if isinstance(exc, CloseConnection):  # e.g. an acks=0 Produce held for its verification
+            self.close(exc.reason)
+            return
         if exc is not None:
             log.error("async handler for api %d failed for %s; closing connection", request.header.api_key,
                       self.peer, exc_info=exc)

@@ -204,11 +204,12 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
 
     # -- reads: KIP-890 verification, describe, list -------------------------------------------
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-               partition: int) -> ErrorCode:
+               partition: int) -> ErrorCode | asyncio.Future[ErrorCode]:
         """:class:`~hightide.log.transactions.TxnVerifier`: is the partition in the
         producer's ongoing transaction (committed state)? In cluster mode, when another
-        broker leads the id's ``__transaction_state`` partition, that broker is asked
-        (:class:`~.txn_verify.RemoteTxnVerifier`)."""
+        broker leads the id's ``__transaction_state`` partition, that broker is asked and
+        the answer is a question to hold the produce on
+        (:meth:`~.txn_verify.RemoteTxnVerifier.verify`)."""
         remote = self._remote_coordinator(transactional_id)
         if remote is not None:
             return self._remote.verify(remote, transactional_id, producer_id, producer_epoch, topic, partition)

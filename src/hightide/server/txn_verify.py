@@ -2,40 +2,35 @@
 
 A transactional Produce to a partition led here, whose producer has no open transaction
 in it yet, must be confirmed by the transaction coordinator of its transactional id (see
-:class:`~hightide.log.transactions.TxnVerifier`). When that coordinator is another
-broker, Kafka's broker sends it AddPartitionsToTxn v4+ with ``verify_only=true``. The
-verifier seam is synchronous (the produce path answers from memory), so this asks in
-the background and answers the produce from the answer:
+:class:`~hightide.log.transactions.TxnVerifier`); so must every TxnOffsetCommit. When that
+coordinator is another broker, Kafka's broker sends it AddPartitionsToTxn v4+ with
+``verify_only=true`` and holds the request until it answers (AddPartitionsToTxnManager).
+So does this:
 
-* no answer yet for (producer id, epoch, partition): the question is sent (once, however
-  many produces ask) and the produce answers COORDINATOR_LOAD_IN_PROGRESS, which the
-  produce path turns into the retriable NOT_ENOUGH_REPLICAS; the client retries;
-* the coordinator's answer, when it came: used by the next produce of that partition and
-  then dropped (one-shot), so every new transaction of the producer in the partition is
-  verified again, as on the local path (a positive answer lets the append open the
-  transaction; from then on the partition's own open transaction answers). An answer
-  older than ``ANSWER_TTL_S`` is dropped unused;
-* a coordinator that cannot be reached (no leader, fenced, connection failed) answers
-  COORDINATOR_NOT_AVAILABLE / NETWORK_EXCEPTION: NOT_ENOUGH_REPLICAS again.
+* :meth:`RemoteTxnVerifier.verify` (the produce path): a task resolving to the
+  coordinator's answer, which the Produce handler holds the partition on and then
+  appends or refuses (see handlers/produce.py). Produces of one producer id, epoch and
+  partition that arrive while the question is asked share it (one request to the other
+  broker) and are appended in arrival order; once answered it is forgotten, so every new
+  transaction of the producer in the partition asks again (the first batch of each
+  transaction and partition asks; later ones find the partition's open transaction);
+* :meth:`RemoteTxnVerifier.ask` (TxnOffsetCommit, whose handler awaits it as Kafka's
+  group coordinator does in ``scheduleTransactionalWriteOperation``): its own question.
 
-The cost against Kafka, which holds the produce until the answer: the first batch of a
-producer in a partition per transaction waits one client retry backoff.
-
-TxnOffsetCommit does not take that path: its handler is asynchronous and awaits
-:meth:`RemoteTxnVerifier.ask`, which holds the request until the coordinator answers, as
-Kafka's group coordinator does (``scheduleTransactionalWriteOperation`` waits for
-AddPartitionsToTxnManager's verification). Every wait is bounded by ``timeout_s`` (the
-inter-broker request timeout; Kafka bounds its verification by ``request.timeout.ms``):
-no answer by then is NETWORK_EXCEPTION, what Kafka's sender reports for a timed-out
-verification. Closing the verifier (the broker stopping) answers every held question
-NOT_COORDINATOR at once, and a question asked after that too.
+Every question is bounded by ``timeout_s`` (the inter-broker request timeout; Kafka bounds
+its verification by ``request.timeout.ms``): no answer by then, or a failed call, is
+NETWORK_EXCEPTION, what Kafka's sender reports for a timed-out or disconnected
+verification; a coordinator refusing the broker itself (CLUSTER_AUTHORIZATION_FAILED) is
+INVALID_TXN_STATE, as Kafka's AddPartitionsToTxnManager turns it; a coordinator that
+cannot be reached (not registered, fenced) COORDINATOR_NOT_AVAILABLE. Closing the
+verifier (the broker stopping) answers every held question NOT_COORDINATOR at once, and
+a question asked after that too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from ..client.errors import KafkaError
@@ -47,8 +42,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.txn")
 
-ANSWER_TTL_S = 10.0  # an answer not used by a produce within this time is dropped
 _Key = tuple[int, int, str, int]  # producer id, epoch, topic, partition
+
+
+def answer_of(question: asyncio.Future[ErrorCode]) -> ErrorCode:
+    """What a question ended with (see the module doc): its answer; NETWORK_EXCEPTION
+    when it is not done (a waiter's own deadline passed) or failed; NOT_COORDINATOR when
+    it was cancelled (the verifier closed)."""
+    if not question.done():
+        return ErrorCode.network_exception
+    if question.cancelled():
+        return ErrorCode.not_coordinator
+    if question.exception() is not None:
+        return ErrorCode.network_exception
+    return question.result()
 
 
 class RemoteTxnVerifier:
@@ -57,30 +64,31 @@ class RemoteTxnVerifier:
 
     def __init__(self, broker: Broker, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.broker = broker
-        self.timeout_s = timeout_s  # the longest a held question (:meth:`ask`) waits
+        self.timeout_s = timeout_s  # the longest a question waits for its answer
         self._peers = InterBrokerClients(broker, f"hightide-txn-verify-{broker.node_id}", timeout_s)
-        self._answers: dict[_Key, tuple[ErrorCode, float]] = {}
-        self._asking: dict[_Key, asyncio.Task] = {}
-        self._held: set[asyncio.Task[ErrorCode]] = set()  # questions a request awaits (:meth:`ask`)
+        self._asking: dict[_Key, asyncio.Task[ErrorCode]] = {}  # the produce path's shared questions
+        self._held: set[asyncio.Task[ErrorCode]] = set()  # every question not answered yet
         self._closed = False
 
     def verify(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-               partition: int) -> ErrorCode:
-        """The answer of broker ``node`` (the coordinator of ``transactional_id``) if it
-        came, else COORDINATOR_LOAD_IN_PROGRESS and the question is sent in the background."""
+               partition: int) -> asyncio.Future[ErrorCode]:
+        """The question to broker ``node`` (the coordinator of ``transactional_id``) about
+        the partition, for a produce to hold on: a task resolving within ``timeout_s`` to
+        the answer (the same answers as :meth:`ask`; cancelled when the verifier closes,
+        see :func:`answer_of`), shared with the produces of that producer id, epoch and
+        partition arriving until it is answered. Closed: a done future, NOT_COORDINATOR.
+        A caller must not cancel it (``asyncio.wait`` does not)."""
+        if self._closed:
+            done: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            done.set_result(ErrorCode.not_coordinator)
+            return done
         key = (producer_id, producer_epoch, topic, partition)
-        answer = self._answers.pop(key, None)
-        now = time.monotonic()
-        if answer is not None and now - answer[1] <= ANSWER_TTL_S:
-            return answer[0]
-        if key not in self._asking:
-            task = asyncio.get_running_loop().create_task(self._ask(node, transactional_id, key),
-                                                          name=f"verify txn {transactional_id}")
+        task = self._asking.get(key)
+        if task is None or task.done():  # done: answered before its done callbacks ran; ask again
+            task = self._question(node, transactional_id, key)
             self._asking[key] = task
-            task.add_done_callback(lambda t: self._asking.pop(key, None))
-        if len(self._answers) > 10_000:  # answers nobody came back for
-            self._answers = {k: v for k, v in self._answers.items() if now - v[1] <= ANSWER_TTL_S}
-        return ErrorCode.coordinator_load_in_progress
+            task.add_done_callback(lambda t: self._asking.pop(key) if self._asking.get(key) is t else None)
+        return task
 
     async def ask(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                   partition: int) -> ErrorCode:
@@ -93,31 +101,35 @@ class RemoteTxnVerifier:
         it is when asked. Never raises (a cancelled caller cancels its question)."""
         if self._closed:
             return ErrorCode.not_coordinator
-        key = (producer_id, producer_epoch, topic, partition)
-        task = asyncio.get_running_loop().create_task(self._request(node, transactional_id, key),
-                                                      name=f"verify txn {transactional_id} (held)")
-        self._held.add(task)
-        task.add_done_callback(self._held.discard)
+        task = self._question(node, transactional_id, (producer_id, producer_epoch, topic, partition))
         try:
-            done, _ = await asyncio.wait((task,), timeout=self.timeout_s)
+            await asyncio.wait((task,), timeout=self.timeout_s + 1.0)  # the question bounds itself
         finally:
             if not task.done():
                 task.cancel()
-        if not done:
+        return answer_of(task)
+
+    def _question(self, node: int, transactional_id: str, key: _Key) -> asyncio.Task[ErrorCode]:
+        """A task asking broker ``node`` (see :meth:`_answer`), cancelled if the verifier closes."""
+        task = asyncio.get_running_loop().create_task(self._answer(node, transactional_id, key),
+                                                      name=f"verify txn {transactional_id}")
+        self._held.add(task)
+        task.add_done_callback(self._held.discard)
+        return task
+
+    async def _answer(self, node: int, transactional_id: str, key: _Key) -> ErrorCode:
+        """The coordinator's answer within ``timeout_s``, else NETWORK_EXCEPTION; never raises
+        but CancelledError."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._request(node, transactional_id, key)
+        except TimeoutError:
             log.warning("verifying the transaction of %r with broker %d: no answer within %.1f s", transactional_id,
                         node, self.timeout_s)
             return ErrorCode.network_exception
-        if task.cancelled():
-            return ErrorCode.not_coordinator
-        exc = task.exception()
-        if exc is not None:
+        except Exception as exc:  # noqa: BLE001 - a verification never fails its request
             log.error("verifying the transaction of %r with broker %d failed: %r", transactional_id, node, exc)
             return ErrorCode.network_exception
-        return task.result()
-
-    async def _ask(self, node: int, transactional_id: str, key: _Key) -> None:
-        """Send the verify-only request and store the answer."""
-        self._answers[key] = (await self._request(node, transactional_id, key), time.monotonic())
 
     async def _request(self, node: int, transactional_id: str, key: _Key) -> ErrorCode:
         producer_id, epoch, topic, partition = key
@@ -145,9 +157,9 @@ class RemoteTxnVerifier:
 
     def stop_waiting(self) -> None:
         """The broker is stopping: every held question answers NOT_COORDINATOR now (see
-        :meth:`ask`), so are later ones; background questions stop."""
+        :meth:`ask` and :func:`answer_of`), so do later ones."""
         self._closed = True
-        for task in [*self._held, *self._asking.values()]:
+        for task in list(self._held):
             task.cancel()
         self._asking.clear()
 

@@ -20,11 +20,22 @@ record by record):
   high watermark passes the batch: REQUEST_TIMED_OUT after the request's ``timeout``,
   NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
   NOT_LEADER_OR_FOLLOWER if leadership moved.
+
+A transactional batch whose producer has no open transaction in the partition yet is
+verified with the transaction coordinator first (KIP-890, :func:`_unverified_transaction`).
+When that coordinator is another broker, the partition is held until it answers, as
+Kafka's ReplicaManager holds the produce (``handleProduceAppend``): its batch is copied
+out of the receive buffer (the only copy, once per transaction and partition), and when
+the answer comes (:class:`_Held`) the partition goes through every check again and is
+appended or refused; the other partitions of the request are appended at once and the
+answer waits for the held ones. Produces held on one question are appended in arrival
+order. Nothing of this runs for batches that need no question.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +51,19 @@ from ..authorization import authorizer
 from ..context import RequestContext
 from ..leadership import NotLeader, node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
+from ..txn_verify import answer_of
 
 if TYPE_CHECKING:
     from ..replica_manager import LeaderPartition, ReplicaManager
 
 Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
 """(topic, partition response) whose acks=all answer waits for the high watermark."""
+
+log = logging.getLogger("hightide.produce")
+
+#: A backstop for a held partition: verifiers bound their own questions
+#: (:class:`~hightide.server.txn_verify.RemoteTxnVerifier`: the inter-broker request timeout, 10 s).
+HELD_VERIFICATION_MAX_S = 30.0
 
 
 def _policy_error(cfg: LogConfig, h: BatchHeader, records: Buffer, now_ms: int, acks: int,
@@ -113,26 +131,85 @@ def _recompressed(records: Buffer, codec: int, cfg: LogConfig, topic_partition: 
 
 
 def _unverified_transaction(ctx: RequestContext, transactional_id: str | None, plog: PartitionLog, h: BatchHeader,
-                           topic: str, partition: int) -> tuple[ErrorCode, str] | None:
+                           topic: str, partition: int, verified: ErrorCode | None
+                           ) -> tuple[ErrorCode, str] | asyncio.Future[ErrorCode] | None:
     """KIP-890 part 1: (error, message) when a transactional batch may not be appended,
-    None when it may. A producer with an open transaction of this epoch in the
-    partition needs no check (as in Kafka); otherwise the transaction coordinator must
-    confirm the partition is in its ongoing transaction. Without a transactional id
-    Kafka refuses transactional records as TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    None when it may, or the coordinator's pending answer to hold the partition on. A
+    producer with an open transaction of this epoch in the partition needs no check (as
+    in Kafka); otherwise the transaction coordinator must confirm the partition is in its
+    ongoing transaction (``verified``: its answer, already awaited). Without a
+    transactional id Kafka refuses transactional records as
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
     if transactional_id is None:
         return (ErrorCode.transactional_id_authorization_failed,
                 "transactional records need the produce request's transactional id")
     if plog.has_ongoing_transaction(h.producer_id, h.producer_epoch):
         return None
-    err = ctx.txn_verifier.verify(transactional_id, h.producer_id, h.producer_epoch, topic, partition)
-    return None if err == ErrorCode.none else verification_error_for_produce(err)
+    err = ctx.txn_verifier.verify(transactional_id, h.producer_id, h.producer_epoch, topic, partition) \
+        if verified is None else verified
+    if not isinstance(err, int):
+        question = asyncio.ensure_future(err)
+        if not question.done():
+            return question
+        err = answer_of(question)
+    return None if err == ErrorCode.none else verification_error_for_produce(ErrorCode(err))
+
+
+class _Held:
+    """A partition held until its transaction coordinator answers (see the module doc).
+    The question's done callback (registered when the produce arrived, so produces held
+    on one question run in arrival order): the partition is appended or refused
+    (:func:`_append_partition` again with the answer), ``resp`` updated in place and
+    ``appended`` resolved. :meth:`drop`: the answer came too late or the request is gone;
+    nothing is appended."""
+
+    __slots__ = ("ctx", "topic", "partition", "records", "acks", "transactional_id", "resp", "question",
+                 "appended", "plog", "wait")
+
+    def __init__(self, ctx: RequestContext, topic: str, partition: int, records: Buffer, acks: int,
+                 transactional_id: str | None, resp: dict, question: asyncio.Future[ErrorCode]) -> None:
+        self.ctx, self.topic, self.partition, self.acks = ctx, topic, partition, acks
+        self.transactional_id, self.resp, self.question = transactional_id, resp, question
+        # out of the receive buffer (valid only during the handler's synchronous part);
+        # a writable view, so the log patches it in place without another copy
+        self.records: Buffer | None = records if isinstance(records, bytes) else memoryview(bytearray(records))
+        self.appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.plog: PartitionLog | None = None
+        self.wait: asyncio.Future[ErrorCode] | None = None
+        question.add_done_callback(self)
+
+    def __call__(self, question: asyncio.Future[ErrorCode]) -> None:
+        if self.appended.done():
+            return
+        records, self.records = self.records, None
+        try:
+            resp, self.plog, self.wait = _append_partition(self.ctx, self.topic, self.partition, records, self.acks,
+                                                           self.transactional_id, verified=answer_of(question))
+        except Exception:  # not expected: _append_partition answers errors; never lose the request
+            log.exception("appending the held batch of %s-%d failed", self.topic, self.partition)
+            resp = {"error_code": ErrorCode.unknown_server_error, "error_message": "append failed"}
+        self.resp.update(resp)
+        self.appended.set_result(None)
+
+    def drop(self, error: ErrorCode) -> None:
+        """Answer the verification error ``error`` without appending (no-op once appended)."""
+        if self.appended.done():
+            return
+        self.question.remove_done_callback(self)
+        self.records = None
+        self.resp["error_code"], self.resp["error_message"] = verification_error_for_produce(error)
+        self.appended.set_result(None)
 
 
 def _append_partition(ctx: RequestContext, topic: str, partition: int, records: Buffer | None,
-                      acks: int, transactional_id: str | None = None
+                      acks: int, transactional_id: str | None = None, held: list[_Held] | None = None,
+                      verified: ErrorCode | None = None
                       ) -> tuple[dict, PartitionLog | None, asyncio.Future[ErrorCode] | None]:
     """Returns (partition response dict, log needing a durable ack or None, the acks=all
-    wait for the high watermark of a partition with followers or None)."""
+    wait for the high watermark of a partition with followers or None). A partition held
+    for its transaction's verification is added to ``held`` (its response is filled in
+    later; without ``held`` the verifier's pending answer is not waited for, see
+    :class:`_Held`); ``verified``: the coordinator's answer for a held partition."""
     resp = {"index": partition, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": None}
     timg = ctx.image.topics.get(topic)
@@ -187,7 +264,13 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
             resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
             return resp, None, None
     if h.is_transactional:
-        refused = _unverified_transaction(ctx, transactional_id, plog, h, topic, partition)
+        refused = _unverified_transaction(ctx, transactional_id, plog, h, topic, partition, verified)
+        if isinstance(refused, asyncio.Future):
+            if held is None:  # not expected: every caller holds, or passes the answer
+                refused = verification_error_for_produce(ErrorCode.coordinator_not_available)
+            else:
+                held.append(_Held(ctx, topic, partition, records, acks, transactional_id, resp, refused))
+                return resp, None, None
         if refused is not None:
             resp["error_code"], resp["error_message"] = refused
             return resp, None, None
@@ -273,6 +356,7 @@ def _handle(ctx: RequestContext, req: Any) -> Any:
     responses = []
     durable = []
     replicated: list[Replicated] = []
+    held: list[_Held] = []
     failed = False
     acks = req.acks
     refused = _refused_topics(ctx, req)
@@ -286,7 +370,8 @@ def _handle(ctx: RequestContext, req: Any) -> Any:
                         "log_append_time": -1, "log_start_offset": -1, "record_errors": [], "error_message": None}
                 plog = wait = None
             else:
-                resp, plog, wait = _append_partition(ctx, t.name, p.index, p.records, acks, req.transactional_id)
+                resp, plog, wait = _append_partition(ctx, t.name, p.index, p.records, acks, req.transactional_id,
+                                                     held)
             failed |= resp["error_code"] != ErrorCode.none
             if plog is not None:
                 durable.append((resp, plog))
@@ -294,6 +379,16 @@ def _handle(ctx: RequestContext, req: Any) -> Any:
                 replicated.append((t.name, resp, wait))
             parts.append(resp)
         responses.append({"name": t.name, "partition_responses": parts})
+    if held:
+        return _after_verification(ctx, held, responses, durable, replicated, acks, req.timeout.total_seconds())
+    return _answer(ctx, responses, durable, replicated, acks, failed, req.timeout.total_seconds())
+
+
+def _answer(ctx: RequestContext, responses: list[dict], durable: list[tuple[dict, PartitionLog]],
+            replicated: list[Replicated], acks: int, failed: bool, timeout_s: float) -> Any:
+    """The answer once every partition is appended or refused: acks=0 none (raises
+    CloseConnection if a partition failed), else the response, or an awaitable of it
+    when fsyncs or replication must be waited for (:func:`_after_fsync`)."""
     if acks == 0:
         if failed:
             errs = sorted({p["error_code"].name for t in responses for p in t["partition_responses"]
@@ -304,8 +399,34 @@ def _handle(ctx: RequestContext, req: Any) -> Any:
         return None
     response = {"responses": responses, "throttle_time": 0, "failed": failed}
     if durable or replicated:
-        return _after_fsync(ctx, durable, response, replicated, req.timeout.total_seconds())
+        return _after_fsync(ctx, durable, response, replicated, timeout_s)
     return _encode(ctx, response)
+
+
+async def _after_verification(ctx: RequestContext, held: list[_Held], responses: list[dict],
+                              durable: list[tuple[dict, PartitionLog]], replicated: list[Replicated], acks: int,
+                              timeout_s: float) -> RawResponse | None:
+    """The answer of a request with partitions held for their transaction's verification
+    (see :class:`_Held`): once every held partition is appended or refused (at most
+    :data:`HELD_VERIFICATION_MAX_S`: one still waiting then answers NOT_ENOUGH_REPLICAS,
+    Kafka's answer to a timed-out verification), as :func:`_handle` answers: acks=0
+    closes the connection if a partition failed (CloseConnection), else fsync and
+    replication waits as :func:`_after_fsync` (the request's ``timeout_s`` counted from
+    the append, as Kafka's DelayedProduce). A request cancelled while it waits (its
+    connection closed) appends nothing more."""
+    try:
+        await asyncio.wait([h.appended for h in held], timeout=HELD_VERIFICATION_MAX_S)
+    finally:
+        for h in held:
+            h.drop(ErrorCode.network_exception)
+    for h in held:
+        if h.plog is not None:
+            durable.append((h.resp, h.plog))
+        if h.wait is not None:
+            replicated.append((h.topic, h.resp, h.wait))
+    failed = any(p["error_code"] != ErrorCode.none for t in responses for p in t["partition_responses"])
+    answer = _answer(ctx, responses, durable, replicated, acks, failed, timeout_s)
+    return await answer if answer is not None and not isinstance(answer, RawResponse) else answer
 
 
 async def _after_fsync(ctx: RequestContext, durable: list[tuple[dict, PartitionLog]], response: dict,
