@@ -207,6 +207,27 @@ def test_locator_ignores_a_failed_leader_until_it_answers_itself_or_a_newer_epoc
     assert bootstrap.hint(4, 1, ("h2", 2)) and bootstrap.target() == ("h2", 2)
 
 
+def test_locator_skips_a_leader_that_failed_in_its_rounds_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    loc = ControllerLocator([A, B, C], VOTERS)
+    loc.hint(3000, 5)
+    loc.failed(A)  # e.g. a handshake timeout: A is paused
+    assert loc.target() == B
+    loc.failed(B)  # B and C know no leader yet (an election)
+    assert loc.target() == C
+    loc.failed(C)
+    assert loc.target() == B  # not A: each visit would cost a handshake timeout while B and C elect
+    monkeypatch.setattr(controller_channel, "STALE_SKIP_S", 0.0)
+    loc.hint(3000, 5, A, authoritative=True)
+    loc.failed(A)
+    loc.failed(B)
+    loc.failed(C)
+    assert loc.target() == A  # after the skip: every voter in turn again (A may lead still)
+    single = ControllerLocator([A], {3000: A})
+    single.hint(3000, 5)
+    single.failed(A)
+    assert single.target() == A
+
+
 # -- the channel ---------------------------------------------------------------------
 def test_a_request_answered_not_controller_goes_to_the_next_voter(net: Net) -> None:
     async def run() -> None:
