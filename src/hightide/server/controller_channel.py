@@ -228,6 +228,11 @@ class ControllerChannel:
         return self._conn is not None and self._conn.connected
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (every request fails at once)."""
+        return self._closed
+
+    @property
     def address(self) -> Address | None:
         """The address of the current connection, if any."""
         return (self._conn.host, self._conn.port) if self._conn is not None else None

@@ -224,7 +224,7 @@ class Forwarder:
                 if exc.sent:
                     raise OutcomeUnknown(f"the connection to the controller was lost with the request in "
                                          f"flight ({exc}); it may or may not have been applied") from exc
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.channel.closed:
                     raise NoActiveController(f"no controller could be reached: {exc}") from exc
                 continue  # never sent: the channel waits out its backoff before the next attempt
             except KafkaTimeoutError as exc:  # (a paused controller: the lifecycle's heartbeat resets the channel)
