@@ -62,6 +62,7 @@ class Net:
     def __init__(self) -> None:
         self.voters = {addr: Voter(node_id) for node_id, addr in VOTERS.items()}
         self.registrations = 0
+        self.metadata_offset: int | None = None  # the MetadataOffset an active voter's Envelope answer carries
 
     def __getitem__(self, addr: tuple[str, int]) -> Voter:
         return self.voters[addr]
@@ -77,6 +78,8 @@ class Net:
                 return SimpleNamespace(error_code=NOT_CONTROLLER, response_data=None)
             return SimpleNamespace(error_code=NOT_CONTROLLER)
         if api_key == 58:
+            if self.metadata_offset is not None and unknown_tags is not None:  # tag 10000 MetadataOffset
+                unknown_tags[0] = {10000: self.metadata_offset.to_bytes(8, "big", signed=True)}
             return SimpleNamespace(error_code=0, response_data=create_topics_answer(0))
         if api_key == 62:
             self.registrations += 1
@@ -98,7 +101,8 @@ class FakeConnection:
         self.host, self.port = host, port
         self.request_timeout_s = request_timeout_s
         self.connected = False
-        self.api_versions = {1: (4, 17), 19: (2, 7), 58: (0, 0), 62: (0, 4), 63: (0, 2)}
+        self.closed = asyncio.Event()
+        self.api_versions = {1: (4, 17), 19: (2, 7), 44: (0, 1), 58: (0, 0), 62: (0, 4), 63: (0, 2)}
 
     async def connect(self) -> None:
         voter = self.net[(self.host, self.port)]
@@ -120,6 +124,13 @@ class FakeConnection:
             raise KafkaConnectionError("connection closed")
         await asyncio.sleep(0)
         voter.received.append((api_key, body))
+        if voter.paused:  # SIGSTOPped after the connect: no answer until the timeout or a close
+            waiter = asyncio.ensure_future(self.closed.wait())
+            await asyncio.wait((waiter,), timeout=timeout_s or self.request_timeout_s)
+            waiter.cancel()
+            if self.closed.is_set():
+                raise KafkaConnectionError(f"{self.host}:{self.port}: connection closed")
+            raise KafkaTimeoutError(f"api {api_key} v{version} to {self.host}:{self.port} timed out")
         if voter.lose_next:
             voter.lose_next = False
             self.connected = False
@@ -131,6 +142,7 @@ class FakeConnection:
 
     async def close(self) -> None:
         self.connected = False
+        self.closed.set()
 
 
 @pytest.fixture
@@ -193,6 +205,27 @@ def test_locator_ignores_a_failed_leader_until_it_answers_itself_or_a_newer_epoc
     assert not loc.hint(-1, 7) and loc.leader_id == -1 and loc.target() == B  # an election: nobody leads
     bootstrap = ControllerLocator([("h", 1)])  # bootstrap servers: no voter ids
     assert bootstrap.hint(4, 1, ("h2", 2)) and bootstrap.target() == ("h2", 2)
+
+
+def test_locator_skips_a_leader_that_failed_in_its_rounds_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    loc = ControllerLocator([A, B, C], VOTERS)
+    loc.hint(3000, 5)
+    loc.failed(A)  # e.g. a handshake timeout: A is paused
+    assert loc.target() == B
+    loc.failed(B)  # B and C know no leader yet (an election)
+    assert loc.target() == C
+    loc.failed(C)
+    assert loc.target() == B  # not A: each visit would cost a handshake timeout while B and C elect
+    monkeypatch.setattr(controller_channel, "STALE_SKIP_S", 0.0)
+    loc.hint(3000, 5, A, authoritative=True)
+    loc.failed(A)
+    loc.failed(B)
+    loc.failed(C)
+    assert loc.target() == A  # after the skip: every voter in turn again (A may lead still)
+    single = ControllerLocator([A], {3000: A})
+    single.hint(3000, 5)
+    single.failed(A)
+    assert single.target() == A
 
 
 # -- the channel ---------------------------------------------------------------------
@@ -379,6 +412,176 @@ def test_heartbeats_move_to_the_new_active_controller_without_registering_again(
             assert {hb["broker_epoch"] for hb in net[B].of(63)} == {42}  # the same session
         finally:
             await mgr.close()
+            await ch.close()
+    asyncio.run(run())
+
+
+# -- a paused leader: every channel moves as soon as a new leader is known (issue 26 #4) --
+async def connected_to_a(ch: ControllerChannel, net: Net) -> None:
+    """Connect ``ch`` to A (the active controller), then SIGSTOP A and let B win."""
+    net[A].active = True
+    assert (await ch.request(63, 2, {"broker_epoch": 42})).error_code == 0 and ch.address == A
+    net[A].paused = True  # the connection stays open; A answers nothing any more
+    net[B].active = True
+
+
+async def settle(*tasks: asyncio.Future[Any], within: float) -> float:
+    """Wait for ``tasks`` at most ``within`` seconds; the time it took (cancels the rest)."""
+    started = time.monotonic()
+    _, pending = await asyncio.wait(tasks, timeout=within)
+    for task in pending:
+        task.cancel()
+    assert not pending, f"{len(pending)} of {len(tasks)} still waiting after {within} s"
+    return time.monotonic() - started
+
+
+def test_a_new_leader_hint_moves_the_next_request_off_a_paused_leader_at_once(net: Net) -> None:
+    async def run() -> None:
+        ch = channel(request_timeout_s=10.0)
+        try:
+            await connected_to_a(ch, net)
+            ch.locator.hint(3001, 2)  # the metadata fetch learned the new leader
+            beat = asyncio.ensure_future(ch.request(63, 2, {"broker_epoch": 42}))
+            await settle(beat, within=2.0)
+            assert beat.result().error_code == 0 and ch.address == B
+            assert len(net[A].of(63)) == 1  # nothing more was sent to the paused leader
+        finally:
+            await ch.close()
+    asyncio.run(run())
+
+
+def test_requests_in_flight_to_a_deposed_leader_are_abandoned_when_a_new_one_is_known(net: Net) -> None:
+    async def run() -> None:
+        ch = channel(request_timeout_s=10.0)
+        fwd = forwarder(ch)
+        try:
+            await connected_to_a(ch, net)
+            write = asyncio.ensure_future(fwd.forward(*create_topics(timeout_ms=10000)))
+            beat = asyncio.ensure_future(ch.request(63, 2, {"broker_epoch": 42}))
+            await async_wait_until(lambda: len(net[A].of(58)) == 1 and len(net[A].of(63)) == 2, 5,
+                                   what="both requests at the paused leader")
+            ch.locator.hint(3001, 2)
+            took = await settle(write, beat, within=2.0)
+            answer = write.result()  # its outcome is unknown: REQUEST_TIMED_OUT, never sent again
+            assert answer.topics[0].error_code == ErrorCode.request_timed_out and envelopes(net) == [1, 0, 0]
+            assert isinstance(beat.exception(), controller_channel.ControllerUnavailable)
+            assert beat.exception().sent  # type: ignore[union-attr]  # the caller decides (heartbeats: again)
+            assert took < 1.0
+            again = asyncio.ensure_future(fwd.forward(*create_topics(timeout_ms=10000)))  # the client's retry
+            await settle(again, within=2.0)
+            assert isinstance(again.result(), bytes) and envelopes(net) == [1, 1, 0]
+        finally:
+            await ch.close()
+    asyncio.run(run())
+
+
+def test_heartbeats_follow_a_new_leader_hint_away_from_a_paused_leader(net: Net) -> None:
+    async def run() -> None:
+        net[A].active = True
+        # session 9 s (Kafka's default): a heartbeat is given up on after 4.5 s
+        settings = SimpleNamespace(node_id=1, heartbeat_interval_ms=50, session_timeout_ms=9000)
+        ch = channel(request_timeout_s=10.0)
+        mgr = BrokerLifecycleManager(settings, ch, lambda: "c1", lambda: {}, lambda lao: None)  # type: ignore[arg-type]
+        mgr.core.on_caught_up(0)
+        mgr.start()
+        try:
+            await async_wait_until(lambda: len(net[A].of(63)) >= 2, 5, what="heartbeats to A")
+            net[A].paused = True
+            net[B].active = True
+            await asyncio.sleep(0.2)  # a heartbeat is in flight to the paused A
+            hinted = time.monotonic()
+            ch.locator.hint(3001, 2)
+            await async_wait_until(lambda: len(net[B].of(63)) >= 2, 5, what="heartbeats to B")
+            assert time.monotonic() - hinted < 1.5  # not the 4.5 s heartbeat timeout
+            assert net.registrations == 1 and {hb["broker_epoch"] for hb in net[B].of(63)} == {42}
+        finally:
+            await mgr.close()
+            await ch.close()
+    asyncio.run(run())
+
+
+# -- forwarded writes answer by their deadline (issue 26 #5) -------------------------------
+def alter_configs() -> tuple[Any, Any]:
+    """An IncrementalAlterConfigs (no timeout field) as a broker receives it."""
+    ctx = SimpleNamespace(header=SimpleNamespace(api_key=44, api_version=1, correlation_id=6, client_id="c"),
+                          peer="127.0.0.1:5555", principal=None)
+    req = materialize(request_schema(44, 1), {"resources": [{"resource_type": 2, "resource_name": "t", "configs": [
+        {"name": "retention.ms", "config_operation": 0, "value": "1000"}]}], "validate_only": False})
+    return ctx, req
+
+
+async def answer_times(calls: list[Any], within: float) -> list[tuple[float, Any]]:
+    """Run ``calls`` (coroutines) at once; (seconds until each answered, its answer)."""
+    started = time.monotonic()
+    out: list[tuple[float, Any]] = []
+
+    async def timed(call: Any) -> None:
+        answer = await call
+        out.append((time.monotonic() - started, answer))
+    await settle(*(asyncio.ensure_future(timed(c)) for c in calls), within=within)
+    return out
+
+
+def test_forwarded_writes_answer_by_their_timeout_with_several_callers_queued(net: Net) -> None:
+    async def run() -> None:
+        for addr in (A, B, C):
+            net[addr].paused = True  # every voter accepts the socket and never answers (2 s handshakes)
+        ch = channel(request_timeout_s=10.0)
+        fwd = forwarder(ch)
+        try:
+            answers = await answer_times([fwd.forward(*create_topics(timeout_ms=1000)) for _ in range(4)], 10.0)
+            assert all(a.topics[0].error_code == ErrorCode.request_timed_out for _, a in answers)
+            assert max(t for t, _ in answers) < 1.5, sorted(t for t, _ in answers)  # 1 s + slack
+        finally:
+            await ch.close()
+    asyncio.run(run())
+
+
+def test_a_forwarded_write_without_a_timeout_field_answers_by_the_default(
+        net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hightide.server import forwarding
+    monkeypatch.setattr(forwarding, "DEFAULT_TIMEOUT_MS", 1000)
+
+    async def run() -> None:
+        for addr in (A, B, C):
+            net[addr].paused = True
+        ch = channel(request_timeout_s=10.0)
+        fwd = forwarder(ch)
+        try:
+            answers = await answer_times([fwd.forward(*alter_configs()) for _ in range(3)], 10.0)
+            for _, a in answers:
+                assert [(r.error_code, r.resource_name) for r in a.responses] == [(ErrorCode.request_timed_out, "t")]
+            assert max(t for t, _ in answers) < 1.5, sorted(t for t, _ in answers)
+        finally:
+            await ch.close()
+    asyncio.run(run())
+
+
+def test_not_controller_everywhere_answers_by_the_timeout_despite_the_backoff(net: Net) -> None:
+    async def run() -> None:
+        ch = channel(request_timeout_s=10.0, max_backoff_s=5.0)  # nobody leads: NOT_CONTROLLER everywhere
+        fwd = forwarder(ch)
+        try:
+            answers = await answer_times([fwd.forward(*create_topics(timeout_ms=2000))], 10.0)
+            assert answers[0][1].topics[0].error_code == ErrorCode.request_timed_out
+            assert answers[0][0] < 2.5, answers[0][0]
+        finally:
+            await ch.close()
+    asyncio.run(run())
+
+
+def test_the_read_gate_wait_of_a_forwarded_write_ends_at_its_timeout(net: Net) -> None:
+    async def run() -> None:
+        net[A].active = True
+        net.metadata_offset = 7  # the write's records end at offset 7; no broker acknowledges it
+        ch = channel(request_timeout_s=10.0)
+        gate = ReadGate("acknowledged", 5000, lao=lambda: -1, applied=lambda: 7, content=lambda: 7)
+        fwd = Forwarder(ch, gate)
+        try:
+            answers = await answer_times([fwd.forward(*create_topics(timeout_ms=1000))], 10.0)
+            took, answer = answers[0]
+            assert isinstance(answer, bytes) and took < 1.5, took  # applied: its answer, not the 5 s gate bound
+        finally:
             await ch.close()
     asyncio.run(run())
 

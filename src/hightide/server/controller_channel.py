@@ -10,21 +10,32 @@ else nobody, and then the next address to try in round-robin order over the vote
 ``controller.quorum.bootstrap.servers``). A hint older than the one known is ignored; a
 leader that failed us (connection lost, NOT_CONTROLLER) is forgotten, and a hint naming
 that same leader in that same epoch is ignored until the leader itself answers or a newer
-epoch is heard of. A broker's channels share one locator, so what the metadata Fetch
-learns moves the lifecycle channel too.
+epoch is heard of; for STALE_SKIP_S the round-robin asks the other voters only (they
+name the new leader as soon as it is elected; a paused leader would hold each visit for
+a 2 s handshake). A broker's channels share one locator, so what the metadata Fetch
+learns moves the lifecycle channel too: when a hint names a leader at another address,
+every channel leaves its connection to another voter at once (a SIGSTOPped leader
+keeps its sockets open and answers nothing). The requests in flight on it are abandoned
+(``sent=True``, below: the old leader may have run them) and the next request goes to
+the new leader.
 
 :class:`ControllerChannel` owns at most one current
 :class:`~hightide.client.connection.BrokerConnection` (pipelined requests matched by
 correlation id, the ApiVersions handshake on connect). :meth:`ControllerChannel.request`
 connects on demand to the locator's target; after a failed attempt it waits an
 exponential backoff (50 ms doubling to ``max_backoff_s``; reset by a new leader hint and
-by a success) before the next one. Two failures are told apart:
+by a success) before the next one. One connect attempt runs at a time, shared by every
+request that needs it, and each request waits for it only until its own deadline (the
+backoff and the handshake included), so callers never queue behind each other's
+attempts. Two failures are told apart:
 
 * **not sent** (no connection could be made): :class:`ControllerUnavailable` with
   ``sent=False``; repeating the request is safe;
-* **outcome unknown** (the connection broke with the request in flight):
-  ``sent=True``; the controller may have processed it. The connection is dropped and
-  the next request goes to the next candidate.
+* **outcome unknown** (the connection broke with the request in flight, or the channel
+  abandoned it for a new leader): ``sent=True``; the controller may have processed it.
+  The connection is dropped and the next request goes to the next candidate (or the new
+  leader). Heartbeats, registrations and the metadata Fetch are sent again by their
+  callers; a forwarded write is not (:mod:`.forwarding`).
 
 An answer whose top-level ``ErrorCode`` is NOT_CONTROLLER (41: the voter is not the
 active controller; it processed nothing) retires that connection — it is closed once
@@ -59,6 +70,10 @@ INITIAL_BACKOFF_S = 0.05
 #: Connect and ApiVersions handshake bound: a paused controller accepts the socket (the
 #: kernel does) but never answers (Kafka's raft request timeout is 2 s).
 CONNECT_TIMEOUT_S = 2.0
+#: How long the round-robin skips a leader that failed us (while the others have another
+#: to try): a paused leader would hold each visit for CONNECT_TIMEOUT_S while the other
+#: voters elect a new one (their fetch timeout, 2 s, and a vote or two).
+STALE_SKIP_S = 2.0
 NOT_CONTROLLER = int(ErrorCode.not_controller)
 
 Address = tuple[str, int]
@@ -94,8 +109,12 @@ class ControllerLocator:
         self.leader_address: Address | None = None
         self._next = 0
         self._stale: tuple[int, int] | None = None  # (id, epoch) of a leader that failed us
+        self._stale_address: Address | None = None  # its address, skipped in turn until _stale_until
+        self._stale_until = 0.0
         #: Bumped whenever a new leader address is learned (channels reset their backoff).
         self.generation = 0
+        #: Called (synchronously, no arguments) after each new leader address.
+        self.listeners: list[Callable[[], None]] = []
 
     def hint(self, leader_id: int, epoch: int, address: Address | None = None, *, authoritative: bool = False) -> bool:
         """Node ``leader_id`` leads ``epoch`` (``leader_id`` -1: an election is on in
@@ -121,13 +140,21 @@ class ControllerLocator:
             self.leader_address = address
         if changed:
             self.generation += 1
+            for listener in list(self.listeners):
+                listener()
         return changed
 
     def target(self) -> Address:
-        """The address to connect to: the known leader's, else the next in turn."""
+        """The address to connect to: the known leader's, else the next in turn — not the
+        leader that failed us less than STALE_SKIP_S ago while there is another."""
         if self.leader_address is not None:
             return self.leader_address
-        return self.addresses[self._next % len(self.addresses)]
+        n = len(self.addresses)
+        for i in range(n):
+            address = self.addresses[(self._next + i) % n]
+            if address != self._stale_address or time.monotonic() >= self._stale_until:
+                return address
+        return self.addresses[self._next % n]
 
     def failed(self, address: Address) -> None:
         """``address`` did not serve (unreachable, connection lost, NOT_CONTROLLER): if
@@ -135,6 +162,7 @@ class ControllerLocator:
         the next target is the address after it in turn."""
         if address == self.leader_address:
             self._stale = (self.leader_id, self.leader_epoch)
+            self._stale_address, self._stale_until = address, time.monotonic() + STALE_SKIP_S
             self.leader_address = None
             self.leader_id = -1
         if address in self.addresses:
@@ -169,7 +197,7 @@ class ControllerChannel:
         #: :func:`~.listener_security.controller_client_security`.
         self.security = security
         self._conn: BrokerConnection | None = None
-        self._lock = asyncio.Lock()
+        self._attempt: asyncio.Task[BrokerConnection] | None = None  # the connect attempt under way
         self._backoff_s = 0.0
         self._retry_at = 0.0  # monotonic time before which no connect is attempted
         self._generation = self.locator.generation
@@ -177,11 +205,13 @@ class ControllerChannel:
         self._closing: set[asyncio.Task[None]] = set()  # connections being closed after a drop
         self._in_flight: dict[BrokerConnection, int] = {}
         self._retired: set[BrokerConnection] = set()  # closed once their requests are answered
+        self._abandoned: set[BrokerConnection] = set()  # left for a new leader with requests in flight
         self._warned: set[str] = set()  # connect failures logged since the last success
         #: Requests answered NOT_CONTROLLER and sent again (for tests and logs).
         self.not_controller_retries = 0
         #: Called with the new connection's ApiVersions map after each successful connect.
         self.on_connect: Callable[[dict[int, tuple[int, int]]], None] | None = None
+        self.locator.listeners.append(self._leader_moved)
 
     @property
     def addresses(self) -> list[Address]:
@@ -198,49 +228,83 @@ class ControllerChannel:
         return self._conn is not None and self._conn.connected
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (every request fails at once)."""
+        return self._closed
+
+    @property
     def address(self) -> Address | None:
         """The address of the current connection, if any."""
         return (self._conn.host, self._conn.port) if self._conn is not None else None
 
-    async def connection(self) -> BrokerConnection:
-        """The open connection, connecting first if needed (waiting out the backoff of an
-        earlier failed attempt, unless a new leader was heard of meanwhile). Raises
-        :class:`ControllerUnavailable` (``sent=False``) if the attempt fails."""
-        if self._conn is not None and self._conn.connected:
-            return self._conn
-        async with self._lock:
-            if self._conn is not None and self._conn.connected:
-                return self._conn
+    async def connection(self, deadline: float | None = None) -> BrokerConnection:
+        """The open connection, connecting first if needed: joins the connect attempt under
+        way or starts one (it waits out the backoff of an earlier failed attempt, unless a
+        new leader was heard of meanwhile; the handshake is bounded by CONNECT_TIMEOUT_S).
+        Waits at most until ``deadline`` (monotonic; None: for the one attempt). Raises
+        :class:`ControllerUnavailable` (``sent=False``) if the attempt fails or the
+        deadline comes first (the attempt goes on for the other callers)."""
+        while True:
+            conn = self._conn
+            if conn is not None and conn.connected:
+                return conn
             if self._closed:
                 raise ControllerUnavailable(f"{self.name} channel closed")
-            await self._wait_backoff()
-            old, self._conn = self._conn, None
-            if old is not None:
-                self._close_later(old)
-            host, port = self.locator.target()
-            conn = BrokerConnection(host, port, self.client_id, security=self.security,
-                                    request_timeout_s=min(self.request_timeout_s, CONNECT_TIMEOUT_S))
-            try:
-                await self._connect(conn)
-            except _LeaderMoved:
-                self._close_later(conn)
-                raise ControllerUnavailable(f"a new leader was heard of while connecting to {host}:{port}") from None
-            except (KafkaError, OSError) as exc:
-                self.locator.failed((host, port))
-                self._back_off()
-                message = f"cannot reach the controller at {host}:{port}: {exc}"
-                if message not in self._warned:  # once per address and cause until a connect succeeds
-                    log.warning("%s channel: %s (retrying)", self.name, message)
-                    self._warned.add(message)
-                raise ControllerUnavailable(message) from exc
-            if self._warned:
-                log.info("%s channel: connected to the controller at %s:%d", self.name, host, port)
-                self._warned.clear()
-            conn.request_timeout_s = self.request_timeout_s
-            self._conn = conn
-            if self.on_connect is not None:
-                self.on_connect(conn.api_versions)
-            return conn
+            attempt = self._attempt
+            if attempt is None or attempt.done():
+                attempt = self._attempt = asyncio.get_running_loop().create_task(
+                    self._open(), name=f"{self.name}-channel-connect")
+                attempt.add_done_callback(_retrieve)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise ControllerUnavailable(f"{self.name} channel: no connection to the active controller in time")
+            done, _ = await asyncio.wait((attempt,), timeout=left)
+            if not done:
+                raise ControllerUnavailable(f"{self.name} channel: no connection to the active controller in time")
+            if attempt.cancelled():
+                raise ControllerUnavailable(f"{self.name} channel closed")
+            failure = attempt.exception()
+            if failure is not None:  # else: connected (or moved on since): look again
+                raise ControllerUnavailable(str(failure)) from failure
+
+    async def _open(self) -> BrokerConnection:
+        """One connect attempt to the locator's target (see :meth:`connection`)."""
+        await self._wait_backoff()
+        if self._closed:
+            raise ControllerUnavailable(f"{self.name} channel closed")
+        old, self._conn = self._conn, None
+        if old is not None:
+            self._close_later(old)
+        host, port = self.locator.target()
+        conn = BrokerConnection(host, port, self.client_id, security=self.security,
+                                request_timeout_s=min(self.request_timeout_s, CONNECT_TIMEOUT_S))
+        try:
+            await self._connect(conn)
+            moved_to = self.locator.leader_address
+            if moved_to is not None and moved_to != (host, port):  # heard of as the handshake ended
+                raise _LeaderMoved()
+        except _LeaderMoved:
+            self._close_later(conn)
+            raise ControllerUnavailable(f"a new leader was heard of while connecting to {host}:{port}") from None
+        except (KafkaError, OSError) as exc:
+            self.locator.failed((host, port))
+            self._back_off()
+            message = f"cannot reach the controller at {host}:{port}: {exc}"
+            if message not in self._warned:  # once per address and cause until a connect succeeds
+                log.warning("%s channel: %s (retrying)", self.name, message)
+                self._warned.add(message)
+            raise ControllerUnavailable(message) from exc
+        if self._closed:
+            self._close_later(conn)
+            raise ControllerUnavailable(f"{self.name} channel closed")
+        if self._warned:
+            log.info("%s channel: connected to the controller at %s:%d", self.name, host, port)
+            self._warned.clear()
+        conn.request_timeout_s = self.request_timeout_s
+        self._conn = conn
+        if self.on_connect is not None:
+            self.on_connect(conn.api_versions)
+        return conn
 
     async def _connect(self, conn: BrokerConnection) -> None:
         """``conn.connect()`` (socket and ApiVersions, bounded by CONNECT_TIMEOUT_S: a
@@ -302,7 +366,7 @@ class ControllerChannel:
         refused: Any = None  # the last NOT_CONTROLLER answer
         while True:
             try:
-                conn = await self.connection()
+                conn = await self.connection(deadline)
             except ControllerUnavailable:
                 if time.monotonic() >= deadline or self._retry_at >= deadline or self._closed:
                     if refused is not None:
@@ -322,6 +386,10 @@ class ControllerChannel:
             except KafkaTimeoutError:
                 raise
             except KafkaConnectionError as exc:
+                if conn in self._abandoned:
+                    raise ControllerUnavailable(
+                        f"{self.name} channel: the request in flight to {conn.host}:{conn.port} was abandoned: the "
+                        f"active controller is {self.locator.describe()} now", sent=True) from exc
                 self._drop(conn, str(exc))
                 raise ControllerUnavailable(str(exc), sent=True) from exc
             finally:
@@ -343,6 +411,7 @@ class ControllerChannel:
             self._in_flight[conn] = left
             return
         self._in_flight.pop(conn, None)
+        self._abandoned.discard(conn)
         if conn in self._retired:
             self._retired.discard(conn)
             self._close_later(conn)
@@ -361,6 +430,20 @@ class ControllerChannel:
             self._retired.add(conn)
         else:
             self._close_later(conn)
+
+    def _leader_moved(self) -> None:
+        """The locator learned a new leader address: leave a connection to another voter
+        now (closing it abandons its requests in flight; see the module doc)."""
+        conn, target = self._conn, self.locator.leader_address
+        if conn is None or target is None or (conn.host, conn.port) == target or self._closed:
+            return
+        self._conn = None
+        log.info("%s channel: leaving %s:%d for the active controller %s%s", self.name, conn.host, conn.port,
+                 self.locator.describe(), f" ({self._in_flight[conn]} request(s) in flight abandoned)"
+                 if self._in_flight.get(conn) else "")
+        if self._in_flight.get(conn):
+            self._abandoned.add(conn)
+        self._close_later(conn)
 
     def _drop(self, conn: BrokerConnection, reason: str) -> None:
         if self._conn is conn:
@@ -390,9 +473,21 @@ class ControllerChannel:
 
     async def close(self) -> None:
         self._closed = True
+        with contextlib.suppress(ValueError):
+            self.locator.listeners.remove(self._leader_moved)
+        attempt, self._attempt = self._attempt, None
+        if attempt is not None and not attempt.done():
+            attempt.cancel()
+            await asyncio.wait((attempt,), timeout=CONNECT_TIMEOUT_S)
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
         for retired in list(self._retired):
             await retired.close()
         self._retired.clear()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A connect attempt's failure is its waiters' to raise; none may be left to see it."""
+    if not task.cancelled():
+        task.exception()

@@ -26,6 +26,14 @@ Theory of operation
   API's error response with ``REQUEST_TIMED_OUT`` (retriable) for every item, as Kafka's
   forwarding answers a timeout. With no active controller until the timeout, likewise;
   any other Envelope error is answered with that error code.
+* **Deadline**: every forwarded request is answered by its deadline, counted from when
+  the handler starts: the request's ``timeout`` field (CreateTopics, DeleteTopics,
+  CreatePartitions, ...; at least 1 s), else :data:`DEFAULT_TIMEOUT_MS` (30 s, Kafka's
+  ``controller.socket.timeout.ms`` that bounds a forwarded request in flight). It covers
+  waiting for a connection (another caller's attempt, the backoff, the handshake), every
+  NOT_CONTROLLER re-send and the read gate: a write answered by the controller but not
+  yet covered at the gate is answered at the deadline with the controller's answer, as
+  after ``metadata.read.max.wait.ms``.
 * **Remote writes** (:class:`RemoteMetadataWrites`): what a broker writes for itself —
   topics auto-created by Metadata and the coordinators' internal topics (a CreateTopics
   in an Envelope, so the answer carries MetadataOffset and the broker can wait until its
@@ -68,6 +76,9 @@ FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 30: "CreateAcls", 31: "Dele
              55: "DescribeQuorum", 57: "UpdateFeatures"}
 ENVELOPE_KEY = 58
 TAG_METADATA_OFFSET = 10000
+#: The deadline of a forwarded request whose API has no timeout field (IncrementalAlterConfigs,
+#: CreateAcls, ...): Kafka's controller.socket.timeout.ms (30 s), which bounds a forwarded
+#: request in flight in Kafka's NodeToControllerChannelManager.
 DEFAULT_TIMEOUT_MS = 30000
 CREATE_TOPICS_VERSION_MAX = 7
 _I64 = struct.Struct(">q")
@@ -213,7 +224,7 @@ class Forwarder:
                 if exc.sent:
                     raise OutcomeUnknown(f"the connection to the controller was lost with the request in "
                                          f"flight ({exc}); it may or may not have been applied") from exc
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.channel.closed:
                     raise NoActiveController(f"no controller could be reached: {exc}") from exc
                 continue  # never sent: the channel waits out its backoff before the next attempt
             except KafkaTimeoutError as exc:  # (a paused controller: the lifecycle's heartbeat resets the channel)
@@ -256,7 +267,7 @@ class Forwarder:
                                   f"the controller did not answer the forwarded {name}: {exc}")
         self.forwarded += 1
         if offset is not None:
-            await self.gate.wait_write(offset, f"the forwarded {name} (metadata offset {offset})")
+            await self.gate.wait_write(offset, f"the forwarded {name} (metadata offset {offset})", deadline)
         frame = bytearray(len(data).to_bytes(4, "big") + data)
         frame[4:8] = header.correlation_id.to_bytes(4, "big", signed=True)
         return bytes(frame)
@@ -306,7 +317,7 @@ class RemoteMetadataWrites:
         channel = self.forwarder.channel
         deadline = time.monotonic() + timeout_s
         try:
-            await channel.connection()
+            await channel.connection(deadline)
             version = channel.pick_version(19, CREATE_TOPICS_VERSION_MAX, 2)
         except (ControllerUnavailable, KafkaError) as exc:
             raise CoordinatorUnavailable(f"the controller cannot be reached: {exc}") from exc
@@ -323,7 +334,7 @@ class RemoteMetadataWrites:
         resp = decode_response(19, version, data)[1]
         if offset is not None:
             await self.forwarder.gate.wait_applied(offset, max(0.1, deadline - time.monotonic()))
-            await self.forwarder.gate.wait_write(offset, f"topic creation (metadata offset {offset})")
+            await self.forwarder.gate.wait_write(offset, f"topic creation (metadata offset {offset})", deadline)
         return [TopicResult(r.name, ErrorCode(int(r.error_code)), r.error_message, getattr(r, "topic_id", None),
                             int(getattr(r, "num_partitions", -1)), int(getattr(r, "replication_factor", -1)))
                 for r in resp.topics]

@@ -87,12 +87,14 @@ class ReadGate:
                 self._applied_waiters = _live(self._applied_waiters)
         return self._applied() >= offset
 
-    async def wait_write(self, offset: int, what: str) -> bool:
+    async def wait_write(self, offset: int, what: str, deadline: float | None = None) -> bool:
         """Hold a forwarded write until ``offset`` is covered (acknowledged mode), at most
-        ``metadata.read.max.wait.ms``; True if covered, False if answered without."""
+        ``metadata.read.max.wait.ms`` and never past ``deadline`` (monotonic: the
+        request's own); True if covered, False if answered without."""
         if not self.acknowledged or offset < 0:
             return True
-        return await self._wait(offset, what, time.monotonic() + self.max_wait_ms / 1000)
+        until = time.monotonic() + self.max_wait_ms / 1000
+        return await self._wait(offset, what, until if deadline is None else min(until, deadline))
 
     async def wait_read(self, what: str) -> bool:
         """Hold a metadata read until the LAO covers this broker's last applied content
