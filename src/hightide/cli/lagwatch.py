@@ -31,7 +31,8 @@ def snapshot_doc(snap: Any) -> dict[str, Any]:
             "duration_s": round(snap.duration_s, 4),
             "groups": {g: {"state": r.state, "status": r.status.status.value if r.status else None,
                            "complete": r.status.complete if r.status else None,
-                           "total_lag": r.total_lag, "max_time_lag_ms": r.max_time_lag_ms,
+                           "total_lag": r.total_lag, "total_lag_estimated": r.total_lag_estimated,
+                           "max_time_lag_ms": r.max_time_lag_ms,
                            "error": r.error, "partitions": offset_rows(r)}
                        for g, r in sorted(snap.groups.items())}}
 

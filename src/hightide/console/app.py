@@ -81,11 +81,13 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
 
     # -- rendering -------------------------------------------------------------------------------
     def banner() -> dict[str, Any] | None:
-        if sampler.error is None:
-            return None
         now = int(time.time() * 1000)
-        return {"error": sampler.error, "bootstrap": config.bootstrap,
-                "since": views.fmt_ms(now - sampler.error_since_ms) if sampler.error_since_ms else None,
+        current = sampler.current_error(now)
+        if current is None:
+            return None
+        error, since = current
+        return {"error": error, "bootstrap": config.bootstrap,
+                "since": views.fmt_ms(now - since) if since else None,
                 "last_ok": views.fmt_time(sampler.last_ok_ms), "retry_s": sampler.interval_s,
                 "has_data": sampler.snapshot is not None}
 
