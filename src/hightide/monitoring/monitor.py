@@ -43,7 +43,7 @@ from ..lag import (
 )
 from ..lag.endoffsets import DEFAULT_GRACE_MS, EndOffsetMemory, EndOffsets
 from ..lag.offsets import uncommitted_estimate
-from ..lag.status import Status
+from ..lag.status import unjudged
 
 __all__ = ["GroupReport", "LagMonitor", "PartitionReport", "PartitionReports", "Snapshot", "TopicPartitionReport"]
 
@@ -442,7 +442,7 @@ class LagMonitor:
         statuses: dict[TopicPartition, StatusRow] = self.tracker.observe_rows(
             group, ctx.now, lag, active, read_committed=ctx.read_committed, next_visible=ctx.skipped)
         if ctx.unprobed:
-            _unjudged(statuses, lag, ctx.unprobed)
+            unjudged({row[0] for row in lag if row[1] is not None and (row[0], row[1]) in ctx.unprobed}, statuses)
         # (partitions assigned to a member without any commit are in ``lag`` too, with
         # their end offsets: see _add_assigned; they are no_commit, status ERR)
         # = self.tracker.group_status(group, now, active, keys=list(lag)), without
@@ -656,20 +656,6 @@ def is_network(exc: KafkaError) -> bool:
 
 def _describe_error(exc: object) -> str:
     return f"{type(exc).__name__}: {exc}"
-
-
-def _unjudged(statuses: dict[TopicPartition, StatusRow], rows: list[LagRow],
-              unprobed: dict[tuple[TopicPartition, int], str]) -> None:
-    """Partitions whose run after the commit could not be probed for markers are not
-    judged (OK, incomplete, reason ``tail_unprobed``) unless rule 1 made them ERR: their
-    raw lag is only an upper bound (they may be caught up at the markers)."""
-    for row in rows:
-        tp, c = row[0], row[1]
-        if c is None or (tp, c) not in unprobed:
-            continue
-        st = statuses.get(tp)
-        if st is not None and st[0] not in (Status.ERR, Status.OK):
-            statuses[tp] = (Status.OK, "tail_unprobed", False, st[3])
 
 
 def _partition_of(row: LagRow) -> TopicPartition:
