@@ -189,7 +189,9 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
 
     async def status_api(request: Request) -> Response:
         snap = sampler.snapshot
-        return JSONResponse({"bootstrap": config.bootstrap, "samples": sampler.samples, "error": sampler.error,
+        current = sampler.current_error()
+        return JSONResponse({"bootstrap": config.bootstrap, "samples": sampler.samples,
+                             "error": current[0] if current else None,
                              "last_ok_ms": sampler.last_ok_ms, "last_sample_s": sampler.last_duration_s,
                              "groups": len(snap.groups) if snap else None,
                              "group_partitions": sum(len(g.partitions) for g in snap.groups.values()) if snap else None,
