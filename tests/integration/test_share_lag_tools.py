@@ -159,3 +159,21 @@ def test_live_share_consumers_lag_agrees(server, topic_name, exporter):  # noqa:
               for s in ("available", "not_persisted")}
     assert counts["available"] + counts["not_persisted"] == oracle
     assert counts["not_persisted"] >= 15
+
+
+def test_lag_watch_shows_share_groups(server, share_oracle):
+    """Issue 30 item 5: ``lag watch SHARE_GROUP`` shows the share partitions' start offset,
+    end and lag (before: ``group=-`` and an empty table); without arguments share groups
+    are watched too."""
+    topic, group, expected = share_oracle
+    doc = json.loads(run(server, "lag", "watch", group, "--iterations", "1", "-o", "json").stdout)
+    assert group not in doc["groups"]
+    sg = doc["share_groups"][group]
+    assert {r["partition"]: r["lag"] for r in sg["partitions"]} == expected and sg["total_lag"] == 9
+    assert {r["partition"]: r["current_offset"] for r in sg["partitions"]} == {0: 2, 1: 1}
+    table = run(server, "lag", "watch", group, "--iterations", "1").stdout
+    assert f"{group}=share:Empty" in table
+    lines = [line.split() for line in table.splitlines() if line.startswith(group)]
+    assert [(ln[1], ln[2], ln[5]) for ln in lines] == [(topic, "0", "7"), (topic, "1", "2")], table
+    everything = json.loads(run(server, "lag", "watch", "--iterations", "1", "-o", "json").stdout)
+    assert everything["share_groups"][group]["total_lag"] == 9

@@ -47,6 +47,8 @@ def _reference(mem: EndOffsetMemory, lags: dict, now: int, limit: int, records: 
                 probes.setdefault(tp, ([], end))[0].append(c)
             if records and lag is not None and lag > 0 and c is not None:
                 pending.setdefault(tp, set()).add(max(c, start or 0))
+            if records and c is None and end is not None and start is not None and end > start:
+                pending.setdefault(tp, set()).add(start)  # no commit: estimated from the log start
     return out, stale, bounds, probes, pending
 
 
@@ -102,7 +104,7 @@ def test_scan_leaves_rows_without_a_settled_end_untouched() -> None:
     assert scan.lags is lags and scan.stale == set()
     assert scan.bounds == {TPS[0]: (10, 0), TPS[1]: (10, 0)}
     assert scan.probes == {TPS[0]: ([5], 10)}
-    assert scan.pending == {TPS[0]: {5}}
+    assert scan.pending == {TPS[0]: {5}, TPS[1]: {0}}  # no commit: the log start record (an estimate)
 
 
 def test_the_status_pass_looks_up_only_committed_offsets_facing_skipped_records() -> None:

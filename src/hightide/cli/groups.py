@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from ..lag.timelag import CAUGHT_UP_AT_MARKERS
 from . import main
 from ._common import (
     Col,
@@ -80,12 +81,17 @@ def offset_rows(report: Any) -> list[dict[str, Any]]:
         if tl is not None and tl.certainty != "exact":
             notes.append(f"time-lag {tl.certainty} ({tl.method})")
         notes += _transaction_notes(p.offsets)
+        if tl is not None and tl.reason == CAUGHT_UP_AT_MARKERS:
+            notes.append("time-lag 0: caught up at markers")
+        if p.offsets.estimated_lag is not None:
+            notes.append(f"no commit: estimated lag {p.offsets.estimated_lag}")
         rows.append({
             "group": p.group, "topic": p.topic, "partition": p.partition,
             "current_offset": p.offsets.committed, "log_end_offset": p.offsets.end_offset,
             "log_start_offset": p.offsets.log_start_offset, "lag": p.lag,
             "high_watermark": p.high_watermark, "last_stable_offset": p.last_stable_offset,
             "pending": p.offsets.pending, "invisible_tail": p.offsets.invisible_tail,
+            "estimated_lag": p.offsets.estimated_lag,
             "consumer_id": p.member.consumer_id if p.member else None,
             "host": p.member.host if p.member else None,
             "client_id": p.member.client_id if p.member else None,
@@ -117,7 +123,8 @@ def _state_row(report: Any, coordinator: str | None) -> dict[str, Any]:
             "assignment_strategy": report.assignment_strategy,
             "state": report.state, "members": None if report.members is None else len(report.members),
             "status": report.status.status.value if report.status else None,
-            "total_lag": report.total_lag, "max_time_lag_ms": report.max_time_lag_ms, "error": report.error}
+            "total_lag": report.total_lag, "total_lag_estimated": report.total_lag_estimated,
+            "max_time_lag_ms": report.max_time_lag_ms, "error": report.error}
 
 
 @groups.command("describe")

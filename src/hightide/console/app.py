@@ -81,11 +81,13 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
 
     # -- rendering -------------------------------------------------------------------------------
     def banner() -> dict[str, Any] | None:
-        if sampler.error is None:
-            return None
         now = int(time.time() * 1000)
-        return {"error": sampler.error, "bootstrap": config.bootstrap,
-                "since": views.fmt_ms(now - sampler.error_since_ms) if sampler.error_since_ms else None,
+        current = sampler.current_error(now)
+        if current is None:
+            return None
+        error, since = current
+        return {"error": error, "bootstrap": config.bootstrap,
+                "since": views.fmt_ms(now - since) if since else None,
                 "last_ok": views.fmt_time(sampler.last_ok_ms), "retry_s": sampler.interval_s,
                 "has_data": sampler.snapshot is not None}
 
@@ -187,7 +189,9 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
 
     async def status_api(request: Request) -> Response:
         snap = sampler.snapshot
-        return JSONResponse({"bootstrap": config.bootstrap, "samples": sampler.samples, "error": sampler.error,
+        current = sampler.current_error()
+        return JSONResponse({"bootstrap": config.bootstrap, "samples": sampler.samples,
+                             "error": current[0] if current else None,
                              "last_ok_ms": sampler.last_ok_ms, "last_sample_s": sampler.last_duration_s,
                              "groups": len(snap.groups) if snap else None,
                              "group_partitions": sum(len(g.partitions) for g in snap.groups.values()) if snap else None,

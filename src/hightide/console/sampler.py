@@ -7,7 +7,13 @@ kept across samples so the status window fills and interpolation has its samples
 
 When the cluster cannot be reached the sampler keeps the last good snapshot, records the
 error and when it happened (the pages show a banner, never a stack trace), closes the
-client and connects again on the next round.
+client and connects again on the next round. A sample is stored only whole: one during
+which a broker did not answer (a network error anywhere in it, :attr:`Snapshot.outage`;
+share groups included — a network error is never "share groups not supported") is an
+outage, and so is one that outlasts ``sample_timeout_s``. The pages' banner
+(:meth:`Sampler.current_error`) also shows once no whole sample came for two sampling
+intervals (plus the last sample's duration), so a sample hanging on a silent broker is
+seen within two intervals, before its deadline.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ class Sampler:
 
     def __init__(self, bootstrap: str, *, interval_s: float = 5.0, history_s: float = 3600.0,
                  max_points: int = 720, rules: StatusRules | None = None,
-                 client_options: dict[str, Any] | None = None, clock: Callable[[], float] = time.time) -> None:
+                 client_options: dict[str, Any] | None = None, clock: Callable[[], float] = time.time,
+                 sample_timeout_s: float | None = None) -> None:
         self.bootstrap = bootstrap
         self.interval_s = interval_s
         self.history_ms = int(history_s * 1000)
@@ -47,6 +54,8 @@ class Sampler:
         self.rules = rules or StatusRules(window_ms=max(1, int(interval_s * 10_000)), min_samples=5)
         self.client_options = {"request_timeout_s": 5.0, **(client_options or {})}
         self.clock = clock
+        self.sample_timeout_s = sample_timeout_s if sample_timeout_s is not None else max(10.0, 2 * interval_s)
+        """A sample not finished by then is abandoned (an outage)."""
         self.monitor: LagMonitor | None = None
         self.snapshot: Snapshot | None = None
         self.share: ShareSnapshot | None = None
@@ -145,13 +154,33 @@ class Sampler:
         if admin is not None:
             await _close(admin)
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException | str) -> None:
         """Record that the cluster could not be reached (pages show the banner)."""
         now = int(self.clock() * 1000)
         with self._mutex:
             if self.error is None:
                 self.error_since_ms = now
-            self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if isinstance(exc, str):
+                self.error = exc
+            else:
+                self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+    def current_error(self, now_ms: int | None = None) -> tuple[str, int | None] | None:
+        """(error, since ms) for the pages' banner, or None while samples come: the last
+        sample's error, or, when no whole sample came for two sampling intervals plus the
+        last sample's duration (one is hanging on a silent broker), that."""
+        with self._mutex:
+            if self.error is not None:
+                return self.error, self.error_since_ms
+            last = self.last_ok_ms
+            if last is None:
+                return None
+            now = int(self.clock() * 1000) if now_ms is None else now_ms
+            allowed = int((2 * self.interval_s + (self.last_duration_s or 0.0)) * 1000)
+            if now - last > allowed:
+                return (f"no answer from the cluster: no whole sample for {(now - last) / 1000:.1f} s "
+                        f"(a sample is still waiting)", last)
+            return None
 
     # -- sampling -------------------------------------------------------------------------------
     async def sample(self) -> bool:
@@ -171,16 +200,23 @@ class Sampler:
                 return self.error is None
         async with self._lock:
             try:
-                admin = await self._sampler_client()
-                assert self.monitor is not None
-                # The monitor reads an unlistable cluster as "no groups": ask for the
-                # brokers first so that a lost cluster is an error, not an empty page.
-                await admin.metadata(topics=[])
-                snap = await self.monitor.snapshot()
-                share = await share_snapshot(admin)
-            except UNREACHABLE as exc:
+                async with asyncio.timeout(self.sample_timeout_s):
+                    admin = await self._sampler_client()
+                    assert self.monitor is not None
+                    # Ask for the brokers first so that a lost cluster is an error at once.
+                    await admin.metadata(topics=[])
+                    snap = await self.monitor.snapshot()
+                    share = await share_snapshot(admin)
+                if snap.outage:  # a broker stopped answering during the sample: not stored
+                    raise _Outage(snap.outage[0])
+            except (*UNREACHABLE, _Outage) as exc:
                 first = self.error is None
-                self.failed(exc)
+                if isinstance(exc, _Outage):
+                    self.failed(str(exc))
+                elif isinstance(exc, TimeoutError):
+                    self.failed(f"TimeoutError: no whole sample within {self.sample_timeout_s:g} s")
+                else:
+                    self.failed(exc)
                 if first:  # once per outage, not once per round
                     log.warning("console: cannot reach %s: %s (retrying every %s s)", self.bootstrap,
                                 self.error, self.interval_s)
@@ -220,6 +256,10 @@ class Sampler:
         with self._mutex:
             h = self.history.get(group)
             return h.columns() if h is not None else GroupHistory(1).columns()
+
+
+class _Outage(Exception):
+    """A snapshot met network errors (:attr:`Snapshot.outage`): not stored."""
 
 
 async def _close(admin: AdminClient) -> None:

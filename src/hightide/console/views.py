@@ -28,6 +28,10 @@ ANOMALY_WORDS = {
                           "truncated or recreated, or an offset that does not exist yet was committed.",
     "committed_before_log_start": "The committed offset is below the log start offset: {lost} records were "
                                   "deleted (retention or DeleteRecords) before the group read them.",
+    "stale_end": "The end offset is the last one known (the partition's leader could not tell it): the lag is "
+                 "a lower bound.",
+    "tail_unprobed": "The offsets after the commit could not be checked for transaction markers or aborted "
+                     "records: the lag is at most this (the group may be caught up); not judged by the status rules.",
 }
 """Docs/lag.md's anomaly table, in words."""
 
@@ -45,6 +49,7 @@ RULE_WORDS = {
     "offset_unchanged_lag_not_decreasing": "rule 6 (STALL): committed offset unchanged over the window",
     "lag_not_decreasing": "rule 7 (WARN): offsets move but the lag never decreases",
     "progressing": "rule 8 (OK): progressing",
+    "tail_unprobed": "not judged (OK, incomplete): the offsets after the commit could not be probed for markers",
 }
 """The status rules of docs/lag.md, keyed by the reason :mod:`hightide.lag.status` gives."""
 
@@ -112,7 +117,8 @@ def group_view(report: Any, rows: list[dict[str, Any]], *, now_ms: int) -> dict[
         words = anomaly_words(r["anomalies"], lost)
         notes += [f"{r['topic']}-{r['partition']}: {w}" for w in words]
         parts.append({**r, "rule": rule_words(r["status_reason"]), "anomaly_text": words,
-                      "time_lag_text": _certainty_mark(r["time_lag_certainty"]) + fmt_ms(r["time_lag_ms"]),
+                      "time_lag_text": _certainty_mark(r["time_lag_certainty"]) + fmt_ms(r["time_lag_ms"])
+                      + _reason_words(r),
                       "time_lag_method_text": TIME_LAG_METHODS.get(r["time_lag_method"] or "", ""),
                       "time_lags_text": _all_time_lags(r["time_lags"])})
     counts: dict[str, int] = {}
@@ -132,12 +138,26 @@ def group_view(report: Any, rows: list[dict[str, Any]], *, now_ms: int) -> dict[
         "rule": rule_words(worst.reason) if worst else "",
         "decided_by": f"{wk.topic}-{wk.partition}" if worst is not None and wk is not None and hasattr(wk, "topic")
         else None,
-        "total_lag": report.total_lag, "max_time_lag_ms": report.max_time_lag_ms,
+        "total_lag": report.total_lag, "total_lag_estimated": report.total_lag_estimated,
+        "estimated_partitions": sum(1 for r in rows if r.get("estimated_lag") is not None),
+        "max_time_lag_ms": report.max_time_lag_ms,
         "max_time_lag_text": _max_time_lag_text(rows), "partitions": len(rows), "error": report.error,
         "active": report.state not in (None, "Empty", "Dead") and bool(report.members),
     }
     return {"summary": summary, "members": members, "partitions": parts, "anomalies": notes,
             "time_ms": now_ms}
+
+
+def _reason_words(row: Mapping[str, Any]) -> str:
+    """Why a best time lag is what it is, when it is not measured from a record: caught up
+    at the markers, or a partition without a commit (an estimate)."""
+    best = (row.get("time_lags") or {}).get(row.get("time_lag_method") or "", {})
+    reason = best.get("reason") if isinstance(best, Mapping) else None
+    if reason == "caught_up_at_markers":
+        return " (caught up at markers)"
+    if reason == "no_commit_estimate":
+        return " (no commit: estimate)"
+    return ""
 
 
 def _all_time_lags(time_lags: Mapping[str, Mapping[str, Any]]) -> str:
@@ -170,12 +190,14 @@ def group_list(consumer: Mapping[str, Any], share: Mapping[str, Any] | None) -> 
                     "members": None if rep.members is None else len(rep.members),
                     "status": rep.status.status.value if rep.status else None,
                     "partitions": len(rep.partitions), "total_lag": rep.total_lag,
+                    "total_lag_estimated": rep.total_lag_estimated,
                     "max_time_lag_ms": rep.max_time_lag_ms, "max_time_lag_text": fmt_ms(rep.max_time_lag_ms),
                     "error": rep.error, "href": "/groups/" + quote(name, safe="")})
     for name, rep in (share or {}).items():
         lags = [p.lag for p in rep.partitions if p.lag is not None]
         out.append({"group": name, "type": "share", "state": rep.state, "members": rep.members, "status": None,
                     "partitions": len(rep.partitions), "total_lag": sum(x for x in lags if x > 0) if lags else None,
+                    "total_lag_estimated": False,
                     "max_time_lag_ms": None, "max_time_lag_text": "-", "error": rep.error,
                     "href": "/share-groups/" + quote(name, safe="")})
     out.sort(key=lambda r: (r["group"], r["type"]))

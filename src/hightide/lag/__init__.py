@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         evaluate_partition,
     )
     from .timelag import (
+        CAUGHT_UP_AT_MARKERS,
         Certainty,
         OffsetHistory,
         TimeLag,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         time_lag_from_max_timestamp,
         time_lag_from_record,
         time_lag_interpolated,
+        time_lags_caught_up_at_markers,
     )
 
 _HOME = {
@@ -44,7 +46,7 @@ _HOME = {
     **dict.fromkeys(("Anomaly", "OffsetLag", "offset_lag"), "offsets"),
     **dict.fromkeys(("GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRow", "StatusRows", "StatusRules",
                      "StatusTracker", "evaluate_group", "evaluate_group_rows", "evaluate_partition"), "status"),
-    **dict.fromkeys(("Certainty", "OffsetHistory", "TimeLag", "TimeLagMethod", "best_time_lag",
+    **dict.fromkeys(("CAUGHT_UP_AT_MARKERS", "time_lags_caught_up_at_markers", "Certainty", "OffsetHistory", "TimeLag", "TimeLagMethod", "best_time_lag",
                      "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated"), "timelag"),
 }
 
@@ -62,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Anomaly", "Certainty", "EndOffsetMemory", "EndOffsets", "GroupStatus", "OffsetHistory", "OffsetLag", "PartitionStatus", "Sample",
+    "CAUGHT_UP_AT_MARKERS", "time_lags_caught_up_at_markers", "Anomaly", "Certainty", "EndOffsetMemory", "EndOffsets", "GroupStatus", "OffsetHistory", "OffsetLag", "PartitionStatus", "Sample",
     "Status", "StatusRow", "StatusRows", "StatusRules", "StatusTracker", "TimeLag", "TimeLagMethod",
     "best_time_lag", "decode_assignment", "evaluate_group", "evaluate_group_rows", "evaluate_partition", "offset_lag",
     "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Anomaly", "OffsetLag", "offset_lag", "pending_offsets"]
+__all__ = ["Anomaly", "OffsetLag", "offset_lag", "pending_offsets", "uncommitted_estimate"]
 
 
 class Anomaly(StrEnum):
@@ -32,6 +32,12 @@ class Anomaly(StrEnum):
     known until its followers fetch) or told a smaller one, which a clean failover never
     makes true (:mod:`hightide.lag.endoffsets`). The lag is measured to that last known
     end: it may under-report what was produced meanwhile, never what was already there."""
+    TAIL_UNPROBED = "tail_unprobed"
+    """The offsets between the commit and the end (a short run, at most the probe's
+    limit) could not be checked for transaction markers and aborted records (the probe's
+    Fetch failed, or its batches did not fit what the probe may read): the raw lag is
+    an upper bound — the group may be caught up at the markers. Not judged by the status
+    rules (OK, incomplete) until a probe finishes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,13 @@ class OffsetLag:
     read_committed: bool = False
     pending: int | None = None
     invisible_tail: int = 0
+    estimated_lag: int | None = None
+    """For a partition without a commit (``no_commit``, ``lag`` None): the lag the group
+    will have when it starts reading there, estimated from where ``auto.offset.reset``
+    puts it: ``end - log start`` for earliest (the default assumption: it never hides a
+    backlog), 0 for latest. Counted in group totals, flagged as an estimate. None when
+    not estimated (a commit exists, the end or log start is unknown, or no reset policy
+    was given)."""
 
     @property
     def lost(self) -> int | None:
@@ -90,7 +103,8 @@ def pending_offsets(high_watermark: int | None, last_stable_offset: int | None) 
 
 def offset_lag(committed: int | None, high_watermark: int | None, log_start_offset: int | None = None,
                last_stable_offset: int | None = None, *, read_committed: bool = False,
-               next_visible: int | None = None, stale: bool = False) -> OffsetLag:
+               next_visible: int | None = None, stale: bool = False, unprobed: bool = False,
+               reset: str | None = None) -> OffsetLag:
     """The lag of a group on one partition.
 
     ``committed``: the group's committed offset (the next offset it will read), None or
@@ -104,7 +118,10 @@ def offset_lag(committed: int | None, high_watermark: int | None, log_start_offs
     transaction markers (or aborted records for read_committed) and the lag is 0 with
     ``invisible_tail = end - committed`` (the "stuck at 1" pitfall). ``stale``: the
     offsets are the last known ones, not a current reading (STALE_END is reported,
-    see :class:`hightide.lag.endoffsets.EndOffsetMemory`). Never raises.
+    see :class:`hightide.lag.endoffsets.EndOffsetMemory`). ``unprobed``: the run after the
+    commit could not be probed for markers (TAIL_UNPROBED is reported, the raw lag kept).
+    ``reset``: the ``auto.offset.reset`` assumed for a partition without a commit
+    (``"earliest"`` or ``"latest"``): it sets :attr:`OffsetLag.estimated_lag`. Never raises.
     """
     c = _known(committed)
     end = _known(last_stable_offset if read_committed else high_watermark)
@@ -114,6 +131,8 @@ def offset_lag(committed: int | None, high_watermark: int | None, log_start_offs
         marked = _STALE if stale else ()  # no other anomaly (the usual case)
         if next_visible is not None and c < end <= next_visible:
             return OffsetLag(c, end, start, 0, marked, read_committed, pending, end - c)
+        if unprobed and c < end:
+            marked = (*marked, Anomaly.TAIL_UNPROBED)
         return OffsetLag(c, end, start, end - c, marked, read_committed, pending)
     anomalies: list[Anomaly] = [Anomaly.STALE_END] if stale else []
     if c is None:
@@ -125,4 +144,17 @@ def offset_lag(committed: int | None, high_watermark: int | None, log_start_offs
         anomalies.append(Anomaly.COMMITTED_PAST_END)
     if c is not None and start is not None and c < start:
         anomalies.append(Anomaly.COMMITTED_BEFORE_LOG_START)
-    return OffsetLag(c, end, start, lag, tuple(anomalies), read_committed, pending)
+    return OffsetLag(c, end, start, lag, tuple(anomalies), read_committed, pending,
+                     estimated_lag=uncommitted_estimate(end, start, reset) if c is None else None)
+
+
+def uncommitted_estimate(end: int | None, log_start: int | None, reset: str | None) -> int | None:
+    """The estimated lag of a partition without a commit (see
+    :attr:`OffsetLag.estimated_lag`): ``end - log_start`` for ``reset="earliest"``, 0 for
+    ``"latest"``, None otherwise or when an offset is unknown."""
+    end, log_start = _known(end), _known(log_start)
+    if end is None or reset not in ("earliest", "latest"):
+        return None
+    if reset == "latest":
+        return 0
+    return None if log_start is None else max(0, end - log_start)

@@ -24,6 +24,10 @@ are written in ``docs/lag.md``):
    consecutive samples: the consumer is falling behind (or not catching up).
 8. **OK** otherwise.
 
+A partition whose run after the commit could not be probed for transaction markers
+(TAIL_UNPROBED) is not judged: STALL, STOP, WARN and REWIND become OK (incomplete), reason
+``tail_unprobed`` (:func:`unjudged`).
+
 A group's status is the most severe status of its partitions, in the order
 OK < WARN < REWIND < STALL < STOP < ERR. Everything is pure: time is an argument.
 """
@@ -37,7 +41,7 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = ["GroupStatus", "PartitionStatus", "Sample", "Status", "StatusRows", "StatusRules", "StatusRow",
-           "StatusTracker", "evaluate_group", "evaluate_group_rows", "evaluate_partition"]
+           "StatusTracker", "evaluate_group", "evaluate_group_rows", "evaluate_partition", "unjudged"]
 
 
 class Status(StrEnum):
@@ -204,6 +208,18 @@ def _since(rows: Sequence[_Row]) -> int:
             break
         since = r[0]
     return since
+
+
+def unjudged(keys: Iterable[Hashable], rows: dict[Any, StatusRow]) -> None:
+    """Rule 1b, applied after the others: a partition whose offsets after the commit could
+    not be probed for transaction markers or aborted records (``keys``;
+    :attr:`hightide.lag.Anomaly.TAIL_UNPROBED`) is not judged — its raw lag is only an
+    upper bound, the group may be caught up at the markers — so a status other than ERR
+    or OK becomes (OK, ``"tail_unprobed"``, incomplete). ``rows`` is changed in place."""
+    for k in keys:
+        st = rows.get(k)
+        if st is not None and st[0] not in (Status.ERR, Status.OK):
+            rows[k] = (Status.OK, "tail_unprobed", False, st[3])
 
 
 class StatusRows(Mapping[Hashable, PartitionStatus]):

@@ -29,8 +29,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Certainty", "OffsetHistory", "TimeLag", "TimeLagMethod", "best_time_lag",
-           "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated"]
+__all__ = ["CAUGHT_UP_AT_MARKERS", "Certainty", "OffsetHistory", "TimeLag", "TimeLagMethod", "best_time_lag",
+           "time_lag_from_max_timestamp", "time_lag_from_record", "time_lag_interpolated",
+           "time_lags_caught_up_at_markers"]
+
+CAUGHT_UP_AT_MARKERS = "caught_up_at_markers"
+"""The ``reason`` of a time lag of 0 because only transaction markers (or, for
+read_committed, aborted records) lie between the committed offset and the end: the
+offset lag is 0 (:attr:`hightide.lag.OffsetLag.invisible_tail`), so is the time lag."""
 
 
 class TimeLagMethod(StrEnum):
@@ -192,6 +198,14 @@ def time_lag_from_max_timestamp(committed: int | None, end_offset: int | None, a
         est = now_ms - (anchor_timestamp - (anchor_offset - committed) / rate_per_ms)
         return TimeLag(max(bound, round(est)), m, Certainty.ESTIMATE)
     return TimeLag(bound, m, Certainty.LOWER_BOUND)
+
+
+def time_lags_caught_up_at_markers(methods: Iterable[str]) -> tuple[TimeLag, ...]:
+    """Every method's answer for a consumer caught up at the markers (offset lag 0 with an
+    invisible tail): 0, exact, reason :data:`CAUGHT_UP_AT_MARKERS`. The methods alone
+    would measure from the committed offset, which sits on a marker or an aborted record
+    that will never be delivered, so their time lag would grow for ever."""
+    return tuple(TimeLag(0, TimeLagMethod(m), Certainty.EXACT, CAUGHT_UP_AT_MARKERS) for m in methods)
 
 
 _PREFERENCE = {Certainty.EXACT: 0, Certainty.ESTIMATE: 1, Certainty.LOWER_BOUND: 2}

@@ -119,6 +119,7 @@ class SnapshotCollector:
         sums: defaultdict[str, int] = defaultdict(int)
         offs: defaultdict[str, int] = defaultdict(int)
         max_lag, max_secs = None, None
+        estimated = False
         for p in rep.partitions:
             part = str(p.partition)
             base = [group, p.topic, part]
@@ -141,6 +142,14 @@ class SnapshotCollector:
                     lag_lbl, p.lag)
                 sums[p.topic] += max(0, p.lag)
                 max_lag = p.lag if max_lag is None else max(max_lag, p.lag)
+            est = p.offsets.estimated_lag
+            if p.lag is None and est is not None:
+                g.gauge("hightide_consumergroup_estimated_lag",
+                        "Partitions without a commit: the lag estimated from where auto.offset.reset starts the "
+                        "group (the log start by default); counted in the sums, flagged by "
+                        "hightide_consumergroup_lag_estimated", cgl).add_metric(base, est)
+                sums[p.topic] += est
+                estimated = True
             if p.time_lag is not None and p.time_lag.ms is not None:
                 secs = p.time_lag.ms / 1000
                 g.gauge("kafka_consumergroup_group_lag_seconds",
@@ -158,7 +167,8 @@ class SnapshotCollector:
                         [*cgl, "status"]).add_metric([*base, p.status.status.value], 1.0)
             for a in p.offsets.anomalies:
                 g.gauge("hightide_consumergroup_lag_anomaly",
-                        "Anomalies: no_commit, end_unknown, committed_past_end, committed_before_log_start",
+                        "Anomalies: no_commit, end_unknown, committed_past_end, committed_before_log_start, "
+                        "stale_end, tail_unprobed",
                         [*cgl, "anomaly"]).add_metric([*base, a.value], 1.0)
             if p.offsets.pending is not None:
                 g.gauge("hightide_consumergroup_pending_records",
@@ -181,6 +191,8 @@ class SnapshotCollector:
                     ["cluster_name", "group", "topic"]).add_metric([cn, group, topic], sums[topic])
         g.gauge("kafka_consumergroup_group_sum_lag", "Sum of lag over a group (kafka-lag-exporter)",
                 ["cluster_name", "group"]).add_metric([cn, group], sum(sums.values()))
+        g.gauge("hightide_consumergroup_lag_estimated", "1 when the group's lag sums include estimates "
+                "(partitions without a commit)", ["consumergroup"]).add_metric([group], 1.0 if estimated else 0.0)
         if max_lag is not None:
             g.gauge("kafka_consumergroup_group_max_lag", "Largest partition lag of a group",
                     ["cluster_name", "group"]).add_metric([cn, group], max_lag)

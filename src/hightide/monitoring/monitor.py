@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import overload
 
 from ..client import AdminClient, KafkaError, ListOffsetsResult, TopicPartition
-from ..client.errors import ErrorCode
+from ..client.errors import ErrorCode, KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from ..client.lag import LagRow, groups_lag_rows, lag_row, uncommitted_lag
-from ..client.visible import next_visible_offsets
+from ..client.visible import VisibleProbe, probe_visible_offsets
 from ..lag import (
     Certainty,
     GroupStatus,
@@ -39,8 +39,11 @@ from ..lag import (
     time_lag_from_max_timestamp,
     time_lag_from_record,
     time_lag_interpolated,
+    time_lags_caught_up_at_markers,
 )
 from ..lag.endoffsets import DEFAULT_GRACE_MS, EndOffsetMemory, EndOffsets
+from ..lag.offsets import uncommitted_estimate
+from ..lag.status import unjudged
 
 __all__ = ["GroupReport", "LagMonitor", "PartitionReport", "PartitionReports", "Snapshot", "TopicPartitionReport"]
 
@@ -94,11 +97,22 @@ class GroupReport:
 
     @property
     def total_lag(self) -> int:
-        """Sum of the positive partition lags."""
+        """Sum of the positive partition lags, and of the estimated lags of the partitions
+        without a commit (:attr:`OffsetLag.estimated_lag`; see :attr:`total_lag_estimated`)."""
         parts = self.partitions
         if isinstance(parts, PartitionReports):
             return parts.total_lag()
-        return sum(p.lag for p in parts if p.lag is not None and p.lag > 0)
+        return sum(p.lag for p in parts if p.lag is not None and p.lag > 0) + sum(
+            p.offsets.estimated_lag or 0 for p in parts if p.lag is None)
+
+    @property
+    def total_lag_estimated(self) -> bool:
+        """True when :attr:`total_lag` holds estimates: partitions without a commit counted
+        from where ``auto.offset.reset`` would start the group (docs/lag.md)."""
+        parts = self.partitions
+        if isinstance(parts, PartitionReports):
+            return parts.has_estimates()
+        return any(p.offsets.estimated_lag is not None for p in parts)
 
     @property
     def max_time_lag_ms(self) -> int | None:
@@ -125,6 +139,12 @@ class Snapshot:
     round_trips: int
     brokers: int = 0
     errors: tuple[str, ...] = field(default=())
+    outage: tuple[str, ...] = field(default=())
+    """Network errors (a refused or lost connection, a timeout, a coordinator that could
+    not be reached) met while taking the snapshot: parts of it are missing or degraded
+    because a broker did not answer, not because the cluster is so. A tool that keeps
+    snapshots (the console) must not store one with an outage; the CLI and the exporter
+    show what they got, the affected groups and partitions marked."""
 
 
 class LagMonitor:
@@ -135,7 +155,7 @@ class LagMonitor:
                  methods: Iterable[str] = ALL_METHODS, isolation_level: str = "read_uncommitted",
                  history_points: int = 120, clock: Callable[[], float] = time.time,
                  record_fetch_rounds: int = 8, marker_probe_max_lag: int = 1000,
-                 stale_end_grace_ms: int = DEFAULT_GRACE_MS) -> None:
+                 stale_end_grace_ms: int = DEFAULT_GRACE_MS, uncommitted_reset: str | None = "earliest") -> None:
         self.admin = admin
         self.ends = EndOffsetMemory(stale_end_grace_ms, read_committed=isolation_level in ("read_committed", 1))
         """End offsets never go back from one snapshot to the next because of a leader
@@ -147,6 +167,11 @@ class LagMonitor:
         at 1" pitfall (only transaction markers, or aborted records for read_committed,
         between the commit and the end: caught up, see :mod:`hightide.lag.markers`):
         one Fetch per leader at their committed offsets. 0 turns the check off."""
+        self.uncommitted_reset = uncommitted_reset
+        """Where a group without a commit on a partition it consumes would start
+        (``auto.offset.reset``: ``"earliest"``, ``"latest"``, or None for no estimate): its
+        lag there is estimated from it (:attr:`OffsetLag.estimated_lag`), counted in the
+        group's total (flagged as an estimate) and its time lag measured from that record."""
         self.record_fetch_rounds = record_fetch_rounds
         """At most this many Fetch rounds per snapshot for the record_timestamp method (a
         round answers every wanted offset its batches cover, see :meth:`_records`); offsets
@@ -162,10 +187,12 @@ class LagMonitor:
         return int(self.clock() * 1000)
 
     async def group_ids(self) -> list[str]:
-        """Consumer groups (and groups with offsets only), [] if ListGroups is missing."""
+        """Consumer groups (and groups with offsets only), [] if ListGroups is missing.
+        Raises :class:`KafkaError` for any other failure (a network error is no "no
+        groups")."""
         try:
             listed = await self.admin.list_groups()
-        except KafkaError:
+        except UnsupportedVersionError:
             return []
         return [g.group_id for g in listed if g.protocol_type in ("consumer", "")]
 
@@ -181,14 +208,16 @@ class LagMonitor:
         t0 = time.perf_counter()
         before = _round_trips(self.admin)
         errors: list[str] = []
+        outage: list[str] = []
         ids = list(groups) if groups is not None else await self.group_ids()
         lags = await groups_lag_rows(self.admin, ids, isolation_level=self.isolation_level) if ids else {}
+        outage += [f"{_describe_error(r)} (group {g})" for g, r in lags.items() if isinstance(r, KafkaError) and is_network(r)]
         now = self._now_ms()
-        described = await self._describe(ids, errors)
+        described = await self._describe(ids, errors, outage)
         lags = await self._add_assigned(lags, described)
         scan = self._scan(lags, now)
         lags, stale = scan.lags, scan.stale
-        visible = await self._visible(scan.probes)
+        visible = await self._visible(scan.probes, outage)
         tps = sorted(scan.bounds)
         if all_topics:
             md = await self.admin.metadata()
@@ -197,7 +226,7 @@ class LagMonitor:
         bounds = await self._bounds(tps, scan.bounds, now, stale)
         self.ends.end_round()
         anchors = await self._anchors(tps)
-        records = await self._records(scan.pending)
+        records = await self._records(scan.pending, outage)
         for tp, (hw, _) in bounds.items():
             if hw is not None and tp not in stale:  # a stale end is no new sample
                 self.histories.setdefault(tp, OffsetHistory(self.history_points)).add(hw, now)
@@ -205,21 +234,27 @@ class LagMonitor:
                                                anchors.get(tp)) for tp in tps}
         ctx = _ReportContext(self.methods, self.isolation_level in ("read_committed", 1), anchors, records,
                              {tp: h.copy() for tp, h in self.histories.items() if tp in partitions}, now,
-                             visible)
+                             visible.found, visible.unprobed, self.uncommitted_reset)
         reports = {g: self._group(g, lags[g], described.get(g), ctx) for g in ids}
         return Snapshot(now, reports, partitions, time.perf_counter() - t0,
-                        _round_trips(self.admin) - before, len(self.admin._addrs), tuple(errors))
+                        _round_trips(self.admin) - before, len(self.admin._addrs), tuple(errors), tuple(outage))
 
-    async def _describe(self, ids: list[str], errors: list[str]) -> dict[str, object]:
+    async def _describe(self, ids: list[str], errors: list[str], outage: list[str]) -> dict[str, object]:
         """Each group's description, or its :class:`KafkaError` (GROUP_ID_NOT_FOUND for an
-        unknown group or a share group); {} when DescribeGroups itself fails."""
+        unknown group or a share group); {} when DescribeGroups itself fails. Network
+        errors are added to ``outage``."""
         if not ids:
             return {}
         try:
-            return dict(await self.admin.describe_groups(ids, raise_on_error=False))
+            got: dict[str, object] = dict(await self.admin.describe_groups(ids, raise_on_error=False))
         except KafkaError as exc:
             errors.append(f"describe_groups: {exc}")
+            if is_network(exc):
+                outage.append(f"{_describe_error(exc)} (DescribeGroups)")
             return {}
+        outage += [f"{_describe_error(d)} (DescribeGroups {g})" for g, d in got.items()
+                   if isinstance(d, KafkaError) and is_network(d)]
+        return got
 
     async def _add_assigned(self, lags: dict[str, list[LagRow] | KafkaError], described: dict[str, object]
                             ) -> dict[str, list[LagRow] | KafkaError]:
@@ -246,18 +281,21 @@ class LagMonitor:
             out[g] = [*had, *(lag_row(tp, ends[tp]) for tp in tps if tp in ends)]
         return out
 
-    async def _visible(self, probes: dict[TopicPartition, tuple[list[int], int]]
-                       ) -> dict[tuple[TopicPartition, int], int]:
-        """The next visible offset (:func:`~hightide.client.visible.next_visible_offsets`)
+    async def _visible(self, probes: dict[TopicPartition, tuple[list[int], int]], outage: list[str]
+                       ) -> VisibleProbe:
+        """The next visible offset (:func:`~hightide.client.visible.probe_visible_offsets`)
         at each committed offset of ``probes`` (those behind their end by 1 to
-        ``marker_probe_max_lag`` offsets, see :meth:`_scan`); {} when there are none or
-        when the Fetch fails (the raw lag is kept)."""
+        ``marker_probe_max_lag`` offsets, see :meth:`_scan`), and the pairs that could not
+        be probed (all of them when the Fetch fails: the raw lag is kept, marked
+        ``tail_unprobed``)."""
         if not probes:
-            return {}
+            return VisibleProbe({}, {})
         try:
-            return await next_visible_offsets(self.admin, probes, isolation_level=self.isolation_level)
-        except KafkaError:
-            return {}
+            return await probe_visible_offsets(self.admin, probes, isolation_level=self.isolation_level)
+        except KafkaError as exc:
+            if is_network(exc):
+                outage.append(f"{_describe_error(exc)} (marker probe)")
+            return VisibleProbe({}, {(tp, c): "fetch_failed" for tp, (cs, _) in probes.items() for c in cs})
 
     def _scan(self, lags: dict[str, list[LagRow] | KafkaError], now: int) -> _Scan:
         """One pass over every lag row: each row's end offsets settled by :attr:`ends` (a
@@ -270,6 +308,7 @@ class LagMonitor:
         settle, now_ms, read_committed = self.ends.settle, now, self.ends.read_committed
         limit = self.marker_probe_max_lag
         want_records = "record_timestamp" in self.methods
+        from_start = self.uncommitted_reset == "earliest"
         stale: set[TopicPartition] = set()
         bounds: dict[TopicPartition, tuple[int | None, int | None]] = {}
         probes: dict[TopicPartition, tuple[list[int], int]] = {}
@@ -302,6 +341,12 @@ class LagMonitor:
                 if tp not in bounds:
                     bounds[tp] = (hw, start)
                 if c is None:
+                    end = lst if read_committed else hw
+                    if want_records and from_start and start is not None and end is not None and end > start:
+                        offs = pending.get(tp)
+                        if offs is None:
+                            offs = pending[tp] = set()
+                        offs.add(start)  # no commit: the estimate reads from the log start
                     continue
                 end = lst if read_committed else hw
                 if end is not None and 0 < end - c <= limit:
@@ -342,7 +387,8 @@ class LagMonitor:
         got = await self.admin.list_offsets({tp: "max_timestamp" for tp in tps}, raise_on_error=False)
         return {tp: r for tp, r in got.items() if isinstance(r, ListOffsetsResult)}
 
-    async def _records(self, pending: dict[TopicPartition, set[int]]) -> dict[tuple[TopicPartition, int], int]:
+    async def _records(self, pending: dict[TopicPartition, set[int]], outage: list[str]
+                       ) -> dict[tuple[TopicPartition, int], int]:
         """Timestamp of the first record at each lagging committed offset (``pending``:
         per partition, where the next read of each lagging group starts, see
         :meth:`_scan`; consumed). Each round is one Fetch per leader at the smallest
@@ -356,7 +402,10 @@ class LagMonitor:
             try:
                 got = await self.admin.first_records_many({tp: sorted(o) for tp, o in pending.items()},
                                                           isolation_level=self.isolation_level)
-            except KafkaError:
+            except KafkaError as exc:
+                if is_network(exc):
+                    outage.append(f"{_describe_error(exc)} (record timestamps)")
+                    break
                 continue
             for tp, offs in list(pending.items()):
                 fetched_at = min(offs)
@@ -392,6 +441,8 @@ class LagMonitor:
         # left before the end), without the object
         statuses: dict[TopicPartition, StatusRow] = self.tracker.observe_rows(
             group, ctx.now, lag, active, read_committed=ctx.read_committed, next_visible=ctx.skipped)
+        if ctx.unprobed:
+            unjudged({row[0] for row in lag if row[1] is not None and (row[0], row[1]) in ctx.unprobed}, statuses)
         # (partitions assigned to a member without any commit are in ``lag`` too, with
         # their end offsets: see _add_assigned; they are no_commit, status ERR)
         # = self.tracker.group_status(group, now, active, keys=list(lag)), without
@@ -432,6 +483,10 @@ class _ReportContext:
     now: int
     visible: dict[tuple[TopicPartition, int], int] = field(default_factory=dict)
     """(partition, committed offset) -> next visible offset, where it was looked up."""
+    unprobed: dict[tuple[TopicPartition, int], str] = field(default_factory=dict)
+    """(partition, committed offset) -> why the run after it could not be probed."""
+    reset: str | None = "earliest"
+    """The ``auto.offset.reset`` assumed for partitions without a commit."""
     skipped: dict[tuple[TopicPartition, int], int] = field(init=False)
     """The entries of :attr:`visible` whose next visible offset is past the committed
     one (markers or aborted records there): the only ones that can change a lag, so
@@ -441,14 +496,30 @@ class _ReportContext:
         object.__setattr__(self, "skipped", {k: v for k, v in self.visible.items() if v > k[1]})
 
     def time_lags(self, tp: TopicPartition, ol: OffsetLag) -> tuple[TimeLag, ...]:
+        """Every method's time lag. Caught up at the markers (offset lag 0, an invisible
+        tail): 0 by every method, reason ``caught_up_at_markers``. No commit, with an
+        estimated lag: measured from where the group would start, certainty ESTIMATE
+        (exact answers downgraded: the start is an assumption)."""
+        methods = self.methods
+        if ol.invisible_tail and ol.lag == 0:
+            return time_lags_caught_up_at_markers(methods)
+        if ol.committed is None and ol.estimated_lag is not None and ol.end_offset is not None:
+            at = ol.end_offset - ol.estimated_lag  # the log start (earliest) or the end (latest)
+            return tuple(t if t.ms is None else
+                         TimeLag(t.ms, t.method, Certainty.ESTIMATE if t.certainty == Certainty.EXACT else t.certainty,
+                                 "no_commit_estimate")
+                         for t in self._time_lags(tp, at, ol.end_offset, None))
+        return self._time_lags(tp, ol.committed, ol.end_offset, ol.log_start_offset)
+
+    def _time_lags(self, tp: TopicPartition, committed: int | None, end: int | None, start: int | None
+                   ) -> tuple[TimeLag, ...]:
         out = []
         methods = self.methods
-        committed, end, now = ol.committed, ol.end_offset, self.now
+        now = self.now
         hist = self.histories.get(tp)
         if hist is None:
             hist = _NO_HISTORY
         if "record_timestamp" in methods:
-            start = ol.log_start_offset
             lost = committed is not None and start is not None and start > committed  # ol.lost > 0
             at = max(committed or 0, start or 0)
             out.append(time_lag_from_record(
@@ -479,8 +550,23 @@ class PartitionReports(Sequence[PartitionReport]):
         self._built: tuple[PartitionReport, ...] | None = None
 
     def total_lag(self) -> int:
-        """Sum of the positive partition lags, without building the reports."""
-        return sum(r[3] for r in self._statuses.values() if r[3] is not None and r[3] > 0)
+        """Sum of the positive partition lags and of the estimated lags of partitions
+        without a commit, without building the reports."""
+        total = sum(r[3] for r in self._statuses.values() if r[3] is not None and r[3] > 0)
+        return total + sum(e for e in self._estimates() if e is not None)
+
+    def has_estimates(self) -> bool:
+        """True when a partition without a commit has an estimated lag."""
+        return any(e is not None for e in self._estimates())
+
+    def _estimates(self) -> Iterator[int | None]:
+        ctx = self._ctx
+        if ctx.reset is None:
+            return
+        rc = ctx.read_committed
+        for row in self._lag:
+            if row[1] is None:
+                yield uncommitted_estimate(row[5] if rc else row[2], row[3], ctx.reset)
 
     def _reports(self) -> tuple[PartitionReport, ...]:
         built = self._built
@@ -493,7 +579,8 @@ class PartitionReports(Sequence[PartitionReport]):
         ctx = self._ctx
         ol = offset_lag(committed, hw, start, lst, read_committed=ctx.read_committed,
                         next_visible=None if committed is None else ctx.visible.get((tp, committed)),
-                        stale=source == LAST_KNOWN)
+                        stale=source == LAST_KNOWN,
+                        unprobed=committed is not None and (tp, committed) in ctx.unprobed, reset=ctx.reset)
         tls = ctx.time_lags(tp, ol)
         return PartitionReport(self._group, tp.topic, tp.partition, ol, hw, lst, self._owner.get(tp), tls,
                                best_time_lag(tls), PartitionStatus(*self._statuses[tp]), source,
@@ -554,6 +641,21 @@ def _gc_paused() -> Iterator[None]:
         _gc_pauses -= 1
         if _gc_pauses == 0 and _gc_was_enabled:
             gc.enable()
+
+
+_NETWORK_CODES = frozenset({ErrorCode.network_exception, ErrorCode.request_timed_out,
+                            ErrorCode.coordinator_not_available})
+
+
+def is_network(exc: KafkaError) -> bool:
+    """True for an error that says a broker did not answer (a refused or lost connection,
+    a timeout, a coordinator that could not be reached after the client's retries), not
+    something about the cluster's data."""
+    return isinstance(exc, (KafkaConnectionError, KafkaTimeoutError)) or exc.code in _NETWORK_CODES
+
+
+def _describe_error(exc: object) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _partition_of(row: LagRow) -> TopicPartition:

@@ -54,13 +54,19 @@ class ShareSnapshot:
 
 async def share_snapshot(admin: Any, groups: list[str] | None = None) -> ShareSnapshot | None:
     """Share lag of the share groups among ``groups`` (every share group when None; names
-    of other group types are ignored). None when the cluster does not support share groups
-    (no ListGroups v5 / DescribeShareGroupOffsets)."""
+    of other group types are ignored). None only when the cluster does not support share
+    groups (UNSUPPORTED_VERSION: no ListGroups v5 / DescribeShareGroupOffsets). A network
+    error (a refused or lost connection, a timeout, an unreachable coordinator) is raised,
+    never read as "not supported" nor as a group's error: the caller has an outage, not an
+    answer."""
     try:
         names = [g.group_id for g in await admin.list_share_groups() if groups is None or g.group_id in groups]
-    except KafkaError as exc:  # no share groups here (UNSUPPORTED_VERSION) or the listing failed
-        if not isinstance(exc, UnsupportedVersionError):
-            log.warning("listing share groups failed: %s", exc)
+    except UnsupportedVersionError:
+        return None
+    except KafkaError as exc:
+        if _network(exc):
+            raise
+        log.warning("listing share groups failed: %s", exc)
         return None
     now = int(time.time() * 1000)
     topic_ids: dict[str, Any] = {}
@@ -71,8 +77,15 @@ async def share_snapshot(admin: Any, groups: list[str] | None = None) -> ShareSn
         except UnsupportedVersionError:
             return None
         except KafkaError as exc:
+            if _network(exc):
+                raise
             out[g] = ShareGroupReport(g, error=f"{type(exc).__name__}: {exc}")
     return ShareSnapshot(now, out)
+
+
+def _network(exc: KafkaError) -> bool:
+    from .monitor import is_network
+    return is_network(exc)
 
 
 async def _group(admin: Any, group: str, topic_ids: dict[str, Any]) -> ShareGroupReport:
@@ -81,6 +94,9 @@ async def _group(admin: Any, group: str, topic_ids: dict[str, Any]) -> ShareGrou
     live = [tp for tp, o in offsets.items() if o.start_offset >= 0]
     ends: dict[TopicPartition, Any] = (await admin.list_offsets({tp: "latest" for tp in live}, raise_on_error=False)
                                              if live else {})
+    for r in ends.values():
+        if isinstance(r, KafkaError) and _network(r):
+            raise r
     missing = sorted({tp.topic for tp in live} - set(topic_ids))
     if missing:
         for name, t in (await admin.describe_topics(missing)).items():
