@@ -10,6 +10,7 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from hightide.cli import main
@@ -137,3 +138,24 @@ def test_a_bad_config_is_one_line_and_nothing_is_written(tmp_path: Path) -> None
         assert not d.exists()
     r = run("format", "--cluster-id", "has space", "--data-dir", str(d), *CONTROLLER, "--node-id", "3000")
     assert r.exit_code != 0 and "cluster" in one_line(r) and not d.exists()
+
+
+def test_random_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    from hightide.log import data_dir
+    draws = iter([uuid.UUID(bytes=b"\xfb" + bytes(15)), uuid.UUID(bytes=bytes(16))])  # "-w..." first, then "AAAA..."
+    monkeypatch.setattr(data_dir.uuid, "uuid4", lambda: next(draws))
+    assert data_dir.new_id() == "A" * 22
+
+
+def test_a_dir_in_use_by_a_node_is_refused(tmp_path: Path) -> None:
+    from hightide.log.dirlock import DirLock
+    d = tmp_path / "c0"
+    lock = DirLock.acquire(str(d))  # as a running node holds it
+    try:
+        r = fmt(d, *CONTROLLER)
+    finally:
+        lock.release()
+    assert r.exit_code == 1 and "in use" in one_line(r)
+    assert not (d / "meta.properties").exists()

@@ -51,8 +51,12 @@ class DataDirNotFormatted(DataDirMismatch):
 
 
 def new_id() -> str:
-    """A random id as Kafka prints one (``Uuid.randomUuid()``: URL-safe base64, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random id as Kafka prints one (``Uuid.randomUuid()``: URL-safe base64, no padding,
+    never starting with ``-``, which command lines would take for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _parse_properties(text: str) -> dict[str, str]:
