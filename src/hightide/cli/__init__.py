@@ -7,6 +7,7 @@ import gc
 import logging
 import signal
 import sys
+from typing import Any
 
 import click
 
@@ -39,7 +40,7 @@ class _LazyGroup(click.Group):
                "lag": "lagwatch", "exporter": "exporter_cmd", "configs": "configs", "spark": "spark",
                "console": "console", "dev-cluster": "dev_cluster", "metadata-quorum": "metadata_quorum",
                "brokers": "brokers", "acls": "acls", "users": "users",
-               "transactions": "transactions"}
+               "transactions": "transactions", "storage": "storage"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.MODULES})
@@ -57,30 +58,24 @@ def main() -> None:
     """hightide: a Kafka-compatible streaming log that knows its own lag."""
 
 
-@main.command()
-@click.option("--data-dir", default="./hightide-data", show_default=True, help="Where logs are stored.")
-@click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on.")
-@click.option("--advertised-listener", default=None, help="HOST:PORT clients are told to connect to.")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="TOML file of Kafka config names, e.g. num.partitions = 3.")
-@click.option("--node-id", type=int, default=None, help="This broker's node.id.")
-@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", help="Override one config (repeatable).")
-@click.option("--log-level", default="INFO", show_default=True, metavar="LEVEL[,LOGGER=LEVEL...]",
-              help="DEBUG, INFO, WARNING or ERROR, and/or levels of single loggers, e.g. "
-                   "hightide.request=debug (the request log).")
-def serve(data_dir: str, listen: str, advertised_listener: str | None, config_file: str | None,
-          node_id: int | None, overrides: tuple[str, ...], log_level: str) -> None:
-    """Run a broker until SIGINT or SIGTERM."""
-    # kio registers hypothesis strategies when hypothesis is importable; the broker
-    # never needs them, and skipping that import saves ~150 ms of start-up.
-    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+def node_options(f: Any) -> Any:
+    """The options that say which node a command is: ``--data-dir``, ``--config``,
+    ``--node-id``, ``--set`` (``serve`` and ``storage format`` take the same ones, so the
+    flags that start a node format its dir)."""
+    f = click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
+                     help="Override one config (repeatable).")(f)
+    f = click.option("--node-id", type=int, default=None, help="This node's node.id.")(f)
+    f = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="TOML file of Kafka config names, e.g. num.partitions = 3.")(f)
+    return click.option("--data-dir", default="./hightide-data", show_default=True, help="Where logs are stored.")(f)
+
+
+def load_node_config(config_file: str | None, node_id: int | None, overrides: tuple[str, ...]) -> Any:
+    """The node's :class:`~hightide.config.BrokerConfig` from :func:`node_options`, its
+    cluster settings checked together (``config.cluster_settings()``). A malformed
+    ``--set`` is a usage error; a bad config a one-line :class:`click.ClickException`."""
     from ..config import BrokerConfig, ConfigError
-    root_level, logger_levels = _parse_log_levels(log_level)
-    logging.basicConfig(level=root_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name, level in logger_levels.items():
-        logging.getLogger(name).setLevel(level)
-    extra = {}
+    extra: dict[str, Any] = {}
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep:
@@ -91,9 +86,34 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
     try:
         config = BrokerConfig.load(config_file, extra)
         config.cluster_settings()  # the cluster configs checked together (raises ConfigError)
+    except (ConfigError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    return config
+
+
+@main.command()
+@node_options
+@click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on.")
+@click.option("--advertised-listener", default=None, help="HOST:PORT clients are told to connect to.")
+@click.option("--log-level", default="INFO", show_default=True, metavar="LEVEL[,LOGGER=LEVEL...]",
+              help="DEBUG, INFO, WARNING or ERROR, and/or levels of single loggers, e.g. "
+                   "hightide.request=debug (the request log).")
+def serve(data_dir: str, config_file: str | None, node_id: int | None, overrides: tuple[str, ...], listen: str,
+          advertised_listener: str | None, log_level: str) -> None:
+    """Run a broker until SIGINT or SIGTERM."""
+    # kio registers hypothesis strategies when hypothesis is importable; the broker
+    # never needs them, and skipping that import saves ~150 ms of start-up.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    root_level, logger_levels = _parse_log_levels(log_level)
+    logging.basicConfig(level=root_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name, level in logger_levels.items():
+        logging.getLogger(name).setLevel(level)
+    config = load_node_config(config_file, node_id, overrides)
+    try:
         from ..server.listener_security import check_listeners
         check_listeners(config)  # TLS material readable, SASL settings valid (raises ValueError)
-    except (ConfigError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     listen_addr = _parse_hostport(listen)
     advertised = _parse_hostport(advertised_listener) if advertised_listener else None

@@ -228,6 +228,16 @@ class ClusterSettings:
         return self.is_broker and self.is_controller
 
     @property
+    def formatted_voters(self) -> tuple[int, ...] | None:
+        """The voter set this node's data dir is formatted for and records (its
+        quorum-state, :mod:`hightide.log.data_dir`): a controller-only process's voter ids
+        (itself when it has no static voters: it runs alone); None on a broker and on the
+        single node (its dir records no voter set)."""
+        if not self.is_controller or self.is_broker:
+            return None
+        return tuple(v.node_id for v in self.voters) or (self.node_id,)
+
+    @property
     def controller_listeners(self) -> tuple[Listener, ...]:
         return tuple(x for x in self.listeners if x.name in self.controller_listener_names)
 

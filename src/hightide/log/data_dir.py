@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 from .storage import POSIX, Storage, make_dirs_durable, read_small_file, write_small_file
 
-__all__ = ["DataDirMismatch", "META_PROPERTIES", "METADATA_DIR", "QUORUM_STATE", "check_identity",
-           "encode_quorum_state", "format_dir", "new_id", "read_meta_properties", "recorded_voters",
-           "write_meta_properties"]
+__all__ = ["DataDirMismatch", "DataDirNotFormatted", "META_PROPERTIES", "METADATA_DIR", "QUORUM_STATE",
+           "check_identity", "encode_quorum_state", "format_dir", "format_new_dir", "new_id", "read_meta_properties",
+           "recorded_voters", "write_meta_properties"]
 
 META_PROPERTIES = "meta.properties"
 METADATA_DIR = "__cluster_metadata-0"
@@ -44,9 +44,19 @@ class DataDirMismatch(Exception):
     says: the node refuses to start (one line, no traceback)."""
 
 
+class DataDirNotFormatted(DataDirMismatch):
+    """A dir that must be formatted before its node starts (a controller quorum's voter
+    with no ``meta.properties``), or must not be formatted again (``hightide storage
+    format`` on a formatted dir): one line, no traceback."""
+
+
 def new_id() -> str:
-    """A random id as Kafka prints one (``Uuid.randomUuid()``: URL-safe base64, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random id as Kafka prints one (``Uuid.randomUuid()``: URL-safe base64, no padding,
+    never starting with ``-``, which command lines would take for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _parse_properties(text: str) -> dict[str, str]:
@@ -154,27 +164,59 @@ def _ids(voters: Sequence[int]) -> str:
 
 
 def check_identity(data_dir: str, *, node_id: int, cluster_id: str | None, voters: Sequence[int] | None,
-                   storage: Storage = POSIX) -> None:
+                   storage: Storage = POSIX, refusing: str = "refusing to start") -> None:
     """Refuse a data dir that is not this node's: ``meta.properties`` of another node id,
     a cluster id other than ``cluster_id`` (when one is configured), or — on a controller
     (``voters`` given) — a recorded voter set or quorum-state cluster id other than the
-    configured one. Raises :class:`DataDirMismatch` (one line naming both sides)."""
+    configured one. Raises :class:`DataDirMismatch` (one line naming both sides, ending
+    in ``refusing``)."""
     props = read_meta_properties(data_dir, storage)
     have_cluster = props.get("cluster.id")
     have_node = props.get("node.id")
     if have_node is not None and have_node != str(node_id):
         raise DataDirMismatch(f"data dir {data_dir} belongs to node {have_node} of cluster {have_cluster}; "
-                              f"configured node.id is {node_id}: refusing to start")
+                              f"configured node.id is {node_id}: {refusing}")
     if cluster_id is not None and have_cluster is not None and have_cluster != cluster_id:
         raise DataDirMismatch(f"data dir {data_dir} belongs to cluster {have_cluster}; this node is configured "
-                              f"for cluster {cluster_id}: refusing to start")
+                              f"for cluster {cluster_id}: {refusing}")
     if voters is None:
         return
     stored, stored_cluster = recorded_voters(data_dir, node_id, storage)
     if stored_cluster and have_cluster is not None and stored_cluster != have_cluster:
         raise DataDirMismatch(f"data dir {data_dir}: its quorum-state belongs to cluster {stored_cluster}, its "
-                              f"meta.properties to cluster {have_cluster}: refusing to start")
+                              f"meta.properties to cluster {have_cluster}: {refusing}")
     if stored is not None and tuple(sorted(stored)) != tuple(sorted(voters)):
         raise DataDirMismatch(f"data dir {data_dir} belongs to cluster {have_cluster or stored_cluster or '?'} with "
-                              f"voters {_ids(stored)}; configured voters are {_ids(voters)}: refusing to start "
+                              f"voters {_ids(stored)}; configured voters are {_ids(voters)}: {refusing} "
                               "(the voter set is static: keep controller.quorum.voters, or use new data dirs)")
+
+
+def format_new_dir(data_dir: str, *, cluster_id: str, node_id: int, voters: Sequence[int] | None,
+                   ignore_formatted: bool = False, storage: Storage = POSIX) -> str:
+    """``hightide storage format`` of one node's dir (Kafka's ``kafka-storage format``):
+    a dir without ``meta.properties`` and without a metadata log is formatted
+    (:func:`format_dir`: ``voters`` given for a controller). Returns the one line to print.
+
+    Raises :class:`DataDirNotFormatted` for a dir already formatted (unless
+    ``ignore_formatted``), and for one holding a metadata log or quorum-state without
+    ``meta.properties`` (always: formatting it could make a voter with a log forget its
+    vote); with ``ignore_formatted`` a formatted dir is checked as a start checks it
+    (:func:`check_identity`: another cluster id, node id or voter set raises
+    :class:`DataDirMismatch`) and left as it is. Raises OSError."""
+    props = read_meta_properties(data_dir, storage)
+    if props:
+        have = f"cluster {props.get('cluster.id', '?')}, node {props.get('node.id', '?')}"
+        if not ignore_formatted:
+            raise DataDirNotFormatted(f"data dir {data_dir} is already formatted ({have}): refusing to format it "
+                                      "again (--ignore-formatted leaves a dir of the same cluster as it is)")
+        check_identity(data_dir, node_id=node_id, cluster_id=cluster_id, voters=voters, storage=storage,
+                       refusing="refusing to format it")
+        unvoted = voters is not None and recorded_voters(data_dir, node_id, storage)[0] is None
+        return (f"data dir {data_dir} is already formatted ({have}): left as it is"
+                + ("; it records no voter set: it votes once it follows a leader" if unvoted else ""))
+    if recorded_voters(data_dir, node_id, storage)[0] is not None:
+        raise DataDirNotFormatted(f"data dir {data_dir} holds a metadata log (or quorum-state) but no "
+                                  f"{META_PROPERTIES}: refusing to format it (use an empty dir)")
+    format_dir(data_dir, cluster_id=cluster_id, node_id=node_id, voters=voters, storage=storage)
+    role = f", voters {_ids(voters)}" if voters is not None else ""
+    return f"formatted data dir {data_dir} for cluster {cluster_id} (node {node_id}{role})"

@@ -29,7 +29,8 @@ from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings, Listener
 from ..config import BrokerConfig, ConfigError, effective_topic_config
 from ..log.config import LogConfig
-from ..log.data_dir import check_identity, format_dir, read_meta_properties, write_meta_properties
+from ..log.data_dir import (DataDirNotFormatted, check_identity, format_dir, read_meta_properties,
+                            write_meta_properties)
 from ..log.data_dir import new_id as new_cluster_id
 from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
@@ -336,12 +337,19 @@ class Broker:
         (:func:`~hightide.log.data_dir.check_identity`: node id, cluster id and, on a
         controller, the voter set it records; raises DataDirMismatch). When the dir has
         none, ``new_id`` (or a random one) is written to meta.properties first (file and
-        directory fsynced); a lone controller records its voter set too."""
-        voters = [v.node_id for v in self.cluster.voters] if self.controller_only else None
+        directory fsynced); a lone controller records its voter set too. A quorum voter's
+        dir without one, with no cluster id given, is refused (DataDirNotFormatted): a
+        random id of its own would keep it out of every quorum."""
+        voters = self.cluster.formatted_voters
         check_identity(self.data_dir, node_id=self.node_id, cluster_id=self.cluster_id, voters=voters,
                        storage=self.storage)
         props = self._read_meta_properties()
         if "cluster.id" not in props:
+            if voters is not None and len(voters) > 1 and self.cluster_id is None and new_id is None:
+                raise DataDirNotFormatted(
+                    f"data dir {self.data_dir} is not formatted for the controller quorum "
+                    f"{','.join(map(str, sorted(voters)))}: run `hightide storage format --cluster-id ID` with this "
+                    "node's flags on every voter's dir first, one ID for all (from `hightide storage random-uuid`)")
             cid = self.cluster_id or new_id or new_cluster_id()
             if voters is not None and len(voters) == 1:
                 format_dir(self.data_dir, cluster_id=cid, node_id=self.node_id, voters=voters, storage=self.storage)

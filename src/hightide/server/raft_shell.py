@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections import deque
@@ -186,9 +187,10 @@ class RaftShell:
                              election=election, log=restored, snapshot_data=snapshot_data,
                              can_vote=election is not None or not require_formatted)
         if not self.core.can_vote:
-            log.warning("raft: node %d has no quorum-state (its data dir was not formatted for voters %s): it will "
-                        "not vote or stand for election until it follows a leader the other voters elected",
-                        node_id, list(self.core.voters))
+            log.warning("raft: data dir %s is not formatted for voters %s (no quorum-state): node %d will not vote "
+                        "or stand for election until it follows a leader the other voters elected (a new quorum's "
+                        "dirs are formatted together before the first start: `hightide storage format`)",
+                        os.path.dirname(self.plog.path), ",".join(map(str, sorted(self.core.voters))), node_id)
         #: The image holds every committed entry below this offset.
         self.applied_end = restored.start_offset
         #: ``TrimLog``: the log may now start at the snapshot's end (the snapshotter's trim).
