@@ -100,13 +100,15 @@ def serve(data_dir: str, listen: str, advertised_listener: str | None, config_fi
     _prepare_data_dir(data_dir)
     from ..log.dirlock import DataDirLocked
     try:
-        _run(_serve(config, data_dir, listen_addr, advertised))
+        code = _run(_serve(config, data_dir, listen_addr, advertised))
     except DataDirLocked as exc:  # another broker owns the directory: one line, no traceback
         click.echo(f"hightide: {exc}", err=True)
         sys.exit(1)
     except OSError as exc:  # start-up failed (listen address, data files): one line, no traceback
         logging.getLogger("hightide").debug("start-up failed", exc_info=True)
         raise click.ClickException(_start_error(exc, listen_addr)) from None
+    if code:
+        sys.exit(code)
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -155,19 +157,80 @@ def _start_error(exc: OSError, listen: tuple[str, int]) -> str:
     return f"{exc.strerror}: {exc.filename}."
 
 
-async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> None:
+#: A broker asked to stop (SIGTERM, SIGINT) exits within SERVE_STOP_BOUND_S +
+#: SERVE_EXIT_GRACE_S: ``Broker.stop`` is cancelled after SERVE_STOP_BOUND_S (its flush,
+#: log close and data-dir lock release still run, each bounded) and a watchdog thread ends
+#: the process SERVE_EXIT_GRACE_S later whatever still runs (a thread stuck in a hung
+#: disk, a task that ignores its cancellation while the event loop is torn down).
+SERVE_STOP_BOUND_S = 60.0
+SERVE_EXIT_GRACE_S = 60.0
+
+
+async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> int:
+    """Run the broker until SIGINT/SIGTERM, then stop it (bounded, see
+    SERVE_STOP_BOUND_S); the exit code: 0, or 1 when the stop did not end in its bound."""
     from ..server.broker import Broker
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     broker = Broker(config, data_dir=data_dir, listen=listen, advertised=advertised)
-    await broker.start()
+    if not await _started(broker, stop):
+        logging.getLogger("hightide.broker").info("shutdown requested while starting")
+        return await _bounded_stop(broker)
     try:
         await stop.wait()
         logging.getLogger("hightide.broker").info("shutdown requested")
     finally:
-        await broker.stop()
+        code = await _bounded_stop(broker)
+    return code
+
+
+async def _started(broker, stop: asyncio.Event) -> bool:
+    """Start ``broker``; False when ``stop`` is set first (a start waiting for the
+    controllers, say): the start is then cancelled (waited for a bounded time) and the
+    caller stops what it had opened. A failed start raises as ``broker.start()`` does."""
+    from ..server.tasks import cancel_and_wait
+    starting = asyncio.ensure_future(broker.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()  # a failed start raises here
+        return True
+    await cancel_and_wait(starting)
+    return False
+
+
+async def _bounded_stop(broker) -> int:
+    """``broker.stop()`` cancelled after SERVE_STOP_BOUND_S, with the exit watchdog
+    armed; 0, or 1 when the bound cut the stop short."""
+    _exit_watchdog(SERVE_STOP_BOUND_S + SERVE_EXIT_GRACE_S)
+    try:
+        async with asyncio.timeout(SERVE_STOP_BOUND_S):
+            await broker.stop()
+    except TimeoutError:
+        logging.getLogger("hightide.broker").error(
+            "shutdown did not finish within %.0f s; cut short (the steps logged above say what did not end)",
+            SERVE_STOP_BOUND_S)
+        return 1
+    return 0
+
+
+def _exit_watchdog(after_s: float) -> None:
+    """End the process (exit code 1) ``after_s`` from now unless it has ended: a daemon
+    thread, so it never keeps the process alive itself."""
+    import os
+    import threading
+
+    def expire() -> None:
+        os.write(2, f"hightide: the shutdown did not end within {after_s:.0f} s; exiting now\n".encode())
+        os._exit(1)
+    timer = threading.Timer(after_s, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def _tune_malloc() -> None:
@@ -205,13 +268,13 @@ def _tune_gc() -> None:
     gc.freeze()
 
 
-def _run(coro) -> None:
+def _run(coro):
+    """Run ``coro`` (on uvloop when installed) and return its result."""
     _tune_malloc()
     _tune_gc()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 

@@ -24,11 +24,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 #: How long a step that overran its deadline is waited for once cancelled.
 CANCEL_GRACE_S = 1.0
+#: A step that finished but took longer than this is logged (info) with its duration.
+SLOW_STEP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,12 @@ async def run_steps(what: str, steps: Iterable[Step | None], log: logging.Logger
         if cancelled and not step.essential:
             skipped.append(step.name)
             continue
+        started = time.monotonic()
         try:
             ok = await _run_step(what, step, log)
+            took = time.monotonic() - started
+            if ok and took > SLOW_STEP_S:
+                log.info("%s: stop step %r took %.1f s", what, step.name, took)
         except asyncio.CancelledError:  # this task was cancelled (a step's own cancel is caught inside)
             if not cancelled:
                 log.warning("%s was cancelled during step %r; only the essential steps left run", what, step.name)
