@@ -6,7 +6,9 @@
         print(b.port)
 
 Shutdown order (``stop``): stop accepting, let in-flight requests finish (bounded),
-close connections, flush and close every log, write the clean-shutdown marker.
+close connections, flush and close every log, write the clean-shutdown marker, release
+the data-dir lock; every step bounded and run whatever the one before did
+(:mod:`.shutdown`, docs/durability.md "Shutdown").
 """
 
 from __future__ import annotations
