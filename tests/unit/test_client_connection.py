@@ -214,3 +214,27 @@ def test_decode_response_collects_unknown_tags():
     # without a dict to collect into, unknown tags are still skipped, not fatal
     _, resp2 = decode_response(9, 9, frame[4:])
     assert resp2.groups[0].topics[0].partitions[0].committed_offset == 5
+
+
+def test_a_cancel_in_the_loop_step_of_the_response_ends_the_request_cancelled():
+    """Issue 26 item 3: ``asyncio.wait_for`` (Python 3.11) returned the response and
+    swallowed a cancellation that arrived in the same loop step, so the metadata
+    follower's fetch loop (cancelled at shutdown) went on fetching forever. The caller's
+    cancellation must win: the request ends cancelled."""
+    import struct
+
+    async def main():
+        async with FakeBroker({10: (0, 4)}) as broker:
+            broker.on(10, lambda header, req: NO_RESPONSE)
+            conn = await connect(broker)
+            task = asyncio.ensure_future(conn.request(10, 3, {"key": "k", "key_type": 0},
+                                                      decoder=lambda frame: "the answer"))
+            await async_wait_until(lambda: bool(conn._pending))
+            corr = next(iter(conn._pending))
+            conn._dispatch(struct.pack(">i", corr) + b"\0")  # the response arrives ...
+            task.cancel()  # ... in the same loop step as the cancellation
+            done, _ = await asyncio.wait((task,), timeout=5)
+            assert done, "the request did not end"
+            assert task.cancelled(), f"the cancellation was swallowed: the request returned {task.result()!r}"
+            await conn.close()
+    run(main())

@@ -121,16 +121,18 @@ def serve(data_dir: str, config_file: str | None, node_id: int | None, overrides
     from ..log.data_dir import DataDirMismatch
     from ..log.dirlock import DataDirLocked
     try:
-        code = _run(_serve(config, data_dir, listen_addr, advertised))
+        code, reason = _run(_serve(config, data_dir, listen_addr, advertised))
     except (DataDirLocked, DataDirMismatch) as exc:  # not this node's directory: one line, no traceback
         click.echo(f"hightide: {exc}", err=True)
         sys.exit(1)
     except OSError as exc:  # start-up failed (listen address, data files): one line, no traceback
         logging.getLogger("hightide").debug("start-up failed", exc_info=True)
         raise click.ClickException(_start_error(exc, listen_addr)) from None
-    if code:  # the node stopped itself (e.g. its controller belongs to another cluster): the reason, one line
-        click.echo(f"hightide: {code}", err=True)
+    if reason:  # the node stopped itself (e.g. its controller belongs to another cluster): the reason, one line
+        click.echo(f"hightide: {reason}", err=True)
         sys.exit(1)
+    if code:
+        sys.exit(code)
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -179,17 +181,31 @@ def _start_error(exc: OSError, listen: tuple[str, int]) -> str:
     return f"{exc.strerror}: {exc.filename}."
 
 
-async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> str | None:
+#: A broker asked to stop (SIGTERM, SIGINT) exits within SERVE_STOP_BOUND_S +
+#: SERVE_EXIT_GRACE_S: ``Broker.stop`` is cancelled after SERVE_STOP_BOUND_S (its flush,
+#: log close and data-dir lock release still run, each bounded) and a watchdog thread ends
+#: the process SERVE_EXIT_GRACE_S later whatever still runs (a thread stuck in a hung
+#: disk, a task that ignores its cancellation while the event loop is torn down).
+SERVE_STOP_BOUND_S = 60.0
+SERVE_EXIT_GRACE_S = 60.0
+
+
+async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> tuple[int, str | None]:
     """Run the broker until SIGINT/SIGTERM, or until a broker-only node halts itself
-    (:attr:`BrokerNode.fatal`); returns that reason (None after a requested shutdown)."""
+    (:attr:`BrokerNode.fatal`), then stop it (bounded, see SERVE_STOP_BOUND_S). Returns
+    (exit code: 0, or 1 when the stop did not end in its bound; the node's halt reason,
+    None after a requested shutdown)."""
     from ..server.broker import Broker
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     broker = Broker(config, data_dir=data_dir, listen=listen, advertised=advertised)
-    await broker.start()
     node = broker.node
+    if not await _started(broker, stop, None if node is None else node.halted):
+        if node is None or node.fatal is None:
+            logging.getLogger("hightide.broker").info("shutdown requested while starting")
+        return await _bounded_stop(broker), None if node is None else node.fatal
     try:
         waits = [asyncio.ensure_future(stop.wait())]
         if node is not None:
@@ -202,8 +218,57 @@ async def _serve(config, data_dir: str, listen: tuple[str, int], advertised) -> 
         if stop.is_set():
             logging.getLogger("hightide.broker").info("shutdown requested")
     finally:
-        await broker.stop()
-    return node.fatal if node is not None else None
+        code = await _bounded_stop(broker)
+    return code, None if node is None else node.fatal
+
+
+async def _started(broker, stop: asyncio.Event, halted: asyncio.Event | None) -> bool:
+    """Start ``broker``; False when ``stop`` (or ``halted``: the node stopped itself) is
+    set first (a start waiting for the controllers, say): the start is then cancelled
+    (waited for a bounded time) and the caller stops what it had opened. A failed start
+    raises as ``broker.start()`` does."""
+    from ..server.tasks import cancel_and_wait
+    starting = asyncio.ensure_future(broker.start())
+    stopping = [asyncio.ensure_future(e.wait()) for e in (stop, halted) if e is not None]
+    try:
+        await asyncio.wait((starting, *stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in stopping:
+            w.cancel()
+    if starting.done():
+        starting.result()  # a failed start raises here
+        return True
+    await cancel_and_wait(starting)
+    return False
+
+
+async def _bounded_stop(broker) -> int:
+    """``broker.stop()`` cancelled after SERVE_STOP_BOUND_S, with the exit watchdog
+    armed; 0, or 1 when the bound cut the stop short."""
+    _exit_watchdog(SERVE_STOP_BOUND_S + SERVE_EXIT_GRACE_S)
+    try:
+        async with asyncio.timeout(SERVE_STOP_BOUND_S):
+            await broker.stop()
+    except TimeoutError:
+        logging.getLogger("hightide.broker").error(
+            "shutdown did not finish within %.0f s; cut short (the steps logged above say what did not end)",
+            SERVE_STOP_BOUND_S)
+        return 1
+    return 0
+
+
+def _exit_watchdog(after_s: float) -> None:
+    """End the process (exit code 1) ``after_s`` from now unless it has ended: a daemon
+    thread, so it never keeps the process alive itself."""
+    import os
+    import threading
+
+    def expire() -> None:
+        os.write(2, f"hightide: the shutdown did not end within {after_s:.0f} s; exiting now\n".encode())
+        os._exit(1)
+    timer = threading.Timer(after_s, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def _tune_malloc() -> None:
@@ -242,6 +307,7 @@ def _tune_gc() -> None:
 
 
 def _run(coro):
+    """Run ``coro`` (on uvloop when installed) and return its result."""
     _tune_malloc()
     _tune_gc()
     try:

@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 from kio.schema.index import api_key_map
@@ -55,11 +54,13 @@ from .errors import (
 if TYPE_CHECKING:
     from .properties import ClientSecurity
 
-__all__ = ["BrokerConnection", "decode_response"]
+__all__ = ["BrokerConnection", "close_all", "decode_response"]
 
 _API_VERSIONS_MAX = 3
 _SIZE = struct.Struct(">i")
 _MAX_FRAME = 100 * 1024 * 1024
+#: :meth:`BrokerConnection.close` waits at most this long for the reader task and the socket.
+CLOSE_WAIT_S = 2.0
 
 
 def decode_response(api_key: int, version: int, frame: bytes | memoryview,
@@ -165,10 +166,9 @@ class BrokerConnection:
         sec = self.security
         tls = sec.ssl_context() if sec is not None else None
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=tls,
-                                        server_hostname=self.host if tls is not None else None),
-                self.request_timeout_s)
+            async with asyncio.timeout(self.request_timeout_s):  # never wait_for: it can swallow a cancel
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, ssl=tls, server_hostname=self.host if tls is not None else None)
         except TimeoutError:
             raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
         except OSError as exc:
@@ -290,9 +290,12 @@ class BrokerConnection:
         self._pending[corr] = (fut, api_key, version, unknown_tags, decoder)
         self.requests_sent[api_key] += 1
         try:
-            self._writer.write(frame)
-            await self._writer.drain()
-            return await asyncio.wait_for(fut, timeout_s or self.request_timeout_s)
+            # asyncio.timeout, not wait_for: a cancellation arriving in the loop step of
+            # the answer must win (wait_for returned the answer and swallowed it).
+            async with asyncio.timeout(timeout_s or self.request_timeout_s):
+                self._writer.write(frame)
+                await self._writer.drain()
+                return await fut
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"api {api_key} v{version} to {self.host}:{self.port} timed out") from None
@@ -363,17 +366,30 @@ class BrokerConnection:
 
     async def close(self) -> None:
         """Close the socket; pending requests fail with :class:`KafkaConnectionError`.
-        Idempotent."""
+        Idempotent. Bounded: the reader task and the socket's close are each waited for
+        at most :data:`CLOSE_WAIT_S` (a peer that reads nothing — paused — would keep
+        unsent bytes, and the close, pending forever; the socket is then aborted). A
+        cancellation of the caller propagates."""
         self._fail_all(KafkaConnectionError(f"{self.host}:{self.port}: connection closed"))
         task, self._read_task = self._read_task, None
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait((task,), timeout=CLOSE_WAIT_S)
         writer = self._writer
         if writer is not None:
             writer.close()
             try:
-                await writer.wait_closed()
+                async with asyncio.timeout(CLOSE_WAIT_S):
+                    await writer.wait_closed()
+            except TimeoutError:
+                writer.transport.abort()
             except (ConnectionError, OSError):
                 pass
+
+
+async def close_all(conns: Iterable[BrokerConnection]) -> None:
+    """Close every connection of ``conns`` at once: bounded as one
+    :meth:`BrokerConnection.close` is, and one that fails does not keep the others open
+    (its error is dropped: the connection is gone either way). A cancellation of the
+    caller propagates."""
+    await asyncio.gather(*(conn.close() for conn in conns), return_exceptions=True)

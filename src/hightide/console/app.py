@@ -119,7 +119,8 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
 
     async def ask(coro: Any) -> Any:
         """``coro``'s result within the page timeout (TimeoutError: the banner page)."""
-        return await asyncio.wait_for(coro, config.page_timeout_s)
+        async with asyncio.timeout(config.page_timeout_s):  # not wait_for: it can swallow a cancellation
+            return await coro
 
     async def admin() -> Any:
         """The pages' admin client; Unreachable at once while the sampler's last round

@@ -293,8 +293,9 @@ class Exporter:
         collector holds no snapshot, so the next render is ``hightide_exporter_up 0``
         and nothing else — never the last good (stale) series, as kafka_exporter."""
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.scrape_timeout_s)
-        try:
-            await asyncio.wait_for(self._lock.acquire(), max(0.0, deadline - time.monotonic()))
+        try:  # asyncio.timeout, never wait_for (on 3.11 it can swallow a cancellation)
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await self._lock.acquire()
         except TimeoutError:  # another scrape is still taking the snapshot: this one reports it as down
             self._fail("a snapshot is still in progress")
             return
@@ -302,7 +303,8 @@ class Exporter:
             if self.collector.snapshot is not None and time.monotonic() - self._last < self.min_interval_s:
                 return
             try:
-                await asyncio.wait_for(self._snapshot(), max(0.0, deadline - time.monotonic()))
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._snapshot()
                 self.collector.scrape_error = 0.0
             except Exception as exc:  # noqa: BLE001 - reported as hightide_exporter_up 0
                 self._fail("timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}")
@@ -341,7 +343,8 @@ class Exporter:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
             method, path, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
             path = path.split("?", 1)[0]
             if method != "GET":

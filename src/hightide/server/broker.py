@@ -6,7 +6,9 @@
         print(b.port)
 
 Shutdown order (``stop``): stop accepting, let in-flight requests finish (bounded),
-close connections, flush and close every log, write the clean-shutdown marker.
+close connections, flush and close every log, write the clean-shutdown marker, release
+the data-dir lock; every step bounded and run whatever the one before did
+(:mod:`.shutdown`, docs/durability.md "Shutdown").
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
 from .share_runtime import ShareStateRuntime
+from .shutdown import Step, run_steps
 from .snapshotter import snapshotter_for
+from .tasks import cancel_and_wait
 from .txn_runtime import TransactionCoordinator
 from .waiters import AppendWaiters
 
@@ -67,6 +71,9 @@ METADATA_FETCH_KEY = (METADATA_TOPIC, 0)  # the observers' long-poll key (handle
 #: How long a broker-only node waits for the controller on its own topic creations before
 #: answering a retriable error (see Broker._create_through_controller).
 OWN_WRITE_WAIT_S = 5.0
+#: Deadline of each step of Broker.stop (``Broker.stop_step_timeout_s``) and of the flush step.
+STOP_STEP_TIMEOUT_S = 5.0
+FLUSH_STOP_TIMEOUT_S = 30.0
 
 
 def now_ms() -> int:
@@ -121,6 +128,7 @@ class Broker:
         self.cluster_id = cluster_id
         self.started_at = 0.0
         self.stopping = False
+        self.stop_step_timeout_s = STOP_STEP_TIMEOUT_S  # each step of stop() (tests shorten it)
         self._bound: tuple[str, int] = listen
         self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
@@ -282,52 +290,90 @@ class Broker:
         return None
 
     async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop the node: the ordered steps of :meth:`_stop_steps`, each bounded by
+        ``stop_step_timeout_s`` (the flush by ``FLUSH_STOP_TIMEOUT_S``, the controlled
+        shutdown and the in-flight requests by ``grace_s`` more), each run whatever the
+        one before raised or however long it hung (:func:`.shutdown.run_steps` logs each
+        step that failed or overran). The flush, closing the logs and releasing the
+        data-dir lock always run, also when ``stop`` itself is cancelled (which then ends
+        in ``CancelledError`` after them)."""
         self.stopping = True
-        if self.node is not None:  # controlled shutdown first, still serving (bounded)
-            await self.node.stop(min(grace_s, self.cluster.session_timeout_ms / 1000))
-        if self.controller_service is not None and self.controller_service.raft is not None:
-            await self.controller_service.raft.close()  # a leader resigns (EndQuorumEpoch) first
+        failed = await run_steps(f"node {self.node_id} stop", self._stop_steps(grace_s), log)
+        if failed:
+            log.warning("hightide node %d stopped; steps that failed or did not finish in time: %s",
+                        self.node_id, ", ".join(failed))
+        else:
+            log.info("hightide node %d stopped cleanly", self.node_id)
+
+    def _stop_steps(self, grace_s: float) -> list[Step | None]:
+        """The steps of :meth:`stop`, in order (see the module doc)."""
+        t = self.stop_step_timeout_s
+        node, raft = self.node, self.controller_service.raft if self.controller_service is not None else None
+        shutdown_s = min(grace_s, self.cluster.session_timeout_ms / 1000)
+        return [
+            # controlled shutdown first, still serving; a leader resigns (EndQuorumEpoch)
+            None if node is None else Step("controlled shutdown", lambda: node.stop(shutdown_s, t), shutdown_s + 3 * t),
+            None if raft is None else Step("raft shell", raft.close, t),
+            Step("listeners", self._close_listeners, t),
+            Step("held requests", self.waiters.wake_all, t),  # long-polls answer now with what they have
+            Step("group coordinator", self.groups.close, t),  # parked JoinGroup/SyncGroup: NOT_COORDINATOR
+            Step("share coordinator", self.share_state.close, t),
+            Step("transaction coordinator", self.txns.close, t),  # marker writes stop; the next start resumes
+            Step("replica manager", self.replica_manager.close, t),  # acks=all waits: NOT_LEADER_OR_FOLLOWER
+            Step("requests in flight", lambda: self._drain_requests(grace_s), grace_s + t),
+            Step("client connections", self._close_connections, t),
+            Step("share manager", self.share_manager.close, t),  # in-flight share state writes (the flusher runs)
+            Step("share persister", self.share_persister.close, t),
+            Step("transaction connections", self.txns.close_connections, t),
+            # before the logs close: no append after this
+            Step("replica fetchers", self.replica_fetchers.close, t, essential=True),
+            Step("leader offsets", self.leader_offsets.close, t),
+            Step("background tasks", self._stop_tasks, t, essential=True),  # the flusher's round loop too
+            Step("log cleaner", lambda: asyncio.to_thread(self.cleaner.close), t, essential=True),
+            Step("flush", self.flusher.close, max(t, FLUSH_STOP_TIMEOUT_S), essential=True),
+            Step("held requests after the flush", self.waiters.wake_all, t),
+            Step("metadata log", self._close_metadata, t, essential=True),
+            Step("logs", self._close_logs, t, essential=True),  # flushes; the clean-shutdown marker
+            Step("data dir lock", self._release_dir_lock, t, essential=True),
+        ]
+
+    def _close_listeners(self) -> None:
         for _, server in self.servers:
             server.close()
-        self.waiters.wake_all()  # long-polls answer now with what they have
-        self.groups.close()  # parked JoinGroup/SyncGroup answer NOT_COORDINATOR; loads stop
-        self.share_state.close()
-        self.txns.close()  # marker writes stop; the next start completes decided transactions
-        self.replica_manager.close()  # acks=all waits answer NOT_LEADER_OR_FOLLOWER
+
+    async def _drain_requests(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
         while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+
+    def _close_connections(self) -> None:
         for c in list(self.connections):
             c.close("broker shutting down", level=logging.DEBUG)
-        await self.share_manager.close()  # in-flight share state writes (the flusher still runs)
-        await self.share_persister.close()
-        await self.txns.close_connections()
-        await self.replica_fetchers.close()  # before the logs close: no append after this
-        await self.leader_offsets.close()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
-        self._tasks.clear()
-        self.cleaner.close()  # a worker step in progress finishes first
-        await self.flusher.close()
-        self.waiters.wake_all()
+
+    async def _stop_tasks(self) -> None:
+        tasks, self._tasks = list(self._tasks), []
+        stopped = await asyncio.gather(*(cancel_and_wait(t, self.stop_step_timeout_s / 2) for t in tasks))
+        if not all(stopped):
+            raise RuntimeError("background tasks did not stop: "
+                               + ", ".join(t.get_name() for t, ok in zip(tasks, stopped) if not ok))
+
+    def _close_metadata(self) -> None:
         if self.metadata is not None:
+            metadata, self.metadata = self.metadata, None
             try:
-                self.metadata.close()
+                metadata.close()
             except OSError as exc:  # offline after a failed fsync: what is on disk is recovered at start
                 log.error("closing the metadata log failed: %s", exc)
-            self.metadata = None
+
+    def _close_logs(self) -> None:
         if self.logs is not None:
-            self.logs.close()
-            self.logs = None
+            logs, self.logs = self.logs, None
+            logs.close()
+
+    def _release_dir_lock(self) -> None:
         if self._dir_lock is not None:
-            self._dir_lock.release()
-            self._dir_lock = None
-        log.info("hightide node %d stopped cleanly", self.node_id)
+            lock, self._dir_lock = self._dir_lock, None
+            lock.release()
 
     def _read_meta_properties(self) -> dict[str, str]:
         return read_meta_properties(self.data_dir, self.storage)

@@ -59,7 +59,7 @@ from ..client.errors import KafkaError, KafkaTimeoutError
 from ..protocol.broker_heartbeat_response import BrokerHeartbeatResponse, decode_broker_heartbeat_response
 from ..protocol.errors import ErrorCode
 from .controller_channel import ControllerChannel, ControllerUnavailable
-from .tasks import cancel_and_wait, wait_event
+from .tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
     from ..cluster.settings import ClusterSettings
@@ -300,9 +300,10 @@ class BrokerLifecycleManager:
         self.core.on_caught_up(now_ms())
         self.poke()
 
-    async def shutdown(self, timeout_s: float) -> bool:
+    async def shutdown(self, timeout_s: float, stop_wait_s: float = STOP_WAIT_S) -> bool:
         """Controlled shutdown: heartbeat with WantShutDown until the controller answers
-        ShouldShutDown or ``timeout_s`` passes; True if it did. Stops the task."""
+        ShouldShutDown or ``timeout_s`` passes; True if it did. Stops the task (waited
+        for up to ``stop_wait_s``)."""
         self.core.begin_shutdown(now_ms())
         self.poke()
         deadline = time.monotonic() + timeout_s
@@ -312,12 +313,13 @@ class BrokerLifecycleManager:
         if not done:
             log.warning("controlled shutdown: the controller did not answer ShouldShutDown within %.1f s; "
                         "stopping anyway (the controller fences this broker when its session expires)", timeout_s)
-        await self.close()
+        await self.close(stop_wait_s)
         return done
 
-    async def close(self) -> None:
+    async def close(self, stop_wait_s: float = STOP_WAIT_S) -> None:
+        """Stop the task (waited for up to ``stop_wait_s``; a warning if it does not end)."""
         task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await cancel_and_wait(task, stop_wait_s)
 
     async def _run(self) -> None:
         while True:

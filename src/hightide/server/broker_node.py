@@ -48,6 +48,8 @@ from .listener_security import PROTOCOL_IDS, controller_client_security
 from .metadata_follower import MetadataFollower
 from .read_gate import ReadGate, gated_routes
 from .registry import Route, Routes
+from .shutdown import Step, run_steps
+from .tasks import STOP_WAIT_S
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -255,18 +257,21 @@ class BrokerNode:
         self.follower.start()
         self.lifecycle.start()
 
-    async def stop(self, timeout_s: float) -> None:
+    async def stop(self, timeout_s: float, step_timeout_s: float = STOP_WAIT_S) -> None:
         """Controlled shutdown (bounded by ``timeout_s``), then stop following and close
-        the channels; held reads and writes are answered."""
+        the channels; held reads and writes are answered. Each step is bounded by
+        ``step_timeout_s`` more and runs whatever the one before did
+        (:func:`.shutdown.run_steps`)."""
         if self._halting is not None:
             self._halting.cancel()
-        if self.lifecycle.registered.is_set():
-            await self.lifecycle.shutdown(timeout_s)
-        else:
-            await self.lifecycle.close()
-        if self.follower is not None:
-            await self.follower.close()
-        self.gate.wake_all()
-        await self.channel.close()
-        await self.fetch_channel.close()
-
+        lifecycle, follower = self.lifecycle, self.follower
+        shutdown = ((lambda: lifecycle.shutdown(timeout_s, step_timeout_s)) if lifecycle.registered.is_set()
+                    else (lambda: lifecycle.close(step_timeout_s)))
+        await run_steps(f"broker {self.settings.node_id} cluster side stop", [
+            Step("controlled shutdown", shutdown, timeout_s + step_timeout_s),
+            None if follower is None else Step("metadata follower", lambda: follower.close(step_timeout_s),
+                                               step_timeout_s + 1),
+            Step("held metadata reads", self.gate.wake_all, step_timeout_s),
+            Step("controller channel", self.channel.close, step_timeout_s),
+            Step("metadata fetch channel", self.fetch_channel.close, step_timeout_s),
+        ], log)

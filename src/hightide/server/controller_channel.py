@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..client.connection import BrokerConnection
+from ..client.connection import BrokerConnection, close_all
 from ..client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from ..client.properties import ClientSecurity
 from ..protocol.errors import ErrorCode
@@ -480,11 +480,8 @@ class ControllerChannel:
             attempt.cancel()
             await asyncio.wait((attempt,), timeout=CONNECT_TIMEOUT_S)
         conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
-        for retired in list(self._retired):
-            await retired.close()
-        self._retired.clear()
+        retired, self._retired = list(self._retired), set()
+        await close_all(([conn] if conn is not None else []) + retired)  # at once, each bounded
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..client import BrokerConnection
+from ..client.connection import close_all
 from ..client.errors import KafkaError
 from ..client.properties import ClientSecurity
 from .leadership import alive_endpoint
@@ -78,7 +79,6 @@ class InterBrokerClients:
             raise
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Close every connection (at once, each bounded: :func:`~hightide.client.connection.close_all`)."""
         conns, self._conns = list(self._conns.values()), {}
-        for conn in conns:
-            await conn.close()
+        await close_all(conns)

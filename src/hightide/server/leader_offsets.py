@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..client import BrokerConnection
+from ..client.connection import close_all
 from ..client.errors import KafkaError
 from .inter_broker import InterBrokerClients
 
@@ -127,9 +128,9 @@ class LeaderOffsets:
             await conn.close()
 
     async def close(self) -> None:
-        """Close every connection."""
-        for node_id in list(self._conns):
-            await self._drop(node_id)
+        """Close every connection (at once, each bounded)."""
+        conns, self._conns = list(self._conns.values()), {}
+        await close_all(conns)
 
 
 async def _list(conn: BrokerConnection, version: int, parts: dict[TopicPartition, int], timestamp: int,

@@ -65,7 +65,7 @@ from ..protocol.errors import ErrorCode
 from ..protocol.records import BatchHeader, decode_records, validate_batches
 from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerLocator, ControllerUnavailable
 from .snapshotter import SnapshotFetchFailed, fetch_snapshot, install_snapshot
-from .tasks import cancel_and_wait
+from .tasks import STOP_WAIT_S, cancel_and_wait
 
 log = logging.getLogger("hightide.metadata_follower")
 
@@ -311,9 +311,10 @@ class MetadataFollower:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="metadata-follower")
 
-    async def close(self) -> None:
+    async def close(self, stop_wait_s: float = STOP_WAIT_S) -> None:
+        """Stop fetching (the task waited for up to ``stop_wait_s``; a warning if it does not end)."""
         task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await cancel_and_wait(task, stop_wait_s)
 
     async def _run(self) -> None:
         while True:

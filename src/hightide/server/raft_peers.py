@@ -20,6 +20,7 @@ import logging
 from collections.abc import Mapping
 
 from ..client import BrokerConnection
+from ..client.connection import close_all
 from ..client.errors import KafkaError
 from ..client.properties import ClientSecurity
 from ..cluster.raft import messages as m
@@ -100,5 +101,4 @@ class RaftPeers:
     async def close(self) -> None:
         self._closed = True
         conns, self._conns = list(self._conns.values()), {}
-        for conn in conns:
-            await conn.close()
+        await close_all(conns)  # at once, each bounded

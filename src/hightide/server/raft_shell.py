@@ -248,10 +248,7 @@ class RaftShell:
         if self.is_active:
             return True
         self._activated.clear()
-        try:
-            await asyncio.wait_for(self._activated.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        await wait_event(self._activated, timeout_s)
         return self.is_active
 
     # -- running ---------------------------------------------------------------------------
@@ -338,7 +335,8 @@ class RaftShell:
         self._inbound[cid] = fut
         try:
             self._step(Received(source, message, cid))
-            return await asyncio.wait_for(fut, timeout_s or self.config.request_timeout_ms / 1000)
+            async with asyncio.timeout(timeout_s or self.config.request_timeout_ms / 1000):  # not wait_for
+                return await fut
         except TimeoutError:
             return None
         except asyncio.CancelledError:

@@ -78,9 +78,7 @@ class ReadGate:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._applied_waiters, (offset, next(self._seq), fut))
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait((fut,), timeout=timeout_s)  # never wait_for: it can swallow a cancel
         finally:
             if not fut.done():
                 fut.cancel()
@@ -116,10 +114,8 @@ class ReadGate:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (offset, next(self._seq), fut))
         try:
-            await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - time.monotonic()))
-            return True
-        except asyncio.TimeoutError:
-            if self.covered(offset):
+            done, _ = await asyncio.wait((fut,), timeout=max(0.0, deadline - time.monotonic()))
+            if done or self.covered(offset):
                 return True
             self._timed_out(offset, what)
             return False

@@ -54,7 +54,7 @@ from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
 from .inter_broker import InterBrokerClients
-from .tasks import wait_event
+from .tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -132,15 +132,16 @@ class ReplicaFetcherManager:
         """Followed partitions and their leader ids."""
         return dict(self._leader_of)
 
-    async def close(self) -> None:
-        """Stop every fetcher (waiting for a round in progress to end) and close the connections."""
+    async def close(self, stop_wait_s: float = STOP_WAIT_S) -> None:
+        """Stop every fetcher (each waited for up to ``stop_wait_s``: a round in progress
+        ends at its next await; a warning names one that does not) and close the
+        connections."""
         self._closed = True
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         self._leader_of.clear()
         for f in fetchers:
             f.stop()
-        for f in fetchers:
-            await f.wait_stopped()
+        await asyncio.gather(*(f.wait_stopped(stop_wait_s) for f in fetchers))
         await self.peers.close()
 
 
@@ -179,12 +180,10 @@ class ReplicaFetcher:
         if self._task is not None:
             self._task.cancel()
 
-    async def wait_stopped(self) -> None:
-        if self._task is not None:
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+    async def wait_stopped(self, timeout_s: float = STOP_WAIT_S) -> bool:
+        """Wait up to ``timeout_s`` for the task (cancelled by :meth:`stop`) to end; True
+        if it has. A cancellation of the caller propagates."""
+        return await cancel_and_wait(self._task, timeout_s)
 
     # -- the loop -----------------------------------------------------------------------------
     async def _run(self) -> None:
