@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from hightide.server.waiters import AppendWaiters
+from hightide.aio.waiters import AppendWaiters
 
 
 def test_a_wake_ends_the_wait_and_unregisters() -> None:
@@ -55,7 +55,7 @@ def test_cancel_right_after_a_wake_is_not_swallowed() -> None:
 
 
 def test_wait_event_propagates_a_cancel_that_lands_with_the_set() -> None:
-    from hightide.server.tasks import wait_event
+    from hightide.aio.tasks import wait_event
 
     async def go() -> None:
         event = asyncio.Event()

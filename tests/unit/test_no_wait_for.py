@@ -4,7 +4,7 @@ On Python 3.11 ``asyncio.wait_for`` returns the awaited result and swallows a
 cancellation that arrives in the same loop step as that result: a loop stopped by
 cancellation then never stops (the metadata follower's fetch loop did, and the broker
 never exited). Use ``asyncio.timeout()``, ``asyncio.wait((task,), timeout=...)`` or the
-helpers in ``hightide.server.tasks``. Comments and strings (docstrings that explain why)
+helpers in ``hightide.aio.tasks``. Comments and strings (docstrings that explain why)
 are not code and are ignored: the source is tokenized.
 """
 

@@ -19,7 +19,7 @@ from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, validate_batches
 from hightide.server.replica_manager import ReplicaManager
-from hightide.server.waiters import AppendWaiters
+from hightide.aio.waiters import AppendWaiters
 
 TOPIC_ID = uuid.UUID(int=7)
 ME = 0

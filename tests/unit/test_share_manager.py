@@ -17,7 +17,7 @@ from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.records import build_batch, validate_batches
 from hightide.server.share_manager import SharePartitionManager
-from hightide.server.waiters import AppendWaiters
+from hightide.aio.waiters import AppendWaiters
 from hightide.share.partition import AckBatch
 from hightide.share.types import (
     RecordState,

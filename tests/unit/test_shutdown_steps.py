@@ -22,8 +22,8 @@ from hightide.config import BrokerConfig
 from hightide.log.dirlock import DirLock
 from hightide.log.manager import CLEAN_SHUTDOWN
 from hightide.server.broker import Broker
-from hightide.server.shutdown import Step, run_steps
-from hightide.server.tasks import cancel_and_wait
+from hightide.aio.shutdown import Step, run_steps
+from hightide.aio.tasks import cancel_and_wait
 
 BOUND_S = 15.0  # far above what these stops take (~0.5 s of step deadline), for a loaded machine
 

@@ -227,7 +227,7 @@ async def _started(broker, stop: asyncio.Event, halted: asyncio.Event | None) ->
     set first (a start waiting for the controllers, say): the start is then cancelled
     (waited for a bounded time) and the caller stops what it had opened. A failed start
     raises as ``broker.start()`` does."""
-    from ..server.tasks import cancel_and_wait
+    from ..aio.tasks import cancel_and_wait
     starting = asyncio.ensure_future(broker.start())
     stopping = [asyncio.ensure_future(e.wait()) for e in (stop, halted) if e is not None]
     try:

@@ -58,11 +58,11 @@ from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
 from .share_runtime import ShareStateRuntime
-from .shutdown import Step, run_steps
+from ..aio.shutdown import Step, run_steps
 from .snapshotter import snapshotter_for
-from .tasks import cancel_and_wait
+from ..aio.tasks import cancel_and_wait
 from .txn_runtime import TransactionCoordinator
-from .waiters import AppendWaiters
+from ..aio.waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
 

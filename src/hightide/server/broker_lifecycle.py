@@ -59,7 +59,7 @@ from ..client.errors import KafkaError, KafkaTimeoutError
 from ..protocol.broker_heartbeat_response import BrokerHeartbeatResponse, decode_broker_heartbeat_response
 from ..protocol.errors import ErrorCode
 from .controller_channel import ControllerChannel, ControllerUnavailable
-from .tasks import STOP_WAIT_S, cancel_and_wait, wait_event
+from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
     from ..cluster.settings import ClusterSettings

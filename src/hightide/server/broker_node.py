@@ -48,8 +48,8 @@ from .listener_security import PROTOCOL_IDS, controller_client_security
 from .metadata_follower import MetadataFollower
 from .read_gate import ReadGate, gated_routes
 from .registry import Route, Routes
-from .shutdown import Step, run_steps
-from .tasks import STOP_WAIT_S
+from ..aio.shutdown import Step, run_steps
+from ..aio.tasks import STOP_WAIT_S
 
 if TYPE_CHECKING:
     from .broker import Broker

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from .share_manager import SharePartitionManager
     from .share_runtime import ShareStateRuntime
     from .txn_runtime import TransactionCoordinator
-    from .waiters import AppendWaiters
+    from ..aio.waiters import AppendWaiters
 
 
 class MetadataAccess(Protocol):

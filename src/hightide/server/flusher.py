@@ -28,8 +28,8 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ..log.flush import FlushJob, run_flush
-from .tasks import wait_event
-from .threads import background_executor
+from ..aio.tasks import wait_event
+from ..aio.threads import background_executor
 
 if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..log import cleaner as C
 from ..log.partition_log import PartitionLog
-from .threads import background_executor
+from ..aio.threads import background_executor
 
 if TYPE_CHECKING:
     from .broker import Broker

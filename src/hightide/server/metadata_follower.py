@@ -65,7 +65,7 @@ from ..protocol.errors import ErrorCode
 from ..protocol.records import BatchHeader, decode_records, validate_batches
 from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerLocator, ControllerUnavailable
 from .snapshotter import SnapshotFetchFailed, fetch_snapshot, install_snapshot
-from .tasks import STOP_WAIT_S, cancel_and_wait
+from ..aio.tasks import STOP_WAIT_S, cancel_and_wait
 
 log = logging.getLogger("hightide.metadata_follower")
 

@@ -66,7 +66,7 @@ from ..cluster.snapshot import SnapshotError, image_from_snapshot
 from ..cluster.records import decode
 from ..log.partition_log import PartitionLog
 from ..protocol.records import decode_records, iter_headers, parse_header, validate_batches
-from .tasks import wait_event
+from ..aio.tasks import wait_event
 
 log = logging.getLogger("hightide.raft")
 

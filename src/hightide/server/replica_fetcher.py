@@ -54,7 +54,7 @@ from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
 from .inter_broker import InterBrokerClients
-from .tasks import STOP_WAIT_S, cancel_and_wait, wait_event
+from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
     from .broker import Broker

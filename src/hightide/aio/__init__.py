@@ -1,0 +1,4 @@
+"""The asyncio building blocks every shell package uses (no hightide imports above it):
+stopping tasks (:mod:`.tasks`), ordered bounded stop steps (:mod:`.shutdown`), append
+waiters for long-polls (:mod:`.waiters`) and low-priority worker threads
+(:mod:`.threads`)."""
