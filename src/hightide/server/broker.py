@@ -49,8 +49,9 @@ from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
 from .leader_offsets import LeaderOffsets
+from ..services import MetadataOp
 from .metadata_runtime import (
-    MetadataOp, RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
+    RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
 )
 from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager

@@ -3,6 +3,9 @@
 Handlers do not reach into the broker object. They name what they use through narrow
 interfaces, built once per broker in :class:`Services`:
 
+(the interfaces are defined in :mod:`hightide.services`, shared with the other shell
+packages)
+
 * ``metadata`` (:class:`MetadataAccess`): the current metadata image, the controller
   core, ``write_metadata``/``commit_metadata`` to make metadata records durable and
   applied, and ``refresh_topic_config``/``apply_dynamic_broker_configs`` to put changed
@@ -30,9 +33,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..log.transactions import NoTransactionCoordinator, TxnVerifier
+from ..services import BrokerIdentity, ClusterView, MetadataAccess, PartitionLogs, ProducerIdSource
 
 if TYPE_CHECKING:
     from ..cluster.controller import Controller, NewTopic, TopicResult
@@ -45,7 +49,6 @@ if TYPE_CHECKING:
     from .flusher import Flusher
     from .group_runtime import GroupRuntime
     from .leader_offsets import LeaderOffsets
-    from .metadata_runtime import MetadataOp
     from .registry import Routes
     from .replica_manager import ReplicaManager
     from .share_groups import ShareGroupService
@@ -53,83 +56,6 @@ if TYPE_CHECKING:
     from .share_runtime import ShareStateRuntime
     from .txn_runtime import TransactionCoordinator
     from ..aio.waiters import AppendWaiters
-
-
-class MetadataAccess(Protocol):
-    """The metadata image (replaced on every commit: read it when needed, do not keep
-    it across an await), the controller core, and the commit path."""
-
-    @property
-    def image(self) -> MetadataImage: ...
-
-    @property
-    def controller(self) -> Controller: ...
-
-    async def write_metadata(self, op: MetadataOp) -> Any:
-        """Run ``op(image) -> (response, records)`` on the metadata log, wait until its
-        records are durable and applied, return the response."""
-        ...
-
-    async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None: ...
-
-    async def create_topics(self, topics: list[NewTopic]) -> list[TopicResult]:
-        """Create topics for the node's own use (Metadata's auto-creation, internal
-        topics): through the local metadata log, or the controller on a broker-only node
-        (no closure crosses a process). Returns once the image shows them; raises
-        CoordinatorUnavailable when the write fails."""
-        ...
-
-    def refresh_topic_config(self, topic: TopicImage) -> None:
-        """Put the topic's effective config (after a change to it) in force on its open logs."""
-        ...
-
-    def apply_dynamic_broker_configs(self) -> None:
-        """Put the image's dynamic broker configs in force (after a change to them)."""
-        ...
-
-
-class ClusterView(Protocol):
-    """What ApiVersions and the leadership checks need from a broker-only node
-    (``BrokerNode``)."""
-
-    #: True once the node acts on its metadata image (caught up with the controller's
-    #: log); before, it leads and coordinates nothing.
-    caught_up: bool
-
-    def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
-        """ApiVersions' ranges with the forwarded APIs narrowed to the controller's."""
-        ...
-
-    def finalized_features(self) -> tuple[int, dict[str, int]]:
-        """(epoch, finalized feature levels) as every unfenced broker has applied them
-        (acknowledged consistency), else as applied here."""
-        ...
-
-
-class PartitionLogs(Protocol):
-    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
-        """The open log of a partition, or None (unknown, or its files cannot be opened)."""
-        ...
-
-
-class BrokerIdentity(Protocol):
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def cluster_id(self) -> str | None: ...
-
-    @property
-    def advertised(self) -> tuple[str, int]: ...
-
-    @property
-    def stopping(self) -> bool: ...
-
-
-class ProducerIdSource(Protocol):
-    async def next_producer_id(self) -> int:
-        """A new producer id (may write a block reservation to the metadata log)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

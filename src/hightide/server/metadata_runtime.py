@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
@@ -36,6 +36,7 @@ from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings
 from ..protocol.errors import ErrorCode
 from ..protocol.records import build_batch
+from ..services import MetadataOp
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .quorum_state import QuorumStateStore
 from .raft_peers import RaftPeers
@@ -44,8 +45,6 @@ from .raft_shell import RaftShell, WriteOutcomeUnknown
 if TYPE_CHECKING:
     from .flusher import Flusher
 
-T = TypeVar("T")
-MetadataOp = Callable[[MetadataImage], tuple[T, Sequence[MetadataRecord]]]
 
 
 class MetadataAdapter:

@@ -31,7 +31,8 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import config_resource_refused
-from ..context import MetadataAccess, RequestContext
+from ...services import MetadataAccess
+from ..context import RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ..registry import handles
 

@@ -22,7 +22,8 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import config_resource_refused
-from ..context import MetadataAccess, RequestContext
+from ...services import MetadataAccess
+from ..context import RequestContext
 from ..registry import handles
 from .admin_configs import alter_broker, write_alter
 

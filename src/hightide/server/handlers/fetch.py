@@ -50,7 +50,8 @@ from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_re
 from ...protocol.regions import close_regions
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorizer
-from ..context import PartitionLogs, RequestContext
+from ...services import PartitionLogs
+from ..context import RequestContext
 from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from ..request_log import REQUEST_LOGGER

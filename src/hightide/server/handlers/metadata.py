@@ -24,7 +24,8 @@ from ...cluster.controller import NewTopic, topic_name_error
 from ...cluster.image import TopicImage
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
-from ..context import MetadataAccess, RequestContext
+from ...services import MetadataAccess
+from ..context import RequestContext
 from ..coordinator_runtime import CoordinatorUnavailable
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorized_operations, authorizer

@@ -1,0 +1,112 @@
+"""The narrow interfaces the shell's parts are built from (never the ``Broker``).
+
+Each part of the asyncio shell — the handlers (``server``), the coordinators, the
+replicas, the cluster node — is constructed with the few things it uses, named by what
+they do, so it can be built, tested and simulated without a whole broker:
+
+* :class:`MetadataAccess`: the current metadata image, the controller core, the commit
+  path (``write_metadata``/``commit_metadata``), the node's own topic creations, and
+  putting changed configs in force;
+* :class:`PartitionLogs`: partition log lookup;
+* :class:`BrokerIdentity`: node id, cluster id, advertised address, whether stopping;
+* :class:`ProducerIdSource`: new producer ids;
+* :class:`ClusterView`: a broker-only node's view of the controller (caught up,
+  ApiVersions' forwarded ranges, finalized features).
+
+The broker object satisfies the first four itself (see ``server/broker.py``); handing it
+out typed as one of them keeps each user to that interface (the type checker enforces
+it) without a wrapper. This module imports no shell package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from .cluster.controller import Controller, NewTopic, TopicResult
+    from .cluster.image import MetadataImage, TopicImage
+    from .cluster.records import MetadataRecord
+    from .log.partition_log import PartitionLog
+
+T = TypeVar("T")
+#: A metadata operation: ``op(image) -> (response, records)``, run on the metadata log
+#: with every earlier change applied (see :meth:`MetadataAccess.write_metadata`).
+MetadataOp = Callable[["MetadataImage"], tuple[T, Sequence["MetadataRecord"]]]
+
+
+class MetadataAccess(Protocol):
+    """The metadata image (replaced on every commit: read it when needed, do not keep
+    it across an await), the controller core, and the commit path."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def controller(self) -> Controller: ...
+
+    async def write_metadata(self, op: MetadataOp) -> Any:
+        """Run ``op(image) -> (response, records)`` on the metadata log, wait until its
+        records are durable and applied, return the response."""
+        ...
+
+    async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None: ...
+
+    async def create_topics(self, topics: list[NewTopic]) -> list[TopicResult]:
+        """Create topics for the node's own use (Metadata's auto-creation, internal
+        topics): through the local metadata log, or the controller on a broker-only node
+        (no closure crosses a process). Returns once the image shows them; raises
+        CoordinatorUnavailable when the write fails."""
+        ...
+
+    def refresh_topic_config(self, topic: TopicImage) -> None:
+        """Put the topic's effective config (after a change to it) in force on its open logs."""
+        ...
+
+    def apply_dynamic_broker_configs(self) -> None:
+        """Put the image's dynamic broker configs in force (after a change to them)."""
+        ...
+
+
+class ClusterView(Protocol):
+    """What ApiVersions and the leadership checks need from a broker-only node
+    (``BrokerNode``)."""
+
+    #: True once the node acts on its metadata image (caught up with the controller's
+    #: log); before, it leads and coordinates nothing.
+    caught_up: bool
+
+    def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
+        """ApiVersions' ranges with the forwarded APIs narrowed to the controller's."""
+        ...
+
+    def finalized_features(self) -> tuple[int, dict[str, int]]:
+        """(epoch, finalized feature levels) as every unfenced broker has applied them
+        (acknowledged consistency), else as applied here."""
+        ...
+
+
+class PartitionLogs(Protocol):
+    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The open log of a partition, or None (unknown, or its files cannot be opened)."""
+        ...
+
+
+class BrokerIdentity(Protocol):
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str | None: ...
+
+    @property
+    def advertised(self) -> tuple[str, int]: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+
+class ProducerIdSource(Protocol):
+    async def next_producer_id(self) -> int:
+        """A new producer id (may write a block reservation to the metadata log)."""
+        ...
