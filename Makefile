@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test venv lint bench clean jsdeps chromium
+.PHONY: serve test venv lint bench clean jsdeps chromium clients
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +39,21 @@ lint: $(STAMP)
 jsdeps:
 	@if [ -f tests/js/package-lock.json ]; then npm ci --prefix tests/js --no-audit --no-fund --silent; fi
 
-test: $(STAMP) kcat chromium jsdeps
+# The client matrix's other client versions (tests/integration/test_client_matrix.py): the
+# oldest kafka-python 2.0 and aiokafka in a venv of their own, and the Java client's jars
+# (from a PyPI wheel). Rebuilt only when this Makefile changes.
+CLIENTS := .venv-clients
+CLIENTS_STAMP := $(CLIENTS)/.installed
+$(CLIENTS_STAMP): Makefile tests/clients/java_jars.py
+	rm -rf $(CLIENTS)/old $(CLIENTS)/java
+	$(PYTHON) -m venv $(CLIENTS)/old
+	$(CLIENTS)/old/bin/python -m pip install -q kafka-python==2.0.2 aiokafka==0.8.1
+	$(BIN)/python tests/clients/java_jars.py $(CLIENTS)/java
+	touch $@
+
+clients: $(STAMP) $(CLIENTS_STAMP)
+
+test: $(STAMP) kcat chromium jsdeps clients
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -48,4 +62,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/produce_consume.py
 
 clean:
-	rm -rf $(VENV) hightide-data
+	rm -rf $(VENV) $(CLIENTS) hightide-data

@@ -673,15 +673,33 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     | {"message.max.bytes", "log.cleaner.backoff.ms"})
 
 
+def is_static_broker_config(name: str) -> bool:
+    """Whether a dynamic update of broker config ``name`` is refused: a name Kafka knows
+    as static (:data:`hightide.kafka_broker_configs.KAFKA_STATIC_BROKER_CONFIGS`), or one
+    of hightide's broker configs that it reads only at start-up. Any other name is
+    accepted, as Kafka accepts (and keeps) names it does not know."""
+    from .kafka_broker_configs import KAFKA_STATIC_BROKER_CONFIGS
+    return name in KAFKA_STATIC_BROKER_CONFIGS or (name in BROKER_CONFIGS and name not in DYNAMIC_BROKER_CONFIGS)
+
+
 def validate_dynamic_broker_configs(configs: Mapping[str, str]) -> None:
-    """Check a resource's whole set of dynamic broker configs. Raises ConfigError with
-    Kafka's message for names that cannot change at run time ("Cannot update these
-    configs dynamically: Set(a, b)", unknown names included) or an invalid value."""
-    static = sorted(n for n in configs if n not in DYNAMIC_BROKER_CONFIGS)
+    """Check a resource's whole set of dynamic broker configs, as Kafka's
+    DynamicBrokerConfig.validateConfigs. Raises ConfigError with Kafka's message for names
+    known to be static ("Cannot update these configs dynamically: Set(a, b)"), for the
+    key and trust store settings given without a listener prefix, or for an invalid value
+    of a dynamic config hightide applies. Other names (``cleanup.policy``, custom ones)
+    are accepted and kept without effect, as in Kafka."""
+    from .kafka_broker_configs import LISTENER_ONLY
+    static = sorted(n for n in configs if is_static_broker_config(n))
     if static:
         raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+    listener_only = sorted(n for n in configs if n in LISTENER_ONLY)
+    if listener_only:
+        raise ConfigError("These security configs can be dynamically updated only per-listener using the "
+                          f"listener prefix: Set({', '.join(listener_only)})")
     for name, value in configs.items():
-        BROKER_CONFIGS[name].parse(value)
+        if name in DYNAMIC_BROKER_CONFIGS:
+            BROKER_CONFIGS[name].parse(value)
 
 
 # -- docs/configuration.md: the tables are generated from the definitions above -------------------

@@ -131,6 +131,31 @@ def test_metadata_auto_creates_topics(server, topic_name):
         assert r.topics[0].error_code == 17
 
 
+def test_metadata_by_topic_id_with_an_empty_name(server, topic_name):
+    """Issue 29 item 3: the Java client sends Metadata v12 topics with the id set and the
+    name at its default "" (not null); Kafka looks a topic up by id whenever the id is not
+    zero (and then ignores the names: entries with a zero id are dropped)."""
+    import uuid as _uuid
+    with RawClient(server.bootstrap) as c:
+        r = c.request(3, 12, {"topics": [{"name": topic_name, "topic_id": None}], "allow_auto_topic_creation": True,
+                              "include_topic_authorized_operations": False})
+        tid = r.topics[0].topic_id
+        for name in ("", None, "some-other-name"):
+            r = c.request(3, 12, {"topics": [{"name": name, "topic_id": tid}], "allow_auto_topic_creation": True,
+                                  "include_topic_authorized_operations": False})
+            assert [(t.error_code, t.name, t.topic_id) for t in r.topics] == [(0, topic_name, tid)], name
+            assert len(r.topics[0].partitions) == 1
+        missing = _uuid.uuid4()
+        r = c.request(3, 12, {"topics": [{"name": "", "topic_id": missing}, {"name": "", "topic_id": tid},
+                                         {"name": topic_name + "-ignored", "topic_id": None}],
+                              "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+        got = sorted((t.error_code, t.name, t.topic_id) for t in r.topics)
+        assert got == [(0, topic_name, tid), (100, None, missing)]  # UNKNOWN_TOPIC_ID, name null
+        r = c.request(3, 12, {"topics": [{"name": topic_name + "-ignored", "topic_id": None}],
+                              "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        assert r.topics[0].error_code == 3  # the entry with a zero id was not auto-created above
+
+
 def test_kafka_python_admin(server, topic_name):
     from kafka.admin import KafkaAdminClient, NewTopic as KNewTopic
     from kafka.admin import ConfigResource as KRes, ConfigResourceType

@@ -195,6 +195,22 @@ def test_dynamic_broker_configs(fresh_server, topic_name):
         "2000", DYNAMIC_BROKER)
     assert _raw_describe(srv.bootstrap, 2, topic_name, ["max.message.bytes"])["max.message.bytes"][:2] == (
         "2000", DYNAMIC_BROKER)
+    # Kafka refuses only names it knows to be static (issue 29 item 4): a topic config's
+    # name on broker "1" is accepted and kept, as Kafka keeps any name it does not know.
+    with RawClient(srv.bootstrap) as c:
+        r = c.request(33, 2, {"validate_only": False, "resources": [{
+            "resource_type": 4, "resource_name": "1",
+            "configs": [{"name": "message.max.bytes", "value": "2000"}, {"name": "cleanup.policy", "value": "compact"}]}]})
+        assert (r.responses[0].error_code, r.responses[0].error_message) == (0, None)
+        r = c.request(33, 2, {"validate_only": False, "resources": [{
+            "resource_type": 4, "resource_name": "1", "configs": [{"name": "log.dirs", "value": "/x"}]}]})
+        assert (r.responses[0].error_code, r.responses[0].error_message) == (
+            42, "Cannot update these configs dynamically: Set(log.dirs)")
+    kept = _raw_describe(srv.bootstrap, 4, "1", ["cleanup.policy", "message.max.bytes"])
+    assert kept["cleanup.policy"][:3] == (None, DYNAMIC_BROKER, True)  # as Kafka: unknown type, so sensitive
+    assert kept["message.max.bytes"][:2] == ("2000", DYNAMIC_BROKER)
+    assert _incremental(srv.bootstrap, "1", [("cleanup.policy", 1, None)]) == (0, None)
+    assert "cleanup.policy" not in _raw_describe(srv.bootstrap, 4, "1")
     # AlterConfigs replaces the cluster default's whole set.
     with RawClient(srv.bootstrap) as c:
         r = c.request(33, 2, {"validate_only": False, "resources": [{

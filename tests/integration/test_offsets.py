@@ -13,6 +13,7 @@ import pytest
 from hightide.protocol.codec import response_schema
 from hightide.protocol.offset_commit_request import CommitPartition, encode_offset_commit_request
 from hightide.protocol.offset_fetch_response import TAG_HIGH_WATERMARK, TAG_LAST_STABLE_OFFSET, TAG_LOG_START_OFFSET
+from hightide.protocol.primitives import uvarint
 from hightide.protocol.tolerant import read_tolerant
 
 from ..rawkafka import RawClient
@@ -28,15 +29,30 @@ def topic(server, topic_name):
     return topic_name
 
 
-def fetch_v9(c: RawClient, group: str, topic: str, partitions):
-    body = {"groups": [{"group_id": group, "member_id": None, "member_epoch": -1,
-                        "topics": [{"name": topic, "partition_indexes": list(partitions)}]}], "require_stable": False}
+ASK_LOG_OFFSETS = uvarint(1) + uvarint(10000) + uvarint(1) + b"\x01"  # a tag section: tag 10000, 1 byte: 1
+
+
+def fetch_raw(c: RawClient, version: int, group: str, topic: str, partitions, ask: bool) -> tuple[bytes, dict]:
+    """OffsetFetch ``version`` (6+) of one group's ``partitions``; ``ask``: with the
+    request's top-level tag 10000 (IncludeLogOffsets) written by hand. The response frame
+    (correlation id first) and the unknown tags of its tolerant decode."""
     from hightide.protocol.build import materialize
     from hightide.protocol.codec import encode_request, request_schema
+    topics = [{"name": topic, "partition_indexes": list(partitions)}]
+    body = {"group_id": group, "topics": topics, "require_stable": False,
+            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}]}
     c.corr += 1
-    c.send_bytes(encode_request(9, 9, c.corr, "t", materialize(request_schema(9, 9), body)))
-    frame = c.recv_frame()
-    unknown: dict = {}
+    frame = encode_request(9, version, c.corr, "t", materialize(request_schema(9, version), body))
+    assert frame[-1:] == b"\x00"  # OffsetFetch has no known top-level tag: an empty section
+    if ask:
+        body_bytes = frame[4:-1] + ASK_LOG_OFFSETS
+        frame = struct.pack(">i", len(body_bytes)) + body_bytes
+    c.send_bytes(frame)
+    return c.recv_frame(), {}
+
+
+def fetch_v9(c: RawClient, group: str, topic: str, partitions, ask: bool = True):
+    frame, unknown = fetch_raw(c, 9, group, topic, partitions, ask)
     resp, _ = read_tolerant(response_schema(9, 9), frame, 5, unknown)
     return resp.groups[0], unknown
 
@@ -94,6 +110,25 @@ def test_one_call_high_watermark_matches_list_offsets(server, topic):
         lag = {p.partition_index: hw[p.partition_index] - p.committed_offset for p in group.topics[0].partitions
                if p.committed_offset >= 0}
         assert lag == {0: 6, 1: 0}
+
+
+def test_log_offsets_tags_only_when_asked(server, topic):
+    """Issue 29 item 1: without the request's tag 10000 the answer carries no tag at all
+    (Kafka never sends any there; librdkafka < 2.2 cannot skip them), on every flexible
+    version; with it, every partition carries the three."""
+    from kio.serial import entity_reader
+    with RawClient(server.bootstrap) as c:
+        assert commit_v9(c, "g-ask", topic, [CommitPartition(0, 4)]) == {0: 0}
+        for version in (6, 7, 8, 9):
+            frame, _ = fetch_raw(c, version, "g-ask", topic, [0, 1], ask=False)
+            unknown: dict = {}
+            read_tolerant(response_schema(9, version), frame, 5, unknown)
+            assert unknown == {}, version
+            entity_reader(response_schema(9, version))(frame, 5)  # kio's strict reader: no unknown tag
+            frame, unknown = fetch_raw(c, version, "g-ask", topic, [0, 1], ask=True)
+            resp, _ = read_tolerant(response_schema(9, version), frame, 5, unknown)
+            parts = resp.groups[0].topics[0].partitions if version >= 8 else resp.topics[0].partitions
+            assert [sorted(unknown[id(p)]) for p in parts] == [[10000, 10001, 10002]] * 2, version
 
 
 def test_limits_and_unknown_partitions(server, topic):

@@ -383,3 +383,24 @@ def test_encode_response_frame() -> None:
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     assert frame[4:8] == (-5).to_bytes(4, "big", signed=True)
     assert frame[8:] == encode_entity(resp)
+
+
+def test_encode_request_writes_extension_tags_at_the_top_level() -> None:
+    """``encode_request(tags=)`` (OffsetFetch's IncludeLogOffsets, issue 29): the tags
+    become the request's top-level tag section, read back as unknown tags; refused for
+    non-flexible versions and requests with a known top-level tag."""
+    from hightide.protocol.build import materialize
+    from hightide.protocol.offset_fetch_response import INCLUDE_LOG_OFFSETS, asks_log_offsets
+    req = materialize(request_schema(9, 9), {"groups": [{"group_id": "g", "member_id": None, "member_epoch": -1,
+                                                          "topics": None}], "require_stable": False})
+    frame = encode_request(9, 9, 7, "c", req, INCLUDE_LOG_OFFSETS)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    header, off = parse_header(frame[4:])
+    unknown: dict = {}
+    decoded = decode_request(header, frame[4:], off, unknown)
+    assert decoded == req and unknown == {id(decoded): {10000: b"\x01"}}
+    assert asks_log_offsets(unknown[id(decoded)]) and not asks_log_offsets({10000: b"\x00"})
+    assert not asks_log_offsets(None) and not asks_log_offsets({10001: b"\x01"})
+    old = materialize(request_schema(9, 5), {"group_id": "g", "topics": None, "require_stable": False})
+    with pytest.raises(ValueError):
+        encode_request(9, 5, 7, "c", old, INCLUDE_LOG_OFFSETS)

@@ -40,10 +40,26 @@ def test_levels_in_kafka_order():
 
 def test_dynamic_validation():
     validate_dynamic_broker_configs({"log.retention.ms": "1", "message.max.bytes": "100"})
-    with pytest.raises(ConfigError, match=r"Cannot update these configs dynamically: Set\(no.such, num.partitions\)"):
-        validate_dynamic_broker_configs({"num.partitions": "3", "no.such": "1"})
+    with pytest.raises(ConfigError, match=r"Cannot update these configs dynamically: Set\(node.id, num.partitions\)"):
+        validate_dynamic_broker_configs({"num.partitions": "3", "no.such": "1", "node.id": "2"})
     with pytest.raises(ConfigError, match="log.retention.ms"):
         validate_dynamic_broker_configs({"log.retention.ms": "soon"})
+
+
+def test_dynamic_validation_refuses_only_names_known_to_be_static():
+    """Issue 29 item 4, as Kafka's DynamicBrokerConfig.validateConfigs: a name is refused
+    only when Kafka knows it as a broker config that cannot change at run time (KafkaConfig
+    names minus the dynamic ones; hightide's own static broker configs too); any other name
+    — a topic config's name such as cleanup.policy, a custom one — is accepted and kept.
+    Kafka's static names hightide does not implement are refused as well."""
+    validate_dynamic_broker_configs({"cleanup.policy": "compact", "my.custom.setting": "x",
+                                     "listener.name.internal.ssl.keystore.location": "/k"})
+    for static in ("broker.id", "log.dirs", "process.roles", "log.retention.hours", "offsets.topic.replication.factor",
+                   "transaction.state.log.num.partitions", "num.partitions"):
+        with pytest.raises(ConfigError, match=r"Cannot update these configs dynamically"):
+            validate_dynamic_broker_configs({static: "1"})
+    with pytest.raises(ConfigError, match="only per-listener using the listener prefix"):
+        validate_dynamic_broker_configs({"ssl.keystore.location": "/k"})
 
 
 def test_image_keeps_broker_configs_per_resource_name():
@@ -75,3 +91,6 @@ def test_alter_broker_configs_records_and_errors():
     assert alter_broker_configs(image, "1", [("a", 0, "1"), ("a", 1, None)])[1] == "Error due to duplicate config keys"
     assert alter_broker_configs(image, "1", [("log.retention.ms", 0, None)])[0] == ErrorCode.invalid_request
     assert alter_broker_configs(image, "1", [("node.id", 0, "2")])[1] == "Cannot update these configs dynamically: Set(node.id)"
+    code, msg, recs = alter_broker_configs(image, "1", [("cleanup.policy", 0, "compact")])
+    assert (code, msg) == (ErrorCode.none, None)
+    assert recs == [R.ConfigRecord(R.BROKER_RESOURCE, "1", "cleanup.policy", "compact")]

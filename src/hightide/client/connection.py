@@ -258,12 +258,15 @@ class BrokerConnection:
 
     async def request(self, api_key: int, version: int, body: Any, *,
                       timeout_s: float | None = None, unknown_tags: Unknown | None = None,
-                      decoder: Callable[[bytes], Any] | None = None) -> Any:
+                      decoder: Callable[[bytes], Any] | None = None,
+                      request_tags: dict[int, bytes] | None = None) -> Any:
         """Send one request and return the decoded response entity.
 
         ``body`` is a kio request entity or a plain dict (built with
         :func:`hightide.protocol.build.materialize` for this version). Pass a dict as
-        ``unknown_tags`` to collect tagged fields kio does not know (extensions).
+        ``unknown_tags`` to collect tagged fields kio does not know (extensions), and
+        ``request_tags`` to send some (the request's top-level tag section, see
+        :func:`hightide.protocol.codec.encode_request`).
         ``decoder``, if given, replaces kio: it gets the response frame (correlation id
         first, no size prefix), its return value is the result, and its exceptions
         become CORRUPT_MESSAGE errors.
@@ -285,7 +288,7 @@ class BrokerConnection:
                                               f"no schema for api {api_key} v{version}")
             body = materialize(cls, body)
         corr = next(self._corr) & 0x7FFFFFFF
-        frame = encode_request(api_key, version, corr, self.client_id, body)
+        frame = encode_request(api_key, version, corr, self.client_id, body, request_tags)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[corr] = (fut, api_key, version, unknown_tags, decoder)
         self.requests_sent[api_key] += 1

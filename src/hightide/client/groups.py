@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.offset_fetch_response import GroupTuple, decode_offset_fetch_response
+from ..protocol.offset_fetch_response import INCLUDE_LOG_OFFSETS, GroupTuple, decode_offset_fetch_response
 from .errors import (
     COORDINATOR_ERRORS,
     ErrorCode,
@@ -196,7 +196,8 @@ class GroupsMixin:
                 topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
             body: dict[str, Any] = {"group_id": group_id, "topics": topics, "require_stable": require_stable,
                                     "groups": [{"group_id": group_id, "topics": topics}]}
-            _, _, groups = await conn.request(9, v, body, decoder=_offset_fetch_decoder(v))
+            _, _, groups = await conn.request(9, v, body, decoder=_offset_fetch_decoder(v),
+                                            request_tags=INCLUDE_LOG_OFFSETS if v >= 6 else None)
             return _parse_offset_fetch(groups, v, group_id, wanted)
         return await self._coordinator_call(group_id, fetch)
 
@@ -226,7 +227,8 @@ class GroupsMixin:
     async def _fetch_groups(self, conn: BrokerConnection, v: int, gs: list[str]) -> dict[str, Any]:
         body: dict[str, Any] = {"group_id": gs[0], "topics": None, "require_stable": False,
                                 "groups": [{"group_id": g, "topics": None} for g in gs]}
-        _, _, groups = await conn.request(9, v, body, decoder=_offset_fetch_decoder(v))
+        _, _, groups = await conn.request(9, v, body, decoder=_offset_fetch_decoder(v),
+                                            request_tags=INCLUDE_LOG_OFFSETS if v >= 6 else None)
         answers = {g[0]: g for g in groups} if v >= 8 else {gs[0]: groups[0]}
         out: dict[str, Any] = {}
         tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition

@@ -25,6 +25,7 @@ import asyncio
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from ..protocol.offset_fetch_response import INCLUDE_LOG_OFFSETS
 from ..protocol.offset_fetch_rows import GroupRows, decode_offset_fetch_rows
 from .errors import COORDINATOR_ERRORS, ErrorCode, KafkaError, error_for
 from .types import ListOffsetsResult, OffsetAndMetadata, PartitionLag, TopicPartition
@@ -166,7 +167,8 @@ async def _offset_fetch_rows(client: AdminClient, group_ids: list[str], read_com
         def decode(frame: bytes) -> list[GroupRows]:
             return decode_offset_fetch_rows(v, frame, keys, TopicPartition, read_committed=read_committed,
                                             use_extensions=use_ext, source="extension", none=ErrorCode.none)[1]
-        groups = await conn.request(9, v, body, decoder=decode)
+        groups = await conn.request(9, v, body, decoder=decode,
+                                    request_tags=INCLUDE_LOG_OFFSETS if use_ext and v >= 6 else None)
         answers = {g.group_id: g for g in groups} if v >= 8 else {gs[0]: groups[0]}
         out = {}
         for g in gs:

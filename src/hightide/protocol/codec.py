@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, Callable
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
+from kio.serial._introspect import get_field_tag
 
 from .errors import ErrorCode, PeerProtocolError
 from .offset_commit_request import decode_offset_commit_request
-from .primitives import skip_tags
+from .primitives import skip_tags, uvarint
 from .produce_request import decode_produce_request
 from .share_fetch_request import decode_share_acknowledge_request, decode_share_fetch_request
 from .tolerant import Unknown, read_tolerant
@@ -145,8 +146,13 @@ def encode_response(api_key: int, version: int, correlation_id: int, response: A
 
 
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
-                   request: Any) -> bytes:
-    """Encode a request frame (used by hightide's own client and tests)."""
+                   request: Any, tags: dict[int, bytes] | None = None) -> bytes:
+    """Encode a request frame (used by hightide's own client and tests).
+
+    ``tags``: top-level tagged fields kio does not know (hightide's request-side
+    extensions, e.g. OffsetFetch's IncludeLogOffsets), written in tag order as the
+    request's top-level tag section. Only for flexible versions of requests without a
+    known top-level tagged field (ValueError otherwise)."""
     flexible = type(request).__flexible__
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
@@ -156,7 +162,23 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     if flexible:
         buf.write(b"\x00")
     entity_writer(type(request))(buf, request)
+    if tags:
+        _replace_top_level_tags(buf, request, tags)
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
     del out
     return buf.getvalue()
+
+
+def _replace_top_level_tags(buf: io.BytesIO, request: Any, tags: dict[int, bytes]) -> None:
+    """Replace the empty top-level tag section kio wrote last in ``buf`` by ``tags``."""
+    if not type(request).__flexible__ or any(get_field_tag(f) is not None for f in fields(request)):
+        raise ValueError(f"{type(request).__name__}: no room for extension tags")
+    buf.seek(-1, io.SEEK_END)
+    if buf.read(1) != b"\x00":
+        raise ValueError(f"{type(request).__name__}: the top-level tag section is not empty")
+    buf.seek(-1, io.SEEK_END)
+    buf.truncate()
+    buf.write(uvarint(len(tags)))
+    for tag in sorted(tags):
+        buf.write(uvarint(tag) + uvarint(len(tags[tag])) + tags[tag])

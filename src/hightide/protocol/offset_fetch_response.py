@@ -3,8 +3,10 @@ hightide's extension: per partition, on flexible versions (v6+), tagged fields
 
 * 10000 HighWatermark (int64), 10001 LogStartOffset (int64), 10002 LastStableOffset (int64),
 
-so lag = HighWatermark - committed costs one round trip (seed 000). Clients that do not
-know the tags skip them. Without extension values the bytes equal kio's encoder's (a
+so lag = HighWatermark - committed costs one round trip (seed 000). They are sent only
+when the request asks: its top-level tagged field 10000 IncludeLogOffsets (a boolean,
+:data:`INCLUDE_LOG_OFFSETS`); Kafka sends no tag there, and librdkafka before 2.2 cannot
+skip them. Without extension values the bytes equal kio's encoder's (a
 unit test checks every version). The decoder is the client's: a struct-based walk that
 returns plain tuples, about 7x faster than the generic tolerant reader on large
 responses (a lag scrape decodes 50,000 partitions). See docs/protocol-extensions.md.
@@ -20,6 +22,17 @@ from .primitives import array_len, read_compact_str, read_uvarint, skip_tags, st
 TAG_HIGH_WATERMARK = 10000
 TAG_LOG_START_OFFSET = 10001
 TAG_LAST_STABLE_OFFSET = 10002
+TAG_INCLUDE_LOG_OFFSETS = 10000
+"""The request's top-level tag (v6+) asking for the three partition tags: one byte, 1."""
+INCLUDE_LOG_OFFSETS: dict[int, bytes] = {TAG_INCLUDE_LOG_OFFSETS: b"\x01"}
+"""The request tags of an OffsetFetch that asks for them (``encode_request(..., tags=)``)."""
+
+
+def asks_log_offsets(request_tags: dict[int, bytes] | None) -> bool:
+    """Whether an OffsetFetch request's top-level unknown tags ask for the partition
+    tags (IncludeLogOffsets: a one-byte boolean, true when not zero)."""
+    raw = request_tags.get(TAG_INCLUDE_LOG_OFFSETS) if request_tags else None
+    return raw is not None and len(raw) == 1 and raw != b"\x00"
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

@@ -13,6 +13,7 @@ from ...cluster.records import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, 
 from ...config import (
     BROKER_CONFIGS,
     DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
     DYNAMIC_BROKER_CONFIGS,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
@@ -96,9 +97,9 @@ def describe_broker(image: MetadataImage, cfg: BrokerConfig, node_id: int, name:
             if keys and cname not in keys:
                 continue
             chain = [c for c in config_synonyms(cfg, cname) if c[2] == DYNAMIC_DEFAULT_BROKER_CONFIG]
-            d = BROKER_CONFIGS.get(cname) or ConfigDef(cname, "string", None)
-            configs.append({**_entry(d, dynamic[cname], DYNAMIC_DEFAULT_BROKER_CONFIG,
-                                     _synonyms(chain) if synonyms else [], docs),
+            d = BROKER_CONFIGS.get(cname) or _unknown(cname)
+            configs.append({**_entry(d, None if d.sensitive else dynamic[cname], DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                     _synonyms(chain) if synonyms and not d.sensitive else [], docs),
                             "read_only": cname not in DYNAMIC_BROKER_CONFIGS})
         return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
     if name != str(node_id):
@@ -117,7 +118,17 @@ def describe_broker(image: MetadataImage, cfg: BrokerConfig, node_id: int, name:
         source = chain[0][2] if chain else DEFAULT_CONFIG
         configs.append({**_entry(d, value, source, _synonyms(chain) if synonyms else [], docs),
                         "read_only": cname not in DYNAMIC_BROKER_CONFIGS})
+    for cname, source in sorted({**{n: DYNAMIC_DEFAULT_BROKER_CONFIG for n in cfg.dynamic_default},
+                                 **{n: DYNAMIC_BROKER_CONFIG for n in cfg.dynamic_broker}}.items()):
+        if cname not in BROKER_CONFIGS and cname not in _ALIASES and (not keys or cname in keys):
+            configs.append({**_entry(_unknown(cname), None, source, [], docs), "read_only": True})
     return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
+
+
+def _unknown(name: str) -> ConfigDef:
+    """A dynamic broker config name hightide does not know (kept, as Kafka keeps them):
+    reported as Kafka does, sensitive (its type is unknown) and so without its value."""
+    return ConfigDef(name, "string", None, sensitive=True)
 
 
 def describe_group(image: MetadataImage, config: BrokerConfig, name: str, keys: set[str] | None, synonyms: bool,

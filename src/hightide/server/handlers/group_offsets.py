@@ -3,8 +3,9 @@
 The logic lives in the sans-IO shard (:mod:`hightide.group.shard`); these handlers
 translate requests, run them through the coordinator runtime, and encode the answer.
 OffsetFetch responses carry hightide's extension tags (the partition leader's high
-watermark, log start offset and last stable offset; docs/protocol-extensions.md) on v6+, and
-OffsetCommit requests may carry ``ExpectedOffset`` (tag 10000 per partition).
+watermark, log start offset and last stable offset; docs/protocol-extensions.md) on v6+
+when the request asks (its top-level tag 10000 IncludeLogOffsets; never unasked: Kafka
+sends no tag there and librdkafka < 2.2 cannot skip them), and OffsetCommit requests may carry ``ExpectedOffset`` (tag 10000 per partition).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ...protocol.offset_commit_request import OffsetCommitRequestBody, encode_of
 from ...protocol.offset_fetch_response import (
     GroupOffsets,
     PartitionEntry,
+    asks_log_offsets,
     encode_offset_fetch_response,
     extended_entry,
 )
@@ -228,7 +230,7 @@ class _Bounds:
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
                  member_epoch: int = -1, bounds: _Bounds | None = None,
                  require_stable: bool = False) -> GroupOffsets:
-    """One group's offsets. Authorization as Kafka: DESCRIBE on the group (else the
+    """One group's offsets, with the extension tags when ``bounds`` is given. Authorization as Kafka: DESCRIBE on the group (else the
     group's GROUP_AUTHORIZATION_FAILED); named topics the principal may not DESCRIBE
     answer TOPIC_AUTHORIZATION_FAILED per partition, and are left out of an all-topics
     fetch."""
@@ -249,17 +251,14 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
         hidden = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (f[0] for f in fetched))
         if hidden:
             fetched = [f for f in fetched if f[0] not in hidden]
-    extend = ctx.version >= 6
-    if bounds is None:
-        bounds = _Bounds()
-    known, elsewhere = bounds.known, bounds.elsewhere
+    known, elsewhere = (bounds.known, bounds.elsewhere) if bounds is not None else ({}, {})
     by_topic: dict[str, list[PartitionEntry]] = {}
     for topic, partition, offset, epoch, metadata, error_code in fetched:
         b = None
         parts = by_topic.get(topic)
         if parts is None:
             parts = by_topic[topic] = []
-        if extend:
+        if bounds is not None:
             key = (topic, partition)
             if key in known:
                 b = known[key]
@@ -283,18 +282,19 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
 
 @handles(9, 1, 9)
 def offset_fetch(ctx: RequestContext, req: Any) -> Any:
-    """Committed offsets, with the extension tags on v6+: the bounds of partitions led
-    here are read with the commits; if some partitions are led by other brokers the
+    """Committed offsets, with the extension tags on v6+ when the request asks for them
+    (:func:`asks_log_offsets`): the bounds of partitions led here are read with the commits; if some partitions are led by other brokers the
     answer waits for their leaders' offsets (at most about a second, see
     :mod:`hightide.server.leader_offsets`); the single node never waits."""
-    bounds = _Bounds()
+    bounds = _Bounds() if ctx.version >= 6 and ctx.unknown_tags and asks_log_offsets(
+        ctx.unknown_tags.get(id(req))) else None
     if ctx.version >= 8:
         groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),
                                getattr(g, "member_epoch", -1), bounds, req.require_stable) for g in req.groups]
     else:
         groups = [_fetch_group(ctx, req.group_id, req.topics, bounds=bounds,
                                require_stable=getattr(req, "require_stable", False))]
-    if bounds.later and ctx.services.leader_offsets is not None:
+    if bounds is not None and bounds.later and ctx.services.leader_offsets is not None:
         return _with_leader_bounds(ctx, groups, bounds)
     return _encode_offset_fetch(ctx, groups)
 

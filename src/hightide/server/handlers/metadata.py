@@ -109,6 +109,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             listed = [t for t in listed if a.authorize(ctx.principal, ctx.client_host, AclOperation.DESCRIBE,
                                                        ResourceType.TOPIC, t.name)]
         topics = [topic_entry(t, cluster) for t in listed]
+    elif ctx.version >= 12 and (ids := _requested_ids(requested)):
+        topics = [_by_id(ctx, a, cluster, tid) for tid in ids]
     else:
         allow = getattr(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
         if a is not None:
@@ -126,17 +128,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             pass  # the metadata log failed: the topics are answered as unknown
         topics = []
         for rt in requested:
-            tid = getattr(rt, "topic_id", None)
-            if rt.name is None:
-                t = image.topic_by_id(tid) if tid and tid != ZERO_UUID else None
-                if t is not None and a is not None and not a.authorize(
-                        ctx.principal, ctx.client_host, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
-                    # topic ids are not sensitive: Kafka answers the id with no name
-                    topics.append(error_entry(None, ErrorCode.topic_authorization_failed, tid))
-                    continue
-                # the topic name is nullable only from v12 on
-                topics.append(topic_entry(t, cluster) if t else error_entry(None if ctx.version >= 12 else "",
-                                                                             ErrorCode.unknown_topic_id, tid))
+            if rt.name is None:  # (and a zero id: a non-zero one was looked up above)
+                topics.append(_by_id(ctx, a, cluster, getattr(rt, "topic_id", None)))
                 continue
             if rt.name in refused:
                 entry = error_entry(rt.name, ErrorCode.topic_authorization_failed)
@@ -161,6 +154,28 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         "throttle_time": 0, "brokers": brokers, "cluster_id": ctx.identity.cluster_id,
         "controller_id": controller_id, "topics": topics, "cluster_authorized_operations": cluster_ops,
     })
+
+
+def _requested_ids(requested: Any) -> list[uuid.UUID]:
+    """The distinct non-zero topic ids of a v12+ request's topics, in request order. As
+    Kafka's KafkaApis: when there is one, the request is answered by id alone (names,
+    even ``""``, the Java client's default, are ignored, and entries with a zero id are
+    dropped; nothing is auto-created)."""
+    ids = (getattr(rt, "topic_id", None) for rt in requested)
+    return list(dict.fromkeys(tid for tid in ids if tid is not None and tid != ZERO_UUID))
+
+
+def _by_id(ctx: RequestContext, a: Authorizer | None, cluster: _Cluster | None, tid: uuid.UUID | None) -> dict:
+    """The answer for one topic id: the topic, TOPIC_AUTHORIZATION_FAILED without a name
+    (topic ids are not sensitive: Kafka answers the id with no name), or UNKNOWN_TOPIC_ID
+    (name null; ``""`` before v12, where the name is not nullable)."""
+    t = ctx.image.topic_by_id(tid) if tid is not None and tid != ZERO_UUID else None
+    if t is not None and a is not None and not a.authorize(
+            ctx.principal, ctx.client_host, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+        return error_entry(None, ErrorCode.topic_authorization_failed, tid)
+    if t is not None:
+        return topic_entry(t, cluster)
+    return error_entry(None if ctx.version >= 12 else "", ErrorCode.unknown_topic_id, tid)
 
 
 def _refused(ctx: RequestContext, a: Authorizer, image: MetadataImage, names: list[str],
