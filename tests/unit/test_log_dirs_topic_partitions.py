@@ -114,6 +114,17 @@ def test_routes_advertise_the_new_apis() -> None:
     assert 64 in FORWARDED and 64 in envelope.FORWARDABLE  # a broker-only node forwards it to the controller
 
 
+def test_a_broker_only_node_gates_topic_partitions_and_forwards_unregister() -> None:
+    from hightide.server.forwarding import Forwarder, forwarding_routes
+    from hightide.server.read_gate import ReadGate, gated_routes
+    gate = ReadGate("acknowledged", 100, lao=lambda: -1, applied=lambda: -1, content=lambda: -1)
+    fwd = Forwarder(SimpleNamespace(api_versions={}), gate)  # type: ignore[arg-type]
+    table = gated_routes(forwarding_routes(routes(), fwd), gate)  # what BrokerNode.routes builds
+    assert table[75].fn.__qualname__.startswith("gated(")  # held at the read gate like Metadata (3)
+    assert table[3].fn.__qualname__.startswith("gated(") and table[35].fn is routes()[35].fn  # log dirs: local
+    assert table[64].fn == fwd.forward and table[64].name == "forwarded unregister_broker"
+
+
 def test_describe_log_dirs_reports_every_log_with_its_size(open_env: Env) -> None:
     r = open_env.call(35, 4, {"topics": None})
     assert r.error_code == E.none and len(r.results) == 1
