@@ -87,8 +87,16 @@ class ClusterView(Protocol):
 
 
 class PartitionLogs(Protocol):
+    #: The absolute path of the data directory: hightide's one log directory.
+    data_dir: str
+
     def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The open log of a partition, or None (unknown, or its files cannot be opened)."""
+        ...
+
+    def hosted_logs(self) -> list[tuple[tuple[str, int], PartitionLog]]:
+        """Every open partition log of this node with its (topic, partition), the
+        metadata log excepted (Kafka's ``LogManager.allLogs``)."""
         ...
 
 

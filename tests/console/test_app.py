@@ -113,9 +113,14 @@ def test_topics_cluster_and_liveness(scenario, web):
     assert r.status_code == 200 and f'data-topic="{scenario.topic}"' in r.text
     assert "__consumer_offsets" not in r.text and "__consumer_offsets" in web.get("/topics?internal=1").text
     t = web.get(f"/topics/{scenario.topic}").text
+    sizes = []
     for p in range(3):
         row = re.search(rf'<tr data-partition="{p}">(.*?)</tr>', t, re.S).group(1)
         assert 'class="num end">10<' in row and "ACTIVE" in row
+        sizes.append(int(re.search(r'class="num size" title="(\d+) bytes"', row).group(1)))  # DescribeLogDirs
+    assert all(s > 0 for s in sizes) and f'<dt>Size</dt><dd title="{sum(sizes)} bytes">' in t
+    row = re.search(rf'<tr data-topic="{scenario.topic}">(.*?)</tr>', r.text, re.S).group(1)
+    assert f'class="num size" title="{sum(sizes)} bytes"' in row
     assert f'href="/groups/{scenario.lagging}"' in t  # read by
     c = web.get("/cluster")
     assert c.status_code == 200 and 'id="brokers"' in c.text

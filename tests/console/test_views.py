@@ -139,9 +139,16 @@ def test_topic_view_and_list():
                             now_ms=NOW, idle_after_ms=300_000)
     assert rows[0]["records_end_sum"] == 10 and rows[0]["liveness"] == {"ACTIVE": 1, "ERROR": 1}
     assert rows[0]["idle_text"] == "10 ms"
+    assert rows[0]["size_bytes"] is None and rows[0]["size_text"] == "-"  # DescribeLogDirs said nothing
+    rows = views.topic_list([t], {}, {}, now_ms=NOW, idle_after_ms=1, sizes={("t", 0): 2048, ("t", 1): 1})
+    assert (rows[0]["size_bytes"], rows[0]["size_text"]) == (2049, "2.0 KiB")
+    v = views.topic_view(t, ends, starts, maxts, now_ms=NOW, idle_after_ms=1, sizes={1: 700})
+    assert [p["size_bytes"] for p in v["partitions"]] == [None, 700] and v["size_text"] == "700 B"
 
 
 def test_formatting():
     assert [views.fmt_ms(x) for x in (None, 850, 12_345, 245_000, 7_380_000)] == [
         "-", "850 ms", "12.3 s", "4 min 05 s", "2 h 03 min"]
     assert views.fmt_time(0) == "1970-01-01 00:00:00Z" and views.fmt_time(-1) == "-"
+    assert [views.fmt_bytes(x) for x in (None, 0, 1023, 1536, 12 * 2**20, 3 * 2**30 + 2**29)] == [
+        "-", "0 B", "1023 B", "1.5 KiB", "12.0 MiB", "3.5 GiB"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 import uuid
 import re
 import time
@@ -85,9 +86,13 @@ def test_topics_and_offsets(server, loaded):
     desc = run(server, "topics", "describe", topic).output.replace(topic, "TOPIC").splitlines()
     assert re.fullmatch(r"Topic: TOPIC\tTopicId: [\w-]{22}\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: .*",
                         desc[0]), desc[0]
+    sizes = [sum(f.stat().st_size for f in (Path(server.data_dir) / f"{topic}-{p}").glob("*.log")) for p in range(3)]
+    assert sizes[0] > sizes[1] > sizes[2] == 0  # 10, 5 and 0 records
     assert desc[1:] == [f"\tTopic: TOPIC\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: N/A\tLastKnownElr: N/A"
-                        for p in range(3)]
-    rows = json.loads(run(server, "topics", "describe", topic, "-o", "json").stdout)[0]["partitions"]
+                        f"\tSize: {sizes[p]}" for p in range(3)]
+    doc = json.loads(run(server, "topics", "describe", topic, "-o", "json").stdout)[0]
+    assert doc["size_bytes"] == sum(sizes) and [r["size_bytes"] for r in doc["partitions"]] == sizes
+    rows = doc["partitions"]
     assert [(r["log_start_offset"], r["log_end_offset"]) for r in rows] == [(0, 10), (0, 5), (0, 0)]
     assert run(server, "topics", "describe", topic, "--under-replicated-partitions").output == ""
     assert run(server, "topics", "describe", topic, "--unavailable-partitions").output == ""

@@ -147,7 +147,7 @@ def test_error_response_for_every_forwarded_api(api_key: int) -> None:
         55: {"topics": []},
         43: {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0]}], "timeout": 1000},
         45: {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}], "timeout": 1000},
-        46: {"topics": None, "timeout": 1000}}
+        46: {"topics": None, "timeout": 1000}, 64: {"broker_id": 3}}
     req = materialize(request_schema(api_key, version), bodies[api_key])
     resp = error_response(api_key, version, req, ErrorCode.request_timed_out, "no controller")
     items = (getattr(resp, "topics", None) or getattr(resp, "results", None)

@@ -15,6 +15,8 @@ from prometheus_client.core import GaugeMetricFamily
 from hightide.client import ClusterMetadata, TopicMetadata
 from hightide.client.cluster import ClusterBroker, ClusterDescription
 from hightide.client.configs import ConfigEntry, ConfigResource, ConfigSource, ResourceType
+from hightide.client.errors import ErrorCode
+from hightide.client.log_dirs import LogDirDescription, ReplicaLogInfo
 from hightide.client.types import BrokerMetadata, PartitionMetadata
 from hightide.cli.topic_describe import describe_topics, kafka_topics_text, selected
 from hightide.monitoring.partitions import partition_families, partition_snapshot
@@ -58,17 +60,24 @@ class _Admin:
         nodes = tuple(ClusterBroker(b, "127.0.0.1", 9090 + b, None, b == 2) for b in (1, 2, 3))
         return ClusterDescription("cid", 1, nodes, True)
 
+    async def describe_log_dirs(self, brokers: Any = None, topics: Any = None) -> list[LogDirDescription]:
+        """Every broker holds every partition of orders; broker b's copy of p has 1000 * b + p bytes."""
+        def replicas(b: int) -> tuple[ReplicaLogInfo, ...]:
+            return tuple(ReplicaLogInfo("orders", p, 1000 * b + p, 0, False) for p in range(4))
+        return [LogDirDescription(b, f"/data{b}", ErrorCode.none, replicas(b), -1, -1) for b in (1, 2, 3)]
+
 
 def test_topics_describe_text_is_kafka_topics_layout() -> None:
     topics = asyncio.run(describe_topics(_Admin(), ["orders"]))
     assert kafka_topics_text(topics, []).splitlines() == [
         "Topic: orders\tTopicId: ABEiM0RVZneImaq7zN3u_w\tPartitionCount: 4\tReplicationFactor: 3\t"
         "Configs: min.insync.replicas=2,segment.bytes=1048576",
-        "\tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3\tElr: N/A\tLastKnownElr: N/A",
-        "\tTopic: orders\tPartition: 1\tLeader: 3\tReplicas: 2,3,1\tIsr: 3,1\tElr: N/A\tLastKnownElr: N/A",
-        "\tTopic: orders\tPartition: 2\tLeader: none\tReplicas: 3,1,2\tIsr: 3\tElr: N/A\tLastKnownElr: N/A",
-        "\tTopic: orders\tPartition: 3\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3\tElr: N/A\tLastKnownElr: N/A",
+        "\tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3\tElr: N/A\tLastKnownElr: N/A\tSize: 1000",
+        "\tTopic: orders\tPartition: 1\tLeader: 3\tReplicas: 2,3,1\tIsr: 3,1\tElr: N/A\tLastKnownElr: N/A\tSize: 3001",
+        "\tTopic: orders\tPartition: 2\tLeader: none\tReplicas: 3,1,2\tIsr: 3\tElr: N/A\tLastKnownElr: N/A\tSize: 3002",
+        "\tTopic: orders\tPartition: 3\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3\tElr: N/A\tLastKnownElr: N/A\tSize: 2003",
     ]
+    assert topics[0]["size_bytes"] == 1000 + 3001 + 3002 + 2003  # the leaders' copies (no leader: the largest)
 
 
 def test_report_flags_select_partitions_as_kafka() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import Col, client_options, command_config_option, dash, emit
+from ._common import Col, client_options, command_config_option, dash, emit, run_admin
 
 
 def _state(fenced: bool | None) -> str:
@@ -46,14 +46,18 @@ async def gather_rows(bootstrap: str, controller: bool, timeout_s: float = 15.0)
             for b in desc.brokers]
 
 
-@main.command("brokers")
+@main.group("brokers", invoke_without_command=True)
 @click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
               help="HOST:PORT[,...] of brokers (default 127.0.0.1:9092).")
 @click.option("--bootstrap-controller", default=None, help="HOST:PORT[,...] of controllers: list them (KIP-919).")
 @command_config_option
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def brokers(bootstrap_server: str | None, bootstrap_controller: str | None, output: str) -> None:
-    """Brokers with endpoint, rack, fenced/unfenced and partitions led."""
+@click.pass_context
+def brokers(ctx: click.Context, bootstrap_server: str | None, bootstrap_controller: str | None, output: str) -> None:
+    """Brokers with endpoint, rack, fenced/unfenced and partitions led; "unregister"
+    removes a decommissioned broker's registration."""
+    if ctx.invoked_subcommand is not None:
+        return
     if bootstrap_server and bootstrap_controller:
         raise click.UsageError("give only one of --bootstrap-server or --bootstrap-controller")
     from ..client import KafkaError
@@ -67,3 +71,28 @@ def brokers(bootstrap_server: str | None, bootstrap_controller: str | None, outp
     cols = [Col("ID", "id"), Col("ENDPOINT", "endpoint"), Col("RACK", "rack", dash, drop=1)]
     cols += [Col("ROLE", "role")] if controller else [Col("STATE", "state"), Col("LEADERS", "leaders", drop=2)]
     emit(output, cols, rows)
+
+
+@brokers.command("unregister")
+@click.argument("broker_id", type=int, required=False)
+@click.option("--id", "id_option", type=int, default=None, help="The broker id (kafka-cluster.sh unregister's form).")
+@click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
+              help="HOST:PORT[,...] of brokers (default 127.0.0.1:9092).")
+@command_config_option
+@click.pass_context
+def brokers_unregister(ctx: click.Context, broker_id: int | None, id_option: int | None,
+                       bootstrap_server: str | None) -> None:
+    """Remove broker BROKER_ID's registration (UnregisterBroker, forwarded to the active
+    controller), as ``kafka-cluster.sh unregister --id``: for a broker that is gone for
+    good. A broker that still runs registers again at its next heartbeat."""
+    if (broker_id is None) == (id_option is None):
+        raise click.UsageError("give the broker id once: BROKER_ID or --id")
+    bid = broker_id if broker_id is not None else id_option
+    assert bid is not None
+    parent = ctx.parent.params if ctx.parent is not None else {}
+    bootstrap = bootstrap_server or parent.get("bootstrap_server") or "127.0.0.1:9092"
+
+    async def go(admin: Any) -> None:
+        await admin.unregister_broker(bid)
+    run_admin(bootstrap, go)
+    click.echo(f"Broker {bid} is no longer registered.")

@@ -11,6 +11,11 @@ flags select partitions as Kafka's ``TopicCommand`` does:
 - ``under_min_isr``: no leader, or fewer ISR members than ``min.insync.replicas``;
 - ``at_min_isr``: exactly ``min.insync.replicas`` ISR members.
 
+Sizes come from DescribeLogDirs asked of every broker (what ``kafka-log-dirs.sh`` and
+UIs use): a partition's ``size_bytes`` is its leader's log size (the largest replica's
+when the leader's is not known), a topic's the sum over its partitions; None where the
+brokers do not say (no DESCRIBE on the cluster, a broker without the API).
+
 Unlike kafka-topics.sh, a partition being reassigned counts its adding replicas in its
 replication factor (Kafka subtracts them, from ListPartitionReassignments, which this
 admin client does not send yet), so it shows as under-replicated until the move ends.
@@ -48,8 +53,9 @@ async def describe_topics(admin: Any, names: list[str], *, include_internal: boo
     ``include_internal`` is False), sorted by name: ``topic``, ``topic_id``,
     ``partition_count``, ``replication_factor`` (of the first partition, as Kafka),
     ``configs`` (name → value, those not at their default), ``min_insync_replicas`` and
-    ``partitions`` (``partition``, ``leader`` (None: no leader), ``replicas``, ``isr``,
-    ``offline_replicas`` and the four report flags; with ``offsets`` also
+    ``size_bytes`` and ``partitions`` (``partition``, ``leader`` (None: no leader),
+    ``replicas``, ``isr``, ``offline_replicas``, ``size_bytes`` and the four report
+    flags; with ``offsets`` also
     ``log_start_offset`` and ``log_end_offset``). Raises the Kafka error of an unknown
     topic (UnknownTopicOrPartitionError)."""
     from ..client import TopicPartition
@@ -59,6 +65,7 @@ async def describe_topics(admin: Any, names: list[str], *, include_internal: boo
     configs = await admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in wanted],
                                            include_synonyms=False, raise_on_error=False)
     live = await _live_brokers(admin)
+    sizes = await _sizes(admin, described, wanted)
     bounds: dict[Any, tuple[Any, Any]] = {}
     if offsets:
         tps = [TopicPartition(t, p) for t in wanted for p in described[t].partitions]
@@ -74,6 +81,7 @@ async def describe_topics(admin: Any, names: list[str], *, include_internal: boo
         rows = []
         for pm in parts:
             row = _partition(pm, live, min_isr)
+            row["size_bytes"] = sizes.get((name, pm.partition))
             if offsets:
                 row["log_start_offset"], row["log_end_offset"] = bounds.get(TopicPartition(name, pm.partition),
                                                                             (None, None))
@@ -81,8 +89,27 @@ async def describe_topics(admin: Any, names: list[str], *, include_internal: boo
         out.append({"topic": name, "topic_id": _kafka_uuid(described[name].topic_id),
                     "partition_count": len(parts), "replication_factor": len(parts[0].replicas) if parts else 0,
                     "configs": {e.name: e.value for e in entries if e.source != ConfigSource.DEFAULT_CONFIG},
-                    "min_insync_replicas": min_isr, "partitions": rows})
+                    "min_insync_replicas": min_isr, "size_bytes": _total(r["size_bytes"] for r in rows),
+                    "partitions": rows})
     return out
+
+
+async def _sizes(admin: Any, described: dict[str, Any], names: list[str]) -> dict[tuple[str, int], int]:
+    """(topic, partition) → log size in bytes, from every broker's DescribeLogDirs;
+    empty when the brokers cannot say."""
+    from ..client import KafkaError
+    from ..client.log_dirs import partition_sizes
+    try:
+        dirs = await admin.describe_log_dirs(topics={n: sorted(described[n].partitions) for n in names})
+    except KafkaError:
+        return {}
+    leaders = {(n, p): pm.leader for n in names for p, pm in described[n].partitions.items()}
+    return partition_sizes(dirs, leaders)
+
+
+def _total(sizes: Any) -> int | None:
+    known = [s for s in sizes if s is not None]
+    return sum(known) if known else None
 
 
 def _partition(pm: Any, live: set[int], min_isr: int) -> dict[str, Any]:
@@ -108,7 +135,9 @@ def selected(partition: dict[str, Any], reports: list[str]) -> bool:
 
 def kafka_topics_text(topics: list[dict[str, Any]], reports: list[str]) -> str:
     """kafka-topics.sh --describe's text: a topic line (only without report flags) and
-    a tab-indented line per selected partition. ELR is not kept by hightide: N/A."""
+    a tab-indented line per selected partition. ELR is not kept by hightide: N/A.
+    hightide adds ``Size`` (bytes of the leader's log, ``-`` when unknown) at the end of
+    each partition line."""
     lines = []
     for t in topics:
         if not reports:
@@ -123,5 +152,9 @@ def kafka_topics_text(topics: list[dict[str, Any]], reports: list[str]) -> str:
                 leader = "none" if p["leader"] is None else p["leader"]
                 lines.append(f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
                              f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}"
-                             "\tElr: N/A\tLastKnownElr: N/A")
+                             f"\tElr: N/A\tLastKnownElr: N/A\tSize: {_size(p.get('size_bytes'))}")
     return "\n".join(lines)
+
+
+def _size(size: int | None) -> str:
+    return "-" if size is None else str(size)

@@ -32,6 +32,7 @@ from .errors import (
     error_for,
 )
 from .groups import GroupsMixin
+from .log_dirs import LogDirsMixin
 from .properties import ClientSecurity
 from .security import SecurityMixin
 from .share import ShareGroupsMixin
@@ -71,7 +72,7 @@ def parse_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
-class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, SecurityMixin):
+class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, SecurityMixin, LogDirsMixin):
     """An async Kafka admin client that works with hightide and any Kafka cluster.
 
     Use as ``async with AdminClient("host:9092") as admin: ...``. Every method raises

@@ -253,12 +253,14 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
             md = await ask(a.metadata())
             tps = [(t.name, p) for t in md.topics.values() for p in t.partitions]
             ends, maxts = await ask(_offsets(a, tps, ("latest", "max_timestamp")))
+            sizes = await ask(_sizes(a, md.topics.values()))
         except UNREACHABLE as exc:
             sampler.failed(exc)
             raise Unreachable(str(exc)) from None
         show_internal = request.query_params.get("internal") == "1"
         rows = views.topic_list([t for t in md.topics.values() if show_internal or not t.is_internal],
-                                ends, maxts, now_ms=int(time.time() * 1000), idle_after_ms=config.idle_after_ms)
+                                ends, maxts, now_ms=int(time.time() * 1000), idle_after_ms=config.idle_after_ms,
+                                sizes=sizes)
         return render(request, "topics.html", {"topics": rows, "show_internal": show_internal})
 
     async def topic_page(request: Request) -> Response:
@@ -271,13 +273,15 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
                 raise NotFound(f"Topic '{name}' does not exist.")
             tps = [(name, p) for p in t.partitions]
             ends, starts, maxts = await ask(_offsets(a, tps, ("latest", "earliest", "max_timestamp")))
+            sizes = await ask(_sizes(a, [t]))
         except UNREACHABLE as exc:
             sampler.failed(exc)
             raise Unreachable(str(exc)) from None
         view = views.topic_view(t, {p: ends.get((name, p)) for p in t.partitions},
                                 {p: starts.get((name, p)) for p in t.partitions},
                                 {p: maxts.get((name, p)) for p in t.partitions},
-                                now_ms=int(time.time() * 1000), idle_after_ms=config.idle_after_ms)
+                                now_ms=int(time.time() * 1000), idle_after_ms=config.idle_after_ms,
+                                sizes={p: s for (_, p), s in sizes.items()})
         snap = sampler.snapshot
         readers = sorted(g for g, rep in (snap.groups if snap else {}).items()
                          if any(p.topic == name for p in rep.partitions))
@@ -344,6 +348,20 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
     handlers = {NotFound: not_found, Unreachable: unreachable, HTTPException: http_error,
                 KafkaError: kafka_error, TimeoutError: unreachable, OSError: unreachable, Exception: internal_error}
     return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+
+
+async def _sizes(admin: Any, topics: Any) -> dict[tuple[str, int], int]:
+    """Each partition's log size in bytes (its leader's copy) from every broker's
+    DescribeLogDirs; empty when the cluster does not say (no DESCRIBE on the cluster, a
+    broker without the API, a broker not answering)."""
+    from ..client import KafkaError
+    from ..client.log_dirs import partition_sizes
+    topics = list(topics)
+    try:
+        dirs = await admin.describe_log_dirs(topics={t.name: sorted(t.partitions) for t in topics})
+    except KafkaError:
+        return {}
+    return partition_sizes(dirs, {(t.name, p): pm.leader for t in topics for p, pm in t.partitions.items()})
 
 
 async def _offsets(admin: Any, tps: list[tuple[str, int]], specs: tuple[str, ...]) -> tuple[dict[Any, Any], ...]:

@@ -89,6 +89,18 @@ def fmt_ms(ms: int | None) -> str:
     return f"{h} h {m:02d} min"
 
 
+def fmt_bytes(n: int | None) -> str:
+    """A size for people: '-', '512 B', '1.5 KiB', '12.0 MiB', '3.2 GiB'."""
+    if n is None:
+        return "-"
+    size, unit = float(n), "B"
+    for nxt in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, nxt
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
 def fmt_time(ms: int | None) -> str:
     """A timestamp in ms as ISO-8601 UTC to the second, '-' when unknown or negative."""
     if ms is None or ms < 0:
@@ -236,9 +248,11 @@ def liveness(max_ts: int | None, now_ms: int, idle_after_ms: int, error: str | N
 
 
 def topic_view(topic: Any, ends: Mapping[int, Any], starts: Mapping[int, Any], maxts: Mapping[int, Any], *,
-               now_ms: int, idle_after_ms: int) -> dict[str, Any]:
+               now_ms: int, idle_after_ms: int, sizes: Mapping[int, int] | None = None) -> dict[str, Any]:
     """A topic page from its :class:`TopicMetadata` and ListOffsets answers per partition
-    (latest, earliest, max_timestamp: a ListOffsetsResult or a KafkaError)."""
+    (latest, earliest, max_timestamp: a ListOffsetsResult or a KafkaError) and the log
+    size of each partition (DescribeLogDirs: its leader's copy; missing: unknown)."""
+    sizes = sizes or {}
     rows = []
     for pid in sorted(topic.partitions):
         pm = topic.partitions[pid]
@@ -250,17 +264,21 @@ def topic_view(topic: Any, ends: Mapping[int, Any], starts: Mapping[int, Any], m
                      "log_start_offset": _off(starts.get(pid)), "log_end_offset": _off(ends.get(pid)),
                      "max_timestamp_offset": mx.offset if _is_result(mx) and mx.offset >= 0 else None,
                      "last_write_ms": ts, "last_write_text": fmt_time(ts), "idle_ms": idle,
-                     "idle_text": fmt_ms(idle), "status": status, "error": err})
+                     "idle_text": fmt_ms(idle), "status": status, "error": err,
+                     "size_bytes": sizes.get(pid), "size_text": fmt_bytes(sizes.get(pid))})
     ends_known = [r["log_end_offset"] for r in rows if r["log_end_offset"] is not None]
+    size = _sum_known(r["size_bytes"] for r in rows)
     return {"topic": topic.name, "internal": topic.is_internal, "topic_id": str(topic.topic_id or ""),
-            "partitions": rows, "records_end_sum": sum(ends_known),
+            "partitions": rows, "records_end_sum": sum(ends_known), "size_bytes": size, "size_text": fmt_bytes(size),
             "liveness": _count(r["status"] for r in rows)}
 
 
 def topic_list(topics: Iterable[Any], ends: Mapping[Any, Any], maxts: Mapping[Any, Any], *, now_ms: int,
-               idle_after_ms: int) -> list[dict[str, Any]]:
-    """One row per topic: partitions, sum of end offsets, last write over its partitions
-    and liveness counts. ``ends``/``maxts`` are keyed by TopicPartition."""
+               idle_after_ms: int, sizes: Mapping[Any, int] | None = None) -> list[dict[str, Any]]:
+    """One row per topic: partitions, sum of end offsets, size (the sum of its partitions'
+    log sizes, ``sizes`` keyed like ``ends``; None when none is known), last write over
+    its partitions and liveness counts. ``ends``/``maxts`` are keyed by TopicPartition."""
+    sizes = sizes or {}
     out = []
     for t in sorted(topics, key=lambda t: t.name):
         last, sts, end_sum = None, [], 0
@@ -273,10 +291,16 @@ def topic_list(topics: Iterable[Any], ends: Mapping[Any, Any], maxts: Mapping[An
             if ts is not None and (last is None or ts > last):
                 last = ts
             sts.append(liveness(ts, now_ms, idle_after_ms, None if _is_result(mx) else str(mx))[0])
+        size = _sum_known(sizes.get((t.name, pid)) for pid in t.partitions)
         out.append({"topic": t.name, "partitions": len(t.partitions), "internal": t.is_internal,
-                    "records_end_sum": end_sum, "last_write_text": fmt_time(last),
+                    "records_end_sum": end_sum, "size_bytes": size, "size_text": fmt_bytes(size), "last_write_text": fmt_time(last),
                     "idle_text": fmt_ms(None if last is None else now_ms - last), "liveness": _count(sts)})
     return out
+
+
+def _sum_known(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _count(items: Iterable[str]) -> dict[str, int]:

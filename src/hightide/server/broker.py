@@ -612,6 +612,10 @@ class Broker:
                 plog = self._try_open_log(tp, timg, now_ms())
         return plog
 
+    def hosted_logs(self) -> list[tuple[TopicPartition, PartitionLog]]:
+        """Every open partition log here (the metadata log is not among them)."""
+        return [(tp, plog) for tp, plog in self.logs or () if tp[0] != METADATA_TOPIC]
+
     async def next_producer_id(self) -> int:
         while self._producer_ids[0] >= self._producer_ids[1]:
             if self.node is not None:  # a block from the controller (AllocateProducerIds)

@@ -5,7 +5,7 @@ Theory of operation
 -------------------
 * **Forwarded APIs** (:data:`FORWARDED`: CreateTopics, DeleteTopics, CreatePartitions,
   AlterConfigs, IncrementalAlterConfigs, UpdateFeatures, CreateAcls, DeleteAcls,
-  AlterUserScramCredentials, and DescribeQuorum): the broker's route of each is
+  AlterUserScramCredentials, UnregisterBroker, and DescribeQuorum): the broker's route of each is
   replaced by :meth:`Forwarder.forward`. The client's request (header with its
   correlation id and client id, then the body, re-encoded from the decoded request) goes
   to the controller inside an Envelope (58) with the client's address; the controller
@@ -68,12 +68,12 @@ from .registry import Route, Routes
 
 log = logging.getLogger("hightide.forwarding")
 
-#: What a broker forwards (api key → name), as Kafka's brokers do: the metadata writes, and
+#: What a broker forwards (api key → name), as Kafka's brokers do: the metadata writes (UnregisterBroker too), and
 #: DescribeQuorum (only the controller knows the quorum).
 FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 30: "CreateAcls", 31: "DeleteAcls", 33: "AlterConfigs",
              37: "CreatePartitions", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments", 51: "AlterUserScramCredentials",
-             55: "DescribeQuorum", 57: "UpdateFeatures"}
+             55: "DescribeQuorum", 57: "UpdateFeatures", 64: "UnregisterBroker"}
 ENVELOPE_KEY = 58
 TAG_METADATA_OFFSET = 10000
 #: The deadline of a forwarded request whose API has no timeout field (IncrementalAlterConfigs,

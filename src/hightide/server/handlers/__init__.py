@@ -24,7 +24,9 @@ from . import (
     controller_fetch,
     delete_records,
     describe_cluster,
+    describe_log_dirs,
     describe_quorum,
+    describe_topic_partitions,
     elect_leaders,
     end_txn,
     envelope,
@@ -47,6 +49,7 @@ from . import (
     share_state,
     txn_admin,
     txn_offset_commit,
+    unregister_broker,
     update_features,
     write_txn_markers,
 )
@@ -58,7 +61,8 @@ MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_gr
            describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,
            offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
            add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
-           describe_quorum, update_features, acls, scram_credentials, sasl, txn_admin, elect_leaders, reassignments)
+           describe_quorum, update_features, acls, scram_credentials, sasl, txn_admin, elect_leaders, reassignments,
+           describe_log_dirs, describe_topic_partitions, unregister_broker)
 
 
 def routes() -> Routes:

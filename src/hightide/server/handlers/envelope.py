@@ -45,8 +45,9 @@ log = logging.getLogger("hightide.controller")
 #: CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, IncrementalAlterConfigs,
 #: AlterUserScramCredentials, DescribeQuorum (a broker forwards it so
 #: ``kafka-metadata-quorum --bootstrap-server`` sees the controller's quorum, as Kafka's
-#: brokers do), UpdateFeatures, ElectLeaders, Alter/ListPartitionReassignments.
-FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 46, 51, 55, 57})
+#: brokers do), UpdateFeatures, ElectLeaders, Alter/ListPartitionReassignments,
+#: UnregisterBroker.
+FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 46, 51, 55, 57, 64})
 
 
 @handles(58, 0, 0)
