@@ -8,8 +8,8 @@ import asyncio
 import threading
 import time
 
-from hightide.server import flusher as flusher_mod
-from hightide.server.flusher import FSYNC_THREADS, Flusher
+from hightide.disk import flusher as flusher_mod
+from hightide.disk.flusher import FSYNC_THREADS, Flusher
 
 
 def test_a_rounds_fsyncs_overlap_and_outcomes_stay_with_their_jobs(monkeypatch):

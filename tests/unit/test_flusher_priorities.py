@@ -1,4 +1,4 @@
-"""The flusher's two pools (server/flusher.py, aio/threads.py): periodic flushes,
+"""The flusher's two pools (disk/flusher.py, aio/threads.py): periodic flushes,
 which nobody waits for, run as a batch of their own on threads below the event loop's
 CPU priority; flushes a request waits for run at the process's priority in rounds that
 do not wait for the periodic batch. A log somebody waits for while it is in the
@@ -15,8 +15,8 @@ import threading
 import pytest
 
 from hightide.log.flush import FlushJob
-from hightide.server import flusher as flusher_mod
-from hightide.server.flusher import Flusher
+from hightide.disk import flusher as flusher_mod
+from hightide.disk.flusher import Flusher
 from hightide.aio.threads import BACKGROUND_NICE, background_executor
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")

@@ -10,7 +10,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from hightide.server.leader_offsets import LeaderOffsets
+from hightide.replica.leader_offsets import LeaderOffsets
 
 
 class Peers:

@@ -1,4 +1,4 @@
-"""The replica manager shell (server/replica_manager.py) over real partition logs, a
+"""The replica manager shell (replica/manager.py) over real partition logs, a
 hand-made metadata image, a fake follower fetcher and a fake controller channel: roles from
 the image, the HW on the log, acks=all waits, AlterPartition round trips."""
 
@@ -18,7 +18,7 @@ from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, validate_batches
-from hightide.server.replica_manager import ReplicaManager
+from hightide.replica.manager import ReplicaManager
 from hightide.aio.waiters import AppendWaiters
 
 TOPIC_ID = uuid.UUID(int=7)
@@ -181,7 +181,7 @@ def test_losing_leadership_answers_the_waits_and_follows_the_new_leader(setup):
 def test_a_lagging_follower_is_shrunk_through_alter_partition(setup, monkeypatch):
     broker, rm = setup
     clock = [1_700_000_000_000]
-    monkeypatch.setattr("hightide.server.replica_manager.now_ms", lambda: clock[0])
+    monkeypatch.setattr("hightide.replica.manager.now_ms", lambda: clock[0])
 
     async def run() -> None:
         apply(broker, rm, image(ME, (0, 1, 2), (0, 1, 2), partition_epoch=5))

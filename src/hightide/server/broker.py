@@ -44,17 +44,17 @@ from .connection import KafkaConnection
 from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, controller_client_security, listener_security
 from .context import Services
 from .controller_service import ControllerService
-from .flusher import Flusher
-from .log_cleaner import LogCleaner
+from ..disk.flusher import Flusher
+from ..disk.cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
-from .leader_offsets import LeaderOffsets
+from ..replica.leader_offsets import LeaderOffsets
 from ..services import MetadataOp
 from .metadata_runtime import (
     RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
 )
-from .replica_fetcher import ReplicaFetcherManager
-from .replica_manager import ReplicaManager
+from ..replica.fetcher import ReplicaFetcherManager
+from ..replica.manager import ReplicaManager
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
@@ -725,7 +725,7 @@ class Broker:
 
     async def run_cleaner(self) -> int:
         """Compact the logs of compacted topics now: plan, swap and install on the loop,
-        read, rewrite and fsync on the cleaner's worker thread (see ``log_cleaner``).
+        read, rewrite and fsync on the cleaner's worker thread (see :mod:`hightide.disk.cleaner`).
         Returns how many logs were cleaned."""
         return await self.cleaner.run_once()
 

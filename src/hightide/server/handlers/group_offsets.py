@@ -193,7 +193,7 @@ class _Bounds:
     A partition another broker leads is noted in ``elsewhere`` (leader id, leader epoch)
     and its entries in ``later``; the handler asks the leaders once every committed
     offset was read (so the high watermark is never older than the commit) and fills
-    those entries in (:mod:`hightide.server.leader_offsets`)."""
+    those entries in (:mod:`hightide.replica.leader_offsets`)."""
 
     __slots__ = ("elsewhere", "known", "later")
 
@@ -286,7 +286,7 @@ def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     """Committed offsets, with the extension tags on v6+: the bounds of partitions led
     here are read with the commits; if some partitions are led by other brokers the
     answer waits for their leaders' offsets (at most about a second, see
-    :mod:`hightide.server.leader_offsets`); the single node never waits."""
+    :mod:`hightide.replica.leader_offsets`); the single node never waits."""
     bounds = _Bounds()
     if ctx.version >= 8:
         groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),

@@ -22,7 +22,7 @@ is not asked again for ``retry_after_s`` (1 s), so a paused leader delays at mos
 OffsetFetch per second.
 
 Connections: one per leader broker on the inter-broker listener (address and TLS/SASL
-settings from :class:`~.inter_broker.InterBrokerClients`), opened under a per-broker
+settings from :class:`~hightide.server.inter_broker.InterBrokerClients`), opened under a per-broker
 lock so that concurrent OffsetFetch requests share it, dropped when a request on it
 fails.
 """
@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
-from .inter_broker import InterBrokerClients
+from ..server.inter_broker import InterBrokerClients
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.leader_offsets")
 

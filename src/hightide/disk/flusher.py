@@ -14,7 +14,7 @@ arrive during a round share the next one (group commit).
 Two pools: the logs somebody waits for (:meth:`Flusher.durable`: an acknowledgement, a
 coordinator write) are fsynced at the process's priority in the round; the periodic
 flushes nobody waits for run as a batch of their own on threads of lower CPU priority
-(:mod:`.threads`), so their writeback work does not delay the event loop, and rounds do
+(:mod:`hightide.aio.threads`), so their writeback work does not delay the event loop, and rounds do
 not wait for that batch: at most one periodic batch runs at a time, and a log in it that
 somebody waits for meanwhile is flushed again once the batch ends.
 """
@@ -33,7 +33,7 @@ from ..aio.threads import background_executor
 
 if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.flush")
 TICK_S = 0.05

@@ -1,7 +1,7 @@
 """Followers fetch from leaders (Kafka's ``ReplicaFetcherManager`` / ``ReplicaFetcherThread``
 / ``AbstractFetcherThread``).
 
-Theory of operation. The replica manager (:mod:`.replica_manager`) tells the
+Theory of operation. The replica manager (:mod:`.manager`) tells the
 :class:`ReplicaFetcherManager` which partitions this broker follows, from whom and in which
 leader epoch (:meth:`~ReplicaFetcherManager.follow` / :meth:`~ReplicaFetcherManager.stop_following`,
 from ``apply_image``). The manager keeps one :class:`ReplicaFetcher` task per leader
@@ -9,7 +9,7 @@ broker, each fetching all the partitions it follows from that leader in one Fetc
 ReplicaState = this node's id and broker epoch, per partition CurrentLeaderEpoch,
 FetchOffset = the local log end, LastFetchedEpoch = the local log's latest epoch, the
 follower's log start offset; MaxWaitMs ``replica.fetch.wait.max.ms`` 500, MinBytes 1,
-1 MiB per partition, 10 MiB per response) over :mod:`.inter_broker`.
+1 MiB per partition, 10 MiB per response) over :mod:`hightide.server.inter_broker`.
 
 Per partition, each answer is one of:
 
@@ -53,11 +53,11 @@ from ..log.leader_epochs import truncation_point
 from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
-from .inter_broker import InterBrokerClients
+from ..server.inter_broker import InterBrokerClients
 from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.replica_fetcher")
 

@@ -12,7 +12,7 @@ every partition hosted here it decides the role:
 * **leader of a one-replica partition** (every partition of the single node): nothing
   here — the log keeps HW = LEO on append, no hook, no purgatory, no per-batch work;
 * **follower**: the log's HW is left to the replica fetcher (which takes the leader's),
-  and R2's :class:`~.replica_fetcher.ReplicaFetcherManager` is told to ``follow`` the
+  and R2's :class:`~.fetcher.ReplicaFetcherManager` is told to ``follow`` the
   leader (or ``stop_following``).
 
 Leader events: a follower's Fetch (:meth:`follower_fetched`, from the Fetch handler),
@@ -52,13 +52,13 @@ from ..replication.leader_state import (
     NotAReplica,
     PartitionAssignment,
 )
-from .controller_channel import ControllerUnavailable
+from ..server.controller_channel import ControllerUnavailable
 
 if TYPE_CHECKING:
     import uuid
 
     from ..cluster.image import MetadataImage, PartitionImage, TopicImage
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.replica_manager")
 

@@ -4,7 +4,7 @@ Each cleaning runs the steps of :mod:`hightide.log.cleaner`: the short ones (pla
 commit, install, end) on the event loop, where the log is owned, the disk work (reading
 and rewriting segments, every fsync) on one dedicated worker thread. So the loop keeps
 serving while a large ``__consumer_offsets`` partition is rewritten (the thread runs at a
-lower CPU priority than the loop: :mod:`.threads`), and appends,
+lower CPU priority than the loop: :mod:`hightide.aio.threads`), and appends,
 retention and deletion may run meanwhile: a cleaning whose segments changed under it is
 abandoned at the commit step. One worker thread, and one cleaning at a time per log
 (``PartitionLog.cleaning``).
@@ -22,7 +22,7 @@ from ..log.partition_log import PartitionLog
 from ..aio.threads import background_executor
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.broker")
 T = TypeVar("T")
