@@ -28,7 +28,7 @@ def test_a_rounds_fsyncs_overlap_and_outcomes_stay_with_their_jobs(monkeypatch):
         if job % 5 == 3:
             raise OSError(5, f"fsync of {job} failed")
     monkeypatch.setattr(flusher_mod, "run_flush", fake_run_flush)
-    f = Flusher(broker=None)  # type: ignore[arg-type]
+    f = Flusher(lambda: None)
 
     async def scenario():
         return await f._run_jobs(list(range(10)))

@@ -112,8 +112,8 @@ class Broker:
         self.controller_service: ControllerService | None = None  # controller-only: started by start()
         self.controller_services: Services | None = None  # the controller listener's route table
         self.waiters = AppendWaiters()
-        self.flusher = Flusher(self)
-        self.cleaner = LogCleaner(self, skip_topics=(METADATA_TOPIC,))
+        self.flusher = Flusher(lambda: self.logs)
+        self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,))
         self.groups = GroupRuntime(self)
         self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
         self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
