@@ -53,6 +53,7 @@ from ..services import MetadataOp
 from .metadata_runtime import (
     RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
 )
+from .inter_broker import InterBrokerClients  # the replica components' connections to other brokers
 from ..replica.fetcher import ReplicaFetcherManager
 from ..replica.manager import ReplicaManager
 from .share_groups import ShareGroupService
@@ -122,7 +123,8 @@ class Broker:
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
         self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
         self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(self)  # followers fetch
-        self.leader_offsets = LeaderOffsets(self)  # OffsetFetch's HW tags of partitions led elsewhere
+        self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
+            InterBrokerClients(self, f"hightide-offsets-{self.node_id}"), self.node_id)  # addresses, TLS/SASL
         self._tasks: list[asyncio.Task] = []
         self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
