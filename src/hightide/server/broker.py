@@ -54,7 +54,7 @@ from .metadata_runtime import (
     RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
 )
 from .inter_broker import InterBrokerClients  # the replica components' connections to other brokers
-from ..replica.fetcher import ReplicaFetcherManager
+from ..replica.fetcher import REQUEST_TIMEOUT_S as FETCHER_REQUEST_TIMEOUT_S, ReplicaFetcherManager
 from ..replica.manager import ReplicaManager
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
@@ -122,7 +122,10 @@ class Broker:
         self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
         self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
-        self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(self)  # followers fetch
+        self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(  # followers fetch
+            InterBrokerClients(self, f"hightide-replica-fetcher-{self.node_id}", FETCHER_REQUEST_TIMEOUT_S),
+            node_id=self.node_id, broker_epoch=lambda: self.node.lifecycle.broker_epoch if self.node is not None else -1,
+            logs=lambda: self.logs, image=lambda: self.image, durable=self.flusher.durable, waiters=self.waiters)
         self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
             InterBrokerClients(self, f"hightide-offsets-{self.node_id}"), self.node_id)  # addresses, TLS/SASL
         self._tasks: list[asyncio.Task] = []
