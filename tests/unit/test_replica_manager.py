@@ -53,18 +53,26 @@ class FakeChannel:
         return SimpleNamespace(error_code=0, topics=[SimpleNamespace(topic_id=TOPIC_ID, partitions=[part])])
 
 
-class FakeBroker:
+class Fakes:
+    """What the replica manager is built from: a broker-only node (broker epoch 40, a
+    controller channel) with one open log."""
+
     def __init__(self, tmp_path: Any, lag_ms: int = 1000) -> None:
-        self.node_id = ME
         self.config = BrokerConfig()
         self.config.set("replica.lag.time.max.ms", lag_ms)
         self.waiters = AppendWaiters()
         self.channel = FakeChannel()
-        self.node = SimpleNamespace(channel=self.channel, lifecycle=SimpleNamespace(broker_epoch=40))
         self.log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=True)
         self.logs = {("t", 0): self.log}
         self.image = MetadataImage()
         self.metadata_ready = True  # caught up with the controller's log
+
+    def replica_manager(self) -> ReplicaManager:
+        return ReplicaManager(node_id=ME, config=self.config,
+                              logs=lambda: self.logs,  # a dict stands in: only get() is used
+                              waiters=self.waiters, image=lambda: self.image,
+                              metadata_ready=lambda: self.metadata_ready, broker_epoch=lambda: 40,
+                              controller=lambda: self.channel)
 
 
 def image(leader: int, replicas: tuple[int, ...], isr: tuple[int, ...], leader_epoch: int = 3,
@@ -78,7 +86,7 @@ def image(leader: int, replicas: tuple[int, ...], isr: tuple[int, ...], leader_e
     return img
 
 
-def apply(broker: FakeBroker, rm: ReplicaManager, img: MetadataImage) -> None:
+def apply(broker: Fakes, rm: ReplicaManager, img: MetadataImage) -> None:
     """The broker applied ``img``: the replica manager puts it in force."""
     broker.image = img
     rm.apply_image(img)
@@ -91,8 +99,8 @@ def append(log: PartitionLog, n: int = 1) -> int:
 
 @pytest.fixture
 def setup(tmp_path):
-    broker = FakeBroker(tmp_path)
-    rm = ReplicaManager(broker)  # type: ignore[arg-type]
+    broker = Fakes(tmp_path)
+    rm = broker.replica_manager()
     rm.fetchers = FakeFetchers()
     yield broker, rm
     broker.log.close()

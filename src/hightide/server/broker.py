@@ -121,10 +121,13 @@ class Broker:
         self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
         self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
-        self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
+        self.replica_manager = ReplicaManager(  # replication roles, ISR, HW, acks=all (issue 15)
+            node_id=self.node_id, config=self.config, logs=lambda: self.logs, waiters=self.waiters,
+            image=lambda: self.image, metadata_ready=lambda: self.metadata_ready,
+            broker_epoch=self._broker_epoch, controller=lambda: self.node.channel if self.node is not None else None)
         self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(  # followers fetch
             InterBrokerClients(self, f"hightide-replica-fetcher-{self.node_id}", FETCHER_REQUEST_TIMEOUT_S),
-            node_id=self.node_id, broker_epoch=lambda: self.node.lifecycle.broker_epoch if self.node is not None else -1,
+            node_id=self.node_id, broker_epoch=self._broker_epoch,
             logs=lambda: self.logs, image=lambda: self.image, durable=self.flusher.durable, waiters=self.waiters)
         self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
             InterBrokerClients(self, f"hightide-offsets-{self.node_id}"), self.node_id)  # addresses, TLS/SASL
@@ -510,6 +513,11 @@ class Broker:
         controller; a broker-only node once caught up with the controller's log (see
         :mod:`.broker_node`). Before that it leads and coordinates nothing."""
         return self.node is None or self.node.caught_up
+
+    def _broker_epoch(self) -> int:
+        """This broker's epoch from its registration with the controller (the replica
+        components' ``broker_epoch``); -1 on the single node."""
+        return self.node.lifecycle.broker_epoch if self.node is not None else -1
 
     def after_metadata_change(self) -> None:
         """Put a metadata change applied by the follower (broker-only node) in force: open
