@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from hightide import Broker, BrokerConfig
-from hightide.server import flusher as flusher_mod
+from hightide.disk import flusher as flusher_mod
 from tests.rawkafka import RawClient
 from tests.waiting import wait_until
 

@@ -8,8 +8,8 @@ import asyncio
 import threading
 import time
 
-from hightide.server import flusher as flusher_mod
-from hightide.server.flusher import FSYNC_THREADS, Flusher
+from hightide.disk import flusher as flusher_mod
+from hightide.disk.flusher import FSYNC_THREADS, Flusher
 
 
 def test_a_rounds_fsyncs_overlap_and_outcomes_stay_with_their_jobs(monkeypatch):
@@ -28,7 +28,7 @@ def test_a_rounds_fsyncs_overlap_and_outcomes_stay_with_their_jobs(monkeypatch):
         if job % 5 == 3:
             raise OSError(5, f"fsync of {job} failed")
     monkeypatch.setattr(flusher_mod, "run_flush", fake_run_flush)
-    f = Flusher(broker=None)  # type: ignore[arg-type]
+    f = Flusher(lambda: None)
 
     async def scenario():
         return await f._run_jobs(list(range(10)))

@@ -1,4 +1,4 @@
-"""The flusher's two pools (server/flusher.py, aio/threads.py): periodic flushes,
+"""The flusher's two pools (disk/flusher.py, aio/threads.py): periodic flushes,
 which nobody waits for, run as a batch of their own on threads below the event loop's
 CPU priority; flushes a request waits for run at the process's priority in rounds that
 do not wait for the periodic batch. A log somebody waits for while it is in the
@@ -15,8 +15,8 @@ import threading
 import pytest
 
 from hightide.log.flush import FlushJob
-from hightide.server import flusher as flusher_mod
-from hightide.server.flusher import Flusher
+from hightide.disk import flusher as flusher_mod
+from hightide.disk.flusher import Flusher
 from hightide.aio.threads import BACKGROUND_NICE, background_executor
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
@@ -29,7 +29,7 @@ def _nice_of_a_thread_of(executor) -> int:
 @linux_only
 def test_background_threads_run_below_the_process_and_waited_for_ones_at_its_priority():
     base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    f = Flusher(broker=None)  # type: ignore[arg-type]
+    f = Flusher(lambda: None)
     try:
         assert _nice_of_a_thread_of(f._background) == min(19, base + BACKGROUND_NICE)
         assert _nice_of_a_thread_of(f._executor) == base
@@ -62,13 +62,10 @@ class _Log:
         self.ended.append(ok)
 
 
-class _Logs(list):
-    pass
-
-
-class _Broker:
-    def __init__(self, logs: list[_Log]) -> None:
-        self.logs = _Logs((i, lg) for i, lg in enumerate(logs))
+def _open_logs(logs: list[_Log]):
+    """The flusher's ``logs``: (key, log) pairs."""
+    pairs = list(enumerate(logs))
+    return lambda: pairs
 
 
 def _fake_run_flush(release: threading.Event, ran: list[tuple[str, str, str]]):
@@ -84,7 +81,7 @@ def test_a_waiter_is_answered_while_the_periodic_batch_still_runs(monkeypatch):
     release, ran = threading.Event(), []
     monkeypatch.setattr(flusher_mod, "run_flush", _fake_run_flush(release, ran))
     waited, periodic = _Log("waited", due=True), _Log("periodic", due=True)
-    f = Flusher(broker=_Broker([waited, periodic]))  # type: ignore[arg-type]
+    f = Flusher(_open_logs([waited, periodic]))
 
     async def scenario() -> None:
         fut = f.durable(waited)  # type: ignore[arg-type]
@@ -110,7 +107,7 @@ def test_a_log_waited_for_during_its_periodic_flush_is_flushed_again_after_it(mo
     release, ran = threading.Event(), []
     monkeypatch.setattr(flusher_mod, "run_flush", _fake_run_flush(release, ran))
     plog = _Log("p", due=True)
-    f = Flusher(broker=_Broker([plog]))  # type: ignore[arg-type]
+    f = Flusher(_open_logs([plog]))
 
     async def scenario() -> None:
         await f.flush_due()  # starts the periodic batch holding the log

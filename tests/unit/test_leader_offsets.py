@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
 from typing import Any
 
-from hightide.server.leader_offsets import LeaderOffsets
+from hightide.replica.leader_offsets import LeaderOffsets
 
 
 class Peers:
@@ -28,9 +27,7 @@ class Peers:
 
 def offsets(addresses: dict[int, tuple[str, int]], timeout_s: float = 0.3, retry_after_s: float = 5.0
             ) -> LeaderOffsets:
-    lo = LeaderOffsets(SimpleNamespace(node_id=1), timeout_s=timeout_s, retry_after_s=retry_after_s)  # type: ignore[arg-type]
-    lo._peers = Peers(addresses)  # type: ignore[assignment]
-    return lo
+    return LeaderOffsets(Peers(addresses), 1, timeout_s=timeout_s, retry_after_s=retry_after_s)
 
 
 def test_a_leader_that_never_answers_costs_one_timeout_then_is_skipped() -> None:

@@ -1,4 +1,4 @@
-"""The replica fetcher (server/replica_fetcher.py) between two embedded brokers.
+"""The replica fetcher (replica/fetcher.py) between two embedded brokers.
 
 Brokers 1 and 2 run in this process on loopback, each with its own data dir and metadata
 log holding the same hand-made cluster: both registered, and a topic whose partition 0

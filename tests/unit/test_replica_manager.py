@@ -1,4 +1,4 @@
-"""The replica manager shell (server/replica_manager.py) over real partition logs, a
+"""The replica manager shell (replica/manager.py) over real partition logs, a
 hand-made metadata image, a fake follower fetcher and a fake controller channel: roles from
 the image, the HW on the log, acks=all waits, AlterPartition round trips."""
 
@@ -18,7 +18,7 @@ from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, validate_batches
-from hightide.server.replica_manager import ReplicaManager
+from hightide.replica.manager import ReplicaManager
 from hightide.aio.waiters import AppendWaiters
 
 TOPIC_ID = uuid.UUID(int=7)
@@ -53,18 +53,26 @@ class FakeChannel:
         return SimpleNamespace(error_code=0, topics=[SimpleNamespace(topic_id=TOPIC_ID, partitions=[part])])
 
 
-class FakeBroker:
+class Fakes:
+    """What the replica manager is built from: a broker-only node (broker epoch 40, a
+    controller channel) with one open log."""
+
     def __init__(self, tmp_path: Any, lag_ms: int = 1000) -> None:
-        self.node_id = ME
         self.config = BrokerConfig()
         self.config.set("replica.lag.time.max.ms", lag_ms)
         self.waiters = AppendWaiters()
         self.channel = FakeChannel()
-        self.node = SimpleNamespace(channel=self.channel, lifecycle=SimpleNamespace(broker_epoch=40))
         self.log = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(), 0, clean_shutdown=True)
         self.logs = {("t", 0): self.log}
         self.image = MetadataImage()
         self.metadata_ready = True  # caught up with the controller's log
+
+    def replica_manager(self) -> ReplicaManager:
+        return ReplicaManager(node_id=ME, config=self.config,
+                              logs=lambda: self.logs,  # a dict stands in: only get() is used
+                              waiters=self.waiters, image=lambda: self.image,
+                              metadata_ready=lambda: self.metadata_ready, broker_epoch=lambda: 40,
+                              controller=lambda: self.channel)
 
 
 def image(leader: int, replicas: tuple[int, ...], isr: tuple[int, ...], leader_epoch: int = 3,
@@ -78,7 +86,7 @@ def image(leader: int, replicas: tuple[int, ...], isr: tuple[int, ...], leader_e
     return img
 
 
-def apply(broker: FakeBroker, rm: ReplicaManager, img: MetadataImage) -> None:
+def apply(broker: Fakes, rm: ReplicaManager, img: MetadataImage) -> None:
     """The broker applied ``img``: the replica manager puts it in force."""
     broker.image = img
     rm.apply_image(img)
@@ -91,8 +99,8 @@ def append(log: PartitionLog, n: int = 1) -> int:
 
 @pytest.fixture
 def setup(tmp_path):
-    broker = FakeBroker(tmp_path)
-    rm = ReplicaManager(broker)  # type: ignore[arg-type]
+    broker = Fakes(tmp_path)
+    rm = broker.replica_manager()
     rm.fetchers = FakeFetchers()
     yield broker, rm
     broker.log.close()
@@ -181,7 +189,7 @@ def test_losing_leadership_answers_the_waits_and_follows_the_new_leader(setup):
 def test_a_lagging_follower_is_shrunk_through_alter_partition(setup, monkeypatch):
     broker, rm = setup
     clock = [1_700_000_000_000]
-    monkeypatch.setattr("hightide.server.replica_manager.now_ms", lambda: clock[0])
+    monkeypatch.setattr("hightide.replica.manager.now_ms", lambda: clock[0])
 
     async def run() -> None:
         apply(broker, rm, image(ME, (0, 1, 2), (0, 1, 2), partition_epoch=5))

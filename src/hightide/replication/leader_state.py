@@ -5,7 +5,7 @@ Theory of operation. A broker that leads a partition with more than one replica 
 the leader and partition epochs, and for every follower what its fetches told
 (:class:`FollowerState`: log end offset, when it was last caught up, its broker epoch).
 Time is always an argument (``now_ms``); nothing here does IO. The shell
-(``server/replica_manager.py``) feeds it events and acts on what it returns:
+(``replica/manager.py``) feeds it events and acts on what it returns:
 
 * a follower's Fetch (:meth:`LeaderReplicaState.on_follower_fetch`): the fetch offset is
   the follower's log end offset; the follower is *caught up* at a time t when its fetch

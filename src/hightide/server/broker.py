@@ -44,17 +44,18 @@ from .connection import KafkaConnection
 from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, controller_client_security, listener_security
 from .context import Services
 from .controller_service import ControllerService
-from .flusher import Flusher
-from .log_cleaner import LogCleaner
+from ..disk.flusher import Flusher
+from ..disk.cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
 from .group_runtime import GroupRuntime
-from .leader_offsets import LeaderOffsets
+from ..replica.leader_offsets import LeaderOffsets
 from ..services import MetadataOp
 from .metadata_runtime import (
     RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
 )
-from .replica_fetcher import ReplicaFetcherManager
-from .replica_manager import ReplicaManager
+from .inter_broker import InterBrokerClients  # the replica components' connections to other brokers
+from ..replica.fetcher import REQUEST_TIMEOUT_S as FETCHER_REQUEST_TIMEOUT_S, ReplicaFetcherManager
+from ..replica.manager import ReplicaManager
 from .share_groups import ShareGroupService
 from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
@@ -112,17 +113,24 @@ class Broker:
         self.controller_service: ControllerService | None = None  # controller-only: started by start()
         self.controller_services: Services | None = None  # the controller listener's route table
         self.waiters = AppendWaiters()
-        self.flusher = Flusher(self)
-        self.cleaner = LogCleaner(self, skip_topics=(METADATA_TOPIC,))
+        self.flusher = Flusher(lambda: self.logs)
+        self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,))
         self.groups = GroupRuntime(self)
         self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
         self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
         self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
         self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
         self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
-        self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
-        self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(self)  # followers fetch
-        self.leader_offsets = LeaderOffsets(self)  # OffsetFetch's HW tags of partitions led elsewhere
+        self.replica_manager = ReplicaManager(  # replication roles, ISR, HW, acks=all (issue 15)
+            node_id=self.node_id, config=self.config, logs=lambda: self.logs, waiters=self.waiters,
+            image=lambda: self.image, metadata_ready=lambda: self.metadata_ready,
+            broker_epoch=self._broker_epoch, controller=lambda: self.node.channel if self.node is not None else None)
+        self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(  # followers fetch
+            InterBrokerClients(self, f"hightide-replica-fetcher-{self.node_id}", FETCHER_REQUEST_TIMEOUT_S),
+            node_id=self.node_id, broker_epoch=self._broker_epoch,
+            logs=lambda: self.logs, image=lambda: self.image, durable=self.flusher.durable, waiters=self.waiters)
+        self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
+            InterBrokerClients(self, f"hightide-offsets-{self.node_id}"), self.node_id)  # addresses, TLS/SASL
         self._tasks: list[asyncio.Task] = []
         self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
@@ -506,6 +514,11 @@ class Broker:
         :mod:`.broker_node`). Before that it leads and coordinates nothing."""
         return self.node is None or self.node.caught_up
 
+    def _broker_epoch(self) -> int:
+        """This broker's epoch from its registration with the controller (the replica
+        components' ``broker_epoch``); -1 on the single node."""
+        return self.node.lifecycle.broker_epoch if self.node is not None else -1
+
     def after_metadata_change(self) -> None:
         """Put a metadata change applied by the follower (broker-only node) in force: open
         the logs of partitions hosted here and delete removed ones, refresh dynamic and
@@ -729,7 +742,7 @@ class Broker:
 
     async def run_cleaner(self) -> int:
         """Compact the logs of compacted topics now: plan, swap and install on the loop,
-        read, rewrite and fsync on the cleaner's worker thread (see ``log_cleaner``).
+        read, rewrite and fsync on the cleaner's worker thread (see :mod:`hightide.disk.cleaner`).
         Returns how many logs were cleaned."""
         return await self.cleaner.run_once()
 

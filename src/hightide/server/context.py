@@ -46,11 +46,11 @@ if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog
     from ..protocol.codec import RequestHeader
     from .broker import Broker
-    from .flusher import Flusher
+    from ..disk.flusher import Flusher
     from .group_runtime import GroupRuntime
-    from .leader_offsets import LeaderOffsets
+    from ..replica.leader_offsets import LeaderOffsets
     from .registry import Routes
-    from .replica_manager import ReplicaManager
+    from ..replica.manager import ReplicaManager
     from .share_groups import ShareGroupService
     from .share_manager import SharePartitionManager
     from .share_runtime import ShareStateRuntime

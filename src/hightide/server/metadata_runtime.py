@@ -43,7 +43,7 @@ from .raft_peers import RaftPeers
 from .raft_shell import RaftShell, WriteOutcomeUnknown
 
 if TYPE_CHECKING:
-    from .flusher import Flusher
+    from ..disk.flusher import Flusher
 
 
 

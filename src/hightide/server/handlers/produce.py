@@ -54,7 +54,7 @@ from ..registry import CloseConnection, RawResponse, handles
 from ..txn_verify import answer_of
 
 if TYPE_CHECKING:
-    from ..replica_manager import LeaderPartition, ReplicaManager
+    from ...replica.manager import LeaderPartition, ReplicaManager
 
 Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
 """(topic, partition response) whose acks=all answer waits for the high watermark."""

@@ -14,9 +14,14 @@ arrive during a round share the next one (group commit).
 Two pools: the logs somebody waits for (:meth:`Flusher.durable`: an acknowledgement, a
 coordinator write) are fsynced at the process's priority in the round; the periodic
 flushes nobody waits for run as a batch of their own on threads of lower CPU priority
-(:mod:`.threads`), so their writeback work does not delay the event loop, and rounds do
+(:mod:`hightide.aio.threads`), so their writeback work does not delay the event loop, and rounds do
 not wait for that batch: at most one periodic batch runs at a time, and a log in it that
 somebody waits for meanwhile is flushed again once the batch ends.
+
+Built from ``logs``: a callable returning the open partition logs (the broker's
+:class:`~hightide.log.manager.LogManager`, iterated as ``(topic-partition, log)`` pairs),
+or None while there are none (before start, after stop); the periodic policy looks at
+them each round. Durability is asked for per log (:meth:`Flusher.durable`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..log.flush import FlushJob, run_flush
@@ -33,16 +39,18 @@ from ..aio.threads import background_executor
 
 if TYPE_CHECKING:
     from ..log.partition_log import PartitionLog
-    from .broker import Broker
 
 log = logging.getLogger("hightide.flush")
 TICK_S = 0.05
 FSYNC_THREADS = 4  # a round's logs are fsynced on this many threads at once
 
+OpenLogs = Callable[[], "Iterable[tuple[tuple[str, int], PartitionLog]] | None"]
+"""The open partition logs as (topic-partition, log) pairs, or None when there are none."""
+
 
 class Flusher:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, logs: OpenLogs) -> None:
+        self._logs = logs
         self._requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]] = {}
         self._wakeup: asyncio.Event | None = None
         self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hightide-fsync")  # waited for
@@ -98,7 +106,7 @@ class Flusher:
             self._requested.setdefault(key, (plog, []))[1].extend(futures)
         now = int(time.time() * 1000)
         waited = [(key, plog, plog.begin_flush(now)) for key, (plog, _) in requested.items()]
-        logs = self.broker.logs
+        logs = self._logs()
         if periodic and logs is not None and (self._periodic is None or self._periodic.done()):
             # what the policy says: maybe only a new log start offset and directory
             # entries, without fsyncing segments

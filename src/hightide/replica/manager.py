@@ -12,7 +12,7 @@ every partition hosted here it decides the role:
 * **leader of a one-replica partition** (every partition of the single node): nothing
   here — the log keeps HW = LEO on append, no hook, no purgatory, no per-batch work;
 * **follower**: the log's HW is left to the replica fetcher (which takes the leader's),
-  and R2's :class:`~.replica_fetcher.ReplicaFetcherManager` is told to ``follow`` the
+  and R2's :class:`~.fetcher.ReplicaFetcherManager` is told to ``follow`` the
   leader (or ``stop_following``).
 
 Leader events: a follower's Fetch (:meth:`follower_fetched`, from the Fetch handler),
@@ -30,6 +30,15 @@ without followers it is resolved at once: NONE only if this node leads it in the
 epoch the controller gave it (a broker-only node: caught up with the controller's log,
 the epoch stamped on the log by :meth:`ReplicaManager.apply_image`), else
 NOT_LEADER_OR_FOLLOWER — never an acknowledgement from a stale image.
+
+Built from (never the broker): this broker's ``node_id`` and ``config``
+(``replica.lag.time.max.ms``), ``logs`` (a callable: the open partition logs),
+``waiters`` (woken when a high watermark moves, for parked fetches), ``image`` and
+``metadata_ready`` (callables: the metadata image; whether this node acts on it yet),
+``broker_epoch`` (a callable: -1 until registered) and ``controller`` (a callable: the
+:class:`ControllerRequests` channel to the active controller on a broker-only node,
+None on the single node, which leads whatever its image says). The follower side
+(:attr:`ReplicaManager.fetchers`) is set by the wiring after construction.
 """
 
 from __future__ import annotations
@@ -52,13 +61,16 @@ from ..replication.leader_state import (
     NotAReplica,
     PartitionAssignment,
 )
-from .controller_channel import ControllerUnavailable
+from ..aio.waiters import AppendWaiters
+from ..server.controller_channel import ControllerUnavailable  # moves to hightide.node (issue 27)
 
 if TYPE_CHECKING:
     import uuid
 
+    from ..client.connection import BrokerConnection
     from ..cluster.image import MetadataImage, PartitionImage, TopicImage
-    from .broker import Broker
+    from ..config import BrokerConfig
+    from ..log.manager import LogManager
 
 log = logging.getLogger("hightide.replica_manager")
 
@@ -85,6 +97,15 @@ class ReplicaFetching(Protocol):
 
     def stop_following(self, tp: TopicPartition) -> None:
         """Stop fetching ``tp``."""
+        ...
+
+
+class ControllerRequests(Protocol):
+    """What the replica manager needs from the controller channel (AlterPartition)."""
+
+    async def request(self, api_key: int, version: int | Callable[[BrokerConnection], int], body: Any) -> Any:
+        """Send one request to the active controller; its decoded answer. Raises
+        ControllerUnavailable or KafkaError when it could not be answered."""
         ...
 
 
@@ -117,9 +138,17 @@ class LeaderPartition:
 class ReplicaManager:
     """Per-partition replication roles of one broker (see the module doc)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self.node_id = broker.node_id
+    def __init__(self, *, node_id: int, config: BrokerConfig, logs: Callable[[], LogManager | None],
+                 waiters: AppendWaiters, image: Callable[[], MetadataImage], metadata_ready: Callable[[], bool],
+                 broker_epoch: Callable[[], int], controller: Callable[[], ControllerRequests | None]) -> None:
+        self.node_id = node_id
+        self._config = config
+        self._logs = logs
+        self._waiters = waiters
+        self._image = image
+        self._metadata_ready = metadata_ready
+        self._broker_epoch = broker_epoch
+        self._controller = controller
         #: Partitions led here that have followers (empty on the single node).
         self.leaders: dict[TopicPartition, LeaderPartition] = {}
         #: Partitions followed here: (leader id, leader epoch) last handed to the fetchers.
@@ -132,13 +161,13 @@ class ReplicaManager:
 
     @property
     def lag_time_max_ms(self) -> int:
-        return int(self._broker.config["replica.lag.time.max.ms"])
+        return int(self._config["replica.lag.time.max.ms"])
 
     # -- roles from the image -----------------------------------------------------------------
     def apply_image(self, image: MetadataImage) -> None:
         """Put the image's leadership in force for every partition hosted here (its log must
         be open): lead, follow, or neither. Idempotent; cheap when nothing changed."""
-        logs = self._broker.logs
+        logs = self._logs()
         if logs is None or self._closed:
             return
         node = self.node_id
@@ -250,11 +279,10 @@ class ReplicaManager:
             led.log.after_append = _hw_set_by_fetcher
         if led.alter_task is not None:
             led.alter_task.cancel()
-        self._broker.waiters.wake(tp)
+        self._waiters.wake(tp)
 
     def _own_broker_epoch(self) -> int:
-        node = self._broker.node
-        return node.lifecycle.broker_epoch if node is not None else -1
+        return self._broker_epoch()
 
     # -- leader events ------------------------------------------------------------------------
     def _append_hook(self, led: LeaderPartition) -> Callable[[], None]:
@@ -266,7 +294,7 @@ class ReplicaManager:
     def _hw_moved(self, led: LeaderPartition) -> None:
         """The state's HW moved: put it on the log, wake parked fetches, answer due writes."""
         led.log.high_watermark = led.state.high_watermark
-        self._broker.waiters.wake(led.tp)
+        self._waiters.wake(led.tp)
         self._complete_due(led)
 
     def _complete_due(self, led: LeaderPartition) -> None:
@@ -347,16 +375,16 @@ class ReplicaManager:
         on the single node, whatever the image says it leads; on a broker-only node, only
         once caught up with the controller, a one-replica partition whose log carries the
         image's leader epoch (a replicated one led here has leader state)."""
-        broker = self._broker
-        t = broker.image.topics.get(topic)
+        t = self._image().topics.get(topic)
         p = t.partitions.get(partition) if t is not None else None
         if p is None or p.leader != self.node_id:
             return False
-        if broker.node is None:
+        if self._controller() is None:  # the single node
             return True
-        if not broker.metadata_ready or len(p.replicas) > 1 or broker.logs is None:
+        logs = self._logs()
+        if not self._metadata_ready() or len(p.replicas) > 1 or logs is None:
             return False
-        plog = broker.logs.get((topic, partition))
+        plog = logs.get((topic, partition))
         return plog is not None and plog.leader_epoch == p.leader_epoch
 
     def offsets_available(self, topic: str, partition: int) -> bool:
@@ -406,15 +434,15 @@ class ReplicaManager:
         """One AlterPartition round trip: (partition error, the state it answered). A
         failure to reach the controller or a top-level error comes back as a retriable
         error code."""
-        node = self._broker.node
-        if node is None:
+        channel = self._controller()
+        if channel is None:
             if not self._warned_no_channel:
                 self._warned_no_channel = True
                 log.warning("%s: no controller channel on this node; the ISR change waits", led.name)
             return ErrorCode.request_timed_out, None
-        body = _alter_body(self.node_id, node.lifecycle.broker_epoch, led, change)
+        body = _alter_body(self.node_id, self._broker_epoch(), led, change)
         try:
-            resp = await node.channel.request(
+            resp = await channel.request(
                 ALTER_PARTITION, lambda c: c.pick_version(ALTER_PARTITION, ALTER_PARTITION_MAX_VERSION, 2), body)
         except (ControllerUnavailable, KafkaError) as exc:
             log.debug("%s: AlterPartition not answered: %s", led.name, exc)

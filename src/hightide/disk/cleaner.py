@@ -4,10 +4,14 @@ Each cleaning runs the steps of :mod:`hightide.log.cleaner`: the short ones (pla
 commit, install, end) on the event loop, where the log is owned, the disk work (reading
 and rewriting segments, every fsync) on one dedicated worker thread. So the loop keeps
 serving while a large ``__consumer_offsets`` partition is rewritten (the thread runs at a
-lower CPU priority than the loop: :mod:`.threads`), and appends,
+lower CPU priority than the loop: :mod:`hightide.aio.threads`), and appends,
 retention and deletion may run meanwhile: a cleaning whose segments changed under it is
 abandoned at the commit step. One worker thread, and one cleaning at a time per log
 (``PartitionLog.cleaning``).
+
+Built from ``logs``: a callable returning the open partition logs as ``(topic-partition,
+log)`` pairs (the broker's :class:`~hightide.log.manager.LogManager`), or None while
+there are none; each pass looks at the compacted ones.
 """
 
 from __future__ import annotations
@@ -15,24 +19,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from ..log import cleaner as C
 from ..log.partition_log import PartitionLog
 from ..aio.threads import background_executor
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .flusher import OpenLogs
 
 log = logging.getLogger("hightide.broker")
 T = TypeVar("T")
 
 
 class LogCleaner:
-    """Runs cleanings for ``broker``; :meth:`close` waits for the worker."""
+    """Runs cleanings of the ``logs`` (except those of ``skip_topics``); :meth:`close`
+    waits for the worker."""
 
-    def __init__(self, broker: "Broker", skip_topics: tuple[str, ...] = ()) -> None:
-        self.broker = broker
+    def __init__(self, logs: OpenLogs, skip_topics: tuple[str, ...] = ()) -> None:
+        self._logs = logs
         self.skip_topics = skip_topics
         self._executor = background_executor(1, "hightide-cleaner")  # below the loop's priority
         self.cleanings = 0  # cleanings completed (tests and metrics)
@@ -50,7 +53,7 @@ class LogCleaner:
     async def run_once(self) -> int:
         """One pass over the open logs; returns how many were cleaned. Errors of one
         log are logged and do not stop the others."""
-        logs = self.broker.logs
+        logs = self._logs()
         if logs is None:
             return 0
         cleaned = 0

@@ -21,10 +21,10 @@ epoch), or a leader that does not answer within ``timeout_s`` (1 s). A leader th
 is not asked again for ``retry_after_s`` (1 s), so a paused leader delays at most one
 OffsetFetch per second.
 
-Connections: one per leader broker on the inter-broker listener (address and TLS/SASL
-settings from :class:`~.inter_broker.InterBrokerClients`), opened under a per-broker
-lock so that concurrent OffsetFetch requests share it, dropped when a request on it
-fails.
+Built from ``peers`` (a :class:`~.peers.PeerDirectory`: the leaders' addresses on the
+inter-broker listener and its TLS/SASL client settings) and this broker's ``node_id``
+(in its connections' client id). Connections: one per leader broker, opened under a per-broker lock so
+that concurrent OffsetFetch requests share it, dropped when a request on it fails.
 """
 
 from __future__ import annotations
@@ -33,15 +33,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
-from .inter_broker import InterBrokerClients
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .peers import PeerDirectory
 
 log = logging.getLogger("hightide.leader_offsets")
 
@@ -58,12 +55,12 @@ RETRY_AFTER_S = 1.0
 class LeaderOffsets:
     """Asks partition leaders for their offsets (see the module doc)."""
 
-    def __init__(self, broker: Broker, *, timeout_s: float = TIMEOUT_S, retry_after_s: float = RETRY_AFTER_S
-                 ) -> None:
+    def __init__(self, peers: PeerDirectory, node_id: int, *, timeout_s: float = TIMEOUT_S,
+                 retry_after_s: float = RETRY_AFTER_S) -> None:
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
-        self._client_id = f"hightide-offsets-{broker.node_id}"
-        self._peers = InterBrokerClients(broker, self._client_id, timeout_s)  # addresses, security
+        self._client_id = f"hightide-offsets-{node_id}"
+        self._peers = peers  # addresses, security
         self._conns: dict[int, BrokerConnection] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._skip_until: dict[int, float] = {}  # leader id -> monotonic time it may be asked again

@@ -1,7 +1,7 @@
 """Followers fetch from leaders (Kafka's ``ReplicaFetcherManager`` / ``ReplicaFetcherThread``
 / ``AbstractFetcherThread``).
 
-Theory of operation. The replica manager (:mod:`.replica_manager`) tells the
+Theory of operation. The replica manager (:mod:`.manager`) tells the
 :class:`ReplicaFetcherManager` which partitions this broker follows, from whom and in which
 leader epoch (:meth:`~ReplicaFetcherManager.follow` / :meth:`~ReplicaFetcherManager.stop_following`,
 from ``apply_image``). The manager keeps one :class:`ReplicaFetcher` task per leader
@@ -9,7 +9,7 @@ broker, each fetching all the partitions it follows from that leader in one Fetc
 ReplicaState = this node's id and broker epoch, per partition CurrentLeaderEpoch,
 FetchOffset = the local log end, LastFetchedEpoch = the local log's latest epoch, the
 follower's log start offset; MaxWaitMs ``replica.fetch.wait.max.ms`` 500, MinBytes 1,
-1 MiB per partition, 10 MiB per response) over :mod:`.inter_broker`.
+1 MiB per partition, 10 MiB per response).
 
 Per partition, each answer is one of:
 
@@ -36,6 +36,13 @@ Per partition, each answer is one of:
 
 Appends and truncations run on the event loop like a produce (page cache writes, no
 fsync); every fsync is the flusher's, on its threads.
+
+Built from (never the broker): ``peers`` (:class:`~.peers.PeerClients`: the leaders'
+addresses and requests to them), this broker's ``node_id`` and ``broker_epoch`` (a
+callable: -1 until registered), ``logs`` (a callable: the open partition logs), ``image``
+(a callable: the metadata image, for topic ids), ``durable`` (the flusher's: a future
+resolved once a log is fsynced) and ``waiters`` (woken when a follower's high watermark
+moves, for parked fetches).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,11 +61,13 @@ from ..log.leader_epochs import truncation_point
 from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
-from .inter_broker import InterBrokerClients
 from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
+from ..aio.waiters import AppendWaiters
+from .peers import PeerClients
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..cluster.image import MetadataImage
+    from ..log.manager import LogManager
 
 log = logging.getLogger("hightide.replica_fetcher")
 
@@ -93,9 +103,16 @@ class PartitionFetchState:
 class ReplicaFetcherManager:
     """The follower side of every partition this broker follows (see the module doc)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self.peers = InterBrokerClients(broker, f"hightide-replica-fetcher-{broker.node_id}", REQUEST_TIMEOUT_S)
+    def __init__(self, peers: PeerClients, *, node_id: int, broker_epoch: Callable[[], int],
+                 logs: Callable[[], LogManager | None], image: Callable[[], MetadataImage],
+                 durable: Callable[[PartitionLog], Awaitable[None]], waiters: AppendWaiters) -> None:
+        self.peers = peers
+        self.node_id = node_id
+        self.broker_epoch = broker_epoch
+        self.logs = logs
+        self.image = image
+        self.durable = durable
+        self.waiters = waiters
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[TopicPartition, int] = {}
         self._closed = False
@@ -112,7 +129,7 @@ class ReplicaFetcherManager:
             self.stop_following(tp)
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
-            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self._broker, self, leader_id)
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self, leader_id)
             fetcher.start()
         self._leader_of[tp] = leader_id
         fetcher.add(tp, leader_epoch)
@@ -148,8 +165,7 @@ class ReplicaFetcherManager:
 class ReplicaFetcher:
     """Fetches every partition followed from one leader broker (one asyncio task)."""
 
-    def __init__(self, broker: Broker, manager: ReplicaFetcherManager, leader_id: int) -> None:
-        self._broker = broker
+    def __init__(self, manager: ReplicaFetcherManager, leader_id: int) -> None:
         self._manager = manager
         self.leader_id = leader_id
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
@@ -229,7 +245,7 @@ class ReplicaFetcher:
             st.delay()
 
     def _log(self, tp: TopicPartition) -> PartitionLog | None:
-        logs = self._broker.logs
+        logs = self._manager.logs()
         return None if logs is None else logs.get(tp)
 
     def _current(self, st: PartitionFetchState) -> bool:
@@ -237,7 +253,7 @@ class ReplicaFetcher:
         return self.partitions.get(st.tp) is st
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
-        t = self._broker.image.topics.get(topic)
+        t = self._manager.image().topics.get(topic)
         return None if t is None else t.topic_id
 
     # -- Fetch --------------------------------------------------------------------------------
@@ -260,7 +276,7 @@ class ReplicaFetcher:
             sent[(tid, st.tp[1])] = (st, plog, plog.log_end_offset)
         if not sent:
             return
-        body = {"replica_state": {"replica_id": self._broker.node_id, "replica_epoch": self._broker_epoch()},
+        body = {"replica_state": {"replica_id": self._manager.node_id, "replica_epoch": self._manager.broker_epoch()},
                 "max_wait": REPLICA_FETCH_WAIT_MAX_MS, "min_bytes": REPLICA_FETCH_MIN_BYTES,
                 "max_bytes": REPLICA_FETCH_RESPONSE_MAX_BYTES, "isolation_level": 0, "session_id": 0,
                 "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
@@ -282,7 +298,7 @@ class ReplicaFetcher:
                 if await self._partition_answer(st, plog, pd):
                     durable.append(plog)
         if durable:  # flush.messages reached, or a truncation: durable before the next fetch
-            await asyncio.gather(*(self._broker.flusher.durable(p) for p in durable), return_exceptions=True)
+            await asyncio.gather(*(self._manager.durable(p) for p in durable), return_exceptions=True)
 
     async def _partition_answer(self, st: PartitionFetchState, plog: PartitionLog, pd: Any) -> bool:
         """Apply one partition of a Fetch answer; True if it must be made durable before
@@ -300,7 +316,7 @@ class ReplicaFetcher:
             plog.high_watermark = min(int(pd.high_watermark), plog.log_end_offset)
             if pd.log_start_offset >= 0:
                 plog.maybe_increment_log_start(int(pd.log_start_offset))
-            self._broker.waiters.wake(tp)
+            self._manager.waiters.wake(tp)
             return need_flush
         if code == ErrorCode.offset_out_of_range:
             leader_start = int(pd.log_start_offset)
@@ -385,7 +401,7 @@ class ReplicaFetcher:
             topics.setdefault(st.tp[0], []).append(
                 {"partition": st.tp[1], "current_leader_epoch": st.leader_epoch, "leader_epoch": last})
         if topics:
-            body = {"replica_id": self._broker.node_id,
+            body = {"replica_id": self._manager.node_id,
                     "topics": [{"topic": name, "partitions": parts} for name, parts in topics.items()]}
             resp = await self._manager.peers.request(self.leader_id, addr[0], addr[1], OFFSET_FOR_LEADER_EPOCH,
                                                      OFFSET_FOR_LEADER_EPOCH_VERSION, body)
@@ -410,8 +426,4 @@ class ReplicaFetcher:
                     if plog.log_end_offset == before:
                         st.delay()  # nothing to cut: the fetch that sent us here would fail the same way at once
         if durable:
-            await asyncio.gather(*(self._broker.flusher.durable(p) for p in durable), return_exceptions=True)
-
-    def _broker_epoch(self) -> int:
-        node = self._broker.node
-        return node.lifecycle.broker_epoch if node is not None else -1
+            await asyncio.gather(*(self._manager.durable(p) for p in durable), return_exceptions=True)
