@@ -33,6 +33,7 @@ from hightide.server.metadata_follower import is_control, whole_batches
 from tests.waiting import wait_until
 
 from .conftest import ClusterFactory
+from .controller_pause import TIMED_OUT, no_quorum_round, pause_leader_cycle, timed_create
 from .harness import ClusterHarness
 
 VOTERS = 3
@@ -283,72 +284,25 @@ def test_a_paused_leader_is_deposed_and_rejoins_as_a_follower(cluster: ClusterFa
           f"leaders per epoch {sorted(per_epoch.items())}")
 
 
-async def timed_create(h: ClusterHarness, name: str, timeout_ms: int, broker: int = 0) -> tuple[float, int]:
-    """One CreateTopics (1 partition, RF 1) of ``name`` with ``timeout_ms`` straight to
-    ``broker`` (no client retries, a client timeout well past the request's):
-    (seconds until answered, error code; -1: no answer)."""
-    node = h.node(broker).spec
-    conn = BrokerConnection(node.host, node.port, "timing-test", request_timeout_s=timeout_ms / 1000 + 20)
-    started = time.monotonic()
-    try:
-        await conn.connect()
-        started = time.monotonic()
-        resp = await conn.request(19, 7, {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
-                                                      "assignments": [], "configs": []}],
-                                          "timeout": timeout_ms, "validate_only": False})
-        return time.monotonic() - started, int(resp.topics[0].error_code)
-    except KafkaError:
-        return time.monotonic() - started, -1
-    finally:
-        await conn.close()
-
-
 def test_writes_through_a_broker_resume_soon_after_the_leader_is_paused(cluster: ClusterFactory) -> None:
     # The old code left a paused leader only when a heartbeat to it went unanswered for half
     # the session timeout, whatever the metadata fetch had learned: ~6.6 s with Kafka's
     # default 9 s session in the issue's runs; an 18 s session makes that 9 s here
     h = cluster(1, controllers=VOTERS, broker_session_timeout_ms=18000)
     assert asyncio.run(timed_create(h, "before", 8000))[1] == 0
-    leader = h.quorum_leader()
-    attempts: list[tuple[float, float, int]] = []  # (sent after, answered after, code)
-    h.pause(leader)
-    try:
-        paused = time.monotonic()
-        while time.monotonic() - paused < 30:
-            sent = time.monotonic() - paused
-            took, code = asyncio.run(timed_create(h, f"paused-{len(attempts)}", 3000))
-            attempts.append((round(sent, 2), round(sent + took, 2), code))
-            if code == 0:
-                break
-            time.sleep(0.05)
-        resumed_s = time.monotonic() - paused
-    finally:
-        h.resume(leader)
-    print(f"SIGSTOP of leader {leader}: CreateTopics through a broker (sent s, answered s, code): {attempts}")
-    assert attempts[-1][2] == 0, attempts
-    assert resumed_s < 5.0, attempts  # a kill -9 takes ~2.1 s: the fetch timeout (2 s) and an election
+    cycle = pause_leader_cycle(h, "paused")
+    print(f"SIGSTOP of leader {cycle.leader}: CreateTopics through a broker (sent s, answered s, code): "
+          f"{cycle.attempts}")
+    assert cycle.resumed_s is not None, cycle.attempts
+    assert cycle.resumed_s < 5.0, cycle.attempts  # a kill -9 takes ~2.1 s: the fetch timeout (2 s) and an election
 
 
 def test_forwarded_writes_answer_by_their_timeout_without_a_quorum(cluster: ClusterFactory) -> None:
     h = cluster(1, controllers=VOTERS)
-    leader = h.quorum_leader()
-    follower = next(n.spec.node_id for n in h.controllers if n.spec.node_id != leader)
-    paused = [leader, follower]  # they accept connections and never answer: 2 s handshakes
-    for node in paused:
-        h.pause(node)
-    rounds: list[list[tuple[float, int]]] = []
-    try:
-        async def round_of(n: int) -> list[tuple[float, int]]:
-            return list(await asyncio.gather(*(timed_create(h, f"nq-{len(rounds)}-{i}", 3000) for i in range(n))))
-        for _ in range(3):  # at once, then while the broker's channel is reconnecting
-            rounds.append(asyncio.run(round_of(4)))
-    finally:
-        for node in paused:
-            h.resume(node)
-    print(f"no quorum: CreateTopics timeout_ms=3000 answered after (s, code) {rounds}")
-    answers = [a for r in rounds for a in r]
-    assert all(code == ErrorCode.request_timed_out for _, code in answers), rounds
-    assert max(took for took, _ in answers) < 4.5, rounds  # 3 s and some slack for a loaded machine
+    answers = no_quorum_round(h, "nq")
+    print(f"no quorum: CreateTopics timeout_ms=3000 answered after (s, code) {answers}")
+    assert all(code == TIMED_OUT for _, code in answers), answers
+    assert max(took for took, _ in answers) < 4.5, answers  # 3 s and some slack for a loaded machine
 
 
 def test_a_lost_majority_stops_metadata_changes_but_not_the_data_plane(cluster: ClusterFactory) -> None:

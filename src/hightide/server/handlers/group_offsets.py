@@ -284,8 +284,9 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
 def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     """Committed offsets, with the extension tags on v6+ when the request asks for them
     (:func:`asks_log_offsets`): the bounds of partitions led here are read with the
-    commits; if some partitions are led by other brokers the answer waits for their leaders' offsets (at most about a second, see
-    :mod:`hightide.replica.leader_offsets`); the single node never waits."""
+    commits; if some partitions are led by other brokers the answer waits for their
+    leaders' offsets (at most about a second, see :mod:`hightide.replica.leader_offsets`);
+    the single node never waits."""
     bounds = _Bounds() if ctx.version >= 6 and ctx.unknown_tags and asks_log_offsets(
         ctx.unknown_tags.get(id(req))) else None
     if ctx.version >= 8:
