@@ -199,25 +199,26 @@ def test_describe_key_columns_survive_every_width(server, live_group):
     assert _describe_at(server, 120, topic, group) == [
         "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | TIME-LAG | STATUS | NOTE",
         "GROUP | TOPIC | 0 | 5 | 7 | 2 | <secs> | OK | -",
-        "GROUP | TOPIC | 1 | - | 3 | - | - | ERR | no_commit",
+        "GROUP | TOPIC | 1 | - | 3 | - | <secs> | ERR | no_commit: estimated lag 3",
         "stderr: hidden columns: CLIENT-ID HOST CONSUMER-ID (-o json shows all)",
     ]
     full = [
         "GROUP | TOPIC | PARTITION | CURRENT-OFFSET | LOG-END-OFFSET | LAG | CONSUMER-ID | HOST | CLIENT-ID | "
         "TIME-LAG | STATUS | NOTE",
         "GROUP | TOPIC | 0 | 5 | 7 | 2 | width-test-<uuid> | /127.0.0.1 | width-test | <secs> | OK | -",
-        "GROUP | TOPIC | 1 | - | 3 | - | width-test-<uuid> | /127.0.0.1 | width-test | - | ERR | no_commit",
+        "GROUP | TOPIC | 1 | - | 3 | - | width-test-<uuid> | /127.0.0.1 | width-test | <secs> | ERR | "
+        "no_commit: estimated lag 3",
     ]
     assert _describe_at(server, 200, topic, group) == full
     coordinator = f"{server.bootstrap} (1)"  # as share-groups --state and kafka-consumer-groups.sh
     narrow = _describe_at(server, 80, topic, group, "--state")  # (the port's length decides the rest)
     row = dict(zip(narrow[0].split(" | "), narrow[1].split(" | ")))
     assert {k: row[k] for k in ("GROUP", "STATE", "#MEMBERS", "STATUS", "TOTAL-LAG")} == {
-        "GROUP": "GROUP", "STATE": "Stable", "#MEMBERS": "1", "STATUS": "ERR", "TOTAL-LAG": "2"}
+        "GROUP": "GROUP", "STATE": "Stable", "#MEMBERS": "1", "STATUS": "ERR", "TOTAL-LAG": "5 (est.)"}
     assert "ASSIGNMENT-STRATEGY" not in row and narrow[-1].startswith("stderr: hidden columns: ASSIGNMENT-STRATEGY")
     assert _describe_at(server, 120, topic, group, "--state") == [
         "GROUP | COORDINATOR (ID) | ASSIGNMENT-STRATEGY | STATE | #MEMBERS | STATUS | TOTAL-LAG | MAX-TIME-LAG",
-        f"GROUP | {coordinator} | range | Stable | 1 | ERR | 2 | <secs>"]
+        f"GROUP | {coordinator} | range | Stable | 1 | ERR | 5 (est.) | <secs>"]
 
 
 def test_long_names_are_never_cut(server, loaded):

@@ -75,16 +75,17 @@ def offset_rows(report: Any) -> list[dict[str, Any]]:
     rows = []
     for p in report.partitions:
         tl = p.time_lag
-        notes = [a.value for a in p.offsets.anomalies]
+        estimated = p.offsets.estimated_lag  # no commit: lag and time lag from where the group would start
+        notes = [a.value for a in p.offsets.anomalies if estimated is None or a.value != "no_commit"]
+        if estimated is not None:
+            notes.insert(0, f"no_commit: estimated lag {estimated}")
         if p.error:
             notes.append(p.error.lower())
-        if tl is not None and tl.certainty != "exact":
+        if tl is not None and tl.certainty != "exact" and estimated is None:
             notes.append(f"time-lag {tl.certainty} ({tl.method})")
         notes += _transaction_notes(p.offsets)
         if tl is not None and tl.reason == CAUGHT_UP_AT_MARKERS:
             notes.append("time-lag 0: caught up at markers")
-        if p.offsets.estimated_lag is not None:
-            notes.append(f"no commit: estimated lag {p.offsets.estimated_lag}")
         rows.append({
             "group": p.group, "topic": p.topic, "partition": p.partition,
             "current_offset": p.offsets.committed, "log_end_offset": p.offsets.end_offset,
@@ -125,6 +126,14 @@ def _state_row(report: Any, coordinator: str | None) -> dict[str, Any]:
             "status": report.status.status.value if report.status else None,
             "total_lag": report.total_lag, "total_lag_estimated": report.total_lag_estimated,
             "max_time_lag_ms": report.max_time_lag_ms, "error": report.error}
+
+
+def _total_lag(state: dict[str, Any]) -> str:
+    """TOTAL-LAG as shown: '-' unknown, 'N (est.)' when it counts partitions without a
+    commit (their lag estimated from where the group would start: docs/lag.md)."""
+    if state["total_lag"] is None:
+        return "-"
+    return f"{state['total_lag']} (est.)" if state["total_lag_estimated"] else str(state["total_lag"])
 
 
 @groups.command("describe")
@@ -173,11 +182,12 @@ def groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ..
         emit(output, [Col("GROUP", "group"), Col("CONSUMER-ID", "consumer_id"), Col("HOST", "host"),
                       Col("CLIENT-ID", "client_id"), Col("#PARTITIONS", "partitions")], rows)
     elif view == "state":
+        states = [_state_row(r, coordinators.get(r.group)) for r in reports]
         emit(output, [Col("GROUP", "group"), Col("COORDINATOR (ID)", "coordinator", drop=2),
                       Col("ASSIGNMENT-STRATEGY", "assignment_strategy", drop=3), Col("STATE", "state"),
-                      Col("#MEMBERS", "members"), Col("STATUS", "status"), Col("TOTAL-LAG", "total_lag"),
+                      Col("#MEMBERS", "members"), Col("STATUS", "status"), Col("TOTAL-LAG", "total_lag_shown"),
                       Col("MAX-TIME-LAG", "max_time_lag_ms", seconds, drop=1)],
-             [_state_row(r, coordinators.get(r.group)) for r in reports])
+             [{**r, "total_lag_shown": _total_lag(r)} for r in states], json_doc=states)
     else:
         rows = [r for rep in reports for r in offset_rows(rep)]
         emit(output, with_pending(OFFSET_COLS, rows), rows)
