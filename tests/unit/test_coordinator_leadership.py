@@ -28,9 +28,9 @@ from hightide.group.records import OFFSETS_TOPIC, partition_for
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
-from hightide.server.coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
-from hightide.server.group_runtime import GroupRuntime
-from hightide.server.share_manager import SharePartitionManager
+from hightide.coordinator.runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
+from hightide.coordinator.groups import GroupRuntime
+from hightide.coordinator.share_partitions import SharePartitionManager
 
 T0 = 1_000_000
 OFFSETS_ID = uuid.UUID("0b6c8c63-7d0c-4a5e-9d0e-6a1c2f3e4d50")

@@ -21,9 +21,9 @@ from hightide.group.records import OFFSETS_TOPIC
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
-from hightide.server import coordinator_runtime
-from hightide.server.coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
-from hightide.server.group_runtime import GroupRuntime
+from hightide.coordinator import runtime as coordinator_runtime
+from hightide.coordinator.runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
+from hightide.coordinator.groups import GroupRuntime
 from tests.waiting import async_wait_until
 
 GROUP = "g"

@@ -37,7 +37,7 @@ from hightide.server.broker import Broker
 from hightide.server.context import RequestContext
 from hightide.server.handlers import produce
 from hightide.server.registry import CloseConnection
-from hightide.server.txn_runtime import TransactionCoordinator
+from hightide.coordinator.transactions import TransactionCoordinator
 from tests.unit.test_txn_offset_commit_verify import EPOCH, PID, REMOTE, TXN, _FakeRemote, _TxnBroker
 
 TOPIC = "t"

@@ -16,7 +16,7 @@ from hightide.config import BrokerConfig
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.records import build_batch, validate_batches
-from hightide.server.share_manager import SharePartitionManager
+from hightide.coordinator.share_partitions import SharePartitionManager
 from hightide.aio.waiters import AppendWaiters
 from hightide.share.partition import AckBatch
 from hightide.share.types import (

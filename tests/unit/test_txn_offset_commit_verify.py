@@ -26,9 +26,9 @@ from hightide.cluster.image import MetadataImage, PartitionImage, TopicImage
 from hightide.protocol.codec import request_schema
 from hightide.protocol.build import materialize
 from hightide.protocol.errors import ErrorCode
-from hightide.server.group_runtime import GroupRuntime
+from hightide.coordinator.groups import GroupRuntime
 from hightide.server.handlers import txn_offset_commit
-from hightide.server.txn_runtime import TransactionCoordinator
+from hightide.coordinator.transactions import TransactionCoordinator
 from hightide.txn.records import STATE_TOPIC
 from tests.unit.test_coordinator_runtime import T0, FakeBroker
 

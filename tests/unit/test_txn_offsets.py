@@ -12,8 +12,8 @@ import asyncio
 from hightide.group.offsets import CommitRequest
 from hightide.group.shard import CoordinatorResult
 from hightide.protocol.errors import ErrorCode
-from hightide.server.coordinator_service import returning
-from hightide.server.group_runtime import GroupRuntime
+from hightide.coordinator.service import returning
+from hightide.coordinator.groups import GroupRuntime
 from hightide.txn.batch import TxnBatch
 from tests.unit.test_coordinator_runtime import T0, FakeBroker
 

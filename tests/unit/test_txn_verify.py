@@ -12,7 +12,7 @@ from typing import Any
 
 from hightide.log.transactions import verification_error_for_produce
 from hightide.protocol.errors import ErrorCode
-from hightide.server.txn_verify import RemoteTxnVerifier, answer_of
+from hightide.coordinator.txn_verify import RemoteTxnVerifier, answer_of
 
 
 class _Asked(RemoteTxnVerifier):

@@ -46,23 +46,22 @@ from .context import Services
 from .controller_service import ControllerService
 from .flusher import Flusher
 from .log_cleaner import LogCleaner
-from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
-from .group_runtime import GroupRuntime
+from ..coordinator.runtime import CoordinatorRuntime, CoordinatorUnavailable
+from ..coordinator.groups import GroupRuntime
 from .leader_offsets import LeaderOffsets
 from ..services import MetadataOp
-from .metadata_runtime import (
-    RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
-)
+from ..coordinator.metadata import metadata_runtime
+from .metadata_runtime import RaftMetadataRuntime, SnapshotPolicy, raft_config, raft_metadata_runtime
 from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
-from .share_groups import ShareGroupService
-from .share_manager import SharePartitionManager
-from .share_persister import SharePersisterClient
-from .share_runtime import ShareStateRuntime
+from ..coordinator.share_groups import ShareGroupService
+from ..coordinator.share_partitions import SharePartitionManager
+from ..coordinator.share_persister import SharePersisterClient
+from ..coordinator.share_state import ShareStateRuntime
 from ..aio.shutdown import Step, run_steps
 from .snapshotter import snapshotter_for
 from ..aio.tasks import cancel_and_wait
-from .txn_runtime import TransactionCoordinator
+from ..coordinator.transactions import TransactionCoordinator
 from ..aio.waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
@@ -162,7 +161,7 @@ class Broker:
                                     segment_bytes=self.cluster.metadata_segment_bytes,
                                     refetchable=self.node is not None)  # a broker's copy may be fetched again
         if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
-            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
+            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher.durable)
         elif self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
             self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()

@@ -33,11 +33,11 @@ from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
 from ..share.records import STATE_TOPIC, coordinator_key, partition_for
 from ..share.types import ShareState, ShareStateKey, StateBatch
-from .coordinator_log import CoordinatorUnavailable
-from .inter_broker import InterBrokerClients
+from .internal_topic import CoordinatorUnavailable
+from ..server.inter_broker import InterBrokerClients
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.share")
 

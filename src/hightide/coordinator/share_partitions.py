@@ -34,11 +34,11 @@ from ..protocol.records import iter_headers
 from ..share.partition import AckBatch, AckError, Acquired, LogBatch, SharePartition
 from ..share.session import ShareSessionCache
 from ..share.types import ShareGroupSettings, SharePersister, ShareStateKey
-from .coordinator_runtime import CoordinatorUnavailable
+from .runtime import CoordinatorUnavailable
 
 if TYPE_CHECKING:
     from ..cluster.image import MetadataImage
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.share")
 

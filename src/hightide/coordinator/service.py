@@ -1,8 +1,8 @@
 """The service shell shared by the coordinators over an internal topic: the group
-coordinator (:class:`~.group_runtime.GroupRuntime` over ``__consumer_offsets``) and the
-share coordinator (:class:`~.share_runtime.ShareStateRuntime` over ``__share_group_state``).
+coordinator (:class:`~.groups.GroupRuntime` over ``__consumer_offsets``) and the
+share coordinator (:class:`~.share_state.ShareStateRuntime` over ``__share_group_state``).
 
-Both run on one :class:`~.coordinator_runtime.CoordinatorRuntime` and live alike:
+Both run on one :class:`~.runtime.CoordinatorRuntime` and live alike:
 
 * :meth:`CoordinatorService.start`: if the topic exists, load every partition *held*
   (answering COORDINATOR_LOAD_IN_PROGRESS) and start the placement step;
@@ -24,7 +24,7 @@ the controller's log yet (``Broker.metadata_ready``: a restart's local copy may 
 loads nothing and answers NOT_COORDINATOR to every request. No placement step there: that
 moves records an older single-node hightide stored in the wrong partition.
 
-:class:`AdapterDefaults` holds what the two :class:`~.coordinator_runtime.ShardAdapter` s
+:class:`AdapterDefaults` holds what the two :class:`~.runtime.ShardAdapter` s
 do alike (results carry ``records``; ``apply`` replays; nothing parked by default).
 """
 
@@ -38,12 +38,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..protocol.errors import ErrorCode
-from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
-from .coordinator_runtime import ShardAdapter
+from .internal_topic import CoordinatorUnavailable, ensure_internal_topic, runtime_for
+from .runtime import ShardAdapter
 
 if TYPE_CHECKING:
     from ..cluster.image import MetadataImage
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.coordinator")
 
@@ -217,7 +217,7 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         """Run ``fn`` on the shard of ``key`` (creating the topic on first use); append its
         records, wait until they are committed, apply them (replay, live state,
         completions); return the result's ``response``. Raises
-        :class:`~.coordinator_runtime.CoordinatorUnavailable` (carrying the error code to
+        :class:`~.runtime.CoordinatorUnavailable` (carrying the error code to
         answer) if the partition is loading or the append or its fsync fails: nothing is
         applied then."""
         if self._topic_missing():

@@ -1,8 +1,8 @@
 """What every coordinator over an internal topic (``__consumer_offsets``,
-``__share_group_state``) needs from the broker besides :mod:`.coordinator_runtime`:
+``__share_group_state``) needs from the broker besides :mod:`.runtime`:
 
 * :func:`ensure_internal_topic` creates the topic on first use, as Kafka does;
-* :func:`runtime_for` builds the :class:`~.coordinator_runtime.CoordinatorRuntime` of a
+* :func:`runtime_for` builds the :class:`~.runtime.CoordinatorRuntime` of a
   topic over the broker's partition logs, flusher and replica manager.
 
 :class:`CoordinatorUnavailable` and :class:`CoordinatorLoadInProgress` are re-exported
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..cluster.controller import NewTopic
 from ..protocol.errors import ErrorCode
-from .coordinator_runtime import CoordinatorLoadInProgress, CoordinatorRuntime, CoordinatorUnavailable, ShardAdapter
+from .runtime import CoordinatorLoadInProgress, CoordinatorRuntime, CoordinatorUnavailable, ShardAdapter
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 __all__ = ["CoordinatorLoadInProgress", "CoordinatorUnavailable", "ensure_internal_topic", "runtime_for"]
 

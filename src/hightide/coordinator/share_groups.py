@@ -1,7 +1,7 @@
 """Share group membership as the rest of the broker sees it: ``broker.share_groups``.
 
 A thin IO shell over the share groups of the group coordinator shards
-(:mod:`hightide.group.share_group`, run by :class:`~.group_runtime.GroupRuntime`):
+(:mod:`hightide.group.share_group`, run by :class:`~.groups.GroupRuntime`):
 
 * :meth:`ShareGroupService.heartbeat` runs a ShareGroupHeartbeat through the runtime and,
   when the heartbeat subscribed to share partitions whose state is not initialized yet,
@@ -31,10 +31,10 @@ from ..config import ConfigError, parse_share_auto_offset_reset, validate_group_
 from ..group.share_group import ShareGroup, ShareHeartbeatRequest, ShareHeartbeatResponse
 from ..protocol.errors import ErrorCode
 from ..share.types import ShareGroupSettings, ShareStateKey
-from .coordinator_log import CoordinatorUnavailable
+from .internal_topic import CoordinatorUnavailable
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.share.groups")
 

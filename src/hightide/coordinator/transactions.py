@@ -1,6 +1,6 @@
 """The transaction coordinator: :class:`~hightide.txn.coordinator.TxnShard` s over the
 partitions of ``__transaction_state``, run by the one
-:class:`~.coordinator_runtime.CoordinatorRuntime` (``broker.txns``).
+:class:`~.runtime.CoordinatorRuntime` (``broker.txns``).
 
 A request (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) picks the
 transactional id's partition (Kafka's ``abs(hashCode) % transaction.state.log.num.partitions``),
@@ -51,15 +51,15 @@ from ..txn.coordinator import NEED_PRODUCER_ID, InitResponse, Markers, TxnConfig
 from ..txn.records import STATE_TOPIC, TxnRecordError, decode_key, decode_value, encode_key, encode_value
 from ..txn.records import partition_for as txn_partition_for
 from ..txn.state import TopicPartition, TxnMetadata, TxnState
-from .coordinator_log import CoordinatorUnavailable
-from .coordinator_runtime import fsync_due
-from .coordinator_service import AdapterDefaults, CoordinatorService, returning
-from .coordinator_service import now_ms as _now_ms
-from .inter_broker import InterBrokerClients
+from .internal_topic import CoordinatorUnavailable
+from .runtime import fsync_due
+from .service import AdapterDefaults, CoordinatorService, returning
+from .service import now_ms as _now_ms
+from ..server.inter_broker import InterBrokerClients
 from .txn_verify import RemoteTxnVerifier
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.txn")
 
@@ -72,7 +72,7 @@ _FINAL = frozenset({ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorC
 
 
 class TxnAdapter(AdapterDefaults[TxnShard]):
-    """:class:`~.coordinator_runtime.ShardAdapter` of ``__transaction_state`` (a failed
+    """:class:`~.runtime.ShardAdapter` of ``__transaction_state`` (a failed
     fsync answers NOT_COORDINATOR, as Kafka's coordinator answers a storage error)."""
 
     topic = STATE_TOPIC
@@ -114,7 +114,7 @@ class TxnAdapter(AdapterDefaults[TxnShard]):
 class TransactionCoordinator(CoordinatorService[TxnShard, str]):
     """The transaction coordinator (``broker.txns``), also the broker's KIP-890
     :class:`~hightide.log.transactions.TxnVerifier`. Start-up, topic creation and close:
-    :class:`~.coordinator_service.CoordinatorService`."""
+    :class:`~.service.CoordinatorService`."""
 
     topic = STATE_TOPIC
     place_task = "place transactions"

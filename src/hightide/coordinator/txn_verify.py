@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 
 from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
-from .inter_broker import REQUEST_TIMEOUT_S, InterBrokerClients
+from ..server.inter_broker import REQUEST_TIMEOUT_S, InterBrokerClients
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.txn")
 

@@ -1,5 +1,5 @@
 """The group coordinator: :class:`GroupCoordinatorShard` s over the partitions of
-``__consumer_offsets``, run by the :class:`~.coordinator_runtime.CoordinatorRuntime`.
+``__consumer_offsets``, run by the :class:`~.runtime.CoordinatorRuntime`.
 
 For a request the handler gives :meth:`GroupRuntime.execute` a shard call; the runtime
 runs it on the partition's working shard (which returns records and a response without
@@ -52,19 +52,19 @@ from ..group.shard import (
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
 from ..protocol.errors import ErrorCode
 from ..txn.batch import TxnBatch
-from .coordinator_log import CoordinatorUnavailable
-from .coordinator_runtime import LoadState
-from .coordinator_service import AdapterDefaults, CoordinatorService, returning
-from .coordinator_service import now_ms as _now_ms
+from .internal_topic import CoordinatorUnavailable
+from .runtime import LoadState
+from .service import AdapterDefaults, CoordinatorService, returning
+from .service import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.group")
 
 
 class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
-    """:class:`~.coordinator_runtime.ShardAdapter` of ``__consumer_offsets``. A failed
+    """:class:`~.runtime.ShardAdapter` of ``__consumer_offsets``. A failed
     fsync answers NOT_COORDINATOR, as Kafka's group coordinator answers a storage error
     (the client looks the coordinator up again)."""
 
@@ -179,7 +179,7 @@ def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | No
 
 class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
     """The group coordinator (``broker.groups``). Start-up, placement, topic creation and
-    close: :class:`~.coordinator_service.CoordinatorService`; here the groups' placement
+    close: :class:`~.service.CoordinatorService`; here the groups' placement
     rule, the write path of group requests, parked requests and timers."""
 
     topic = OFFSETS_TOPIC

@@ -1,5 +1,5 @@
 """The share coordinator: :class:`ShareCoordinatorShard` s over the partitions of
-``__share_group_state``, run by the :class:`~.coordinator_runtime.CoordinatorRuntime`; it
+``__share_group_state``, run by the :class:`~.runtime.CoordinatorRuntime`; it
 is the broker's :class:`~hightide.share.types.SharePersister` (``broker.share_state``).
 
 A call picks the share partition's shard (Kafka's ``abs(hash("group:topicId:partition")) %
@@ -54,13 +54,13 @@ from ..share.records import (
     partition_for,
 )
 from ..share.types import ShareState, ShareStateKey, StateBatch
-from .coordinator_log import CoordinatorUnavailable
-from .coordinator_runtime import LoadState
-from .coordinator_service import AdapterDefaults, CoordinatorService, returning
-from .coordinator_service import now_ms as _now_ms
+from .internal_topic import CoordinatorUnavailable
+from .runtime import LoadState
+from .service import AdapterDefaults, CoordinatorService, returning
+from .service import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.share")
 
@@ -69,7 +69,7 @@ _PLACEMENT_CACHE = 100_000  # share partitions whose placement is remembered (th
 
 
 class ShareStateAdapter(AdapterDefaults[ShareCoordinatorShard]):
-    """:class:`~.coordinator_runtime.ShardAdapter` of ``__share_group_state`` (a failed
+    """:class:`~.runtime.ShardAdapter` of ``__share_group_state`` (a failed
     fsync answers KAFKA_STORAGE_ERROR; nothing is parked)."""
 
     topic = STATE_TOPIC
@@ -110,7 +110,7 @@ class ShareStateAdapter(AdapterDefaults[ShareCoordinatorShard]):
 
 class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]):
     """SharePersister over ``__share_group_state``; also the state RPC handlers' backend.
-    Start-up, placement, topic creation and close: :class:`~.coordinator_service.CoordinatorService`."""
+    Start-up, placement, topic creation and close: :class:`~.service.CoordinatorService`."""
 
     topic = STATE_TOPIC
     place_task = "place share state"
