@@ -60,7 +60,7 @@ from .service import AdapterDefaults, CoordinatorService, returning
 from .service import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from ..server.broker import Broker
+    from .env import CoordinatorEnv
 
 log = logging.getLogger("hightide.share")
 
@@ -115,18 +115,18 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
     topic = STATE_TOPIC
     place_task = "place share state"
 
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
+    def __init__(self, env: CoordinatorEnv) -> None:
+        cfg = env.config
         self.config = ShareCoordinatorConfig(
             snapshot_update_records_per_snapshot=cfg["share.coordinator.snapshot.update.records.per.snapshot"],
             cold_partition_snapshot_interval_ms=cfg["share.coordinator.cold.partition.snapshot.interval.ms"])
-        super().__init__(broker, ShareStateAdapter(self.config), cfg["share.coordinator.state.topic.num.partitions"])
+        super().__init__(env, ShareStateAdapter(self.config), cfg["share.coordinator.state.topic.num.partitions"])
         self._placement: dict[ShareStateKey, tuple[int, int]] = {}  # key -> (partition count, partition)
 
     def topic_configs(self) -> dict[str, str]:
         """``cleanup.policy=delete`` and unlimited retention, as Kafka's (see the module doc)."""
         return {"cleanup.policy": "delete", "retention.ms": "-1",
-                "segment.bytes": str(self.broker.config["share.coordinator.state.topic.segment.bytes"])}
+                "segment.bytes": str(self.env.config["share.coordinator.state.topic.segment.bytes"])}
 
     # -- loading ----------------------------------------------------------------------------
     async def move_misplaced(self, now_ms: int) -> set[int]:
@@ -187,13 +187,13 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
         return p
 
     def _exists(self, topic_id: uuid.UUID, partition: int) -> bool:
-        t = self.broker.image.topic_by_id(topic_id)
+        t = self.env.image().topic_by_id(topic_id)
         return t is not None and partition in t.partitions
 
     async def _run(self, key: ShareStateKey, fn: Callable[[ShareCoordinatorShard], ShareResult]) -> Any:
         """The response of ``fn`` once its records are committed and applied. Raises
         CoordinatorUnavailable (with the code to answer)."""
-        if self.broker.stopping:
+        if self.env.stopping():
             raise CoordinatorUnavailable("the broker is shutting down")
         return await self.execute(key, fn, _now_ms())
 
@@ -276,7 +276,7 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
             try:
                 await self.runtime.write(p, lambda s: ShareResult(s.cold_snapshots(now_ms)), now_ms)
                 target = part.shard.redundant_offset()
-                plog = self.broker.partition_log(STATE_TOPIC, p)
+                plog = self.env.partition_log(STATE_TOPIC, p)
                 if target is None or plog is None or target <= plog.log_start_offset:
                     continue
                 before = plog.log_start_offset

@@ -45,6 +45,7 @@ from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, co
 from .context import Services
 from .controller_service import ControllerService
 from .flusher import Flusher
+from .inter_broker import InterBrokerClients
 from .log_cleaner import LogCleaner
 from ..coordinator.runtime import CoordinatorRuntime, CoordinatorUnavailable
 from ..coordinator.groups import GroupRuntime
@@ -56,12 +57,16 @@ from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 from ..coordinator.share_groups import ShareGroupService
 from ..coordinator.share_partitions import SharePartitionManager
+from ..coordinator.share_persister import REQUEST_TIMEOUT_S as SHARE_REQUEST_TIMEOUT_S
 from ..coordinator.share_persister import SharePersisterClient
 from ..coordinator.share_state import ShareStateRuntime
 from ..aio.shutdown import Step, run_steps
 from .snapshotter import snapshotter_for
 from ..aio.tasks import cancel_and_wait
+from ..coordinator.env import CoordinatorEnv
 from ..coordinator.transactions import TransactionCoordinator
+from ..coordinator.txn_verify import REQUEST_TIMEOUT_S as TXN_VERIFY_TIMEOUT_S
+from ..coordinator.txn_verify import RemoteTxnVerifier
 from ..aio.waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
@@ -113,12 +118,28 @@ class Broker:
         self.waiters = AppendWaiters()
         self.flusher = Flusher(self)
         self.cleaner = LogCleaner(self, skip_topics=(METADATA_TOPIC,))
-        self.groups = GroupRuntime(self)
-        self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
-        self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
-        self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
-        self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
-        self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
+        # the coordinators (hightide.coordinator), built from what they use of this node
+        env = CoordinatorEnv(
+            config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.partition_log,
+            durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.create_topics,
+            cluster=not self.cluster.single_node, acting=lambda: self.metadata_ready, stopping=lambda: self.stopping,
+            replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end))
+        self.groups = GroupRuntime(env)
+        self.share_state = ShareStateRuntime(env)  # share coordinator (SharePersister)
+        self.share_persister = SharePersisterClient(  # share_state here, or its leader's (cluster mode)
+            env, self.share_state, InterBrokerClients(self, f"hightide-share-{self.node_id}", SHARE_REQUEST_TIMEOUT_S))
+        self.share_groups = ShareGroupService(env, self.groups, self.share_state,  # share.types.ShareGroupView
+                                              self.share_persister)
+        self.share_manager = SharePartitionManager(  # share partitions, ShareFetch sessions
+            max_sessions=self.config["group.share.max.share.sessions"], node_id=self.node_id,
+            partition_log=self.partition_log, wake=self.waiters.wake, groups=self.share_groups,
+            persister=self.share_persister, state=self.share_state)
+        self.share_groups.manager = self.share_manager
+        self.txns = TransactionCoordinator(  # transaction coordinator (KIP-890 verifier too)
+            env, groups=self.groups, next_producer_id=self.next_producer_id,
+            peers=InterBrokerClients(self, f"hightide-txn-markers-{self.node_id}"),
+            verifier=RemoteTxnVerifier(InterBrokerClients(self, f"hightide-txn-verify-{self.node_id}",
+                                                          TXN_VERIFY_TIMEOUT_S), TXN_VERIFY_TIMEOUT_S))
         self.replica_manager = ReplicaManager(self)  # replication roles, ISR, HW, acks=all (issue 15)
         self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(self)  # followers fetch
         self.leader_offsets = LeaderOffsets(self)  # OffsetFetch's HW tags of partitions led elsewhere
