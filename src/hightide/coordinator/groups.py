@@ -27,6 +27,9 @@ armed afresh on load); the share-group state initialization that a ShareGroupHea
 may need is driven by :mod:`.share_groups`.
 
 The topic is created on first use, like Kafka's, with ``cleanup.policy=compact``.
+
+Built from the node's :class:`~.env.CoordinatorEnv` (configs, image, partition logs,
+the flusher's durability wait, topic creation, leadership): never the broker.
 """
 
 from __future__ import annotations

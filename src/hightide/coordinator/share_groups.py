@@ -16,6 +16,10 @@ A thin IO shell over the share groups of the group coordinator shards
 * :meth:`delete_state` deletes a group's share-partition state (DeleteGroups).
 
 Group state is read from the coordinator shard, so it is committed state only.
+
+Built from the node's :class:`~.env.CoordinatorEnv` (configs, image), the group
+coordinator, the local share coordinator and the persister; the share-partition manager
+is set once built (each uses the other).
 """
 
 from __future__ import annotations

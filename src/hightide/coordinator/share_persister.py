@@ -20,6 +20,9 @@ acknowledgement instead of failing it. Re-sending a write whose outcome is unkno
 safe: it carries the whole window and the coordinator merges per offset, keeping the
 greatest (delivery count, state). Other errors, or one that outlasts the bound, reach the
 caller, which handles them as a local failure (the share partition re-reads its state).
+
+Built from the node's :class:`~.env.CoordinatorEnv` (cluster mode, image, node id), the
+local share coordinator and :class:`~.env.PeerClients`.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ quiet share partitions got a fresh "cold" snapshot (written through the same pat
 The topic is created on first write with ``cleanup.policy=delete`` and unlimited retention,
 as Kafka does: ShareUpdate records hold only changed batches, so compaction (which keeps the
 last record per key) would lose state; pruning is explicit instead.
+
+Built from the node's :class:`~.env.CoordinatorEnv` (configs, image, partition logs,
+the flusher's durability wait, topic creation, leadership, ``stopping()``).
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ loaded, every transaction found in a Prepare state is completed; then every
 their ``transaction.timeout.ms`` are aborted with their epoch bumped (the producer is
 fenced), and every ``transaction.remove.expired.transaction.cleanup.interval.ms`` idle
 transactional ids older than ``transactional.id.expiration.ms`` are removed (tombstones).
+
+Built from the node's :class:`~.env.CoordinatorEnv`, the group coordinator (markers to
+``__consumer_offsets``), ``next_producer_id()``, :class:`~.env.PeerClients` for
+WriteTxnMarkers and a :class:`~.txn_verify.RemoteTxnVerifier`: never the broker.
 """
 
 from __future__ import annotations

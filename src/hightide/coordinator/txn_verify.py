@@ -25,6 +25,9 @@ INVALID_TXN_STATE, as Kafka's AddPartitionsToTxnManager turns it; a coordinator 
 cannot be reached (not registered, fenced) COORDINATOR_NOT_AVAILABLE. Closing the
 verifier (the broker stopping) answers every held question NOT_COORDINATOR at once, and
 a question asked after that too.
+
+Built from :class:`~.env.PeerClients` (the connections to the other brokers) and the
+bound ``timeout_s``.
 """
 
 from __future__ import annotations
