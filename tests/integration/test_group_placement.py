@@ -166,7 +166,7 @@ def test_a_consumer_group_written_with_the_old_placement_keeps_its_members_and_o
     right placement: same member, same epoch, same offset; nothing left in partition 1."""
     import uuid
 
-    from hightide.server import group_runtime
+    from hightide.coordinator import groups as group_runtime
     monkeypatch.setattr(group_runtime, "partition_for", _old_partition_for)
     b = _EmbeddedBroker(tmp_path)
     try:

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from hightide.server.share_manager import _MEMBER_CHECK_TICKS, LOCK_TIMER_INTERVAL_S
+from hightide.coordinator.share_partitions import _MEMBER_CHECK_TICKS, LOCK_TIMER_INTERVAL_S
 
 from ..rawkafka import RawClient
 from .test_share_consumer import _ack, _fetch, _hb, _setup

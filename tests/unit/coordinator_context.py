@@ -2,7 +2,7 @@
 ``OffsetMetadataManagerTestContext`` / ``GroupMetadataManagerTestContext``.
 
 A context drives a sans-IO shard the way the coordinator runtime
-(``hightide.server.coordinator_runtime``) does once an operation's records are committed:
+(``hightide.coordinator.runtime``) does once an operation's records are committed:
 :meth:`CoordinatorContext.run` calls a handler on the shard, :meth:`~CoordinatorContext.apply`
 appends its records to a log *through the real byte codec* and replays what reads back
 (then the live records, which are never written), collects the answers of parked

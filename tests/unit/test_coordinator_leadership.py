@@ -28,9 +28,10 @@ from hightide.group.records import OFFSETS_TOPIC, partition_for
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
-from hightide.server.coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
-from hightide.server.group_runtime import GroupRuntime
-from hightide.server.share_manager import SharePartitionManager
+from hightide.coordinator.runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
+from hightide.coordinator.groups import GroupRuntime
+from hightide.coordinator.share_partitions import SharePartitionManager
+from tests.unit.test_coordinator_runtime import env_of
 
 T0 = 1_000_000
 OFFSETS_ID = uuid.UUID("0b6c8c63-7d0c-4a5e-9d0e-6a1c2f3e4d50")
@@ -90,7 +91,7 @@ def test_a_broker_serves_the_coordinator_partitions_it_leads_and_follows_moves(t
     async def scenario() -> None:
         node = BrokerOnlyNode(tmp_path)
         node.lead({0: 1, 1: 1, 2: 2}, epoch=0)
-        groups = GroupRuntime(node)  # type: ignore[arg-type]
+        groups = GroupRuntime(env_of(node))
         groups.start()  # cluster mode: loads what the image says is led here
         assert sorted(groups.runtime.partitions) == [0, 1]
         await groups.wait_loaded()
@@ -127,11 +128,11 @@ def test_led_elsewhere_tells_which_groups_another_broker_coordinates(tmp_path):
     async def scenario() -> None:
         node = BrokerOnlyNode(tmp_path)
         node.lead({0: 1, 1: 2, 2: -1}, epoch=0)
-        groups = GroupRuntime(node)  # type: ignore[arg-type]
+        groups = GroupRuntime(env_of(node))
         groups.start()
         assert [groups.led_elsewhere(group_in(p)) for p in range(3)] == [False, True, True]
         node.cluster = ClusterSettings(roles=frozenset({"broker", "controller"}), node_id=1)
-        assert not GroupRuntime(node).led_elsewhere(group_in(1))  # type: ignore[arg-type]  # single node
+        assert not GroupRuntime(env_of(node)).led_elsewhere(group_in(1))  # single node
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
@@ -141,7 +142,7 @@ def test_unloading_fails_a_parked_join_with_not_coordinator(tmp_path):
     async def scenario() -> None:
         node = BrokerOnlyNode(tmp_path)
         node.lead({0: 1, 1: 1, 2: 1}, epoch=0)
-        groups = GroupRuntime(node)  # type: ignore[arg-type]
+        groups = GroupRuntime(env_of(node))
         groups.start()
         await groups.wait_loaded()
         g = group_in(0)
@@ -163,7 +164,7 @@ def test_single_node_ignores_follow_leadership(tmp_path):
         node = BrokerOnlyNode(tmp_path)
         node.cluster = ClusterSettings(roles=frozenset({"broker", "controller"}), node_id=1)
         node.lead({0: 1, 1: 1, 2: 1}, epoch=0)
-        groups = GroupRuntime(node)  # type: ignore[arg-type]
+        groups = GroupRuntime(env_of(node))
         groups.start()
         await groups.wait_loaded()
         node.lead({0: 2}, epoch=1)
@@ -181,9 +182,8 @@ def test_share_partition_manager_forgets_share_partitions_led_elsewhere():
     image.apply(PartitionRecord(str(tid), 0, 1, 0, (1,)), 1)
     image.apply(PartitionRecord(str(tid), 1, 2, 0, (2,)), 2)
     woken = []
-    broker = types.SimpleNamespace(node_id=1, config=BrokerConfig(),
-                                   waiters=types.SimpleNamespace(wake=woken.append))
-    manager = SharePartitionManager(broker)  # type: ignore[arg-type]
+    manager = SharePartitionManager(max_sessions=10, node_id=1, partition_log=lambda t, p: None, wake=woken.append,
+                                    groups=None, persister=None)  # type: ignore[arg-type]  # neither is used here
     here, elsewhere, gone = ShareStateKey("grp", tid, 0), ShareStateKey("grp", tid, 1), ShareStateKey("grp", tid, 9)
     for key in (here, elsewhere, gone):
         manager._parts[key] = types.SimpleNamespace(core=object())  # type: ignore[assignment]

@@ -21,9 +21,10 @@ from hightide.group.records import OFFSETS_TOPIC
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
-from hightide.server import coordinator_runtime
-from hightide.server.coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
-from hightide.server.group_runtime import GroupRuntime
+from hightide.coordinator import runtime as coordinator_runtime
+from hightide.coordinator.env import CoordinatorEnv
+from hightide.coordinator.runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
+from hightide.coordinator.groups import GroupRuntime
 from tests.waiting import async_wait_until
 
 GROUP = "g"
@@ -82,9 +83,36 @@ class FakeBroker:
         return self.log if (topic, partition) == (OFFSETS_TOPIC, 0) else None
 
 
+def env_of(node) -> CoordinatorEnv:
+    """The :class:`CoordinatorEnv` of a fake node: its config, image, logs, flusher and
+    waiters; cluster mode if its ``cluster`` settings are not the single node's; its
+    ``replica_manager`` (set by a test after the coordinator is built) looked up at each
+    write, resolved at once without one."""
+    cluster = getattr(node, "cluster", None)
+
+    def replicated(topic: str, partition: int, end: int) -> asyncio.Future:
+        manager = getattr(node, "replica_manager", None)
+        if manager is not None:
+            return manager.wait_replicated(topic, partition, end)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(ErrorCode.none)
+        return done
+
+    async def no_creations(topics):
+        raise CoordinatorUnavailable("this test node creates no topics")
+
+    return CoordinatorEnv(
+        config=node.config, node_id=getattr(node, "node_id", 0), image=lambda: node.image,
+        partition_log=node.partition_log, durable=node.flusher.durable, wake=node.waiters.wake,
+        create_topics=getattr(node, "create_topics", no_creations),
+        cluster=cluster is not None and not cluster.single_node,
+        acting=lambda: getattr(node, "metadata_ready", True), stopping=lambda: getattr(node, "stopping", False),
+        replicated=replicated)
+
+
 def _runtime(path, **overrides) -> tuple[GroupRuntime, FakeBroker]:
     broker = FakeBroker(path, **overrides)
-    groups = GroupRuntime(broker)  # type: ignore[arg-type]
+    groups = GroupRuntime(env_of(broker))
     groups.runtime.load([0], now=True)
     return groups, broker
 
@@ -192,7 +220,7 @@ def test_loading_answers_load_in_progress_then_serves_the_log(tmp_path, monkeypa
     async def scenario():
         for i in range(30):
             await _commit(groups, i)
-        reloaded = GroupRuntime(broker)  # type: ignore[arg-type]
+        reloaded = GroupRuntime(env_of(broker))
         yields = 0
         reloaded.runtime.load([0])
         with pytest.raises(CoordinatorLoadInProgress) as info:
@@ -499,7 +527,7 @@ def test_a_new_leader_loads_only_once_its_high_watermark_reaches_the_log_end(tmp
             replicas.replicate()
             await commit
         broker.log.high_watermark = 2  # what a new leader may know at first
-        reloaded = GroupRuntime(broker)  # type: ignore[arg-type]
+        reloaded = GroupRuntime(env_of(broker))
         reloaded.runtime.load([0])
         await _until_waiting(replicas)
         assert replicas.waits[0][0] == 5

@@ -25,7 +25,7 @@ import pytest
 
 from hightide.group.offsets import CommitRequest
 from hightide.protocol.errors import ErrorCode
-from hightide.server.coordinator_runtime import CoordinatorUnavailable
+from hightide.coordinator.runtime import CoordinatorUnavailable
 from tests.unit.test_coordinator_runtime import GROUP, T0, _log_state, _offsets, _runtime
 
 SEEDS = [int(s) for s in os.environ["SEEDS"].split(",")] if os.environ.get("SEEDS") else list(range(40))
@@ -58,7 +58,7 @@ def _check(seed: int, step: int, groups, broker, answered: dict) -> None:
 
 
 def _log_values(groups, broker):
-    from hightide.server import coordinator_runtime
+    from hightide.coordinator import runtime as coordinator_runtime
     for chunk in coordinator_runtime.iter_record_chunks(broker.log):
         for offset, key, value in chunk:
             shard = groups.runtime.adapter.new_shard(0)

@@ -37,7 +37,8 @@ from hightide.server.broker import Broker
 from hightide.server.context import RequestContext
 from hightide.server.handlers import produce
 from hightide.server.registry import CloseConnection
-from hightide.server.txn_runtime import TransactionCoordinator
+from hightide.coordinator.transactions import TransactionCoordinator
+from tests.unit.test_coordinator_runtime import env_of
 from tests.unit.test_txn_offset_commit_verify import EPOCH, PID, REMOTE, TXN, _FakeRemote, _TxnBroker
 
 TOPIC = "t"
@@ -55,7 +56,7 @@ class _Env:
     def __init__(self, tmp_path: Path, answer: ErrorCode, delay_s: float | None) -> None:
         self.tmp_path = tmp_path
         self.broker = Broker(BrokerConfig(), data_dir=str(tmp_path / "data"), listen=("127.0.0.1", 0))
-        self.txns = TransactionCoordinator(_TxnBroker(tmp_path / "txn"))  # type: ignore[arg-type]
+        self.txns = TransactionCoordinator(env_of(_TxnBroker(tmp_path / "txn")))
         self.remote = _FakeRemote(answer, delay_s)
         self.txns._remote._request = self.remote  # type: ignore[method-assign]
         self.services: Any = None

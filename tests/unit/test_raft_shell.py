@@ -33,7 +33,7 @@ from hightide.config import BrokerConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, iter_headers
-from hightide.server.coordinator_runtime import CoordinatorUnavailable
+from hightide.coordinator.runtime import CoordinatorUnavailable
 from hightide.server.metadata_runtime import RaftMetadataRuntime
 from hightide.server.quorum_state import QuorumStateError, QuorumStateStore
 from hightide.server.raft_shell import RaftShell

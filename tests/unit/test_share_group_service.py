@@ -55,7 +55,11 @@ def env(tmp_path):
     loop.run_until_complete(b.start())
     _, records = b.controller.create_topics(b.image, [NewTopic("t", 2)])
     loop.run_until_complete(b.commit_metadata(records))
-    b.share_state = GatedPersister()
+    # the share coordinator replaced by a gated one wherever it is used (as the old
+    # broker.share_state lookup did): the persister's local coordinator, the group service's
+    # keys; the share partitions do not consult it
+    b.share_state = b.share_persister.local = b.share_groups.share_state = GatedPersister()  # type: ignore[assignment]
+    b.share_manager.state = None
     yield loop, b
     loop.run_until_complete(b.stop())
     loop.close()

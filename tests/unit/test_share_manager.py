@@ -16,7 +16,7 @@ from hightide.config import BrokerConfig
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.records import build_batch, validate_batches
-from hightide.server.share_manager import SharePartitionManager
+from hightide.coordinator.share_partitions import SharePartitionManager
 from hightide.aio.waiters import AppendWaiters
 from hightide.share.partition import AckBatch
 from hightide.share.types import (
@@ -103,7 +103,9 @@ def append(plog: PartitionLog, n: int, control: bool = False) -> None:
 
 def make(plog, **kw) -> tuple[FakeBroker, SharePartitionManager]:
     b = FakeBroker(plog, ShareGroupSettings(**kw))
-    return b, SharePartitionManager(b)
+    return b, SharePartitionManager(max_sessions=b.config["group.share.max.share.sessions"], node_id=0,
+                                    partition_log=b.partition_log, wake=b.waiters.wake, groups=b,
+                                    persister=b.share_state)
 
 
 async def _load(m: SharePartitionManager) -> None:

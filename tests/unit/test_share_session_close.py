@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from hightide.server.share_manager import DEPARTED_SESSION_RETENTION_MS
+from hightide.coordinator.share_partitions import DEPARTED_SESSION_RETENTION_MS
 from hightide.share.session import (
     SHARE_SESSION_LIMIT_REACHED,
     SHARE_SESSION_NOT_FOUND,

@@ -26,11 +26,11 @@ from hightide.cluster.image import MetadataImage, PartitionImage, TopicImage
 from hightide.protocol.codec import request_schema
 from hightide.protocol.build import materialize
 from hightide.protocol.errors import ErrorCode
-from hightide.server.group_runtime import GroupRuntime
+from hightide.coordinator.groups import GroupRuntime
 from hightide.server.handlers import txn_offset_commit
-from hightide.server.txn_runtime import TransactionCoordinator
+from hightide.coordinator.transactions import TransactionCoordinator
 from hightide.txn.records import STATE_TOPIC
-from tests.unit.test_coordinator_runtime import T0, FakeBroker
+from tests.unit.test_coordinator_runtime import T0, FakeBroker, env_of
 
 GROUP, TXN, PID, EPOCH = "g", "txn-1", 5, 0
 REMOTE = 2  # the broker leading the transactional id's __transaction_state partition
@@ -66,9 +66,9 @@ class _FakeRemote:
 
 class _Env:
     def __init__(self, tmp_path: Any, answer: ErrorCode, delay_s: float | None) -> None:
-        self.groups = GroupRuntime(FakeBroker(tmp_path))  # type: ignore[arg-type]
+        self.groups = GroupRuntime(env_of(FakeBroker(tmp_path)))
         self.groups.runtime.load([0], now=True)
-        self.txns = TransactionCoordinator(_TxnBroker(tmp_path / "txn"))  # type: ignore[arg-type]
+        self.txns = TransactionCoordinator(env_of(_TxnBroker(tmp_path / "txn")))
         self.remote = _FakeRemote(answer, delay_s)
         self.txns._remote._request = self.remote  # type: ignore[method-assign]
         image = MetadataImage()
@@ -170,7 +170,7 @@ def test_kafkas_translation_of_verification_errors(code, version, answered):
 
 def test_a_coordinator_refusing_the_broker_itself_is_invalid_txn_state(tmp_path):
     """Kafka's AddPartitionsToTxnManager: the client must not see CLUSTER_AUTHORIZATION_FAILED."""
-    txns = TransactionCoordinator(_TxnBroker(tmp_path / "txn"))  # type: ignore[arg-type]
+    txns = TransactionCoordinator(env_of(_TxnBroker(tmp_path / "txn")))
 
     async def refused(*args: Any) -> Any:
         return SimpleNamespace(error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())

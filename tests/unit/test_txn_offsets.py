@@ -12,17 +12,17 @@ import asyncio
 from hightide.group.offsets import CommitRequest
 from hightide.group.shard import CoordinatorResult
 from hightide.protocol.errors import ErrorCode
-from hightide.server.coordinator_service import returning
-from hightide.server.group_runtime import GroupRuntime
+from hightide.coordinator.service import returning
+from hightide.coordinator.groups import GroupRuntime
 from hightide.txn.batch import TxnBatch
-from tests.unit.test_coordinator_runtime import T0, FakeBroker
+from tests.unit.test_coordinator_runtime import T0, FakeBroker, env_of
 
 GROUP = "g"
 PID = 5
 
 
 def _runtime(broker: FakeBroker) -> GroupRuntime:
-    groups = GroupRuntime(broker)  # type: ignore[arg-type]
+    groups = GroupRuntime(env_of(broker))
     groups.runtime.load([0], now=True)
     return groups
 

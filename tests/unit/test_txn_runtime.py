@@ -18,7 +18,7 @@ from hightide.group.offsets import CommitRequest
 from hightide.group.records import OFFSETS_TOPIC
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, validate_batches
-from hightide.server import txn_runtime
+from hightide.coordinator import transactions as txn_runtime
 from hightide.server.broker import Broker
 from hightide.txn.state import TxnState
 from tests.waiting import async_wait_until

@@ -7,19 +7,19 @@ closed verifier answers NOT_COORDINATOR."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 from hightide.log.transactions import verification_error_for_produce
 from hightide.protocol.errors import ErrorCode
-from hightide.server.txn_verify import RemoteTxnVerifier, answer_of
+from hightide.coordinator.env import NoPeers
+from hightide.coordinator.txn_verify import RemoteTxnVerifier, answer_of
 
 
 class _Asked(RemoteTxnVerifier):
     """The verifier with the network call replaced by a scripted answer."""
 
     def __init__(self, answer: ErrorCode) -> None:
-        super().__init__(SimpleNamespace(node_id=1))  # type: ignore[arg-type]
+        super().__init__(NoPeers())
         self.answer = answer
         self.asked: list[tuple[int, str, Any]] = []
         self.release = asyncio.Event()

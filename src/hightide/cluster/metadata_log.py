@@ -1,7 +1,7 @@
 """The metadata log: ``__cluster_metadata-0`` on disk, replayed into a
 :class:`MetadataImage` at start-up.
 
-Changes are written by the coordinator runtime (``hightide.server.metadata_runtime``):
+Changes are written by the coordinator runtime (``hightide.coordinator.metadata``):
 it appends a batch, waits until the flusher has fsynced it (``flush.messages=1``, off the
 event loop), and only then calls :meth:`MetadataLog.apply`, so nothing observes metadata
 that a crash could take back.

@@ -4,7 +4,7 @@ Shaped like Kafka's ``GroupCoordinatorShard``: request methods validate against 
 current state and return a :class:`CoordinatorResult` — the records to append and the
 response — without touching state; :meth:`GroupCoordinatorShard.replay` is the only
 mutator, used both after a successful append and to load the partition at start-up.
-Time is an argument, never read here. The runtime (``hightide.server.group_runtime``)
+Time is an argument, never read here. The runtime (``hightide.coordinator.groups``)
 appends the records, replays them, and only then releases the response, so a reader can
 never observe state that a failed append would take back.
 

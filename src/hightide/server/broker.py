@@ -46,24 +46,27 @@ from .context import Services
 from .controller_service import ControllerService
 from ..disk.flusher import Flusher
 from ..disk.cleaner import LogCleaner
-from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
-from .group_runtime import GroupRuntime
+from .inter_broker import InterBrokerClients  # connections to other brokers (replicas, coordinators)
+from ..coordinator.runtime import CoordinatorRuntime, CoordinatorUnavailable
+from ..coordinator.groups import GroupRuntime
 from ..replica.leader_offsets import LeaderOffsets
 from ..services import MetadataOp
-from .metadata_runtime import (
-    RaftMetadataRuntime, SnapshotPolicy, metadata_runtime, raft_config, raft_metadata_runtime,
-)
-from .inter_broker import InterBrokerClients  # the replica components' connections to other brokers
+from ..coordinator.metadata import metadata_runtime
+from .metadata_runtime import RaftMetadataRuntime, SnapshotPolicy, raft_config, raft_metadata_runtime
 from ..replica.fetcher import REQUEST_TIMEOUT_S as FETCHER_REQUEST_TIMEOUT_S, ReplicaFetcherManager
 from ..replica.manager import ReplicaManager
-from .share_groups import ShareGroupService
-from .share_manager import SharePartitionManager
-from .share_persister import SharePersisterClient
-from .share_runtime import ShareStateRuntime
+from ..coordinator.share_groups import ShareGroupService
+from ..coordinator.share_partitions import SharePartitionManager
+from ..coordinator.share_persister import REQUEST_TIMEOUT_S as SHARE_REQUEST_TIMEOUT_S
+from ..coordinator.share_persister import SharePersisterClient
+from ..coordinator.share_state import ShareStateRuntime
 from ..aio.shutdown import Step, run_steps
 from .snapshotter import snapshotter_for
 from ..aio.tasks import cancel_and_wait
-from .txn_runtime import TransactionCoordinator
+from ..coordinator.env import CoordinatorEnv
+from ..coordinator.transactions import TransactionCoordinator
+from ..coordinator.txn_verify import REQUEST_TIMEOUT_S as TXN_VERIFY_TIMEOUT_S
+from ..coordinator.txn_verify import RemoteTxnVerifier
 from ..aio.waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
@@ -115,12 +118,28 @@ class Broker:
         self.waiters = AppendWaiters()
         self.flusher = Flusher(lambda: self.logs)
         self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,))
-        self.groups = GroupRuntime(self)
-        self.share_groups = ShareGroupService(self)  # share.types.ShareGroupView
-        self.share_state = ShareStateRuntime(self)  # share coordinator (SharePersister)
-        self.share_manager = SharePartitionManager(self)  # share partitions, ShareFetch sessions
-        self.share_persister = SharePersisterClient(self)  # share_state here, or its leader's (cluster mode)
-        self.txns = TransactionCoordinator(self)  # transaction coordinator (KIP-890 verifier too)
+        # the coordinators (hightide.coordinator), built from what they use of this node
+        env = CoordinatorEnv(
+            config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.partition_log,
+            durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.create_topics,
+            cluster=not self.cluster.single_node, acting=lambda: self.metadata_ready, stopping=lambda: self.stopping,
+            replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end))
+        self.groups = GroupRuntime(env)
+        self.share_state = ShareStateRuntime(env)  # share coordinator (SharePersister)
+        self.share_persister = SharePersisterClient(  # share_state here, or its leader's (cluster mode)
+            env, self.share_state, InterBrokerClients(self, f"hightide-share-{self.node_id}", SHARE_REQUEST_TIMEOUT_S))
+        self.share_groups = ShareGroupService(env, self.groups, self.share_state,  # share.types.ShareGroupView
+                                              self.share_persister)
+        self.share_manager = SharePartitionManager(  # share partitions, ShareFetch sessions
+            max_sessions=self.config["group.share.max.share.sessions"], node_id=self.node_id,
+            partition_log=self.partition_log, wake=self.waiters.wake, groups=self.share_groups,
+            persister=self.share_persister, state=self.share_state)
+        self.share_groups.manager = self.share_manager
+        self.txns = TransactionCoordinator(  # transaction coordinator (KIP-890 verifier too)
+            env, groups=self.groups, next_producer_id=self.next_producer_id,
+            peers=InterBrokerClients(self, f"hightide-txn-markers-{self.node_id}"),
+            verifier=RemoteTxnVerifier(InterBrokerClients(self, f"hightide-txn-verify-{self.node_id}",
+                                                          TXN_VERIFY_TIMEOUT_S), TXN_VERIFY_TIMEOUT_S))
         self.replica_manager = ReplicaManager(  # replication roles, ISR, HW, acks=all (issue 15)
             node_id=self.node_id, config=self.config, logs=lambda: self.logs, waiters=self.waiters,
             image=lambda: self.image, metadata_ready=lambda: self.metadata_ready,
@@ -170,7 +189,7 @@ class Broker:
                                     segment_bytes=self.cluster.metadata_segment_bytes,
                                     refetchable=self.node is not None)  # a broker's copy may be fetched again
         if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
-            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher)
+            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher.durable)
         elif self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
             self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()

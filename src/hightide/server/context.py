@@ -47,14 +47,14 @@ if TYPE_CHECKING:
     from ..protocol.codec import RequestHeader
     from .broker import Broker
     from ..disk.flusher import Flusher
-    from .group_runtime import GroupRuntime
+    from ..coordinator.groups import GroupRuntime
     from ..replica.leader_offsets import LeaderOffsets
     from .registry import Routes
     from ..replica.manager import ReplicaManager
-    from .share_groups import ShareGroupService
-    from .share_manager import SharePartitionManager
-    from .share_runtime import ShareStateRuntime
-    from .txn_runtime import TransactionCoordinator
+    from ..coordinator.share_groups import ShareGroupService
+    from ..coordinator.share_partitions import SharePartitionManager
+    from ..coordinator.share_state import ShareStateRuntime
+    from ..coordinator.transactions import TransactionCoordinator
     from ..aio.waiters import AppendWaiters
 
 
@@ -198,7 +198,7 @@ class RequestContext:
     def txns(self) -> TransactionCoordinator:
         """The transaction coordinator. Raises CoordinatorUnavailable if there is none."""
         if self.services.txns is None:
-            from .coordinator_log import CoordinatorUnavailable
+            from ..coordinator.internal_topic import CoordinatorUnavailable
             raise CoordinatorUnavailable("this broker has no transaction coordinator")
         return self.services.txns
 

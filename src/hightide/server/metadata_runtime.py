@@ -1,23 +1,9 @@
-"""The metadata log on the coordinator runtime: one partition (``__cluster_metadata-0``)
-whose "shard" is the :class:`~hightide.cluster.image.MetadataImage`.
-
-A metadata write is an operation ``op(image) -> (response, records)`` (for instance a
-controller call such as ``Controller.create_topics``): it runs after every earlier write is applied,
-against the current image, its records are appended as one batch, the answer waits until
-the flusher has fsynced them (the metadata log flushes every message; the fsync runs on
-the flusher's worker thread, never on the event loop), and only then are they applied to
-the image. The adapter is *serial* (the image is the one view the broker reads): the next
-write runs only after that. Two concurrent writes therefore never decide from the same
-image (no double creation of a topic), and no handler ever reads metadata a crash could
-take back.
-
-The image itself is replayed synchronously at start-up by
-:class:`~hightide.cluster.metadata_log.MetadataLog`, before the broker serves.
-
-With a controller quorum (more than one voter in ``controller.quorum.voters``) the
-writes go through Raft instead: :class:`RaftMetadataRuntime` over the
+"""Metadata writes through a controller quorum (more than one voter in
+``controller.quorum.voters``): :class:`RaftMetadataRuntime` over the
 :class:`~.raft_shell.RaftShell`, which applies committed entries to the image on every
-voter. One voter (``hightide serve``, a lone controller) keeps the path above.
+voter. It has the same ``write``/``committed_offset`` surface as the single voter's
+serial runtime (:mod:`hightide.coordinator.metadata`), with Raft's commit in place of
+the local fsync. One voter (``hightide serve``, a lone controller) keeps that path.
 """
 
 from __future__ import annotations
@@ -25,71 +11,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..cluster.image import MetadataImage
-from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
+from ..cluster.metadata_log import MetadataLog
 from ..client.properties import ClientSecurity
 from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig
 from ..log.partition_log import PartitionLog
-from ..cluster.records import MetadataRecord
 from ..cluster.settings import ClusterSettings
 from ..protocol.errors import ErrorCode
 from ..protocol.records import build_batch
 from ..services import MetadataOp
-from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
+from ..coordinator.runtime import CoordinatorUnavailable
 from .quorum_state import QuorumStateStore
 from .raft_peers import RaftPeers
 from .raft_shell import RaftShell, WriteOutcomeUnknown
 
-if TYPE_CHECKING:
-    from ..disk.flusher import Flusher
-
-
-
-class MetadataAdapter:
-    """:class:`~.coordinator_runtime.ShardAdapter` of the metadata log."""
-
-    topic = METADATA_TOPIC
-    storage_error_code = ErrorCode.kafka_storage_error
-    pipelined = False  # one view: the image the broker reads (see the runtime's doc)
-
-    def __init__(self, metadata: MetadataLog) -> None:
-        self.metadata = metadata
-
-    def new_shard(self, partition: int) -> MetadataImage:
-        return self.metadata.image
-
-    def load_record(self, shards: Sequence[MetadataImage], partition: int, offset: int, key: bytes | None,
-                    value: bytes | None) -> bool:
-        raise AssertionError("the metadata image is loaded by MetadataLog")  # never called: add_loaded
-
-    def loaded(self, shards: Sequence[MetadataImage], partition: int, count: int) -> None:
-        pass
-
-    def records(self, result: tuple[Any, Sequence[MetadataRecord]]) -> list[MetadataRecord]:
-        return list(result[1])
-
-    def encode(self, records: list[MetadataRecord]) -> list[tuple[bytes | None, bytes | None]]:
-        return list(MetadataLog.encode_records(records))
-
-    def replay(self, shard: MetadataImage, partition: int, result: tuple[Any, Sequence[MetadataRecord]],
-               offsets: list[int]) -> None:
-        self.metadata.apply(list(result[1]), offsets)
-
-    def apply(self, shard: MetadataImage, partition: int, result: tuple[Any, Sequence[MetadataRecord]],
-              offsets: list[int]) -> None:
-        self.replay(shard, partition, result, offsets)
-
-    def abandon(self, partition: int, shards: Sequence[MetadataImage], results: Sequence[Any]) -> None:
-        """Never called: a serial adapter has no working view to unload."""
-
-
-def metadata_runtime(metadata: MetadataLog, flusher: Flusher) -> CoordinatorRuntime[MetadataImage]:
-    """The runtime of an opened (already replayed) metadata log."""
-    runtime = CoordinatorRuntime(MetadataAdapter(metadata), lambda p: metadata.log, flusher.durable)
-    runtime.add_loaded(0, metadata.image, metadata.log.log_end_offset)
-    return runtime
 
 
 class RaftMetadataRuntime:

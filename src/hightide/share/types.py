@@ -3,9 +3,9 @@
 Three parts meet here, each built and tested on its own:
 
 * the **share partition** core (``share/partition.py``) and its IO shell
-  (``server/share_manager.py``): in-flight records, ShareFetch / ShareAcknowledge;
+  (``coordinator/share_partitions.py``): in-flight records, ShareFetch / ShareAcknowledge;
 * the **share coordinator** (``share/coordinator.py`` over ``__share_group_state``, run
-  by ``server/share_runtime.py``): persists each share partition's state as
+  by ``coordinator/share_state.py``): persists each share partition's state as
   ShareSnapshot / ShareUpdate records and serves the state RPCs;
 * the **share group** membership in the group coordinator (``group/share_group.py``):
   ShareGroupHeartbeat / ShareGroupDescribe, assignment, group configs.

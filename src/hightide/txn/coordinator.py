@@ -8,7 +8,7 @@ TxnMetadata or None)``), the response, and the markers to write once the records
 committed — without touching state; :meth:`TxnShard.replay` is the only mutator, used
 after an append and to load the partition at start-up. Time is an argument.
 
-The runtime (``hightide.server.txn_runtime``) appends the records, replays them, and
+The runtime (``hightide.coordinator.transactions``) appends the records, replays them, and
 only then answers; for a result carrying :class:`Markers` it writes the markers to the
 transaction's partitions and then runs :meth:`TxnShard.complete` (the CompleteCommit /
 CompleteAbort record). At start-up every transaction found in PrepareCommit /

@@ -24,7 +24,7 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import MESSAGES, authorize_cluster, enabled
 from ..context import RequestContext
-from ..coordinator_runtime import CoordinatorUnavailable
+from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...txn.state import TopicPartition
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorize_cluster, authorizer
 from ..context import RequestContext

@@ -34,7 +34,7 @@ from ...security.acl import AclOperation
 from ..authorization import config_resource_refused
 from ...services import MetadataAccess
 from ..context import RequestContext
-from ..coordinator_runtime import CoordinatorUnavailable
+from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:

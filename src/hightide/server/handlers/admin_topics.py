@@ -21,7 +21,7 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import MESSAGES, authorizer
 from ..context import RequestContext
-from ..coordinator_runtime import CoordinatorUnavailable
+from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:

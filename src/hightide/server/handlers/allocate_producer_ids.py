@@ -16,7 +16,7 @@ from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..controller_service import service_handler
-from ..coordinator_runtime import CoordinatorUnavailable
+from ...coordinator.runtime import CoordinatorUnavailable
 
 if TYPE_CHECKING:
     from ..controller_service import ControllerService

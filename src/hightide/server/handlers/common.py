@@ -10,7 +10,7 @@ from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorized_operations, refused_names
 from ...protocol.errors import ErrorCode
 from ..context import RequestContext
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ..leadership import not_leader
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from ...group.consumer_api import HeartbeatRequest, HeartbeatResponse
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import allowed_names, authorize, authorizer, refused_names
 from ..context import RequestContext

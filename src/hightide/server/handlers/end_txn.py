@@ -1,7 +1,7 @@
 """EndTxn (key 26), v0-v4: commit or abort the producer's transaction (transaction
 version 1; v5 would mean KIP-890 part 2's epoch bump per transaction and is not
 offered). Answered once the decision is durable (and its markers are written, see
-:mod:`hightide.server.txn_runtime`)."""
+:mod:`hightide.coordinator.transactions`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize
 from ..context import RequestContext

@@ -26,7 +26,7 @@ from ...protocol.offset_fetch_response import (
     encode_offset_fetch_response,
     extended_entry,
 )
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...share.records import partition_for as share_partition_for
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorize, refused_names

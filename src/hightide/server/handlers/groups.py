@@ -23,7 +23,7 @@ from ..authorization import authorize, authorized_operations, authorizer
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ..context import RequestContext
 from ..registry import handles
 

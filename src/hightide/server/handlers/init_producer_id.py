@@ -10,7 +10,7 @@ from typing import Any
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, authorize_by_type, authorize_cluster
 from ..context import RequestContext

@@ -26,7 +26,7 @@ from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
 from ...services import MetadataAccess
 from ..context import RequestContext
-from ..coordinator_runtime import CoordinatorUnavailable
+from ...coordinator.runtime import CoordinatorUnavailable
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorized_operations, authorizer
 from ..leadership import NO_LEADER, acting, alive_brokers, in_cluster

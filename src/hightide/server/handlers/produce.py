@@ -51,7 +51,7 @@ from ..authorization import authorizer
 from ..context import RequestContext
 from ..leadership import NotLeader, node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
-from ..txn_verify import answer_of
+from ...coordinator.txn_verify import answer_of
 
 if TYPE_CHECKING:
     from ...replica.manager import LeaderPartition, ReplicaManager
@@ -62,7 +62,7 @@ Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
 log = logging.getLogger("hightide.produce")
 
 #: A backstop for a held partition: verifiers bound their own questions
-#: (:class:`~hightide.server.txn_verify.RemoteTxnVerifier`: the inter-broker request timeout, 10 s).
+#: (:class:`~hightide.coordinator.txn_verify.RemoteTxnVerifier`: the inter-broker request timeout, 10 s).
 HELD_VERIFICATION_MAX_S = 30.0
 
 

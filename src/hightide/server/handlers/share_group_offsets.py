@@ -26,7 +26,7 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...share.types import ShareStateKey
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, refused_names
 from ..context import RequestContext

@@ -14,7 +14,7 @@ from ...group.share_group import ShareHeartbeatRequest, ShareHeartbeatResponse, 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group

@@ -9,7 +9,7 @@ from typing import Any
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
-from ..coordinator_log import CoordinatorUnavailable
+from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext

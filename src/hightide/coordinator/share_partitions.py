@@ -15,7 +15,13 @@ and the share session cache (``broker.share_manager``).
   partition, so the next use re-reads the persisted state (what was not persisted is
   undone, at-least-once delivery holds).
 * Lock expiry runs on a timer; records that become AVAILABLE again wake long-polling
-  ShareFetches through ``broker.waiters``.
+  ShareFetches through ``wake`` (``broker.waiters``).
+
+Built from narrow things (never the broker): the session cache's size, the node id, the
+partition logs, ``wake``, the share groups (a
+:class:`~hightide.share.types.ShareGroupView`), the ``persister`` (the share coordinator
+wherever it is) and, optionally, the local share coordinator (``state``: its synchronous
+summary tells a state reset behind our back).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,12 +39,12 @@ from ..protocol.errors import ErrorCode
 from ..protocol.records import iter_headers
 from ..share.partition import AckBatch, AckError, Acquired, LogBatch, SharePartition
 from ..share.session import ShareSessionCache
-from ..share.types import ShareGroupSettings, SharePersister, ShareStateKey
-from .coordinator_runtime import CoordinatorUnavailable
+from ..share.types import ShareGroupSettings, ShareGroupView, SharePersister, ShareStateKey
+from .runtime import CoordinatorUnavailable
 
 if TYPE_CHECKING:
     from ..cluster.image import MetadataImage
-    from .broker import Broker
+    from .share_state import ShareStateRuntime
 
 log = logging.getLogger("hightide.share")
 
@@ -81,9 +87,16 @@ class FetchResult:
 
 
 class SharePartitionManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.sessions = ShareSessionCache(broker.config["group.share.max.share.sessions"])
+    def __init__(self, *, max_sessions: int, node_id: int,
+                 partition_log: Callable[[str, int], PartitionLog | None], wake: Callable[[Hashable], None],
+                 groups: ShareGroupView, persister: SharePersister, state: ShareStateRuntime | None = None) -> None:
+        self.node_id = node_id
+        self.partition_log = partition_log
+        self._wake_key = wake
+        self.groups = groups
+        self.persister = persister
+        self.state = state
+        self.sessions = ShareSessionCache(max_sessions)
         self._parts: dict[ShareStateKey, _Entry] = {}
         self._loading: dict[ShareStateKey, asyncio.Task] = {}
         self._writes: set[asyncio.Task] = set()
@@ -92,10 +105,10 @@ class SharePartitionManager:
     # -- group side ------------------------------------------------------------------
     def settings(self, group_id: str) -> ShareGroupSettings:
         """The group's effective settings (group configs over broker defaults)."""
-        return self.broker.share_groups.settings(group_id)
+        return self.groups.settings(group_id)
 
     def is_member(self, group_id: str, member_id: str) -> bool:
-        return self.broker.share_groups.is_member(group_id, member_id)
+        return self.groups.is_member(group_id, member_id)
 
     # -- long-poll wake-ups --------------------------------------------------------------
     @staticmethod
@@ -105,7 +118,7 @@ class SharePartitionManager:
         return ("share", key.group_id, key.topic_id, key.partition)
 
     def _wake(self, key: ShareStateKey) -> None:
-        self.broker.waiters.wake(self.wait_key(key))
+        self._wake_key(self.wait_key(key))
 
     # -- loading ---------------------------------------------------------------------
     def cached(self, key: ShareStateKey) -> SharePartition | None:
@@ -122,9 +135,8 @@ class SharePartitionManager:
     @property
     def _persister(self) -> SharePersister:
         """The share coordinator of a share partition wherever it is
-        (``broker.share_persister``; the local one when the broker has no such router)."""
-        router: SharePersister | None = getattr(self.broker, "share_persister", None)
-        return router if router is not None else self.broker.share_state
+        (``broker.share_persister``)."""
+        return self.persister
 
     def follow_leadership(self, image: MetadataImage) -> None:
         """Cluster mode, after a metadata change: forget the share partitions of topic
@@ -132,7 +144,7 @@ class SharePartitionManager:
         refused NOT_LEADER_OR_FOLLOWER from now on and the new leader loads the state
         the share coordinator persisted. Acquisitions not persisted are lost, as when a
         Kafka leader moves (the records are delivered again)."""
-        node = self.broker.node_id
+        node = self.node_id
         for key in list(self._parts):
             t = image.topic_by_id(key.topic_id)
             p = t.partitions.get(key.partition) if t is not None else None
@@ -157,14 +169,13 @@ class SharePartitionManager:
         """True when the persisted state is uninitialised although we hold the partition
         (its state was deleted, maybe initialised again, behind our back). Uses the share
         coordinator's synchronous summary when it has one (no IO)."""
-        coordinator = getattr(self.broker, "share_state", None)
-        summary = getattr(coordinator, "summary", None)
-        if coordinator is None or summary is None:
+        coordinator = self.state
+        if coordinator is None:
             return False
         try:
             if coordinator.initialized(key):
                 return False  # the usual answer, without building a summary
-            st = summary(key)
+            st = coordinator.summary(key)
         except CoordinatorUnavailable:  # not loaded: keep what we hold
             return False
         return st.error_code == 0 and st.start_offset < 0
@@ -183,7 +194,7 @@ class SharePartitionManager:
 
     async def _load(self, key: ShareStateKey, topic: str) -> tuple[_Entry | None, int, str | None]:
         persister = self._persister
-        plog = self.broker.partition_log(topic, key.partition)
+        plog = self.partition_log(topic, key.partition)
         if plog is None:
             return None, int(ErrorCode.unknown_topic_or_partition), None
         settings = self.settings(key.group_id)
@@ -225,7 +236,7 @@ class SharePartitionManager:
         e = self._parts.get(key)
         if e is None:
             return FetchResult(int(ErrorCode.unknown_topic_or_partition), "share partition not loaded")
-        plog = self.broker.partition_log(e.topic, key.partition)
+        plog = self.partition_log(e.topic, key.partition)
         if plog is None:
             return FetchResult(int(ErrorCode.unknown_topic_or_partition))
         now = _now_ms() if now_ms is None else now_ms

@@ -1,8 +1,10 @@
 """The service shell shared by the coordinators over an internal topic: the group
-coordinator (:class:`~.group_runtime.GroupRuntime` over ``__consumer_offsets``) and the
-share coordinator (:class:`~.share_runtime.ShareStateRuntime` over ``__share_group_state``).
+coordinator (:class:`~.groups.GroupRuntime` over ``__consumer_offsets``) and the
+share coordinator (:class:`~.share_state.ShareStateRuntime` over ``__share_group_state``).
 
-Both run on one :class:`~.coordinator_runtime.CoordinatorRuntime` and live alike:
+Both (and the transaction coordinator) run on one :class:`~.runtime.CoordinatorRuntime`,
+are built from a :class:`~.env.CoordinatorEnv` (the image, partition logs, the flusher's
+durability wait, topic creation, leadership: never the broker) and live alike:
 
 * :meth:`CoordinatorService.start`: if the topic exists, load every partition *held*
   (answering COORDINATOR_LOAD_IN_PROGRESS) and start the placement step;
@@ -20,11 +22,11 @@ it leads: :meth:`CoordinatorService.follow_leadership` (called at start and afte
 metadata change) loads the partitions it gained (COORDINATOR_LOAD_IN_PROGRESS meanwhile)
 and unloads those it lost; a request for a partition led elsewhere answers
 NOT_COORDINATOR (FindCoordinator names the leader). A broker that has not caught up with
-the controller's log yet (``Broker.metadata_ready``: a restart's local copy may be stale)
+the controller's log yet (``env.acting()`` is False: a restart's local copy may be stale)
 loads nothing and answers NOT_COORDINATOR to every request. No placement step there: that
 moves records an older single-node hightide stored in the wrong partition.
 
-:class:`AdapterDefaults` holds what the two :class:`~.coordinator_runtime.ShardAdapter` s
+:class:`AdapterDefaults` holds what the two :class:`~.runtime.ShardAdapter` s
 do alike (results carry ``records``; ``apply`` replays; nothing parked by default).
 """
 
@@ -38,12 +40,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..protocol.errors import ErrorCode
-from .coordinator_log import CoordinatorUnavailable, ensure_internal_topic, runtime_for
-from .coordinator_runtime import ShardAdapter
+from .internal_topic import CoordinatorUnavailable, ensure_internal_topic, runtime_for
+from .runtime import ShardAdapter
 
 if TYPE_CHECKING:
     from ..cluster.image import MetadataImage
-    from .broker import Broker
+    from .env import CoordinatorEnv
 
 log = logging.getLogger("hightide.coordinator")
 
@@ -96,15 +98,14 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
     topic: str
     place_task: str
 
-    def __init__(self, broker: Broker, adapter: ShardAdapter[S], num_partitions: int) -> None:
-        self.broker = broker
+    def __init__(self, env: CoordinatorEnv, adapter: ShardAdapter[S], num_partitions: int) -> None:
+        self.env = env
         self.num_partitions = num_partitions
-        self.runtime = runtime_for(broker, adapter)
+        self.runtime = runtime_for(env, adapter)
         self._creating: asyncio.Future | None = None
         self._placing: asyncio.Task | None = None  # start-up: moving misplaced records (then serving)
-        cluster = getattr(broker, "cluster", None)  # test doubles of the broker have none: a single node
         #: A broker-only process: partitions are served where they are led (follow_leadership).
-        self._cluster = cluster is not None and not cluster.single_node
+        self._cluster = env.cluster
 
     @abc.abstractmethod
     def topic_configs(self) -> dict[str, str]:
@@ -126,9 +127,9 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         partitions are served once loaded and misplaced records moved (see :meth:`_place`).
         Cluster mode: load the partitions led here (:meth:`follow_leadership`)."""
         if self._cluster:
-            self.follow_leadership(self.broker.image)
+            self.follow_leadership(self.env.image())
             return
-        topic = self.broker.image.topics.get(self.topic)
+        topic = self.env.image().topics.get(self.topic)
         if topic is not None:
             self.num_partitions = len(topic.partitions)
             self.runtime.load(range(self.num_partitions), hold=True)
@@ -156,7 +157,7 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         if not self._cluster:
             return
         topic = image.topics.get(self.topic)
-        node = self.broker.node_id
+        node = self.env.node_id
         led = set() if topic is None or not self._acting() else {
             p for p, pi in topic.partitions.items() if pi.leader == node}
         if topic is not None:
@@ -172,7 +173,7 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
     def _acting(self) -> bool:
         """False while a broker-only node has not caught up with the controller's log (its
         image may be stale: nothing is served from it)."""
-        return bool(getattr(self.broker, "metadata_ready", True))
+        return self.env.acting()
 
     def led_elsewhere(self, key: K) -> bool:
         """Cluster mode: True if ``key``'s partition is not served by this broker (another
@@ -190,7 +191,7 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         on a broker-only node that has not caught up (its image may lack the topic: its
         requests answer NOT_COORDINATOR, never an empty state)."""
         if self._cluster:
-            return self.topic not in self.broker.image.topics and self._acting()
+            return self.topic not in self.env.image().topics and self._acting()
         return not self.runtime.partitions
 
     async def write_durable(self, partition: int, result: Any, now_ms: int) -> None:
@@ -198,9 +199,9 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         write, then wait until the partition's log is fsynced, whatever the flush policy.
         Raises CoordinatorUnavailable or OSError."""
         await self.runtime.write(partition, returning(result), now_ms, internal=True)
-        plog = self.broker.partition_log(self.topic, partition)
+        plog = self.env.partition_log(self.topic, partition)
         if plog is not None:
-            await self.broker.flusher.durable(plog)
+            await self.env.durable(plog)
 
     # -- routing ----------------------------------------------------------------------------
     def shard_for(self, key: K) -> S:
@@ -217,7 +218,7 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         """Run ``fn`` on the shard of ``key`` (creating the topic on first use); append its
         records, wait until they are committed, apply them (replay, live state,
         completions); return the result's ``response``. Raises
-        :class:`~.coordinator_runtime.CoordinatorUnavailable` (carrying the error code to
+        :class:`~.runtime.CoordinatorUnavailable` (carrying the error code to
         answer) if the partition is loading or the append or its fsync fails: nothing is
         applied then."""
         if self._topic_missing():
@@ -242,10 +243,10 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
                 self._creating = None
 
     async def _create(self) -> None:
-        existed = self.topic in self.broker.image.topics
-        n = await ensure_internal_topic(self.broker, self.topic, self.num_partitions, self.topic_configs())
+        existed = self.topic in self.env.image().topics
+        n = await ensure_internal_topic(self.env, self.topic, self.num_partitions, self.topic_configs())
         if self._cluster:
-            self.follow_leadership(self.broker.image)
+            self.follow_leadership(self.env.image())
         elif not self.runtime.partitions:
             self.num_partitions = n
             self.runtime.load(range(n), now=not existed)

@@ -20,6 +20,9 @@ acknowledgement instead of failing it. Re-sending a write whose outcome is unkno
 safe: it carries the whole window and the coordinator merges per offset, keeping the
 greatest (delivery count, state). Other errors, or one that outlasts the bound, reach the
 caller, which handles them as a local failure (the share partition re-reads its state).
+
+Built from the node's :class:`~.env.CoordinatorEnv` (cluster mode, image, node id), the
+local share coordinator and :class:`~.env.PeerClients`.
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
 from ..share.records import STATE_TOPIC, coordinator_key, partition_for
 from ..share.types import ShareState, ShareStateKey, StateBatch
-from .coordinator_log import CoordinatorUnavailable
-from .inter_broker import InterBrokerClients
+from .internal_topic import CoordinatorUnavailable
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .env import CoordinatorEnv, PeerClients
+    from .share_state import ShareStateRuntime
 
 log = logging.getLogger("hightide.share")
 
@@ -71,11 +74,15 @@ async def retrying(attempt: Callable[[], Awaitable[T]], code_of: Callable[[T], i
 
 class SharePersisterClient:
     """SharePersister routing each call to the leader of its ``__share_group_state``
-    partition (see the module doc)."""
+    partition (see the module doc). Built from the node's :class:`~.env.CoordinatorEnv`
+    (cluster mode or not, the image, the node id), the ``local`` share coordinator, and
+    ``peers``, the connections to the other brokers (requests bounded by
+    ``REQUEST_TIMEOUT_S``)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self._peers = InterBrokerClients(broker, f"hightide-share-{broker.node_id}", REQUEST_TIMEOUT_S)
+    def __init__(self, env: CoordinatorEnv, local: ShareStateRuntime, peers: PeerClients) -> None:
+        self.env = env
+        self.local = local
+        self._peers = peers
 
     # -- routing ----------------------------------------------------------------------------
     async def _leader_address(self, key: ShareStateKey) -> tuple[int, str, int] | None:
@@ -84,20 +91,19 @@ class SharePersisterClient:
         controller first if it does not exist yet). Raises KafkaError
         (COORDINATOR_NOT_AVAILABLE) when the partition has no alive leader or the topic
         cannot be created."""
-        b = self.broker
-        if b.cluster.single_node:
+        if not self.env.cluster:
             return None
-        if STATE_TOPIC not in b.image.topics:
+        if STATE_TOPIC not in self.env.image().topics:
             try:
-                await b.share_state.ensure_topic()
+                await self.local.ensure_topic()
             except CoordinatorUnavailable as exc:
                 raise KafkaError(exc.error_code, str(exc)) from exc
-        topic = b.image.topics.get(STATE_TOPIC)
+        topic = self.env.image().topics.get(STATE_TOPIC)
         if topic is None:
             raise KafkaError(ErrorCode.coordinator_not_available, f"{STATE_TOPIC} does not exist yet")
         p = topic.partitions.get(partition_for(coordinator_key(key.group_id, key.topic_id, key.partition),
                                                len(topic.partitions)))
-        if p is None or p.leader == b.node_id:
+        if p is None or p.leader == self.env.node_id:
             return None
         ep = self._peers.address(p.leader)
         if ep is None:
@@ -150,7 +156,7 @@ class SharePersisterClient:
                              local: Callable[[], Awaitable[int]]) -> int:
         """One routed call (the leader's answer, or the local coordinator's), retried while
         the coordinator is moving."""
-        if self.broker.cluster.single_node:  # always the local coordinator: nothing to route
+        if not self.env.cluster:  # always the local coordinator: nothing to route
             return await retrying(local, int)
 
         async def attempt() -> int:
@@ -167,11 +173,11 @@ class SharePersisterClient:
 
     async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> int:
         return await self._code_or_local(key, 83, 0, {"state_epoch": state_epoch, "start_offset": start_offset},
-                                         lambda: self.broker.share_state.initialize(key, state_epoch, start_offset))
+                                         lambda: self.local.initialize(key, state_epoch, start_offset))
 
     async def read(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
         return await self._state_or_local(key, 84, 0, {"leader_epoch": leader_epoch},
-                                          lambda: self.broker.share_state.read(key, leader_epoch))
+                                          lambda: self.local.read(key, leader_epoch))
 
     async def write(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     delivery_complete_count: int, state_batches: tuple[StateBatch, ...]) -> int:
@@ -181,15 +187,15 @@ class SharePersisterClient:
             "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
                                "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
                               for b in state_batches]},
-            lambda: self.broker.share_state.write(key, state_epoch, leader_epoch, start_offset,
+            lambda: self.local.write(key, state_epoch, leader_epoch, start_offset,
                                                   delivery_complete_count, state_batches))
 
     async def read_summary(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
         return await self._state_or_local(key, 87, 1, {"leader_epoch": leader_epoch},
-                                          lambda: self.broker.share_state.read_summary(key, leader_epoch))
+                                          lambda: self.local.read_summary(key, leader_epoch))
 
     async def delete(self, key: ShareStateKey) -> int:
-        return await self._code_or_local(key, 86, 0, {}, lambda: self.broker.share_state.delete(key))
+        return await self._code_or_local(key, 86, 0, {}, lambda: self.local.delete(key))
 
     async def close(self) -> None:
         """Close the connections to other brokers."""

@@ -1,7 +1,7 @@
 """Share group membership as the rest of the broker sees it: ``broker.share_groups``.
 
 A thin IO shell over the share groups of the group coordinator shards
-(:mod:`hightide.group.share_group`, run by :class:`~.group_runtime.GroupRuntime`):
+(:mod:`hightide.group.share_group`, run by :class:`~.groups.GroupRuntime`):
 
 * :meth:`ShareGroupService.heartbeat` runs a ShareGroupHeartbeat through the runtime and,
   when the heartbeat subscribed to share partitions whose state is not initialized yet,
@@ -16,6 +16,10 @@ A thin IO shell over the share groups of the group coordinator shards
 * :meth:`delete_state` deletes a group's share-partition state (DeleteGroups).
 
 Group state is read from the coordinator shard, so it is committed state only.
+
+Built from the node's :class:`~.env.CoordinatorEnv` (configs, image), the group
+coordinator, the local share coordinator and the persister; the share-partition manager
+is set once built (each uses the other).
 """
 
 from __future__ import annotations
@@ -31,10 +35,14 @@ from ..config import ConfigError, parse_share_auto_offset_reset, validate_group_
 from ..group.share_group import ShareGroup, ShareHeartbeatRequest, ShareHeartbeatResponse
 from ..protocol.errors import ErrorCode
 from ..share.types import ShareGroupSettings, ShareStateKey
-from .coordinator_log import CoordinatorUnavailable
+from .internal_topic import CoordinatorUnavailable
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..share.types import SharePersister
+    from .env import CoordinatorEnv
+    from .groups import GroupRuntime
+    from .share_partitions import SharePartitionManager
+    from .share_state import ShareStateRuntime
 
 log = logging.getLogger("hightide.share.groups")
 
@@ -53,10 +61,20 @@ def _reset(value: str) -> str:
 
 
 class ShareGroupService:
-    """``broker.share_groups``: implements ``share.types.ShareGroupView``."""
+    """``broker.share_groups``: implements ``share.types.ShareGroupView``. Built from the
+    node's :class:`~.env.CoordinatorEnv` (configs, image), the group coordinator
+    (``groups``), the local share coordinator (``share_state``: the group's keys) and the
+    ``persister`` (the share coordinator wherever it is); ``manager``, the share
+    partitions told of departed members and deleted state, is set once built (it is
+    built from this service)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, env: CoordinatorEnv, groups: GroupRuntime, share_state: ShareStateRuntime,
+                 persister: SharePersister) -> None:
+        self.env = env
+        self.groups = groups
+        self.share_state = share_state
+        self.persister = persister
+        self.manager: SharePartitionManager | None = None
         self._settings: dict[str, ShareGroupSettings] = {}
         self._settings_at = -2  # metadata image offset the cache was built at
         self._inflight: dict[str, set[asyncio.Future]] = {}  # group id -> its initializations under way
@@ -64,16 +82,16 @@ class ShareGroupService:
     # -- ShareGroupView ---------------------------------------------------------------------
     def settings(self, group_id: str) -> ShareGroupSettings:
         """The group's effective settings: its group configs, else the broker defaults."""
-        image = self.broker.image
+        image = self.env.image()
         if image.offset != self._settings_at:
             self._settings, self._settings_at = {}, image.offset
         cached = self._settings.get(group_id)
         if cached is None:
             overrides = image.group_configs.get(group_id, {})
             try:
-                v = validate_group_configs(self.broker.config, overrides)
+                v = validate_group_configs(self.env.config, overrides)
             except ConfigError:  # bounds changed since they were set: fall back to the defaults
-                v = validate_group_configs(self.broker.config, {})
+                v = validate_group_configs(self.env.config, {})
             cached = self._settings[group_id] = ShareGroupSettings(
                 auto_offset_reset=_reset(v["share.auto.offset.reset"]),
                 record_lock_duration_ms=v["share.record.lock.duration.ms"],
@@ -85,7 +103,7 @@ class ShareGroupService:
     def _group(self, group_id: str) -> ShareGroup | None:
         """The committed share group, or None. Raises CoordinatorUnavailable (e.g. its
         partition is loading)."""
-        return self.broker.groups.shard_for(group_id).share.get(group_id)
+        return self.groups.shard_for(group_id).share.get(group_id)
 
     def _group_or_none(self, group_id: str) -> ShareGroup | None:
         try:
@@ -98,7 +116,7 @@ class ShareGroupService:
         that does not coordinate the group cannot tell (Kafka's share-partition leaders do
         not ask the coordinator either): every member id counts there, and the records a
         departed member held come back when their acquisition locks expire."""
-        if self.broker.groups.led_elsewhere(group_id):
+        if self.groups.led_elsewhere(group_id):
             return True
         g = self._group_or_none(group_id)
         return g is not None and member_id in g.members
@@ -115,7 +133,7 @@ class ShareGroupService:
 
     # -- ShareGroupHeartbeat -------------------------------------------------------------------
     async def _run(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
-        runtime = self.broker.groups
+        runtime = self.groups
         session, interval = runtime.share_timeouts(hb.group_id)
         return await runtime.execute(hb.group_id, lambda shard: shard.share_group_heartbeat(
             hb, now_ms, runtime.topics(), session, interval), now_ms)
@@ -129,7 +147,8 @@ class ShareGroupService:
         if resp.error_code == ErrorCode.none and resp.member_epoch < 0:
             # it left: what it holds is freed now; its share session waits (bounded) for
             # the client's final-epoch request, as Kafka's does
-            self.broker.share_manager.member_left(hb.group_id, hb.member_id)
+            if self.manager is not None:
+                self.manager.member_left(hb.group_id, hb.member_id)
         if resp.error_code != ErrorCode.none or resp.member_epoch < 0:
             return resp
         if resp.to_initialize:
@@ -158,7 +177,7 @@ class ShareGroupService:
     async def _initialize(self, group_id: str, state_epoch: int, parts: dict[uuid.UUID, frozenset[int]]) -> bool:
         """Initialize the share-partition state of ``parts``; record which succeeded.
         True if any did."""
-        persister = self.broker.share_persister  # the share coordinator, on whichever broker leads its partition
+        persister = self.persister  # the share coordinator, on whichever broker leads its partition
         good: dict[uuid.UUID, set[int]] = {}
         bad: dict[uuid.UUID, set[int]] = {}
         for tid, ps in parts.items():
@@ -169,7 +188,7 @@ class ShareGroupService:
                     log.warning("initializing share state of %s %s-%d failed: %s", group_id, tid, p, exc)
                     code = ErrorCode.unknown_server_error
                 (good if code == 0 else bad).setdefault(tid, set()).add(p)
-        runtime, now = self.broker.groups, _now_ms()
+        runtime, now = self.groups, _now_ms()
         for ok, sel in ((True, good), (False, bad)):
             if sel:
                 frozen = {t: frozenset(ps) for t, ps in sel.items()}
@@ -184,7 +203,7 @@ class ShareGroupService:
     async def delete_state(self, group_id: str) -> int:
         """Delete the share-partition state of every partition the group may have state
         for (before its records are tombstoned). Returns an error code (0: done)."""
-        persister, manager = self.broker.share_state, self.broker.share_manager
+        persister, manager = self.share_state, self.manager
         try:
             g = self._group(group_id)
             keys = set(persister.keys_for_group(group_id))
@@ -193,8 +212,9 @@ class ShareGroupService:
         if g is not None:
             keys |= {ShareStateKey(group_id, t, p) for t, ps in g.state_partitions().items() for p in ps}
         for key in sorted(keys, key=lambda k: (k.topic_id.bytes, k.partition)):
-            code = await self.broker.share_persister.delete(key)
-            manager.invalidate(key)
+            code = await self.persister.delete(key)
+            if manager is not None:
+                manager.invalidate(key)
             if code not in (0, ErrorCode.unknown_topic_or_partition, ErrorCode.group_id_not_found):
                 return code
         return 0
@@ -204,10 +224,10 @@ class ShareGroupService:
         (DeleteShareGroupOffsets): the group forgets they were initialized, so the next
         heartbeat initializes them again before assigning them (Kafka's behaviour).
         Raises CoordinatorUnavailable if the group's log cannot be written."""
-        runtime = self.broker.groups
+        runtime = self.groups
         await runtime.execute(group_id, lambda shard: shard.share_state_deleted(group_id, topic_ids, runtime.topics()),
                               _now_ms())
 
     def describe(self, group_id: str) -> dict[str, Any] | None:
-        runtime = self.broker.groups
+        runtime = self.groups
         return runtime.shard_for(group_id).describe_share_group(group_id, runtime.topics())

@@ -25,6 +25,9 @@ INVALID_TXN_STATE, as Kafka's AddPartitionsToTxnManager turns it; a coordinator 
 cannot be reached (not registered, fenced) COORDINATOR_NOT_AVAILABLE. Closing the
 verifier (the broker stopping) answers every held question NOT_COORDINATOR at once, and
 a question asked after that too.
+
+Built from :class:`~.env.PeerClients` (the connections to the other brokers) and the
+bound ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -35,12 +38,13 @@ from typing import TYPE_CHECKING
 
 from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
-from .inter_broker import REQUEST_TIMEOUT_S, InterBrokerClients
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .env import PeerClients
 
 log = logging.getLogger("hightide.txn")
+
+REQUEST_TIMEOUT_S = 10.0  # the inter-broker request timeout (the broker's InterBrokerClients default)
 
 _Key = tuple[int, int, str, int]  # producer id, epoch, topic, partition
 
@@ -60,12 +64,12 @@ def answer_of(question: asyncio.Future[ErrorCode]) -> ErrorCode:
 
 class RemoteTxnVerifier:
     """Verify-only AddPartitionsToTxn to another broker's transaction coordinator (see
-    the module doc)."""
+    the module doc), over ``peers`` (connections to the other brokers, whose requests
+    ``timeout_s`` bounds too)."""
 
-    def __init__(self, broker: Broker, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        self.broker = broker
+    def __init__(self, peers: PeerClients, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s  # the longest a question waits for its answer
-        self._peers = InterBrokerClients(broker, f"hightide-txn-verify-{broker.node_id}", timeout_s)
+        self._peers = peers
         self._asking: dict[_Key, asyncio.Task[ErrorCode]] = {}  # the produce path's shared questions
         self._held: set[asyncio.Task[ErrorCode]] = set()  # every question not answered yet
         self._closed = False

@@ -2,7 +2,7 @@
 shape): the consumer-group coordinator over ``__consumer_offsets``, the share coordinator
 over ``__share_group_state`` and the metadata image over ``__cluster_metadata`` run on it.
 The first two share their service shell (start-up, placement, topic creation, routing):
-:class:`~.coordinator_service.CoordinatorService`.
+:class:`~.service.CoordinatorService`.
 
 Theory of operation
 -------------------

@@ -1,6 +1,6 @@
 """The transaction coordinator: :class:`~hightide.txn.coordinator.TxnShard` s over the
 partitions of ``__transaction_state``, run by the one
-:class:`~.coordinator_runtime.CoordinatorRuntime` (``broker.txns``).
+:class:`~.runtime.CoordinatorRuntime` (``broker.txns``).
 
 A request (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) picks the
 transactional id's partition (Kafka's ``abs(hashCode) % transaction.state.log.num.partitions``),
@@ -31,13 +31,17 @@ loaded, every transaction found in a Prepare state is completed; then every
 their ``transaction.timeout.ms`` are aborted with their epoch bumped (the producer is
 fenced), and every ``transaction.remove.expired.transaction.cleanup.interval.ms`` idle
 transactional ids older than ``transactional.id.expiration.ms`` are removed (tombstones).
+
+Built from the node's :class:`~.env.CoordinatorEnv`, the group coordinator (markers to
+``__consumer_offsets``), ``next_producer_id()``, :class:`~.env.PeerClients` for
+WriteTxnMarkers and a :class:`~.txn_verify.RemoteTxnVerifier`: never the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -51,15 +55,16 @@ from ..txn.coordinator import NEED_PRODUCER_ID, InitResponse, Markers, TxnConfig
 from ..txn.records import STATE_TOPIC, TxnRecordError, decode_key, decode_value, encode_key, encode_value
 from ..txn.records import partition_for as txn_partition_for
 from ..txn.state import TopicPartition, TxnMetadata, TxnState
-from .coordinator_log import CoordinatorUnavailable
-from .coordinator_runtime import fsync_due
-from .coordinator_service import AdapterDefaults, CoordinatorService, returning
-from .coordinator_service import now_ms as _now_ms
-from .inter_broker import InterBrokerClients
+from .internal_topic import CoordinatorUnavailable
+from .runtime import fsync_due
+from .service import AdapterDefaults, CoordinatorService, returning
+from .service import now_ms as _now_ms
+from .env import NoPeers, PeerClients
 from .txn_verify import RemoteTxnVerifier
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .env import CoordinatorEnv
+    from .groups import GroupRuntime
 
 log = logging.getLogger("hightide.txn")
 
@@ -72,7 +77,7 @@ _FINAL = frozenset({ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorC
 
 
 class TxnAdapter(AdapterDefaults[TxnShard]):
-    """:class:`~.coordinator_runtime.ShardAdapter` of ``__transaction_state`` (a failed
+    """:class:`~.runtime.ShardAdapter` of ``__transaction_state`` (a failed
     fsync answers NOT_COORDINATOR, as Kafka's coordinator answers a storage error)."""
 
     topic = STATE_TOPIC
@@ -114,24 +119,35 @@ class TxnAdapter(AdapterDefaults[TxnShard]):
 class TransactionCoordinator(CoordinatorService[TxnShard, str]):
     """The transaction coordinator (``broker.txns``), also the broker's KIP-890
     :class:`~hightide.log.transactions.TxnVerifier`. Start-up, topic creation and close:
-    :class:`~.coordinator_service.CoordinatorService`."""
+    :class:`~.service.CoordinatorService`.
+
+    Built from the node's :class:`~.env.CoordinatorEnv` and: ``groups``, the group
+    coordinator (markers to ``__consumer_offsets`` go through its write path; None:
+    such markers answer COORDINATOR_NOT_AVAILABLE); ``next_producer_id()``, a new
+    producer id (the node's producer id blocks); ``peers``, the connections markers are
+    sent to other brokers over; ``verifier``, KIP-890 questions to another broker's
+    coordinator. Without peers (the single node) no other broker is reachable."""
 
     topic = STATE_TOPIC
     place_task = "place transactions"
 
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
+    def __init__(self, env: CoordinatorEnv, *, groups: GroupRuntime | None = None,
+                 next_producer_id: Callable[[], Awaitable[int]] | None = None, peers: PeerClients | None = None,
+                 verifier: RemoteTxnVerifier | None = None) -> None:
+        cfg = env.config
         self.config = TxnConfig(max_timeout_ms=cfg["transaction.max.timeout.ms"],
                                 id_expiration_ms=cfg["transactional.id.expiration.ms"])
-        super().__init__(broker, TxnAdapter(self.config), cfg["transaction.state.log.num.partitions"])
+        super().__init__(env, TxnAdapter(self.config), cfg["transaction.state.log.num.partitions"])
         self._completing: dict[str, asyncio.Task] = {}  # transactional id -> its markers being written
-        self._peers = InterBrokerClients(broker, f"hightide-txn-markers-{broker.node_id}")
-        self._remote = RemoteTxnVerifier(broker)
+        self.groups = groups
+        self._next_producer_id = next_producer_id
+        self._peers: PeerClients = peers if peers is not None else NoPeers()
+        self._remote = verifier if verifier is not None else RemoteTxnVerifier(NoPeers())
 
     def topic_configs(self) -> dict[str, str]:
         """``cleanup.policy=compact``, as Kafka's."""
         return {"cleanup.policy": "compact",
-                "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"])}
+                "segment.bytes": str(self.env.config["transaction.state.log.segment.bytes"])}
 
     async def move_misplaced(self, now_ms: int) -> set[int]:
         """Nothing: hightide always placed transactional ids by Kafka's rule."""
@@ -145,7 +161,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         """Run ``fn`` on the id's working shard through the write path (the topic created
         on first use); start writing the markers of a decided transaction. Raises
         CoordinatorUnavailable."""
-        if self.broker.stopping:
+        if self.env.stopping():
             raise CoordinatorUnavailable("the broker is shutting down", ErrorCode.not_coordinator)
         await self.ensure_topic()
         partition = self.partition_for(transactional_id)
@@ -159,7 +175,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         """The coordinator epoch markers carry: the leader epoch of the transactional
         id's ``__transaction_state`` partition (0 on the single node), so a partition
         refuses markers of a coordinator that lost it (TRANSACTION_COORDINATOR_FENCED)."""
-        topic = self.broker.image.topics.get(STATE_TOPIC)
+        topic = self.env.image().topics.get(STATE_TOPIC)
         pimg = topic.partitions.get(partition) if topic is not None else None
         return max(pimg.leader_epoch, 0) if pimg is not None else 0
 
@@ -177,7 +193,9 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
             assert isinstance(resp, InitResponse)
             if resp is not NEED_PRODUCER_ID:
                 return resp
-            new_pid = await self.broker.next_producer_id()
+            if self._next_producer_id is None:
+                raise CoordinatorUnavailable("no producer id source", ErrorCode.coordinator_not_available)
+            new_pid = await self._next_producer_id()
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[TopicPartition]) -> ErrorCode:
@@ -235,7 +253,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         (then the local shard answers, NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE if
         it is not loaded here)."""
         leader = self._leader(STATE_TOPIC, self.partition_for(transactional_id))
-        if self._cluster and leader is not None and leader >= 0 and leader != self.broker.node_id:
+        if self._cluster and leader is not None and leader >= 0 and leader != self.env.node_id:
             return leader
         return None
 
@@ -295,7 +313,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
             errors = await self.send_markers(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch, todo)
             todo = [tp for tp, err in errors.items() if err not in _FINAL]
             if todo:
-                if self.broker.stopping:
+                if self.env.stopping():
                     return  # the next start completes it (the Prepare record is in the log)
                 log.warning("markers of %r to %s not written yet (%s), retrying", m.transactional_id, todo,
                             ", ".join(sorted({errors[tp].name for tp in todo})))
@@ -307,14 +325,14 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                 await self.runtime.write(self.partition_for(m.transactional_id), lambda s: s.complete(m, now), now)
                 return
             except CoordinatorUnavailable as exc:
-                if self.broker.stopping or exc.error_code == ErrorCode.not_coordinator:
+                if self.env.stopping() or exc.error_code == ErrorCode.not_coordinator:
                     return  # shutting down, or the partition moved: its next owner completes it
                 log.warning("completing the transaction of %r failed (%s), retrying", m.transactional_id, exc)
                 await asyncio.sleep(MARKER_RETRY_MAX_S)
 
     def _leader(self, topic: str, partition: int) -> int | None:
         """The leader of a partition in the image (-1: none), None if it does not exist."""
-        timg = self.broker.image.topics.get(topic)
+        timg = self.env.image().topics.get(topic)
         pimg = timg.partitions.get(partition) if timg is not None else None
         return None if pimg is None else pimg.leader
 
@@ -325,7 +343,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         sent to their leaders, one WriteTxnMarkers per broker, all brokers at once. Returns
         the error of each partition; a leaderless partition answers NOT_LEADER_OR_FOLLOWER
         and an unreachable broker BROKER_NOT_AVAILABLE or NETWORK_EXCEPTION (retriable)."""
-        me = self.broker.node_id
+        me = self.env.node_id
         local: list[TopicPartition] = []
         remote: dict[int, list[TopicPartition]] = {}
         out: dict[TopicPartition, ErrorCode] = {}
@@ -379,8 +397,8 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         (WriteTxnMarkers); the error of each (UNKNOWN_TOPIC_OR_PARTITION: no such
         partition; NOT_LEADER_OR_FOLLOWER: another broker leads it, or none does)."""
         out: dict[TopicPartition, ErrorCode] = {}
-        me = self.broker.node_id
-        acting = getattr(self.broker, "metadata_ready", True)  # a broker that has not caught up leads nothing
+        me = self.env.node_id
+        acting = self.env.acting()  # a broker that has not caught up leads nothing
         for topic, p in partitions:
             leader = self._leader(topic, p)
             if (leader is not None and leader != me) or not acting:
@@ -397,9 +415,11 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
     async def _offsets_marker(self, partition: int, marker: TxnBatch) -> ErrorCode:
         """The marker through the group coordinator's write path: committed in its log
         and replayed, the producer's pending offsets become visible (or are dropped)."""
-        groups = self.broker.groups
+        groups = self.groups
+        if groups is None:
+            return ErrorCode.coordinator_not_available
         if partition not in groups.runtime.partitions:
-            if OFFSETS_TOPIC not in self.broker.image.topics:
+            if OFFSETS_TOPIC not in self.env.image().topics:
                 return ErrorCode.unknown_topic_or_partition
             return ErrorCode.coordinator_load_in_progress
         try:
@@ -413,10 +433,10 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
 
     async def _data_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
                            coordinator_epoch: int) -> ErrorCode:
-        timg = self.broker.image.topics.get(topic)
+        timg = self.env.image().topics.get(topic)
         if timg is None or partition not in timg.partitions:
             return ErrorCode.unknown_topic_or_partition
-        plog = self.broker.partition_log(topic, partition)
+        plog = self.env.partition_log(topic, partition)
         if plog is None:
             return ErrorCode.kafka_storage_error
         try:
@@ -428,10 +448,10 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         except OSError as exc:
             log.error("marker to %s-%d failed: %s", topic, partition, exc)
             return ErrorCode.kafka_storage_error
-        self.broker.waiters.wake((topic, partition))
+        self.env.wake((topic, partition))
         if fsync_due(plog):
             try:
-                await self.broker.flusher.durable(plog)
+                await self.env.durable(plog)
             except OSError as exc:
                 log.error("fsync of the marker to %s-%d failed: %s", topic, partition, exc)
                 return ErrorCode.kafka_storage_error
@@ -441,7 +461,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
     async def run_timers(self) -> None:
         """Complete decided transactions after loading, then abort timed-out ones and
         remove expired ids on their intervals (see the module doc). Runs until cancelled."""
-        cfg = self.broker.config
+        cfg = self.env.config
         abort_every = cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
         expire_every = cfg["transaction.remove.expired.transaction.cleanup.interval.ms"]
         await self.wait_loaded()

@@ -1,5 +1,5 @@
 """The group coordinator: :class:`GroupCoordinatorShard` s over the partitions of
-``__consumer_offsets``, run by the :class:`~.coordinator_runtime.CoordinatorRuntime`.
+``__consumer_offsets``, run by the :class:`~.runtime.CoordinatorRuntime`.
 
 For a request the handler gives :meth:`GroupRuntime.execute` a shard call; the runtime
 runs it on the partition's working shard (which returns records and a response without
@@ -27,6 +27,9 @@ armed afresh on load); the share-group state initialization that a ShareGroupHea
 may need is driven by :mod:`.share_groups`.
 
 The topic is created on first use, like Kafka's, with ``cleanup.policy=compact``.
+
+Built from the node's :class:`~.env.CoordinatorEnv` (configs, image, partition logs,
+the flusher's durability wait, topic creation, leadership): never the broker.
 """
 
 from __future__ import annotations
@@ -52,19 +55,19 @@ from ..group.shard import (
 from ..group.share_group import ShareGroupConfig, ShareTimersKey
 from ..protocol.errors import ErrorCode
 from ..txn.batch import TxnBatch
-from .coordinator_log import CoordinatorUnavailable
-from .coordinator_runtime import LoadState
-from .coordinator_service import AdapterDefaults, CoordinatorService, returning
-from .coordinator_service import now_ms as _now_ms
+from .internal_topic import CoordinatorUnavailable
+from .runtime import LoadState
+from .service import AdapterDefaults, CoordinatorService, returning
+from .service import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .env import CoordinatorEnv
 
 log = logging.getLogger("hightide.group")
 
 
 class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
-    """:class:`~.coordinator_runtime.ShardAdapter` of ``__consumer_offsets``. A failed
+    """:class:`~.runtime.ShardAdapter` of ``__consumer_offsets``. A failed
     fsync answers NOT_COORDINATOR, as Kafka's group coordinator answers a storage error
     (the client looks the coordinator up again)."""
 
@@ -179,14 +182,14 @@ def _consumer_summary(shard: GroupCoordinatorShard, group_id: str) -> tuple | No
 
 class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
     """The group coordinator (``broker.groups``). Start-up, placement, topic creation and
-    close: :class:`~.coordinator_service.CoordinatorService`; here the groups' placement
+    close: :class:`~.service.CoordinatorService`; here the groups' placement
     rule, the write path of group requests, parked requests and timers."""
 
     topic = OFFSETS_TOPIC
     place_task = "place groups"
 
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
+    def __init__(self, env: CoordinatorEnv) -> None:
+        cfg = env.config
         self.group_config = GroupConfig(
             offset_metadata_max_bytes=cfg["offset.metadata.max.bytes"],
             offsets_retention_ms=cfg["offsets.retention.minutes"] * 60_000,
@@ -203,7 +206,7 @@ class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
                 heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
                 max_size=cfg["group.share.max.size"],
                 initialize_retry_ms=cfg["group.share.initialize.retry.interval.ms"]))
-        super().__init__(broker, GroupAdapter(self), cfg["offsets.topic.num.partitions"])
+        super().__init__(env, GroupAdapter(self), cfg["offsets.topic.num.partitions"])
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)
         # Per connection, its latest parked request: Kafka evaluates one request per
@@ -214,7 +217,7 @@ class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
 
     def topic_configs(self) -> dict[str, str]:
         """``cleanup.policy=compact``, as Kafka's."""
-        return {"cleanup.policy": "compact", "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])}
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.env.config["offsets.topic.segment.bytes"])}
 
     # -- groups stored in the wrong partition (written before the placement fix) ------------
     def note_placement(self, partition: int, key: Any, value: Any) -> None:
@@ -342,16 +345,16 @@ class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
         return self._timeouts("consumer", group_id)
 
     def _timeouts(self, kind: str, group_id: str) -> tuple[int, int]:
-        overrides = self.broker.image.group_configs.get(group_id, {})
+        overrides = self.env.image().group_configs.get(group_id, {})
         out = []
         for name in (f"{kind}.session.timeout.ms", f"{kind}.heartbeat.interval.ms"):
             value = overrides.get(name)
-            out.append(int(value) if value is not None else group_config_default(self.broker.config, name))
+            out.append(int(value) if value is not None else group_config_default(self.env.config, name))
         return out[0], out[1]
 
     def topics(self) -> ImageTopics:
         """The topics of the current metadata image, as consumer groups see them."""
-        return ImageTopics(self.broker.image)
+        return ImageTopics(self.env.image())
 
     # -- timers (operations like any other) ----------------------------------------------------
     async def poll(self, now_ms: int) -> None:

@@ -1,5 +1,5 @@
 """The share coordinator: :class:`ShareCoordinatorShard` s over the partitions of
-``__share_group_state``, run by the :class:`~.coordinator_runtime.CoordinatorRuntime`; it
+``__share_group_state``, run by the :class:`~.runtime.CoordinatorRuntime`; it
 is the broker's :class:`~hightide.share.types.SharePersister` (``broker.share_state``).
 
 A call picks the share partition's shard (Kafka's ``abs(hash("group:topicId:partition")) %
@@ -24,6 +24,9 @@ quiet share partitions got a fresh "cold" snapshot (written through the same pat
 The topic is created on first write with ``cleanup.policy=delete`` and unlimited retention,
 as Kafka does: ShareUpdate records hold only changed batches, so compaction (which keeps the
 last record per key) would lose state; pruning is explicit instead.
+
+Built from the node's :class:`~.env.CoordinatorEnv` (configs, image, partition logs,
+the flusher's durability wait, topic creation, leadership, ``stopping()``).
 """
 
 from __future__ import annotations
@@ -54,13 +57,13 @@ from ..share.records import (
     partition_for,
 )
 from ..share.types import ShareState, ShareStateKey, StateBatch
-from .coordinator_log import CoordinatorUnavailable
-from .coordinator_runtime import LoadState
-from .coordinator_service import AdapterDefaults, CoordinatorService, returning
-from .coordinator_service import now_ms as _now_ms
+from .internal_topic import CoordinatorUnavailable
+from .runtime import LoadState
+from .service import AdapterDefaults, CoordinatorService, returning
+from .service import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .env import CoordinatorEnv
 
 log = logging.getLogger("hightide.share")
 
@@ -69,7 +72,7 @@ _PLACEMENT_CACHE = 100_000  # share partitions whose placement is remembered (th
 
 
 class ShareStateAdapter(AdapterDefaults[ShareCoordinatorShard]):
-    """:class:`~.coordinator_runtime.ShardAdapter` of ``__share_group_state`` (a failed
+    """:class:`~.runtime.ShardAdapter` of ``__share_group_state`` (a failed
     fsync answers KAFKA_STORAGE_ERROR; nothing is parked)."""
 
     topic = STATE_TOPIC
@@ -110,23 +113,23 @@ class ShareStateAdapter(AdapterDefaults[ShareCoordinatorShard]):
 
 class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]):
     """SharePersister over ``__share_group_state``; also the state RPC handlers' backend.
-    Start-up, placement, topic creation and close: :class:`~.coordinator_service.CoordinatorService`."""
+    Start-up, placement, topic creation and close: :class:`~.service.CoordinatorService`."""
 
     topic = STATE_TOPIC
     place_task = "place share state"
 
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
+    def __init__(self, env: CoordinatorEnv) -> None:
+        cfg = env.config
         self.config = ShareCoordinatorConfig(
             snapshot_update_records_per_snapshot=cfg["share.coordinator.snapshot.update.records.per.snapshot"],
             cold_partition_snapshot_interval_ms=cfg["share.coordinator.cold.partition.snapshot.interval.ms"])
-        super().__init__(broker, ShareStateAdapter(self.config), cfg["share.coordinator.state.topic.num.partitions"])
+        super().__init__(env, ShareStateAdapter(self.config), cfg["share.coordinator.state.topic.num.partitions"])
         self._placement: dict[ShareStateKey, tuple[int, int]] = {}  # key -> (partition count, partition)
 
     def topic_configs(self) -> dict[str, str]:
         """``cleanup.policy=delete`` and unlimited retention, as Kafka's (see the module doc)."""
         return {"cleanup.policy": "delete", "retention.ms": "-1",
-                "segment.bytes": str(self.broker.config["share.coordinator.state.topic.segment.bytes"])}
+                "segment.bytes": str(self.env.config["share.coordinator.state.topic.segment.bytes"])}
 
     # -- loading ----------------------------------------------------------------------------
     async def move_misplaced(self, now_ms: int) -> set[int]:
@@ -187,13 +190,13 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
         return p
 
     def _exists(self, topic_id: uuid.UUID, partition: int) -> bool:
-        t = self.broker.image.topic_by_id(topic_id)
+        t = self.env.image().topic_by_id(topic_id)
         return t is not None and partition in t.partitions
 
     async def _run(self, key: ShareStateKey, fn: Callable[[ShareCoordinatorShard], ShareResult]) -> Any:
         """The response of ``fn`` once its records are committed and applied. Raises
         CoordinatorUnavailable (with the code to answer)."""
-        if self.broker.stopping:
+        if self.env.stopping():
             raise CoordinatorUnavailable("the broker is shutting down")
         return await self.execute(key, fn, _now_ms())
 
@@ -276,7 +279,7 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
             try:
                 await self.runtime.write(p, lambda s: ShareResult(s.cold_snapshots(now_ms)), now_ms)
                 target = part.shard.redundant_offset()
-                plog = self.broker.partition_log(STATE_TOPIC, p)
+                plog = self.env.partition_log(STATE_TOPIC, p)
                 if target is None or plog is None or target <= plog.log_start_offset:
                     continue
                 before = plog.log_start_offset
