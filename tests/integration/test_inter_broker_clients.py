@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hightide.server.inter_broker import InterBrokerClients
+from hightide.node.inter_broker import InterBrokerClients
 
 
 def test_concurrent_first_requests_to_one_broker_all_succeed(server: Any) -> None:

@@ -39,11 +39,11 @@ from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
 from . import handlers
-from .broker_node import BrokerNode
+from ..node.broker_node import BrokerNode
 from .connection import KafkaConnection
 from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, controller_client_security, listener_security
 from .context import Services
-from .controller_service import ControllerService
+from ..node.controller_service import ControllerService
 from .flusher import Flusher
 from .log_cleaner import LogCleaner
 from .coordinator_runtime import CoordinatorRuntime, CoordinatorUnavailable
@@ -60,7 +60,7 @@ from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
 from .share_runtime import ShareStateRuntime
 from ..aio.shutdown import Step, run_steps
-from .snapshotter import snapshotter_for
+from ..node.snapshotter import snapshotter_for
 from ..aio.tasks import cancel_and_wait
 from .txn_runtime import TransactionCoordinator
 from ..aio.waiters import AppendWaiters

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
-from .inter_broker import InterBrokerClients
+from ..node.inter_broker import InterBrokerClients
 
 if TYPE_CHECKING:
     from .broker import Broker

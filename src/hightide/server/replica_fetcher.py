@@ -53,7 +53,7 @@ from ..log.leader_epochs import truncation_point
 from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
-from .inter_broker import InterBrokerClients
+from ..node.inter_broker import InterBrokerClients
 from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:

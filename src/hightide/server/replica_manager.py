@@ -52,7 +52,7 @@ from ..replication.leader_state import (
     NotAReplica,
     PartitionAssignment,
 )
-from .controller_channel import ControllerUnavailable
+from ..node.controller_channel import ControllerUnavailable
 
 if TYPE_CHECKING:
     import uuid

@@ -34,7 +34,7 @@ from ..protocol.errors import ErrorCode
 from ..share.records import STATE_TOPIC, coordinator_key, partition_for
 from ..share.types import ShareState, ShareStateKey, StateBatch
 from .coordinator_log import CoordinatorUnavailable
-from .inter_broker import InterBrokerClients
+from ..node.inter_broker import InterBrokerClients
 
 if TYPE_CHECKING:
     from .broker import Broker

@@ -55,7 +55,7 @@ from .coordinator_log import CoordinatorUnavailable
 from .coordinator_runtime import fsync_due
 from .coordinator_service import AdapterDefaults, CoordinatorService, returning
 from .coordinator_service import now_ms as _now_ms
-from .inter_broker import InterBrokerClients
+from ..node.inter_broker import InterBrokerClients
 from .txn_verify import RemoteTxnVerifier
 
 if TYPE_CHECKING:

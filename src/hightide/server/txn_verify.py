@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
-from .inter_broker import REQUEST_TIMEOUT_S, InterBrokerClients
+from ..node.inter_broker import REQUEST_TIMEOUT_S, InterBrokerClients
 
 if TYPE_CHECKING:
     from .broker import Broker

@@ -16,11 +16,11 @@ from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
 from ..client.properties import ClientSecurity
-from .leadership import alive_endpoint
-from .listener_security import inter_broker_client
+from ..server.leadership import alive_endpoint
+from ..server.listener_security import inter_broker_client
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 REQUEST_TIMEOUT_S = 10.0
 

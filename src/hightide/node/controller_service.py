@@ -57,9 +57,9 @@ from ..cluster.lifecycle import (
 from ..cluster.records import MetadataRecord
 from ..cluster.raft.describe import describe_quorum
 from ..log.partition_log import PartitionLog
-from .coordinator_runtime import CoordinatorUnavailable
+from ..server.coordinator_runtime import CoordinatorUnavailable
 from .raft_shell import RaftShell
-from .registry import handles
+from ..server.registry import handles
 
 log = logging.getLogger("hightide.controller")
 

@@ -75,10 +75,10 @@ from ..cluster.snapshot import (
 from ..log.partition_log import PartitionLog
 from ..protocol.errors import ErrorCode
 from ..protocol.records import parse_header
-from .metadata_runtime import RaftMetadataRuntime
+from ..server.metadata_runtime import RaftMetadataRuntime
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.snapshots")
 

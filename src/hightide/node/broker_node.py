@@ -41,18 +41,18 @@ from typing import TYPE_CHECKING, Any
 from ..client.errors import KafkaError
 from ..cluster.features import SUPPORTED_FEATURES
 from ..cluster.settings import ClusterSettings
-from .broker_lifecycle import BrokerLifecycleManager
+from .lifecycle import BrokerLifecycleManager
 from .controller_channel import ControllerChannel, ControllerUnavailable
 from .forwarding import Forwarder, RemoteMetadataWrites, forwarding_routes
-from .listener_security import PROTOCOL_IDS, controller_client_security
+from ..server.listener_security import PROTOCOL_IDS, controller_client_security
 from .metadata_follower import MetadataFollower
 from .read_gate import ReadGate, gated_routes
-from .registry import Route, Routes
+from ..server.registry import Route, Routes
 from ..aio.shutdown import Step, run_steps
 from ..aio.tasks import STOP_WAIT_S
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..server.broker import Broker
 
 log = logging.getLogger("hightide.broker_node")
 

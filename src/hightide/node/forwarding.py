@@ -62,9 +62,9 @@ from ..protocol.codec import encode_request, request_schema, response_schema
 from ..protocol.errors import ErrorCode
 from ..security.principal import serialize_principal
 from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerUnavailable
-from .coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
+from ..server.coordinator_runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
 from .read_gate import ReadGate
-from .registry import Route, Routes
+from ..server.registry import Route, Routes
 
 log = logging.getLogger("hightide.forwarding")
 

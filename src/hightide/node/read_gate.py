@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .registry import Route, Routes
+from ..server.registry import Route, Routes
 
 log = logging.getLogger("hightide.read_gate")
 

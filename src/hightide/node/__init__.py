@@ -1,0 +1,1 @@
+"""The cluster node (see the docstring written in a later commit)."""
