@@ -10,6 +10,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from hightide.cluster.image import MetadataImage
+from hightide.node.inter_broker import InterBroker
 from hightide.server.leader_offsets import LeaderOffsets
 
 
@@ -28,7 +30,8 @@ class Peers:
 
 def offsets(addresses: dict[int, tuple[str, int]], timeout_s: float = 0.3, retry_after_s: float = 5.0
             ) -> LeaderOffsets:
-    lo = LeaderOffsets(SimpleNamespace(node_id=1), timeout_s=timeout_s, retry_after_s=retry_after_s)  # type: ignore[arg-type]
+    network = InterBroker(MetadataImage, lambda: ("PLAINTEXT", None))
+    lo = LeaderOffsets(SimpleNamespace(node_id=1, inter_broker=network), timeout_s=timeout_s, retry_after_s=retry_after_s)  # type: ignore[arg-type]
     lo._peers = Peers(addresses)  # type: ignore[assignment]
     return lo
 

@@ -18,7 +18,8 @@ from hightide.protocol.codec import request_schema
 from hightide.protocol.build import materialize
 from hightide.protocol.errors import ErrorCode
 from hightide.node.forwarding import FORWARDED, Forwarder, client_address, error_response, metadata_offset
-from hightide.node.read_gate import ReadGate, gated_routes
+from hightide.node.read_gate import ReadGate
+from hightide.server.node_routes import gated_routes
 from hightide.server.registry import Route
 
 

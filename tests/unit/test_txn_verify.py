@@ -10,7 +10,9 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from hightide.cluster.image import MetadataImage
 from hightide.log.transactions import verification_error_for_produce
+from hightide.node.inter_broker import InterBroker
 from hightide.protocol.errors import ErrorCode
 from hightide.server.txn_verify import RemoteTxnVerifier, answer_of
 
@@ -19,7 +21,7 @@ class _Asked(RemoteTxnVerifier):
     """The verifier with the network call replaced by a scripted answer."""
 
     def __init__(self, answer: ErrorCode) -> None:
-        super().__init__(SimpleNamespace(node_id=1))  # type: ignore[arg-type]
+        super().__init__(SimpleNamespace(node_id=1, inter_broker=InterBroker(MetadataImage, lambda: ("PLAINTEXT", None))))  # type: ignore[arg-type]
         self.answer = answer
         self.asked: list[tuple[int, str, Any]] = []
         self.release = asyncio.Event()

@@ -40,8 +40,10 @@ from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
 from . import handlers
 from ..node.broker_node import BrokerNode
+from .node_routes import broker_node_routes
 from .connection import KafkaConnection
-from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, controller_client_security, listener_security
+from .listener_security import (PLAINTEXT, PROTOCOL_IDS, ListenerIdentity, ListenerSecurity, controller_client_security,
+                                inter_broker_client, listener_security)
 from .context import Services
 from ..node.controller_service import ControllerService
 from .flusher import Flusher
@@ -60,7 +62,8 @@ from .share_manager import SharePartitionManager
 from .share_persister import SharePersisterClient
 from .share_runtime import ShareStateRuntime
 from ..aio.shutdown import Step, run_steps
-from ..node.snapshotter import snapshotter_for
+from ..node.inter_broker import InterBroker
+from ..node.snapshotter import Snapshotter, snapshotter_for
 from ..aio.tasks import cancel_and_wait
 from .txn_runtime import TransactionCoordinator
 from ..aio.waiters import AppendWaiters
@@ -112,6 +115,11 @@ class Broker:
         self.controller_service: ControllerService | None = None  # controller-only: started by start()
         self.controller_services: Services | None = None  # the controller listener's route table
         self.waiters = AppendWaiters()
+        #: Where other brokers are and how to reach them (every component calling them gets
+        #: its connections from it).
+        self.inter_broker = InterBroker(lambda: self.image, lambda: inter_broker_client(
+            self.config.security_values, tuple(x.name for x in self.cluster.broker_listeners),
+            self.cluster.controller_listener_names))
         self.flusher = Flusher(self)
         self.cleaner = LogCleaner(self, skip_topics=(METADATA_TOPIC,))
         self.groups = GroupRuntime(self)
@@ -141,8 +149,12 @@ class Broker:
         #: read gate. None on the single node and on a controller.
         self.node: BrokerNode | None = None
         if self.cluster.is_broker and not self.cluster.is_controller:
-            self.node = BrokerNode(self, self.cluster)
-            self.routes = self.node.routes(self.routes)
+            self.node = BrokerNode(
+                self.cluster, security=controller_client_security(self.config.security_values,
+                                                                  self.cluster.controller_listener_names),
+                cluster_id=lambda: self.cluster_id, listeners=self._registered_listeners,
+                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir)
+            self.routes = broker_node_routes(self.routes, self.node)
             self.services = Services.of(self, self.routes)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -181,9 +193,9 @@ class Broker:
             self.txns.start()
         await self._start_listeners()
         if self.node is not None:
-            self.node.start()  # after the listeners: the registration names their ports
+            self.node.start(self.metadata, self.flusher.durable)  # after the listeners: the registration names their ports
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
-        self.snapshotter = snapshotter_for(self)  # metadata snapshots (None: a broker-only node, a Raft voter)
+        self.snapshotter = self._snapshotter()  # metadata snapshots (None: a controller quorum's voter)
         if self.snapshotter is not None:
             self._tasks.append(asyncio.create_task(self.snapshotter.run(), name="metadata-snapshots"))
         if self.controller_service is not None:
@@ -256,6 +268,29 @@ class Broker:
         """(name, host, port) of the controller listeners as bound (wildcards as 127.0.0.1)."""
         return [(x.name, *self.cluster.advertised_for(x, x.port)) for x, _ in self.servers
                 if x.name in self.cluster.controller_listener_names]
+
+    def _snapshotter(self) -> Snapshotter | None:
+        """The metadata snapshotter (:func:`~hightide.node.snapshotter.snapshotter_for`):
+        of the committed image on the single-voter runtime, of the local copy on a
+        broker-only node; None on a Raft voter (its shell snapshots through the core)."""
+        runtime, metadata = self.metadata_runtime, self.metadata
+        if metadata is None or isinstance(runtime, RaftMetadataRuntime):
+            return None
+        if runtime is None:
+            return snapshotter_for(metadata, self.cluster)
+        return snapshotter_for(metadata, self.cluster, committed=lambda: runtime.committed_offset(0),
+                               wait_commit=lambda timeout_s: self.waiters.wait([(METADATA_TOPIC, 0)], timeout_s))
+
+    def _registered_listeners(self) -> list[dict[str, Any]]:
+        """A broker-only node's listeners as its registration names them (bound ports,
+        advertised hosts, security protocols); not the controller listeners."""
+        out = []
+        for listener, _ in self.servers:
+            if listener.name not in self.cluster.controller_listener_names:
+                host, port = self.cluster.advertised_for(listener, listener.port)
+                out.append({"name": listener.name, "host": host, "port": port,
+                            "security_protocol": PROTOCOL_IDS[self.listener_security(listener.name).protocol]})
+        return out
 
     def listener_security(self, name: str) -> ListenerSecurity:
         """The security (protocol, TLS context, SASL settings) of listener ``name``, built

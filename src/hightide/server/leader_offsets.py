@@ -22,7 +22,7 @@ is not asked again for ``retry_after_s`` (1 s), so a paused leader delays at mos
 OffsetFetch per second.
 
 Connections: one per leader broker on the inter-broker listener (address and TLS/SASL
-settings from :class:`~.inter_broker.InterBrokerClients`), opened under a per-broker
+settings from :class:`~hightide.node.inter_broker.InterBrokerClients`), opened under a per-broker
 lock so that concurrent OffsetFetch requests share it, dropped when a request on it
 fails.
 """
@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
-from ..node.inter_broker import InterBrokerClients
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -63,7 +62,7 @@ class LeaderOffsets:
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
         self._client_id = f"hightide-offsets-{broker.node_id}"
-        self._peers = InterBrokerClients(broker, self._client_id, timeout_s)  # addresses, security
+        self._peers = broker.inter_broker.clients(self._client_id, timeout_s)  # addresses, security
         self._conns: dict[int, BrokerConnection] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._skip_until: dict[int, float] = {}  # leader id -> monotonic time it may be asked again

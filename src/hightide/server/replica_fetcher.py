@@ -53,7 +53,6 @@ from ..log.leader_epochs import truncation_point
 from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
-from ..node.inter_broker import InterBrokerClients
 from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 
 if TYPE_CHECKING:
@@ -95,7 +94,7 @@ class ReplicaFetcherManager:
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self.peers = InterBrokerClients(broker, f"hightide-replica-fetcher-{broker.node_id}", REQUEST_TIMEOUT_S)
+        self.peers = broker.inter_broker.clients(f"hightide-replica-fetcher-{broker.node_id}", REQUEST_TIMEOUT_S)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[TopicPartition, int] = {}
         self._closed = False

@@ -34,7 +34,6 @@ from ..protocol.errors import ErrorCode
 from ..share.records import STATE_TOPIC, coordinator_key, partition_for
 from ..share.types import ShareState, ShareStateKey, StateBatch
 from .coordinator_log import CoordinatorUnavailable
-from ..node.inter_broker import InterBrokerClients
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -75,7 +74,7 @@ class SharePersisterClient:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._peers = InterBrokerClients(broker, f"hightide-share-{broker.node_id}", REQUEST_TIMEOUT_S)
+        self._peers = broker.inter_broker.clients(f"hightide-share-{broker.node_id}", REQUEST_TIMEOUT_S)
 
     # -- routing ----------------------------------------------------------------------------
     async def _leader_address(self, key: ShareStateKey) -> tuple[int, str, int] | None:

@@ -55,7 +55,6 @@ from .coordinator_log import CoordinatorUnavailable
 from .coordinator_runtime import fsync_due
 from .coordinator_service import AdapterDefaults, CoordinatorService, returning
 from .coordinator_service import now_ms as _now_ms
-from ..node.inter_broker import InterBrokerClients
 from .txn_verify import RemoteTxnVerifier
 
 if TYPE_CHECKING:
@@ -125,7 +124,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                                 id_expiration_ms=cfg["transactional.id.expiration.ms"])
         super().__init__(broker, TxnAdapter(self.config), cfg["transaction.state.log.num.partitions"])
         self._completing: dict[str, asyncio.Task] = {}  # transactional id -> its markers being written
-        self._peers = InterBrokerClients(broker, f"hightide-txn-markers-{broker.node_id}")
+        self._peers = broker.inter_broker.clients(f"hightide-txn-markers-{broker.node_id}")
         self._remote = RemoteTxnVerifier(broker)
 
     def topic_configs(self) -> dict[str, str]:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
-from ..node.inter_broker import REQUEST_TIMEOUT_S, InterBrokerClients
+from ..node.inter_broker import REQUEST_TIMEOUT_S
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -65,7 +65,7 @@ class RemoteTxnVerifier:
     def __init__(self, broker: Broker, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.broker = broker
         self.timeout_s = timeout_s  # the longest a question waits for its answer
-        self._peers = InterBrokerClients(broker, f"hightide-txn-verify-{broker.node_id}", timeout_s)
+        self._peers = broker.inter_broker.clients(f"hightide-txn-verify-{broker.node_id}", timeout_s)
         self._asking: dict[_Key, asyncio.Task[ErrorCode]] = {}  # the produce path's shared questions
         self._held: set[asyncio.Task[ErrorCode]] = set()  # every question not answered yet
         self._closed = False

@@ -15,8 +15,8 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ...node.controller_service import service_handler
 from ..coordinator_runtime import CoordinatorUnavailable
+from ..registry import service_handler
 
 if TYPE_CHECKING:
     from ...node.controller_service import ControllerService

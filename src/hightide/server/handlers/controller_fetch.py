@@ -47,9 +47,9 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ...node.controller_service import service_handler
 from .fetch_snapshot import snapshot_for
 from .raft_rpcs import is_voter_fetch, voter_fetch
+from ..registry import service_handler
 
 if TYPE_CHECKING:
     from ...node.controller_service import ControllerService
