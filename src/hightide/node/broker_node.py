@@ -42,8 +42,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..client.errors import KafkaError
-from ..cluster.features import SUPPORTED_FEATURES
 from ..client.properties import ClientSecurity
+from ..cluster.features import SUPPORTED_FEATURES
 from ..cluster.metadata_log import MetadataLog
 from ..cluster.settings import ClusterSettings
 from ..log.partition_log import PartitionLog
