@@ -35,7 +35,7 @@ from hightide.cluster.metadata_log import MetadataLog  # noqa: E402
 from hightide.cluster.records import TOPIC_RESOURCE, ConfigRecord, PartitionRecord, TopicRecord, encode  # noqa: E402
 from hightide.cluster.snapshot import image_from_snapshot  # noqa: E402
 from hightide.protocol.records import build_batch, validate_batches  # noqa: E402
-from hightide.server.snapshotter import Snapshotter  # noqa: E402
+from hightide.node.snapshotter import Snapshotter  # noqa: E402
 
 
 async def _never(timeout_s: float) -> None:

@@ -10,6 +10,9 @@ they do, so it can be built, tested and simulated without a whole broker:
 * :class:`PartitionLogs`: partition log lookup;
 * :class:`BrokerIdentity`: node id, cluster id, advertised address, whether stopping;
 * :class:`ProducerIdSource`: new producer ids;
+* :class:`CoordinatorUnavailable` (and :class:`CoordinatorLoadInProgress`): the error
+  every shell package raises or catches when a coordinator or the metadata write path
+  cannot serve a request;
 * :class:`ClusterView`: a broker-only node's view of the controller (caught up,
   ApiVersions' forwarded ranges, finalized features).
 
@@ -23,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .protocol.errors import ErrorCode
+
 if TYPE_CHECKING:
     from .cluster.controller import Controller, NewTopic, TopicResult
     from .cluster.image import MetadataImage, TopicImage
@@ -30,6 +35,24 @@ if TYPE_CHECKING:
     from .log.partition_log import PartitionLog
 
 T = TypeVar("T")
+
+
+class CoordinatorUnavailable(Exception):
+    """The coordinator (or the metadata write path it depends on) cannot serve this
+    request; answer :attr:`error_code` (COORDINATOR_NOT_AVAILABLE unless said otherwise).
+    Defined here, below every shell package, because all of them raise or catch it."""
+
+    def __init__(self, message: str, error_code: ErrorCode = ErrorCode.coordinator_not_available) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class CoordinatorLoadInProgress(CoordinatorUnavailable):
+    """The partition's log is still being replayed (COORDINATOR_LOAD_IN_PROGRESS)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.coordinator_load_in_progress)
+
 #: A metadata operation: ``op(image) -> (response, records)``, run on the metadata log
 #: with every earlier change applied (see :meth:`MetadataAccess.write_metadata`).
 MetadataOp = Callable[["MetadataImage"], tuple[T, Sequence["MetadataRecord"]]]

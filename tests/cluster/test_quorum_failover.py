@@ -29,7 +29,7 @@ from hightide.client.connection import BrokerConnection
 from hightide.client.errors import ErrorCode, KafkaError
 from hightide.cluster.records import TopicRecord, decode
 from hightide.protocol.records import decode_records, validate_batches
-from hightide.server.metadata_follower import is_control, whole_batches
+from hightide.node.metadata_follower import is_control, whole_batches
 from tests.waiting import wait_until
 
 from .conftest import ClusterFactory

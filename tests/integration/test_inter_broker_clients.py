@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hightide.server.inter_broker import InterBrokerClients
+from hightide.cluster.image import MetadataImage
+from hightide.node.inter_broker import InterBroker
 
 
 def test_concurrent_first_requests_to_one_broker_all_succeed(server: Any) -> None:
     host, port = server.bootstrap.rsplit(":", 1)
 
     async def go() -> list[int]:
-        clients = InterBrokerClients(None, "test-inter-broker")  # type: ignore[arg-type]
-        clients._inter = ("PLAINTEXT", None)  # no broker object: plaintext to the test broker
+        network = InterBroker(image=MetadataImage, listener=lambda: ("PLAINTEXT", None))
+        clients = network.clients("test-inter-broker")  # addresses given: the image is never read
         try:
             answers = await asyncio.gather(*(clients.request(1, host, int(port), 18, 3, _api_versions())
                                              for _ in range(8)))

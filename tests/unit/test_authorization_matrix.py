@@ -686,7 +686,7 @@ def test_list_transactions_lists_only_describable_ids(env: Env) -> None:
 # -- controller RPCs (a controller's listener) ----------------------------------------
 def test_controller_rpcs_need_cluster_action_and_unregister_alter(env: Env) -> None:
     from hightide.cluster.lifecycle import LifecycleConfig
-    from hightide.server.controller_service import ControllerService
+    from hightide.node.controller_service import ControllerService
     from hightide.server.handlers import controller_routes
     b = env.b
     assert b.metadata is not None

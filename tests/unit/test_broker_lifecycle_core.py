@@ -1,4 +1,4 @@
-"""The broker's lifecycle state machine (server/broker_lifecycle.LifecycleCore) with
+"""The broker's lifecycle state machine (node/lifecycle.LifecycleCore) with
 simulated time: registration retry, heartbeats, WantFence until caught up, prompt
 acknowledgements, the catch-up cadence, STALE_BROKER_EPOCH and controlled shutdown."""
 
@@ -8,7 +8,7 @@ import uuid
 
 from hightide.protocol.broker_heartbeat_response import BrokerHeartbeatResponse
 from hightide.protocol.errors import ErrorCode
-from hightide.server.broker_lifecycle import (CATCH_UP_FIRST_MS, CATCH_UP_INTERVAL_MS, Heartbeat, LifecycleCore,
+from hightide.node.lifecycle import (CATCH_UP_FIRST_MS, CATCH_UP_INTERVAL_MS, Heartbeat, LifecycleCore,
                                               LifecycleState, Register, Wait)
 
 INTERVAL = 250

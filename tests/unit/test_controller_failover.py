@@ -25,12 +25,12 @@ from hightide.protocol.build import materialize
 from hightide.protocol.codec import encode_response, request_schema, response_schema
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch
-from hightide.server import controller_channel
-from hightide.server.broker_lifecycle import BrokerLifecycleManager
-from hightide.server.controller_channel import ControllerChannel, ControllerLocator
-from hightide.server.forwarding import Forwarder
-from hightide.server.metadata_follower import MetadataFollower, committed_prefix, last_batch_epoch
-from hightide.server.read_gate import ReadGate
+from hightide.node import controller_channel
+from hightide.node.lifecycle import BrokerLifecycleManager
+from hightide.node.controller_channel import ControllerChannel, ControllerLocator
+from hightide.node.forwarding import Forwarder
+from hightide.node.metadata_follower import MetadataFollower, committed_prefix, last_batch_epoch
+from hightide.node.read_gate import ReadGate
 from tests.waiting import async_wait_until
 
 A, B, C = ("127.0.0.1", 9001), ("127.0.0.1", 9002), ("127.0.0.1", 9003)
@@ -539,7 +539,7 @@ def test_forwarded_writes_answer_by_their_timeout_with_several_callers_queued(ne
 
 def test_a_forwarded_write_without_a_timeout_field_answers_by_the_default(
         net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hightide.server import forwarding
+    from hightide.node import forwarding
     monkeypatch.setattr(forwarding, "DEFAULT_TIMEOUT_MS", 1000)
 
     async def run() -> None:

@@ -27,7 +27,7 @@ BROKER = "User:broker"  # the forwarding broker's own principal (a super user)
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.AbstractEventLoop, Broker, Any]]:
     from hightide.cluster.lifecycle import LifecycleConfig
-    from hightide.server.controller_service import ControllerService
+    from hightide.node.controller_service import ControllerService
     from hightide.server.handlers import controller_routes
     loop = asyncio.new_event_loop()
     cfg = BrokerConfig.load(overrides={"authorizer.class.name": "standard", "super.users": BROKER})

@@ -16,7 +16,7 @@ from hightide.cluster.metadata_log import MetadataLog
 from hightide.cluster.records import ConfigRecord, MetadataRecord, TopicRecord, encode
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch
-from hightide.server.metadata_follower import (
+from hightide.node.metadata_follower import (
     METADATA_TOPIC_ID,
     UNCOMMITTED_BACKOFF_MS,
     Append,

@@ -1,4 +1,4 @@
-"""The Raft shell (server/raft_shell.py) without sockets: a fake quorum-state store and
+"""The Raft shell (node/raft_shell.py) without sockets: a fake quorum-state store and
 fsync whose completion the test controls, a fake transport, and an in-memory network
 of three shells (real asyncio time, short Raft timeouts).
 
@@ -35,9 +35,9 @@ from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, iter_headers
 from hightide.coordinator.runtime import CoordinatorUnavailable
 from hightide.server.metadata_runtime import RaftMetadataRuntime
-from hightide.server.quorum_state import QuorumStateError, QuorumStateStore
-from hightide.server.raft_shell import RaftShell
-from hightide.server.snapshotter import Snapshotter, install_snapshot
+from hightide.node.quorum_state import QuorumStateError, QuorumStateStore
+from hightide.node.raft_shell import RaftShell
+from hightide.node.snapshotter import Snapshotter, install_snapshot
 from tests.waiting import async_wait_until
 
 VOTERS = (1, 2, 3)

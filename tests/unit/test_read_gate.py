@@ -17,8 +17,9 @@ import pytest
 from hightide.protocol.codec import request_schema
 from hightide.protocol.build import materialize
 from hightide.protocol.errors import ErrorCode
-from hightide.server.forwarding import FORWARDED, Forwarder, client_address, error_response, metadata_offset
-from hightide.server.read_gate import ReadGate, gated_routes
+from hightide.node.forwarding import FORWARDED, Forwarder, client_address, error_response, metadata_offset
+from hightide.node.read_gate import ReadGate
+from hightide.server.node_routes import gated_routes
 from hightide.server.registry import Route
 
 

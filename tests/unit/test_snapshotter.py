@@ -20,8 +20,8 @@ from hightide.cluster.records import MetadataRecord, PartitionRecord, TopicRecor
 from hightide.cluster.snapshot import SnapshotError, encode_snapshot, image_records, snapshot_name
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, validate_batches
-from hightide.server.metadata_follower import LoadSnapshot, MetadataFollower, plan
-from hightide.server.snapshotter import (
+from hightide.node.metadata_follower import LoadSnapshot, MetadataFollower, plan
+from hightide.node.snapshotter import (
     SnapshotFetchFailed,
     Snapshotter,
     fetch_snapshot,
@@ -250,7 +250,7 @@ def test_a_snapshot_installed_meanwhile_supersedes_the_one_being_written(tmp_pat
 async def _superseded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from hightide.server import snapshotter as module
+    from hightide.node import snapshotter as module
     src, newer, data = source_snapshot(tmp_path, 40)
     copy = MetadataLog(str(tmp_path / "broker"), 0, True, refetchable=True)
     for i in range(5):

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from hightide.cluster.image import MetadataImage, PartitionImage, TopicImage
+from hightide.node.inter_broker import InterBroker
 from hightide.protocol.codec import request_schema
 from hightide.protocol.build import materialize
 from hightide.protocol.errors import ErrorCode
@@ -48,6 +49,7 @@ class _TxnBroker(FakeBroker):
         self.image = MetadataImage()
         self.image.topics[STATE_TOPIC] = TopicImage(STATE_TOPIC, uuid.uuid4(),
                                                     {0: PartitionImage(0, REMOTE, 3, (REMOTE, 1))})
+        self.inter_broker = InterBroker(lambda: self.image, lambda: ("PLAINTEXT", None))
 
 
 class _FakeRemote:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from hightide.cluster.image import MetadataImage
 from hightide.log.transactions import verification_error_for_produce
+from hightide.node.inter_broker import InterBroker
 from hightide.protocol.errors import ErrorCode
 from hightide.coordinator.env import NoPeers
 from hightide.coordinator.txn_verify import RemoteTxnVerifier, answer_of

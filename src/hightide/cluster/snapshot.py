@@ -31,7 +31,7 @@ with "has the broker applied at least this", so they stay safe), and the legacy 
 What is not in a snapshot (KIP-853): KRaftVersionRecord and VotersRecord (hightide's
 voters are static, ``controller.quorum.voters``).
 
-API for the Raft shell and the snapshotter (``hightide.server.snapshotter``):
+API for the Raft shell and the snapshotter (``hightide.node.snapshotter``):
 :func:`copy_image` (on the owning thread: a consistent copy, cheap),
 :func:`image_records` (the image as frozen records), :func:`encode_snapshot` (bytes), :func:`decode_snapshot` /
 :func:`image_from_snapshot` (anywhere: raise :class:`SnapshotError` on any defect), and

@@ -119,6 +119,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..protocol.errors import ErrorCode
+from ..services import CoordinatorLoadInProgress as CoordinatorLoadInProgress
+from ..services import CoordinatorUnavailable as CoordinatorUnavailable
 from ..protocol.kv_batch import build_kv_batch
 from ..protocol.records import decode_records, validate_batches
 from ..txn.batch import TxnBatch
@@ -133,22 +135,6 @@ RELOAD_RETRY_S = 1.0  # a reload whose fsync failed while the log stayed writabl
 S = TypeVar("S")  # a shard
 LoggedRecord = tuple[int, "bytes | None", "bytes | None"]  # offset, key, value as stored
 TxnLoggedRecord = tuple[int, "bytes | None", "bytes | None", "TxnBatch | None"]  # and the batch's producer
-
-
-class CoordinatorUnavailable(Exception):
-    """The coordinator cannot serve this request; answer :attr:`error_code`
-    (COORDINATOR_NOT_AVAILABLE unless said otherwise)."""
-
-    def __init__(self, message: str, error_code: ErrorCode = ErrorCode.coordinator_not_available) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-
-
-class CoordinatorLoadInProgress(CoordinatorUnavailable):
-    """The partition's log is still being replayed (COORDINATOR_LOAD_IN_PROGRESS)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, ErrorCode.coordinator_load_in_progress)
 
 
 class ShardAdapter(Protocol[S]):

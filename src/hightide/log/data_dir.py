@@ -7,7 +7,7 @@ voter set it was formatted for (Kafka's ``kafka-storage format``).
 * ``__cluster_metadata-0/quorum-state`` (Kafka's ``QuorumStateData`` v0, JSON) on a
   controller: ``clusterId`` and ``currentVoters`` are its voter set. Formatting writes it
   with epoch 0 and no vote; the Raft shell rewrites it on every election
-  (:mod:`hightide.server.quorum_state`). A controller whose dir has no quorum-state was
+  (:mod:`hightide.node.quorum_state`). A controller whose dir has no quorum-state was
   not formatted for its voter set: it may follow a leader, never vote or stand for
   election before it has (see :class:`hightide.cluster.raft.RaftCore`'s ``can_vote``).
 

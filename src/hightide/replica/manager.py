@@ -62,7 +62,7 @@ from ..replication.leader_state import (
     PartitionAssignment,
 )
 from ..aio.waiters import AppendWaiters
-from ..server.controller_channel import ControllerUnavailable  # moves to hightide.node (issue 27)
+from ..node.controller_channel import ControllerUnavailable
 
 if TYPE_CHECKING:
     import uuid

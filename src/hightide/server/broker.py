@@ -39,14 +39,15 @@ from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
 from . import handlers
-from .broker_node import BrokerNode
+from ..node.broker_node import BrokerNode
+from .node_routes import broker_node_routes
 from .connection import KafkaConnection
-from .listener_security import PLAINTEXT, ListenerIdentity, ListenerSecurity, controller_client_security, listener_security
+from .listener_security import (PLAINTEXT, PROTOCOL_IDS, ListenerIdentity, ListenerSecurity, controller_client_security,
+                                inter_broker_client, listener_security)
 from .context import Services
-from .controller_service import ControllerService
+from ..node.controller_service import ControllerService
 from ..disk.flusher import Flusher
 from ..disk.cleaner import LogCleaner
-from .inter_broker import InterBrokerClients  # connections to other brokers (replicas, coordinators)
 from ..coordinator.runtime import CoordinatorRuntime, CoordinatorUnavailable
 from ..coordinator.groups import GroupRuntime
 from ..replica.leader_offsets import LeaderOffsets
@@ -61,7 +62,8 @@ from ..coordinator.share_persister import REQUEST_TIMEOUT_S as SHARE_REQUEST_TIM
 from ..coordinator.share_persister import SharePersisterClient
 from ..coordinator.share_state import ShareStateRuntime
 from ..aio.shutdown import Step, run_steps
-from .snapshotter import snapshotter_for
+from ..node.inter_broker import InterBroker
+from ..node.snapshotter import Snapshotter, snapshotter_for
 from ..aio.tasks import cancel_and_wait
 from ..coordinator.env import CoordinatorEnv
 from ..coordinator.transactions import TransactionCoordinator
@@ -116,6 +118,11 @@ class Broker:
         self.controller_service: ControllerService | None = None  # controller-only: started by start()
         self.controller_services: Services | None = None  # the controller listener's route table
         self.waiters = AppendWaiters()
+        #: Where other brokers are and how to reach them (every component calling them gets
+        #: its connections from it).
+        self.inter_broker = InterBroker(lambda: self.image, lambda: inter_broker_client(
+            self.config.security_values, tuple(x.name for x in self.cluster.broker_listeners),
+            self.cluster.controller_listener_names))
         self.flusher = Flusher(lambda: self.logs)
         self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,))
         # the coordinators (hightide.coordinator), built from what they use of this node
@@ -127,7 +134,7 @@ class Broker:
         self.groups = GroupRuntime(env)
         self.share_state = ShareStateRuntime(env)  # share coordinator (SharePersister)
         self.share_persister = SharePersisterClient(  # share_state here, or its leader's (cluster mode)
-            env, self.share_state, InterBrokerClients(self, f"hightide-share-{self.node_id}", SHARE_REQUEST_TIMEOUT_S))
+            env, self.share_state, self.inter_broker.clients(f"hightide-share-{self.node_id}", SHARE_REQUEST_TIMEOUT_S))
         self.share_groups = ShareGroupService(env, self.groups, self.share_state,  # share.types.ShareGroupView
                                               self.share_persister)
         self.share_manager = SharePartitionManager(  # share partitions, ShareFetch sessions
@@ -137,19 +144,19 @@ class Broker:
         self.share_groups.manager = self.share_manager
         self.txns = TransactionCoordinator(  # transaction coordinator (KIP-890 verifier too)
             env, groups=self.groups, next_producer_id=self.next_producer_id,
-            peers=InterBrokerClients(self, f"hightide-txn-markers-{self.node_id}"),
-            verifier=RemoteTxnVerifier(InterBrokerClients(self, f"hightide-txn-verify-{self.node_id}",
+            peers=self.inter_broker.clients(f"hightide-txn-markers-{self.node_id}"),
+            verifier=RemoteTxnVerifier(self.inter_broker.clients(f"hightide-txn-verify-{self.node_id}",
                                                           TXN_VERIFY_TIMEOUT_S), TXN_VERIFY_TIMEOUT_S))
         self.replica_manager = ReplicaManager(  # replication roles, ISR, HW, acks=all (issue 15)
             node_id=self.node_id, config=self.config, logs=lambda: self.logs, waiters=self.waiters,
             image=lambda: self.image, metadata_ready=lambda: self.metadata_ready,
             broker_epoch=self._broker_epoch, controller=lambda: self.node.channel if self.node is not None else None)
         self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(  # followers fetch
-            InterBrokerClients(self, f"hightide-replica-fetcher-{self.node_id}", FETCHER_REQUEST_TIMEOUT_S),
+            self.inter_broker.clients(f"hightide-replica-fetcher-{self.node_id}", FETCHER_REQUEST_TIMEOUT_S),
             node_id=self.node_id, broker_epoch=self._broker_epoch,
             logs=lambda: self.logs, image=lambda: self.image, durable=self.flusher.durable, waiters=self.waiters)
         self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
-            InterBrokerClients(self, f"hightide-offsets-{self.node_id}"), self.node_id)  # addresses, TLS/SASL
+            self.inter_broker.clients(f"hightide-offsets-{self.node_id}"), self.node_id)  # addresses, TLS/SASL
         self._tasks: list[asyncio.Task] = []
         self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
@@ -168,8 +175,12 @@ class Broker:
         #: read gate. None on the single node and on a controller.
         self.node: BrokerNode | None = None
         if self.cluster.is_broker and not self.cluster.is_controller:
-            self.node = BrokerNode(self, self.cluster)
-            self.routes = self.node.routes(self.routes)
+            self.node = BrokerNode(
+                self.cluster, security=controller_client_security(self.config.security_values,
+                                                                  self.cluster.controller_listener_names),
+                cluster_id=lambda: self.cluster_id, listeners=self._registered_listeners,
+                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir)
+            self.routes = broker_node_routes(self.routes, self.node)
             self.services = Services.of(self, self.routes)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -208,9 +219,9 @@ class Broker:
             self.txns.start()
         await self._start_listeners()
         if self.node is not None:
-            self.node.start()  # after the listeners: the registration names their ports
+            self.node.start(self.metadata, self.flusher.durable)  # after the listeners: the registration names their ports
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
-        self.snapshotter = snapshotter_for(self)  # metadata snapshots (None: a broker-only node, a Raft voter)
+        self.snapshotter = self._snapshotter()  # metadata snapshots (None: a controller quorum's voter)
         if self.snapshotter is not None:
             self._tasks.append(asyncio.create_task(self.snapshotter.run(), name="metadata-snapshots"))
         if self.controller_service is not None:
@@ -283,6 +294,29 @@ class Broker:
         """(name, host, port) of the controller listeners as bound (wildcards as 127.0.0.1)."""
         return [(x.name, *self.cluster.advertised_for(x, x.port)) for x, _ in self.servers
                 if x.name in self.cluster.controller_listener_names]
+
+    def _snapshotter(self) -> Snapshotter | None:
+        """The metadata snapshotter (:func:`~hightide.node.snapshotter.snapshotter_for`):
+        of the committed image on the single-voter runtime, of the local copy on a
+        broker-only node; None on a Raft voter (its shell snapshots through the core)."""
+        runtime, metadata = self.metadata_runtime, self.metadata
+        if metadata is None or isinstance(runtime, RaftMetadataRuntime):
+            return None
+        if runtime is None:
+            return snapshotter_for(metadata, self.cluster)
+        return snapshotter_for(metadata, self.cluster, committed=lambda: runtime.committed_offset(0),
+                               wait_commit=lambda timeout_s: self.waiters.wait([(METADATA_TOPIC, 0)], timeout_s))
+
+    def _registered_listeners(self) -> list[dict[str, Any]]:
+        """A broker-only node's listeners as its registration names them (bound ports,
+        advertised hosts, security protocols); not the controller listeners."""
+        out = []
+        for listener, _ in self.servers:
+            if listener.name not in self.cluster.controller_listener_names:
+                host, port = self.cluster.advertised_for(listener, listener.port)
+                out.append({"name": listener.name, "host": host, "port": port,
+                            "security_protocol": PROTOCOL_IDS[self.listener_security(listener.name).protocol]})
+        return out
 
     def listener_security(self, name: str) -> ListenerSecurity:
         """The security (protocol, TLS context, SASL settings) of listener ``name``, built

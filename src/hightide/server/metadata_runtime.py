@@ -23,9 +23,9 @@ from ..protocol.errors import ErrorCode
 from ..protocol.records import build_batch
 from ..services import MetadataOp
 from ..coordinator.runtime import CoordinatorUnavailable
-from .quorum_state import QuorumStateStore
-from .raft_peers import RaftPeers
-from .raft_shell import RaftShell, WriteOutcomeUnknown
+from ..node.quorum_state import QuorumStateStore
+from ..node.raft_peers import RaftPeers
+from ..node.raft_shell import RaftShell, WriteOutcomeUnknown
 
 
 
@@ -99,7 +99,7 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
     image by that policy (:class:`~.snapshotter.Snapshotter`, started with the shell) and
     trims its log behind each snapshot; a follower installs the leader's snapshot when it
     is behind the leader's log start either way."""
-    from .snapshotter import Snapshotter, install_snapshot  # it imports this module
+    from ..node.snapshotter import Snapshotter, install_snapshot  # it imports this module
     config = config or RaftConfig(leader_change_payload=leader_change_batch)
     ids = [v[0] for v in voters]
     peers = RaftPeers(node_id, {v[0]: (v[1], v[2]) for v in voters if v[0] != node_id}, cluster_id=cluster_id,

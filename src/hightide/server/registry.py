@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from kio.schema.index import api_key_map
 from kio.schema.index import schema_name_map
@@ -55,6 +55,16 @@ def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handl
         return fn
 
     return mark
+
+
+ServiceHandler = Callable[..., Any]
+
+
+def service_handler(api_key: int, min_version: int, max_version: int) -> Callable[[ServiceHandler], ServiceHandler]:
+    """:func:`handles` for a handler ``fn(service, ctx, request)`` that takes a service
+    object first (the controller's :class:`~hightide.node.controller_service.ControllerService`;
+    ``handlers.controller_routes(service)`` binds it)."""
+    return cast(Callable[[ServiceHandler], ServiceHandler], handles(api_key, min_version, max_version))
 
 
 def build_routes(modules: Iterable[ModuleType]) -> Routes:

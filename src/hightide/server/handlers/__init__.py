@@ -55,7 +55,7 @@ from . import (
 )
 
 if TYPE_CHECKING:
-    from ..controller_service import ControllerService
+    from ...node.controller_service import ControllerService
 
 MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_groups, delete_records,
            describe_cluster, fetch, group_offsets, groups, init_producer_id, list_offsets, metadata,

@@ -15,11 +15,11 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ..controller_service import service_handler
 from ...coordinator.runtime import CoordinatorUnavailable
+from ..registry import service_handler
 
 if TYPE_CHECKING:
-    from ..controller_service import ControllerService
+    from ...node.controller_service import ControllerService
 
 
 @service_handler(67, 0, 0)

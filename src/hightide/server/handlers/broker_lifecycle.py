@@ -1,7 +1,7 @@
 """BrokerRegistration (62), BrokerHeartbeat (63) and UnregisterBroker (64): the
 controller's broker-lifecycle RPCs (served on the controller listener only).
 
-Each handler takes the :class:`~hightide.server.controller_service.ControllerService`
+Each handler takes the :class:`~hightide.node.controller_service.ControllerService`
 first (bound by ``handlers.controller_routes(service)``), decodes the request into the
 lifecycle core's terms and answers with the core's reply:
 
@@ -29,10 +29,10 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ..controller_service import service_handler
+from ..registry import service_handler
 
 if TYPE_CHECKING:
-    from ..controller_service import ControllerService
+    from ...node.controller_service import ControllerService
 
 
 def registration(req: Any, version: int) -> Registration:

@@ -1,7 +1,7 @@
 """Fetch (1) on the controller listener: observers (brokers) follow ``__cluster_metadata-0``
 the way Kafka's ``KafkaRaftClient`` serves its log to observers.
 
-Contract for the broker side (server/metadata_follower.py):
+Contract for the broker side (node/metadata_follower.py):
 
 * The request names topic ``__cluster_metadata`` (v12-) or topic id
   ``AAAAAAAAAAAAAAAAAAAAAQ`` (Kafka's METADATA_TOPIC_ID, v13+), partition 0, with
@@ -47,12 +47,12 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ..controller_service import service_handler
 from .fetch_snapshot import snapshot_for
 from .raft_rpcs import is_voter_fetch, voter_fetch
+from ..registry import service_handler
 
 if TYPE_CHECKING:
-    from ..controller_service import ControllerService
+    from ...node.controller_service import ControllerService
 
 #: Kafka's ``Uuid.METADATA_TOPIC_ID`` (Uuid(0, 1)).
 METADATA_TOPIC_ID = uuid.UUID(int=1)

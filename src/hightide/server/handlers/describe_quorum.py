@@ -36,13 +36,13 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
-from ..controller_service import LEADER_EPOCH, ReplicaProgress
+from ...node.controller_service import LEADER_EPOCH, ReplicaProgress
 
 Nodes = list[tuple[int, list[tuple[str, str, int]]]]  # (voter id, its listeners as (name, host, port))
 from ..registry import handles
 
 if TYPE_CHECKING:
-    from ..controller_service import ControllerService
+    from ...node.controller_service import ControllerService
 
 ENDPOINT_TYPE_BROKERS, ENDPOINT_TYPE_CONTROLLERS = 1, 2
 

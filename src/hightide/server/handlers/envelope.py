@@ -37,17 +37,11 @@ from ...security.acl import AclOperation
 from ...security.principal import PrincipalDeserializationError, deserialize_principal
 from ..authorization import authorize_cluster
 from ..context import RequestContext
+from ...node.forwarding import FORWARDED
 from ..registry import RawResponse, handles
 
 log = logging.getLogger("hightide.controller")
 
-#: Kafka's forwardable APIs that hightide's controller serves: CreateTopics, DeleteTopics,
-#: CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, IncrementalAlterConfigs,
-#: AlterUserScramCredentials, DescribeQuorum (a broker forwards it so
-#: ``kafka-metadata-quorum --bootstrap-server`` sees the controller's quorum, as Kafka's
-#: brokers do), UpdateFeatures, ElectLeaders, Alter/ListPartitionReassignments,
-#: UnregisterBroker.
-FORWARDABLE = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 45, 46, 51, 55, 57, 64})
 
 
 @handles(58, 0, 0)
@@ -63,7 +57,7 @@ async def envelope(ctx: RequestContext, req: Any) -> bytes:
         log.warning("Envelope from %s: unreadable inner request header: %s", ctx.peer, exc)
         return encode_envelope_response(corr, EnvelopeResponse(None, ErrorCode.invalid_request))
     route = ctx.routes.get(header.api_key)
-    if header.api_key not in FORWARDABLE or route is None:
+    if header.api_key not in FORWARDED or route is None:  # the one table of forwarded APIs
         log.warning("Envelope from %s: api key %d is not forwardable", ctx.peer, header.api_key)
         return encode_envelope_response(corr, EnvelopeResponse(None, ErrorCode.invalid_request))
     if not route.min_version <= header.api_version <= route.max_version:

@@ -34,10 +34,11 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ..controller_service import LEADER_EPOCH, service_handler
+from ...node.controller_service import LEADER_EPOCH
+from ..registry import service_handler
 
 if TYPE_CHECKING:
-    from ..controller_service import ControllerService
+    from ...node.controller_service import ControllerService
 
 
 def snapshot_store(service: ControllerService) -> SnapshotStore:

@@ -28,10 +28,10 @@ from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
-from ..controller_service import service_handler
+from ..registry import service_handler
 
 if TYPE_CHECKING:
-    from ..controller_service import ControllerService
+    from ...node.controller_service import ControllerService
 
 __all__ = ["vote", "begin_quorum_epoch", "end_quorum_epoch", "voter_fetch", "is_voter_fetch", "envelope_on_leader",
            "fetch_snapshot_from_voters"]

@@ -61,15 +61,19 @@ from ..protocol.build import materialize
 from ..protocol.codec import encode_request, request_schema, response_schema
 from ..protocol.errors import ErrorCode
 from ..security.principal import serialize_principal
+from ..services import CoordinatorLoadInProgress, CoordinatorUnavailable
 from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerUnavailable
-from ..coordinator.runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
 from .read_gate import ReadGate
-from .registry import Route, Routes
 
 log = logging.getLogger("hightide.forwarding")
 
-#: What a broker forwards (api key → name), as Kafka's brokers do: the metadata writes (UnregisterBroker too), and
-#: DescribeQuorum (only the controller knows the quorum).
+#: The one table of forwarded APIs (api key → name): what a broker-only node forwards, as
+#: Kafka's brokers do, and what a controller runs from an Envelope (Kafka's forwardable
+#: APIs that hightide's controller serves; ``server/handlers/envelope.py`` reads this
+#: table): the metadata writes (CreateTopics, DeleteTopics, CreatePartitions, the config
+#: and ACL writes, AlterUserScramCredentials, UpdateFeatures, ElectLeaders, the
+#: partition reassignments, UnregisterBroker) and DescribeQuorum (only the controller knows the quorum, so
+#: ``kafka-metadata-quorum --bootstrap-server`` sees the controller's).
 FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 30: "CreateAcls", 31: "DeleteAcls", 33: "AlterConfigs",
              37: "CreatePartitions", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments", 51: "AlterUserScramCredentials",
@@ -291,15 +295,6 @@ class Forwarder:
                 r = {**r, "min_version": lo, "max_version": hi}
             out.append(r)
         return out
-
-
-def forwarding_routes(routes: Routes, forwarder: Forwarder) -> dict[int, Route]:
-    """``routes`` with the forwarded APIs answered by ``forwarder``."""
-    out = dict(routes)
-    for key, route in routes.items():
-        if key in FORWARDED:
-            out[key] = Route(key, route.min_version, route.max_version, forwarder.forward, f"forwarded {route.name}")
-    return out
 
 
 class RemoteMetadataWrites:

@@ -59,11 +59,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.raft.messages import OffsetAndEpoch
+from ..cluster.settings import ClusterSettings
 from ..cluster.snapshot import (
     SnapshotError,
     SnapshotStore,
@@ -75,10 +76,6 @@ from ..cluster.snapshot import (
 from ..log.partition_log import PartitionLog
 from ..protocol.errors import ErrorCode
 from ..protocol.records import parse_header
-from .metadata_runtime import RaftMetadataRuntime
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 log = logging.getLogger("hightide.snapshots")
 
@@ -313,24 +310,18 @@ async def _poll(timeout_s: float) -> None:
     await asyncio.sleep(min(timeout_s, BROKER_POLL_S))
 
 
-def snapshotter_for(broker: Broker) -> Snapshotter | None:
-    """The snapshotter of a process, with the cluster settings' thresholds: on the
-    single-voter runtime (a controller-only process, or the single node in combined
-    mode) it snapshots the committed image and wakes at each commit; on a broker-only
-    node it snapshots the local copy (every record of it is applied before the next
-    Fetch, as Kafka's brokers snapshot theirs) and checks every ``BROKER_POLL_S``. None
-    for a Raft voter (its shell drives snapshots through the core)."""
-    runtime = broker.metadata_runtime
-    metadata = broker.metadata
-    if metadata is None:
-        return None
-    if runtime is None:  # a broker-only node: its copy of the controller's log
-        return Snapshotter(metadata, max_bytes=broker.cluster.snapshot_max_bytes,
-                           interval_ms=broker.cluster.snapshot_interval_ms,
+def snapshotter_for(metadata: MetadataLog, settings: ClusterSettings, *,
+                    committed: Callable[[], int] | None = None,
+                    wait_commit: Callable[[float], Awaitable[Any]] | None = None) -> Snapshotter:
+    """The snapshotter of a process, with ``settings``' thresholds. On the single-voter
+    runtime (a controller-only process, or the single node in combined mode) give
+    ``committed()`` (the committed offset of the metadata log) and ``wait_commit`` (the
+    wake-up at each commit): it snapshots the committed image. Without them (a broker-only
+    node) it snapshots the local copy (every record of it is applied before the next
+    Fetch, as Kafka's brokers snapshot theirs) and checks every ``BROKER_POLL_S``. A Raft
+    voter has none (its shell drives snapshots through the core)."""
+    if committed is None or wait_commit is None:  # a broker-only node: its copy of the controller's log
+        return Snapshotter(metadata, max_bytes=settings.snapshot_max_bytes, interval_ms=settings.snapshot_interval_ms,
                            applied_end=lambda: metadata.log.log_end_offset, wait_commit=_poll)
-    if isinstance(runtime, RaftMetadataRuntime):
-        return None
-    return Snapshotter(metadata, max_bytes=broker.cluster.snapshot_max_bytes,
-                       interval_ms=broker.cluster.snapshot_interval_ms,
-                       applied_end=lambda: runtime.committed_offset(0),
-                       wait_commit=lambda timeout_s: broker.waiters.wait([(METADATA_TOPIC, 0)], timeout_s))
+    return Snapshotter(metadata, max_bytes=settings.snapshot_max_bytes, interval_ms=settings.snapshot_interval_ms,
+                       applied_end=committed, wait_commit=wait_commit)

@@ -28,10 +28,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
-
-from .registry import Route, Routes
+from collections.abc import Callable
 
 log = logging.getLogger("hightide.read_gate")
 
@@ -161,28 +158,3 @@ def _live(heap: _Heap) -> _Heap:
     out = [w for w in heap if not w[2].done()]
     heapq.heapify(out)
     return out
-
-
-def gated_routes(routes: Routes, gate: ReadGate, keys: Iterable[int] = GATED_READS) -> dict[int, Route]:
-    """``routes`` with the handlers of ``keys`` (metadata reads) wrapped so that each waits
-    at the gate before it runs."""
-    out = dict(routes)
-    for key in keys:
-        route = out.get(key)
-        if route is not None:
-            out[key] = Route(route.api_key, route.min_version, route.max_version, _gated(route, gate), route.name)
-    return out
-
-
-def _gated(route: Route, gate: ReadGate) -> Callable[[Any, Any], Any]:
-    name = GATED_READS.get(route.api_key, route.name)
-
-    async def handle(ctx: Any, req: Any) -> Any:
-        await gate.wait_read(name)
-        result = route.fn(ctx, req)
-        if hasattr(result, "__await__"):
-            result = await result
-        return result
-
-    handle.__qualname__ = f"gated({route.fn.__qualname__})"
-    return handle

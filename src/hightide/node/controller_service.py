@@ -40,7 +40,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -57,9 +57,8 @@ from ..cluster.lifecycle import (
 from ..cluster.records import MetadataRecord
 from ..cluster.raft.describe import describe_quorum
 from ..log.partition_log import PartitionLog
-from ..coordinator.runtime import CoordinatorUnavailable
+from ..services import CoordinatorUnavailable
 from .raft_shell import RaftShell
-from .registry import handles
 
 log = logging.getLogger("hightide.controller")
 
@@ -72,15 +71,6 @@ OBSERVER_SESSION_TIMEOUT_MS = 300_000
 LEADER_EPOCH = 0
 
 WriteMetadata = Callable[[Callable[[MetadataImage], tuple[Any, Sequence[MetadataRecord]]]], Awaitable[Any]]
-
-
-ServiceHandler = Callable[..., Any]
-
-
-def service_handler(api_key: int, min_version: int, max_version: int) -> Callable[[ServiceHandler], ServiceHandler]:
-    """:func:`~.registry.handles` for a handler ``fn(service, ctx, request)`` that takes the
-    :class:`ControllerService` first (``handlers.controller_routes(service)`` binds it)."""
-    return cast(Callable[[ServiceHandler], ServiceHandler], handles(api_key, min_version, max_version))
 
 
 def now_ms() -> int:

@@ -194,7 +194,7 @@ class ControllerChannel:
         self.request_timeout_s = request_timeout_s
         self.max_backoff_s = max_backoff_s
         #: TLS/SASL towards the controller listener (None: PLAINTEXT); see
-        #: :func:`~.listener_security.controller_client_security`.
+        #: :func:`~hightide.server.listener_security.controller_client_security`.
         self.security = security
         self._conn: BrokerConnection | None = None
         self._attempt: asyncio.Task[BrokerConnection] | None = None  # the connect attempt under way

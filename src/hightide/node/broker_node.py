@@ -1,11 +1,12 @@
-"""The broker-only process's cluster side (``process.roles=broker``): what
-:class:`~hightide.server.broker.Broker` adds when it is not its own controller.
+"""The broker-only process's cluster side (``process.roles=broker``): what the broker
+adds when it is not its own controller (built by ``server/broker.py`` from the narrow
+parts :class:`BrokerNode` names; it never sees the broker).
 
 It wires, in Kafka's shape (``BrokerServer``):
 
 * two :class:`~.controller_channel.ControllerChannel` s to the active controller (lifecycle
   requests and forwarded writes on one, the metadata long-poll Fetch on the other);
-* the :class:`~.broker_lifecycle.BrokerLifecycleManager` (register, heartbeat, controlled
+* the :class:`~.lifecycle.BrokerLifecycleManager` (register, heartbeat, controlled
   shutdown, the lowest acknowledged offset);
 * the :class:`~.metadata_follower.MetadataFollower` (the local copy of
   ``__cluster_metadata-0`` and the image);
@@ -28,7 +29,8 @@ Until then the broker leads no partition (no leader state, data requests answer
 NOT_LEADER_OR_FOLLOWER), loads no coordinator partition (FindCoordinator answers
 COORDINATOR_NOT_AVAILABLE, coordinator requests NOT_COORDINATOR), deletes no log, and
 follows nobody; partition logs are opened (recovered) from the local copy. Then the
-broker puts the whole image in force at once (:meth:`Broker.after_metadata_change`), and
+broker puts the whole image in force at once (``on_metadata_change``: the broker's
+``after_metadata_change``), and
 from then on every applied change as before.
 """
 
@@ -36,35 +38,51 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from ..client.errors import KafkaError
+from ..client.properties import ClientSecurity
 from ..cluster.features import SUPPORTED_FEATURES
+from ..cluster.metadata_log import MetadataLog
 from ..cluster.settings import ClusterSettings
-from .broker_lifecycle import BrokerLifecycleManager
+from ..log.partition_log import PartitionLog
+from .lifecycle import BrokerLifecycleManager
 from .controller_channel import ControllerChannel, ControllerUnavailable
-from .forwarding import Forwarder, RemoteMetadataWrites, forwarding_routes
-from .listener_security import PROTOCOL_IDS, controller_client_security
+from .forwarding import Forwarder, RemoteMetadataWrites
 from .metadata_follower import MetadataFollower
-from .read_gate import ReadGate, gated_routes
-from .registry import Route, Routes
+from .read_gate import ReadGate
 from ..aio.shutdown import Step, run_steps
 from ..aio.tasks import STOP_WAIT_S
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 log = logging.getLogger("hightide.broker_node")
 
 class BrokerNode:
-    """The cluster side of a broker-only :class:`Broker` (see the module doc)."""
+    """The cluster side of a broker-only process (see the module doc), built from:
 
-    def __init__(self, broker: Broker, settings: ClusterSettings) -> None:
-        self.broker = broker
+    * ``settings``: the cluster settings (node id, controller addresses, read consistency);
+    * ``security``: how to connect to the controller listener (None: plaintext);
+    * ``cluster_id()``: the data dir's cluster id (None until known);
+    * ``listeners()``: the broker listeners to register, each ``{"name", "host", "port",
+      "security_protocol"}`` (called once the listeners are bound);
+    * ``on_metadata_change()``: put the applied image in force (called once caught up,
+      then after each applied content change);
+    * ``data_dir``: named in the log line when this node halts;
+    * and, at :meth:`start`, the local metadata log and the flusher's ``durable``.
+    """
+
+    def __init__(self, settings: ClusterSettings, *, security: ClientSecurity | None,
+                 cluster_id: Callable[[], str | None], listeners: Callable[[], list[dict[str, Any]]],
+                 on_metadata_change: Callable[[], None], data_dir: str) -> None:
         self.settings = settings
+        self._cluster_id_of = cluster_id
+        self._listeners = listeners
+        self._on_metadata_change = on_metadata_change
+        self.data_dir = data_dir
+        #: The local copy of ``__cluster_metadata-0`` (set by :meth:`start`).
+        self.metadata: MetadataLog | None = None
         addresses = settings.controller_addresses()
         client = f"hightide-broker-{settings.node_id}"
-        security = controller_client_security(broker.config.security_values, settings.controller_listener_names)
         voters = {v.node_id: (v.host, v.port) for v in settings.voters}
         self.channel = ControllerChannel(addresses, client_id=client, name="controller", security=security,
                                          voters=voters)
@@ -90,21 +108,6 @@ class BrokerNode:
         #: goes back to False.
         self.caught_up = False
 
-    def routes(self, routes: Routes) -> Routes:
-        """The route table of a broker-only node: forwarded writes, gated metadata reads,
-        ApiVersions held while a finalized-features change is not yet covered."""
-        out = gated_routes(forwarding_routes(routes, self.forwarder), self.gate)
-        api_versions = out.get(18)
-        if api_versions is not None:
-            handler = api_versions.fn
-
-            async def settled_api_versions(ctx: Any, req: Any) -> Any:
-                await self.features_settled()
-                return handler(ctx, req)
-            out[18] = Route(18, api_versions.min_version, api_versions.max_version, settled_api_versions,
-                            api_versions.name)
-        return out
-
     async def features_settled(self) -> None:
         """With acknowledged consistency, wait (at most ``metadata.read.max.wait.ms``)
         until the LAO covers the newest change of the finalized features this broker has
@@ -119,22 +122,16 @@ class BrokerNode:
         return self.lifecycle.lowest_acknowledged
 
     def _applied(self) -> int:
-        return self.broker.metadata.image.offset if self.broker.metadata is not None else -1
+        return self.metadata.image.offset if self.metadata is not None else -1
 
     def _content(self) -> int:
-        return self.broker.metadata.image.content_offset if self.broker.metadata is not None else -1
+        return self.metadata.image.content_offset if self.metadata is not None else -1
 
     def _cluster_id(self) -> str:
-        return self.broker.cluster_id or ""
+        return self._cluster_id_of() or ""
 
     def _registration(self) -> dict[str, Any]:
-        listeners = []
-        for listener, _ in self.broker.servers:
-            if listener.name in self.settings.controller_listener_names:
-                continue
-            host, port = self.settings.advertised_for(listener, listener.port)
-            listeners.append({"name": listener.name, "host": host, "port": port,
-                              "security_protocol": PROTOCOL_IDS[self.broker.listener_security(listener.name).protocol]})
+        listeners = self._listeners()
         features = [{"name": n, "min_supported_version": lo, "max_supported_version": hi}
                     for n, (lo, hi) in sorted(SUPPORTED_FEATURES.items())]
         return {"listeners": listeners, "features": features, "rack": None}
@@ -143,14 +140,15 @@ class BrokerNode:
         self.gate.advance()
 
     def _on_applied(self, applied: int, content: int) -> None:
-        features = self.broker.image.features
+        assert self.metadata is not None
+        features = self.metadata.image.features
         if not self._features or self._features[-1][1] != features:
             self._features.append((content, dict(features)))  # content covers the FeatureLevelRecord
         if self._check_caught_up():  # the whole image was put in force just now
             self._content_seen = content
         elif content != self._content_seen:  # a batch of NoOps changes nothing the broker acts on
             self._content_seen = content
-            self.broker.after_metadata_change()
+            self._on_metadata_change()
         self.lifecycle.applied(applied, content)
         self.gate.advance()
 
@@ -164,14 +162,15 @@ class BrokerNode:
         image is put in force (True: that was done just now)."""
         if self.caught_up or self.follower is None or not self.follower.caught_up:
             return False
-        reg = self.broker.image.brokers.get(self.settings.node_id)
+        assert self.metadata is not None
+        reg = self.metadata.image.brokers.get(self.settings.node_id)
         if reg is None or reg.incarnation_id != self.lifecycle.core.incarnation_id:
             return False  # not registered yet, or its registration not applied here yet
         self.caught_up = True
-        image = self.broker.image
+        image = self.metadata.image
         log.info("metadata caught up with the controller at offset %d (registered in epoch %d): leading and "
                  "coordinating what the controller assigned to this broker", image.offset, reg.epoch)
-        self.broker.after_metadata_change()
+        self._on_metadata_change()
         return True
 
     # -- ApiVersions (ClusterView) -------------------------------------------------------
@@ -184,7 +183,7 @@ class BrokerNode:
         only once the LAO covers its record), else the newest applied here. The epoch is
         the metadata offset of the change (-1: as loaded at start)."""
         if not self._features:
-            return -1, dict(self.broker.image.features)
+            return -1, dict(self.metadata.image.features) if self.metadata is not None else {}
         if not self.gate.acknowledged:
             return self._features[-1][0], self._features[-1][1]
         lao = self._lao()
@@ -222,7 +221,7 @@ class BrokerNode:
         except (TimeoutError, ControllerUnavailable, KafkaError):
             pass
         self.halt(f"the controller quorum ({where}) belongs to {theirs}, not to this broker's cluster "
-                  f"{self.broker.cluster_id} (data dir {self.broker.data_dir}): stopping rather than following it "
+                  f"{self._cluster_id_of()} (data dir {self.data_dir}): stopping rather than following it "
                   "(INCONSISTENT_CLUSTER_ID)")
 
     async def adopt_cluster_id(self) -> str:
@@ -241,19 +240,19 @@ class BrokerNode:
             await asyncio.sleep(0.5)
 
     # -- lifecycle ---------------------------------------------------------------------
-    def start(self) -> None:
-        """Start following the metadata log and the registration (after the listeners
-        are bound)."""
-        broker = self.broker
-        assert broker.metadata is not None
+    def start(self, metadata: MetadataLog, durable: Callable[[PartitionLog], Any]) -> None:
+        """Start following ``metadata`` (the local copy, made durable through
+        ``durable``) and the registration (after the listeners are bound)."""
+        self.metadata = metadata
         self.follower = MetadataFollower(
-            broker.metadata, self.fetch_channel, self.settings.node_id, epoch=lambda: self.lifecycle.broker_epoch,
-            cluster_id=lambda: broker.cluster_id, on_applied=self._on_applied, on_caught_up=self._on_caught_up,
-            on_reset=self.lifecycle.core.on_reset, durable=broker.flusher.durable,
+            metadata, self.fetch_channel, self.settings.node_id, epoch=lambda: self.lifecycle.broker_epoch,
+            cluster_id=self._cluster_id_of, on_applied=self._on_applied, on_caught_up=self._on_caught_up,
+            on_reset=self.lifecycle.core.on_reset, durable=durable,
             on_foreign_cluster=lambda where: self._foreign_cluster(where))
         self.lifecycle.on_foreign_cluster = self._foreign_cluster
-        self.lifecycle.core.on_applied(broker.image.offset, broker.image.content_offset, 0)
-        self._features = [(-1, dict(broker.image.features))]
+        image = metadata.image
+        self.lifecycle.core.on_applied(image.offset, image.content_offset, 0)
+        self._features = [(-1, dict(image.features))]
         self.follower.start()
         self.lifecycle.start()
 
@@ -261,7 +260,7 @@ class BrokerNode:
         """Controlled shutdown (bounded by ``timeout_s``), then stop following and close
         the channels; held reads and writes are answered. Each step is bounded by
         ``step_timeout_s`` more and runs whatever the one before did
-        (:func:`.shutdown.run_steps`)."""
+        (:func:`~hightide.aio.shutdown.run_steps`)."""
         if self._halting is not None:
             self._halting.cancel()
         lifecycle, follower = self.lifecycle, self.follower

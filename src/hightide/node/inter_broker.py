@@ -5,50 +5,71 @@ the inter-broker listener in the metadata image (``inter.broker.listener.name``,
 first broker listener, with its TLS/SASL client settings: issue 17). A connection that
 breaks is dropped and opened again on the next call; a broker whose address changed gets
 a new one.
+
+Built from two narrow parts, held by :class:`InterBroker` (one per process, made by the
+broker's wiring and handed to every component that calls other brokers):
+``image()``, the current metadata image (where each broker is, whether it is fenced), and
+``listener()``, the inter-broker listener's name and client security (computed from the
+configs on first use; it raises ValueError naming a bad setting). Each component gets its
+own :class:`InterBrokerClients` (its own client id and timeout) from
+:meth:`InterBroker.clients`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
 from ..client.properties import ClientSecurity
-from .leadership import alive_endpoint
-from .listener_security import inter_broker_client
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from ..cluster.image import MetadataImage
 
 REQUEST_TIMEOUT_S = 10.0
+
+
+class InterBroker:
+    """Where other brokers are and how to reach them (see the module doc): ``image()``
+    and ``listener()``, the latter computed once, on first use."""
+
+    def __init__(self, image: Callable[[], MetadataImage],
+                 listener: Callable[[], tuple[str, ClientSecurity | None]]) -> None:
+        self.image = image
+        self._listener = listener
+        self._inter: tuple[str, ClientSecurity | None] | None = None
+
+    def listener(self) -> tuple[str, ClientSecurity | None]:
+        """(listener name, client security) used to reach other brokers."""
+        if self._inter is None:
+            self._inter = self._listener()
+        return self._inter
+
+    def clients(self, client_id: str, request_timeout_s: float = REQUEST_TIMEOUT_S) -> InterBrokerClients:
+        """A new set of connections to other brokers, sending as ``client_id``."""
+        return InterBrokerClients(self, client_id, request_timeout_s)
 
 
 class InterBrokerClients:
     """Connections to other brokers, keyed by broker id (see the module doc)."""
 
-    def __init__(self, broker: Broker, client_id: str, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        self.broker = broker
+    def __init__(self, network: InterBroker, client_id: str, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.network = network
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self._conns: dict[int, BrokerConnection] = {}
-        self._inter: tuple[str, ClientSecurity | None] | None = None
         self._connecting: dict[int, asyncio.Lock] = {}
 
     def inter_broker(self) -> tuple[str, ClientSecurity | None]:
         """(listener name, client security) used to reach other brokers."""
-        if self._inter is None:
-            b = self.broker
-            self._inter = inter_broker_client(b.config.security_values,
-                                              tuple(x.name for x in b.cluster.broker_listeners),
-                                              b.cluster.controller_listener_names)
-        return self._inter
+        return self.network.listener()
 
     def address(self, node_id: int) -> tuple[str, int] | None:
         """(host, port) of ``node_id`` on the inter-broker listener, or None when it is not
         registered, fenced, or lacks that listener."""
-        ep = alive_endpoint(self.broker.image, node_id, self.inter_broker()[0])
+        reg = self.network.image().brokers.get(node_id)
+        ep = None if reg is None or reg.fenced else reg.endpoint(self.inter_broker()[0])
         return None if ep is None else (ep[1], ep[2])
 
     async def request(self, node_id: int, host: str, port: int, api_key: int, version: int, body: Any) -> Any:

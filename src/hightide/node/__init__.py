@@ -1,0 +1,60 @@
+"""The cluster node: everything a process does as a member of a cluster (Kafka's
+``BrokerLifecycleManager``, ``MetadataLoader``, ``ForwardingManager``,
+``NodeToControllerChannelManager``, ``QuorumController``'s timers and ``KafkaRaftClient``'s
+shell). Start here to find the cluster side; docs/cluster.md tells the whole story.
+
+What runs where
+---------------
+``process.roles`` decides (``hightide.cluster.settings.ClusterSettings``):
+
+* **single node** (``broker,controller``, the default): none of the network parts below.
+  The metadata log is written through the single-voter coordinator runtime
+  (``metadata_runtime`` in the shell) and snapshotted by a :class:`~.snapshotter.Snapshotter`.
+* **broker-only** (``broker``): one :class:`~.broker_node.BrokerNode`, which wires
+
+  - two :class:`~.controller_channel.ControllerChannel` s to the active controller (one
+    for lifecycle requests and forwarded writes, one for the metadata long-poll Fetch);
+  - the :class:`~.lifecycle.BrokerLifecycleManager` (register, heartbeat, controlled
+    shutdown, the lowest acknowledged offset; its state machine is ``LifecycleCore``);
+  - the :class:`~.metadata_follower.MetadataFollower` (the local copy of
+    ``__cluster_metadata-0`` and its image; snapshots installed with
+    :func:`~.snapshotter.install_snapshot`);
+  - the :class:`~.read_gate.ReadGate` (read-after-write across brokers) and the
+    :class:`~.forwarding.Forwarder` (Envelope to the controller;
+    :data:`~.forwarding.FORWARDED` is the one table of forwarded APIs, read by the
+    controller's Envelope handler too) and :class:`~.forwarding.RemoteMetadataWrites`
+    (the broker's own topic creations and producer-id blocks);
+
+  and a :class:`~.snapshotter.Snapshotter` of the local copy.
+* **controller-only** (``controller``): the :class:`~.controller_service.ControllerService`
+  (registrations, heartbeats, fencing timers, the observers' Fetch). With one voter the
+  metadata log is written through the single-voter runtime and snapshotted by a
+  :class:`~.snapshotter.Snapshotter`; with several, through Raft: the
+  :class:`~.raft_shell.RaftShell` steps the sans-IO core (``hightide.cluster.raft``), talks
+  to the other voters through :class:`~.raft_peers.RaftPeers` and keeps its vote in the
+  :class:`~.quorum_state.QuorumStateStore`; snapshots go through the core.
+* every broker: :class:`~.inter_broker.InterBroker` (where the other brokers are, how to
+  reach them); each component calling other brokers gets its own
+  :class:`~.inter_broker.InterBrokerClients` from it.
+
+Start order (``server/broker.py``, ``Broker.start``): data-dir lock, logs, the metadata
+log (a broker-only node without a cluster id asks the controller for it:
+:meth:`~.broker_node.BrokerNode.adopt_cluster_id`) → a controller: the Raft runtime, the
+controller service, the Raft shell; a broker: its logs opened, the coordinators started
+(they load nothing on a broker-only node before it caught up) → the listeners → the
+broker node (follower and registration: the registration names the bound ports) → the
+flusher, the snapshotter, the controller's timers.
+
+Stop order (``Broker._stop_steps``, each step bounded and run whatever the one before
+did): the broker node (controlled shutdown, then the follower, the held metadata reads,
+the channels) → the Raft shell (a leader resigns) → the listeners and everything else.
+
+Boundaries: this package never imports ``hightide.server`` (nor the coordinators or the
+replicas; an import-linter contract keeps it so) and no component here receives the
+broker: each is built from the narrow things its docstring names (settings, callables,
+the metadata log, channels). What needs the shell's types stays there: the route-table
+wrappers (``server/node_routes.py``), the controller's request handlers
+(``server/handlers/``: broker_lifecycle, controller_fetch, raft_rpcs, fetch_snapshot,
+describe_quorum, envelope) and the wiring (``server/broker.py``). The sans-IO cores
+(controller, image, metadata log, snapshots, lifecycle, Raft) live in ``hightide.cluster``.
+"""
