@@ -27,10 +27,10 @@ from hightide.protocol.records import build_batch
 from hightide.security.acl import AclBinding, AclBindingFilter, AclOperation, PatternType, ResourceType
 from hightide.server.context import RequestContext
 from hightide.server.registry import RawResponse
-from hightide.server.forwarding import FORWARDED
+from hightide.node.forwarding import FORWARDED
 from hightide.server.handlers import describe_log_dirs as dld
 from hightide.server.handlers import describe_topic_partitions as dtp
-from hightide.server.handlers import envelope, routes
+from hightide.server.handlers import routes
 
 ALICE, ADMIN = "User:alice", "User:admin"
 
@@ -111,12 +111,13 @@ def _disk_size(env: Env, topic: str, partition: int) -> int:
 def test_routes_advertise_the_new_apis() -> None:
     r = routes()
     assert {k: (r[k].min_version, r[k].max_version) for k in (35, 64, 75)} == {35: (1, 5), 64: (0, 0), 75: (0, 0)}
-    assert 64 in FORWARDED and 64 in envelope.FORWARDABLE  # a broker-only node forwards it to the controller
+    assert 64 in FORWARDED  # a broker-only node forwards it, the controller runs it from an Envelope (one table)
 
 
 def test_a_broker_only_node_gates_topic_partitions_and_forwards_unregister() -> None:
-    from hightide.server.forwarding import Forwarder, forwarding_routes
-    from hightide.server.read_gate import ReadGate, gated_routes
+    from hightide.node.forwarding import Forwarder
+    from hightide.node.read_gate import ReadGate
+    from hightide.server.node_routes import forwarding_routes, gated_routes
     gate = ReadGate("acknowledged", 100, lao=lambda: -1, applied=lambda: -1, content=lambda: -1)
     fwd = Forwarder(SimpleNamespace(api_versions={}), gate)  # type: ignore[arg-type]
     table = gated_routes(forwarding_routes(routes(), fwd), gate)  # what BrokerNode.routes builds

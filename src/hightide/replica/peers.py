@@ -1,5 +1,5 @@
 """What the replica components need from the connections to other brokers (today
-:class:`hightide.server.inter_broker.InterBrokerClients` satisfies both Protocols; the
+:class:`hightide.node.inter_broker.InterBrokerClients` satisfies both Protocols; the
 broker's wiring builds one per component and passes it in).
 """
 
