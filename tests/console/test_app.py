@@ -263,3 +263,71 @@ def test_broker_lost_then_back_keeps_the_last_data_under_a_banner(fresh_server):
         fresh_server(data_dir=srv.data_dir, port=srv.port)
         wait_until(lambda: 'class="banner"' not in web.get("/groups").text, 20, what="the banner to go")
         assert web.get("/api/status").json()["error"] is None
+
+
+def test_share_group_status_and_lag_history(scenario, web):
+    """Issue 30 item 5: the share group page has a status with its rule (the seed's
+    example: members gone, lag 7 and 2, nothing moving: rule 3 STOP), and a lag history
+    from the console's samples, as consumer groups have."""
+    page = web.get(f"/share-groups/{scenario.share}").text
+    assert re.search(r'id="group-status">STOP', page), page
+    assert "rule 3 (STOP): behind and the group has no active members" in page
+    for p in (0, 1):
+        row = re.search(rf'data-partition="{p}">(.*?)</tr>', page, re.S).group(1)
+        assert 'class="st st-STOP">STOP<' in row
+    assert f'data-api="/api/share-groups/{scenario.share}/history"' in page and 'id="chart-lag"' in page
+    wait_until(lambda: len(web.get(f"/api/share-groups/{scenario.share}/history").json()["t"]) >= 3, 15,
+               what="three share-group samples")
+    h = web.get(f"/api/share-groups/{scenario.share}/history").json()
+    assert set(h["lag"]) == {sum(scenario.share_lags.values())} == {9}
+    assert h["time_lag_s"] == [None] * len(h["t"])
+    assert web.get("/api/share-groups/no-such-group/history").status_code == 404
+    assert web.get(f"/api/share-groups/{scenario.lagging}/history").status_code == 404
+    listing = web.get("/groups").text
+    row = re.search(rf'data-group="{scenario.share}">(.*?)</tr>', listing, re.S).group(1)
+    assert 'class="st st-STOP">STOP<' in row and 'class="num lag">9<' in row
+
+
+def _listed(client, query: str) -> list[str]:
+    r = client.get("/groups" + query)
+    assert r.status_code == 200, r.text
+    return re.findall(r'<tr data-group="([^"]+)">', r.text)
+
+
+def test_groups_list_sorts_and_filters(scenario, web):
+    """Issue 30 item 5: by name (default), status (worst first), lag (largest first), the
+    other way round with order=asc/desc; filtered by status and by a part of the name."""
+    mine = (scenario.lagging, scenario.caught_up, scenario.stopped, scenario.share)  # lag 24, 0, climbing, 9
+    wait_until(lambda: set(mine) <= set(_listed(web, "")), 15, what="the scenario's groups")
+    assert _listed(web, "") == sorted(_listed(web, ""))
+    for query, desc in (("?sort=lag", True), ("?sort=lag&order=asc", False)):
+        page = web.get("/groups" + query).text
+        lags = [None if v == "-" else int(v) for v in re.findall(r'class="num lag">(-?\d+|-)', page)]
+        known = [v for v in lags if v is not None]
+        assert known == sorted(known, reverse=desc) and lags == known + [None] * (len(lags) - len(known)), lags
+        order = [g for g in re.findall(r'<tr data-group="([^"]+)">', page) if g in mine]
+        assert (order.index(scenario.lagging) < order.index(scenario.share) < order.index(scenario.caught_up)) == desc
+    by_status = _listed(web, "?sort=status")
+    page = web.get("/groups?sort=status").text
+    statuses = [re.search(rf'data-group="{re.escape(g)}">.*?class="st st-([A-Z-]+)"', page, re.S).group(1)
+                for g in by_status]
+    severity = {"ERR": 5, "STOP": 4, "STALL": 3, "REWIND": 2, "WARN": 1, "OK": 0, "-": -1}
+    assert [severity[s] for s in statuses] == sorted((severity[s] for s in statuses), reverse=True), statuses
+    tag = scenario.topic.split("-")[-1]
+    # (other tests of the module add groups with the tag and move the resettable one)
+    tagged = _listed(web, f"?q={tag.upper()}")
+    assert set(mine) <= set(tagged) and all(tag in g for g in tagged)
+    assert _listed(web, f"?q=caught-up-{tag}") == [scenario.caught_up]
+    ok = _listed(web, f"?status=OK&q={tag}")
+    assert scenario.caught_up in ok and not {scenario.lagging, scenario.stopped, scenario.share} & set(ok)
+    problems = _listed(web, f"?status=problems&q={tag}")
+    assert scenario.caught_up not in problems and scenario.lagging in problems
+    r = web.get("/groups?status=ERR&q=no-such-group-at-all")
+    assert "No group matches the filters." in r.text and 'href="/groups" id="filters-clear"' in r.text
+    # the live part refreshes with the same query; the column headers flip the order
+    page = web.get(f"/groups?sort=lag&status=problems&q={tag}").text
+    assert f'hx-get="/groups?sort=lag&amp;status=problems&amp;q={tag}&amp;fragment=1"' in page
+    assert 'href="?sort=lag&amp;status=problems&amp;q=' + tag + '&amp;order=asc"' in page
+    frag = web.get(f"/groups?sort=lag&status=problems&q={tag}&fragment=1").text
+    assert frag.startswith('<div id="live"') and 'id="group-filters"' not in frag
+    assert web.get("/groups?sort=%3Cscript%3E&status=%3Cb%3E&order=x").status_code == 200  # ignored

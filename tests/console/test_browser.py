@@ -214,3 +214,47 @@ def test_page_works_offline(console, browser):
         "return [...document.querySelectorAll('script[src],link[href]')].map(e => e.src || e.href);")
     assert srcs and all(s.startswith(console + "/static/") for s in srcs), srcs
     assert browser.execute_script("return typeof htmx !== 'undefined' && typeof uPlot !== 'undefined';")
+
+
+def test_share_group_status_chart_and_groups_filters(scenario, console, browser):
+    """Issue 30 item 5 in the browser: the share group page's status and its lag chart
+    (points arrive without a reload); the groups list filtered by typing a name and
+    choosing a status, sorted by a column header, the live refresh keeping the choice."""
+    browser.get(f"{console}/share-groups/{scenario.share}")
+    assert text(browser, "#group-status").startswith("STOP")
+    assert "rule 3 (STOP)" in text(browser, "#status-rule")
+    assert {p: c["status"] for p, c in cells(browser, "share-partitions").items()} == {0: "STOP", 1: "STOP"}
+    charts = browser.find_element("css selector", "#charts")
+    assert len(browser.find_elements("css selector", "#chart-lag canvas")) == 1
+    assert not browser.find_elements("css selector", "#chart-time")
+    wait_until(lambda: int(charts.get_attribute("data-points") or 0) >= 3, 15, what="the share group's chart")
+    assert charts.get_attribute("data-last-lag") == "9"
+    shot(browser, "share-group")
+
+    tag = scenario.topic.split("-")[-1]
+    browser.get(console + "/groups")
+    box = browser.find_element("id", "filter-name")
+    box.send_keys(f"ed-{tag}")  # stopped-<tag>; the form submits after a pause in typing
+    wait_until(lambda: "q=" in browser.current_url, 10, what="the name filter to apply")
+    wait_until(lambda: [e.get_attribute("data-group") for e in browser.find_elements("css selector", "#groups tr[data-group]")]
+               == [scenario.stopped], 10, what="only the stopped group")
+    browser.get(f"{console}/groups?q={tag}")
+    from selenium.webdriver.support.ui import Select
+    Select(browser.find_element("id", "filter-status")).select_by_value("problems")
+    wait_until(lambda: "status=problems" in browser.current_url, 10, what="the status filter to apply")
+    shown = lambda: [e.get_attribute("data-group") for e in browser.find_elements("css selector", "#groups tr[data-group]")]
+    assert scenario.caught_up not in shown() and scenario.lagging in shown()
+    browser.find_element("css selector", 'a[data-sort="lag"]').click()
+    wait_until(lambda: "sort=lag" in browser.current_url, 10, what="the sort by lag")
+    browser.execute_script("window.__notReloaded = true;")
+    first = shown()
+    browser.execute_script("document.querySelector('#live').dataset.seen = '1';")
+    # the live part is swapped by htmx (the marker disappears) and keeps the filter and sort
+    wait_until(lambda: browser.execute_script("return document.querySelector('#live').dataset.seen !== '1';"), 10,
+               what="an htmx refresh")
+    assert browser.execute_script("return window.__notReloaded === true;")
+    assert set(shown()) == set(first) and scenario.caught_up not in shown()
+    lags = [e.text.split()[0] for e in browser.find_elements("css selector", "#groups td.lag")]
+    known = [int(v) for v in lags if v != "-"]
+    assert known == sorted(known, reverse=True), lags
+    shot(browser, "groups-filtered")

@@ -146,3 +146,22 @@ def test_group_history_columns_bounds_and_order():
     assert len(h) == 0 and h.columns() == {"t": [], "lag": [], "time_lag_s": [], "time_lag_bound_s": []}
     with pytest.raises(ValueError):
         GroupHistory(0)
+
+
+def test_share_groups_have_a_bounded_history_of_their_total_lag():
+    """Issue 30 item 5: a point per share group per sample (the sum of its positive
+    share-partition lags; None when none is known), bounded like a consumer group's, and
+    dropped once the group is gone and its points aged out."""
+    from hightide.monitoring.share_monitor import ShareGroupReport, SharePartitionReport, ShareSnapshot
+    s = Sampler("127.0.0.1:1", interval_s=1, history_s=10, max_points=3)
+    for i in range(5):
+        parts = (SharePartitionReport("t", 0, 2, 7 + i, 11 + i), SharePartitionReport("t", 1, None, None))
+        s._record_share(ShareSnapshot(1_000_000 + i * 1000, {"s": ShareGroupReport("s", "Stable", 1, parts),
+                                                             "u": ShareGroupReport("u", "Empty", 0, parts[1:])}),
+                        1_000_000 + i * 1000)
+    ser = s.series("s", share=True)
+    assert ser["t"] == [1002.0, 1003.0, 1004.0] and ser["lag"] == [9, 10, 11]
+    assert ser["time_lag_s"] == [None] * 3 and s.series("s")["t"] == []  # not a consumer group's
+    assert s.series("u", share=True)["lag"] == [None, None, None]
+    s._record_share(None, 1_020_000)  # the cluster stopped serving share groups, 20 s later
+    assert s.share_history == {}

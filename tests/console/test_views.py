@@ -152,3 +152,98 @@ def test_formatting():
     assert views.fmt_time(0) == "1970-01-01 00:00:00Z" and views.fmt_time(-1) == "-"
     assert [views.fmt_bytes(x) for x in (None, 0, 1023, 1536, 12 * 2**20, 3 * 2**30 + 2**29)] == [
         "-", "0 B", "1023 B", "1.5 KiB", "12.0 MiB", "3.5 GiB"]
+
+
+# -- share groups: status (issue 30 item 5) ------------------------------------------------------
+
+def _share_series(points, members=1, rules=RULES):
+    """judge_share_groups over snapshots 10 s apart: ``points`` are per snapshot a list of
+    (start offset, lag, end) per partition 0..n. Returns the last judged report."""
+    from hightide.lag import StatusTracker
+    from hightide.monitoring.share_monitor import ShareSnapshot, judge_share_groups
+    tracker = StatusTracker(rules)
+    rep = None
+    for i, parts in enumerate(points):
+        snap = ShareSnapshot(NOW + 10_000 * i, {"s": ShareGroupReport("s", "Stable", members, tuple(
+            SharePartitionReport("t", p, start, lag, end) for p, (start, lag, end) in enumerate(parts)))})
+        rep = judge_share_groups(snap, tracker).groups["s"]
+    return rep
+
+
+def test_share_group_status_follows_the_consumer_group_rules():
+    rules = StatusRules(window_ms=60_000, min_samples=3, stop_after_ms=600_000)
+    # acknowledging: the lag falls although the start offset (a record still in flight) stays
+    moving = _share_series([[(5, 20, 30)], [(5, 12, 32)], [(5, 6, 34)]], rules=rules)
+    assert (moving.status.status.value, moving.status.partitions[("t", 0)].reason) == ("OK", "progressing")
+    # nothing acknowledged while records wait: STALL (members present), STOP without members
+    stuck = [[(5, 20, 25)], [(5, 25, 30)], [(5, 30, 35)]]
+    assert _share_series(stuck, rules=rules).status.status.value == "STALL"
+    assert _share_series(stuck, members=0, rules=rules).status.partitions[("t", 0)].reason == "no_active_members"
+    # caught up once in the window: OK; an uninitialised partition: ERR, it decides the group
+    ok = _share_series([[(5, 0, 5), (None, None, None)]], rules=rules)
+    assert ok.status.partitions[("t", 0)].status.value == "OK"
+    assert (ok.status.status.value, ok.status.worst) == ("ERR", ("t", 1))
+    v = views.share_group_view(ok)
+    assert v["summary"]["status"] == "ERR" and v["summary"]["decided_by"] == "t-1"
+    assert v["summary"]["rule"] == "rule 1 (ERR): the share partition is not initialised (no start offset): lag unknown"
+    assert [p["status"] for p in v["partitions"]] == ["OK", "ERR"]
+    assert v["partitions"][0]["rule"] == "rule 2 (OK): caught up at least once in the window"
+    stall = views.share_group_view(_share_series(stuck, rules=rules))
+    assert stall["summary"]["rule"] == "rule 6 (STALL): nothing acknowledged over the window"
+    # a group that could not be described is not judged
+    from hightide.lag import StatusTracker
+    from hightide.monitoring.share_monitor import ShareSnapshot, judge_share_groups
+    bad = judge_share_groups(ShareSnapshot(NOW, {"x": ShareGroupReport("x", error="boom")}), StatusTracker())
+    assert bad.groups["x"].status is None and views.share_group_view(bad.groups["x"])["summary"]["status"] is None
+
+
+def test_share_position_is_end_less_lag():
+    from hightide.monitoring.share_monitor import share_position
+    assert share_position(SharePartitionReport("t", 0, 2, 7, 11)) == 4  # SPSO 2, 2 acknowledged above it
+    assert share_position(SharePartitionReport("t", 0, 2, None, None)) == 2
+    assert share_position(SharePartitionReport("t", 0, None, None, 11)) is None
+
+
+def test_group_list_carries_share_status():
+    rep = _share_series([[(0, 0, 3)]])
+    rows = views.group_list({}, {"s": rep})
+    assert rows[0]["status"] == "OK" and rows[0]["total_lag"] == 0
+
+
+# -- the groups list: sort and filter (issue 30 item 5) ---------------------------------------
+
+def _row(name, status, lag, tl=None, kind="consumer"):
+    return {"group": name, "type": kind, "status": status, "total_lag": lag, "max_time_lag_ms": tl}
+
+
+LIST = [_row("b-orders", "OK", 0, 10), _row("a-clicks", "STOP", 500, 90_000), _row("c-jobs", "ERR", None),
+        _row("d-share", "STALL", 40, None, "share"), _row("e-new", None, 7), _row("f-warn", "WARN", 500, 5)]
+
+
+def names(rows):
+    return [r["group"] for r in rows]
+
+
+def test_groups_sort_by_status_lag_name_worst_first_unknown_last():
+    assert names(views.select_groups(LIST)) == ["a-clicks", "b-orders", "c-jobs", "d-share", "e-new", "f-warn"]
+    assert names(views.select_groups(LIST, sort="name", desc=True))[0] == "f-warn"
+    assert names(views.select_groups(LIST, sort="status")) == [
+        "c-jobs", "a-clicks", "d-share", "f-warn", "b-orders", "e-new"]
+    assert names(views.select_groups(LIST, sort="status", desc=False)) == [
+        "b-orders", "f-warn", "d-share", "a-clicks", "c-jobs", "e-new"]  # unknown last either way
+    # ties (500) by name; unknown lag last
+    assert names(views.select_groups(LIST, sort="lag")) == ["a-clicks", "f-warn", "d-share", "e-new", "b-orders",
+                                                           "c-jobs"]
+    assert names(views.select_groups(LIST, sort="time_lag"))[:3] == ["a-clicks", "b-orders", "f-warn"]
+    assert names(views.select_groups(LIST, sort="type"))[-1] == "d-share"
+    assert names(views.select_groups(LIST, sort="bogus")) == names(views.select_groups(LIST))
+
+
+def test_groups_filter_by_status_and_name():
+    assert names(views.select_groups(LIST, status="problems")) == ["a-clicks", "c-jobs", "d-share", "e-new", "f-warn"]
+    assert names(views.select_groups(LIST, status="ERR")) == ["c-jobs"]
+    assert names(views.select_groups(LIST, status="unknown")) == ["e-new"]
+    assert names(views.select_groups(LIST, name=" ORD ")) == ["b-orders"]
+    assert names(views.select_groups(LIST, status="STOP", name="clicks", sort="lag")) == ["a-clicks"]
+    assert views.select_groups(LIST, status="OK", name="nope") == []
+    assert len(views.select_groups(LIST, status="bogus")) == len(LIST)

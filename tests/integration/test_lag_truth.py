@@ -179,11 +179,10 @@ def test_console_time_lag_0_at_markers(server, markers_and_big_abort):
 
 # -- partitions without a commit -----------------------------------------------------------------
 
-def test_uncommitted_partitions_count_in_the_totals(server, topic_name):
+@pytest.fixture
+def uncommitted(server, topic_name):
     """One member owns 3 partitions; it committed 10 of 23 on partition 0 and nothing on
-    1 (100 records) and 2 (110 records): the total is 13 + 100 + 110 = 223, flagged as an
-    estimate, in the CLI, lag watch, the exporter and the console; the partitions without a
-    commit have a time lag from their log start record (an estimate), not 0."""
+    1 (100 records) and 2 (110 records); the records are 1.5 s old. (topic, group)."""
     confluent_create_topic(server.bootstrap, topic_name, partitions=3)
     prod = ck.Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
     for p, n in ((0, 23), (1, 100), (2, 110)):
@@ -198,35 +197,95 @@ def test_uncommitted_partitions_count_in_the_totals(server, topic_name):
         wait_until(lambda: c.poll(0.2) is not None or len(c.assignment()) == 3, 30, what="the assignment")
         c.commit(offsets=[ck.TopicPartition(topic_name, 0, 10)], asynchronous=False)
         time.sleep(1.5)
-        rows = _rows(server.bootstrap, g, "read_uncommitted")
-        assert rows[1]["lag"] is None and rows[1]["estimated_lag"] == 100, rows[1]
-        assert rows[2]["estimated_lag"] == 110 and rows[0]["estimated_lag"] is None
-        assert rows[1]["time_lag_ms"] >= 1500 and rows[1]["time_lag_certainty"] == "estimate", rows[1]
-        [state] = _cli(server.bootstrap, "groups", "describe", g, "--state")
-        assert (state["total_lag"], state["total_lag_estimated"]) == (223, True), state
-        assert state["max_time_lag_ms"] >= 1500
-        doc = _cli(server.bootstrap, "lag", "watch", g, "--iterations", "1")
-        assert (doc["groups"][g]["total_lag"], doc["groups"][g]["total_lag_estimated"]) == (223, True)
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "hightide", "exporter", "-b", server.bootstrap, "--port",
-                                 str(port), "--listen", "127.0.0.1", "--min-interval", "0", "--group", g],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            fams = scrape(port)
-            assert value(fams, "kafka_consumergroup_group_sum_lag", group=g) == 223
-            assert value(fams, "kafka_consumergroup_lag_sum", consumergroup=g, topic=topic_name) == 223
-            assert value(fams, "hightide_consumergroup_estimated_lag", consumergroup=g, topic=topic_name,
-                         partition="1") == 100
-            assert value(fams, "kafka_consumergroup_group_max_lag_seconds", group=g) >= 1.5
-        finally:
-            proc.terminate()
-            proc.communicate(timeout=10)
-        with _console(server.bootstrap) as web:
-            got = wait_until(lambda: (r := web.get(f"/api/groups/{g}")).status_code == 200 and r.json(), 20,
-                             what="the group's JSON")
-            assert (got["summary"]["total_lag"], got["summary"]["total_lag_estimated"]) == (223, True)
-            hist = web.get(f"/api/groups/{g}/history").json()
-            assert hist["lag"][-1] == 223
-            assert "estimate" in web.get(f"/groups/{g}").text
+        yield topic_name, g
     finally:
         c.close()
+
+
+def test_uncommitted_partitions_count_in_the_totals(server, uncommitted):
+    """The total is 13 + 100 + 110 = 223, flagged as an estimate, in the CLI, lag watch,
+    the exporter and the console; the partitions without a commit have a time lag from
+    their log start record (an estimate), not 0."""
+    topic_name, g = uncommitted
+    rows = _rows(server.bootstrap, g, "read_uncommitted")
+    assert rows[1]["lag"] is None and rows[1]["estimated_lag"] == 100, rows[1]
+    assert rows[2]["estimated_lag"] == 110 and rows[0]["estimated_lag"] is None
+    assert rows[1]["time_lag_ms"] >= 1500 and rows[1]["time_lag_certainty"] == "estimate", rows[1]
+    [state] = _cli(server.bootstrap, "groups", "describe", g, "--state")
+    assert (state["total_lag"], state["total_lag_estimated"]) == (223, True), state
+    assert state["max_time_lag_ms"] >= 1500
+    doc = _cli(server.bootstrap, "lag", "watch", g, "--iterations", "1")
+    assert (doc["groups"][g]["total_lag"], doc["groups"][g]["total_lag_estimated"]) == (223, True)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hightide", "exporter", "-b", server.bootstrap, "--port",
+                             str(port), "--listen", "127.0.0.1", "--min-interval", "0", "--group", g],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        fams = scrape(port)
+        assert value(fams, "kafka_consumergroup_group_sum_lag", group=g) == 223
+        assert value(fams, "kafka_consumergroup_lag_sum", consumergroup=g, topic=topic_name) == 223
+        assert value(fams, "hightide_consumergroup_estimated_lag", consumergroup=g, topic=topic_name,
+                     partition="1") == 100
+        assert value(fams, "kafka_consumergroup_group_max_lag_seconds", group=g) >= 1.5
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    with _console(server.bootstrap) as web:
+        got = wait_until(lambda: (r := web.get(f"/api/groups/{g}")).status_code == 200 and r.json(), 20,
+                         what="the group's JSON")
+        assert (got["summary"]["total_lag"], got["summary"]["total_lag_estimated"]) == (223, True)
+        hist = web.get(f"/api/groups/{g}/history").json()
+        assert hist["lag"][-1] == 223
+        assert "estimate" in web.get(f"/groups/{g}").text
+
+
+def test_assume_reset_latest_in_every_tool(server, uncommitted):
+    """``--assume-reset latest`` (a group whose auto.offset.reset is latest starts at the
+    end of a partition it has not committed): the estimate is 0 and the time lag 0 in
+    ``groups describe``, ``lag watch``, the exporter and the console, still flagged; the
+    total is the committed partition's 13. Before the option existed every tool assumed
+    earliest (223)."""
+    topic_name, g = uncommitted
+    rows = {r["partition"]: r for r in _cli(server.bootstrap, "groups", "describe", g, "--assume-reset", "latest")}
+    assert [rows[p]["estimated_lag"] for p in (0, 1, 2)] == [None, 0, 0], rows
+    assert rows[1]["lag"] is None and rows[1]["time_lag_ms"] == 0, rows[1]
+    assert rows[1]["time_lag_certainty"] == "estimate"
+    [state] = _cli(server.bootstrap, "groups", "describe", g, "--state", "--assume-reset", "latest")
+    assert (state["total_lag"], state["total_lag_estimated"]) == (13, True), state
+    doc = _cli(server.bootstrap, "lag", "watch", g, "--iterations", "1", "--assume-reset", "latest")
+    assert (doc["groups"][g]["total_lag"], doc["groups"][g]["total_lag_estimated"]) == (13, True)
+    [state] = _cli(server.bootstrap, "groups", "describe", g, "--state", "--assume-reset", "earliest")
+    assert state["total_lag"] == 223
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hightide", "exporter", "-b", server.bootstrap, "--port",
+                             str(port), "--listen", "127.0.0.1", "--min-interval", "0", "--group", g,
+                             "--assume-reset", "latest"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        fams = scrape(port)
+        assert value(fams, "kafka_consumergroup_group_sum_lag", group=g) == 13
+        assert value(fams, "hightide_consumergroup_estimated_lag", consumergroup=g, topic=topic_name,
+                     partition="1") == 0
+        assert value(fams, "hightide_consumergroup_lag_estimated", consumergroup=g) == 1
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert b"Traceback" not in err, err.decode()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hightide", "console", "-b", server.bootstrap, "--listen",
+                             f"127.0.0.1:{port}", "--interval", "0.3", "--assume-reset", "latest"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def summary() -> Any:
+            import urllib.request
+            assert proc.poll() is None
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/groups/{g}", timeout=3) as r:
+                    return json.loads(r.read())["summary"]
+            except OSError:
+                return None
+        got = wait_until(summary, 30, what="the console's group JSON")
+        assert (got["total_lag"], got["total_lag_estimated"]) == (13, True), got
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=15)
+    assert b"Traceback" not in err, err.decode()

@@ -30,7 +30,7 @@ ROWS = [
 
 def test_group_series_carries_the_weakest_certainty():
     s = group_series(ROWS)
-    assert s["mixed"] == [(T0, 2, 9_000, "lower_bound")]
+    assert s["mixed"] == [(T0, 2, 9_000, "lower_bound", False)]
     assert [p[3] for p in s["busy"]] == ["estimate", "exact", "estimate"]
 
 
@@ -65,3 +65,40 @@ def test_offset_lag_chart_has_no_bound_styling():
     ax = chart(group_series(ROWS), 1, "offset lag (records)", 1.0, 10).axes[0]
     assert not [ln for ln in ax.get_lines() if ln.get_gid() == "bound"]
     assert "lower bound" not in ax.get_title()
+
+
+def est_row(group, t, partition, committed, end, estimated, time_lag_ms=0, certainty="estimate"):
+    """A row of a partition the group had not committed yet (issue 30 item 3):
+    ``committed``/``offset_lag`` None, ``estimated_lag`` set, as lag_rows writes it."""
+    return {"group": group, "topic": "t", "partition": partition, "time_ms": T0 + t, "committed": committed,
+            "end_offset": end, "offset_lag": None if committed is None else end - committed,
+            "estimated_lag": estimated if committed is None else None, "time_lag_ms": time_lag_ms,
+            "certainty": certainty}
+
+
+# a consumer reading p0, then p1 (30 records each): before the fix p1 was left out until its
+# first commit and the total fell to 0 at t=10 s although 30 records were waiting
+SERIAL = [est_row("serial", 0, 0, 10, 30, None, 3_000, "estimate"), est_row("serial", 0, 1, None, 30, 30, 5_000),
+          est_row("serial", 10_000, 0, 30, 30, None, 0, "exact"), est_row("serial", 10_000, 1, None, 30, 30, 15_000),
+          est_row("serial", 20_000, 0, 30, 30, None, 0, "exact"), est_row("serial", 20_000, 1, 15, 30, None, 9_000)]
+
+
+def test_group_series_counts_estimates_in_the_total_and_flags_them():
+    s = group_series(SERIAL + ROWS)
+    assert s["serial"] == [(T0, 50, 5_000, "estimate", True), (T0 + 10_000, 30, 15_000, "estimate", True),
+                           (T0 + 20_000, 15, 9_000, "estimate", False)]
+    assert all(not p[4] for g in ("idle-a", "busy", "mixed") for p in s[g])  # rows without the column
+
+
+def test_summary_and_chart_say_a_total_is_an_estimate():
+    text = _summary(SERIAL, 20, None, 10)
+    assert "  serial: max lag ~50 (estimate) at " in text and ", latest 15\n" in text
+    assert "(estimate: the total counts partitions the group had not committed yet" in text
+    breaches = text.split("SLO breaches, offset lag > 20:")[1]
+    assert "  serial: 2 of 3 samples" in breaches and "worst 50 (estimate)" in breaches
+    ax = chart(group_series(SERIAL), 1, "offset lag (records)", 1.0, 10).axes[0]
+    marked = [ln for ln in ax.get_lines() if ln.get_gid() == "estimate"]
+    assert len(marked) == 2 and all(ln.get_markerfacecolor() == "white" for ln in marked)
+    assert "estimates for partitions without a commit" in ax.get_title()
+    assert not [ln for ln in chart(group_series(ROWS), 1, "x", 1.0, 10).axes[0].get_lines()
+                if ln.get_gid() == "estimate"]

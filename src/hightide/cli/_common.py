@@ -65,6 +65,22 @@ def spark_security_options() -> dict[str, str]:
     return {f"kafka.{k}": v for k, v in props.items() if k.startswith(("security.", "sasl.", "ssl."))}
 
 
+RESETS = ("earliest", "latest")
+
+
+def assume_reset_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--assume-reset earliest|latest`` (default earliest), the same on every lag tool
+    (``groups describe``, ``lag watch``, ``exporter``, ``console``, ``spark lag-history``):
+    the ``auto.offset.reset`` assumed for a partition a group has not committed, which
+    sets its estimated lag (docs/lag.md, "Partitions without a commit in the totals").
+    Passed as ``assume_reset``."""
+    return click.option("--assume-reset", "assume_reset", type=click.Choice(RESETS), default="earliest",
+                        show_default=True,
+                        help="auto.offset.reset assumed for partitions a group has not committed: their lag is "
+                             "estimated from the log start (earliest) or as 0 (latest), counted in totals and "
+                             "flagged as an estimate.")(f)
+
+
 def admin_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--bootstrap-server``, ``--command-config`` and ``--output`` (the same on every
     operator command)."""

@@ -11,7 +11,7 @@ import socket
 import click
 
 from . import _parse_hostport, main
-from ._common import DEFAULT_BOOTSTRAP
+from ._common import DEFAULT_BOOTSTRAP, assume_reset_option
 
 
 @main.command("console")
@@ -32,9 +32,10 @@ from ._common import DEFAULT_BOOTSTRAP
 @click.option("--min-samples", type=int, default=5, show_default=True, help="Samples for a complete status window.")
 @click.option("--idle-after", type=float, default=300.0, show_default=True,
               help="Seconds without a write after which a partition is IDLE.")
+@assume_reset_option
 def console(bootstrap_server: str | None, command_config: str | None, listen: str, allow_writes: bool,
             interval: float, history: float, refresh: float, window: float, min_samples: int,
-            idle_after: float) -> None:
+            idle_after: float, assume_reset: str) -> None:
     """Serve a web console: cluster, topics, consumer and share groups, lag history."""
     try:
         import uvicorn
@@ -58,7 +59,7 @@ def console(bootstrap_server: str | None, command_config: str | None, listen: st
     sampler = Sampler(bootstrap, interval_s=interval, history_s=history,
                       max_points=max(2, int(history / interval) + 1),
                       rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),
-                      client_options=options)
+                      client_options=options, assume_reset=assume_reset)
     app = create_app(sampler, ConsoleConfig(bootstrap, allow_writes=allow_writes, refresh_s=refresh,
                                             idle_after_s=idle_after))
     sock = _bind(host, port)

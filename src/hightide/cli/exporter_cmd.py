@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from . import _run, main
-from ._common import DEFAULT_BOOTSTRAP, client_options, command_config_option
+from ._common import DEFAULT_BOOTSTRAP, assume_reset_option, client_options, command_config_option
 
 
 @main.command("exporter")
@@ -26,14 +26,16 @@ from ._common import DEFAULT_BOOTSTRAP, client_options, command_config_option
 @click.option("--cluster-name", default="default", show_default=True, help="cluster_name label (kafka-lag-exporter).")
 @click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
               help="read_committed measures lag to the last stable offset.")
+@assume_reset_option
 def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, ...], window: float,
              min_samples: int, min_interval: float, scrape_timeout: float, no_extensions: bool,
-             cluster_name: str, isolation: str) -> None:
+             cluster_name: str, isolation: str, assume_reset: str) -> None:
     """Serve consumer lag, time lag, status and partition offsets as Prometheus metrics."""
     from ..monitoring.exporter import Exporter
     from ..lag import StatusRules
     ex = Exporter(bootstrap_server, listen=(listen, port), groups=list(groups) or None,
                   rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),
                   min_interval_s=min_interval, use_extensions=not no_extensions, cluster_name=cluster_name,
-                  scrape_timeout_s=scrape_timeout, isolation_level=isolation, client_options=client_options())
+                  scrape_timeout_s=scrape_timeout, isolation_level=isolation, client_options=client_options(),
+                  uncommitted_reset=assume_reset)
     _run(ex.run_forever())

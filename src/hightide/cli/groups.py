@@ -14,6 +14,7 @@ from ._common import (
     Col,
     ResetSpec,
     admin_options,
+    assume_reset_option,
     emit,
     parse_topic_partitions,
     reset_options,
@@ -147,8 +148,9 @@ def _total_lag(state: dict[str, Any]) -> str:
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between samples.")
 @click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
               help="read_committed measures lag to the last stable offset.")
+@assume_reset_option
 def groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ...], view: str,
-                    samples: int, interval: float, isolation: str) -> None:
+                    samples: int, interval: float, isolation: str, assume_reset: str) -> None:
     """Describe GROUP_IDS like kafka-consumer-groups.sh --describe, plus TIME-LAG and STATUS."""
     from ..lag import StatusRules
     from ..monitoring.monitor import LagMonitor
@@ -157,7 +159,7 @@ def groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ..
     progress = Progress(samples)
 
     async def go(admin: Any) -> Any:
-        mon = LagMonitor(admin, rules=rules, isolation_level=isolation)
+        mon = LagMonitor(admin, rules=rules, isolation_level=isolation, uncommitted_reset=assume_reset)
         snap = await mon.snapshot(list(group_ids))
         for i in range(samples - 1):
             progress.show(i + 1, interval)

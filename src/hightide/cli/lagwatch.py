@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import Col, admin_options, print_table, run_admin, seconds
+from ._common import Col, admin_options, assume_reset_option, print_table, run_admin, seconds
 from .groups import offset_rows, with_pending
 
 WATCH_COLS = [Col("GROUP", "group"), Col("TOPIC", "topic"), Col("PARTITION", "partition"),
@@ -77,8 +77,9 @@ def snapshot_doc(snap: Any, share: Any = None) -> dict[str, Any]:
 @click.option("--min-samples", type=int, default=5, show_default=True, help="Samples for a complete window.")
 @click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
               help="read_committed measures lag to the last stable offset (records of open transactions: PENDING).")
+@assume_reset_option
 def lag_watch(bootstrap_server: str, output: str, group_ids: tuple[str, ...], interval: float, iterations: int,
-              window: float, min_samples: int, isolation: str) -> None:
+              window: float, min_samples: int, isolation: str, assume_reset: str) -> None:
     """Refresh lag of GROUP_IDS (default: all groups) every --interval seconds.
 
     With ``-o json`` prints one JSON document per refresh, one per line.
@@ -90,7 +91,7 @@ def lag_watch(bootstrap_server: str, output: str, group_ids: tuple[str, ...], in
     from ..monitoring.share_monitor import share_snapshot
 
     async def go(admin: Any) -> None:
-        mon = LagMonitor(admin, rules=rules, isolation_level=isolation)
+        mon = LagMonitor(admin, rules=rules, isolation_level=isolation, uncommitted_reset=assume_reset)
         screen = output == "table" and sys.stdout.isatty()
         consumer: list[str] | None = None
         shares: list[str] | None = None

@@ -12,7 +12,7 @@ import time
 import click
 
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, client_options, command_config_option, spark_security_options
+from ._common import DEFAULT_BOOTSTRAP, assume_reset_option, client_options, command_config_option, spark_security_options
 
 
 def _bootstrap_option(f):  # type: ignore[no-untyped-def]
@@ -69,9 +69,10 @@ def sample_offsets(bootstrap_server: str, out_dir: str, topics: tuple[str, ...],
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--remote", default=None, help="Spark Connect URL (sc://host:port) to run on instead of --master.")
 @click.option("--no-sample-now", is_flag=True, help="Do not add a sample of the end offsets at job start.")
+@assume_reset_option
 def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: tuple[str, ...], slo_lag: int | None,
                     slo_time_lag: float | None, top: int, master: str, remote: str | None,
-                    no_sample_now: bool) -> None:
+                    no_sample_now: bool, assume_reset: str) -> None:
     """Spark batch job: lag per group/partition over time from __consumer_offsets and
     end-offset samples, as Parquet plus a text summary and PNG charts."""
     try:
@@ -94,7 +95,7 @@ def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: t
     try:
         result = lag_history(spark, bootstrap_server, samples, out_dir, groups=list(groups) or None,
                              slo_lag=slo_lag, top=top, sample_now=not no_sample_now,
-                             kafka_options=spark_security_options(),
+                             kafka_options=spark_security_options(), reset=assume_reset,
                              slo_time_lag_ms=None if slo_time_lag is None else int(slo_time_lag * 1000))
     finally:
         if existing is None:

@@ -2,8 +2,9 @@
 
 Pages render from the background :class:`~hightide.console.sampler.Sampler`'s latest
 snapshot (groups, share groups) or ask the cluster directly (topics, cluster). Every
-page's live part is re-fetched by htmx (``?fragment=1``) and the lag charts poll
-``/api/groups/{group}/history``: nothing needs a reload.
+page's live part is re-fetched by htmx (``?fragment=1``, with the page's own query: the
+groups list's sort and filters) and the lag charts poll ``/api/groups/{group}/history``
+(``/api/share-groups/{group}/history``): nothing needs a reload.
 
 Guarantees: read-only unless ``allow_writes``; every POST needs the CSRF token of the
 page's form (double submit: a SameSite=Strict cookie and a form field that must match,
@@ -22,7 +23,7 @@ import secrets
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -143,8 +144,23 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         if sampler.snapshot is None:
             raise Unreachable(sampler.error or "no snapshot")
         snap, share = sampler.snapshot, sampler.share
-        rows = views.group_list(snap.groups if snap else {}, share.groups if share else None)
-        return render(request, "groups.html", {"groups": rows, "share_supported": share is not None})
+        every = views.group_list(snap.groups if snap else {}, share.groups if share else None)
+        q = request.query_params
+        sort = q.get("sort", "name") if q.get("sort") in views.GROUP_SORTS else "name"
+        order = q.get("order") if q.get("order") in ("asc", "desc") else None
+        status = q.get("status", "all") if q.get("status") in views.STATUS_FILTERS else "all"
+        name = q.get("q", "")[:200]
+        rows = views.select_groups(every, sort=sort, desc=None if order is None else order == "desc",
+                                   status=status, name=name)
+        chosen = {k: v for k, v in (("sort", sort if sort != "name" else ""), ("order", order or ""),
+                                    ("status", status if status != "all" else ""), ("q", name)) if v}
+        return render(request, "groups.html", {
+            "groups": rows, "total": len(every), "share_supported": share is not None,
+            "sort": sort, "order": order, "status_filter": status, "name_filter": name,
+            "sorts": views.GROUP_SORTS, "status_filters": views.STATUS_FILTERS,
+            "query": urlencode(chosen) + "&" if chosen else "",
+            "sort_links": {k: "?" + urlencode({**chosen, "sort": k, "order": _next_order(sort, order, k)})
+                           for k in views.GROUP_SORTS}})
 
     async def group_report(group: str) -> Any:
         """The latest report of ``group``; samples again for a group created since; raises
@@ -188,6 +204,13 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         return JSONResponse({"group": group, "interval_s": sampler.interval_s, "samples": sampler.samples,
                              "error": sampler.error, **sampler.series(group)})
 
+    async def share_history_api(request: Request) -> Response:
+        group = request.path_params["group"]
+        if group not in sampler.share_history:
+            await share_report(group)  # 404 for an unknown share group
+        return JSONResponse({"group": group, "interval_s": sampler.interval_s, "samples": sampler.samples,
+                             "error": sampler.error, **sampler.series(group, share=True)})
+
     async def status_api(request: Request) -> Response:
         snap = sampler.snapshot
         current = sampler.current_error()
@@ -226,8 +249,9 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         return render(request, "reset.html", {**group_ctx(report), "done": plan, "plan": None, "error": None})
 
     # -- share groups ------------------------------------------------------------------------------
-    async def share_group_page(request: Request) -> Response:
-        group = request.path_params["group"]
+    async def share_report(group: str) -> Any:
+        """The latest report of share group ``group``; samples again for one created since;
+        raises NotFound (with a pointer for a consumer group) when there is none."""
         share = sampler.share
         if share is None or group not in share.groups:
             kind = {g.group_id: g.group_type for g in await (await admin()).list_groups()}.get(group)
@@ -243,7 +267,10 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
                 raise NotFound("This cluster does not serve share groups (no ListGroups v5 / "
                                "DescribeShareGroupOffsets).")
             raise NotFound(f"Share group '{group}' does not exist.")
-        view = views.share_group_view(share.groups[group])
+        return share.groups[group]
+
+    async def share_group_page(request: Request) -> Response:
+        view = views.share_group_view(await share_report(request.path_params["group"]))
         return render(request, "share_group.html", {"g": view, "s": view["summary"]})
 
     # -- topics --------------------------------------------------------------------------------------
@@ -341,6 +368,7 @@ def create_app(sampler: Sampler, config: ConsoleConfig) -> Starlette:
         Route("/groups/{group:path}", group_page),
         Route("/api/status", status_api), Route("/api/groups/{group:path}/history", history_api),
         Route("/api/groups/{group:path}", group_api),
+        Route("/api/share-groups/{group:path}/history", share_history_api),
         Route("/share-groups/{group:path}", share_group_page), Route("/topics", topics_page),
         Route("/topics/{topic}", topic_page), Route("/cluster", cluster_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -362,6 +390,16 @@ async def _sizes(admin: Any, topics: Any) -> dict[tuple[str, int], int]:
     except KafkaError:
         return {}
     return partition_sizes(dirs, {(t.name, p): pm.leader for t in topics for p, pm in t.partitions.items()})
+
+
+def _next_order(sort: str, order: str | None, key: str) -> str:
+    """The order a column header's link asks for: the other way round when the list is
+    already sorted by that column, else the column's natural order."""
+    natural = "asc" if key in ("name", "type") else "desc"
+    if key != sort:
+        return natural
+    current = order or natural
+    return "asc" if current == "desc" else "desc"
 
 
 async def _offsets(admin: Any, tps: list[tuple[str, int]], specs: tuple[str, ...]) -> tuple[dict[Any, Any], ...]:

@@ -1,5 +1,7 @@
 """The console's background sampler: one :class:`LagMonitor` snapshot of every consumer
-group and one share snapshot per interval, and a bounded in-memory history per group.
+group and one share snapshot per interval, and a bounded in-memory history per group
+(share groups too: their total share-partition lag, and a status by the consumer-group
+rules, :func:`~hightide.monitoring.share_monitor.judge_share_groups`).
 
 Pages read the latest snapshot (fast, whatever the cluster's size); the charts read the
 history. The monitor is the CLI's and exporter's (same lag math, same status tracker),
@@ -26,9 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..client import AdminClient, KafkaError
-from ..lag import StatusRules
+from ..lag import StatusRules, StatusTracker
 from ..monitoring.monitor import LagMonitor, Snapshot
-from ..monitoring.share_monitor import ShareSnapshot, share_snapshot
+from ..monitoring.share_monitor import ShareSnapshot, judge_share_groups, share_snapshot, share_total_lag
 from .history import GroupHistory
 
 __all__ = ["Sampler", "UNREACHABLE"]
@@ -46,7 +48,7 @@ class Sampler:
     def __init__(self, bootstrap: str, *, interval_s: float = 5.0, history_s: float = 3600.0,
                  max_points: int = 720, rules: StatusRules | None = None,
                  client_options: dict[str, Any] | None = None, clock: Callable[[], float] = time.time,
-                 sample_timeout_s: float | None = None) -> None:
+                 sample_timeout_s: float | None = None, assume_reset: str | None = "earliest") -> None:
         self.bootstrap = bootstrap
         self.interval_s = interval_s
         self.history_ms = int(history_s * 1000)
@@ -54,12 +56,19 @@ class Sampler:
         self.rules = rules or StatusRules(window_ms=max(1, int(interval_s * 10_000)), min_samples=5)
         self.client_options = {"request_timeout_s": 5.0, **(client_options or {})}
         self.clock = clock
+        self.assume_reset = assume_reset
+        """The auto.offset.reset assumed for partitions a group has not committed
+        (``--assume-reset``, :attr:`LagMonitor.uncommitted_reset`)."""
         self.sample_timeout_s = sample_timeout_s if sample_timeout_s is not None else max(10.0, 2 * interval_s)
         """A sample not finished by then is abandoned (an outage)."""
         self.monitor: LagMonitor | None = None
         self.snapshot: Snapshot | None = None
         self.share: ShareSnapshot | None = None
         self.history: dict[str, GroupHistory] = {}
+        self.share_history: dict[str, GroupHistory] = {}
+        """Share groups' history: total share-partition lag (no time lag is measured)."""
+        self.share_tracker = StatusTracker(self.rules)
+        """The share groups' status windows (:func:`judge_share_groups`)."""
         self.error: str | None = None
         self.error_since_ms: int | None = None
         self.last_ok_ms: int | None = None
@@ -145,7 +154,7 @@ class Sampler:
                 raise
             self._admin = admin
             if self.monitor is None:
-                self.monitor = LagMonitor(admin, rules=self.rules)
+                self.monitor = LagMonitor(admin, rules=self.rules, uncommitted_reset=self.assume_reset)
             self.monitor.admin = admin
         return self._admin
 
@@ -209,6 +218,8 @@ class Sampler:
                     share = await share_snapshot(admin)
                 if snap.outage:  # a broker stopped answering during the sample: not stored
                     raise _Outage(snap.outage[0])
+                if share is not None:
+                    share = judge_share_groups(share, self.share_tracker)
             except (*UNREACHABLE, _Outage) as exc:
                 first = self.error is None
                 if isinstance(exc, _Outage):
@@ -226,6 +237,7 @@ class Sampler:
                 log.warning("console: %s reachable again", self.bootstrap)
             with self._mutex:
                 self._record(snap)
+                self._record_share(share, snap.time_ms)
                 self.snapshot, self.share = snap, share
                 self.error = self.error_since_ms = None
                 self.last_ok_ms = snap.time_ms
@@ -250,11 +262,28 @@ class Sampler:
             if not len(h):
                 del self.history[name]
 
-    def series(self, group: str) -> dict[str, list[Any]]:
-        """The group's history as the chart's columns (see :meth:`GroupHistory.columns`);
-        empty columns for a group without history."""
+    def _record_share(self, share: ShareSnapshot | None, time_ms: int) -> None:
+        """A point per share group: its total lag (the positive share-partition lags;
+        None when none is known)."""
+        cutoff = time_ms - self.history_ms
+        groups = share.groups if share is not None else {}
+        for name, rep in groups.items():
+            h = self.share_history.get(name)
+            if h is None:
+                h = self.share_history[name] = GroupHistory(self.max_points)
+            h.add(time_ms, share_total_lag(rep), None, None)
+            h.trim(cutoff)
+        for name in [g for g in self.share_history if g not in groups]:
+            h = self.share_history[name]
+            h.trim(cutoff)
+            if not len(h):
+                del self.share_history[name]
+
+    def series(self, group: str, *, share: bool = False) -> dict[str, list[Any]]:
+        """The group's history (a share group's with ``share``) as the chart's columns
+        (see :meth:`GroupHistory.columns`); empty columns for a group without history."""
         with self._mutex:
-            h = self.history.get(group)
+            h = (self.share_history if share else self.history).get(group)
             return h.columns() if h is not None else GroupHistory(1).columns()
 
 

@@ -16,9 +16,11 @@ from typing import Any, TypeGuard
 from urllib.parse import quote
 
 from ..client.types import ListOffsetsResult
+from ..monitoring.share_monitor import share_total_lag
 
-__all__ = ["ANOMALY_WORDS", "RULE_WORDS", "anomaly_words", "fmt_ms", "fmt_time", "group_list",
-           "group_view", "liveness", "rule_words", "share_group_view", "topic_list", "topic_view"]
+__all__ = ["ANOMALY_WORDS", "GROUP_SORTS", "RULE_WORDS", "SHARE_RULE_WORDS", "STATUS_FILTERS", "anomaly_words",
+           "fmt_ms", "fmt_time", "group_list", "group_view", "liveness", "rule_words", "select_groups",
+           "share_group_view", "topic_list", "topic_view"]
 
 ANOMALY_WORDS = {
     "no_commit": "The group has no committed offset here: lag is unknown.",
@@ -53,6 +55,19 @@ RULE_WORDS = {
 }
 """The status rules of docs/lag.md, keyed by the reason :mod:`hightide.lag.status` gives."""
 
+SHARE_RULE_WORDS = {
+    **RULE_WORDS,
+    "no_commit": "rule 1 (ERR): the share partition is not initialised (no start offset): lag unknown",
+    "committed_past_end": "rule 1 (ERR): the acknowledged position is past the end",
+    "committed_offset_decreased": "rule 5 (REWIND): the acknowledged position went backwards "
+                                  "(records released for redelivery, or the start offset was reset)",
+    "offset_unchanged_for_stop_after": "rule 6 (STOP): nothing acknowledged for the stop-after time",
+    "offset_unchanged_lag_not_decreasing": "rule 6 (STALL): nothing acknowledged over the window",
+    "lag_not_decreasing": "rule 7 (WARN): records are acknowledged but the lag never decreases",
+}
+"""The status rules as they read for a share group, whose "committed offset" is the
+acknowledged position (:func:`hightide.monitoring.share_monitor.share_position`)."""
+
 TIME_LAG_METHODS = {
     "record_timestamp": "timestamp of the record at the committed offset",
     "interpolation": "interpolated over the console's end-offset samples",
@@ -60,11 +75,12 @@ TIME_LAG_METHODS = {
 }
 
 
-def rule_words(reason: str | None) -> str:
-    """The status rule that fired, in words ('' when unknown)."""
+def rule_words(reason: str | None, *, share: bool = False) -> str:
+    """The status rule that fired, in words ('' when unknown); ``share``: as it reads for
+    a share group."""
     if reason is None:
         return ""
-    return RULE_WORDS.get(reason, reason.replace("_", " "))
+    return (SHARE_RULE_WORDS if share else RULE_WORDS).get(reason, reason.replace("_", " "))
 
 
 def anomaly_words(anomalies: Iterable[str], lost: int | None = None) -> list[str]:
@@ -206,9 +222,10 @@ def group_list(consumer: Mapping[str, Any], share: Mapping[str, Any] | None) -> 
                     "max_time_lag_ms": rep.max_time_lag_ms, "max_time_lag_text": fmt_ms(rep.max_time_lag_ms),
                     "error": rep.error, "href": "/groups/" + quote(name, safe="")})
     for name, rep in (share or {}).items():
-        lags = [p.lag for p in rep.partitions if p.lag is not None]
-        out.append({"group": name, "type": "share", "state": rep.state, "members": rep.members, "status": None,
-                    "partitions": len(rep.partitions), "total_lag": sum(x for x in lags if x > 0) if lags else None,
+        st = getattr(rep, "status", None)
+        out.append({"group": name, "type": "share", "state": rep.state, "members": rep.members,
+                    "status": st.status.value if st is not None else None,
+                    "partitions": len(rep.partitions), "total_lag": share_total_lag(rep),
                     "total_lag_estimated": False,
                     "max_time_lag_ms": None, "max_time_lag_text": "-", "error": rep.error,
                     "href": "/share-groups/" + quote(name, safe="")})
@@ -218,21 +235,66 @@ def group_list(consumer: Mapping[str, Any], share: Mapping[str, Any] | None) -> 
 
 def share_group_view(report: Any) -> dict[str, Any]:
     """A share group page from a :class:`ShareGroupReport`: per share partition the start
-    offset (SPSO), end offset, lag (None: unknown, '-') and in-flight records by state
-    (None when the cluster does not serve ReadShareGroupState)."""
+    offset (SPSO), end offset, lag (None: unknown, '-'), in-flight records by state (None
+    when the cluster does not serve ReadShareGroupState) and, when the report was judged
+    (:func:`~hightide.monitoring.share_monitor.judge_share_groups`), status and rule; the
+    summary's total lag is the consumer groups' (positive lags), its status the group's
+    with the rule that decided it."""
+    gs = getattr(report, "status", None)
     parts = []
     for p in report.partitions:
         c = p.counts
+        st = gs.partitions.get((p.topic, p.partition)) if gs is not None else None
         parts.append({"topic": p.topic, "partition": p.partition, "start_offset": p.start_offset,
                       "end_offset": p.end_offset, "lag": p.lag,
                       "available": c.available if c else None, "acknowledged": c.acknowledged if c else None,
                       "archived": c.archived if c else None, "not_persisted": c.not_persisted if c else None,
-                      "initialised": p.start_offset is not None})
-    lags = [p["lag"] for p in parts if p["lag"] is not None]
+                      "initialised": p.start_offset is not None,
+                      "status": st.status.value if st is not None else None,
+                      "rule": rule_words(st.reason, share=True) if st is not None else ""})
+    worst = gs.partitions.get(gs.worst) if gs is not None and gs.worst is not None else None
+    wk = gs.worst if gs is not None else None
     return {"summary": {"group": report.group, "state": report.state, "members": report.members,
-                        "total_lag": sum(lags) if lags else None, "partitions": len(parts), "error": report.error,
-                        "counts_known": any(p["available"] is not None for p in parts)},
+                        "total_lag": share_total_lag(report), "partitions": len(parts), "error": report.error,
+                        "counts_known": any(p["available"] is not None for p in parts),
+                        "status": gs.status.value if gs is not None else None,
+                        "complete": gs.complete if gs is not None else None,
+                        "rule": rule_words(worst.reason, share=True) if worst is not None else "",
+                        "decided_by": f"{wk[0]}-{wk[1]}" if worst is not None and isinstance(wk, tuple) else None},
             "partitions": parts}
+
+
+GROUP_SORTS = ("name", "status", "lag", "time_lag", "type")
+"""The groups list's sort keys (``?sort=``)."""
+STATUS_FILTERS = ("all", "problems", "OK", "WARN", "REWIND", "STALL", "STOP", "ERR", "unknown")
+"""The groups list's status filters (``?status=``): ``problems`` is every status but OK
+(unknown included: a group that could not be judged)."""
+_SEVERITY = {"OK": 0, "WARN": 1, "REWIND": 2, "STALL": 3, "STOP": 4, "ERR": 5}
+
+
+def select_groups(rows: list[dict[str, Any]], *, sort: str = "name", desc: bool | None = None,
+                  status: str = "all", name: str = "") -> list[dict[str, Any]]:
+    """The rows of :func:`group_list` the groups page shows: those whose status matches
+    ``status`` (:data:`STATUS_FILTERS`; ``unknown``: no status) and whose name contains
+    ``name`` (case-insensitive), sorted by ``sort`` (:data:`GROUP_SORTS`; unknown values
+    sort by name). ``desc`` None is each key's natural order: the worst first for status,
+    lag and time lag (most severe, largest), a to z for name and type. Unknown values
+    (``-``) sort last either way; ties go by name. Unknown ``status`` filters keep all."""
+    needle = name.strip().lower()
+    out = [r for r in rows if (not needle or needle in r["group"].lower())
+           and (status in ("all", "") or status not in STATUS_FILTERS
+                or (status == "problems" and r["status"] != "OK")
+                or (status == "unknown" and r["status"] is None) or r["status"] == status)]
+    value = {"status": lambda r: _SEVERITY.get(r["status"]) if r["status"] is not None else None,
+             "lag": lambda r: r["total_lag"], "time_lag": lambda r: r["max_time_lag_ms"],
+             "type": lambda r: r["type"]}.get(sort)
+    if value is None:
+        return sorted(out, key=lambda r: (r["group"], r["type"]), reverse=bool(desc))
+    if desc is None:
+        desc = sort != "type"
+    known = sorted((r for r in out if value(r) is not None), key=lambda r: (r["group"], r["type"]))
+    known.sort(key=value, reverse=desc)  # stable: ties stay by name
+    return known + sorted((r for r in out if value(r) is None), key=lambda r: (r["group"], r["type"]))
 
 
 def liveness(max_ts: int | None, now_ms: int, idle_after_ms: int, error: str | None = None) -> tuple[str, int | None]:

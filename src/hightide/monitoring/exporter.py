@@ -265,12 +265,15 @@ class Exporter:
                  groups: list[str] | None = None, rules: StatusRules = StatusRules(),
                  min_interval_s: float = 1.0, use_extensions: bool = True, cluster_name: str = "default",
                  scrape_timeout_s: float = 9.0, isolation_level: str = "read_uncommitted",
-                 client_options: dict[str, Any] | None = None) -> None:
+                 client_options: dict[str, Any] | None = None, uncommitted_reset: str | None = "earliest") -> None:
         self.bootstrap, self.listen, self.groups = bootstrap, listen, groups
         #: AdminClient keyword arguments from --command-config (security, client id, timeouts).
         self.client_options = dict(client_options or {})
         self.isolation_level = isolation_level
         """read_committed: lag to the last stable offset (docs/lag.md, transactions)."""
+        self.uncommitted_reset = uncommitted_reset
+        """The auto.offset.reset assumed for partitions without a commit (``--assume-reset``,
+        :attr:`LagMonitor.uncommitted_reset`)."""
         self.scrape_timeout_s = scrape_timeout_s
         """A snapshot that takes longer is abandoned: the scrape answers ``up 0`` in time
         (Prometheus' default scrape timeout is 10 s; a scrape's own
@@ -323,7 +326,8 @@ class Exporter:
             self._admin = admin  # (closed by refresh if start() fails or times out)
             await admin.start()
             if self._monitor is None:
-                self._monitor = LagMonitor(admin, rules=self.rules, isolation_level=self.isolation_level)
+                self._monitor = LagMonitor(admin, rules=self.rules, isolation_level=self.isolation_level,
+                                           uncommitted_reset=self.uncommitted_reset)
             self._monitor.admin = admin
         assert self._monitor is not None
         self.collector.snapshot = await self._monitor.snapshot(self.groups, all_topics=True)

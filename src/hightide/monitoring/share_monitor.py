@@ -9,6 +9,9 @@ clients by hightide only; against other brokers the counts are left out (None).
 
 Persisted state never says ACQUIRED: an acquisition lock does not survive a restart, so
 acquired records are persisted (and counted) as available.
+
+:func:`judge_share_groups` gives each share group a status by the consumer-group status
+rules (docs/lag.md), pure, from snapshots kept over time.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from typing import Any
 from ..client.errors import KafkaError, UnsupportedVersionError
 from ..client.types import TopicPartition
 from ..lag.share import InFlightCounts, in_flight_counts
+from ..lag.status import GroupStatus, StatusTracker, evaluate_group_rows
 
 log = logging.getLogger("hightide.exporter")
 
-__all__ = ["ShareGroupReport", "SharePartitionReport", "ShareSnapshot", "share_snapshot"]
+__all__ = ["ShareGroupReport", "SharePartitionReport", "ShareSnapshot", "judge_share_groups", "share_position",
+           "share_snapshot", "share_total_lag"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,8 @@ class ShareGroupReport:
     members: int | None = None
     partitions: tuple[SharePartitionReport, ...] = ()
     error: str | None = None
+    status: GroupStatus | None = None
+    """Set by :func:`judge_share_groups` (None: not judged)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,49 @@ async def share_snapshot(admin: Any, groups: list[str] | None = None) -> ShareSn
                 raise
             out[g] = ShareGroupReport(g, error=f"{type(exc).__name__}: {exc}")
     return ShareSnapshot(now, out)
+
+
+def share_total_lag(rep: ShareGroupReport) -> int | None:
+    """A share group's total lag (the console's, as the consumer groups' total): the sum
+    of its positive share-partition lags, None when no partition's lag is known."""
+    lags = [p.lag for p in rep.partitions if p.lag is not None]
+    return sum(x for x in lags if x > 0) if lags else None
+
+
+def share_position(p: SharePartitionReport) -> int | None:
+    """Where a share partition stands for the status rules, as a consumer group's committed
+    offset does: ``end - lag``, the end less what is left to deliver and acknowledge (the
+    start offset plus the records acknowledged or archived above it), so that ``end -
+    position`` is the share-partition lag and the position moves whenever records are
+    acknowledged, not only when the start offset does. The start offset when the lag is
+    unknown but the start is known; None while the share partition is uninitialised."""
+    if p.start_offset is None:
+        return None
+    if p.lag is not None and p.end_offset is not None:
+        return p.end_offset - p.lag
+    return p.start_offset
+
+
+def judge_share_groups(snap: ShareSnapshot, tracker: StatusTracker) -> ShareSnapshot:
+    """``snap`` with each share group's :attr:`ShareGroupReport.status`, by the rules of
+    consumer groups (:mod:`hightide.lag.status`, docs/lag.md) over the samples ``tracker``
+    keeps across snapshots: per share partition the committed offset is
+    :func:`share_position`, the end its end offset, the active members the group's
+    members. So an uninitialised share partition (no start offset) is rule 1 ERR
+    ``no_commit``, one nobody acknowledges in while records wait STALL then STOP, a group
+    without members behind STOP. A group that could not be described is not judged."""
+    out: dict[str, ShareGroupReport] = {}
+    for name, rep in snap.groups.items():
+        if rep.error is not None:
+            out[name] = rep
+            continue
+        rows = [(TopicPartition(p.topic, p.partition), share_position(p), p.end_offset, None, None, None)
+                for p in rep.partitions]
+        statuses = tracker.observe_rows(name, snap.time_ms, rows, rep.members)
+        out[name] = ShareGroupReport(rep.group, rep.state, rep.members, rep.partitions, rep.error,
+                                     evaluate_group_rows(statuses))
+    tracker.expire(snap.time_ms)
+    return ShareSnapshot(snap.time_ms, out)
 
 
 def _network(exc: KafkaError) -> bool:
