@@ -17,10 +17,12 @@ import pytest
 from hightide.cluster.image import MetadataImage
 from hightide.config import BrokerConfig
 from hightide.group.offsets import CommitRequest
+from hightide.group import records as R
 from hightide.group.records import OFFSETS_TOPIC
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.records import build_batch, validate_batches
 from hightide.coordinator import runtime as coordinator_runtime
 from hightide.coordinator.env import CoordinatorEnv
 from hightide.coordinator.runtime import CoordinatorLoadInProgress, CoordinatorUnavailable
@@ -235,6 +237,61 @@ def test_loading_answers_load_in_progress_then_serves_the_log(tmp_path, monkeypa
         assert _fetched(reloaded) == 29
         assert reloaded.runtime.committed_offset(0) == 30
     asyncio.run(scenario())
+
+
+def _append_raw(broker: FakeBroker, key: bytes, value: bytes | None) -> None:
+    """One record of other bytes than hightide writes, appended to __consumer_offsets-0."""
+    batch = build_batch([(key, value, [], T0)])
+    broker.log.append(batch, validate_batches(batch, client_origin=False), T0)
+
+
+def _reload(broker: FakeBroker) -> GroupRuntime:
+    groups = GroupRuntime(env_of(broker))
+    groups.runtime.load([0])
+    return groups
+
+
+def test_bytes_after_a_records_known_fields_load_as_the_record(tmp_path):
+    """A newer writer's additions after the fields a version knows are ignored on load,
+    as Kafka's readers do."""
+    groups, broker = _runtime(tmp_path)
+    value = R.encode_value(R.OffsetValue(42, -1, "", T0))
+    assert value is not None
+    _append_raw(broker, R.encode_key(R.OffsetKey(GROUP, "t", 0)) + b"\x00\x01", value + b"\x00\x00\x00\x07")
+
+    async def scenario():
+        reloaded = _reload(broker)
+        async with asyncio.timeout(30):
+            await reloaded.runtime.wait_loaded()
+        assert reloaded.runtime.partitions[0].state is coordinator_runtime.LoadState.ACTIVE
+        assert _fetched(reloaded) == 42
+    asyncio.run(scenario())
+
+
+def test_a_record_that_does_not_decode_fails_the_load_as_kafka_does(tmp_path, caplog):
+    """Kafka's coordinator loader fails the load on a record it cannot deserialize (an
+    unknown record type aside, which it skips); the partition is then not served (FAILED:
+    COORDINATOR_NOT_AVAILABLE, clients retry) and the reason is logged, with the offset."""
+    groups, broker = _runtime(tmp_path)
+
+    async def scenario():
+        await _commit(groups, 5)
+        _append_raw(broker, R.encode_key(R.OffsetKey(GROUP, "t", 0)), b"\x00\x03\x00")  # truncated value
+        _append_raw(broker, b"\x00\x63\x00\x01g", b"\x00\x00")  # record type 99: skipped, as Kafka does
+        reloaded = _reload(broker)
+        async with asyncio.timeout(30):
+            await reloaded.runtime.wait_loaded()
+        task = reloaded.runtime.partitions[0].task
+        assert task is not None and task.exception() is None
+        assert reloaded.runtime.partitions[0].state is coordinator_runtime.LoadState.FAILED
+        with pytest.raises(CoordinatorUnavailable) as info:
+            reloaded.shard_for(GROUP)
+        assert info.value.error_code == ErrorCode.coordinator_not_available
+        with pytest.raises(CoordinatorUnavailable):
+            await _commit(reloaded, 6)
+    with caplog.at_level("ERROR"):
+        asyncio.run(scenario())
+    assert any("__consumer_offsets-0" in r.getMessage() and "offset 1" in r.getMessage() for r in caplog.records)
 
 
 def test_timers_take_the_write_path(tmp_path):

@@ -27,8 +27,10 @@ kind of shard. For each partition the runtime keeps a :class:`_Partition`: a sta
 start offset to its high watermark, into both views (each record decoded once), in a
 task that yields to the event loop after every chunk (``LOAD_CHUNK_BYTES``). Until it is
 done the partition is LOADING: reads and writes raise :class:`CoordinatorLoadInProgress`
-(COORDINATOR_LOAD_IN_PROGRESS; clients retry). A log that cannot be read: FAILED
-(COORDINATOR_NOT_AVAILABLE). Loaded with ``hold=True``, partitions keep answering
+(COORDINATOR_LOAD_IN_PROGRESS; clients retry). A log that cannot be read, or a record
+that does not decode (RecordFormatError; as Kafka's loader, which skips only record
+types it does not know): FAILED (COORDINATOR_NOT_AVAILABLE), until the partition is
+loaded again (a new leadership or restart). Loaded with ``hold=True``, partitions keep answering
 COORDINATOR_LOAD_IN_PROGRESS to everyone but their owner's ``internal`` writes until
 :meth:`CoordinatorRuntime.release`: the group and share coordinators first move records an
 older hightide stored in the wrong partition (see ``CoordinatorService.move_misplaced``).
@@ -118,6 +120,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from ..protocol.coordinator_codec import RecordFormatError
 from ..protocol.errors import ErrorCode
 from ..services import CoordinatorLoadInProgress as CoordinatorLoadInProgress
 from ..services import CoordinatorUnavailable as CoordinatorUnavailable
@@ -271,13 +274,14 @@ class CoordinatorRuntime(Generic[S]):
 
     def _load_chunks(self, p: int, part: _Partition[S]) -> Iterator[None]:
         """Load the partition (a yield after each chunk): ACTIVE at the end, FAILED if its
-        log cannot be read."""
+        log cannot be read or holds a record the adapter cannot decode (Kafka's loader
+        fails the load then too)."""
         try:
             views = self._views(p, part.shard)
             yield from self._replay_log(p, views)
             self._install(p, part, views)
             part.state = LoadState.ACTIVE
-        except OSError as exc:
+        except (OSError, RecordFormatError) as exc:
             log.error("loading %s-%d failed: %s", self.adapter.topic, p, exc)
             part.state = LoadState.FAILED
 
@@ -288,17 +292,22 @@ class CoordinatorRuntime(Generic[S]):
 
     def _replay_log(self, p: int, views: list[S]) -> Iterator[None]:
         """Replay the partition's log to its high watermark into ``views``, a yield after
-        each chunk. Raises OSError if the log cannot be read."""
+        each chunk. Raises OSError if the log cannot be read, RecordFormatError (naming
+        the offset) for a record the adapter cannot decode (an adapter may skip those
+        itself instead)."""
         plog = self._log_for(p)
         count = 0
         load_txn = getattr(self.adapter, "load_txn", None)  # adapters whose logs hold transactional batches
         chunks = iter_txn_record_chunks(plog) if load_txn is not None else _chunks(plog, LOAD_CHUNK_BYTES, False)
         for chunk in chunks:
-            for offset, key, value, txn in chunk:
-                if txn is None or load_txn is None:
-                    count += self.adapter.load_record(views, p, offset, key, value)
-                else:
-                    count += load_txn(views, p, offset, txn, key, value)
+            try:
+                for offset, key, value, txn in chunk:
+                    if txn is None or load_txn is None:
+                        count += self.adapter.load_record(views, p, offset, key, value)
+                    else:
+                        count += load_txn(views, p, offset, txn, key, value)
+            except RecordFormatError as exc:
+                raise RecordFormatError(f"the record at offset {offset} does not decode: {exc}") from exc
             yield
         self.adapter.loaded(views, p, count)
         self.loaded_records += count
@@ -586,6 +595,11 @@ class CoordinatorRuntime(Generic[S]):
                 views = self._views(p)
                 for _ in self._replay_log(p, views):
                     await asyncio.sleep(0)
+            except RecordFormatError as exc:  # (a load decoded the same log: not seen)
+                part.fenced = CoordinatorUnavailable(f"{self.adapter.topic}-{p} takes no writes: {exc}",
+                                                     self.adapter.storage_error_code)
+                log.error("%s-%d: reload failed, writes refused until restart: %s", self.adapter.topic, p, exc)
+                return
             except OSError as exc:
                 if plog is None or plog.offline_reason is not None:
                     part.fenced = CoordinatorUnavailable(f"{self.adapter.topic}-{p} takes no writes: {exc}",

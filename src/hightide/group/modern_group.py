@@ -35,7 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from .assignor import Assignment
 from .consumer_api import HeartbeatError, ModernGroupConfig, Record, Result, Timers, TopicsView
-from .modern_records import TargetAssignmentMemberValue, TargetAssignmentMetadataValue, TopicPartitions
+from .consumer_records import TargetAssignmentMemberValue, TargetAssignmentMetadataValue, TopicPartitions
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 

@@ -110,12 +110,8 @@ class GroupConfig:
 
 # -- record codec ---------------------------------------------------------------------------------
 def encode_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
-    """Key and value bytes of a shard record (offsets, classic or consumer group)."""
-    if isinstance(key, (OffsetKey, GroupKey)):
-        return R.encode_key(key), R.encode_value(value)
-    if isinstance(key, SR.SHARE_KEY_TYPES):
-        return SR.encode_key(key), SR.encode_value(value)
-    return CR.encode_key(key), CR.encode_value(value)
+    """Key and value bytes of a shard record (any ``__consumer_offsets`` record type)."""
+    return R.encode_key(key), R.encode_value(value)
 
 
 def encode_records(records: list[Record]) -> list[tuple[bytes | None, bytes | None]]:
@@ -130,15 +126,9 @@ def decode_record(key: bytes, value: bytes | None) -> Record | None:
     """The (key, value) of a ``__consumer_offsets`` record; None for a record type
     hightide does not interpret. Raises RecordFormatError for a malformed record."""
     k = R.decode_key(key)
-    if k is not None:
-        return k, R.decode_value(k, value)
-    ck = CR.decode_key(key)
-    if ck is not None:
-        return ck, CR.decode_value(ck, value)
-    sk = SR.decode_key(key)
-    if sk is None:
+    if k is None:
         return None
-    return sk, SR.decode_value(sk, value)
+    return k, R.decode_value(k, value)
 
 
 def _coordinator_result(r: Result) -> CoordinatorResult:

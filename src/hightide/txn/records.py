@@ -10,28 +10,23 @@
   both versions decode.
 * a null value is a tombstone: the transactional id expired.
 
+The codecs are generated from Kafka's record definitions (:mod:`.records_gen`); this
+module maps a TransactionLogValue to and from :class:`~.state.TxnMetadata`.
 Transactional ids map to partitions with Kafka's
 ``Utils.abs(transactionalId.hashCode()) % transaction.state.log.num.partitions``.
 """
 
 from __future__ import annotations
 
-import struct
-
 from ..group.records import java_abs, java_string_hash
-from .state import NO_PRODUCER_ID, TxnMetadata, TxnState
+from ..protocol.coordinator_codec import RecordFormatError
+from . import records_gen as G
+from .state import TxnMetadata, TxnState
 
 STATE_TOPIC = "__transaction_state"
-KEY_TYPE = 0
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-
-
-class TxnRecordError(ValueError):
-    """A key or value that is not a valid ``__transaction_state`` record."""
+TxnRecordError = RecordFormatError
+"""A key or value that is not a valid ``__transaction_state`` record."""
 
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
@@ -40,116 +35,44 @@ def partition_for(transactional_id: str, num_partitions: int) -> int:
 
 
 def encode_key(transactional_id: str) -> bytes:
-    data = transactional_id.encode()
-    return _I16.pack(KEY_TYPE) + _I16.pack(len(data)) + data
+    return G.encode_key(G.TransactionLogKey(transactional_id))
 
 
 def encode_value(meta: TxnMetadata | None) -> bytes | None:
-    """TransactionLogValue v0 (None for a tombstone); partitions null in Empty."""
+    """TransactionLogValue v0 (None for a tombstone); partitions null in Empty, grouped by
+    topic in sorted order otherwise."""
     if meta is None:
         return None
-    out = bytearray(_I16.pack(0))
-    out += _I64.pack(meta.producer_id) + _I16.pack(meta.producer_epoch) + _I32.pack(meta.timeout_ms)
-    out += _I8.pack(meta.state.value)
-    if meta.state is TxnState.EMPTY:
-        out += _I32.pack(-1)
-    else:
+    partitions: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    if meta.state is not TxnState.EMPTY:
         by_topic: dict[str, list[int]] = {}
         for t, p in meta.sorted_partitions():
             by_topic.setdefault(t, []).append(p)
-        out += _I32.pack(len(by_topic))
-        for t, parts in by_topic.items():
-            name = t.encode()
-            out += _I16.pack(len(name)) + name + _I32.pack(len(parts))
-            for p in parts:
-                out += _I32.pack(p)
-    out += _I64.pack(meta.update_ms) + _I64.pack(meta.start_ms)
-    return bytes(out)
-
-
-class _R:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def fixed(self, s: struct.Struct) -> int:
-        if self.pos + s.size > len(self.buf):
-            raise TxnRecordError("record truncated")
-        (v,) = s.unpack_from(self.buf, self.pos)
-        self.pos += s.size
-        return int(v)
-
-    def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise TxnRecordError("record truncated")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    def raw(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise TxnRecordError("record truncated")
-        out = bytes(self.buf[self.pos:self.pos + n])
-        self.pos += n
-        return out
-
-    def string(self, flexible: bool) -> str:
-        n = self.uvarint() - 1 if flexible else self.fixed(_I16)
-        if n < 0:
-            raise TxnRecordError("null string")
-        return self.raw(n).decode()
-
-    def array_len(self, flexible: bool) -> int:
-        return self.uvarint() - 1 if flexible else self.fixed(_I32)
-
-    def tags(self) -> dict[int, bytes]:
-        out = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            out[tag] = self.raw(self.uvarint())
-        return out
+        partitions = tuple((t, tuple(ps)) for t, ps in by_topic.items())
+    # (v0 has no tagged fields: previous/next producer id and client version are not written)
+    return G.encode_transaction_log_value(tuple.__new__(G.TransactionLogValue, (
+        meta.producer_id, meta.producer_epoch, meta.timeout_ms, meta.state.value, partitions, meta.update_ms,
+        meta.start_ms, meta.prev_producer_id, meta.next_producer_id, meta.client_transaction_version)))
 
 
 def decode_key(data: bytes) -> str | None:
-    """The transactional id of a key; None for a key type hightide does not know."""
-    r = _R(data)
-    if r.fixed(_I16) != KEY_TYPE:
-        return None
-    return r.string(False)
+    """The transactional id of a key; None for a key type hightide does not know. Raises
+    TxnRecordError."""
+    key = G.decode_key(data)
+    return None if key is None else key.transactional_id
 
 
 def decode_value(transactional_id: str, data: bytes | None) -> TxnMetadata | None:
     """The metadata a value holds (None for a tombstone). Raises TxnRecordError."""
     if data is None:
         return None
-    r = _R(data)
-    version = r.fixed(_I16)
-    if version not in (0, 1):
-        raise TxnRecordError(f"unknown TransactionLogValue version {version}")
-    flex = version >= 1
-    pid, epoch, timeout = r.fixed(_I64), r.fixed(_I16), r.fixed(_I32)
+    v = G.decode_transaction_log_value(data)
     try:
-        state = TxnState(r.fixed(_I8))
+        state = TxnState(v.transaction_status)
     except ValueError as exc:
-        raise TxnRecordError(str(exc)) from exc
-    partitions: set[tuple[str, int]] = set()
-    for _ in range(max(r.array_len(flex), 0)):
-        topic = r.string(flex)
-        for _ in range(max(r.array_len(flex), 0)):
-            partitions.add((topic, r.fixed(_I32)))
-        if flex:
-            r.tags()
-    update_ms, start_ms = r.fixed(_I64), r.fixed(_I64)
-    tags = r.tags() if flex else {}
-    return TxnMetadata(
-        transactional_id, pid, epoch, timeout, state, frozenset(partitions), start_ms, update_ms,
-        prev_producer_id=_I64.unpack(tags[0])[0] if 0 in tags else NO_PRODUCER_ID,
-        next_producer_id=_I64.unpack(tags[1])[0] if 1 in tags else NO_PRODUCER_ID,
-        client_transaction_version=_I16.unpack(tags[2])[0] if 2 in tags else 0)
+        raise TxnRecordError(str(exc)) from None
+    partitions = frozenset((t, p) for t, ps in v.transaction_partitions or () for p in ps)
+    return TxnMetadata(transactional_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, state, partitions,
+                       v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms,
+                       prev_producer_id=v.previous_producer_id, next_producer_id=v.next_producer_id,
+                       client_transaction_version=v.client_transaction_version)
