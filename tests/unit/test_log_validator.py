@@ -142,3 +142,53 @@ def test_records_that_cannot_be_decompressed_are_corrupt():
     struct.pack_into(">I", batch, 17, batch_crc(batch, 0, len(batch)))
     exc = _refused(bytes(batch), LogConfig(compression_codec=COMPRESSION_ZSTD))
     assert exc.error_code == ErrorCode.corrupt_message
+
+
+def test_a_timestamp_below_zero_other_than_minus_one_is_checked():
+    """Kafka skips only NO_TIMESTAMP (-1); any other negative timestamp meets the bounds."""
+    cfg = LogConfig(timestamp_before_max_ms=1000)
+    batch = build_batch([(b"k", b"v", [], -1), (b"k", b"v", [], -5)])
+    exc = _refused(batch, cfg)
+    assert isinstance(exc, RecordErrors) and exc.error_code == ErrorCode.invalid_timestamp
+    assert [i for i, _ in exc.record_errors] == [1]
+
+
+def _log_append_time_batch(*timestamps: int) -> bytes:
+    return build_batch([(b"k", b"v" * 3, [], ts) for ts in timestamps], timestamp_type=1)
+
+
+def test_a_producer_may_not_set_log_append_time_on_a_log_append_time_topic():
+    exc = _refused(_log_append_time_batch(NOW, NOW), LogConfig(message_timestamp_type="LogAppendTime"))
+    assert isinstance(exc, RecordErrors) and exc.error_code == ErrorCode.invalid_timestamp
+    assert exc.record_errors == [
+        (i, f"Invalid timestamp type in message DefaultRecord(offset={i}, timestamp={NOW}, key=1 bytes, "
+            "value=3 bytes). Producer should not set timestamp type to LogAppendTime.") for i in (0, 1)]
+
+
+def test_log_append_time_without_a_timestamp_is_refused_on_a_create_time_topic():
+    exc = _refused(_log_append_time_batch(-1))
+    assert isinstance(exc, RecordErrors) and exc.error_code == ErrorCode.invalid_timestamp
+
+
+@pytest.mark.parametrize("writable", [True, False])
+def test_log_append_time_with_a_timestamp_becomes_create_time(writable):
+    """Kafka's setMaxTimestamp(CREATE_TIME, max): the attribute bit cleared, the CRC
+    recomputed; in place in a writable view, else in a copy (the input untouched)."""
+    batch = _log_append_time_batch(NOW - 2, NOW - 1, NOW)
+    given = memoryview(bytearray(batch)) if writable else batch
+    out = validate_produced(given, CFG, NOW, "t", 0)
+    assert (out.records is given) == writable
+    assert given == batch or writable
+    h = out.headers[0]
+    assert h.timestamp_type == 0 and h.max_timestamp == NOW
+    assert h == parse_header(out.records)
+    assert validate_produced(bytes(out.records), CFG, NOW, "t", 0).headers[0].crc == h.crc  # CRC valid
+    assert [r.timestamp for r in decode_records(out.records)] == [NOW - 2, NOW - 1, NOW]
+
+
+def test_a_log_append_time_batch_meets_the_bounds_with_its_max_timestamp():
+    """Kafka reads every record of a LogAppendTime batch at the batch's MaxTimestamp."""
+    batch = _log_append_time_batch(NOW - 5000, NOW)
+    assert validate_produced(batch, LogConfig(timestamp_before_max_ms=1000), NOW, "t", 0)
+    exc = _refused(batch, LogConfig(timestamp_before_max_ms=1000), NOW + 2000)
+    assert exc.error_code == ErrorCode.invalid_timestamp and [i for i, _ in exc.record_errors] == [0, 1]

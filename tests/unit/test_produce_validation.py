@@ -14,7 +14,7 @@ from hightide.cluster.controller import NewTopic
 from hightide.config import BrokerConfig
 from hightide.protocol.codec import RequestHeader
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.records import batch_crc, build_batch
+from hightide.protocol.records import batch_crc, build_batch, decode_records
 from hightide.server.broker import Broker
 from hightide.server.context import RequestContext
 from hightide.server.handlers import produce
@@ -91,3 +91,14 @@ def test_record_errors_carry_the_log_start_offset(ctx):
     resp = _append(ctx, "compacted", build_batch([(None, b"v", [], now)]))
     assert (resp["error_code"], resp["log_start_offset"]) == (ErrorCode.invalid_record, 0)
     assert resp["error_message"].startswith("One or more records have been rejected due to 1 record errors")
+
+
+def test_a_producer_log_append_time_batch_is_stored_as_create_time(ctx):
+    """As Kafka: a CreateTime topic stores a batch the producer marked LogAppendTime as
+    CreateTime, so consumers read each record's own timestamp."""
+    now = ctx.now_ms
+    batch = build_batch([(b"k", b"v", [], now - 2), (b"k", b"v", [], now - 1)], timestamp_type=1)
+    resp = _append(ctx, "old", batch)
+    assert resp["error_code"] == ErrorCode.none
+    stored = ctx.logs.partition_log("old", 0).read(resp["base_offset"], 1 << 20).data
+    assert [r.timestamp for r in decode_records(stored)] == [now - 2, now - 1]

@@ -18,8 +18,11 @@ the header cannot settle, an error message), and re-encoded only when the topic'
    2, CRC, size ≤ ``max.message.bytes``, base offset 0, record count = lastOffsetDelta + 1
    > 0, no control batch, an idempotent batch's sequence ≥ 0, a known codec;
 2. timestamps (``validateTimestamp``): on a CreateTime topic every record with a
-   timestamp ≥ 0 within [now - ``message.timestamp.before.max.ms``, now +
-   ``message.timestamp.after.max.ms``];
+   timestamp other than -1 within [now - ``message.timestamp.before.max.ms``, now +
+   ``message.timestamp.after.max.ms``]; a batch a producer marked LogAppendTime is
+   refused when the topic uses LogAppendTime or its MaxTimestamp is -1, and otherwise
+   appended as CreateTime (the attribute bit cleared, the CRC recomputed), as Kafka
+   does;
 3. keys (``validateKey``): a compacted topic refuses records without a key;
 4. compression (``buildRecordsAndAssignOffsets``): a topic whose ``compression.type`` is
    a codec gets a batch of another codec recompressed to it, the result again within
@@ -39,7 +42,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.crc import crc32c
 from hightide.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
     BatchHeader,
     Buffer,
     InvalidRecords,
@@ -51,6 +58,9 @@ from hightide.protocol.records import (
 from .config import LogConfig
 
 __all__ = ["Validated", "RecordErrors", "validate_produced"]
+
+_LOG_APPEND_TIME_BIT = 0x08
+_NO_TIMESTAMP = -1
 
 
 class Validated(NamedTuple):
@@ -90,8 +100,14 @@ def validate_produced(records: Buffer, config: LogConfig, now_ms: int, topic: st
     messages. A writable ``records`` view may be patched in place."""
     headers = validate_batches(records, config.max_message_bytes)
     h = headers[0]
+    producer_log_append_time = h.attributes & _LOG_APPEND_TIME_BIT
+    if producer_log_append_time and (config.log_append_time or h.max_timestamp == _NO_TIMESTAMP):
+        _refuse_log_append_time(records)
     if not config.log_append_time:
-        _check_timestamps(records, h, config, now_ms)
+        _check_timestamps(records, h, config, now_ms)  # a LogAppendTime batch's records: its MaxTimestamp
+    if producer_log_append_time:
+        records, headers = _as_create_time(records, h)
+        h = headers[0]
     if config.compact:
         _check_keys(records, f"{topic}-{partition}")
     codec = config.compression_codec
@@ -119,7 +135,7 @@ def _check_timestamps(records: Buffer, h: BatchHeader, config: LogConfig, now_ms
     bad = [(i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. "
                f"The timestamp should be within [{lo}, {hi}]")
            for i, r in enumerate(decode_records(records))
-           if r.timestamp >= 0 and not lo <= r.timestamp <= hi]
+           if r.timestamp != _NO_TIMESTAMP and not lo <= r.timestamp <= hi]
     if bad:
         raise RecordErrors(bad, timestamps=True)
 
@@ -131,3 +147,25 @@ def _check_keys(records: Buffer, topic_partition: str) -> None:
     bad = [(i, message) for i, r in enumerate(decode_records(records)) if r.key is None]
     if bad:
         raise RecordErrors(bad, timestamps=False)
+
+
+def _refuse_log_append_time(records: Buffer) -> None:
+    """Kafka's validateTimestamp for a batch the producer marked LogAppendTime on a
+    LogAppendTime topic, or without a timestamp: every record refused (INVALID_TIMESTAMP)."""
+    bad = [(i, f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
+               f"key={len(r.key or b'')} bytes, value={len(r.value or b'')} bytes). Producer should not set "
+               f"timestamp type to LogAppendTime.")
+           for i, r in enumerate(decode_records(records))]
+    raise RecordErrors(bad, timestamps=True)
+
+
+def _as_create_time(records: Buffer, h: BatchHeader) -> tuple[Buffer, list[BatchHeader]]:
+    """A batch the producer marked LogAppendTime, with a timestamp, on a CreateTime topic
+    becomes CreateTime (Kafka's setMaxTimestamp(CREATE_TIME, ...)): the bit cleared and the
+    CRC recomputed, in place in a writable view, else in a copy."""
+    buf = records if isinstance(records, memoryview) and not records.readonly else memoryview(bytearray(records))
+    attributes = h.attributes & ~_LOG_APPEND_TIME_BIT
+    buf[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big", signed=True)
+    crc = crc32c(buf[ATTRIBUTES_OFFSET:h.length + LOG_OVERHEAD])
+    buf[CRC_OFFSET:CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    return buf, [h._replace(attributes=attributes, crc=crc)]

@@ -1,13 +1,13 @@
 """Produce (key 0), versions 3-11.
 
-Per partition: resolve the topic, validate the batch header and CRC (never the records
-themselves), check the idempotent producer's sequence, append the batch as opaque bytes
-with its offsets assigned, wake long-polling fetches, and answer according to ``acks``.
-The batch goes from the receive buffer to the segment file without a copy in Python
-(the request decoder's records are views of the frame, see :func:`handle`).
-A topic whose ``compression.type`` is a codec (not the default ``producer``) gets
-batches of another codec recompressed to it first (records section only, never parsed
-record by record):
+Per partition: resolve the topic, check ``min.insync.replicas`` for acks=all, apply
+Kafka's LogValidator rules (:func:`hightide.log.validator.validate_produced`: the batch
+header and CRC, the records only when a rule needs them, recompression to the topic's
+``compression.type``; this module only maps its outcome to the answer), check the
+idempotent producer's sequence, append the batch as opaque bytes with its offsets
+assigned, wake long-polling fetches, and answer according to ``acks``. The batch goes
+from the receive buffer to the segment file without a copy in Python (the request
+decoder's records are views of the frame, see :func:`handle`):
 
 * ``acks=0``: no response; if any partition failed the connection is closed, which is
   how Kafka tells a fire-and-forget producer something went wrong;
