@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from hightide.log.config import LogConfig
-from hightide.log.validator import RecordErrors, Validated, validate_produced
+from hightide.log.validator import RecordErrors, validate_produced
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import (
     COMPRESSION_GZIP,
@@ -46,9 +46,9 @@ def _refused(records: bytes, cfg: LogConfig = CFG, now: int = NOW) -> InvalidRec
 def test_a_valid_batch_is_returned_as_given_without_a_copy():
     batch = memoryview(bytearray(_batch()))
     out = validate_produced(batch, CFG, NOW, "t", 0)
-    assert isinstance(out, Validated)
-    assert out.records is batch
-    assert [h.records_count for h in out.headers] == [3]
+    records, headers = out
+    assert records is batch
+    assert [h.records_count for h in headers] == [3]
 
 
 @pytest.mark.parametrize("records, code", [
@@ -71,7 +71,7 @@ def test_batch_rules(records, code):
 
 def test_max_message_bytes_is_the_whole_batch():
     batch = _batch()
-    assert validate_produced(batch, LogConfig(max_message_bytes=len(batch)), NOW, "t", 0).records is batch
+    assert validate_produced(batch, LogConfig(max_message_bytes=len(batch)), NOW, "t", 0)[0] is batch
     assert _refused(batch, LogConfig(max_message_bytes=len(batch) - 1)).error_code == ErrorCode.message_too_large
 
 
@@ -120,12 +120,12 @@ def test_a_compacted_topic_refuses_records_without_a_key():
 def test_the_topic_codec_recompresses_other_codecs_only():
     gz = _batch(compression=COMPRESSION_GZIP)
     same = validate_produced(gz, LogConfig(compression_codec=COMPRESSION_GZIP), NOW, "t", 0)
-    assert same.records is gz
+    assert same[0] is gz
     out = validate_produced(gz, LogConfig(compression_codec=COMPRESSION_ZSTD), NOW, "t", 0)
-    assert parse_header(out.records).compression == out.headers[0].compression == COMPRESSION_ZSTD
-    assert decode_records(out.records) == decode_records(gz)
+    assert parse_header(out[0]).compression == out[1][0].compression == COMPRESSION_ZSTD
+    assert decode_records(out[0]) == decode_records(gz)
     plain = validate_produced(gz, LogConfig(compression_codec=COMPRESSION_NONE), NOW, "t", 0)
-    assert plain.headers[0].compression == COMPRESSION_NONE
+    assert plain[1][0].compression == COMPRESSION_NONE
 
 
 def test_a_recompressed_batch_is_checked_against_max_message_bytes():
@@ -177,13 +177,13 @@ def test_log_append_time_with_a_timestamp_becomes_create_time(writable):
     batch = _log_append_time_batch(NOW - 2, NOW - 1, NOW)
     given = memoryview(bytearray(batch)) if writable else batch
     out = validate_produced(given, CFG, NOW, "t", 0)
-    assert (out.records is given) == writable
+    assert (out[0] is given) == writable
     assert given == batch or writable
-    h = out.headers[0]
+    h = out[1][0]
     assert h.timestamp_type == 0 and h.max_timestamp == NOW
-    assert h == parse_header(out.records)
-    assert validate_produced(bytes(out.records), CFG, NOW, "t", 0).headers[0].crc == h.crc  # CRC valid
-    assert [r.timestamp for r in decode_records(out.records)] == [NOW - 2, NOW - 1, NOW]
+    assert h == parse_header(out[0])
+    assert validate_produced(bytes(out[0]), CFG, NOW, "t", 0)[1][0].crc == h.crc  # CRC valid
+    assert [r.timestamp for r in decode_records(out[0])] == [NOW - 2, NOW - 1, NOW]
 
 
 def test_a_log_append_time_batch_meets_the_bounds_with_its_max_timestamp():

@@ -2,7 +2,7 @@
 
 Contract of :func:`validate_produced`: in, the partition's records as received (bytes or
 a view of the receive buffer), the topic's :class:`~.config.LogConfig`, the time, and the
-topic and partition for messages; out, :class:`Validated` (the batch to append and its
+topic and partition for messages; out, :data:`Validated` (the batch to append and its
 headers, for :meth:`~.partition_log.PartitionLog.append`) or an :class:`InvalidRecords`
 raised with the Kafka error code and message the partition answers
 (:class:`RecordErrors` when Kafka lists the offending records). Nothing is written and
@@ -39,8 +39,6 @@ the batch CRC still covers every byte.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.crc import crc32c
 from hightide.protocol.records import (
@@ -63,14 +61,12 @@ _LOG_APPEND_TIME_BIT = 0x08
 _NO_TIMESTAMP = -1
 
 
-class Validated(NamedTuple):
-    """A produced batch ready for :meth:`PartitionLog.append(records, headers, now_ms)
-    <hightide.log.partition_log.PartitionLog.append>`: ``records`` is the buffer given
-    (possibly patched in place) or new bytes (recompressed, or a read-only buffer that
-    needed a patch), ``headers`` its batch headers."""
-
-    records: Buffer
-    headers: list[BatchHeader]
+Validated = tuple[Buffer, list[BatchHeader]]
+"""(records, headers): a produced batch ready for :meth:`PartitionLog.append(records,
+headers, now_ms) <hightide.log.partition_log.PartitionLog.append>`. ``records`` is the
+buffer given (possibly patched in place) or new bytes (recompressed, or a read-only
+buffer that needed a patch), ``headers`` its batch headers. A plain tuple: the produce
+path makes one per partition."""
 
 
 class RecordErrors(InvalidRecords):
@@ -93,7 +89,7 @@ class RecordErrors(InvalidRecords):
 
 def validate_produced(records: Buffer, config: LogConfig, now_ms: int, topic: str, partition: int) -> Validated:
     """Apply Kafka's LogValidator rules (the module docstring) to one partition's
-    produced records. Returns :class:`Validated`; raises :class:`InvalidRecords` with
+    produced records. Returns :data:`Validated`; raises :class:`InvalidRecords` with
     Kafka's error code (CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE,
     UNSUPPORTED_COMPRESSION_TYPE) or :class:`RecordErrors` (INVALID_TIMESTAMP,
     INVALID_RECORD with the records listed). ``topic`` and ``partition`` only go into
@@ -103,7 +99,8 @@ def validate_produced(records: Buffer, config: LogConfig, now_ms: int, topic: st
     producer_log_append_time = h.attributes & _LOG_APPEND_TIME_BIT
     if producer_log_append_time and (config.log_append_time or h.max_timestamp == _NO_TIMESTAMP):
         _refuse_log_append_time(records)
-    if not config.log_append_time:
+    if (config.timestamp_before_max_ms is not None or config.timestamp_after_max_ms is not None) \
+            and not config.log_append_time:
         _check_timestamps(records, h, config, now_ms)  # a LogAppendTime batch's records: its MaxTimestamp
     if producer_log_append_time:
         records, headers = _as_create_time(records, h)
@@ -119,7 +116,7 @@ def validate_produced(records: Buffer, config: LogConfig, now_ms: int, topic: st
                                  f"{topic}-{partition} which exceeds the maximum configured size of "
                                  f"{config.max_message_bytes}.")
         headers = validate_batches(records, None)
-    return Validated(records, headers)
+    return records, headers
 
 
 def _check_timestamps(records: Buffer, h: BatchHeader, config: LogConfig, now_ms: int) -> None:

@@ -67,14 +67,11 @@ log = logging.getLogger("hightide.produce")
 HELD_VERIFICATION_MAX_S = 30.0
 
 
-def _not_enough_replicas(cfg: LogConfig, acks: int, led: LeaderPartition | None, topic: str, partition: int
-                         ) -> str | None:
+def _not_enough_replicas(cfg: LogConfig, led: LeaderPartition | None, topic: str, partition: int) -> str | None:
     """Kafka's min.insync.replicas check for acks=all, before the batch is validated
     (Partition.appendRecordsToLeader): the refusal's message, or None. A partition with
     one replica has an ISR of 1; ``led``: the ISR of one with followers, against
     min(min.insync.replicas, replicas) as Kafka 3.7+."""
-    if acks != -1:
-        return None
     if led is not None:
         return led.state.not_enough_replicas(f"{topic}-{partition}")
     if cfg.min_insync_replicas > 1:
@@ -189,7 +186,7 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
         return resp, None, None
     replicas = ctx.services.replicas
     led = replicas.led_with_followers(topic, partition) if acks == -1 and replicas is not None else None
-    if (refusal := _not_enough_replicas(plog.config, acks, led, topic, partition)) is not None:
+    if acks == -1 and (refusal := _not_enough_replicas(plog.config, led, topic, partition)) is not None:
         resp["error_code"], resp["error_message"] = ErrorCode.not_enough_replicas, refusal
         return resp, None, None
     try:
