@@ -1,13 +1,13 @@
 """Produce (key 0), versions 3-11.
 
-Per partition: resolve the topic, validate the batch header and CRC (never the records
-themselves), check the idempotent producer's sequence, append the batch as opaque bytes
-with its offsets assigned, wake long-polling fetches, and answer according to ``acks``.
-The batch goes from the receive buffer to the segment file without a copy in Python
-(the request decoder's records are views of the frame, see :func:`handle`).
-A topic whose ``compression.type`` is a codec (not the default ``producer``) gets
-batches of another codec recompressed to it first (records section only, never parsed
-record by record):
+Per partition: resolve the topic, check ``min.insync.replicas`` for acks=all, apply
+Kafka's LogValidator rules (:func:`hightide.log.validator.validate_produced`: the batch
+header and CRC, the records only when a rule needs them, recompression to the topic's
+``compression.type``; this module only maps its outcome to the answer), check the
+idempotent producer's sequence, append the batch as opaque bytes with its offsets
+assigned, wake long-polling fetches, and answer according to ``acks``. The batch goes
+from the receive buffer to the segment file without a copy in Python (the request
+decoder's records are views of the frame, see :func:`handle`):
 
 * ``acks=0``: no response; if any partition failed the connection is closed, which is
   how Kafka tells a fire-and-forget producer something went wrong;
@@ -43,9 +43,10 @@ from ...log.config import LogConfig
 from ...log.partition_log import PartitionLog
 from ...log.producer_state import ProducerStateError
 from ...log.transactions import verification_error_for_produce
+from ...log.validator import RecordErrors, validate_produced
 from ...protocol.produce_response import encode_produce_response
 from ...protocol.errors import ErrorCode
-from ...protocol.records import Buffer, BatchHeader, InvalidRecords, decode_records, recompress_batch, validate_batches
+from ...protocol.records import Buffer, BatchHeader, InvalidRecords
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorizer
 from ..context import RequestContext
@@ -66,68 +67,17 @@ log = logging.getLogger("hightide.produce")
 HELD_VERIFICATION_MAX_S = 30.0
 
 
-def _policy_error(cfg: LogConfig, h: BatchHeader, records: Buffer, now_ms: int, acks: int,
-                  led: LeaderPartition | None, topic: str, partition: int
-                  ) -> tuple[ErrorCode, str, list[dict]] | None:
-    """Topic policies Kafka enforces before appending: min.insync.replicas for acks=all
-    (a partition with one replica has an ISR of 1; ``led``: the ISR of one with followers,
-    against min(min.insync.replicas, replicas) as Kafka 3.7+) and the CreateTime bounds
-    message.timestamp.before/after.max.ms. Returns (error, message, record errors) or
-    None. The batch is decoded only when a bound is set and may be crossed (the future
-    bound is checked on the header's MaxTimestamp first); every record out of range is
-    listed by its batch index, as Kafka's LogValidator does."""
+def _not_enough_replicas(cfg: LogConfig, led: LeaderPartition | None, topic: str, partition: int) -> str | None:
+    """Kafka's min.insync.replicas check for acks=all, before the batch is validated
+    (Partition.appendRecordsToLeader): the refusal's message, or None. A partition with
+    one replica has an ISR of 1; ``led``: the ISR of one with followers, against
+    min(min.insync.replicas, replicas) as Kafka 3.7+."""
     if led is not None:
-        if acks == -1 and (refusal := led.state.not_enough_replicas(f"{topic}-{partition}")) is not None:
-            return ErrorCode.not_enough_replicas, refusal, []
-    elif acks == -1 and cfg.min_insync_replicas > 1:
-        return (ErrorCode.not_enough_replicas,
-                f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement "
-                f"of {cfg.min_insync_replicas}", [])
-    if cfg.log_append_time:
-        return None
-    after, before = cfg.timestamp_after_max_ms, cfg.timestamp_before_max_ms
-    if before is None and (after is None or h.max_timestamp <= now_ms + after):
-        return None
-    lo = now_ms - before if before is not None else -(2**63)
-    hi = now_ms + after if after is not None else 2**63 - 1
-    bad = [{"batch_index": i, "batch_index_error_message":
-            f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. "
-            f"The timestamp should be within [{lo}, {hi}]"}
-           for i, r in enumerate(decode_records(records)) if r.timestamp >= 0 and not lo <= r.timestamp <= hi]
-    if not bad:
-        return None
-    return ErrorCode.invalid_timestamp, "One or more records have been rejected due to invalid timestamp", bad
-
-
-def _keyless_record_errors(records: Buffer, topic_partition: str) -> list[dict]:
-    """Kafka's LogValidator.validateKey for a compacted topic: one RecordError per record
-    without a key, by its index in the batch (a client sends exactly one batch per
-    partition, checked before). Decodes (decompresses) the batch: compacted topics only.
-    Raises InvalidRecords (CORRUPT_MESSAGE) when the records cannot be decoded."""
-    message = f"Compacted topic cannot accept message without key in topic partition {topic_partition}"
-    return [{"batch_index": i, "batch_index_error_message": message}
-            for i, r in enumerate(decode_records(records)) if r.key is None]
-
-
-def _record_errors_summary(errors: list[dict]) -> str:
-    """The partition-level message Kafka sends with RecordErrors (INVALID_RECORD)."""
-    shown = ", ".join(f"RecordError(batchIndex={e['batch_index']}, message='{e['batch_index_error_message']}')"
-                      for e in errors[:3])
-    return (f"One or more records have been rejected due to {len(errors)} record errors in total, "
-            f"and only showing the first three errors at most: [{shown}]")
-
-
-def _recompressed(records: Buffer, codec: int, cfg: LogConfig, topic_partition: str) -> tuple[bytes, list[BatchHeader]]:
-    """The batch recompressed to the topic's ``compression.type`` and its new header
-    (Kafka's LogValidator does the same when the codecs differ). Raises InvalidRecords:
-    CORRUPT_MESSAGE if it cannot be decompressed, MESSAGE_TOO_LARGE if the result exceeds
-    ``max.message.bytes``."""
-    out = recompress_batch(records, codec, cfg.compression_level)
-    if len(out) > cfg.max_message_bytes:
-        raise InvalidRecords(ErrorCode.message_too_large,
-                             f"Message batch size is {len(out)} bytes in append to partition {topic_partition} "
-                             f"which exceeds the maximum configured size of {cfg.max_message_bytes}.")
-    return out, validate_batches(out, None)
+        return led.state.not_enough_replicas(f"{topic}-{partition}")
+    if cfg.min_insync_replicas > 1:
+        return (f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement "
+                f"of {cfg.min_insync_replicas}")
+    return None
 
 
 def _unverified_transaction(ctx: RequestContext, transactional_id: str | None, plog: PartitionLog, h: BatchHeader,
@@ -234,35 +184,24 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
         resp["error_code"] = ErrorCode.invalid_record
         resp["error_message"] = "records must not be null"
         return resp, None, None
+    replicas = ctx.services.replicas
+    led = replicas.led_with_followers(topic, partition) if acks == -1 and replicas is not None else None
+    if acks == -1 and (refusal := _not_enough_replicas(plog.config, led, topic, partition)) is not None:
+        resp["error_code"], resp["error_message"] = ErrorCode.not_enough_replicas, refusal
+        return resp, None, None
     try:
-        headers = validate_batches(records, plog.config.max_message_bytes)
+        records, headers = validate_produced(records, plog.config, ctx.now_ms, topic, partition)
+    except RecordErrors as exc:  # Kafka's RecordValidationException: the records listed
+        resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
+        resp["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in exc.record_errors]
+        resp["log_start_offset"] = plog.log_start_offset
+        return resp, None, None
     except InvalidRecords as exc:
-        resp["error_code"] = ErrorCode(exc.error_code)
-        resp["error_message"] = str(exc)
+        resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
         if exc.error_code == ErrorCode.invalid_record:
             resp["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
         return resp, None, None
     h = headers[0]
-    replicas = ctx.services.replicas
-    led = replicas.led_with_followers(topic, partition) if acks == -1 and replicas is not None else None
-    policy = _policy_error(plog.config, h, records, ctx.now_ms, acks, led, topic, partition)
-    if policy is not None:
-        resp["error_code"], resp["error_message"], resp["record_errors"] = policy
-        return resp, None, None
-    if plog.config.compact:
-        bad = _keyless_record_errors(records, f"{topic}-{partition}")
-        if bad:
-            resp["error_code"], resp["error_message"] = ErrorCode.invalid_record, _record_errors_summary(bad)
-            resp["record_errors"] = bad
-            resp["log_start_offset"] = plog.log_start_offset
-            return resp, None, None
-    codec = plog.config.compression_codec
-    if codec is not None and h.compression != codec:
-        try:
-            records, headers = _recompressed(records, codec, plog.config, f"{topic}-{partition}")
-        except InvalidRecords as exc:
-            resp["error_code"], resp["error_message"] = ErrorCode(exc.error_code), str(exc)
-            return resp, None, None
     if h.is_transactional:
         refused = _unverified_transaction(ctx, transactional_id, plog, h, topic, partition, verified)
         if isinstance(refused, asyncio.Future):
