@@ -129,7 +129,7 @@ class Broker:
             config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.partition_log,
             durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.create_topics,
             cluster=not self.cluster.single_node, acting=lambda: self.metadata_ready, stopping=lambda: self.stopping,
-            replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end))
+            replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end), clock=clock)
         self.groups = GroupRuntime(env)
         self.share_state = ShareStateRuntime(env)  # share coordinator (SharePersister)
         self.share_persister = SharePersisterClient(  # share_state here, or its leader's (cluster mode)
@@ -139,7 +139,7 @@ class Broker:
         self.share_manager = SharePartitionManager(  # share partitions, ShareFetch sessions
             max_sessions=self.config["group.share.max.share.sessions"], node_id=self.node_id,
             partition_log=self.partition_log, wake=self.waiters.wake, groups=self.share_groups,
-            persister=self.share_persister, state=self.share_state)
+            persister=self.share_persister, state=self.share_state, clock=clock)
         self.share_groups.manager = self.share_manager
         self.txns = TransactionCoordinator(  # transaction coordinator (KIP-890 verifier too)
             env, groups=self.groups, next_producer_id=self.next_producer_id,
@@ -202,7 +202,7 @@ class Broker:
                                     segment_bytes=self.cluster.metadata_segment_bytes,
                                     refetchable=self.node is not None)  # a broker's copy may be fetched again
         if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
-            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher.durable)
+            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher.durable, self.clock)
         elif self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
             self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()
