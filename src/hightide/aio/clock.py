@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .tasks import wait_event
+
 
 class Cancellable(Protocol):
     """What :meth:`Clock.call_later` returns (an ``asyncio.TimerHandle`` in production)."""
@@ -159,3 +161,26 @@ class ManualClock:
             left -= moved
             for _ in range(spins):
                 await asyncio.sleep(0)
+
+
+async def wait_event_on(clock: Clock, event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait until ``event`` is set or ``timeout_s`` passes on ``clock`` (None: no
+    timeout); True if the event is set. Like :func:`hightide.aio.tasks.wait_event`, whose
+    timeout runs on the loop's time, for a wait that is a schedule of the component (a
+    heartbeat interval) rather than a bound on IO. On the system clock it is exactly
+    ``wait_event`` (the loop's time is the system's monotonic time)."""
+    if event.is_set():
+        return True
+    if clock is SYSTEM_CLOCK:
+        return await wait_event(event, timeout_s)
+    if timeout_s is None:
+        await event.wait()
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(clock.sleep(timeout_s))
+    try:
+        await asyncio.wait((waiter, sleeper), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        sleeper.cancel()
+    return event.is_set()

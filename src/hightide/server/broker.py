@@ -180,7 +180,7 @@ class Broker:
                 self.cluster, security=controller_client_security(self.config.security_values,
                                                                   self.cluster.controller_listener_names),
                 cluster_id=lambda: self.cluster_id, listeners=self._registered_listeners,
-                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir)
+                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock)
             self.routes = broker_node_routes(self.routes, self.node)
             self.services = Services.of(self, self.routes)
 
@@ -277,7 +277,7 @@ class Broker:
                     self.config.security_values, self.cluster.controller_listener_names),
                 snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
                                          lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)),
-                config=raft_config(self.cluster))
+                config=raft_config(self.cluster), clock=self.clock)
         metadata, runtime = self.metadata, self.metadata_runtime
         raft = runtime.shell if isinstance(runtime, RaftMetadataRuntime) else None
         self.controller_service = ControllerService(
@@ -285,7 +285,7 @@ class Broker:
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
             write=self.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
             committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints, raft=raft,
-            voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters})
+            voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock)
         self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
         self.controller_services = Services.of(self, handlers.controller_routes(self.controller_service))
         if raft is not None:
@@ -305,9 +305,10 @@ class Broker:
         if metadata is None or isinstance(runtime, RaftMetadataRuntime):
             return None
         if runtime is None:
-            return snapshotter_for(metadata, self.cluster)
+            return snapshotter_for(metadata, self.cluster, clock=self.clock)
         return snapshotter_for(metadata, self.cluster, committed=lambda: runtime.committed_offset(0),
-                               wait_commit=lambda timeout_s: self.waiters.wait([(METADATA_TOPIC, 0)], timeout_s))
+                               wait_commit=lambda timeout_s: self.waiters.wait([(METADATA_TOPIC, 0)], timeout_s),
+                               clock=self.clock)
 
     def _registered_listeners(self) -> list[dict[str, Any]]:
         """A broker-only node's listeners as its registration names them (bound ports,
