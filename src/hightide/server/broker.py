@@ -339,7 +339,8 @@ class Broker:
         for listener, services in self._listeners():
             security = self.listener_security(listener.name)
             server = await loop.create_server(
-                functools.partial(KafkaConnection, self, services, security), listener.host or None, listener.port,
+                functools.partial(KafkaConnection, self, services, security, self.clock), listener.host or None,
+                listener.port,
                 reuse_address=True, backlog=1024, ssl=security.ssl_context,
                 ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
             port = server.sockets[0].getsockname()[1]
@@ -768,7 +769,7 @@ class Broker:
                 loop = asyncio.get_running_loop()
                 security = self.listener_security(listener.name)
                 server = await loop.create_server(
-                    functools.partial(KafkaConnection, self, services[listener.name], security), host, port,
+                    functools.partial(KafkaConnection, self, services[listener.name], security, self.clock), host, port,
                     reuse_address=True, backlog=1024, ssl=security.ssl_context,
                     ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
             except OSError as exc:
