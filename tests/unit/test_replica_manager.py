@@ -223,9 +223,9 @@ def test_the_isr_expiry_timer_runs_on_the_injected_clock(setup):
         rm.follower_fetched("t", 0, 1, 41, end, 0, 3)  # 2 never fetches
         task = asyncio.create_task(rm.run())
         try:
-            await broker.clock.advance_and_settle(0.9, step_s=0.1)  # 2 lags 0.9 s: within the lag time
+            await broker.clock.advance_and_settle(0.9)  # 2 lags 0.9 s: within the lag time
             assert broker.channel.sent == [] and broker.clock.sleepers == 1  # the timer waits on the clock
-            await broker.clock.advance_and_settle(0.6, step_s=0.1)  # 1.5 s: the check at 1.5 s shrinks
+            await broker.clock.advance_and_settle(0.6)  # 1.5 s: the check at 1.5 s shrinks
             sent = broker.channel.sent[-1]
             assert sent["topics"][0]["partitions"][0]["new_isr"] == [0, 1]
         finally:

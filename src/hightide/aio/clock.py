@@ -109,19 +109,20 @@ class ManualClock:
     (``asyncio.timeout``) do not follow it."""
 
     def __init__(self, start_ms: int = 1_700_000_000_000, start_s: float = 1000.0) -> None:
-        self._wall0, self._mono0, self._elapsed = start_ms, start_s, 0.0
-        self._timers: list[tuple[float, int, _Timer]] = []
+        self._wall0, self._mono0 = start_ms, start_s
+        self._ns = 0  # time elapsed, in integer nanoseconds: steps of 0.1 s add up exactly
+        self._timers: list[tuple[int, int, _Timer]] = []
         self._seq = itertools.count()
 
     def now_ms(self) -> int:
-        return self._wall0 + int(self._elapsed * 1000 + 1e-6)  # 1.001 s is 1001 ms, not 1000.99
+        return self._wall0 + self._ns // 1_000_000
 
     def monotonic(self) -> float:
-        return self._mono0 + self._elapsed
+        return self._mono0 + self._ns / 1e9
 
     def call_later(self, delay_s: float, callback: Callable[..., Any], *args: Any) -> Cancellable:
         timer = _Timer(callback, args)
-        heapq.heappush(self._timers, (self._elapsed + max(0.0, delay_s), next(self._seq), timer))
+        heapq.heappush(self._timers, (self._ns + max(0, round(delay_s * 1e9)), next(self._seq), timer))
         return timer
 
     async def sleep(self, seconds: float) -> None:
@@ -142,25 +143,29 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         """Move time ``seconds`` on, running each due callback at its own time."""
-        end = self._elapsed + seconds
+        end = self._ns + round(seconds * 1e9)
         while self._timers and self._timers[0][0] <= end:
             at, _, timer = heapq.heappop(self._timers)
-            self._elapsed = max(self._elapsed, at)
+            self._ns = max(self._ns, at)
             if not timer.cancelled:
                 timer.callback(*timer.args)
-        self._elapsed = end
+        self._ns = end
 
-    async def advance_and_settle(self, seconds: float, step_s: float | None = None, spins: int = 20) -> None:
-        """Advance ``seconds`` in steps of ``step_s`` (default: all at once), letting the
-        loop run ``spins`` rounds after each step so woken sleepers get to act."""
-        step = seconds if step_s is None else step_s
-        left = seconds
-        while left > 1e-12:
-            moved = min(step, left)
-            self.advance(moved)
-            left -= moved
+    async def advance_and_settle(self, seconds: float, spins: int = 100) -> None:
+        """Advance ``seconds``, stopping at each callback or sleeper that falls due on the
+        way and letting the loop run ``spins`` rounds there, so a woken sleeper acts at
+        its own time (what it schedules meanwhile is run in turn); 0: only let the loop
+        run."""
+        end = self._ns + round(seconds * 1e9)
+        while True:
+            while self._timers and self._timers[0][2].cancelled:
+                heapq.heappop(self._timers)
+            at = self._timers[0][0] if self._timers else end
+            self.advance(max(0, min(at, end) - self._ns) / 1e9)
             for _ in range(spins):
                 await asyncio.sleep(0)
+            if self._ns >= end:
+                return
 
 
 async def wait_event_on(clock: Clock, event: asyncio.Event, timeout_s: float | None) -> bool:

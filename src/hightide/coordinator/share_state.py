@@ -209,12 +209,14 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
     # -- SharePersister -----------------------------------------------------------------------
     async def initialize_checked(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> tuple[int, str | None]:
         clock = self.env.clock
-        return await self._code(key, lambda s: s.initialize(key, state_epoch, start_offset, clock.now_ms(), self._exists))
+        return await self._code(key, lambda s: s.initialize(key, state_epoch, start_offset, clock.now_ms(),
+                                                            self._exists))
 
     async def write_checked(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
                             delivery_complete_count: int, state_batches: tuple[StateBatch, ...]) -> tuple[int, str | None]:
+        clock = self.env.clock
         return await self._code(key, lambda s: s.write(key, state_epoch, leader_epoch, start_offset,
-                                                       delivery_complete_count, tuple(state_batches), self.env.clock.now_ms(),
+                                                       delivery_complete_count, tuple(state_batches), clock.now_ms(),
                                                        self._exists))
 
     async def delete_checked(self, key: ShareStateKey) -> tuple[int, str | None]:

@@ -415,7 +415,8 @@ class ReplicaManager:
         backoff, cap = RETRY_BACKOFF_S
         while not self._closed and led.state.pending is change and self.leaders.get(led.tp) is led:
             error, result = await self._send_alter(led, change)
-            outcome = led.state.on_alter_partition_result(change, error, result, led.log.log_end_offset, self.clock.now_ms())
+            outcome = led.state.on_alter_partition_result(change, error, result, led.log.log_end_offset,
+                                                          self.clock.now_ms())
             if outcome.committed is not None:
                 log.info("%s: ISR updated to %s and partition epoch to %d", led.name,
                          ",".join(map(str, outcome.committed)), led.state.partition_epoch)

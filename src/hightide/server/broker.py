@@ -157,7 +157,8 @@ class Broker:
             logs=lambda: self.logs, image=lambda: self.image, durable=self.flusher.durable, waiters=self.waiters,
             clock=clock)
         self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
-            self.inter_broker.clients(f"hightide-offsets-{self.node_id}"), self.node_id, clock=clock)  # addresses, TLS/SASL
+            self.inter_broker.clients(f"hightide-offsets-{self.node_id}"), self.node_id,  # addresses, TLS/SASL
+            clock=clock)
         self._tasks: list[asyncio.Task] = []
         self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
