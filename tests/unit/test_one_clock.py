@@ -158,3 +158,34 @@ def test_the_lifecycle_heartbeats_on_the_manual_clocks_schedule() -> None:
         finally:
             await mgr.close()
     asyncio.run(run())
+
+
+def test_the_broker_hands_its_clock_to_every_component_and_its_timers_run_on_it(tmp_path: Any) -> None:
+    """``Broker(clock=...)``: every component built by the broker gets that clock, and
+    the broker's own timers (here the group timers, every 100 ms) run on it: with a
+    manual clock they poll only as it is advanced, at its times."""
+    from hightide import Broker, BrokerConfig
+
+    async def run() -> None:
+        clock = ManualClock()
+        b = Broker(BrokerConfig(), data_dir=str(tmp_path), listen=("127.0.0.1", 0), clock=clock)
+        assert all(c is clock for c in (
+            b.flusher.clock, b.cleaner.clock, b.replica_manager.clock, b.replica_fetchers.clock,
+            b.leader_offsets.clock, b.groups.env.clock, b.share_state.env.clock, b.txns.env.clock,
+            b.share_manager.clock, b.services.clock, b.groups.runtime.clock))
+        polls: list[int] = []
+
+        async def poll(now_ms: int) -> None:
+            polls.append(now_ms)
+        b.groups.poll = poll  # type: ignore[method-assign]
+        await b.start()
+        try:
+            t0 = clock.now_ms()
+            for _ in range(50):
+                await asyncio.sleep(0)
+            assert polls == []  # the clock stands still: no timer fired
+            await clock.advance_and_settle(0.35)
+            assert polls == [t0 + 100, t0 + 200, t0 + 300]
+        finally:
+            await b.stop()
+    asyncio.run(run())
