@@ -19,6 +19,7 @@ from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, validate_batches
 from hightide.replica.manager import ReplicaManager
+from hightide.aio.clock import ManualClock
 from hightide.aio.waiters import AppendWaiters
 
 TOPIC_ID = uuid.UUID(int=7)
@@ -66,13 +67,14 @@ class Fakes:
         self.logs = {("t", 0): self.log}
         self.image = MetadataImage()
         self.metadata_ready = True  # caught up with the controller's log
+        self.clock = ManualClock()  # moves only when a test advances it
 
     def replica_manager(self) -> ReplicaManager:
         return ReplicaManager(node_id=ME, config=self.config,
                               logs=lambda: self.logs,  # a dict stands in: only get() is used
                               waiters=self.waiters, image=lambda: self.image,
                               metadata_ready=lambda: self.metadata_ready, broker_epoch=lambda: 40,
-                              controller=lambda: self.channel)
+                              controller=lambda: self.channel, clock=self.clock)
 
 
 def image(leader: int, replicas: tuple[int, ...], isr: tuple[int, ...], leader_epoch: int = 3,
@@ -186,17 +188,15 @@ def test_losing_leadership_answers_the_waits_and_follows_the_new_leader(setup):
     asyncio.run(run())
 
 
-def test_a_lagging_follower_is_shrunk_through_alter_partition(setup, monkeypatch):
+def test_a_lagging_follower_is_shrunk_through_alter_partition(setup):
     broker, rm = setup
-    clock = [1_700_000_000_000]
-    monkeypatch.setattr("hightide.replica.manager.now_ms", lambda: clock[0])
 
     async def run() -> None:
         apply(broker, rm, image(ME, (0, 1, 2), (0, 1, 2), partition_epoch=5))
         end = append(broker.log)
         waiting = rm.wait_replicated("t", 0, end)
         rm.follower_fetched("t", 0, 1, 41, end, 0, 3)  # 2 never fetches
-        clock[0] += 1001
+        broker.clock.advance(1.001)
         rm.check_isrs()
         for _ in range(5):
             await asyncio.sleep(0)
@@ -209,6 +209,29 @@ def test_a_lagging_follower_is_shrunk_through_alter_partition(setup, monkeypatch
         assert state.isr == (0, 1) and state.partition_epoch == 6 and state.pending is None
         assert broker.log.high_watermark == end and waiting.result() == ErrorCode.none
     asyncio.run(run())
+
+
+def test_the_isr_expiry_timer_runs_on_the_injected_clock(setup):
+    """The isr-expiration task (``run``) sleeps on the replica manager's clock: with a
+    manual clock nothing is shrunk until time is advanced past replica.lag.time.max.ms,
+    and the timer waits on no real time."""
+    broker, rm = setup
+
+    async def run() -> None:
+        apply(broker, rm, image(ME, (0, 1, 2), (0, 1, 2), partition_epoch=5))
+        end = append(broker.log)
+        rm.follower_fetched("t", 0, 1, 41, end, 0, 3)  # 2 never fetches
+        task = asyncio.create_task(rm.run())
+        try:
+            await broker.clock.advance_and_settle(0.9)  # 2 lags 0.9 s: within the lag time
+            assert broker.channel.sent == [] and broker.clock.sleepers == 1  # the timer waits on the clock
+            await broker.clock.advance_and_settle(0.6)  # 1.5 s: the check at 1.5 s shrinks
+            sent = broker.channel.sent[-1]
+            assert sent["topics"][0]["partitions"][0]["new_isr"] == [0, 1]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(run())  # a real sleep in the timer would never see the shrink: the clock moves only here
 
 
 def test_min_isr_holds_the_hw_and_a_late_wait_answers_after_append(setup):

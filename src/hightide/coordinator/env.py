@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
+
 if TYPE_CHECKING:
     from ..cluster.controller import NewTopic, TopicResult
     from ..cluster.image import MetadataImage
@@ -52,7 +54,9 @@ class CoordinatorEnv:
     * ``stopping()``: True once the node is shutting down;
     * ``replicated(topic, partition, end)``: cluster mode, a future resolved with an
       ErrorCode once the partition's high watermark reaches ``end`` (the replica
-      manager's ``wait_replicated``); None: nothing is replicated (resolved at once).
+      manager's ``wait_replicated``); None: nothing is replicated (resolved at once);
+    * ``clock``: the node's :class:`~hightide.aio.clock.Clock` (every ``now_ms`` a
+      coordinator hands its core, its timers and retry backoffs).
     """
 
     config: BrokerConfig
@@ -66,6 +70,7 @@ class CoordinatorEnv:
     acting: Callable[[], bool] = _true
     stopping: Callable[[], bool] = _false
     replicated: Callable[[str, int, int], asyncio.Future[ErrorCode]] | None = None
+    clock: Clock = SYSTEM_CLOCK
 
 
 class PeerClients(Protocol):

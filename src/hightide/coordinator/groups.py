@@ -58,7 +58,6 @@ from ..txn.batch import TxnBatch
 from .internal_topic import CoordinatorUnavailable
 from .runtime import LoadState
 from .service import AdapterDefaults, CoordinatorService, returning
-from .service import now_ms as _now_ms
 
 if TYPE_CHECKING:
     from .env import CoordinatorEnv
@@ -104,7 +103,8 @@ class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
     def loaded(self, shards: Sequence[GroupCoordinatorShard], partition: int, count: int) -> None:
         if count:
             log.info("loaded %d records into group coordinator %s-%d", count, OFFSETS_TOPIC, partition)
-        live = shards[0].loaded(_now_ms(), lambda g: self.groups.share_timeouts(g)[0]).live  # members' timers
+        now = self.groups.env.clock.now_ms()
+        live = shards[0].loaded(now, lambda g: self.groups.share_timeouts(g)[0]).live  # members' timers
         for shard in shards:
             for k, v in live:
                 shard.replay(k, v)

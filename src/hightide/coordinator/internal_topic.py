@@ -55,7 +55,7 @@ def runtime_for(env: CoordinatorEnv, adapter: ShardAdapter[S]) -> CoordinatorRun
     """A runtime over the node's logs of ``adapter.topic``."""
     topic = adapter.topic
     return CoordinatorRuntime(adapter, lambda p: env.partition_log(topic, p), env.durable,
-                              lambda p: env.wake((topic, p)), _replication(env, topic))
+                              lambda p: env.wake((topic, p)), _replication(env, topic), clock=env.clock)
 
 
 def _replication(env: CoordinatorEnv, topic: str) -> Callable[[int, int], asyncio.Future[ErrorCode]]:

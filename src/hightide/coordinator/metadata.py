@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.records import MetadataRecord
@@ -72,10 +73,10 @@ class MetadataAdapter:
         """Never called: a serial adapter has no working view to unload."""
 
 
-def metadata_runtime(metadata: MetadataLog,
-                     durable: Callable[[PartitionLog], Awaitable[object]]) -> CoordinatorRuntime[MetadataImage]:
+def metadata_runtime(metadata: MetadataLog, durable: Callable[[PartitionLog], Awaitable[object]],
+                     clock: Clock = SYSTEM_CLOCK) -> CoordinatorRuntime[MetadataImage]:
     """The runtime of an opened (already replayed) metadata log; ``durable(plog)`` resolves
-    once everything appended to ``plog`` is fsynced (the flusher's)."""
-    runtime = CoordinatorRuntime(MetadataAdapter(metadata), lambda p: metadata.log, durable)
+    once everything appended to ``plog`` is fsynced (the flusher's); ``clock``: the node's."""
+    runtime = CoordinatorRuntime(MetadataAdapter(metadata), lambda p: metadata.log, durable, clock=clock)
     runtime.add_loaded(0, metadata.image, metadata.log.log_end_offset)
     return runtime

@@ -120,6 +120,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..protocol.coordinator_codec import RecordFormatError
 from ..protocol.errors import ErrorCode
 from ..services import CoordinatorLoadInProgress as CoordinatorLoadInProgress
@@ -219,13 +220,16 @@ class CoordinatorRuntime(Generic[S]):
     appended to ``plog`` is fsynced (raises OSError if the fsync failed); ``on_append``
     (optional) is told of every append (wakes long-polls); ``replicated(partition,
     end)`` (optional, cluster mode) a future resolved with an ErrorCode once the
-    partition's high watermark reaches ``end`` (see the module doc)."""
+    partition's high watermark reaches ``end`` (see the module doc); ``clock`` (the
+    node's :class:`~hightide.aio.clock.Clock`) for the reload retry backoff."""
 
     def __init__(self, adapter: ShardAdapter[S], log_for: Callable[[int], PartitionLog | None],
                  durable: Callable[[PartitionLog], Awaitable[Any]],
                  on_append: Callable[[int], None] | None = None,
-                 replicated: Callable[[int, int], asyncio.Future[ErrorCode]] | None = None) -> None:
+                 replicated: Callable[[int, int], asyncio.Future[ErrorCode]] | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.adapter = adapter
+        self.clock = clock  # the reload retry backoff; sleep(0) yields between load chunks
         self._log_for = log_for
         self._durable = durable
         self._on_append = on_append
@@ -259,7 +263,7 @@ class CoordinatorRuntime(Generic[S]):
     async def _load(self, p: int, part: _Partition[S]) -> None:
         await self._wait_log_end_replicated(p)
         for _ in self._load_chunks(p, part):
-            await asyncio.sleep(0)
+            await self.clock.sleep(0)
 
     async def _wait_log_end_replicated(self, p: int) -> None:
         """Replicated partitions: wait (LOADING meanwhile) until the high watermark reaches
@@ -594,7 +598,7 @@ class CoordinatorRuntime(Generic[S]):
                 await self._durable(plog)
                 views = self._views(p)
                 for _ in self._replay_log(p, views):
-                    await asyncio.sleep(0)
+                    await self.clock.sleep(0)
             except RecordFormatError as exc:  # (a load decoded the same log: not seen)
                 part.fenced = CoordinatorUnavailable(f"{self.adapter.topic}-{p} takes no writes: {exc}",
                                                      self.adapter.storage_error_code)
@@ -607,7 +611,7 @@ class CoordinatorRuntime(Generic[S]):
                     log.error("%s-%d: reload failed, writes refused until restart: %s", self.adapter.topic, p, exc)
                     return
                 log.warning("%s-%d: reload failed (%s), retrying", self.adapter.topic, p, exc)
-                await asyncio.sleep(RELOAD_RETRY_S)
+                await self.clock.sleep(RELOAD_RETRY_S)
                 continue
             self._install(p, part, views)
             log.warning("%s-%d reloaded from its log (to offset %d)", self.adapter.topic, p, part.committed_offset)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -52,11 +51,6 @@ log = logging.getLogger("hightide.coordinator")
 S = TypeVar("S")  # a shard
 R = TypeVar("R")  # a shard call's result
 K = TypeVar("K")  # what a request is routed by (a group id, a share partition's key)
-
-
-def now_ms() -> int:
-    """Wall-clock time in milliseconds (what the coordinators pass as ``now_ms``)."""
-    return int(time.time() * 1000)
 
 
 def returning(result: R) -> Callable[[object], R]:
@@ -142,7 +136,7 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
         await self.runtime.wait_loaded()
         failed: set[int] = set()
         try:
-            failed = await self.move_misplaced(now_ms())
+            failed = await self.move_misplaced(self.env.clock.now_ms())
         finally:
             self.runtime.release(exclude=failed)
 

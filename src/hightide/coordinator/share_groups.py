@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -47,10 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.share.groups")
 
 INIT_WAIT_S = 5.0  # longest a heartbeat waits for another one's state initialization
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _reset(value: str) -> str:
@@ -168,7 +163,7 @@ class ShareGroupService:
             return resp
         again = await self._run(ShareHeartbeatRequest(hb.group_id, hb.member_id, resp.member_epoch,
                                                       client_id=hb.client_id, client_host=hb.client_host),
-                                _now_ms())
+                                self.env.clock.now_ms())
         if again.error_code != ErrorCode.none:
             return replace(resp, to_initialize={})
         return replace(again, assignment=again.assignment if again.assignment is not None else resp.assignment,
@@ -188,7 +183,7 @@ class ShareGroupService:
                     log.warning("initializing share state of %s %s-%d failed: %s", group_id, tid, p, exc)
                     code = ErrorCode.unknown_server_error
                 (good if code == 0 else bad).setdefault(tid, set()).add(p)
-        runtime, now = self.groups, _now_ms()
+        runtime, now = self.groups, self.env.clock.now_ms()
         for ok, sel in ((True, good), (False, bad)):
             if sel:
                 frozen = {t: frozenset(ps) for t, ps in sel.items()}
@@ -226,7 +221,7 @@ class ShareGroupService:
         Raises CoordinatorUnavailable if the group's log cannot be written."""
         runtime = self.groups
         await runtime.execute(group_id, lambda shard: shard.share_state_deleted(group_id, topic_ids, runtime.topics()),
-                              _now_ms())
+                              self.env.clock.now_ms())
 
     def describe(self, group_id: str) -> dict[str, Any] | None:
         runtime = self.groups

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -40,6 +39,7 @@ from ..protocol.records import iter_headers
 from ..share.partition import AckBatch, AckError, Acquired, LogBatch, SharePartition
 from ..share.session import ShareSessionCache
 from ..share.types import ShareGroupSettings, ShareGroupView, SharePersister, ShareStateKey
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from .runtime import CoordinatorUnavailable
 
 if TYPE_CHECKING:
@@ -54,10 +54,6 @@ _MEMBER_CHECK_TICKS = 20  # departed members' records are released within a seco
 DEPARTED_SESSION_RETENTION_MS = 30_000
 LEADER_EPOCH = 0
 _MIN_READ = 16 * 1024
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(eq=False)
@@ -89,8 +85,10 @@ class FetchResult:
 class SharePartitionManager:
     def __init__(self, *, max_sessions: int, node_id: int,
                  partition_log: Callable[[str, int], PartitionLog | None], wake: Callable[[Hashable], None],
-                 groups: ShareGroupView, persister: SharePersister, state: ShareStateRuntime | None = None) -> None:
+                 groups: ShareGroupView, persister: SharePersister, state: ShareStateRuntime | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.node_id = node_id
+        self.clock = clock  # acquisition locks, departed sessions, by_duration resets
         self.partition_log = partition_log
         self._wake_key = wake
         self.groups = groups
@@ -213,13 +211,13 @@ class SharePartitionManager:
         core.move_start(plog.log_start_offset)
         return _Entry(key, topic, core), 0, None
 
-    @staticmethod
-    def _reset_offset(settings: ShareGroupSettings, plog: PartitionLog) -> int:
+    def _reset_offset(self, settings: ShareGroupSettings, plog: PartitionLog) -> int:
         mode, duration_ms = parse_share_auto_offset_reset(settings.auto_offset_reset)
         if mode == "earliest":
             return plog.log_start_offset
         if mode == "by_duration" and duration_ms is not None:
-            found = plog.offset_for_timestamp(_now_ms() - duration_ms, max_offset=plog.high_watermark)
+            found = plog.offset_for_timestamp(self.clock.now_ms() - duration_ms,
+                                              max_offset=plog.high_watermark)
             return plog.high_watermark if found is None else found[0]
         return plog.high_watermark
 
@@ -239,7 +237,7 @@ class SharePartitionManager:
         plog = self.partition_log(e.topic, key.partition)
         if plog is None:
             return FetchResult(int(ErrorCode.unknown_topic_or_partition))
-        now = _now_ms() if now_ms is None else now_ms
+        now = self.clock.now_ms() if now_ms is None else now_ms
         core = e.core
         if core.move_start(plog.log_start_offset):
             e.version += 1
@@ -287,7 +285,7 @@ class SharePartitionManager:
         if e is None:
             return code, msg
         try:
-            e.core.acknowledge(member_id, list(batches), _now_ms())
+            e.core.acknowledge(member_id, list(batches), self.clock.now_ms())
         except AckError as exc:
             return exc.error_code, exc.message
         e.version += 1
@@ -317,7 +315,7 @@ class SharePartitionManager:
         sent after the leave heartbeat, still finds it (Kafka ends a session only on the
         final epoch or when its connection closes); :meth:`release_departed` drops it
         after ``DEPARTED_SESSION_RETENTION_MS`` if the client never closes it."""
-        self.sessions.mark_departed(group_id, member_id, _now_ms() if now_ms is None else now_ms)
+        self.sessions.mark_departed(group_id, member_id, self.clock.now_ms() if now_ms is None else now_ms)
         self.release_member(group_id, member_id)
 
     # -- persistence ---------------------------------------------------------------------
@@ -397,7 +395,7 @@ class SharePartitionManager:
         Their share sessions are only marked departed (see :meth:`member_left`) and are
         dropped ``DEPARTED_SESSION_RETENTION_MS`` later unless closed by the client first
         or evicted to make room. Returns the members whose records were released."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = self.clock.now_ms() if now_ms is None else now_ms
         n = 0
         for key, e in list(self._parts.items()):
             for member in e.core.holders():
@@ -416,10 +414,10 @@ class SharePartitionManager:
     async def run_timers(self) -> None:
         ticks = 0
         while True:
-            await asyncio.sleep(LOCK_TIMER_INTERVAL_S)
+            await self.clock.sleep(LOCK_TIMER_INTERVAL_S)
             ticks += 1
             try:
-                self.expire_locks(_now_ms())
+                self.expire_locks(self.clock.now_ms())
                 if ticks % _MEMBER_CHECK_TICKS == 0:
                     self.release_departed()
             except Exception:

@@ -27,11 +27,11 @@ local share coordinator and :class:`~.env.PeerClients`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..client.errors import KafkaError
 from ..protocol.errors import ErrorCode
 from ..share.records import STATE_TOPIC, coordinator_key, partition_for
@@ -57,18 +57,17 @@ Partition = dict[str, Any] | Callable[[], dict[str, Any]]
 
 
 async def retrying(attempt: Callable[[], Awaitable[T]], code_of: Callable[[T], int],
-                   timeout_s: float = REQUEST_TIMEOUT_S) -> T:
+                   timeout_s: float = REQUEST_TIMEOUT_S, clock: Clock = SYSTEM_CLOCK) -> T:
     """Await ``attempt()`` until its result's code is not in :data:`RETRIABLE` or the
-    next try would start after ``timeout_s``; returns the last result (its code may be
-    retriable then). Backoff 0.1 s doubling to 1 s between tries."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
+    next try would start after ``timeout_s`` (on ``clock``); returns the last result (its
+    code may be retriable then). Backoff 0.1 s doubling to 1 s between tries."""
+    deadline = clock.monotonic() + timeout_s
     backoff = RETRY_BACKOFF_S
     while True:
         result = await attempt()
-        if code_of(result) not in RETRIABLE or loop.time() + backoff > deadline:
+        if code_of(result) not in RETRIABLE or clock.monotonic() + backoff > deadline:
             return result
-        await asyncio.sleep(backoff)
+        await clock.sleep(backoff)
         backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
 
 
@@ -157,19 +156,19 @@ class SharePersisterClient:
         """One routed call (the leader's answer, or the local coordinator's), retried while
         the coordinator is moving."""
         if not self.env.cluster:  # always the local coordinator: nothing to route
-            return await retrying(local, int)
+            return await retrying(local, int, clock=self.env.clock)
 
         async def attempt() -> int:
             code = await self._code(key, api_key, version, partition)
             return await local() if code is None else code
-        return await retrying(attempt, int)
+        return await retrying(attempt, int, clock=self.env.clock)
 
     async def _state_or_local(self, key: ShareStateKey, api_key: int, version: int, partition: dict[str, Any],
                               local: Callable[[], Awaitable[ShareState]]) -> ShareState:
         async def attempt() -> ShareState:
             st = await self._state(key, api_key, version, partition)
             return await local() if st is None else st
-        return await retrying(attempt, lambda st: int(st.error_code))
+        return await retrying(attempt, lambda st: int(st.error_code), clock=self.env.clock)
 
     async def initialize(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> int:
         return await self._code_or_local(key, 83, 0, {"state_epoch": state_epoch, "start_offset": start_offset},

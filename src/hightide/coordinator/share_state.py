@@ -60,7 +60,6 @@ from ..share.types import ShareState, ShareStateKey, StateBatch
 from .internal_topic import CoordinatorUnavailable
 from .runtime import LoadState
 from .service import AdapterDefaults, CoordinatorService, returning
-from .service import now_ms as _now_ms
 
 if TYPE_CHECKING:
     from .env import CoordinatorEnv
@@ -198,7 +197,7 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
         CoordinatorUnavailable (with the code to answer)."""
         if self.env.stopping():
             raise CoordinatorUnavailable("the broker is shutting down")
-        return await self.execute(key, fn, _now_ms())
+        return await self.execute(key, fn, self.env.clock.now_ms())
 
     async def _code(self, key: ShareStateKey, fn: Callable[[ShareCoordinatorShard], ShareResult]) -> tuple[int, str | None]:
         try:
@@ -209,12 +208,15 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
 
     # -- SharePersister -----------------------------------------------------------------------
     async def initialize_checked(self, key: ShareStateKey, state_epoch: int, start_offset: int) -> tuple[int, str | None]:
-        return await self._code(key, lambda s: s.initialize(key, state_epoch, start_offset, _now_ms(), self._exists))
+        clock = self.env.clock
+        return await self._code(key, lambda s: s.initialize(key, state_epoch, start_offset, clock.now_ms(),
+                                                            self._exists))
 
     async def write_checked(self, key: ShareStateKey, state_epoch: int, leader_epoch: int, start_offset: int,
                             delivery_complete_count: int, state_batches: tuple[StateBatch, ...]) -> tuple[int, str | None]:
+        clock = self.env.clock
         return await self._code(key, lambda s: s.write(key, state_epoch, leader_epoch, start_offset,
-                                                       delivery_complete_count, tuple(state_batches), _now_ms(),
+                                                       delivery_complete_count, tuple(state_batches), clock.now_ms(),
                                                        self._exists))
 
     async def delete_checked(self, key: ShareStateKey) -> tuple[int, str | None]:
@@ -234,7 +236,8 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
     async def read(self, key: ShareStateKey, leader_epoch: int = -1) -> ShareState:
         """ReadShareGroupState: a write operation, since a newer leader epoch is recorded."""
         try:
-            return await self._run(key, lambda s: s.read(key, leader_epoch, _now_ms(), self._exists))
+            clock = self.env.clock
+            return await self._run(key, lambda s: s.read(key, leader_epoch, clock.now_ms(), self._exists))
         except CoordinatorUnavailable as exc:
             return ShareState(error_code=int(exc.error_code), error_message=str(exc))
 

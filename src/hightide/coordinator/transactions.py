@@ -58,7 +58,6 @@ from ..txn.state import TopicPartition, TxnMetadata, TxnState
 from .internal_topic import CoordinatorUnavailable
 from .runtime import fsync_due
 from .service import AdapterDefaults, CoordinatorService, returning
-from .service import now_ms as _now_ms
 from .env import NoPeers, PeerClients
 from .txn_verify import RemoteTxnVerifier
 
@@ -166,7 +165,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         await self.ensure_topic()
         partition = self.partition_for(transactional_id)
         self._check_led_here(partition)
-        result: TxnResult = await self.runtime.write(partition, fn, _now_ms())
+        result: TxnResult = await self.runtime.write(partition, fn, self.env.clock.now_ms())
         if result.markers is not None:
             self._start_completion(result.markers)
         return result
@@ -186,7 +185,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         CoordinatorUnavailable."""
         new_pid: int | None = None
         while True:
-            now = _now_ms()
+            now = self.env.clock.now_ms()
             result = await self._write(transactional_id, lambda s: s.init_producer_id(
                 transactional_id, timeout_ms, expected, new_pid, now))
             resp = result.response
@@ -202,7 +201,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         """AddPartitionsToTxn / AddOffsetsToTxn: the error for every partition. Raises
         CoordinatorUnavailable."""
         parts = list(partitions)
-        now = _now_ms()
+        now = self.env.clock.now_ms()
         result = await self._write(transactional_id, lambda s: s.add_partitions(
             transactional_id, producer_id, producer_epoch, parts, now))
         return _code(result)
@@ -212,7 +211,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         """EndTxn: answered once the decision (PrepareCommit/PrepareAbort) is committed
         and, within ``END_TXN_WAIT_S``, its markers are written. Raises
         CoordinatorUnavailable."""
-        now = _now_ms()
+        now = self.env.clock.now_ms()
         result = await self._write(transactional_id, lambda s: s.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now))
         task = self._completing.get(transactional_id)
@@ -281,7 +280,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         committed state, sorted by id. Raises ValueError for an unknown state name and
         CoordinatorLoadInProgress while a partition is loading."""
         wanted = [TxnState.from_label(s) for s in states] if states else None
-        now = _now_ms()
+        now = self.env.clock.now_ms()
         out = [m for shard in self.runtime.active_shards().values()
                for m in shard.transactions(wanted, producer_ids, min_duration_ms, now)]
         return sorted(out, key=lambda m: m.transactional_id)
@@ -317,10 +316,10 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                     return  # the next start completes it (the Prepare record is in the log)
                 log.warning("markers of %r to %s not written yet (%s), retrying", m.transactional_id, todo,
                             ", ".join(sorted({errors[tp].name for tp in todo})))
-                await asyncio.sleep(delay)
+                await self.env.clock.sleep(delay)
                 delay = min(delay * 2, MARKER_RETRY_MAX_S)
         while True:
-            now = _now_ms()
+            now = self.env.clock.now_ms()
             try:
                 await self.runtime.write(self.partition_for(m.transactional_id), lambda s: s.complete(m, now), now)
                 return
@@ -328,7 +327,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                 if self.env.stopping() or exc.error_code == ErrorCode.not_coordinator:
                     return  # shutting down, or the partition moved: its next owner completes it
                 log.warning("completing the transaction of %r failed (%s), retrying", m.transactional_id, exc)
-                await asyncio.sleep(MARKER_RETRY_MAX_S)
+                await self.env.clock.sleep(MARKER_RETRY_MAX_S)
 
     def _leader(self, topic: str, partition: int) -> int | None:
         """The leader of a partition in the image (-1: none), None if it does not exist."""
@@ -423,8 +422,8 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                 return ErrorCode.unknown_topic_or_partition
             return ErrorCode.coordinator_load_in_progress
         try:
-            await groups.runtime.write(partition, returning(CoordinatorResult(txn_batch=marker)), _now_ms(),
-                                       internal=True)
+            await groups.runtime.write(partition, returning(CoordinatorResult(txn_batch=marker)),
+                                       self.env.clock.now_ms(), internal=True)
         except CoordinatorUnavailable as exc:
             return exc.error_code
         except ProducerStateError as exc:
@@ -440,7 +439,7 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         if plog is None:
             return ErrorCode.kafka_storage_error
         try:
-            plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, _now_ms())
+            plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, self.env.clock.now_ms())
         except ProducerStateError as exc:
             log.warning("marker of producer %d (epoch %d) to %s-%d refused: %s", producer_id, producer_epoch,
                         topic, partition, exc)
@@ -465,17 +464,17 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         abort_every = cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
         expire_every = cfg["transaction.remove.expired.transaction.cleanup.interval.ms"]
         await self.wait_loaded()
-        next_expiry = _now_ms() + expire_every
+        next_expiry = self.env.clock.now_ms() + expire_every
         while True:
             try:
                 self.resume_completions()
-                await self.abort_timed_out(_now_ms())
-                if _now_ms() >= next_expiry:
-                    next_expiry = _now_ms() + expire_every
-                    await self.expire_ids(_now_ms())
+                await self.abort_timed_out(self.env.clock.now_ms())
+                if self.env.clock.now_ms() >= next_expiry:
+                    next_expiry = self.env.clock.now_ms() + expire_every
+                    await self.expire_ids(self.env.clock.now_ms())
             except Exception:
                 log.exception("transaction timers failed")
-            await asyncio.sleep(abort_every / 1000)
+            await self.env.clock.sleep(abort_every / 1000)
 
     def resume_completions(self) -> int:
         """Start writing the markers of every decided transaction not being completed

@@ -11,18 +11,19 @@ abandoned at the commit step. One worker thread, and one cleaning at a time per 
 
 Built from ``logs``: a callable returning the open partition logs as ``(topic-partition,
 log)`` pairs (the broker's :class:`~hightide.log.manager.LogManager`), or None while
-there are none; each pass looks at the compacted ones.
+there are none; each pass looks at the compacted ones; ``clock`` (:mod:`hightide.aio.clock`)
+for the pass interval and the cleaning's time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Callable, TypeVar
 
 from ..log import cleaner as C
 from ..log.partition_log import PartitionLog
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..aio.threads import background_executor
 from .flusher import OpenLogs
 
@@ -34,8 +35,9 @@ class LogCleaner:
     """Runs cleanings of the ``logs`` (except those of ``skip_topics``); :meth:`close`
     waits for the worker."""
 
-    def __init__(self, logs: OpenLogs, skip_topics: tuple[str, ...] = ()) -> None:
+    def __init__(self, logs: OpenLogs, skip_topics: tuple[str, ...] = (), *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._logs = logs
+        self.clock = clock
         self.skip_topics = skip_topics
         self._executor = background_executor(1, "hightide-cleaner")  # below the loop's priority
         self.cleanings = 0  # cleanings completed (tests and metrics)
@@ -47,7 +49,7 @@ class LogCleaner:
     async def run(self, interval_s: float) -> None:
         """Forever: wait ``interval_s``, clean what is due."""
         while True:
-            await asyncio.sleep(interval_s)
+            await self.clock.sleep(interval_s)
             await self.run_once()
 
     async def run_once(self) -> int:
@@ -76,7 +78,7 @@ class LogCleaner:
         stays consistent (a commit whose directory fsync failed is completed at the next
         start, with segment deletion deferred until then)."""
         cfg = plog.config
-        plan = C.plan_clean(plog, int(time.time() * 1000), delete_retention_ms=cfg.delete_retention_ms,
+        plan = C.plan_clean(plog, self.clock.now_ms(), delete_retention_ms=cfg.delete_retention_ms,
                             min_compaction_lag_ms=cfg.min_compaction_lag_ms,
                             min_cleanable_ratio=cfg.min_cleanable_ratio, force=force)
         if isinstance(plan, C.CleanResult):

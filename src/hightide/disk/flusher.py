@@ -21,19 +21,20 @@ somebody waits for meanwhile is flushed again once the batch ends.
 Built from ``logs``: a callable returning the open partition logs (the broker's
 :class:`~hightide.log.manager.LogManager`, iterated as ``(topic-partition, log)`` pairs),
 or None while there are none (before start, after stop); the periodic policy looks at
-them each round. Durability is asked for per log (:meth:`Flusher.durable`).
+them each round, at ``clock.now_ms()`` (:mod:`hightide.aio.clock`). Durability is asked for
+per log (:meth:`Flusher.durable`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..log.flush import FlushJob, run_flush
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..aio.tasks import wait_event
 from ..aio.threads import background_executor
 
@@ -49,8 +50,9 @@ OpenLogs = Callable[[], "Iterable[tuple[tuple[str, int], PartitionLog]] | None"]
 
 
 class Flusher:
-    def __init__(self, logs: OpenLogs) -> None:
+    def __init__(self, logs: OpenLogs, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._logs = logs
+        self.clock = clock  # the flush policy's now (the round tick waits on the loop's time)
         self._requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]] = {}
         self._wakeup: asyncio.Event | None = None
         self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hightide-fsync")  # waited for
@@ -104,7 +106,7 @@ class Flusher:
         for key in [k for k in requested if k in self._periodic_logs]:  # flushed again after the batch
             plog, futures = requested.pop(key)
             self._requested.setdefault(key, (plog, []))[1].extend(futures)
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         waited = [(key, plog, plog.begin_flush(now)) for key, (plog, _) in requested.items()]
         logs = self._logs()
         if periodic and logs is not None and (self._periodic is None or self._periodic.done()):

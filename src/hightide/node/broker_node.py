@@ -52,6 +52,7 @@ from .controller_channel import ControllerChannel, ControllerUnavailable
 from .forwarding import Forwarder, RemoteMetadataWrites
 from .metadata_follower import MetadataFollower
 from .read_gate import ReadGate
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..aio.shutdown import Step, run_steps
 from ..aio.tasks import STOP_WAIT_S
 
@@ -68,13 +69,15 @@ class BrokerNode:
     * ``on_metadata_change()``: put the applied image in force (called once caught up,
       then after each applied content change);
     * ``data_dir``: named in the log line when this node halts;
+    * ``clock``: the node's :class:`~hightide.aio.clock.Clock`, handed to every part;
     * and, at :meth:`start`, the local metadata log and the flusher's ``durable``.
     """
 
     def __init__(self, settings: ClusterSettings, *, security: ClientSecurity | None,
                  cluster_id: Callable[[], str | None], listeners: Callable[[], list[dict[str, Any]]],
-                 on_metadata_change: Callable[[], None], data_dir: str) -> None:
+                 on_metadata_change: Callable[[], None], data_dir: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self.settings = settings
+        self.clock = clock
         self._cluster_id_of = cluster_id
         self._listeners = listeners
         self._on_metadata_change = on_metadata_change
@@ -85,14 +88,14 @@ class BrokerNode:
         client = f"hightide-broker-{settings.node_id}"
         voters = {v.node_id: (v.host, v.port) for v in settings.voters}
         self.channel = ControllerChannel(addresses, client_id=client, name="controller", security=security,
-                                         voters=voters)
+                                         voters=voters, clock=clock)
         self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch", security=security,
-                                               locator=self.channel.locator)  # one view of the active controller
+                                               locator=self.channel.locator, clock=clock)  # one view of the controller
         self.gate = ReadGate(settings.read_consistency, settings.read_max_wait_ms, lao=self._lao,
-                             applied=self._applied, content=self._content)
+                             applied=self._applied, content=self._content, clock=clock)
         self.forwarder = Forwarder(self.channel, self.gate)
         self.lifecycle = BrokerLifecycleManager(settings, self.channel, self._cluster_id, self._registration,
-                                                self._on_lao)
+                                                self._on_lao, clock=clock)
         self.remote = RemoteMetadataWrites(self.forwarder, settings.node_id, lambda: self.lifecycle.broker_epoch)
         self.follower: MetadataFollower | None = None
         #: (offset, finalized features) after each change of the image's features, oldest
@@ -237,7 +240,7 @@ class BrokerNode:
                 log.warning("DescribeCluster at the controller answered %s; retrying", resp.error_code)
             except (ControllerUnavailable, KafkaError) as exc:
                 log.debug("no cluster id from the controller yet: %s", exc)
-            await asyncio.sleep(0.5)
+            await self.clock.sleep(0.5)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, metadata: MetadataLog, durable: Callable[[PartitionLog], Any]) -> None:
@@ -248,7 +251,7 @@ class BrokerNode:
             metadata, self.fetch_channel, self.settings.node_id, epoch=lambda: self.lifecycle.broker_epoch,
             cluster_id=self._cluster_id_of, on_applied=self._on_applied, on_caught_up=self._on_caught_up,
             on_reset=self.lifecycle.core.on_reset, durable=durable,
-            on_foreign_cluster=lambda where: self._foreign_cluster(where))
+            on_foreign_cluster=lambda where: self._foreign_cluster(where), clock=self.clock)
         self.lifecycle.on_foreign_cluster = self._foreign_cluster
         image = metadata.image
         self.lifecycle.core.on_applied(image.offset, image.content_offset, 0)

@@ -55,10 +55,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..client.connection import BrokerConnection, close_all
 from ..client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from ..client.properties import ClientSecurity
@@ -96,10 +96,13 @@ class _LeaderMoved(Exception):
 class ControllerLocator:
     """Where the active controller is (see the module doc). ``addresses`` are tried in
     round-robin order while no leader is known; ``voters`` maps voter ids to their
-    controller-listener addresses (to resolve a hint that carries only an id).
-    No IO; safe to share between the channels of one event loop."""
+    controller-listener addresses (to resolve a hint that carries only an id); ``clock``
+    times the skipping of a failed leader. No IO; safe to share between the channels of
+    one event loop."""
 
-    def __init__(self, addresses: Sequence[Address], voters: Mapping[int, Address] | None = None) -> None:
+    def __init__(self, addresses: Sequence[Address], voters: Mapping[int, Address] | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         if not addresses:
             raise ValueError("a controller channel needs at least one controller address")
         self.addresses = list(addresses)
@@ -152,7 +155,7 @@ class ControllerLocator:
         n = len(self.addresses)
         for i in range(n):
             address = self.addresses[(self._next + i) % n]
-            if address != self._stale_address or time.monotonic() >= self._stale_until:
+            if address != self._stale_address or self.clock.monotonic() >= self._stale_until:
                 return address
         return self.addresses[self._next % n]
 
@@ -162,7 +165,7 @@ class ControllerLocator:
         the next target is the address after it in turn."""
         if address == self.leader_address:
             self._stale = (self.leader_id, self.leader_epoch)
-            self._stale_address, self._stale_until = address, time.monotonic() + STALE_SKIP_S
+            self._stale_address, self._stale_until = address, self.clock.monotonic() + STALE_SKIP_S
             self.leader_address = None
             self.leader_id = -1
         if address in self.addresses:
@@ -182,13 +185,15 @@ class ControllerChannel:
     """Requests to the active controller. ``addresses`` are the voters (or bootstrap
     servers) tried in turn unless ``locator`` (shared with another channel) is given;
     ``name`` and ``client_id`` identify the channel in logs and in the controller's
-    request log."""
+    request log; ``clock`` times backoffs and request deadlines (a shared ``locator``
+    keeps its own clock: give both the same)."""
 
     def __init__(self, addresses: Sequence[Address], *, client_id: str, name: str = "controller",
                  request_timeout_s: float = 10.0, max_backoff_s: float = 1.0,
                  security: ClientSecurity | None = None, locator: ControllerLocator | None = None,
-                 voters: Mapping[int, Address] | None = None) -> None:
-        self.locator = locator if locator is not None else ControllerLocator(addresses, voters)
+                 voters: Mapping[int, Address] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+        self.locator = locator if locator is not None else ControllerLocator(addresses, voters, clock)
         self.client_id = client_id
         self.name = name
         self.request_timeout_s = request_timeout_s
@@ -255,7 +260,7 @@ class ControllerChannel:
                 attempt = self._attempt = asyncio.get_running_loop().create_task(
                     self._open(), name=f"{self.name}-channel-connect")
                 attempt.add_done_callback(_retrieve)
-            left = None if deadline is None else deadline - time.monotonic()
+            left = None if deadline is None else deadline - self.clock.monotonic()
             if left is not None and left <= 0:
                 raise ControllerUnavailable(f"{self.name} channel: no connection to the active controller in time")
             done, _ = await asyncio.wait((attempt,), timeout=left)
@@ -332,14 +337,14 @@ class ControllerChannel:
             if self.locator.generation != self._generation:
                 self._generation = self.locator.generation
                 self._retry_at, self._backoff_s = 0.0, 0.0
-            wait = self._retry_at - time.monotonic()
+            wait = self._retry_at - self.clock.monotonic()
             if wait <= 0:
                 return
-            await asyncio.sleep(min(wait, 0.05))
+            await self.clock.sleep(min(wait, 0.05))
 
     def _back_off(self) -> None:
         self._backoff_s = min(self.max_backoff_s, max(INITIAL_BACKOFF_S, self._backoff_s * 2))
-        self._retry_at = time.monotonic() + self._backoff_s
+        self._retry_at = self.clock.monotonic() + self._backoff_s
 
     def pick_version(self, api_key: int, wanted_max: int, our_min: int = 0) -> int:
         """The highest version of ``api_key`` both sides speak (see
@@ -362,18 +367,18 @@ class ControllerChannel:
         (``sent=True``; the connection is dropped and the next request reconnects), and
         KafkaTimeoutError when no answer came in time."""
         limit = self.request_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + limit
+        deadline = self.clock.monotonic() + limit
         refused: Any = None  # the last NOT_CONTROLLER answer
         while True:
             try:
                 conn = await self.connection(deadline)
             except ControllerUnavailable:
-                if time.monotonic() >= deadline or self._retry_at >= deadline or self._closed:
+                if self.clock.monotonic() >= deadline or self._retry_at >= deadline or self._closed:
                     if refused is not None:
                         return refused
                     raise
                 continue
-            if time.monotonic() >= deadline:  # waited for a connection too long: never sent
+            if self.clock.monotonic() >= deadline:  # waited for a connection too long: never sent
                 if refused is not None:
                     return refused
                 raise ControllerUnavailable(f"{self.name} channel: no connection to the active controller within "
@@ -381,7 +386,7 @@ class ControllerChannel:
             v = version(conn) if callable(version) else version
             self._in_flight[conn] = self._in_flight.get(conn, 0) + 1
             try:
-                resp = await conn.request(api_key, v, body, timeout_s=max(0.05, deadline - time.monotonic()),
+                resp = await conn.request(api_key, v, body, timeout_s=max(0.05, deadline - self.clock.monotonic()),
                                           unknown_tags=unknown_tags, decoder=decoder)
             except KafkaTimeoutError:
                 raise
@@ -399,7 +404,7 @@ class ControllerChannel:
                 return resp
             self._retire(conn)
             refused = resp
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 return resp
             self.not_controller_retries += 1
             if unknown_tags is not None:
@@ -449,7 +454,7 @@ class ControllerChannel:
         if self._conn is conn:
             self._conn = None
             self.locator.failed((conn.host, conn.port))
-            self._retry_at = time.monotonic() + INITIAL_BACKOFF_S
+            self._retry_at = self.clock.monotonic() + INITIAL_BACKOFF_S
             log.log(logging.DEBUG if reason == "reset" else logging.INFO, "%s channel: connection to %s:%d %s",
                     self.name, conn.host, conn.port, "dropped" if reason == "reset" else f"lost ({reason})")
             self._close_later(conn)

@@ -34,10 +34,8 @@ batch before they fetch again; see docs/cluster.md).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +55,7 @@ from ..cluster.lifecycle import (
 from ..cluster.records import MetadataRecord
 from ..cluster.raft.describe import describe_quorum
 from ..log.partition_log import PartitionLog
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..services import CoordinatorUnavailable
 from .raft_shell import RaftShell
 
@@ -73,10 +72,6 @@ LEADER_EPOCH = 0
 WriteMetadata = Callable[[Callable[[MetadataImage], tuple[Any, Sequence[MetadataRecord]]]], Awaitable[Any]]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 @dataclass
 class ReplicaProgress:
     """What DescribeQuorum reports of one replica (Kafka's ReplicaState)."""
@@ -90,14 +85,16 @@ class ControllerService:
     """The controller side of cluster mode in one process. ``write`` is the broker's
     ``write_metadata``; ``metadata_log`` and ``committed_end`` give the metadata log and
     the offset below which it is committed (the high watermark a Fetch is served to);
-    ``endpoints`` the controller listeners (DescribeQuorum's nodes, DescribeCluster)."""
+    ``endpoints`` the controller listeners (DescribeQuorum's nodes, DescribeCluster);
+    ``clock`` the sessions' and the timers' time."""
 
     def __init__(self, *, node_id: int, cluster_id: str, config: LifecycleConfig, write: WriteMetadata,
                  image: Callable[[], MetadataImage], metadata_log: Callable[[], PartitionLog],
                  committed_end: Callable[[], int],
                  endpoints: Callable[[], list[tuple[str, str, int]]] = list, raft: RaftShell | None = None,
-                 voter_endpoints: dict[int, tuple[str, int]] | None = None) -> None:
+                 voter_endpoints: dict[int, tuple[str, int]] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.node_id = node_id
+        self.clock = clock
         self._endpoints = endpoints
         self.cluster_id = cluster_id
         self.lifecycle = BrokerLifecycle(cluster_id, config)
@@ -109,7 +106,7 @@ class ControllerService:
         self._image = image
         self._metadata_log = metadata_log
         self._committed_end = committed_end
-        self.last_append_ms = now_ms()
+        self.last_append_ms = self.clock.now_ms()
         self.observers: dict[int, ReplicaProgress] = {}
         self.noops = 0  # NoOp records written (for tests and metrics)
 
@@ -150,7 +147,7 @@ class ControllerService:
         state, a fresh session for every unfenced broker, no observers known yet."""
         self.lifecycle = dataclasses.replace(self.lifecycle)  # same settings, no sessions or acknowledgements
         self.observers = {}
-        started = self.last_append_ms = now_ms()
+        started = self.last_append_ms = self.clock.now_ms()
         for reg in self.image.brokers.values():
             if not reg.fenced:
                 self.lifecycle.heartbeats.session(reg, started)
@@ -166,7 +163,7 @@ class ControllerService:
         """BrokerRegistration as a metadata write; a failed append answers its error code
         (KAFKA_STORAGE_ERROR) and registers nothing."""
         def op(image: MetadataImage) -> tuple[RegistrationReply, list[MetadataRecord]]:
-            return self.lifecycle.register(image, req, now_ms(), self.metadata_log.log_end_offset)
+            return self.lifecycle.register(image, req, self.clock.now_ms(), self.metadata_log.log_end_offset)
         try:
             reply: RegistrationReply = await self._write(op)
         except CoordinatorUnavailable as exc:
@@ -184,7 +181,7 @@ class ControllerService:
         leadership moves; a heartbeat that changes nothing appends nothing)."""
         def op(image: MetadataImage) -> tuple[tuple[HeartbeatReply, list[MetadataRecord]], list[MetadataRecord]]:
             end = self.metadata_log.log_end_offset
-            reply, records = self.lifecycle.heartbeat(image, req, now_ms(), end, end - 1)
+            reply, records = self.lifecycle.heartbeat(image, req, self.clock.now_ms(), end, end - 1)
             return (reply, records), records
         try:
             reply, records = await self._write(op)
@@ -263,12 +260,12 @@ class ControllerService:
             self.activate(LEADER_EPOCH)
         while True:
             if not self.is_active:  # a quorum's standby controller: the active one keeps the timers
-                await asyncio.sleep(TIMER_MAX_SLEEP_S)
+                await self.clock.sleep(TIMER_MAX_SLEEP_S)
                 continue
             deadline = self.lifecycle.next_deadline_ms(self.image, self.last_append_ms)
-            wait_ms = TIMER_MAX_SLEEP_S * 1000 if deadline is None else deadline - now_ms()
-            await asyncio.sleep(max(0.0, min(wait_ms / 1000, TIMER_MAX_SLEEP_S)))
-            if deadline is None or now_ms() < deadline:
+            wait_ms = TIMER_MAX_SLEEP_S * 1000 if deadline is None else deadline - self.clock.now_ms()
+            await self.clock.sleep(max(0.0, min(wait_ms / 1000, TIMER_MAX_SLEEP_S)))
+            if deadline is None or self.clock.now_ms() < deadline:
                 continue
             try:
                 await self.tick()
@@ -277,16 +274,16 @@ class ControllerService:
                     log.info("controller timer: no longer the active controller: %s", exc)
                     continue
                 log.error("controller timer: metadata write failed (retrying): %s", exc)
-                await asyncio.sleep(TIMER_MAX_SLEEP_S)
+                await self.clock.sleep(TIMER_MAX_SLEEP_S)
             except Exception:
                 log.exception("controller timer failed")
-                await asyncio.sleep(TIMER_MAX_SLEEP_S)
+                await self.clock.sleep(TIMER_MAX_SLEEP_S)
 
     async def tick(self) -> list[MetadataRecord]:
         """One timer step as a metadata write: the fencing records of expired sessions,
         else a NoOp if the log has been idle long enough. Returns the records written."""
         def op(image: MetadataImage) -> tuple[list[MetadataRecord], list[MetadataRecord]]:
-            at = now_ms()
+            at = self.clock.now_ms()
             records = self.lifecycle.fence_expired(image, at)
             if not records:
                 records = self.lifecycle.election_records(image, at)  # Kafka's periodic elections

@@ -49,7 +49,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import struct
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -193,10 +192,12 @@ def error_response(api_key: int, version: int, req: Any, code: int, message: str
 
 
 class Forwarder:
-    """Forwards requests over ``channel`` and holds their answers at ``gate``."""
+    """Forwards requests over ``channel`` and holds their answers at ``gate``; deadlines
+    are on the gate's clock (``gate.clock``: the channel's too, see BrokerNode)."""
 
     def __init__(self, channel: ControllerChannel, gate: ReadGate) -> None:
         self.channel = channel
+        self.clock = gate.clock
         self.gate = gate
         self.forwarded = 0
         #: Envelopes answered NOT_CONTROLLER inside (not applied) and sent again.
@@ -223,12 +224,12 @@ class Forwarder:
             unknown: dict = {}
             try:
                 resp = await self.channel.request(ENVELOPE_KEY, 0, body, unknown_tags=unknown,
-                                                  timeout_s=max(0.1, deadline - time.monotonic()))
+                                                  timeout_s=max(0.1, deadline - self.clock.monotonic()))
             except ControllerUnavailable as exc:
                 if exc.sent:
                     raise OutcomeUnknown(f"the connection to the controller was lost with the request in "
                                          f"flight ({exc}); it may or may not have been applied") from exc
-                if time.monotonic() >= deadline or self.channel.closed:
+                if self.clock.monotonic() >= deadline or self.channel.closed:
                     raise NoActiveController(f"no controller could be reached: {exc}") from exc
                 continue  # never sent: the channel waits out its backoff before the next attempt
             except KafkaTimeoutError as exc:  # (a paused controller: the lifecycle's heartbeat resets the channel)
@@ -240,7 +241,7 @@ class Forwarder:
                 code == ErrorCode.none and data is not None and api_key is not None
                 and inner_not_controller(api_key, api_version, data))
             if not_controller:
-                if time.monotonic() >= deadline:
+                if self.clock.monotonic() >= deadline:
                     raise NoActiveController("no active controller answered before the timeout (every voter "
                                              "asked answered NOT_CONTROLLER)")
                 self.not_controller_resends += 1
@@ -258,7 +259,7 @@ class Forwarder:
         name = FORWARDED.get(header.api_key, str(header.api_key))
         timeout_ms = getattr(req, "timeout", None)
         timeout_s = _seconds(timeout_ms) if timeout_ms is not None else DEFAULT_TIMEOUT_MS / 1000
-        deadline = time.monotonic() + max(timeout_s, 1.0)
+        deadline = self.clock.monotonic() + max(timeout_s, 1.0)
         inner = encode_request(header.api_key, header.api_version, header.correlation_id, header.client_id, req)[4:]
         try:
             data, offset = await self.envelope(inner, ctx.peer, deadline, ctx.principal,
@@ -310,7 +311,7 @@ class RemoteMetadataWrites:
         them (and, with acknowledged consistency, every unfenced broker's). Raises
         CoordinatorUnavailable when the controller cannot be reached in time."""
         channel = self.forwarder.channel
-        deadline = time.monotonic() + timeout_s
+        deadline = self.forwarder.clock.monotonic() + timeout_s
         try:
             await channel.connection(deadline)
             version = channel.pick_version(19, CREATE_TOPICS_VERSION_MAX, 2)
@@ -328,7 +329,7 @@ class RemoteMetadataWrites:
             raise CoordinatorUnavailable(f"creating {', '.join(t.name for t in topics)} failed: {exc}") from exc
         resp = decode_response(19, version, data)[1]
         if offset is not None:
-            await self.forwarder.gate.wait_applied(offset, max(0.1, deadline - time.monotonic()))
+            await self.forwarder.gate.wait_applied(offset, max(0.1, deadline - self.forwarder.clock.monotonic()))
             await self.forwarder.gate.wait_write(offset, f"topic creation (metadata offset {offset})", deadline)
         return [TopicResult(r.name, ErrorCode(int(r.error_code)), r.error_message, getattr(r, "topic_id", None),
                             int(getattr(r, "num_partitions", -1)), int(getattr(r, "replication_factor", -1)))

@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,7 +58,8 @@ from ..client.errors import KafkaError, KafkaTimeoutError
 from ..protocol.broker_heartbeat_response import BrokerHeartbeatResponse, decode_broker_heartbeat_response
 from ..protocol.errors import ErrorCode
 from .controller_channel import ControllerChannel, ControllerUnavailable
-from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
+from ..aio.clock import SYSTEM_CLOCK, Clock, wait_event_on
+from ..aio.tasks import STOP_WAIT_S, cancel_and_wait
 
 if TYPE_CHECKING:
     from ..cluster.settings import ClusterSettings
@@ -246,19 +246,18 @@ class LifecycleCore:
         return self.lowest_acknowledged >= self.applied_content_offset
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class BrokerLifecycleManager:
     """The asyncio shell around :class:`LifecycleCore`: one task sends what the core asks
     for over ``channel``. ``on_lao`` is called (on the loop) whenever the known lowest
     acknowledged offset rises; ``registration`` returns the BrokerRegistration body fields
-    besides ids (listeners, features, rack)."""
+    besides ids (listeners, features, rack). Every time the core is given, and the wait
+    for the next request it schedules, is on ``clock``."""
 
     def __init__(self, settings: ClusterSettings, channel: ControllerChannel, cluster_id: Callable[[], str],
-                 registration: Callable[[], dict[str, Any]], on_lao: Callable[[int], None]) -> None:
+                 registration: Callable[[], dict[str, Any]], on_lao: Callable[[int], None],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.settings = settings
+        self.clock = clock
         self.channel = channel
         self.core = LifecycleCore(settings.heartbeat_interval_ms)
         self._cluster_id = cluster_id
@@ -293,22 +292,22 @@ class BrokerLifecycleManager:
         self._wake.set()
 
     def applied(self, applied_offset: int, content_offset: int) -> None:
-        self.core.on_applied(applied_offset, content_offset, now_ms())
+        self.core.on_applied(applied_offset, content_offset, self.clock.now_ms())
         self.poke()
 
     def caught_up(self) -> None:
-        self.core.on_caught_up(now_ms())
+        self.core.on_caught_up(self.clock.now_ms())
         self.poke()
 
     async def shutdown(self, timeout_s: float, stop_wait_s: float = STOP_WAIT_S) -> bool:
         """Controlled shutdown: heartbeat with WantShutDown until the controller answers
         ShouldShutDown or ``timeout_s`` passes; True if it did. Stops the task (waited
         for up to ``stop_wait_s``)."""
-        self.core.begin_shutdown(now_ms())
+        self.core.begin_shutdown(self.clock.now_ms())
         self.poke()
-        deadline = time.monotonic() + timeout_s
-        while self.core.state is not LifecycleState.SHUT_DOWN and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        deadline = self.clock.monotonic() + timeout_s
+        while self.core.state is not LifecycleState.SHUT_DOWN and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.02)
         done = self.core.state is LifecycleState.SHUT_DOWN
         if not done:
             log.warning("controlled shutdown: the controller did not answer ShouldShutDown within %.1f s; "
@@ -323,7 +322,7 @@ class BrokerLifecycleManager:
 
     async def _run(self) -> None:
         while True:
-            action = self.core.next_request(now_ms())
+            action = self.core.next_request(self.clock.now_ms())
             if action is None and self.core.state is LifecycleState.SHUT_DOWN:
                 return
             if isinstance(action, Register):
@@ -331,9 +330,9 @@ class BrokerLifecycleManager:
             elif isinstance(action, Heartbeat):
                 await self._heartbeat(action)
             else:
-                delay = 1.0 if action is None else max(0.0, (action.until_ms - now_ms()) / 1000)
+                delay = 1.0 if action is None else max(0.0, (action.until_ms - self.clock.now_ms()) / 1000)
                 self._wake.clear()
-                await wait_event(self._wake, delay)
+                await wait_event_on(self.clock, self._wake, delay)
 
     async def _register(self, action: Register) -> None:
         body = {"broker_id": self.settings.node_id, "cluster_id": self._cluster_id(),
@@ -342,7 +341,7 @@ class BrokerLifecycleManager:
             resp = await self.channel.request(
                 62, lambda c: c.pick_version(62, REGISTRATION_VERSION_MAX), body)
         except (ControllerUnavailable, KafkaError) as exc:
-            self.core.on_failure(now_ms())
+            self.core.on_failure(self.clock.now_ms())
             log.debug("registration failed: %s", exc)
             return
         if resp.error_code == ErrorCode.inconsistent_cluster_id:
@@ -355,7 +354,7 @@ class BrokerLifecycleManager:
             log.info("broker %d registered with the controller: epoch %d, incarnation %s", self.settings.node_id,
                      resp.broker_epoch, action.incarnation_id)
             self.registered.set()
-        self.core.on_registered(resp.error_code, resp.broker_epoch, now_ms())
+        self.core.on_registered(resp.error_code, resp.broker_epoch, self.clock.now_ms())
 
     async def _heartbeat(self, action: Heartbeat) -> None:
         body = {"broker_id": self.settings.node_id, "broker_epoch": action.broker_epoch,
@@ -369,7 +368,7 @@ class BrokerLifecycleManager:
                 63, version, body, decoder=lambda frame: decode_broker_heartbeat_response(version, frame)[1],
                 timeout_s=self._timeout_s)
         except (ControllerUnavailable, KafkaError) as exc:
-            self.core.on_failure(now_ms())
+            self.core.on_failure(self.clock.now_ms())
             if isinstance(exc, KafkaTimeoutError):  # a paused or stuck controller: reconnect
                 log.warning("the controller did not answer a heartbeat within %.1f s; reconnecting", self._timeout_s)
                 self.channel.reset()
@@ -377,7 +376,7 @@ class BrokerLifecycleManager:
             return
         self._note_controller()
         before = self.core.lowest_acknowledged
-        self.core.on_heartbeat(resp, now_ms())
+        self.core.on_heartbeat(resp, self.clock.now_ms())
         if resp.error_code == ErrorCode.stale_broker_epoch:
             log.warning("the controller does not know broker epoch %d (STALE_BROKER_EPOCH): registering again",
                         action.broker_epoch)

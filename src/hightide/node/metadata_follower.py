@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..client.errors import KafkaError, KafkaTimeoutError
 from ..cluster.broker_records import NoOpRecord
 from ..cluster.image import MetadataImage
@@ -263,15 +263,18 @@ class MetadataFollower:
     registration); ``cluster_id`` the cluster id sent in the Fetch; ``on_applied(
     applied_offset, content_offset)`` runs after each applied batch (and after a resync
     caught up); ``on_caught_up()`` runs once, the first time the local copy reaches the
-    controller's high watermark; ``on_reset()`` after a truncation."""
+    controller's high watermark; ``on_reset()`` after a truncation; ``clock`` (the
+    node's :class:`~hightide.aio.clock.Clock`) for backoffs and append times."""
 
     def __init__(self, metadata: MetadataLog, channel: ControllerChannel, node_id: int, *,
                  epoch: Callable[[], int], cluster_id: Callable[[], str | None],
                  on_applied: Callable[[int, int], None], on_caught_up: Callable[[], None],
                  on_reset: Callable[[], None] = lambda: None,
                  durable: Callable[[PartitionLog], Any] | None = None,
-                 on_foreign_cluster: Callable[[str], None] = lambda where: None) -> None:
+                 on_foreign_cluster: Callable[[str], None] = lambda where: None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.metadata = metadata
+        self.clock = clock  # backoffs, append and fetch times
         self.channel = channel
         self.node_id = node_id
         self._epoch = epoch
@@ -332,7 +335,7 @@ class MetadataFollower:
                 if outcome.reason is not None:
                     self._problem(outcome.reason)
                 if outcome.delay_ms:
-                    await asyncio.sleep(outcome.delay_ms / 1000)
+                    await self.clock.sleep(outcome.delay_ms / 1000)
 
     def _request(self, version: int) -> dict[str, Any]:
         fetch_offset = self.log_end_offset
@@ -367,7 +370,7 @@ class MetadataFollower:
             return Backoff(100, -1, "the controller did not answer a metadata Fetch in time")
         except (ControllerUnavailable, KafkaError) as exc:
             return Backoff(0 if isinstance(exc, ControllerUnavailable) else 500, -1, str(exc))
-        self.last_fetch_ms = int(time.time() * 1000)
+        self.last_fetch_ms = self.clock.now_ms()
         asked = (conn.host, conn.port)
         if resp.error_code == NOT_CONTROLLER:
             return self._not_leader(asked, None, resp) or Backoff(NO_LEADER_BACKOFF_MS, -1, "NOT_CONTROLLER")
@@ -433,7 +436,7 @@ class MetadataFollower:
                                     f"the controller sent offset {headers[0].base_offset}, expected "
                                     f"{plog.log_end_offset}"))
             return
-        plog.append(outcome.data, headers, int(time.time() * 1000), headers[-1].partition_leader_epoch)
+        plog.append(outcome.data, headers, self.clock.now_ms(), headers[-1].partition_leader_epoch)
         self._last_epoch = headers[-1].partition_leader_epoch
         if self._durable is not None:
             fut = self._durable(plog)
@@ -491,7 +494,7 @@ class MetadataFollower:
         :mod:`.snapshotter`), and tell the broker about the new image (unless a resync
         is replaying). A failure backs off and fetches the log again (its answer names
         the snapshot to load, which may be a newer one by then)."""
-        sid, t0 = outcome.snapshot_id, time.monotonic()
+        sid, t0 = outcome.snapshot_id, self.clock.monotonic()
         log.info("metadata fetch at offset %d is below the controller's log start: loading snapshot %d-%d",
                  self.log_end_offset, sid.offset, sid.epoch)
         try:
@@ -500,12 +503,13 @@ class MetadataFollower:
             await install_snapshot(self.metadata, sid, data)
         except (SnapshotFetchFailed, SnapshotError, OSError, ControllerUnavailable, KafkaError) as exc:
             self._problem(f"loading metadata snapshot {sid.offset}-{sid.epoch} failed: {exc}")
-            await asyncio.sleep(0.5)
+            await self.clock.sleep(0.5)
             return
         self._last_epoch = sid.epoch
         self._content_offset = content_offset(self.metadata.image)
         log.info("loaded metadata snapshot %d-%d (%d bytes, %d topics) in %.0f ms; following the log from offset %d",
-                 sid.offset, sid.epoch, len(data), len(self.metadata.image.topics), (time.monotonic() - t0) * 1000,
+                 sid.offset, sid.epoch, len(data), len(self.metadata.image.topics),
+                 (self.clock.monotonic() - t0) * 1000,
                  self.log_end_offset)
         if not self._resyncing:
             self._on_applied(self.applied_offset, self._content_offset)

@@ -39,7 +39,8 @@ entry is applied, i.e. the image has everything committed before its epoch
 (``on_activate`` runs then, before any write).
 
 A timer task steps ``Tick`` at the core's ``next_deadline``. Time is wall-clock ms
-(``clock``), so DescribeQuorum's timestamps are Kafka's epoch milliseconds.
+(``clock.now_ms()``, :mod:`hightide.aio.clock`), so DescribeQuorum's timestamps are
+Kafka's epoch milliseconds; the timer waits on the same clock.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ import asyncio
 import logging
 import os
 import random
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
@@ -66,6 +66,7 @@ from ..cluster.snapshot import SnapshotError, image_from_snapshot
 from ..cluster.records import decode
 from ..log.partition_log import PartitionLog
 from ..protocol.records import decode_records, iter_headers, parse_header, validate_batches
+from ..aio.clock import SYSTEM_CLOCK, Clock, wait_event_on
 from ..aio.tasks import wait_event
 
 log = logging.getLogger("hightide.raft")
@@ -105,10 +106,6 @@ class Snapshotting(Protocol):
 class WriteOutcomeUnknown(Exception):
     """The leader lost its role after appending a write and before it committed: the
     write may still commit under the next leader, or be truncated."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _cancelling() -> bool:
@@ -157,7 +154,7 @@ class RaftShell:
 
     def __init__(self, *, node_id: int, voters: Sequence[int], metadata: MetadataLog, store: ElectionStore,
                  transport: RaftTransport, durable: Callable[[PartitionLog], Awaitable[object]],
-                 config: RaftConfig | None = None, clock: Callable[[], int] = now_ms,
+                 config: RaftConfig | None = None, clock: Clock = SYSTEM_CLOCK,
                  rng: random.Random | None = None, require_formatted: bool = False) -> None:
         self.node_id = node_id
         self.metadata = metadata
@@ -183,7 +180,7 @@ class RaftShell:
         election = store.read()
         # ``require_formatted``: a voter whose data dir has no quorum-state was not formatted
         # for this voter set (a new or wiped dir): it votes only once it follows a leader.
-        self.core = RaftCore(node_id, voters, self.config, rng or random.Random(), clock(),
+        self.core = RaftCore(node_id, voters, self.config, rng or random.Random(), clock.now_ms(),
                              election=election, log=restored, snapshot_data=snapshot_data,
                              can_vote=election is not None or not require_formatted)
         if not self.core.can_vote:
@@ -270,7 +267,7 @@ class RaftShell:
     async def _run_timer(self) -> None:
         while not self._closed:
             deadline = self.core.next_deadline
-            now = self.clock()
+            now = self.clock.now_ms()
             if deadline is not None and now >= deadline:
                 try:
                     self._step(Tick())
@@ -279,10 +276,10 @@ class RaftShell:
                     self._fail(f"the core failed on a timer: {exc}")
                     return
                 if self.core.next_deadline is not None and self.core.next_deadline <= now:
-                    await asyncio.sleep(0.001)  # a deadline the core did not move: do not spin
+                    await self.clock.sleep(0.001)  # a deadline the core did not move: do not spin
                 continue
             self._wake.clear()
-            await wait_event(self._wake, None if deadline is None else (deadline - now) / 1000)
+            await wait_event_on(self.clock, self._wake, None if deadline is None else (deadline - now) / 1000)
 
     async def close(self, resign_wait_s: float = 0.3) -> None:
         """Stop: a leader resigns first (EndQuorumEpoch to the voters, waited for up to
@@ -354,7 +351,7 @@ class RaftShell:
             if isinstance(event, ClientAppend):
                 raise NotLeaderError(self.core.leader_id, self.core.epoch)
             return
-        actions = self.core.step(self.clock(), event)
+        actions = self.core.step(self.clock.now_ms(), event)
         self._queue.extend(actions)
         if not self._persisting:
             self._drain()
@@ -457,7 +454,7 @@ class RaftShell:
             return
         from ..cluster.raft.wire import encode_entries  # when used: Raft's kio messages cost a single node ~20 ms of start-up
         offset = action.base_offset
-        now = self.clock()
+        now = self.clock.now_ms()
         try:
             for entry in action.entries:
                 data = encode_entries(offset, (entry,))

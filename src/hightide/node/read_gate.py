@@ -27,8 +27,9 @@ import asyncio
 import heapq
 import itertools
 import logging
-import time
 from collections.abc import Callable
+
+from ..aio.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("hightide.read_gate")
 
@@ -41,11 +42,13 @@ GATED_READS = {3: "Metadata", 29: "DescribeAcls", 32: "DescribeConfigs", 50: "De
 class ReadGate:
     """``lao()`` is the known lowest acknowledged offset (-1: unknown), ``applied()`` this
     broker's applied metadata offset, ``content()`` the offset of its last applied content
-    record. Call :meth:`advance` whenever one of them rises."""
+    record. Call :meth:`advance` whenever one of them rises. Deadlines are on ``clock``'s
+    ``monotonic()`` (the waits themselves run on the loop's time)."""
 
     def __init__(self, consistency: str, max_wait_ms: int, *, lao: Callable[[], int], applied: Callable[[], int],
-                 content: Callable[[], int]) -> None:
+                 content: Callable[[], int], clock: Clock = SYSTEM_CLOCK) -> None:
         self.acknowledged = consistency == "acknowledged"
+        self.clock = clock
         self.max_wait_ms = max_wait_ms
         self._lao = lao
         self._applied = applied
@@ -88,7 +91,7 @@ class ReadGate:
         request's own); True if covered, False if answered without."""
         if not self.acknowledged or offset < 0:
             return True
-        until = time.monotonic() + self.max_wait_ms / 1000
+        until = self.clock.monotonic() + self.max_wait_ms / 1000
         return await self._wait(offset, what, until if deadline is None else min(until, deadline))
 
     async def wait_read(self, what: str) -> bool:
@@ -97,7 +100,7 @@ class ReadGate:
         covered when the caller proceeds (synchronously after this returns)."""
         if not self.acknowledged:
             return True
-        deadline = time.monotonic() + self.max_wait_ms / 1000
+        deadline = self.clock.monotonic() + self.max_wait_ms / 1000
         while True:
             target = self._content()
             if self.covered(target):
@@ -111,7 +114,7 @@ class ReadGate:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (offset, next(self._seq), fut))
         try:
-            done, _ = await asyncio.wait((fut,), timeout=max(0.0, deadline - time.monotonic()))
+            done, _ = await asyncio.wait((fut,), timeout=max(0.0, deadline - self.clock.monotonic()))
             if done or self.covered(offset):
                 return True
             self._timed_out(offset, what)
@@ -123,7 +126,7 @@ class ReadGate:
 
     def _timed_out(self, offset: int, what: str) -> None:
         self.timeouts += 1
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self._last_warning < WARN_INTERVAL_S:
             self._suppressed += 1
             return

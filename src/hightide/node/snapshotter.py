@@ -57,10 +57,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.raft.messages import OffsetAndEpoch
@@ -92,10 +92,6 @@ BROKER_POLL_S = 1.0
 OnCreated = Callable[[OffsetAndEpoch, bytes], None]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def bytes_below(plog: PartitionLog, offset: int) -> int:
     """Bytes of ``plog``'s files that hold offsets below ``offset`` (whole batches)."""
     total = 0
@@ -114,19 +110,21 @@ class Snapshotter:
     """Snapshots ``metadata``'s image when due (see the module doc). ``applied_end``: the
     offset below which every record is committed and applied to the image;
     ``wait_commit(timeout_s)``: resolves at the next metadata commit (or the timeout);
-    ``on_created``: what to do with a written snapshot (default: :meth:`trim`)."""
+    ``on_created``: what to do with a written snapshot (default: :meth:`trim`);
+    ``clock``: the interval, the retry time and the snapshots' append times."""
 
     def __init__(self, metadata: MetadataLog, *, max_bytes: int, interval_ms: int,
                  applied_end: Callable[[], int], wait_commit: Callable[[float], Awaitable[Any]],
-                 on_created: OnCreated | None = None) -> None:
+                 on_created: OnCreated | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.metadata = metadata
+        self.clock = clock
         self.max_bytes = max_bytes
         self.interval_ms = interval_ms
         self._applied_end = applied_end
         self._wait_commit = wait_commit
         self._on_created = on_created or (lambda sid, data: self.trim(sid))
         self.last_end = metadata.snapshot_id.offset if metadata.snapshot_id is not None else 0
-        self.last_ms = now_ms()
+        self.last_ms = clock.now_ms()
         self._below = bytes_below(metadata.log, self.last_end)
         self._retry_at = 0.0
         self.created = 0  # snapshots written (tests, metrics)
@@ -148,7 +146,7 @@ class Snapshotter:
         """Records past the last snapshot, and enough bytes of them or the interval
         passed."""
         self._sync()
-        if self._applied_end() <= self.last_end or time.monotonic() < self._retry_at:
+        if self._applied_end() <= self.last_end or self.clock.monotonic() < self._retry_at:
             return False
         if self.bytes_since() >= self.max_bytes:
             return True
@@ -159,14 +157,14 @@ class Snapshotter:
         while True:
             timeout = MAX_SLEEP_S
             if self.interval_ms > 0:
-                timeout = min(timeout, max(0.01, (self.last_ms + self.interval_ms - now_ms()) / 1000))
+                timeout = min(timeout, max(0.01, (self.last_ms + self.interval_ms - self.clock.now_ms()) / 1000))
             await self._wait_commit(timeout)
-            if not self.due(now_ms()):
+            if not self.due(self.clock.now_ms()):
                 continue
             try:
                 await self.create()
             except Exception as exc:  # a full disk must not stop the controller: try again later
-                self._retry_at = time.monotonic() + RETRY_S
+                self._retry_at = self.clock.monotonic() + RETRY_S
                 log.error("metadata snapshot failed (retrying in %.0f s): %s", RETRY_S, exc)
 
     # -- how ---------------------------------------------------------------------------
@@ -183,16 +181,16 @@ class Snapshotter:
     async def create(self) -> OffsetAndEpoch | None:
         """Capture, write off the loop, then ``on_created``. Returns the snapshot id
         (None if nothing was due). Raises OSError if the write failed."""
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         captured = self.capture()
         if captured is None:
             return None
         sid, last_ms, image = captured
-        t1 = time.monotonic()
+        t1 = self.clock.monotonic()
         store = self.metadata.snapshots
-        data, count = await asyncio.to_thread(_encode_and_write, store, sid, image, last_ms)
-        t2 = time.monotonic()
-        self.last_ms = now_ms()
+        data, count = await asyncio.to_thread(_encode_and_write, store, sid, image, last_ms, self.clock)
+        t2 = self.clock.monotonic()
+        self.last_ms = self.clock.now_ms()
         self.created += 1
         if self.metadata.snapshot_id is not None and self.metadata.snapshot_id.offset >= sid.offset:
             log.info("metadata snapshot %s superseded by %s (installed meanwhile): deleted", sid,
@@ -217,9 +215,9 @@ class Snapshotter:
 
 
 def _encode_and_write(store: SnapshotStore, sid: OffsetAndEpoch, image: MetadataImage,
-                      last_ms: int) -> tuple[bytes, int]:
+                      last_ms: int, clock: Clock) -> tuple[bytes, int]:
     records = image_records(image)
-    data = encode_snapshot(records, sid, last_ms, now_ms())
+    data = encode_snapshot(records, sid, last_ms, clock.now_ms())
     store.write(sid, data)
     return data, len(records)
 
@@ -306,13 +304,10 @@ async def fetch_snapshot(channel: Channel, sid: OffsetAndEpoch, *, replica_id: i
     return bytes(data)
 
 
-async def _poll(timeout_s: float) -> None:
-    await asyncio.sleep(min(timeout_s, BROKER_POLL_S))
-
-
 def snapshotter_for(metadata: MetadataLog, settings: ClusterSettings, *,
                     committed: Callable[[], int] | None = None,
-                    wait_commit: Callable[[float], Awaitable[Any]] | None = None) -> Snapshotter:
+                    wait_commit: Callable[[float], Awaitable[Any]] | None = None,
+                    clock: Clock = SYSTEM_CLOCK) -> Snapshotter:
     """The snapshotter of a process, with ``settings``' thresholds. On the single-voter
     runtime (a controller-only process, or the single node in combined mode) give
     ``committed()`` (the committed offset of the metadata log) and ``wait_commit`` (the
@@ -322,6 +317,7 @@ def snapshotter_for(metadata: MetadataLog, settings: ClusterSettings, *,
     voter has none (its shell drives snapshots through the core)."""
     if committed is None or wait_commit is None:  # a broker-only node: its copy of the controller's log
         return Snapshotter(metadata, max_bytes=settings.snapshot_max_bytes, interval_ms=settings.snapshot_interval_ms,
-                           applied_end=lambda: metadata.log.log_end_offset, wait_commit=_poll)
+                           applied_end=lambda: metadata.log.log_end_offset,
+                           wait_commit=lambda timeout_s: clock.sleep(min(timeout_s, BROKER_POLL_S)), clock=clock)
     return Snapshotter(metadata, max_bytes=settings.snapshot_max_bytes, interval_ms=settings.snapshot_interval_ms,
-                       applied_end=committed, wait_commit=wait_commit)
+                       applied_end=committed, wait_commit=wait_commit, clock=clock)

@@ -41,8 +41,9 @@ Built from (never the broker): ``peers`` (:class:`~.peers.PeerClients`: the lead
 addresses and requests to them), this broker's ``node_id`` and ``broker_epoch`` (a
 callable: -1 until registered), ``logs`` (a callable: the open partition logs), ``image``
 (a callable: the metadata image, for topic ids), ``durable`` (the flusher's: a future
-resolved once a log is fsynced) and ``waiters`` (woken when a follower's high watermark
-moves, for parked fetches).
+resolved once a log is fsynced), ``waiters`` (woken when a follower's high watermark
+moves, for parked fetches) and ``clock`` (:mod:`hightide.aio.clock`: backoffs, append
+times).
 """
 
 from __future__ import annotations
@@ -50,10 +51,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..client.errors import KafkaError
@@ -61,6 +61,7 @@ from ..log.leader_epochs import truncation_point
 from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 from ..aio.waiters import AppendWaiters
 from .peers import PeerClients
@@ -95,9 +96,10 @@ class PartitionFetchState:
     truncating: bool = False
     #: not before this monotonic time (a backoff); ``math.inf``: fenced, until the next follow
     delayed_until: float = 0.0
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False)  # whose monotonic() ``delayed_until`` is on
 
     def delay(self, seconds: float = REPLICA_FETCH_BACKOFF_S) -> None:
-        self.delayed_until = time.monotonic() + seconds
+        self.delayed_until = self.clock.monotonic() + seconds
 
 
 class ReplicaFetcherManager:
@@ -105,8 +107,10 @@ class ReplicaFetcherManager:
 
     def __init__(self, peers: PeerClients, *, node_id: int, broker_epoch: Callable[[], int],
                  logs: Callable[[], LogManager | None], image: Callable[[], MetadataImage],
-                 durable: Callable[[PartitionLog], Awaitable[None]], waiters: AppendWaiters) -> None:
+                 durable: Callable[[PartitionLog], Awaitable[None]], waiters: AppendWaiters,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.peers = peers
+        self.clock = clock  # backoffs, record timestamps (the long-poll waits run on the loop's time)
         self.node_id = node_id
         self.broker_epoch = broker_epoch
         self.logs = logs
@@ -179,7 +183,7 @@ class ReplicaFetcher:
         st = self.partitions.get(tp)
         if st is not None and st.leader_epoch == leader_epoch and st.delayed_until != math.inf:
             return
-        self.partitions[tp] = PartitionFetchState(tp, leader_epoch)
+        self.partitions[tp] = PartitionFetchState(tp, leader_epoch, clock=self._manager.clock)
         self._wakeup.set()
 
     def remove(self, tp: TopicPartition) -> int:
@@ -210,12 +214,12 @@ class ReplicaFetcher:
                 raise
             except Exception:
                 log.exception("replica fetcher for leader %d failed a round; retrying", self.leader_id)
-                await asyncio.sleep(REPLICA_FETCH_BACKOFF_S)
+                await self._manager.clock.sleep(REPLICA_FETCH_BACKOFF_S)
 
     async def _round(self) -> None:
         """Wait until some partition may fetch, then one OffsetForLeaderEpoch (for the
         truncating ones) or one Fetch (for the others) round trip and its processing."""
-        now = time.monotonic()
+        now = self._manager.clock.monotonic()
         ready = [st for st in self.partitions.values() if st.delayed_until <= now]
         if not ready:
             self._wakeup.clear()
@@ -345,7 +349,7 @@ class ReplicaFetcher:
         """Append fetched records; True if the flush policy wants them fsynced now."""
         try:
             headers = validate_batches(records, None, client_origin=False)
-            plog.append_as_follower(records, headers, int(time.time() * 1000))
+            plog.append_as_follower(records, headers, self._manager.clock.now_ms())
         except (InvalidRecords, UnexpectedAppendOffset) as exc:
             log.error("%s-%d: records from leader %d not appended: %s", *st.tp, self.leader_id, exc)
             st.delay()

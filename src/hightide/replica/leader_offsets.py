@@ -23,7 +23,8 @@ OffsetFetch per second.
 
 Built from ``peers`` (a :class:`~.peers.PeerDirectory`: the leaders' addresses on the
 inter-broker listener and its TLS/SASL client settings) and this broker's ``node_id``
-(in its connections' client id). Connections: one per leader broker, opened under a per-broker lock so
+(in its connections' client id), and ``clock`` (:mod:`hightide.aio.clock`: the
+retry-after times). Connections: one per leader broker, opened under a per-broker lock so
 that concurrent OffsetFetch requests share it, dropped when a request on it fails.
 """
 
@@ -31,10 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
@@ -56,8 +57,9 @@ class LeaderOffsets:
     """Asks partition leaders for their offsets (see the module doc)."""
 
     def __init__(self, peers: PeerDirectory, node_id: int, *, timeout_s: float = TIMEOUT_S,
-                 retry_after_s: float = RETRY_AFTER_S) -> None:
+                 retry_after_s: float = RETRY_AFTER_S, clock: Clock = SYSTEM_CLOCK) -> None:
         self.timeout_s = timeout_s
+        self.clock = clock
         self.retry_after_s = retry_after_s
         self._client_id = f"hightide-offsets-{node_id}"
         self._peers = peers  # addresses, security
@@ -73,7 +75,7 @@ class LeaderOffsets:
         by_leader: dict[int, dict[TopicPartition, int]] = {}
         for tp, (leader, epoch) in wanted.items():
             by_leader.setdefault(leader, {})[tp] = epoch
-        now = time.monotonic()
+        now = self.clock.monotonic()
         asked = [(leader, parts) for leader, parts in by_leader.items() if self._skip_until.get(leader, 0.0) <= now]
         if not asked:
             return {}
@@ -95,7 +97,7 @@ class LeaderOffsets:
                     _list(conn, v, parts, LATEST, 0), _list(conn, v, parts, LATEST, 1),
                     _list(conn, v, parts, EARLIEST, 0))
         except (KafkaError, OSError, TimeoutError) as exc:
-            self._skip_until[leader] = time.monotonic() + self.retry_after_s
+            self._skip_until[leader] = self.clock.monotonic() + self.retry_after_s
             log.debug("offsets of %d partitions from broker %d: %s", len(parts), leader, exc)
             await self._drop(leader)
             return {}

@@ -37,7 +37,8 @@ Built from (never the broker): this broker's ``node_id`` and ``config``
 ``metadata_ready`` (callables: the metadata image; whether this node acts on it yet),
 ``broker_epoch`` (a callable: -1 until registered) and ``controller`` (a callable: the
 :class:`ControllerRequests` channel to the active controller on a broker-only node,
-None on the single node, which leads whatever its image says). The follower side
+None on the single node, which leads whatever its image says), and ``clock``
+(:mod:`hightide.aio.clock`: lag times, the ISR timer, retry backoffs). The follower side
 (:attr:`ReplicaManager.fetchers`) is set by the wiring after construction.
 """
 
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -61,6 +61,7 @@ from ..replication.leader_state import (
     NotAReplica,
     PartitionAssignment,
 )
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..aio.waiters import AppendWaiters
 from ..node.controller_channel import ControllerUnavailable
 
@@ -78,10 +79,6 @@ TopicPartition = tuple[str, int]
 ALTER_PARTITION = 56
 ALTER_PARTITION_MAX_VERSION = 3
 RETRY_BACKOFF_S = (0.05, 1.0)  # AlterPartition retries: first, cap (doubling)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _hw_set_by_fetcher() -> None:
@@ -140,8 +137,10 @@ class ReplicaManager:
 
     def __init__(self, *, node_id: int, config: BrokerConfig, logs: Callable[[], LogManager | None],
                  waiters: AppendWaiters, image: Callable[[], MetadataImage], metadata_ready: Callable[[], bool],
-                 broker_epoch: Callable[[], int], controller: Callable[[], ControllerRequests | None]) -> None:
+                 broker_epoch: Callable[[], int], controller: Callable[[], ControllerRequests | None],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.node_id = node_id
+        self.clock = clock  # ISR lag times, the isr-expiration timer, AlterPartition backoff
         self._config = config
         self._logs = logs
         self._waiters = waiters
@@ -171,7 +170,7 @@ class ReplicaManager:
         if logs is None or self._closed:
             return
         node = self.node_id
-        ts = now_ms()
+        ts = self.clock.now_ms()
         eligible = {bid: reg.epoch for bid, reg in image.brokers.items()
                     if not reg.fenced and not reg.in_controlled_shutdown}
         hosted: set[TopicPartition] = set()
@@ -287,7 +286,7 @@ class ReplicaManager:
     # -- leader events ------------------------------------------------------------------------
     def _append_hook(self, led: LeaderPartition) -> Callable[[], None]:
         def appended() -> None:
-            if led.state.on_append(led.log.log_end_offset, now_ms()):
+            if led.state.on_append(led.log.log_end_offset, self.clock.now_ms()):
                 self._hw_moved(led)
         return appended
 
@@ -318,7 +317,8 @@ class ReplicaManager:
             return ErrorCode.unknown_leader_epoch if current_leader_epoch >= 0 else ErrorCode.not_leader_or_follower
         try:
             moved, change = led.state.on_follower_fetch(replica_id, fetch_offset, log_start_offset, broker_epoch,
-                                                        current_leader_epoch, led.log.log_end_offset, now_ms())
+                                                        current_leader_epoch, led.log.log_end_offset,
+                                                        self.clock.now_ms())
         except NotAReplica as exc:
             log.debug("%s: fetch from %d refused: %s", led.name, replica_id, exc)
             return exc.error_code
@@ -331,7 +331,7 @@ class ReplicaManager:
     def check_isrs(self) -> None:
         """Kafka's isr-expiration: propose shrinking the ISR of every partition led here
         whose followers fell behind for more than ``replica.lag.time.max.ms``."""
-        ts = now_ms()
+        ts = self.clock.now_ms()
         for led in list(self.leaders.values()):
             change = led.state.maybe_shrink(led.log.log_end_offset, ts)
             if change is not None:
@@ -340,7 +340,7 @@ class ReplicaManager:
     async def run(self) -> None:
         """The ISR check every ``replica.lag.time.max.ms`` / 2 until cancelled."""
         while not self._closed:
-            await asyncio.sleep(self.lag_time_max_ms / 2000)
+            await self.clock.sleep(self.lag_time_max_ms / 2000)
             try:
                 self.check_isrs()
             except Exception:
@@ -415,7 +415,8 @@ class ReplicaManager:
         backoff, cap = RETRY_BACKOFF_S
         while not self._closed and led.state.pending is change and self.leaders.get(led.tp) is led:
             error, result = await self._send_alter(led, change)
-            outcome = led.state.on_alter_partition_result(change, error, result, led.log.log_end_offset, now_ms())
+            outcome = led.state.on_alter_partition_result(change, error, result, led.log.log_end_offset,
+                                                          self.clock.now_ms())
             if outcome.committed is not None:
                 log.info("%s: ISR updated to %s and partition epoch to %d", led.name,
                          ",".join(map(str, outcome.committed)), led.state.partition_epoch)
@@ -426,7 +427,7 @@ class ReplicaManager:
                     log.info("%s: AlterPartition to ISR %s answered %s", led.name, list(change.isr),
                              error.name.upper())
                 return
-            await asyncio.sleep(backoff)
+            await self.clock.sleep(backoff)
             backoff = min(cap, backoff * 2)
 
     async def _send_alter(self, led: LeaderPartition,

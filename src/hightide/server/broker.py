@@ -20,7 +20,6 @@ import functools
 import logging
 import os
 import resource
-import time
 from typing import Any, Iterable
 
 from ..cluster.controller import Controller, NewTopic, TopicResult
@@ -61,6 +60,7 @@ from ..coordinator.share_partitions import SharePartitionManager
 from ..coordinator.share_persister import REQUEST_TIMEOUT_S as SHARE_REQUEST_TIMEOUT_S
 from ..coordinator.share_persister import SharePersisterClient
 from ..coordinator.share_state import ShareStateRuntime
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..aio.shutdown import Step, run_steps
 from ..node.inter_broker import InterBroker
 from ..node.snapshotter import Snapshotter, snapshotter_for
@@ -83,16 +83,15 @@ STOP_STEP_TIMEOUT_S = 5.0
 FLUSH_STOP_TIMEOUT_S = 30.0
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Broker:
     def __init__(self, config: BrokerConfig | None = None, *, data_dir: str = "./hightide-data",
                  listen: tuple[str, int] = ("127.0.0.1", 9092),
                  advertised: tuple[str, int] | None = None, cluster_id: str | None = None,
-                 storage: Storage = POSIX) -> None:
+                 storage: Storage = POSIX, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config or BrokerConfig()
+        #: The one clock of this node's shell (hightide.aio.clock): every component built
+        #: here reads time, sleeps and schedules through it.
+        self.clock = clock
         #: Roles, listeners and controller addresses (cluster mode, issue 13). Raises
         #: ConfigError when the cluster configs do not fit together.
         self.cluster: ClusterSettings = self.config.cluster_settings()
@@ -123,14 +122,14 @@ class Broker:
         self.inter_broker = InterBroker(lambda: self.image, lambda: inter_broker_client(
             self.config.security_values, tuple(x.name for x in self.cluster.broker_listeners),
             self.cluster.controller_listener_names))
-        self.flusher = Flusher(lambda: self.logs)
-        self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,))
+        self.flusher = Flusher(lambda: self.logs, clock=clock)
+        self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,), clock=clock)
         # the coordinators (hightide.coordinator), built from what they use of this node
         env = CoordinatorEnv(
             config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.partition_log,
             durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.create_topics,
             cluster=not self.cluster.single_node, acting=lambda: self.metadata_ready, stopping=lambda: self.stopping,
-            replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end))
+            replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end), clock=clock)
         self.groups = GroupRuntime(env)
         self.share_state = ShareStateRuntime(env)  # share coordinator (SharePersister)
         self.share_persister = SharePersisterClient(  # share_state here, or its leader's (cluster mode)
@@ -140,7 +139,7 @@ class Broker:
         self.share_manager = SharePartitionManager(  # share partitions, ShareFetch sessions
             max_sessions=self.config["group.share.max.share.sessions"], node_id=self.node_id,
             partition_log=self.partition_log, wake=self.waiters.wake, groups=self.share_groups,
-            persister=self.share_persister, state=self.share_state)
+            persister=self.share_persister, state=self.share_state, clock=clock)
         self.share_groups.manager = self.share_manager
         self.txns = TransactionCoordinator(  # transaction coordinator (KIP-890 verifier too)
             env, groups=self.groups, next_producer_id=self.next_producer_id,
@@ -150,13 +149,16 @@ class Broker:
         self.replica_manager = ReplicaManager(  # replication roles, ISR, HW, acks=all (issue 15)
             node_id=self.node_id, config=self.config, logs=lambda: self.logs, waiters=self.waiters,
             image=lambda: self.image, metadata_ready=lambda: self.metadata_ready,
-            broker_epoch=self._broker_epoch, controller=lambda: self.node.channel if self.node is not None else None)
+            broker_epoch=self._broker_epoch, controller=lambda: self.node.channel if self.node is not None else None,
+            clock=clock)
         self.replica_manager.fetchers = self.replica_fetchers = ReplicaFetcherManager(  # followers fetch
             self.inter_broker.clients(f"hightide-replica-fetcher-{self.node_id}", FETCHER_REQUEST_TIMEOUT_S),
             node_id=self.node_id, broker_epoch=self._broker_epoch,
-            logs=lambda: self.logs, image=lambda: self.image, durable=self.flusher.durable, waiters=self.waiters)
+            logs=lambda: self.logs, image=lambda: self.image, durable=self.flusher.durable, waiters=self.waiters,
+            clock=clock)
         self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
-            self.inter_broker.clients(f"hightide-offsets-{self.node_id}"), self.node_id)  # addresses, TLS/SASL
+            self.inter_broker.clients(f"hightide-offsets-{self.node_id}"), self.node_id,  # addresses, TLS/SASL
+            clock=clock)
         self._tasks: list[asyncio.Task] = []
         self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
@@ -179,7 +181,7 @@ class Broker:
                 self.cluster, security=controller_client_security(self.config.security_values,
                                                                   self.cluster.controller_listener_names),
                 cluster_id=lambda: self.cluster_id, listeners=self._registered_listeners,
-                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir)
+                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock)
             self.routes = broker_node_routes(self.routes, self.node)
             self.services = Services.of(self, self.routes)
 
@@ -192,15 +194,16 @@ class Broker:
         await self.stop()
 
     async def start(self) -> None:
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         if self._dir_lock is None:  # first, before anything in the directory is opened or written
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
         self.logs = LogManager(self.data_dir, self.storage)
-        self.metadata = MetadataLog(self.data_dir, now_ms(), self.logs.clean_shutdown, storage=self.storage,
+        self.metadata = MetadataLog(self.data_dir, self.clock.now_ms(), self.logs.clean_shutdown,
+                                    storage=self.storage,
                                     segment_bytes=self.cluster.metadata_segment_bytes,
                                     refetchable=self.node is not None)  # a broker's copy may be fetched again
         if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
-            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher.durable)
+            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher.durable, self.clock)
         elif self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
             self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()
@@ -236,10 +239,10 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"] and not self.controller_only:
             self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
-        self.started_at = time.monotonic()
+        self.started_at = self.clock.monotonic()
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
-                 (time.monotonic() - t0) * 1000)
+                 (self.clock.monotonic() - t0) * 1000)
         if len(self.servers) > 1 or self._security.get(self.servers[0][0].name, PLAINTEXT).protocol != "PLAINTEXT":
             log.info("listeners: %s", ", ".join(f"{x} ({self.listener_security(x.name).protocol})"
                                                 for x, _ in self.servers))
@@ -275,7 +278,7 @@ class Broker:
                     self.config.security_values, self.cluster.controller_listener_names),
                 snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
                                          lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)),
-                config=raft_config(self.cluster))
+                config=raft_config(self.cluster), clock=self.clock)
         metadata, runtime = self.metadata, self.metadata_runtime
         raft = runtime.shell if isinstance(runtime, RaftMetadataRuntime) else None
         self.controller_service = ControllerService(
@@ -283,7 +286,7 @@ class Broker:
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
             write=self.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
             committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints, raft=raft,
-            voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters})
+            voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock)
         self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
         self.controller_services = Services.of(self, handlers.controller_routes(self.controller_service))
         if raft is not None:
@@ -303,9 +306,10 @@ class Broker:
         if metadata is None or isinstance(runtime, RaftMetadataRuntime):
             return None
         if runtime is None:
-            return snapshotter_for(metadata, self.cluster)
+            return snapshotter_for(metadata, self.cluster, clock=self.clock)
         return snapshotter_for(metadata, self.cluster, committed=lambda: runtime.committed_offset(0),
-                               wait_commit=lambda timeout_s: self.waiters.wait([(METADATA_TOPIC, 0)], timeout_s))
+                               wait_commit=lambda timeout_s: self.waiters.wait([(METADATA_TOPIC, 0)], timeout_s),
+                               clock=self.clock)
 
     def _registered_listeners(self) -> list[dict[str, Any]]:
         """A broker-only node's listeners as its registration names them (bound ports,
@@ -336,7 +340,8 @@ class Broker:
         for listener, services in self._listeners():
             security = self.listener_security(listener.name)
             server = await loop.create_server(
-                functools.partial(KafkaConnection, self, services, security), listener.host or None, listener.port,
+                functools.partial(KafkaConnection, self, services, security, self.clock), listener.host or None,
+                listener.port,
                 reuse_address=True, backlog=1024, ssl=security.ssl_context,
                 ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
             port = server.sockets[0].getsockname()[1]
@@ -404,9 +409,9 @@ class Broker:
             server.close()
 
     async def _drain_requests(self, grace_s: float) -> None:
-        deadline = time.monotonic() + grace_s
-        while any(c.in_flight for c in self.connections) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        deadline = self.clock.monotonic() + grace_s
+        while any(c.in_flight for c in self.connections) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.01)
 
     def _close_connections(self) -> None:
         for c in list(self.connections):
@@ -506,7 +511,7 @@ class Broker:
         :meth:`create_topics`, :meth:`next_producer_id`): CoordinatorUnavailable."""
         if self.metadata_runtime is None:
             raise CoordinatorUnavailable("metadata writes go to the controller on a broker-only node")
-        response, records = await self.metadata_runtime.write(0, op, now_ms())
+        response, records = await self.metadata_runtime.write(0, op, self.clock.now_ms())
         if records:
             self._metadata_committed()
         return response
@@ -520,7 +525,7 @@ class Broker:
             self.replica_manager.apply_image(self.image)  # leader epochs stamped on the logs led here
         self.waiters.wake(METADATA_FETCH_KEY)
         if self.controller_service is not None:
-            self.controller_service.appended(now_ms())
+            self.controller_service.appended(self.clock.now_ms())
 
     async def create_topics(self, topics: list[NewTopic]) -> list[TopicResult]:
         """Create topics for this node's own use (auto-creation by Metadata, coordinators'
@@ -621,7 +626,7 @@ class Broker:
                 existing.add((t.name, p))
                 if pimg.leader == node or node in pimg.replicas:
                     wanted[(t.name, p)] = t
-        ts = now_ms()
+        ts = self.clock.now_ms()
         for tp, t in wanted.items():
             plog = self.logs.get(tp)
             if plog is None:
@@ -644,7 +649,7 @@ class Broker:
         except OSError as exc:
             if tp not in self._unopened:
                 log.error("cannot open the log of %s-%d (will retry): %s", *tp, exc)
-            self._unopened[tp] = time.monotonic() + 1.0
+            self._unopened[tp] = self.clock.monotonic() + 1.0
             return None
         if self._unopened.pop(tp, None) is not None:
             log.warning("opened the log of %s-%d after earlier failures", *tp)
@@ -674,8 +679,9 @@ class Broker:
             tp = (topic, partition)
             retry_at = self._unopened.get(tp)
             timg = self.image.topics.get(topic)
-            if retry_at is not None and time.monotonic() >= retry_at and timg is not None and partition in timg.partitions:
-                plog = self._try_open_log(tp, timg, now_ms())
+            if (retry_at is not None and self.clock.monotonic() >= retry_at and timg is not None
+                    and partition in timg.partitions):
+                plog = self._try_open_log(tp, timg, self.clock.now_ms())
         return plog
 
     def hosted_logs(self) -> list[tuple[TopicPartition, PartitionLog]]:
@@ -700,16 +706,16 @@ class Broker:
     async def _retention_loop(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000
         while True:
-            await asyncio.sleep(interval)
+            await self.clock.sleep(interval)
             self.run_retention()
 
     async def _group_timers(self) -> None:
         """Classic group timers every 100 ms; offsets expiry on its own interval."""
         expiry_interval = self.config["offsets.retention.check.interval.ms"]
-        next_expiry = now_ms() + expiry_interval
+        next_expiry = self.clock.now_ms() + expiry_interval
         while True:
-            await asyncio.sleep(GROUP_TIMER_INTERVAL_S)
-            ts = now_ms()
+            await self.clock.sleep(GROUP_TIMER_INTERVAL_S)
+            ts = self.clock.now_ms()
             try:
                 await self.groups.poll(ts)
                 if ts >= next_expiry:
@@ -732,7 +738,7 @@ class Broker:
             limit = resource.RLIM_INFINITY
         at_limit = False
         while True:
-            await asyncio.sleep(1.0)
+            await self.clock.sleep(1.0)
             if self.stopping:
                 return
             try:
@@ -764,7 +770,7 @@ class Broker:
                 loop = asyncio.get_running_loop()
                 security = self.listener_security(listener.name)
                 server = await loop.create_server(
-                    functools.partial(KafkaConnection, self, services[listener.name], security), host, port,
+                    functools.partial(KafkaConnection, self, services[listener.name], security, self.clock), host, port,
                     reuse_address=True, backlog=1024, ssl=security.ssl_context,
                     ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
             except OSError as exc:
@@ -781,16 +787,16 @@ class Broker:
         interval = self.config["share.coordinator.state.topic.prune.interval.ms"] / 1000
         while True:
             try:
-                freed = await self.share_state.prune(now_ms())
+                freed = await self.share_state.prune(self.clock.now_ms())
                 if freed:
                     log.info("pruned %d records of %s", freed, "__share_group_state")
             except Exception:
                 log.exception("share state pruning failed")
-            await asyncio.sleep(interval)
+            await self.clock.sleep(interval)
 
     async def _cleaner_loop(self) -> None:
         while not self.metadata_ready:  # a broker-only node's topic configs may be stale until caught up
-            await asyncio.sleep(0.1)
+            await self.clock.sleep(0.1)
         await self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000)
 
     async def run_cleaner(self) -> int:
@@ -805,7 +811,7 @@ class Broker:
         assert self.logs is not None
         if not self.metadata_ready:
             return
-        ts = now_ms()
+        ts = self.clock.now_ms()
         for tp, plog in self.logs:
             if tp[0] == METADATA_TOPIC:
                 continue

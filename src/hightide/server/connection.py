@@ -58,10 +58,10 @@ import asyncio
 import functools
 import logging
 import os
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..aio.clock import SYSTEM_CLOCK, Cancellable, Clock
 from ..protocol.build import materialize
 from ..protocol.codec import RequestHeader, response_schema
 from ..protocol.errors import ErrorCode, PeerProtocolError
@@ -94,10 +94,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
     """``broker`` provides ``config``, ``routes``, ``services`` and the ``connections``
     set this connection adds itself to while open. ``services`` (with its own
     ``routes``) overrides the broker's for a listener with its own route table, such as
-    a controller listener."""
+    a controller listener. ``clock`` (the node's, :mod:`hightide.aio.clock`) times the
+    idle and authentication timers, the SASL sessions and the requests' arrival."""
 
     def __init__(self, broker: "Broker", services: "Services | None" = None,
-                 security: ListenerSecurity | None = None) -> None:
+                 security: ListenerSecurity | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.broker = broker
         self.security = security or PLAINTEXT
         self.session: Session = AuthenticatedSession()
@@ -105,9 +106,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.client_host = "?"
         self._admission: Admission | None = None  # the gate's verdict on the request just returned
         self._failed = False  # authentication failed: nothing more is run, the close is pending
-        self._auth_handle: asyncio.TimerHandle | None = None
+        self._auth_handle: Cancellable | None = None
         cfg = broker.config
         self.services = services or broker.services
+        self.clock = clock
         routes = services.routes if services is not None else broker.routes  # the broker's: its default listener
         self.max_frame_bytes = cfg["socket.request.max.bytes"]
         self.conn: ServerConnection[Route] = ServerConnection(routes, self.max_frame_bytes, RECEIVE_CHUNK)
@@ -127,8 +129,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reading_paused = False  # the transport's reading is paused by us
         self._running = False  # inside _run_received (no re-entry)
         self.closing = False
-        self.last_active = time.monotonic()
-        self._idle_handle: asyncio.TimerHandle | None = None
+        self.last_active = self.clock.monotonic()
+        self._idle_handle: Cancellable | None = None
         self._tasks: set[asyncio.Task] = set()
         self._started: dict[int, float] = {}  # slot -> receipt time, only while the request log is on
 
@@ -173,7 +175,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.conn.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = self.clock.monotonic()
         try:
             self.conn.buffer_updated(nbytes)
         except FrameTooLarge as exc:
@@ -227,13 +229,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _run(self, request: Request[Route]) -> None:
         route, header = request.route, request.header
         if _REQUEST_LOG.isEnabledFor(_DEBUG):  # the request log's one check per request when off
-            self._started[request.slot] = time.perf_counter()
+            self._started[request.slot] = self.clock.monotonic()
         if self._admission is not None and self._admission.action == SASL:
             self._admission = None
             self._sasl(request)
             return
-        ctx = RequestContext(self.services, header, self.peer, request.unknown_tags, None, self.principal,
-                             self.client_host)
+        ctx = RequestContext(self.services, header, self.peer, request.unknown_tags, self.clock.now_ms(),
+                             self.principal, self.client_host)
         try:
             result = route.fn(ctx, request.body)
         except CloseConnection as exc:
@@ -284,7 +286,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._started:
             started = self._started.pop(request.slot, None)
             if started is not None:
-                request_log.log_completed(request.header, self.peer, result, started)
+                latency_ms = (self.clock.monotonic() - started) * 1000
+                request_log.log_completed(request.header, self.peer, result, latency_ms)
         if self.paused or self.conn.pending_responses:  # else nothing can have changed
             self._check_backpressure()
         if self.closing and not self.conn.in_flight and not self._unsent and self._open():
@@ -446,8 +449,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if isinstance(session, SaslSession):
             self.conn.gate = self._gate
             self._limit_frames()
-            loop = asyncio.get_running_loop()
-            self._auth_handle = loop.call_later(self.security.auth_timeout_ms / 1000, self._auth_deadline)
+            self._auth_handle = self.clock.call_later(self.security.auth_timeout_ms / 1000, self._auth_deadline)
 
     def _limit_frames(self) -> None:
         """Kafka's ``SaslServerAuthenticator``: while a SASL connection is not
@@ -475,7 +477,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                    level=logging.INFO)
 
     def _gate(self, header: RequestHeader, frame_size: int) -> bool:
-        admission = self.session.admit(header.api_key, frame_size, int(time.time() * 1000))
+        admission = self.session.admit(header.api_key, frame_size, self.clock.now_ms())
         self._admission = admission
         if admission.action == SERVE:
             self._admission = None
@@ -486,7 +488,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Answer a SaslHandshake/SaslAuthenticate through the session."""
         session = self.session
         assert isinstance(session, SaslSession)
-        header, body, now = request.header, request.body, int(time.time() * 1000)
+        header, body, now = request.header, request.body, self.clock.now_ms()
         if header.api_key == 17:
             reply = session.handshake(header.api_version, str(body.mechanism), now)
         else:
@@ -528,8 +530,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if t is not None and not t.is_closing() and not self._reading_paused:
             self._reading_paused = True
             t.pause_reading()
-        loop = asyncio.get_running_loop()
-        loop.call_later(max(0, delay_ms) / 1000, self._send_and_close, slot, response, reason)
+        self.clock.call_later(max(0, delay_ms) / 1000, self._send_and_close, slot, response, reason)
 
     def _send_and_close(self, slot: int, response: Any, reason: str) -> None:
         if self._open():
@@ -549,19 +550,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _arm_idle_timer(self) -> None:
         if self.idle_ms is None or self.idle_ms < 0:
             return
-        loop = asyncio.get_running_loop()
-        self._idle_handle = loop.call_later(min(self.idle_ms / 1000, 30.0), self._idle_check)
+        self._idle_handle = self.clock.call_later(min(self.idle_ms / 1000, 30.0), self._idle_check)
 
     def _idle_check(self) -> None:
         if self.closing:
             return
-        idle = (time.monotonic() - self.last_active) * 1000
+        idle = (self.clock.monotonic() - self.last_active) * 1000
         if idle >= self.idle_ms and not self.conn.pending_responses:
             self.close(f"idle for {idle:.0f} ms (connections.max.idle.ms={self.idle_ms})", level=logging.INFO)
             return
-        loop = asyncio.get_running_loop()
         remaining = max(0.05, (self.idle_ms - idle) / 1000)
-        self._idle_handle = loop.call_later(min(remaining, 30.0), self._idle_check)
+        self._idle_handle = self.clock.call_later(min(remaining, 30.0), self._idle_check)
 
     def close(self, reason: str, level: int = logging.WARNING) -> None:
         if self.transport is not None and not self.transport.is_closing():

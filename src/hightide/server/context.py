@@ -30,11 +30,11 @@ a handler that needs something new gets a narrow interface here.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..log.transactions import NoTransactionCoordinator, TxnVerifier
 from ..services import BrokerIdentity, ClusterView, MetadataAccess, PartitionLogs, ProducerIdSource
 
@@ -92,6 +92,8 @@ class Services:
     #: Partition leaders' offsets for OffsetFetch's extension tags (None: the tags of
     #: partitions led elsewhere are not sent).
     leader_offsets: LeaderOffsets | None = None
+    #: The node's clock (hightide.aio.clock): requests' arrival times, handlers' deadlines.
+    clock: Clock = SYSTEM_CLOCK
 
     @classmethod
     def of(cls, broker: Broker, routes: Routes) -> Services:
@@ -100,7 +102,7 @@ class Services:
                    share_groups=broker.share_groups, share_state=broker.share_state,
                    share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
                    cluster_view=getattr(broker, "node", None), replicas=getattr(broker, "replica_manager", None),
-                   leader_offsets=getattr(broker, "leader_offsets", None))
+                   leader_offsets=getattr(broker, "leader_offsets", None), clock=broker.clock)
 
 
 #: The principal of a connection that did not authenticate (PLAINTEXT, or SSL without a
@@ -128,7 +130,7 @@ class RequestContext:
         self.header = header
         self.peer = peer
         self.unknown_tags = unknown_tags
-        self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self.now_ms = services.clock.now_ms() if now_ms is None else now_ms
         self.principal = principal
         self.client_host = client_host if client_host is not None else _host_of(peer)
 
@@ -144,6 +146,10 @@ class RequestContext:
     @property
     def routes(self) -> Routes:
         return self.services.routes
+
+    @property
+    def clock(self) -> Clock:
+        return self.services.clock
 
     @property
     def metadata(self) -> MetadataAccess:

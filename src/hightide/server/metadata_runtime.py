@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import MetadataLog
 from ..client.properties import ClientSecurity
@@ -91,14 +92,15 @@ def _not_controller(shell: RaftShell) -> str:
 def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]], metadata: MetadataLog,
                           durable: Callable[[PartitionLog], Awaitable[object]], cluster_id: str | None,
                           security: ClientSecurity | None = None, config: RaftConfig | None = None,
-                          snapshots: SnapshotPolicy | None = None) -> RaftMetadataRuntime:
+                          snapshots: SnapshotPolicy | None = None, clock: Clock = SYSTEM_CLOCK) -> RaftMetadataRuntime:
     """The metadata runtime of a voter of a controller quorum: ``voters`` are
     (node id, host, port) of every voter's controller listener (this node included);
     the quorum-state file lives in the metadata log's directory. The shell is created
     but not started (:meth:`RaftShell.start`). With ``snapshots`` the voter snapshots its
     image by that policy (:class:`~.snapshotter.Snapshotter`, started with the shell) and
     trims its log behind each snapshot; a follower installs the leader's snapshot when it
-    is behind the leader's log start either way."""
+    is behind the leader's log start either way. ``clock``: the node's (Raft's timers,
+    the snapshotter's)."""
     from ..node.snapshotter import Snapshotter, install_snapshot  # it imports this module
     config = config or RaftConfig(leader_change_payload=leader_change_batch)
     ids = [v[0] for v in voters]
@@ -106,7 +108,7 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
                       request_timeout_s=config.request_timeout_ms / 1000, security=security)
     shell = RaftShell(node_id=node_id, voters=ids, metadata=metadata,
                       store=QuorumStateStore(metadata.log.path, ids, cluster_id or ""), transport=peers,
-                      durable=durable, config=config, require_formatted=True)
+                      durable=durable, config=config, require_formatted=True, clock=clock)
 
     async def install(sid: OffsetAndEpoch, data: bytes) -> None:
         await install_snapshot(metadata, sid, data)
@@ -122,7 +124,7 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
                 raise asyncio.CancelledError()
         snapshotter = Snapshotter(metadata, max_bytes=snapshots.max_bytes, interval_ms=snapshots.interval_ms,
                                   applied_end=lambda: shell.applied_end, wait_commit=wait_commit,
-                                  on_created=shell.snapshot_created)
+                                  on_created=shell.snapshot_created, clock=clock)
         shell.on_trim = snapshotter.trim
         shell.snapshotter = snapshotter
     return RaftMetadataRuntime(shell)

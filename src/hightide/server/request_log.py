@@ -23,7 +23,6 @@ first, which copies the response once; only done for logged requests.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from typing import Any
 
@@ -77,10 +76,10 @@ def error_summary(codes: Counter[int] | None) -> str:
     return ",".join(f"{_code_name(code)} x{n}" for code, n in codes.most_common())
 
 
-def log_completed(header: RequestHeader, peer: str, response: Any, started: float) -> None:
-    """Write the request's line; ``started`` is its ``time.perf_counter()`` at receipt.
-    Never raises (a response it cannot read is logged with ``errors=?``)."""
-    latency_ms = (time.perf_counter() - started) * 1000
+def log_completed(header: RequestHeader, peer: str, response: Any, latency_ms: float) -> None:
+    """Write the request's line; ``latency_ms`` from its receipt to its response (the
+    connection's clock). Never raises (a response it cannot read is logged with
+    ``errors=?``)."""
     try:
         summary = error_summary(error_codes(header, response))
     except Exception:  # the log must never break a connection

@@ -35,7 +35,6 @@ leader's epoch cache.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -108,9 +107,9 @@ async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> An
     service.observe_fetch(replica_id, fetch_offset, replica_epoch, ctx.now_ms)
     max_wait_s = req.max_wait.total_seconds()
     if fetch_offset == end and max_wait_s > 0 and not ctx.identity.stopping:
-        deadline = time.monotonic() + max_wait_s
+        deadline = ctx.clock.monotonic() + max_wait_s
         while service.committed_end() == fetch_offset and not ctx.identity.stopping:
-            left = deadline - time.monotonic()
+            left = deadline - ctx.clock.monotonic()
             if left <= 0:
                 break
             await ctx.waiters.wait([METADATA_KEY], left)

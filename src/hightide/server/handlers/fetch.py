@@ -38,9 +38,7 @@ that epoch ends here) and no records, as Kafka does; it truncates there and fetc
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,7 +307,7 @@ async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadli
     if parked is not None:
         keys = [p.key for p in parked]
         while not _ready(ctx, parked, read_committed, req.min_bytes, replica is not None):
-            left = deadline - time.monotonic()
+            left = deadline - ctx.clock.monotonic()
             if left <= 0:
                 break
             await ctx.waiters.wait(keys, left)
@@ -385,13 +383,13 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             return _sleep_then_respond(ctx, max_wait_ms)
         return _respond(ctx, topics)
     _close_records(topics)  # parked: read again when it completes
-    deadline = time.monotonic() + max_wait_ms / 1000
+    deadline = ctx.clock.monotonic() + max_wait_ms / 1000
     return _long_poll(ctx, req, read_committed, deadline, keys, refused, replica)
 
 
 async def _sleep_then_respond(ctx: RequestContext, max_wait_ms: float) -> RawResponse:
     # An empty fetch (no partitions) waits out max_wait like Kafka, so idle clients
     # do not spin.
-    await asyncio.sleep(max_wait_ms / 1000)
+    await ctx.clock.sleep(max_wait_ms / 1000)
     return _respond(ctx, [])
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from ...log.config import LogConfig
@@ -376,7 +375,7 @@ async def _after_fsync(ctx: RequestContext, durable: list[tuple[dict, PartitionL
     (never an acknowledgement); one not replicated in time REQUEST_TIMED_OUT; one whose
     wait ended otherwise its error (NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     NOT_LEADER_OR_FOLLOWER); the others succeed."""
-    deadline = time.monotonic() + timeout_s
+    deadline = ctx.clock.monotonic() + timeout_s
     if durable:
         futures = [ctx.flusher.durable(plog) for _, plog in durable]
         results = await asyncio.gather(*futures, return_exceptions=True)
@@ -388,7 +387,7 @@ async def _after_fsync(ctx: RequestContext, durable: list[tuple[dict, PartitionL
     if replicated:
         pending = [w for _, _, w in replicated if not w.done()]
         if pending:
-            await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+            await asyncio.wait(pending, timeout=max(0.0, deadline - ctx.clock.monotonic()))
         for topic, resp, w in replicated:
             code = w.result() if w.done() else ErrorCode.request_timed_out
             w.cancel()

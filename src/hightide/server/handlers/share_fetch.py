@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -229,7 +228,7 @@ async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member
     strict = ctx.version >= 2 and getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT_MODE
     min_bytes = max(req.min_bytes, 1)
     max_wait_s = max(req.max_wait.total_seconds(), 0)
-    deadline = time.monotonic() + max_wait_s
+    deadline = ctx.clock.monotonic() + max_wait_s
     total = 0
     while True:
         for tp, key, name in live:
@@ -250,7 +249,7 @@ async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member
                 total += n
                 max_bytes -= n
                 max_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
-        left = deadline - time.monotonic()
+        left = deadline - ctx.clock.monotonic()
         if total >= min_bytes or left <= 0 or ctx.identity.stopping or max_records <= 0 or max_bytes <= 0:
             return
         keys = [(name, tp[1]) for tp, _, name in live] + [manager.wait_key(key) for _, key, _ in live]
