@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .. import __version__
+from ..version import __version__
 
 
 def _parse_hostport(value: str, default_port: int = 9092) -> tuple[str, int]:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from kio.schema.index import api_key_map
 
-from .. import __version__
+from ..version import __version__
 from ..protocol.build import materialize
 from ..protocol.codec import (
     API_VERSIONS_KEY,

@@ -44,6 +44,7 @@ from .connection import KafkaConnection
 from .listener_security import (PLAINTEXT, PROTOCOL_IDS, ListenerIdentity, ListenerSecurity, controller_client_security,
                                 inter_broker_client, listener_security)
 from .context import Services
+from .registry import Routes
 from ..node.controller_service import ControllerService
 from ..disk.flusher import Flusher
 from ..disk.cleaner import LogCleaner
@@ -171,7 +172,7 @@ class Broker:
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
         self._security: dict[str, ListenerSecurity] = {}  # listener name -> its security (issue 17)
         self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
-        self.services = Services.of(self, self.routes)  # what handlers get, by narrow interface
+        self.services = _services_of(self, self.routes)  # what handlers get, by narrow interface
         #: The cluster side of a broker-only process (process.roles=broker): controller
         #: channels, registration and heartbeats, the metadata follower, forwarding and the
         #: read gate. None on the single node and on a controller.
@@ -183,7 +184,7 @@ class Broker:
                 cluster_id=lambda: self.cluster_id, listeners=self._registered_listeners,
                 on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock)
             self.routes = broker_node_routes(self.routes, self.node)
-            self.services = Services.of(self, self.routes)
+            self.services = _services_of(self, self.routes)
 
     # -- lifecycle ------------------------------------------------------------------
     async def __aenter__(self) -> "Broker":
@@ -288,7 +289,7 @@ class Broker:
             committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints, raft=raft,
             voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock)
         self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
-        self.controller_services = Services.of(self, handlers.controller_routes(self.controller_service))
+        self.controller_services = _services_of(self, handlers.controller_routes(self.controller_service))
         if raft is not None:
             raft.on_commit, raft.on_activate = self._metadata_committed, self.controller_service.activate
             raft.start()
@@ -821,6 +822,18 @@ class Broker:
                     log.info("retention deleted %d bytes from %s-%d", freed, *tp)
             except OSError:
                 log.exception("retention failed for %s-%d", *tp)
+
+
+def _services_of(broker: Broker, routes: Routes) -> Services:
+    """What the handlers of ``routes`` get of ``broker``, by narrow interface: the broker
+    object itself is handed out only typed as the four protocols it satisfies
+    (MetadataAccess, PartitionLogs, BrokerIdentity, ProducerIdSource)."""
+    return Services(config=broker.config, routes=routes, metadata=broker, logs=broker, identity=broker,
+                    producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
+                    share_groups=broker.share_groups, share_state=broker.share_state,
+                    share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
+                    cluster_view=broker.node, replicas=broker.replica_manager,
+                    leader_offsets=broker.leader_offsets, clock=broker.clock)
 
 
 def _ipv4_for_localhost(host: str) -> str:

@@ -59,7 +59,7 @@ import functools
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..aio.clock import SYSTEM_CLOCK, Cancellable, Clock
 from ..protocol.build import materialize
@@ -72,12 +72,19 @@ from ..security.session import REJECT, SASL, SERVE, Admission, AuthenticatedSess
 from . import request_log
 from .context import ANONYMOUS, RequestContext, Services, _host_of
 from .listener_security import PLAINTEXT, ListenerSecurity, Session
-from .registry import CloseConnection, RawResponse, Route
+from ..config import BrokerConfig
+from .registry import CloseConnection, RawResponse, Route, Routes
 from .tls import PrincipalFailure
 from .zero_copy import RegionTruncated, remainder, send_now
 
-if TYPE_CHECKING:
-    from .broker import Broker
+class ConnectionOwner(Protocol):
+    """What a connection uses of the node that accepted it (the broker satisfies it): its
+    config, its default route table and services, and the set of open connections."""
+
+    config: BrokerConfig
+    routes: Routes
+    services: Services
+    connections: set[KafkaConnection]
 
 log = logging.getLogger("hightide.server")
 _REQUEST_LOG = request_log.REQUEST_LOGGER
@@ -97,7 +104,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     a controller listener. ``clock`` (the node's, :mod:`hightide.aio.clock`) times the
     idle and authentication timers, the SASL sessions and the requests' arrival."""
 
-    def __init__(self, broker: "Broker", services: "Services | None" = None,
+    def __init__(self, broker: ConnectionOwner, services: Services | None = None,
                  security: ListenerSecurity | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.broker = broker
         self.security = security or PLAINTEXT

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..log.partition_log import PartitionLog
     from ..protocol.codec import RequestHeader
-    from .broker import Broker
     from ..disk.flusher import Flusher
     from ..coordinator.groups import GroupRuntime
     from ..replica.leader_offsets import LeaderOffsets
@@ -94,15 +93,6 @@ class Services:
     leader_offsets: LeaderOffsets | None = None
     #: The node's clock (hightide.aio.clock): requests' arrival times, handlers' deadlines.
     clock: Clock = SYSTEM_CLOCK
-
-    @classmethod
-    def of(cls, broker: Broker, routes: Routes) -> Services:
-        return cls(config=broker.config, routes=routes, metadata=broker, logs=broker, identity=broker,
-                   producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
-                   share_groups=broker.share_groups, share_state=broker.share_state,
-                   share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
-                   cluster_view=getattr(broker, "node", None), replicas=getattr(broker, "replica_manager", None),
-                   leader_offsets=getattr(broker, "leader_offsets", None), clock=broker.clock)
 
 
 #: The principal of a connection that did not authenticate (PLAINTEXT, or SSL without a
