@@ -832,8 +832,8 @@ def _services_of(broker: Broker, routes: Routes) -> Services:
                     producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
                     share_groups=broker.share_groups, share_state=broker.share_state,
                     share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
-                    cluster_view=broker.node, replicas=broker.replica_manager,
-                    leader_offsets=broker.leader_offsets, clock=broker.clock)
+                    cluster_view=getattr(broker, "node", None),  # (set after the first route table)
+                    replicas=broker.replica_manager, leader_offsets=broker.leader_offsets, clock=broker.clock)
 
 
 def _ipv4_for_localhost(host: str) -> str:
