@@ -258,7 +258,11 @@ def test_property_transitions_and_lag(events, limit, locks):
                 s, n, _ = sp.state_at(o)
                 if s in (AQ, AV):
                     s = AR if n >= limit else AV
-                assert (back.state_at(o) or (AR,))[0] == s and (s in (AK, AR) or back.state_at(o)[1] == n)
+                got = back.state_at(o)
+                if got is None:  # below the rebuilt SPSO: it moved past terminal records (AK or AR)
+                    assert o < back.start_offset and s in (AK, AR), (o, s)
+                else:
+                    assert got[0] == s and (s in (AK, AR) or got[1] == n)
             sp = back
         check_invariants(sp, leo, limit, locks, now)
 
