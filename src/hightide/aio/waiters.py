@@ -8,15 +8,19 @@ from typing import Hashable, Iterable
 
 
 class AppendWaiters:
+    """Waiters per key, woken in the order they registered (first come, first answered;
+    and a run of the whole-cluster simulation wakes them in the same order every time,
+    which a set, ordered by object address, would not)."""
+
     def __init__(self) -> None:
-        self._by_key: dict[Hashable, set[asyncio.Future]] = {}
+        self._by_key: dict[Hashable, dict[asyncio.Future, None]] = {}
 
     def register(self, keys: Iterable[Hashable]) -> asyncio.Future:
         """A future resolved on the next append to any of ``keys``."""
         fut = asyncio.get_running_loop().create_future()
         keys = list(keys)
         for k in keys:
-            self._by_key.setdefault(k, set()).add(fut)
+            self._by_key.setdefault(k, {})[fut] = None
         fut.add_done_callback(lambda f: self._remove(f, keys))
         return fut
 
@@ -24,7 +28,7 @@ class AppendWaiters:
         for k in keys:
             s = self._by_key.get(k)
             if s is not None:
-                s.discard(fut)
+                s.pop(fut, None)
                 if not s:
                     del self._by_key[k]
 

@@ -180,7 +180,7 @@ class RaftShell:
         election = store.read()
         # ``require_formatted``: a voter whose data dir has no quorum-state was not formatted
         # for this voter set (a new or wiped dir): it votes only once it follows a leader.
-        self.core = RaftCore(node_id, voters, self.config, rng or random.Random(), clock.now_ms(),
+        self.core = RaftCore(node_id, voters, self.config, rng or random.Random(random.getrandbits(64)), clock.now_ms(),
                              election=election, log=restored, snapshot_data=snapshot_data,
                              can_vote=election is not None or not require_formatted)
         if not self.core.can_vote:

@@ -70,6 +70,7 @@ from ..coordinator.env import CoordinatorEnv
 from ..coordinator.transactions import TransactionCoordinator
 from ..coordinator.txn_verify import REQUEST_TIMEOUT_S as TXN_VERIFY_TIMEOUT_S
 from ..coordinator.txn_verify import RemoteTxnVerifier
+from ..aio.ordered import OrderedSet
 from ..aio.waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
@@ -101,7 +102,7 @@ class Broker:
         self.data_dir = os.path.abspath(data_dir)
         self.listen = listen
         self._advertised = advertised
-        self.connections: set[KafkaConnection] = set()
+        self.connections: OrderedSet[KafkaConnection] = OrderedSet()
         self.server: asyncio.base_events.Server | None = None  # the first listener's (single node: the only one)
         #: Every listener's server (cluster mode may have a broker and a controller listener).
         self.servers: list[tuple[Listener, asyncio.base_events.Server]] = []

@@ -58,7 +58,7 @@ import asyncio
 import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import MutableSet, Sequence
 from typing import Any, Protocol
 
 from ..aio.clock import SYSTEM_CLOCK, Cancellable, Clock
@@ -84,7 +84,7 @@ class ConnectionOwner(Protocol):
     config: BrokerConfig
     routes: Routes
     services: Services
-    connections: set[KafkaConnection]
+    connections: MutableSet[KafkaConnection]
 
 log = logging.getLogger("hightide.server")
 _REQUEST_LOG = request_log.REQUEST_LOGGER

@@ -85,6 +85,9 @@ class SimLoop(asyncio.BaseEventLoop):
         self.steps = 0  # callbacks run so far (a progress measure for traces)
         self._nodes: list[NodeRun] = []
         self.step_hook: Callable[[], None] | None = None
+        #: The simulated network (:class:`~.network.SimNetwork`) behind ``create_connection``
+        #: and ``create_server``; set by whoever builds it.
+        self.network: Any = None
         self._task_nodes: weakref.WeakKeyDictionary[asyncio.Task[Any], NodeRun] = weakref.WeakKeyDictionary()
 
     # --- time --------------------------------------------------------------------------
@@ -127,6 +130,21 @@ class SimLoop(asyncio.BaseEventLoop):
         if run is not None:
             self._task_nodes[task] = run
         return task
+
+    # --- the network: the loop's own connect/listen go to the simulated network -----------
+
+    async def create_connection(self, protocol_factory: Any, host: Any = None, port: Any = None,
+                                **kwargs: Any) -> Any:
+        if self.network is None:
+            raise RuntimeError("this simulated loop has no network")
+        return await self.network.connect(protocol_factory, host, port, ssl=kwargs.get("ssl"),
+                                          server_hostname=kwargs.get("server_hostname"))
+
+    async def create_server(self, protocol_factory: Any, host: Any = None, port: Any = None,
+                            **kwargs: Any) -> Any:
+        if self.network is None:
+            raise RuntimeError("this simulated loop has no network")
+        return await self.network.listen(protocol_factory, host, port, ssl=kwargs.get("ssl"))
 
     # --- the executor: jobs run on the loop, after a simulated delay -------------------
 
@@ -174,6 +192,16 @@ class SimLoop(asyncio.BaseEventLoop):
         """One step: move time to the next timer if nothing is ready, move due timers to
         the ready queue, run what is ready (held or dropped by node state)."""
         scheduled = self._scheduled
+        if len(scheduled) > 100 and self._timer_cancelled_count * 2 > len(scheduled):
+            live = []
+            for handle in scheduled:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    live.append(handle)
+            heapq.heapify(live)
+            self._scheduled = scheduled = live
+            self._timer_cancelled_count = 0
         while scheduled and scheduled[0]._cancelled:
             self._timer_cancelled_count -= 1
             heapq.heappop(scheduled)._scheduled = False

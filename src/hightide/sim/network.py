@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ class _End:
     party: Party
     run: NodeRun | None
     context: contextvars.Context
-    protocol: asyncio.Protocol | None = None
+    protocol: asyncio.BaseProtocol | None = None
     transport: SimTransport | None = None
     closed: bool = False  # connection_lost delivered (or its owner is dead)
     reading: bool = True
@@ -159,11 +160,24 @@ class SimListener:
     def port(self) -> int:
         return self.address[1]
 
+    @property
+    def sockets(self) -> list[_BoundName]:
+        """As ``asyncio.Server.sockets``: one "socket" whose ``getsockname()`` is the address."""
+        return [_BoundName(self.address)]
+
     def close(self) -> None:
         self.net._listeners.pop(self.address, None)
 
     async def wait_closed(self) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class _BoundName:
+    address: tuple[str, int]
+
+    def getsockname(self) -> tuple[str, int]:
+        return self.address
 
 
 @dataclass(eq=False)
@@ -190,6 +204,8 @@ class SimNetwork:
         self._healed: asyncio.Event | None = None
         self._next_port = 40000
         self.stats: dict[str, int] = {"connections": 0, "writes": 0, "bytes": 0, "resets": 0}
+        #: A digest of every write (time, ends, bytes): two runs of one seed must agree on it.
+        self.digest = hashlib.blake2b(digest_size=16)
 
     # --- the Transport seam ---------------------------------------------------------------
 
@@ -251,6 +267,9 @@ class SimNetwork:
         pipe = conn.pipe_from(src)
         self.stats["writes"] += 1
         self.stats["bytes"] += len(data)
+        self.digest.update(b"%r %d>%d %s %d:" % (self.loop.time(), pipe.src.party, pipe.dst.party, kind.encode(),
+                                                len(data)))
+        self.digest.update(data)
         if (pipe.src.party, pipe.dst.party) in self._blocked:
             pipe.held.append((kind, data))
             return
@@ -272,7 +291,17 @@ class SimNetwork:
         if dst.closed or dst.protocol is None:
             return
         if kind == "data":
-            dst.protocol.data_received(data)
+            proto = dst.protocol
+            if isinstance(proto, asyncio.BufferedProtocol):
+                view = memoryview(data)
+                while view and not dst.closed:
+                    buf = memoryview(proto.get_buffer(len(view)))
+                    n = min(len(buf), len(view))
+                    buf[:n] = view[:n]
+                    proto.buffer_updated(n)
+                    view = view[n:]
+            elif isinstance(proto, asyncio.Protocol):
+                proto.data_received(data)
         else:
             self._lose(dst, ConnectionResetError("connection reset by peer") if kind == "reset" else None)
 

@@ -1,0 +1,102 @@
+"""``python -m hightide.sim``: run simulated seeds; print one line per seed, and for a
+failing seed its trace and the one-line command that replays it.
+
+    python -m hightide.sim --seeds 20             # seeds 1..20
+    python -m hightide.sim --seed 1234 --trace    # replay one seed, print its trace
+    python -m hightide.sim --seeds 200 --json out.json
+
+Exit status: 0 when every seed held every invariant, 1 otherwise. ``PYTHONHASHSEED`` is
+fixed (the process re-executes itself once if it is not), so a seed replays byte for
+byte on the same Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+
+from .faults import FAULT_KINDS
+from .run import RunResult, simulate
+
+HASH_SEED = "0"
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m hightide.sim", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=10, help="run seeds FIRST..FIRST+N-1 (default 10)")
+    p.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
+    p.add_argument("--seed", type=int, help="run this one seed only")
+    p.add_argument("--duration", type=float, default=30.0, help="simulated seconds of faults per seed (default 30)")
+    p.add_argument("--controllers", type=int, default=3)
+    p.add_argument("--brokers", type=int, default=3)
+    p.add_argument("--faults", default=",".join(FAULT_KINDS),
+                   help=f"fault kinds, comma-separated (default all: {','.join(FAULT_KINDS)})")
+    p.add_argument("--trace", action="store_true", help="print the whole trace of every seed")
+    p.add_argument("--logs", action="store_true", help="put the nodes' warnings in the trace")
+    p.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")
+    return p.parse_args(argv)
+
+
+def _replay(args: argparse.Namespace, seed: int) -> str:
+    extra = "" if args.duration == 30.0 else f" --duration {args.duration:g}"
+    if args.faults != ",".join(FAULT_KINDS):
+        extra += f" --faults {args.faults}"
+    if (args.controllers, args.brokers) != (3, 3):
+        extra += f" --controllers {args.controllers} --brokers {args.brokers}"
+    return f"python -m hightide.sim --seed {seed}{extra} --trace --logs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("PYTHONHASHSEED") != HASH_SEED and argv is None:
+        os.environ["PYTHONHASHSEED"] = HASH_SEED  # str hashes (set order) are part of the trace
+        os.execv(sys.executable, [sys.executable, "-m", "hightide.sim", *sys.argv[1:]])
+    args = _args(argv)
+    kinds = tuple(k for k in args.faults.split(",") if k)
+    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    if unknown:
+        print(f"error: unknown fault kind(s) {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})", file=sys.stderr)
+        return 2
+    seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    results: list[RunResult] = []
+    started = time.monotonic()
+    for seed in seeds:
+        r = simulate(seed, duration_s=args.duration, controllers=args.controllers, brokers=args.brokers,
+                     kinds=kinds, log_lines=args.logs)
+        results.append(r)
+        faults = " ".join(f"{k}={v}" for k, v in sorted(r.faults.items()))
+        status = "ok" if r.ok else "ANOMALY"
+        print(f"seed {seed}: {status} {r.simulated_s:.0f} s simulated, {r.steps} steps, {r.real_s:.1f} s; {faults}",
+              flush=True)
+        if args.trace or not r.ok:
+            for line in r.trace if args.trace else r.trace[-40:]:
+                print("   ", line)
+        if not r.ok:
+            print(f"    {r.anomaly}\n    replay: {_replay(args, seed)}", flush=True)
+    elapsed = time.monotonic() - started
+    failed = [r.seed for r in results if not r.ok]
+    simulated = sum(r.simulated_s for r in results)
+    steps = sum(r.steps for r in results)
+    print(f"{len(results)} seeds, {len(failed)} with anomalies{': ' + ' '.join(map(str, failed)) if failed else ''}; "
+          f"{simulated / 3600:.2f} simulated hours in {elapsed:.0f} s, {steps / max(elapsed, 1e-9):.0f} steps/s")
+    if args.json:
+        faults_total: Counter[str] = Counter()
+        for r in results:
+            faults_total.update(r.faults)
+        summary = {
+            "seeds": len(results), "first": seeds[0], "anomalies": [{"seed": r.seed, "anomaly": r.anomaly}
+                                                                    for r in results if not r.ok],
+            "simulated_hours": simulated / 3600, "real_s": elapsed, "steps": steps,
+            "steps_per_s": steps / max(elapsed, 1e-9), "faults": dict(faults_total),
+            "controllers": args.controllers, "brokers": args.brokers, "duration_s": args.duration,
+        }
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

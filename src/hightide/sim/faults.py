@@ -1,0 +1,131 @@
+"""The fault schedule of a run, drawn from its seed.
+
+Every ``gap`` (random, 0.5-4 s simulated) one fault starts and, after a random time, is
+undone: ``kill`` (kill -9, restart later on the same storage), ``stop`` (SIGTERM and a
+restart: the ordered stop must finish within its bound), ``pause`` (SIGSTOP ... SIGCONT),
+``partition`` (a node cut off from every other node and client, both ways), ``one-way``
+(a node's outgoing bytes held, its incoming delivered), ``sever`` (every connection of a
+node reset), ``slow`` (every write delayed 20-300 ms more), ``clock`` (a node's wall clock
+stepped by up to ±2 s). At most ``max_down`` nodes are killed, stopped or paused at once
+(the faults' kinds and their limits are part of the run's description).
+
+:meth:`FaultSchedule.heal` undoes everything still in effect (restarts, resumes, heals):
+the run's quiet phase, after which every client must make progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from .world import SimNode, World
+
+__all__ = ["FAULT_KINDS", "FaultSchedule"]
+
+FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow", "clock")
+
+
+@dataclass
+class FaultSchedule:
+    world: World
+    rng: random.Random
+    trace: Callable[[str], None]
+    kinds: tuple[str, ...] = FAULT_KINDS
+    max_down: int = 1
+    counts: Counter[str] = field(default_factory=Counter)
+    #: Undo steps that failed (a restart past its bound): the run reports them as anomalies.
+    failures: list[str] = field(default_factory=list)
+    _down: set[int] = field(default_factory=set)
+    _undo: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def run(self, duration_s: float) -> None:
+        """Start faults for ``duration_s`` (simulated) seconds."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + duration_s
+        while loop.time() < end:
+            await asyncio.sleep(self.rng.uniform(0.5, 4.0))
+            kind = self.rng.choice(self.kinds)
+            node = self.rng.choice(sorted(self.world.nodes.values(), key=lambda n: n.node_id))
+            if kind in ("kill", "stop", "pause"):
+                if node.node_id in self._down or len(self._down) >= self.max_down or not node.up:
+                    continue
+                self._down.add(node.node_id)
+            await self._start(kind, node, self.rng.uniform(0.5, 8.0))
+
+    async def _start(self, kind: str, node: SimNode, hold_s: float) -> None:
+        world, net = self.world, self.world.net
+        self.counts[kind] += 1
+        self.trace(f"fault {kind} {node} for {hold_s:.2f}s")
+        if kind == "kill":
+            world.kill(node)
+            self._later(hold_s, self._restart(node))
+        elif kind == "stop":
+            took = await world.stop(node)
+            self.trace(f"{node} stopped in {took:.2f}s")
+            self._later(hold_s, self._restart(node))
+        elif kind == "pause":
+            world.pause(node)
+            self._later(hold_s, self._resume(node))
+        elif kind in ("partition", "one-way"):
+            others = {n for n in world.nodes if n != node.node_id} | set(range(1000, 1100))
+            net.partition({node.node_id}, others, both_ways=kind == "partition")
+            self._later(hold_s, self._heal())
+        elif kind == "sever":
+            net.sever(node.node_id)
+        elif kind == "slow":
+            net.slow(self.rng.uniform(0.02, 0.3))
+            self._later(hold_s, self._unslow())
+        elif kind == "clock" and node.clock is not None:
+            node.clock.jump(self.rng.randint(-2000, 2000))
+
+    def _later(self, delay_s: float, action: Coroutine[Any, Any, None]) -> None:
+        async def after() -> None:
+            try:
+                await asyncio.sleep(delay_s)
+            except asyncio.CancelledError:
+                action.close()
+                raise
+            try:
+                await action
+            except Exception as exc:  # noqa: BLE001 - a restart that failed is the run's verdict
+                self.failures.append(f"{exc.__class__.__name__}: {exc}")
+        self._undo.append(asyncio.ensure_future(after()))
+
+    async def _restart(self, node: SimNode) -> None:
+        if not node.up:
+            self.trace(f"restart {node}")
+            await self.world.launch(node)
+        self._down.discard(node.node_id)
+
+    async def _resume(self, node: SimNode) -> None:
+        self.trace(f"resume {node}")
+        self.world.resume(node)
+        self._down.discard(node.node_id)
+
+    async def _heal(self) -> None:
+        self.trace("heal the network")
+        self.world.net.heal()
+
+    async def _unslow(self) -> None:
+        self.world.net.slow(0.0)
+
+    async def heal(self) -> None:
+        """Undo every fault still in effect (see the module doc)."""
+        for task in self._undo:
+            task.cancel()
+        await asyncio.gather(*self._undo, return_exceptions=True)
+        self._undo.clear()
+        self.world.net.heal()
+        self.world.net.slow(0.0)
+        for node in self.world.nodes.values():
+            if node.run is not None and node.run.state == "paused":
+                self.world.resume(node)
+            if not node.up:
+                self.trace(f"restart {node}")
+                await self.world.launch(node)
+        self._down.clear()
+        self.trace("healed")

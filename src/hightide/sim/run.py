@@ -1,0 +1,270 @@
+"""One simulated run from a seed: :func:`simulate`.
+
+Phases (all on simulated time): start the cluster (3 controllers, 3 brokers by default);
+create the topic; start the clients (producers, a committer, a reader); run the fault
+schedule for ``duration_s``; heal every fault; **liveness**: every producer and the
+committer must acknowledge something new within ``liveness_s``; **final check**: every
+partition read in full from its leader (no acknowledged record lost, changed, duplicated
+or reordered); **shutdown**: every node stops within its bound.
+
+Determinism: everything random comes from ``random.Random(seed)``; while the run goes
+the process's ``uuid.uuid4``, ``random`` module functions and ``time.time`` /
+``time.time_ns`` / ``time.monotonic`` are replaced by seeded / simulated ones (:func:`deterministic`), so two
+runs of one seed give the same trace, byte for byte (within one Python build and with
+the same ``PYTHONHASHSEED``: ``python -m hightide.sim`` fixes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import random
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import AdminClient, NewTopic
+from ..client.errors import KafkaError
+from .checker import Anomaly, Checker
+from .clients import Committer, Producer, Reader
+from .clock import EPOCH_MS
+from .faults import FAULT_KINDS, FaultSchedule
+from .loop import NODE, SimLoop, SimulationStuck
+from .world import World
+
+__all__ = ["RunResult", "simulate", "deterministic"]
+
+TOPIC = "sim"
+
+
+@dataclass
+class RunResult:
+    seed: int
+    anomaly: str | None
+    trace: list[str]
+    simulated_s: float
+    steps: int
+    faults: Counter[str] = field(default_factory=Counter)
+    counts: dict[str, int] = field(default_factory=dict)
+    real_s: float = 0.0
+    #: Digest of every byte the network carried (with times and ends): the determinism check.
+    digest: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.anomaly is None
+
+
+@contextlib.contextmanager
+def deterministic(seed: int, loop: SimLoop) -> Iterator[None]:
+    """Seeded ``uuid.uuid4`` and ``random``, simulated ``time.time`` (see the module doc)."""
+    rng = random.Random(seed ^ 0x5EED)
+    saved_state = random.getstate()
+    saved = (uuid.uuid4, time.time, time.time_ns, time.monotonic)
+    random.seed(seed)
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    time.time = lambda: EPOCH_MS / 1000 + loop.time()
+    time.time_ns = lambda: int((EPOCH_MS / 1000 + loop.time()) * 1e9)
+    time.monotonic = loop.time  # a component on the system clock
+    try:
+        yield
+    finally:
+        uuid.uuid4, time.time, time.time_ns, time.monotonic = saved
+        random.setstate(saved_state)
+
+
+class _Trace(list[str]):
+    """A trace that also hands each line to ``echo``."""
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        super().__init__()
+        self.echo = echo
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        self.echo(line)
+
+
+class _TraceLog(logging.Handler):
+    """Node log lines (WARNING and up) into the trace, tagged with the node and time."""
+
+    def __init__(self, loop: SimLoop, lines: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.loop, self.lines = loop, lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        run = NODE.get()
+        who = f"node {run.node_id}#{run.incarnation}" if run is not None else "client"
+        self.lines.append(f"[{self.loop.time() - 1000:9.3f}] {who} {record.levelname} {record.name}: "
+                          f"{record.getMessage()}")
+
+
+async def _create_topic(world: World, partitions: int) -> None:
+    admin = AdminClient(world.bootstrap, client_id="sim-admin", request_timeout_s=10.0)
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:
+            try:
+                await admin.start()
+                await admin.create_topics([NewTopic(TOPIC, partitions, min(3, len(world.brokers)))])
+                return
+            except KafkaError as exc:
+                if exc.code == 36:  # TOPIC_ALREADY_EXISTS: an earlier attempt's answer was lost
+                    return
+                if asyncio.get_running_loop().time() > deadline:
+                    raise Anomaly(f"the topic could not be created in 120 s: {exc}") from exc
+                await asyncio.sleep(1.0)
+    finally:
+        await admin.close()
+
+
+async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float, liveness_s: float,
+               controllers: int, brokers: int, partitions: int, producers: int,
+               kinds: tuple[str, ...]) -> tuple[Counter[str], dict[str, int], str]:
+    rng = random.Random(seed)
+
+    def note(text: str) -> None:
+        trace.append(f"[{loop.time() - 1000:9.3f}] {text}")
+
+    world = World(loop, random.Random(rng.getrandbits(64)), controllers=controllers, brokers=brokers)
+    checker = Checker()
+    faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds)
+    clients: list[Any] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await world.start()
+        note("cluster started")
+        await _create_topic(world, partitions)
+        note(f"topic {TOPIC} created")
+        def base(name: str) -> tuple[Any, ...]:
+            return name, world.bootstrap, checker, random.Random(rng.getrandbits(64)), note, loop.time
+        for i in range(producers):
+            clients.append(Producer(*base(f"p{i}"), topic=TOPIC, partitions=partitions))
+        clients.append(Committer(*base("c0"), group="g0", topic=TOPIC, partitions=partitions))
+        reader = Reader(*base("r0"), topic=TOPIC, partitions=partitions)
+        clients.append(reader)
+        tasks = [asyncio.ensure_future(c.run()) for c in clients]
+        fault_task = asyncio.ensure_future(faults.run(duration_s))
+        while not fault_task.done():
+            await asyncio.wait([fault_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for t in (fault_task, *tasks):
+                if t.done() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+        await faults.heal()
+        if faults.failures:
+            raise Anomaly("; ".join(faults.failures))
+        healed_at = loop.time()
+        note("liveness check")
+        workers = [c for c in clients if not isinstance(c, Reader)]
+        deadline = healed_at + liveness_s
+        while any(c.progress_at <= healed_at for c in workers):
+            for t in tasks:
+                if t.done() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+            if loop.time() > deadline:
+                stuck = ", ".join(c.name for c in workers if c.progress_at <= healed_at)
+                raise Anomaly(f"liveness: {stuck} made no progress in {liveness_s:.0f} s after the faults stopped")
+            await asyncio.sleep(0.5)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        tasks = []
+        note("final check")
+        final_deadline = loop.time() + liveness_s
+        for part in range(partitions):
+            while True:
+                try:
+                    values, hw = await reader.read_all(part)
+                    break
+                except (KafkaError, OSError, TimeoutError) as exc:
+                    if loop.time() > final_deadline:
+                        raise Anomaly(f"final read of {TOPIC}-{part} failed: {exc}") from exc
+                    await reader._failed(exc)
+            checker.read((TOPIC, part), 0, values, hw)
+            lost = checker.lost_acked((TOPIC, part), hw)
+            if lost:
+                raise Anomaly(f"{TOPIC}-{part}: acknowledged offsets {lost[:10]} lost (final end {hw})")
+        for c in clients:
+            await c.close()
+        for node in world.brokers + world.controllers:
+            took = await world.stop(node)
+            note(f"{node} stopped in {took:.2f}s")
+        counts = dict(checker.counts)
+        counts.update({f"net {k}": v for k, v in world.net.stats.items()})
+        return faults.counts, counts, world.net.digest.hexdigest()
+    except TimeoutError as exc:
+        raise Anomaly(f"a bound was exceeded: {exc!r}") from exc
+    finally:
+        for t in tasks:
+            t.cancel()
+        for c in clients:
+            with contextlib.suppress(Exception):
+                await c.close()
+        await world.close()
+
+
+def _bury(loop: SimLoop) -> None:
+    """Close the loop after a run: the coroutines of tasks that never finished (killed
+    nodes' zombies, timers of nodes that were up at the end) are closed first, while the
+    loop is open, so their ``finally`` blocks (run now, after the verdict) do not fail
+    on a closed loop later when garbage collection reaches them."""
+    saved_hook = sys.unraisablehook
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        for task in asyncio.all_tasks(loop):
+            with contextlib.suppress(BaseException):
+                task.get_coro().close()
+        loop.zombies.clear()
+        loop.close()
+        gc.collect()
+    finally:
+        sys.unraisablehook = saved_hook
+
+
+def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, controllers: int = 3,
+             brokers: int = 3, partitions: int = 3, producers: int = 2,
+             kinds: tuple[str, ...] = FAULT_KINDS, log_lines: bool = False,
+             echo: Callable[[str], None] | None = None) -> RunResult:
+    """Run seed ``seed`` (see the module doc). Never raises for an anomaly: the result
+    carries it. ``log_lines``: the nodes' WARNING+ log lines go into the trace too;
+    ``echo`` gets each trace line as it is written (progress of a long run)."""
+    loop = SimLoop(disk_delay=None)
+    loop.set_exception_handler(lambda _loop, _ctx: None)  # zombie tasks of killed nodes
+    trace: list[str] = _Trace(echo) if echo is not None else []
+    handler = _TraceLog(loop, trace)
+    hightide_log = logging.getLogger("hightide")
+    saved_level, saved_propagate = hightide_log.level, hightide_log.propagate
+    handler_used: logging.Handler = handler if log_lines else logging.NullHandler()
+    hightide_log.addHandler(handler_used)
+    hightide_log.setLevel(logging.WARNING)
+    hightide_log.propagate = False
+    started = time.monotonic()
+    anomaly: str | None = None
+    faults: Counter[str] = Counter()
+    counts: dict[str, int] = {}
+    digest = ""
+    with deterministic(seed, loop):
+        try:
+            faults, counts, digest = loop.run_until_complete(_run(
+                seed, loop, trace, duration_s=duration_s, liveness_s=liveness_s, controllers=controllers,
+                brokers=brokers, partitions=partitions, producers=producers, kinds=kinds))
+        except Anomaly as exc:
+            anomaly = str(exc)
+        except SimulationStuck as exc:
+            anomaly = f"deadlock: {exc}"
+        finally:
+            simulated = loop.time() - 1000
+            steps = loop.steps
+            hightide_log.removeHandler(handler_used)
+            hightide_log.setLevel(saved_level)
+            hightide_log.propagate = saved_propagate
+            _bury(loop)
+    if anomaly is not None:
+        trace.append(f"[{simulated:9.3f}] ANOMALY {anomaly}")
+    return RunResult(seed, anomaly, trace, simulated, steps, faults, counts, time.monotonic() - started, digest)
