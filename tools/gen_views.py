@@ -208,6 +208,9 @@ def render_opt(all_ents: dict[str, dict[str, Entity]]) -> str:
     lines = []
     for f, t, es in overloads(all_ents):
         entity = " | ".join(f"{e.api}.{e.name}" for e in es)
+        if t.endswith(" | None"):  # default None: its own overload (mypy fails to solve _D = None in comprehensions)
+            lines += ["", "@overload", f'def opt(entity: {entity}, name: Literal["{f}"], default: None, /) -> '
+                      f"{qualified(t, es[0].api)}: ..."]
         lines += ["", "@overload", f'def opt(entity: {entity}, name: Literal["{f}"], default: _D, /) -> '
                   f"{qualified(t, es[0].api)} | _D: ..."]
     doc = ("The types of :func:`opt` (``getattr`` at run time): one overload per field that is not in\n"

@@ -87,10 +87,13 @@ def optional_fields() -> dict[tuple[str, str], dict[str, Any]]:
         if not isinstance(node, ast.FunctionDef):
             continue
         assert node.name == "opt"
-        entity, name, _ = node.args.posonlyargs
+        entity, name, default = node.args.posonlyargs
         assert entity.annotation is not None and name.annotation is not None and node.returns is not None
         field = ast.literal_eval(typing.cast(ast.Subscript, name.annotation).slice)
         returns = ast.unparse(node.returns)
+        if ast.unparse(default.annotation or ast.Constant(...)) == "None":  # a nullable field's default None
+            assert returns.endswith(" | None")
+            continue
         assert returns.endswith(" | _D")
         entities = ast.unparse(entity.annotation).split(" | ")
         for e in entities:
