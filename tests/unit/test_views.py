@@ -11,8 +11,7 @@
   of the versions they decode the same way;
 * ``opt`` is ``getattr`` at run time.
 
-The views are loaded by executing the stubs (they are valid Python); ``opt``'s overloads
-are read from ``__init__.pyi`` with :mod:`ast`.
+``opt``'s overloads are read from ``__init__.pyi`` with :mod:`ast`.
 """
 
 from __future__ import annotations
@@ -21,13 +20,12 @@ import ast
 import collections.abc
 import dataclasses
 import datetime
-import importlib.util
+import importlib
 import sys
 import types
 import typing
 import uuid
 from functools import cache
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +63,9 @@ def api_of(key: int) -> str:
     return load_request_schema(key, SERVED[key][1]).__module__.split(".")[2]
 
 
-@cache
 def stub(api: str) -> types.ModuleType:
-    """``views/<api>.pyi`` executed as a module."""
-    name = f"_views_{api}"
-    path = VIEWS / f"{api}.pyi"
-    spec = importlib.util.spec_from_file_location(name, path, loader=SourceFileLoader(name, str(path)))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The views of ``api``."""
+    return importlib.import_module(f"hightide.protocol.views.{api}")
 
 
 @cache
@@ -123,7 +114,7 @@ def _admits_one(v: Any, m: Any, api: str, problems: list[str], where: str) -> bo
     if typing.get_origin(m) in (tuple, list):
         return (typing.get_origin(v) is collections.abc.Sequence
                 and admits(typing.get_args(v)[0], typing.get_args(m)[0], api, problems, where))
-    if isinstance(v, type) and v.__module__ == f"_views_{api}":  # a nested view
+    if isinstance(v, type) and v.__module__ == f"hightide.protocol.views.{api}":  # a nested view
         return isinstance(m, type) and fits(m, v, api, problems, where)
     return isinstance(m, type) and isinstance(v, type) and issubclass(m, v)
 
