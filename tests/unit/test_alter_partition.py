@@ -94,9 +94,12 @@ def test_ineligible_members_fenced_or_shutting_down() -> None:
 def test_v2_carries_no_broker_epochs_so_they_are_not_checked() -> None:
     from types import SimpleNamespace as NS
 
+    from kio.schema.alter_partition.v2 import request as v2
+
     from hightide.server.handlers.alter_partition import isr_requests
-    part = NS(partition_index=0, leader_epoch=4, new_isr=(1, 3), partition_epoch=6)
-    [(tid, [req])] = isr_requests(2, NS(topics=[NS(topic_id=TOPIC, partitions=[part])]))
+    part = v2.PartitionData(partition_index=0, leader_epoch=4, new_isr=(1, 3), partition_epoch=6)  # kio's v2
+    [(tid, [req])] = isr_requests(2, v2.AlterPartitionRequest(broker_id=1, topics=(
+        v2.TopicData(topic_id=TOPIC, partitions=(part,)),)))
     assert req == IsrRequest(0, 4, ((1, -1), (3, -1)), 0, 6)
     answer, records = alter_partition(make_image(), 1, epoch(1), [(tid, [req])], never, 2)
     assert answer.topics[0][1][0].isr == (1, 3) and len(records) == 1

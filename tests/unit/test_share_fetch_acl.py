@@ -8,7 +8,7 @@ from typing import Any
 
 from hightide.protocol.errors import ErrorCode
 from hightide.security.acl import AclOperation, ResourceType
-from tests.unit.test_authorization_matrix import ALICE, Env, env, module_env  # noqa: F401 (fixtures)
+from tests.unit.test_authorization_matrix import ALICE, PRE, Env, env, module_env  # noqa: F401 (fixtures)
 
 
 def _codes(resp: Any, field: str) -> dict[tuple[uuid.UUID, int], int]:
@@ -36,3 +36,17 @@ def test_share_fetch_and_acknowledge_refuse_topics_without_read(env: Env) -> Non
             {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]}]}]})
     assert a.error_code == ErrorCode.none
     assert _codes(a, "error_code") == {(secret, 0): ErrorCode.topic_authorization_failed}
+
+
+def test_a_null_group_id_is_refused_not_crashed_on_a_prefixed_acl(env: Env) -> None:
+    """GroupId is nullable in ShareFetch / ShareAcknowledge: a null one is authorized as
+    ``""`` (no ACL matches it: GROUP_AUTHORIZATION_FAILED), never handed to the authorizer
+    as None, which failed on a PREFIXED group ACL (the handler raised, the connection
+    closed). Found by typing the handlers with the request views."""
+    env.acl(ALICE, AclOperation.READ, ResourceType.GROUP, "app-", PRE)
+    r = env.call(78, 1, {"group_id": None, "member_id": "m", "share_session_epoch": 0, "max_wait": 0,
+                         "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+                         "topics": [], "forgotten_topics_data": []})
+    assert r.error_code == ErrorCode.group_authorization_failed
+    a = env.call(79, 1, {"group_id": None, "member_id": "m", "share_session_epoch": 1, "topics": []})
+    assert a.error_code == ErrorCode.group_authorization_failed

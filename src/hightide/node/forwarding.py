@@ -51,7 +51,7 @@ import logging
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..client.connection import decode_response
 from ..client.errors import KafkaError, KafkaTimeoutError
@@ -59,10 +59,23 @@ from ..cluster.controller import NewTopic, TopicResult
 from ..protocol.build import materialize
 from ..protocol.codec import encode_request, request_schema, response_schema
 from ..protocol.errors import ErrorCode
+from ..protocol.views import opt
 from ..security.principal import serialize_principal
 from ..services import CoordinatorLoadInProgress, CoordinatorUnavailable
 from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerUnavailable
 from .read_gate import ReadGate
+
+if TYPE_CHECKING:
+    from ..protocol.views.alter_configs import AlterConfigsRequest
+    from ..protocol.views.alter_partition_reassignments import AlterPartitionReassignmentsRequest
+    from ..protocol.views.alter_user_scram_credentials import AlterUserScramCredentialsRequest
+    from ..protocol.views.create_acls import CreateAclsRequest
+    from ..protocol.views.create_partitions import CreatePartitionsRequest
+    from ..protocol.views.create_topics import CreateTopicsRequest
+    from ..protocol.views.delete_acls import DeleteAclsRequest
+    from ..protocol.views.delete_topics import DeleteTopicsRequest
+    from ..protocol.views.elect_leaders import ElectLeadersRequest
+    from ..protocol.views.incremental_alter_configs import IncrementalAlterConfigsRequest
 
 log = logging.getLogger("hightide.forwarding")
 
@@ -149,41 +162,44 @@ def client_address(peer: str) -> bytes:
         return b""
 
 
-def error_response(api_key: int, version: int, req: Any, code: int, message: str) -> Any:
-    """The response of a forwarded API with ``code`` for every item of ``req``."""
+def error_response(api_key: int, version: int, req: object, code: int, message: str) -> Any:
+    """The response of a forwarded API with ``code`` for every item of ``req`` (the
+    decoded request of API ``api_key``: seen through its view per branch)."""
     cls = response_schema(api_key, version)
     item: dict[str, Any] = {"error_code": code, "error_message": message}
     body: dict[str, Any]
     if api_key == 19:
         body = {"topics": [{**item, "name": t.name, "topic_id": _ZERO_UUID, "num_partitions": -1,
                             "replication_factor": -1, "configs": None, "topic_config_error_code": 0}
-                           for t in req.topics]}
+                           for t in cast("CreateTopicsRequest", req).topics]}
     elif api_key == 20:
-        names = [getattr(t, "name", None) for t in getattr(req, "topics", ())] or list(getattr(req, "topic_names", ()))
-        ids = [getattr(t, "topic_id", None) for t in getattr(req, "topics", ())] or [None] * len(names)
+        delete = cast("DeleteTopicsRequest", req)
+        names = [t.name for t in opt(delete, "topics", ())] or list(opt(delete, "topic_names", ()))
+        ids = [t.topic_id for t in opt(delete, "topics", ())] or [None] * len(names)
         body = {"responses": [{**item, "name": n, "topic_id": i or _ZERO_UUID} for n, i in zip(names, ids)]}
     elif api_key == 37:
-        body = {"results": [{**item, "name": t.name} for t in req.topics]}
+        body = {"results": [{**item, "name": t.name} for t in cast("CreatePartitionsRequest", req).topics]}
     elif api_key in (33, 44):
         body = {"responses": [{**item, "resource_type": r.resource_type, "resource_name": r.resource_name}
-                              for r in req.resources]}
+                              for r in cast("AlterConfigsRequest | IncrementalAlterConfigsRequest", req).resources]}
     elif api_key == 30:
-        body = {"results": [dict(item) for _ in req.creations]}
+        body = {"results": [dict(item) for _ in cast("CreateAclsRequest", req).creations]}
     elif api_key == 31:
-        body = {"filter_results": [{**item, "matching_acls": []} for _ in req.filters]}
+        body = {"filter_results": [{**item, "matching_acls": []} for _ in cast("DeleteAclsRequest", req).filters]}
     elif api_key == 51:
-        users = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
+        scram = cast("AlterUserScramCredentialsRequest", req)
+        users = dict.fromkeys([d.name for d in scram.deletions] + [u.name for u in scram.upsertions])
         body = {"results": [{**item, "user": u} for u in users]}
     elif api_key == 55:
         body = {**item, "topics": [], "nodes": []}
     elif api_key == 43:
         body = {**item, "replica_election_results": [
             {"topic": t.topic, "partition_result": [{**item, "partition_id": p} for p in t.partitions]}
-            for t in req.topic_partitions or ()]}
+            for t in cast("ElectLeadersRequest", req).topic_partitions or ()]}
     elif api_key == 45:
         body = {**item, "responses": [
             {"name": t.name, "partitions": [{**item, "partition_index": p.partition_index} for p in t.partitions]}
-            for t in req.topics]}
+            for t in cast("AlterPartitionReassignmentsRequest", req).topics]}
     elif api_key == 46:
         body = {**item, "topics": []}
     else:
@@ -253,7 +269,7 @@ class Forwarder:
                                            f"{ErrorCode(code).name.upper()}")
             return data, metadata_offset(unknown)
 
-    async def forward(self, ctx: Any, req: Any) -> Any:
+    async def forward(self, ctx: Any, req: object) -> Any:
         """The handler of a forwarded API: the controller's answer, held until covered."""
         header = ctx.header
         name = FORWARDED.get(header.api_key, str(header.api_key))

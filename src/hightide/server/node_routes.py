@@ -12,12 +12,15 @@ node's parts (:mod:`hightide.node`), which know nothing of routes themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..node.broker_node import BrokerNode
 from ..node.forwarding import FORWARDED, Forwarder
 from ..node.read_gate import GATED_READS, ReadGate
 from .registry import Route, Routes
+
+if TYPE_CHECKING:
+    from ..protocol.views.api_versions import ApiVersionsRequest
 
 
 def broker_node_routes(routes: Routes, node: BrokerNode) -> dict[int, Route]:
@@ -28,7 +31,7 @@ def broker_node_routes(routes: Routes, node: BrokerNode) -> dict[int, Route]:
     if api_versions is not None:
         handler = api_versions.fn
 
-        async def settled_api_versions(ctx: Any, req: Any) -> Any:
+        async def settled_api_versions(ctx: Any, req: ApiVersionsRequest) -> Any:
             await node.features_settled()
             return handler(ctx, req)
         out[18] = Route(18, api_versions.min_version, api_versions.max_version, settled_api_versions,
@@ -59,7 +62,7 @@ def gated_routes(routes: Routes, gate: ReadGate, keys: Iterable[int] = GATED_REA
 def _gated(route: Route, gate: ReadGate) -> Callable[[Any, Any], Any]:
     name = GATED_READS.get(route.api_key, route.name)
 
-    async def handle(ctx: Any, req: Any) -> Any:
+    async def handle(ctx: Any, req: object) -> Any:
         await gate.wait_read(name)
         result = route.fn(ctx, req)
         if hasattr(result, "__await__"):

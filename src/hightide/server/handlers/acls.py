@@ -28,6 +28,9 @@ from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.create_acls import CreateAclsRequest
+    from ...protocol.views.delete_acls import DeleteAclsFilter, DeleteAclsRequest
+    from ...protocol.views.describe_acls import DescribeAclsRequest
     from ...cluster.image import MetadataImage
 
 CLUSTER_DENIED = (ErrorCode.cluster_authorization_failed, MESSAGES[ErrorCode.cluster_authorization_failed])
@@ -39,7 +42,7 @@ def _binding_dict(acl: AclBinding) -> dict:
             "permission_type": int(acl.permission)}
 
 
-def _filter(f: Any) -> AclBindingFilter:
+def _filter(f: DescribeAclsRequest | DeleteAclsFilter) -> AclBindingFilter:
     return AclBindingFilter.of(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
                                f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
@@ -55,7 +58,7 @@ def _refused(ctx: RequestContext, operation: AclOperation) -> tuple[ErrorCode, s
 
 
 @handles(29, 1, 3)
-def describe_acls_handler(ctx: RequestContext, req: Any) -> Any:
+def describe_acls_handler(ctx: RequestContext, req: DescribeAclsRequest) -> Any:
     """The matching bindings grouped by resource pattern (Kafka's ``aclsResources``).
     Needs DESCRIBE on the cluster (else a top-level CLUSTER_AUTHORIZATION_FAILED)."""
     refused = _refused(ctx, AclOperation.DESCRIBE)
@@ -74,7 +77,7 @@ def describe_acls_handler(ctx: RequestContext, req: Any) -> Any:
 
 
 @handles(30, 1, 3)
-async def create_acls_handler(ctx: RequestContext, req: Any) -> Any:
+async def create_acls_handler(ctx: RequestContext, req: CreateAclsRequest) -> Any:
     """Needs ALTER on the cluster (else every creation CLUSTER_AUTHORIZATION_FAILED)."""
     refused = _refused(ctx, AclOperation.ALTER)
     if refused is not None:
@@ -101,7 +104,7 @@ def _delete_result(r: DeleteResult) -> dict:
 
 
 @handles(31, 1, 3)
-async def delete_acls_handler(ctx: RequestContext, req: Any) -> Any:
+async def delete_acls_handler(ctx: RequestContext, req: DeleteAclsRequest) -> Any:
     """Needs ALTER on the cluster (else every filter CLUSTER_AUTHORIZATION_FAILED)."""
     refused = _refused(ctx, AclOperation.ALTER)
     if refused is not None:

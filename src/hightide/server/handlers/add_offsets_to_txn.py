@@ -4,7 +4,7 @@ TxnOffsetCommit holds pending there."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...group.records import OFFSETS_TOPIC
 from ...protocol.build import materialize
@@ -17,9 +17,12 @@ from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
 
+if TYPE_CHECKING:
+    from ...protocol.views.add_offsets_to_txn import AddOffsetsToTxnRequest
+
 
 @handles(25, 0, 4)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: AddOffsetsToTxnRequest) -> Any:
     code: ErrorCode
     if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
         code = ErrorCode.transactional_id_authorization_failed  # Kafka: WRITE on the id, then READ on the group

@@ -11,11 +11,12 @@ v4+ (brokers): a batch of transactions; one marked ``verify_only`` is only check
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...txn.state import TopicPartition
 from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
@@ -24,19 +25,25 @@ from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ...protocol.views.add_partitions_to_txn import AddPartitionsToTxnRequest, AddPartitionsToTxnTopic
+
 
 @handles(24, 0, 5)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: AddPartitionsToTxnRequest) -> Any:
     if ctx.version <= 3:
-        errors = _refused(ctx, req.v3_and_below_transactional_id, req.v3_and_below_topics) or await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                            req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
+        txn_id, topics = opt(req, "v3_and_below_transactional_id", ""), opt(req, "v3_and_below_topics", ())
+        errors = _refused(ctx, txn_id, topics) or await _one(ctx, txn_id, opt(req, "v3_and_below_producer_id", -1),
+                            opt(req, "v3_and_below_producer_epoch", -1), topics, False)
         return materialize(response_schema(24, ctx.version), {
-            "throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(req.v3_and_below_topics, errors)})
+            "throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(topics, errors)})
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # v4+ come from brokers (Kafka)
         return materialize(response_schema(24, ctx.version), {
             "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []})
     results = []
-    for txn in req.transactions:
+    for txn in opt(req, "transactions", ()):
         errors = await _one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
                             txn.verify_only)
         results.append({"transactional_id": txn.transactional_id,
@@ -45,7 +52,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         "throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results})
 
 
-def _refused(ctx: RequestContext, transactional_id: str, topics: Any) -> dict[TopicPartition, ErrorCode] | None:
+def _refused(ctx: RequestContext, transactional_id: str, topics: Sequence[AddPartitionsToTxnTopic]) -> dict[TopicPartition, ErrorCode] | None:
     """Kafka's check of a client's (v0-v3) request: WRITE on the transactional id (every
     partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic (internal
     topics are never authorized); a refused topic fails the whole transaction: its
@@ -68,7 +75,7 @@ def _refused(ctx: RequestContext, transactional_id: str, topics: Any) -> dict[To
             else ErrorCode.operation_not_attempted for tp in parts}
 
 
-async def _one(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, topics: Any,
+async def _one(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, topics: Sequence[AddPartitionsToTxnTopic],
                verify_only: bool) -> dict[TopicPartition, ErrorCode]:
     """The error of each partition of one transaction's request."""
     parts = [(t.name, int(p)) for t in topics for p in t.partitions]
@@ -91,7 +98,7 @@ def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     return t is not None and partition in t.partitions
 
 
-def _topic_results(topics: Any, errors: dict[TopicPartition, ErrorCode]) -> list[dict]:
+def _topic_results(topics: Sequence[AddPartitionsToTxnTopic], errors: dict[TopicPartition, ErrorCode]) -> list[dict]:
     return [{"name": t.name, "results_by_partition": [
         {"partition_index": p, "partition_error_code": errors[(t.name, int(p))]} for p in t.partitions]}
         for t in topics]

@@ -30,6 +30,7 @@ from ...config import (
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import config_resource_refused
 from ...services import MetadataAccess
@@ -38,6 +39,8 @@ from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.describe_configs import DescribeConfigsRequest
+    from ...protocol.views.incremental_alter_configs import IncrementalAlterConfigsRequest
     from ...cluster.image import MetadataImage
     from ...config import BrokerConfig
 
@@ -158,10 +161,10 @@ def describe_group(image: MetadataImage, config: BrokerConfig, name: str, keys: 
 
 
 @handles(32, 1, 4)
-def describe_configs(ctx: RequestContext, req: Any) -> Any:
+def describe_configs(ctx: RequestContext, req: DescribeConfigsRequest) -> Any:
     results = []
-    synonyms = bool(getattr(req, "include_synonyms", False))
-    docs = bool(getattr(req, "include_documentation", False))
+    synonyms = req.include_synonyms
+    docs = bool(opt(req, "include_documentation", False))
     image, config = ctx.image, ctx.config
     for r in req.resources:
         keys = set(r.configuration_keys) if r.configuration_keys else None
@@ -250,7 +253,7 @@ async def alter_broker(metadata: MetadataAccess, name: str, ops: ConfigOps | Cal
 
 
 @handles(44, 0, 1)
-async def incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
+async def incremental_alter_configs(ctx: RequestContext, req: IncrementalAlterConfigsRequest) -> Any:
     metadata = ctx.metadata
     responses = []
     ops: ConfigOps

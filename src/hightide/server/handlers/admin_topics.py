@@ -18,6 +18,7 @@ from ...cluster.controller import NewTopic, TopicResult
 from ...config import TOPIC_CONFIGS, effective_topic_config
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import MESSAGES, authorizer
 from ..context import RequestContext
@@ -25,6 +26,9 @@ from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.create_partitions import CreatePartitionsRequest, CreatePartitionsTopic
+    from ...protocol.views.create_topics import CreateTopicsRequest
+    from ...protocol.views.delete_topics import DeleteTopicsRequest
     from ...cluster.image import MetadataImage
     from ...config import BrokerConfig
 
@@ -65,7 +69,7 @@ def _creatable(ctx: RequestContext, names: set[str]) -> tuple[set[str], set[str]
 
 
 @handles(19, 2, 7)
-async def create_topics(ctx: RequestContext, req: Any) -> Any:
+async def create_topics(ctx: RequestContext, req: CreateTopicsRequest) -> Any:
     """Topics the principal may not create answer TOPIC_AUTHORIZATION_FAILED ("Authorization
     failed.") and are not passed to the controller; a created topic whose configs it may
     not describe answers TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED with no configs."""
@@ -140,13 +144,14 @@ def _deletable(ctx: RequestContext, names: list[str], ids: list[uuid.UUID]
 
 
 @handles(20, 1, 6)
-async def delete_topics(ctx: RequestContext, req: Any) -> Any:
+async def delete_topics(ctx: RequestContext, req: DeleteTopicsRequest) -> Any:
     b = ctx.metadata
     if ctx.version >= 6:
-        names = [t.name for t in req.topics if t.name is not None]
-        ids = [t.topic_id for t in req.topics if t.name is None and t.topic_id is not None]
+        topics = opt(req, "topics", ())
+        names = [t.name for t in topics if t.name is not None]
+        ids = [t.topic_id for t in topics if t.name is None and t.topic_id is not None]
     else:
-        names, ids = list(req.topic_names), []
+        names, ids = list(opt(req, "topic_names", ())), []
     names, ids, refused = _deletable(ctx, names, ids)
     try:
         results = await b.write_metadata(lambda image: b.controller.delete_topics(image, names, ids))
@@ -159,7 +164,7 @@ async def delete_topics(ctx: RequestContext, req: Any) -> Any:
 
 
 @handles(37, 0, 3)
-async def create_partitions(ctx: RequestContext, req: Any) -> Any:
+async def create_partitions(ctx: RequestContext, req: CreatePartitionsRequest) -> Any:
     b = ctx.metadata
     results = []
     seen: set[str] = set()
@@ -176,7 +181,7 @@ async def create_partitions(ctx: RequestContext, req: Any) -> Any:
                             "error_message": None})
             continue
         assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-        def op(image: MetadataImage, t: Any = t, assignments: list[list[int]] | None = assignments) -> tuple:
+        def op(image: MetadataImage, t: CreatePartitionsTopic = t, assignments: list[list[int]] | None = assignments) -> tuple:
             code, msg, records = b.controller.create_partitions(image, t.name, t.count, assignments)
             return (code, msg), records if code == ErrorCode.none and not req.validate_only else []
         try:

@@ -19,11 +19,12 @@ from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import service_handler
 
 if TYPE_CHECKING:
+    from ...protocol.views.allocate_producer_ids import AllocateProducerIdsRequest
     from ...node.controller_service import ControllerService
 
 
 @service_handler(67, 0, 0)
-async def allocate_producer_ids(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+async def allocate_producer_ids(service: ControllerService, ctx: RequestContext, req: AllocateProducerIdsRequest) -> Any:
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: brokers only
         code = ErrorCode.cluster_authorization_failed
     else:

@@ -28,6 +28,7 @@ from ..registry import handles
 from .admin_configs import alter_broker, write_alter
 
 if TYPE_CHECKING:
+    from ...protocol.views.alter_configs import AlterConfigsRequest
     from ...cluster.image import MetadataImage
 
 SET, DELETE = 0, 1
@@ -70,7 +71,7 @@ async def _alter_resource(metadata: MetadataAccess, rtype: int, name: str, wante
 
 
 @handles(33, 0, 2)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: AlterConfigsRequest) -> Any:
     count = Counter((r.resource_type, r.resource_name) for r in req.resources)
     answered: set[tuple[int, str]] = set()
     msg: str | None

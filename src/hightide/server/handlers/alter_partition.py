@@ -12,34 +12,38 @@ registrations), Kafka 4's versions. Brokers only: CLUSTER_ACTION on the cluster
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...cluster.replication_control import AlterPartitionAnswer, IsrRequest
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.alter_partition import AlterPartitionRequest, PartitionData
 
-def _isr(version: int, p: Any) -> tuple[tuple[int, int], ...]:
+
+def _isr(version: int, p: PartitionData) -> tuple[tuple[int, int], ...]:
     if version >= 3:
-        return tuple((int(b.broker_id), int(b.broker_epoch)) for b in p.new_isr_with_epochs)
-    return tuple((int(b), -1) for b in p.new_isr)
+        return tuple((int(b.broker_id), int(b.broker_epoch)) for b in opt(p, "new_isr_with_epochs", ()))
+    return tuple((int(b), -1) for b in opt(p, "new_isr", ()))
 
 
-def isr_requests(version: int, req: Any) -> list[tuple[Any, list[IsrRequest]]]:
+def isr_requests(version: int, req: AlterPartitionRequest) -> list[tuple[Any, list[IsrRequest]]]:
     """The request's topics as (topic id, partitions)."""
     return [(t.topic_id, [IsrRequest(int(p.partition_index), int(p.leader_epoch), _isr(version, p),
-                                     int(getattr(p, "leader_recovery_state", 0)), int(p.partition_epoch))
+                                     int(p.leader_recovery_state), int(p.partition_epoch))
                           for p in t.partitions]) for t in req.topics]
 
 
 @handles(56, 2, 3)
-async def alter_partition(ctx: RequestContext, req: Any) -> Any:
+async def alter_partition(ctx: RequestContext, req: AlterPartitionRequest) -> Any:
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         return _response(ctx.version, AlterPartitionAnswer(ErrorCode.cluster_authorization_failed))
     topics = isr_requests(ctx.version, req)

@@ -9,7 +9,7 @@ every unfenced broker has applied (``metadata.read.consistency=acknowledged``: a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...cluster.features import SUPPORTED_FEATURES
 from ...protocol.build import materialize
@@ -19,9 +19,12 @@ from ...protocol.server_connection import api_version_ranges
 from ..context import RequestContext
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.api_versions import ApiVersionsRequest
+
 
 @handles(18, 0, 4)
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ApiVersionsRequest) -> Any:
     ranges = api_version_ranges(ctx.routes)
     view = ctx.services.cluster_view
     if view is not None:

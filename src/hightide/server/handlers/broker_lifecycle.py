@@ -19,6 +19,7 @@ lifecycle core's terms and answers with the core's reply:
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.lifecycle import Heartbeat, HeartbeatReply, Registration, heartbeat_response
@@ -26,38 +27,42 @@ from ...protocol.broker_heartbeat_response import encode_broker_heartbeat_respon
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..registry import service_handler
 
 if TYPE_CHECKING:
+    from ...protocol.views.broker_heartbeat import BrokerHeartbeatRequest
+    from ...protocol.views.broker_registration import BrokerRegistrationRequest
+    from ...protocol.views.unregister_broker import UnregisterBrokerRequest
     from ...node.controller_service import ControllerService
 
 
-def registration(req: Any, version: int) -> Registration:
-    """The core's view of a BrokerRegistrationRequest (any version)."""
+def registration(req: BrokerRegistrationRequest, incarnation_id: uuid.UUID, version: int) -> Registration:
+    """The core's view of a BrokerRegistrationRequest (any version) with an incarnation id."""
     listeners = tuple((x.name, x.host, int(x.port), int(x.security_protocol)) for x in req.listeners)
     features = tuple((f.name, int(f.min_supported_version), int(f.max_supported_version)) for f in req.features)
-    log_dirs = tuple(str(d) for d in getattr(req, "log_dirs", ()) if d is not None)
-    return Registration(int(req.broker_id), req.cluster_id, req.incarnation_id, listeners, features, req.rack, log_dirs)
+    log_dirs = tuple(str(d) for d in opt(req, "log_dirs", ()) if d is not None)
+    return Registration(int(req.broker_id), req.cluster_id, incarnation_id, listeners, features, req.rack, log_dirs)
 
 
 @service_handler(62, 0, 4)
-async def broker_registration(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+async def broker_registration(service: ControllerService, ctx: RequestContext, req: BrokerRegistrationRequest) -> Any:
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: brokers only
         code, epoch = ErrorCode.cluster_authorization_failed, -1
     elif req.incarnation_id is None:
         code, epoch = ErrorCode.invalid_registration, -1
     else:
-        reply = await service.register(registration(req, ctx.version))
+        reply = await service.register(registration(req, req.incarnation_id, ctx.version))
         code, epoch = reply.error_code, reply.broker_epoch
     return materialize(response_schema(62, ctx.version), {"throttle_time": 0, "error_code": code,
                                                           "broker_epoch": epoch})
 
 
 @service_handler(63, 0, 2)
-async def broker_heartbeat(service: ControllerService, ctx: RequestContext, req: Any) -> bytes:
+async def broker_heartbeat(service: ControllerService, ctx: RequestContext, req: BrokerHeartbeatRequest) -> bytes:
     hb = Heartbeat(int(req.broker_id), int(req.broker_epoch), int(req.current_metadata_offset),
                    bool(req.want_fence), bool(req.want_shut_down))
     reply: HeartbeatReply
@@ -69,7 +74,7 @@ async def broker_heartbeat(service: ControllerService, ctx: RequestContext, req:
 
 
 @service_handler(64, 0, 0)
-async def unregister_broker(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+async def unregister_broker(service: ControllerService, ctx: RequestContext, req: UnregisterBrokerRequest) -> Any:
     if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: ALTER on the cluster (an operator's call)
         code, msg = ErrorCode.cluster_authorization_failed, None
     else:

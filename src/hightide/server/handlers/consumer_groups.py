@@ -12,13 +12,15 @@ principal may DESCRIBE (:func:`regex_describable`).
 from __future__ import annotations
 
 import datetime
+import uuid
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...group.consumer_api import HeartbeatRequest, HeartbeatResponse
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import allowed_names, authorize, authorizer, refused_names
@@ -26,7 +28,12 @@ from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group
 
+if TYPE_CHECKING:
+    from ...protocol.views.consumer_group_describe import ConsumerGroupDescribeRequest
+    from ...protocol.views.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1 MemberType: a KIP-848 member
+_ZERO_UUID = uuid.UUID(int=0)  # kio reads Kafka's zero topic id (Uuid.ZERO) as None
 
 
 def _ms(td: datetime.timedelta) -> int:
@@ -38,20 +45,20 @@ def _host(ctx: RequestContext) -> str:
 
 
 # -- ConsumerGroupHeartbeat -------------------------------------------------------------------
-def _heartbeat_request(ctx: RequestContext, req: Any) -> HeartbeatRequest:
+def _heartbeat_request(ctx: RequestContext, req: ConsumerGroupHeartbeatRequest) -> HeartbeatRequest:
     owned = req.topic_partitions
     names = req.subscribed_topic_names
     return HeartbeatRequest(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
         instance_id=req.instance_id, rack_id=req.rack_id, rebalance_timeout_ms=_ms(req.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(names),
-        subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
+        subscribed_topic_regex=opt(req, "subscribed_topic_regex", None),
         server_assignor=req.server_assignor,
-        topic_partitions=None if owned is None else tuple((t.topic_id, tuple(t.partitions)) for t in owned),
+        topic_partitions=None if owned is None else tuple((t.topic_id or _ZERO_UUID, tuple(t.partitions)) for t in owned),
         client_id=ctx.header.client_id or "", client_host=_host(ctx), api_version=ctx.version)
 
 
-def heartbeat_refused(ctx: RequestContext, group_id: str, subscribed: Any) -> ErrorCode | None:
+def heartbeat_refused(ctx: RequestContext, group_id: str, subscribed: Collection[str] | None) -> ErrorCode | None:
     """Kafka's check of a consumer or share group heartbeat: READ on the group (else
     GROUP_AUTHORIZATION_FAILED), and DESCRIBE on every subscribed topic name (else
     TOPIC_AUTHORIZATION_FAILED: clients may not learn of topics they cannot describe)."""
@@ -73,7 +80,7 @@ def regex_describable(ctx: RequestContext) -> Callable[[Collection[str]], Collec
 
 
 @handles(68, 0, 1)
-async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+async def consumer_group_heartbeat(ctx: RequestContext, req: ConsumerGroupHeartbeatRequest) -> Any:
     runtime = ctx.groups
     hb = _heartbeat_request(ctx, req)
     refused = heartbeat_refused(ctx, req.group_id, req.subscribed_topic_names)
@@ -110,7 +117,7 @@ def _describe(ctx: RequestContext, group_id: str, authorized_operations: bool) -
 
 
 @handles(69, 0, 1)
-def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
+def consumer_group_describe(ctx: RequestContext, req: ConsumerGroupDescribeRequest) -> Any:
     return materialize(response_schema(69, ctx.version),
                        {"throttle_time": 0, "groups": [_describe(ctx, g, req.include_authorized_operations)
                                                         for g in req.group_ids]})

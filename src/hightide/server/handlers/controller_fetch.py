@@ -43,6 +43,7 @@ from ...log.partition_log import OffsetOutOfRange
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
@@ -51,6 +52,7 @@ from .raft_rpcs import is_voter_fetch, voter_fetch
 from ..registry import service_handler
 
 if TYPE_CHECKING:
+    from ...protocol.views.fetch import FetchPartition, FetchRequest, FetchTopic
     from ...node.controller_service import ControllerService
 
 #: Kafka's ``Uuid.METADATA_TOPIC_ID`` (Uuid(0, 1)).
@@ -59,30 +61,31 @@ METADATA_TOPIC_ID = uuid.UUID(int=1)
 METADATA_KEY = (METADATA_TOPIC, 0)
 
 
-def _names_metadata(req: Any, version: int) -> tuple[Any, Any] | None:
+def _names_metadata(req: FetchRequest, version: int) -> tuple[FetchTopic, FetchPartition] | None:
     """(topic, partition) of the request if it fetches exactly ``__cluster_metadata-0``."""
     if len(req.topics) != 1 or len(req.topics[0].partitions) != 1:
         return None
     t = req.topics[0]
-    ok = t.topic_id == METADATA_TOPIC_ID if version >= 13 else t.topic == METADATA_TOPIC
+    ok = opt(t, "topic_id", None) == METADATA_TOPIC_ID if version >= 13 else opt(t, "topic", None) == METADATA_TOPIC
     p = t.partitions[0]
     return (t, p) if ok and p.partition == 0 else None
 
 
-def _replica(req: Any, version: int) -> tuple[int, int | None]:
-    if version >= 15:
-        return int(req.replica_state.replica_id), int(req.replica_state.replica_epoch)
-    return int(getattr(req, "replica_id", -1)), None
+def _replica(req: FetchRequest, version: int) -> tuple[int, int | None]:
+    state = opt(req, "replica_state", None)  # v15+
+    if version >= 15 and state is not None:
+        return int(state.replica_id), int(state.replica_epoch)
+    return int(opt(req, "replica_id", -1)), None
 
 
 @service_handler(1, 4, 17)
-async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+async def fetch(service: ControllerService, ctx: RequestContext, req: FetchRequest) -> Any:
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: the metadata log is for brokers
         return _respond(service, ctx, None, None, error=ErrorCode.cluster_authorization_failed)
     found = _names_metadata(req, ctx.version)
     if found is None:
         return _respond(service, ctx, None, None, error=ErrorCode.invalid_request)
-    cluster_id = getattr(req, "cluster_id", None)
+    cluster_id = opt(req, "cluster_id", None)
     if cluster_id is not None and cluster_id != ctx.identity.cluster_id:
         return _respond(service, ctx, found[0], None, error=ErrorCode.inconsistent_cluster_id)
     topic, part = found
@@ -92,7 +95,7 @@ async def fetch(service: ControllerService, ctx: RequestContext, req: Any) -> An
     if not service.is_active:
         return _respond(service, ctx, topic, _partition(service, error=ErrorCode.not_leader_or_follower))
     fetch_offset = int(part.fetch_offset)
-    last_epoch = int(getattr(part, "last_fetched_epoch", -1))
+    last_epoch = int(opt(part, "last_fetched_epoch", -1))
     if fetch_offset < 0:
         return _respond(service, ctx, topic, _partition(service, error=ErrorCode.invalid_request))
     end = service.committed_end()
@@ -155,7 +158,7 @@ def _partition(service: ControllerService, *, error: ErrorCode = ErrorCode.none,
             "snapshot_id": {"end_offset": -1, "epoch": -1}}
 
 
-def _respond(service: ControllerService, ctx: RequestContext, topic: Any, partition: dict | None, *,
+def _respond(service: ControllerService, ctx: RequestContext, topic: FetchTopic | None, partition: dict | None, *,
              error: ErrorCode = ErrorCode.none) -> Any:
     responses = []
     if topic is not None and partition is not None:

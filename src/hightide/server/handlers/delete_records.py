@@ -3,7 +3,7 @@ watermark); whole segments below it are deleted."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.codec import response_schema
 
@@ -16,9 +16,12 @@ from ..context import RequestContext
 from ..registry import handles
 from .common import resolve_partition
 
+if TYPE_CHECKING:
+    from ...protocol.views.delete_records import DeleteRecordsRequest
+
 
 @handles(21, 0, 2)
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DeleteRecordsRequest) -> Any:
     denied = refused_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
     topics = []
     for t in req.topics:

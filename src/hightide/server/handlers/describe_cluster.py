@@ -9,7 +9,7 @@ the request came in on (v2 ``IncludeFencedBrokers``: the fenced ones too, marked
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.codec import response_schema
 
@@ -17,18 +17,22 @@ from ...protocol.build import materialize
 from ...security.acl import CLUSTER_NAME, ResourceType
 from ..authorization import authorized_operations
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ..context import RequestContext
 from ..leadership import alive_brokers, in_cluster
 from ..registry import handles
+
+if TYPE_CHECKING:
+    from ...protocol.views.describe_cluster import DescribeClusterRequest
 
 CLUSTER_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 @handles(60, 0, 2)
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeClusterRequest) -> Any:
     b = ctx.identity
     host, port = b.advertised
-    endpoint_type = getattr(req, "endpoint_type", 1)
+    endpoint_type = opt(req, "endpoint_type", 1)
     if endpoint_type not in (1,):
         return materialize(response_schema(60, ctx.version), {
             "throttle_time": 0, "error_code": ErrorCode.unsupported_endpoint_type,
@@ -40,7 +44,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     controller_id = b.node_id
     if in_cluster(ctx):
         listed = alive_brokers(ctx.image, ctx.services.listener,
-                               include_fenced=getattr(req, "include_fenced_brokers", False))
+                               include_fenced=opt(req, "include_fenced_brokers", False))
         brokers = [{"broker_id": n, "host": h, "port": p, "rack": r, "is_fenced": fenced}
                    for (n, h, p, r), fenced in listed]
         alive = [x["broker_id"] for x in brokers if not x["is_fenced"]]

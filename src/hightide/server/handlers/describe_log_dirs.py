@@ -39,6 +39,7 @@ from ..context import RequestContext
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.describe_log_dirs import DescribeLogDirsRequest
     from ...log.partition_log import PartitionLog
 
 #: How long the volume's size may take to read before the dir is answered without it.
@@ -74,7 +75,7 @@ async def volume_bytes(path: str) -> tuple[int, int]:
 
 
 @handles(35, 1, 5)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: DescribeLogDirsRequest) -> Any:
     cls = response_schema(35, ctx.version)
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         return materialize(cls, {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,

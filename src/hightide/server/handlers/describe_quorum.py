@@ -33,6 +33,7 @@ from ...cluster.metadata_log import METADATA_TOPIC
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
@@ -42,6 +43,8 @@ Nodes = list[tuple[int, list[tuple[str, str, int]]]]  # (voter id, its listeners
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.describe_cluster import DescribeClusterRequest
+    from ...protocol.views.describe_quorum import DescribeQuorumRequest
     from ...node.controller_service import ControllerService
 
 ENDPOINT_TYPE_BROKERS, ENDPOINT_TYPE_CONTROLLERS = 1, 2
@@ -52,7 +55,7 @@ def _replica(p: ReplicaProgress) -> dict:
             "last_fetch_timestamp": p.last_fetch_ms, "last_caught_up_timestamp": p.last_caught_up_ms}
 
 
-def _answer(ctx: RequestContext, req: Any, node_id: int, high_watermark: int, voters: list[ReplicaProgress],
+def _answer(ctx: RequestContext, req: DescribeQuorumRequest, node_id: int, high_watermark: int, voters: list[ReplicaProgress],
             observers: list[ReplicaProgress], nodes: Nodes, leader_epoch: int = LEADER_EPOCH,
             error: ErrorCode = ErrorCode.none) -> Any:
     """The answer; DescribeQuorum needs DESCRIBE on the cluster (Kafka's ControllerApis),
@@ -87,7 +90,7 @@ def _answer(ctx: RequestContext, req: Any, node_id: int, high_watermark: int, vo
 
 
 @handles(55, 0, 2)
-def describe_quorum(ctx: RequestContext, req: Any) -> Any:
+def describe_quorum(ctx: RequestContext, req: DescribeQuorumRequest) -> Any:
     """The single node's answer: it is the one voter, always caught up; no observers."""
     end = ctx.image.offset + 1  # the image is applied once committed: its next offset is the committed end
     node_id = ctx.identity.node_id
@@ -96,7 +99,7 @@ def describe_quorum(ctx: RequestContext, req: Any) -> Any:
     return _answer(ctx, req, node_id, end, [voter], [], [(node_id, [("PLAINTEXT", host, port)])])
 
 
-def controller_describe_quorum(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+def controller_describe_quorum(service: ControllerService, ctx: RequestContext, req: DescribeQuorumRequest) -> Any:
     """A controller's answer: the voters (itself alone, or the quorum as its leader sees
     it), the fetching brokers as observers; NOT_LEADER_OR_FOLLOWER on a non-leader."""
     quorum = service.quorum(ctx.now_ms)
@@ -120,9 +123,9 @@ def _voter_nodes(service: ControllerService) -> Nodes:
     return sorted(nodes)
 
 
-def controller_describe_cluster(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+def controller_describe_cluster(service: ControllerService, ctx: RequestContext, req: DescribeClusterRequest) -> Any:
     """KIP-919: a controller describes the controllers (itself, the one voter)."""
-    endpoint_type = int(getattr(req, "endpoint_type", ENDPOINT_TYPE_BROKERS))
+    endpoint_type = int(opt(req, "endpoint_type", ENDPOINT_TYPE_BROKERS))
     base: dict[str, Any] = {"throttle_time": 0, "endpoint_type": endpoint_type, "cluster_id": ctx.identity.cluster_id or "",
             "controller_id": service.leader_id, "cluster_authorized_operations": -2147483648}
     if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: on a controller, ALTER on the cluster

@@ -47,6 +47,7 @@ from ..leadership import NO_LEADER, acting, in_cluster
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.describe_topic_partitions import DescribeTopicPartitionsRequest
     from ...cluster.broker_image import BrokerRegistration
 
 #: Kafka's ``max.request.partition.size.limit`` default: the most partitions one answer holds.
@@ -126,13 +127,13 @@ def describe(topics: Mapping[str, TopicImage], names: list[str], fetch_all: bool
     return out, None
 
 
-def _invalid(ctx: RequestContext, req: Any) -> Any:
+def _invalid(ctx: RequestContext, req: DescribeTopicPartitionsRequest) -> Any:
     return materialize(response_schema(75, ctx.version), {"throttle_time": 0, "next_cursor": None, "topics": [
         {**_error_topic(t.name, ErrorCode.invalid_request), "is_internal": False} for t in req.topics]})
 
 
 @handles(75, 0, 0)
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeTopicPartitionsRequest) -> Any:
     image = ctx.image
     fetch_all = len(req.topics) == 0
     cursor = (req.cursor.topic_name, int(req.cursor.partition_index)) if req.cursor is not None else None

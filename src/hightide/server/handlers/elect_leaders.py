@@ -11,26 +11,30 @@ every partition otherwise); an unknown election type is INVALID_REQUEST.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...cluster.replication_control import PREFERRED, UNCLEAN
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.elect_leaders import ElectLeadersRequest
 
-def _everyone(req: Any, code: ErrorCode, message: str | None) -> list[tuple[str, list[tuple[int, ErrorCode, str | None]]]]:
+
+def _everyone(req: ElectLeadersRequest, code: ErrorCode, message: str | None) -> list[tuple[str, list[tuple[int, ErrorCode, str | None]]]]:
     return [(t.topic, [(int(p), code, message) for p in t.partitions]) for t in req.topic_partitions or ()]
 
 
 @handles(43, 0, 2)
-async def elect_leaders(ctx: RequestContext, req: Any) -> Any:
-    election_type = int(getattr(req, "election_type", 0))  # v0: preferred only
+async def elect_leaders(ctx: RequestContext, req: ElectLeadersRequest) -> Any:
+    election_type = int(opt(req, "election_type", 0))  # v0: preferred only
     wanted = None if req.topic_partitions is None else [(t.topic, [int(p) for p in t.partitions])
                                                          for t in req.topic_partitions]
     if not authorize_cluster(ctx, AclOperation.ALTER):

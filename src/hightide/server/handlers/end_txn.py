@@ -5,7 +5,7 @@ offered). Answered once the decision is durable (and its markers are written, se
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
@@ -17,9 +17,12 @@ from ..context import RequestContext
 from ..registry import handles
 from .txn_common import fenced_error
 
+if TYPE_CHECKING:
+    from ...protocol.views.end_txn import EndTxnRequest
+
 
 @handles(26, 0, 4)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: EndTxnRequest) -> Any:
     if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
         return materialize(response_schema(26, ctx.version), {
             "throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed})

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.codec import decode_request, encode_response, parse_header
 from ...protocol.envelope_response import EnvelopeResponse, encode_envelope_response
@@ -40,12 +40,15 @@ from ..context import RequestContext
 from ...node.forwarding import FORWARDED
 from ..registry import RawResponse, handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.envelope import EnvelopeRequest
+
 log = logging.getLogger("hightide.controller")
 
 
 
 @handles(58, 0, 0)
-async def envelope(ctx: RequestContext, req: Any) -> bytes:
+async def envelope(ctx: RequestContext, req: EnvelopeRequest) -> bytes:
     corr = ctx.header.correlation_id
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # Kafka: only brokers may forward
         log.warning("Envelope from %s refused: %s lacks CLUSTER_ACTION", ctx.peer, ctx.principal)

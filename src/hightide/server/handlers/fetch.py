@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...log.partition_log import OffsetOutOfRange, PartitionLog
 from ...protocol.errors import ErrorCode
 from ...protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
 from ...protocol.regions import close_regions
+from ...protocol.views import opt
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorizer
 from ...services import PartitionLogs
@@ -54,6 +55,9 @@ from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from ..request_log import REQUEST_LOGGER
 from .common import check_leader_epoch
+
+if TYPE_CHECKING:
+    from ...protocol.views.fetch import FetchPartition, FetchRequest
 
 FINAL_EPOCH = -1
 
@@ -69,7 +73,7 @@ class Replica:
     broker_epoch: int
 
 
-def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[str] | None = None,
+def _read_all(ctx: RequestContext, req: FetchRequest, read_committed: bool, refused: set[str] | None = None,
               replica: Replica | None = None) -> tuple[list[TopicData], int, bool, list[Watched]]:
     """One pass over the requested partitions. Returns (topics, bytes, any error, the
     partitions to wait on). Topics in ``refused`` answer TOPIC_AUTHORIZATION_FAILED.
@@ -84,7 +88,7 @@ def _read_all(ctx: RequestContext, req: Any, read_committed: bool, refused: set[
         raise
 
 
-def _read_topics(ctx: RequestContext, req: Any, read_committed: bool, refused: set[str] | None,
+def _read_topics(ctx: RequestContext, req: FetchRequest, read_committed: bool, refused: set[str] | None,
                  replica: Replica | None, out: list[TopicData]) -> tuple[list[TopicData], int, bool, list[Watched]]:
     """:func:`_read_all`'s pass, appending each topic to ``out`` before reading it."""
     image = ctx.image
@@ -94,13 +98,14 @@ def _read_topics(ctx: RequestContext, req: Any, read_committed: bool, refused: s
     errors = False
     keys = []
     for t in req.topics:
+        topic_id = opt(t, "topic_id", None)  # v13+
         if ctx.version >= 13:
-            timg = image.topic_by_id(t.topic_id)
+            timg = image.topic_by_id(topic_id) if topic_id is not None else None
             name = timg.name if timg else None
         else:
-            name = t.topic
+            name = opt(t, "topic", "")
             timg = image.topics.get(name)
-        td = TopicData(name, t.topic_id if ctx.version >= 13 else None, [])
+        td = TopicData(name, topic_id, [])
         out.append(td)
         for p in t.partitions:
             pd = PartitionData(p.partition)
@@ -125,7 +130,7 @@ def _read_topics(ctx: RequestContext, req: Any, read_committed: bool, refused: s
                 continue
             epoch = timg.partitions[p.partition].leader_epoch
             keys.append(((timg.name, p.partition), p.fetch_offset, p.partition_max_bytes, epoch))
-            err = check_leader_epoch(getattr(p, "current_leader_epoch", -1), epoch)
+            err = check_leader_epoch(opt(p, "current_leader_epoch", -1), epoch)
             pd.high_watermark = plog.high_watermark
             pd.last_stable_offset = plog.last_stable_offset
             pd.log_start_offset = plog.log_start_offset
@@ -197,21 +202,21 @@ def _read_regions(topics: list[TopicData]) -> None:
         raise
 
 
-def _diverged(plog: PartitionLog, p: Any, pd: PartitionData) -> bool:
+def _diverged(plog: PartitionLog, p: FetchPartition, pd: PartitionData) -> bool:
     """Fetch v12+ from a follower (Kafka's ``Partition.readRecords``): True, with no
     records, when its LastFetchedEpoch / FetchOffset diverge from this leader's log
     (``pd.diverging_epoch`` = our largest epoch <= it and where that epoch ends here: the
     follower truncates there and fetches again) or when the end of that epoch is unknown
     here or the offset is below our log start (OFFSET_OUT_OF_RANGE)."""
     try:
-        pd.diverging_epoch = plog.diverging_epoch(getattr(p, "last_fetched_epoch", -1), p.fetch_offset)
+        pd.diverging_epoch = plog.diverging_epoch(opt(p, "last_fetched_epoch", -1), p.fetch_offset)
     except OffsetOutOfRange:
         pd.error_code = ErrorCode.offset_out_of_range
         return True
     return pd.diverging_epoch is not None
 
 
-def _follower_fetched(ctx: RequestContext, replica: Replica, topic: str, p: Any, plog: PartitionLog,
+def _follower_fetched(ctx: RequestContext, replica: Replica, topic: str, p: FetchPartition, plog: PartitionLog,
                       pd: PartitionData) -> bool:
     """Record a follower's fetch of a partition it could read (see the module doc) and put
     the HW after it in ``pd``. False (``pd.error_code`` set) when the replica manager
@@ -219,7 +224,7 @@ def _follower_fetched(ctx: RequestContext, replica: Replica, topic: str, p: Any,
     replicas = ctx.services.replicas
     code = ErrorCode.not_leader_or_follower if replicas is None else replicas.follower_fetched(
         topic, p.partition, replica.replica_id, replica.broker_epoch, p.fetch_offset,
-        getattr(p, "log_start_offset", -1), getattr(p, "current_leader_epoch", -1))
+        opt(p, "log_start_offset", -1), opt(p, "current_leader_epoch", -1))
     if code != ErrorCode.none:
         pd.error_code = code
         return False
@@ -299,7 +304,7 @@ def _ready(ctx: RequestContext, parked: list[_Position], read_committed: bool, m
     return False
 
 
-async def _long_poll(ctx: RequestContext, req: Any, read_committed: bool, deadline: float,
+async def _long_poll(ctx: RequestContext, req: FetchRequest, read_committed: bool, deadline: float,
                      watched: list[Watched], refused: set[str] | None, replica: Replica | None) -> RawResponse:
     """Park until :func:`_ready` or the deadline, re-checking positions on every append
     to a watched partition (and HW move); then read every partition once and answer."""
@@ -334,21 +339,21 @@ def _leader_endpoints(ctx: RequestContext, topics: list[TopicData]) -> list[tupl
                                 if pd.current_leader is not None))
 
 
-def _replica_id(req: Any) -> int:
-    state = getattr(req, "replica_state", None)  # v15+: ReplicaState.ReplicaId
-    return state.replica_id if state is not None else getattr(req, "replica_id", -1)
+def _replica_id(req: FetchRequest) -> int:
+    state = opt(req, "replica_state", None)  # v15+: ReplicaState.ReplicaId
+    return state.replica_id if state is not None else opt(req, "replica_id", -1)
 
 
-def _replica(req: Any) -> Replica | None:
+def _replica(req: FetchRequest) -> Replica | None:
     """The follower a fetch comes from (replica id >= 0), else None (a consumer)."""
     replica_id = _replica_id(req)
     if replica_id < 0:
         return None
-    state = getattr(req, "replica_state", None)
+    state = opt(req, "replica_state", None)
     return Replica(replica_id, state.replica_epoch if state is not None else -1)
 
 
-def _refused_topics(ctx: RequestContext, req: Any) -> set[str] | None:
+def _refused_topics(ctx: RequestContext, req: FetchRequest) -> set[str] | None:
     """Kafka's fetch authorization: a follower's fetch (replica id >= 0) needs
     CLUSTER_ACTION on the cluster, else every topic is refused; a consumer's needs READ
     on each topic. Returns the refused topic names, or None when authorization is off."""
@@ -356,9 +361,10 @@ def _refused_topics(ctx: RequestContext, req: Any) -> set[str] | None:
     if a is None:
         return None
     if ctx.version >= 13:
-        names = {n for n in (getattr(ctx.image.topic_by_id(t.topic_id), "name", None) for t in req.topics) if n}
+        ids = (opt(t, "topic_id", None) for t in req.topics)
+        names = {timg.name for timg in (ctx.image.topic_by_id(i) for i in ids if i is not None) if timg is not None}
     else:
-        names = {t.topic for t in req.topics}
+        names = {opt(t, "topic", "") for t in req.topics}
     if _replica_id(req) >= 0:
         ok = a.authorize(ctx.principal, ctx.client_host, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
                          CLUSTER_NAME)
@@ -368,12 +374,12 @@ def _refused_topics(ctx: RequestContext, req: Any) -> set[str] | None:
 
 
 @handles(1, 4, 17)
-def handle(ctx: RequestContext, req: Any) -> Any:
-    session_id = getattr(req, "session_id", 0)
+def handle(ctx: RequestContext, req: FetchRequest) -> Any:
+    session_id = opt(req, "session_id", 0)
     if session_id != 0:
         # We never hand out sessions, so any id a client names is unknown to us.
         return _respond(ctx, [], ErrorCode.fetch_session_id_not_found)
-    read_committed = getattr(req, "isolation_level", 0) == 1
+    read_committed = req.isolation_level == 1
     refused = _refused_topics(ctx, req)
     replica = _replica(req)
     topics, total, errors, keys = _read_all(ctx, req, read_committed, refused, replica)

@@ -31,6 +31,7 @@ from ...cluster.snapshot import SnapshotStore
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
@@ -38,6 +39,7 @@ from ...node.controller_service import LEADER_EPOCH
 from ..registry import service_handler
 
 if TYPE_CHECKING:
+    from ...protocol.views.fetch_snapshot import FetchSnapshotRequest
     from ...node.controller_service import ControllerService
 
 
@@ -48,10 +50,10 @@ def snapshot_store(service: ControllerService) -> SnapshotStore:
 
 
 @service_handler(59, 0, 1)
-async def fetch_snapshot(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+async def fetch_snapshot(service: ControllerService, ctx: RequestContext, req: FetchSnapshotRequest) -> Any:
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         return _respond(service, ctx, error=ErrorCode.cluster_authorization_failed)
-    cluster_id = getattr(req, "cluster_id", None)
+    cluster_id = req.cluster_id
     if cluster_id is not None and cluster_id != ctx.identity.cluster_id:
         return _respond(service, ctx, error=ErrorCode.inconsistent_cluster_id)
     if len(req.topics) != 1 or len(req.topics[0].partitions) != 1:

@@ -11,7 +11,7 @@ sends no tag there and librdkafka < 2.2 cannot skip them), and OffsetCommit requ
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...group.offsets import CommitRequest, CommitTuple
 from ...group.shard import CoordinatorResult, GroupCoordinatorShard
@@ -26,6 +26,7 @@ from ...protocol.offset_fetch_response import (
     encode_offset_fetch_response,
     extended_entry,
 )
+from ...protocol.views import opt
 from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...share.records import partition_for as share_partition_for
 from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -33,6 +34,14 @@ from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..leadership import coordinator_endpoint
 from ..registry import RawResponse, handles
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ...protocol.views.find_coordinator import FindCoordinatorRequest
+    from ...protocol.views.offset_commit import OffsetCommitRequest
+    from ...protocol.views.offset_delete import OffsetDeleteRequest
+    from ...protocol.views.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic, OffsetFetchRequestTopics
 
 GROUP_KEY, TXN_KEY, SHARE_KEY = 0, 1, 2
 TAG_EXPECTED_OFFSET = 10000
@@ -92,9 +101,9 @@ def _find_coordinator_refused(ctx: RequestContext, key_type: int, key: str) -> E
 
 
 @handles(10, 0, 6)
-async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
-    key_type = getattr(req, "key_type", GROUP_KEY)
-    keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
+async def find_coordinator(ctx: RequestContext, req: FindCoordinatorRequest) -> Any:
+    key_type = opt(req, "key_type", GROUP_KEY)
+    keys = list(opt(req, "coordinator_keys", ())) if ctx.version >= 4 else [opt(req, "key", "")]
     entries = []
     for key in keys:
         code, msg = ErrorCode.none, None
@@ -127,18 +136,17 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
 
 
 # -- OffsetCommit ---------------------------------------------------------------------------
-def _expected_offset(ctx: RequestContext, partition: Any) -> int | None:
+def _expected_offset(ctx: RequestContext, partition: object) -> int | None:
     tags = ctx.unknown_tags.get(id(partition)) if ctx.unknown_tags else None  # (usually none at all)
     raw = tags.get(TAG_EXPECTED_OFFSET) if tags else None
     return struct.unpack(">q", raw)[0] if raw is not None and len(raw) == 8 else None
 
 
-def _commit_requests(ctx: RequestContext, req: Any, denied: set[str] | frozenset[str]) -> list[CommitTuple]:
+def _commit_requests(ctx: RequestContext, req: OffsetCommitRequest | OffsetCommitRequestBody, denied: set[str] | frozenset[str]) -> list[CommitTuple]:
     """The partitions to commit (not those of ``denied`` topics), one tuple each. v8/v9
     requests come decoded as such tuples already (:class:`CommitPartitionRequest`)."""
     if isinstance(req, OffsetCommitRequestBody):
         return [p for t in req.topics if t.name not in denied for p in t.partitions]
-    epochs = ctx.version >= 6  # committed_leader_epoch (v6+)
     tagged = bool(ctx.unknown_tags)  # (usually no tags at all: no ExpectedOffset to look up)
     new = tuple.__new__  # the NamedTuple without its Python-level __new__
     out: list[CommitTuple] = []
@@ -147,13 +155,13 @@ def _commit_requests(ctx: RequestContext, req: Any, denied: set[str] | frozenset
         if name in denied:
             continue
         out += [new(CommitRequest, (name, p.partition_index, p.committed_offset,
-                                    p.committed_leader_epoch if epochs else -1, p.committed_metadata,
+                                    opt(p, "committed_leader_epoch", -1), p.committed_metadata,
                                     _expected_offset(ctx, p) if tagged else None)) for p in t.partitions]
     return out
 
 
 @handles(8, 2, 9)
-async def offset_commit(ctx: RequestContext, req: Any) -> Any:
+async def offset_commit(ctx: RequestContext, req: OffsetCommitRequest) -> Any:
     """Answered once the commit's records are committed: durable when the topic's
     ``flush.messages`` says so (see docs/offsets.md); an error if the append or fsync
     fails, and then nothing of it is visible to OffsetFetch. Authorization as Kafka: READ
@@ -173,7 +181,7 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
             t = topics.get(topic)
             return t is not None and partition in t.partitions
         return shard.commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id, commits,
-                                    ctx.now_ms, exists, getattr(req, "group_instance_id", None), ctx.version)
+                                    ctx.now_ms, exists, opt(req, "group_instance_id", None), ctx.version)
 
     try:
         group_error, errors = await ctx.groups.execute(req.group_id, commit, ctx.now_ms)
@@ -227,7 +235,8 @@ class _Bounds:
         return plog.high_watermark, plog.log_start_offset, plog.last_stable_offset
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
+def _fetch_group(ctx: RequestContext, group_id: str,
+                 topics: Sequence[OffsetFetchRequestTopics] | Sequence[OffsetFetchRequestTopic] | None, member_id: str | None = None,
                  member_epoch: int = -1, bounds: _Bounds | None = None,
                  require_stable: bool = False) -> GroupOffsets:
     """One group's offsets, with the extension tags when ``bounds`` is given. Authorization as Kafka: DESCRIBE on the group (else the
@@ -281,7 +290,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str
 
 
 @handles(9, 1, 9)
-def offset_fetch(ctx: RequestContext, req: Any) -> Any:
+def offset_fetch(ctx: RequestContext, req: OffsetFetchRequest) -> Any:
     """Committed offsets, with the extension tags on v6+ when the request asks for them
     (:func:`asks_log_offsets`): the bounds of partitions led here are read with the
     commits; if some partitions are led by other brokers the answer waits for their
@@ -290,11 +299,12 @@ def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     bounds = _Bounds() if ctx.version >= 6 and ctx.unknown_tags and asks_log_offsets(
         ctx.unknown_tags.get(id(req))) else None
     if ctx.version >= 8:
-        groups = [_fetch_group(ctx, g.group_id, g.topics, getattr(g, "member_id", None),
-                               getattr(g, "member_epoch", -1), bounds, req.require_stable) for g in req.groups]
+        groups = [_fetch_group(ctx, g.group_id, g.topics, opt(g, "member_id", None),
+                               opt(g, "member_epoch", -1), bounds, opt(req, "require_stable", False))
+                  for g in opt(req, "groups", ())]
     else:
-        groups = [_fetch_group(ctx, req.group_id, req.topics, bounds=bounds,
-                               require_stable=getattr(req, "require_stable", False))]
+        groups = [_fetch_group(ctx, opt(req, "group_id", ""), opt(req, "topics", None), bounds=bounds,
+                               require_stable=opt(req, "require_stable", False))]
     if bounds is not None and bounds.later and ctx.services.leader_offsets is not None:
         return _with_leader_bounds(ctx, groups, bounds)
     return _encode_offset_fetch(ctx, groups)
@@ -322,7 +332,7 @@ def _encode_offset_fetch(ctx: RequestContext, groups: list[GroupOffsets]) -> Raw
 
 # -- OffsetDelete ---------------------------------------------------------------------------
 @handles(47, 0, 0)
-async def offset_delete(ctx: RequestContext, req: Any) -> Any:
+async def offset_delete(ctx: RequestContext, req: OffsetDeleteRequest) -> Any:
     """Authorization as Kafka: DELETE on the group (else GROUP_AUTHORIZATION_FAILED),
     READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition, not deleted)."""
     if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, req.group_id):

@@ -14,7 +14,7 @@ import asyncio
 import datetime
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...group.classic import JoinRequest, JoinResponse, SyncResponse
 from ...group.shard import CoordinatorResult, GroupCoordinatorShard
@@ -23,9 +23,19 @@ from ..authorization import authorize, authorized_operations, authorizer
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...coordinator.internal_topic import CoordinatorUnavailable
 from ..context import RequestContext
 from ..registry import handles
+
+if TYPE_CHECKING:
+    from ...protocol.views.delete_groups import DeleteGroupsRequest
+    from ...protocol.views.describe_groups import DescribeGroupsRequest
+    from ...protocol.views.heartbeat import HeartbeatRequest
+    from ...protocol.views.join_group import JoinGroupRequest
+    from ...protocol.views.leave_group import LeaveGroupRequest
+    from ...protocol.views.list_groups import ListGroupsRequest
+    from ...protocol.views.sync_group import SyncGroupRequest
 
 INT32_MIN = -2**31
 T = TypeVar("T")
@@ -85,10 +95,10 @@ def _may_read(ctx: RequestContext, group_id: str) -> bool:
 
 
 @handles(11, 0, 9)
-async def join_group(ctx: RequestContext, req: Any) -> Any:
+async def join_group(ctx: RequestContext, req: JoinGroupRequest) -> Any:
     session = _ms(req.session_timeout)
-    rebalance = _ms(getattr(req, "rebalance_timeout", -1))
-    jr = JoinRequest(req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+    rebalance = _ms(opt(req, "rebalance_timeout", -1))
+    jr = JoinRequest(req.group_id, req.member_id, opt(req, "group_instance_id", None),
                      ctx.header.client_id or "", _host(ctx), session, rebalance if rebalance >= 0 else session,
                      req.protocol_type, tuple((p.name, p.metadata) for p in req.protocols),
                      require_known_member_id=ctx.version >= 4)
@@ -114,10 +124,10 @@ async def join_group(ctx: RequestContext, req: Any) -> Any:
 
 # -- SyncGroup ------------------------------------------------------------------------------
 @handles(14, 0, 5)
-async def sync_group(ctx: RequestContext, req: Any) -> Any:
+async def sync_group(ctx: RequestContext, req: SyncGroupRequest) -> Any:
     assignments = {a.member_id: a.assignment for a in req.assignments}
-    instance = getattr(req, "group_instance_id", None)
-    ptype, pname = getattr(req, "protocol_type", None), getattr(req, "protocol_name", None)
+    instance = opt(req, "group_instance_id", None)
+    ptype, pname = opt(req, "protocol_type", None), opt(req, "protocol_name", None)
     if not _may_read(ctx, req.group_id):
         return materialize(response_schema(14, ctx.version), {
             "throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "protocol_type": None,
@@ -135,12 +145,12 @@ async def sync_group(ctx: RequestContext, req: Any) -> Any:
 
 # -- Heartbeat ------------------------------------------------------------------------------
 @handles(12, 0, 4)
-def heartbeat(ctx: RequestContext, req: Any) -> Any:
+def heartbeat(ctx: RequestContext, req: HeartbeatRequest) -> Any:
     return _in_order(ctx, lambda: _heartbeat(ctx, req))
 
 
-async def _heartbeat(ctx: RequestContext, req: Any) -> Any:
-    instance = getattr(req, "group_instance_id", None)
+async def _heartbeat(ctx: RequestContext, req: HeartbeatRequest) -> Any:
+    instance = opt(req, "group_instance_id", None)
     if not _may_read(ctx, req.group_id):
         return materialize(response_schema(12, ctx.version), {"throttle_time": 0,
                                                               "error_code": ErrorCode.group_authorization_failed})
@@ -155,15 +165,15 @@ async def _heartbeat(ctx: RequestContext, req: Any) -> Any:
 
 # -- LeaveGroup -----------------------------------------------------------------------------
 @handles(13, 0, 5)
-def leave_group(ctx: RequestContext, req: Any) -> Any:
+def leave_group(ctx: RequestContext, req: LeaveGroupRequest) -> Any:
     return _in_order(ctx, lambda: _leave_group(ctx, req))
 
 
-async def _leave_group(ctx: RequestContext, req: Any) -> Any:
+async def _leave_group(ctx: RequestContext, req: LeaveGroupRequest) -> Any:
     if ctx.version >= 3:
-        members = [(m.member_id, m.group_instance_id) for m in req.members]
+        members = [(m.member_id, m.group_instance_id) for m in opt(req, "members", ())]
     else:
-        members = [(req.member_id, None)]
+        members = [(opt(req, "member_id", ""), None)]
     if not _may_read(ctx, req.group_id):
         return materialize(response_schema(13, ctx.version), {
             "throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []})
@@ -202,9 +212,9 @@ def _describe(ctx: RequestContext, group_id: str) -> dict:
 
 
 @handles(15, 0, 6)
-def describe_groups(ctx: RequestContext, req: Any) -> Any:
+def describe_groups(ctx: RequestContext, req: DescribeGroupsRequest) -> Any:
     groups = [_describe(ctx, g) for g in req.groups]
-    if getattr(req, "include_authorized_operations", False):  # v3+; no authorizer: every group operation
+    if opt(req, "include_authorized_operations", False):  # v3+; no authorizer: every group operation
         for g in groups:
             if g["error_code"] == ErrorCode.none:
                 g["authorized_operations"] = authorized_operations(ctx, ResourceType.GROUP, g["group_id"])
@@ -213,9 +223,9 @@ def describe_groups(ctx: RequestContext, req: Any) -> Any:
 
 # -- ListGroups -----------------------------------------------------------------------------
 @handles(16, 0, 5)
-def list_groups(ctx: RequestContext, req: Any) -> Any:
-    states = {s.lower() for s in getattr(req, "states_filter", ())}
-    types = {t.lower() for t in getattr(req, "types_filter", ())}
+def list_groups(ctx: RequestContext, req: ListGroupsRequest) -> Any:
+    states = {s.lower() for s in opt(req, "states_filter", ())}
+    types = {t.lower() for t in opt(req, "types_filter", ())}
     groups = []
     try:
         shards = list(ctx.groups.shards.values())  # none before the topic exists
@@ -263,7 +273,7 @@ def _delete_group(shard: GroupCoordinatorShard, group_id: str) -> CoordinatorRes
 
 
 @handles(42, 0, 2)
-async def delete_groups(ctx: RequestContext, req: Any) -> Any:
+async def delete_groups(ctx: RequestContext, req: DeleteGroupsRequest) -> Any:
     results = []
     for group_id in req.groups_names:
         if not authorize(ctx, AclOperation.DELETE, ResourceType.GROUP, group_id):

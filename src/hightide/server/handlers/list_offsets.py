@@ -20,19 +20,23 @@ so a client never sees the end of the log go back across a leader change.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...log.partition_log import PartitionLog
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import refused_names
 from ..context import RequestContext
 from ..leadership import leader_epoch
 from ..registry import handles
 from .common import check_leader_epoch, resolve_partition
+
+if TYPE_CHECKING:
+    from ...protocol.views.list_offsets import ListOffsetsRequest
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
@@ -76,8 +80,8 @@ def _epoch_of(plog: PartitionLog, timestamp: int, offset: int, current: int) -> 
 
 
 @handles(2, 1, 9)
-def handle(ctx: RequestContext, req: Any) -> Any:
-    read_committed = getattr(req, "isolation_level", 0) == 1
+def handle(ctx: RequestContext, req: ListOffsetsRequest) -> Any:
+    read_committed = opt(req, "isolation_level", 0) == 1
     denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
     replicas = ctx.services.replicas
     topics = []
@@ -98,7 +102,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             epoch = -1
             if err == ErrorCode.none:
                 epoch = leader_epoch(ctx.image, t.name, p.partition_index)
-                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1), epoch)
+                err = check_leader_epoch(opt(p, "current_leader_epoch", -1), epoch)
             if plog is not None and err == ErrorCode.none:
                 available = replicas is None or replicas.offsets_available(t.name, p.partition_index)
                 err, ts, off = lookup(plog, p.timestamp, ctx.version, read_committed, available)

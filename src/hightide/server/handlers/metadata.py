@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...protocol.codec import response_schema
@@ -24,6 +24,7 @@ from ...cluster.controller import NewTopic, topic_name_error
 from ...cluster.image import TopicImage
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...services import MetadataAccess
 from ..context import RequestContext
 from ...coordinator.runtime import CoordinatorUnavailable
@@ -33,6 +34,7 @@ from ..leadership import NO_LEADER, acting, alive_brokers, in_cluster
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.metadata import MetadataRequest, MetadataRequestTopic
     from ...cluster.broker_image import BrokerRegistration
     from ...cluster.image import MetadataImage
     from ...security.authorizer import Authorizer
@@ -95,7 +97,7 @@ async def auto_create(metadata: MetadataAccess, names: list[str]) -> None:
 
 
 @handles(3, 0, 12)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: MetadataRequest) -> Any:
     image = ctx.image
     cluster = _Cluster(_registered(ctx), ctx.services.listener, ctx.version) if in_cluster(ctx) else None
     requested = req.topics
@@ -112,7 +114,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     elif ctx.version >= 12 and (ids := _requested_ids(requested)):
         topics = [_by_id(ctx, a, cluster, tid) for tid in ids]
     else:
-        allow = getattr(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
+        allow = opt(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
         if a is not None:
             refused = _refused(ctx, a, image, [rt.name for rt in requested if rt.name is not None], allow)
         to_create = []
@@ -129,7 +131,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         topics = []
         for rt in requested:
             if rt.name is None:  # (and a zero id: a non-zero one was looked up above)
-                topics.append(_by_id(ctx, a, cluster, getattr(rt, "topic_id", None)))
+                topics.append(_by_id(ctx, a, cluster, opt(rt, "topic_id", None)))
                 continue
             if rt.name in refused:
                 entry = error_entry(rt.name, ErrorCode.topic_authorization_failed)
@@ -143,12 +145,12 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 topics.append(error_entry(rt.name, ErrorCode.invalid_topic_exception))
             else:
                 topics.append(error_entry(rt.name, ErrorCode.unknown_topic_or_partition))
-    if getattr(req, "include_topic_authorized_operations", False):  # v8+; no authorizer: every operation
+    if opt(req, "include_topic_authorized_operations", False):  # v8+; no authorizer: every operation
         for entry in topics:
             if entry["error_code"] != ErrorCode.topic_authorization_failed and entry["name"] is not None:
                 entry["topic_authorized_operations"] = authorized_operations(ctx, ResourceType.TOPIC, entry["name"])
     cluster_ops = (authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-                   if getattr(req, "include_cluster_authorized_operations", False) else OMITTED)
+                   if opt(req, "include_cluster_authorized_operations", False) else OMITTED)
     brokers, controller_id = _brokers(ctx)
     return materialize(response_schema(3, ctx.version), {
         "throttle_time": 0, "brokers": brokers, "cluster_id": ctx.identity.cluster_id,
@@ -156,12 +158,12 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     })
 
 
-def _requested_ids(requested: Any) -> list[uuid.UUID]:
+def _requested_ids(requested: Sequence[MetadataRequestTopic]) -> list[uuid.UUID]:
     """The distinct non-zero topic ids of a v12+ request's topics, in request order. As
     Kafka's KafkaApis: when there is one, the request is answered by id alone (names,
     even ``""``, the Java client's default, are ignored, and entries with a zero id are
     dropped; nothing is auto-created)."""
-    ids = (getattr(rt, "topic_id", None) for rt in requested)
+    ids = (opt(rt, "topic_id", None) for rt in requested)
     return list(dict.fromkeys(tid for tid in ids if tid is not None and tid != ZERO_UUID))
 
 

@@ -8,12 +8,13 @@ followers to find where their log diverges."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.codec import response_schema
 
 from ...protocol.build import materialize
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize_cluster, refused_names
 from ..context import RequestContext
@@ -21,12 +22,15 @@ from ..leadership import leader_epoch
 from ..registry import handles
 from .common import check_leader_epoch, resolve_partition
 
+if TYPE_CHECKING:
+    from ...protocol.views.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+
 
 @handles(23, 2, 4)
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: OffsetForLeaderEpochRequest) -> Any:
     """Authorization as Kafka: a follower's request (replica id >= 0) needs CLUSTER_ACTION
     (else every partition answers CLUSTER_AUTHORIZATION_FAILED), then DESCRIBE per topic."""
-    if getattr(req, "replica_id", -1) >= 0 and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+    if opt(req, "replica_id", -1) >= 0 and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         denied, code = frozenset(t.topic for t in req.topics), ErrorCode.cluster_authorization_failed
     else:
         denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
@@ -38,7 +42,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             entry = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
             plog, err = (None, code) if t.topic in denied else resolve_partition(ctx, t.topic, p.partition)
             if err == ErrorCode.none:
-                err = check_leader_epoch(getattr(p, "current_leader_epoch", -1),
+                err = check_leader_epoch(p.current_leader_epoch,
                                          leader_epoch(ctx.image, t.topic, p.partition))
             if plog is not None and err == ErrorCode.none:
                 epoch, end = plog.end_offset_for_epoch(p.leader_epoch)

@@ -54,6 +54,7 @@ from ..registry import CloseConnection, RawResponse, handles
 from ...coordinator.txn_verify import answer_of
 
 if TYPE_CHECKING:
+    from ...protocol.views.produce import ProduceRequest
     from ...replica.manager import LeaderPartition, ReplicaManager
 
 Replicated = tuple[str, dict, "asyncio.Future[ErrorCode]"]
@@ -249,7 +250,7 @@ def _replicated(replicas: ReplicaManager | None, led: LeaderPartition | None, to
     return replicas.wait_replicated(topic, partition, last_offset + 1)
 
 
-def _refused_topics(ctx: RequestContext, req: Any) -> dict[str, ErrorCode] | None:
+def _refused_topics(ctx: RequestContext, req: ProduceRequest) -> dict[str, ErrorCode] | None:
     """Kafka's produce authorization: WRITE on the transactional id (if any; refused, every
     partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic
     (TOPIC_AUTHORIZATION_FAILED, before the topic's existence is checked). Returns the
@@ -266,7 +267,7 @@ def _refused_topics(ctx: RequestContext, req: Any) -> dict[str, ErrorCode] | Non
 
 
 @handles(0, 3, 11)
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ProduceRequest) -> Any:
     """Append every partition's records, then answer (see the module docstring).
 
     ``records`` are views of the receive buffer (:mod:`~hightide.protocol.produce_request`),
@@ -281,7 +282,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         _release(req)
 
 
-def _release(req: Any) -> None:
+def _release(req: ProduceRequest) -> None:
     """Release the request's record views (a later use raises ValueError instead of
     reading a reused receive buffer); kio-decoded ``bytes`` records are left alone."""
     for t in req.topic_data:
@@ -290,7 +291,7 @@ def _release(req: Any) -> None:
                 p.records.release()
 
 
-def _handle(ctx: RequestContext, req: Any) -> Any:
+def _handle(ctx: RequestContext, req: ProduceRequest) -> Any:
     responses = []
     durable = []
     replicated: list[Replicated] = []

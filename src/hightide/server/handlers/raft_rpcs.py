@@ -25,6 +25,7 @@ from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.envelope_response import EnvelopeResponse, encode_envelope_response
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import authorize_cluster
 from ..context import RequestContext
@@ -32,6 +33,12 @@ from ..registry import service_handler
 
 if TYPE_CHECKING:
     from ...node.controller_service import ControllerService
+    from ...protocol.views.begin_quorum_epoch import BeginQuorumEpochRequest
+    from ...protocol.views.end_quorum_epoch import EndQuorumEpochRequest
+    from ...protocol.views.envelope import EnvelopeRequest
+    from ...protocol.views.fetch import FetchRequest
+    from ...protocol.views.fetch_snapshot import FetchSnapshotRequest
+    from ...protocol.views.vote import VoteRequest
 
 __all__ = ["vote", "begin_quorum_epoch", "end_quorum_epoch", "voter_fetch", "is_voter_fetch", "envelope_on_leader",
            "fetch_snapshot_from_voters"]
@@ -54,11 +61,12 @@ def _source(msg: m.Message) -> int:
     raise ValueError(f"{type(msg).__name__} is not a request")
 
 
-async def _answer(service: ControllerService, ctx: RequestContext, req: Any, api_key: int) -> Any:
-    """Step ``req`` through the Raft shell and answer with the core's reply."""
+async def _answer(service: ControllerService, ctx: RequestContext,
+                  req: VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest,
+                  api_key: int, cluster_id: str | None) -> Any:
+    """Step ``req`` (naming ``cluster_id``) through the Raft shell and answer with the core's reply."""
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         return _top_error(api_key, ctx.version, ErrorCode.cluster_authorization_failed)
-    cluster_id = getattr(req, "cluster_id", None)
     if cluster_id is not None and cluster_id != ctx.identity.cluster_id:
         return _top_error(api_key, ctx.version, ErrorCode.inconsistent_cluster_id)
     raft = service.raft
@@ -78,18 +86,18 @@ async def _answer(service: ControllerService, ctx: RequestContext, req: Any, api
 
 
 @service_handler(52, VOTE_VERSION, VOTE_VERSION)
-async def vote(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
-    return await _answer(service, ctx, req, 52)
+async def vote(service: ControllerService, ctx: RequestContext, req: VoteRequest) -> Any:
+    return await _answer(service, ctx, req, 52, req.cluster_id)
 
 
 @service_handler(53, BEGIN_VERSION, BEGIN_VERSION)
-async def begin_quorum_epoch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
-    return await _answer(service, ctx, req, 53)
+async def begin_quorum_epoch(service: ControllerService, ctx: RequestContext, req: BeginQuorumEpochRequest) -> Any:
+    return await _answer(service, ctx, req, 53, req.cluster_id)
 
 
 @service_handler(54, END_VERSION, END_VERSION)
-async def end_quorum_epoch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
-    return await _answer(service, ctx, req, 54)
+async def end_quorum_epoch(service: ControllerService, ctx: RequestContext, req: EndQuorumEpochRequest) -> Any:
+    return await _answer(service, ctx, req, 54, req.cluster_id)
 
 
 def is_voter_fetch(service: ControllerService, replica_id: int) -> bool:
@@ -98,15 +106,16 @@ def is_voter_fetch(service: ControllerService, replica_id: int) -> bool:
     return service.raft is not None and replica_id in service.raft.core.voters and replica_id != service.node_id
 
 
-async def voter_fetch(service: ControllerService, ctx: RequestContext, req: Any) -> Any:
+async def voter_fetch(service: ControllerService, ctx: RequestContext, req: FetchRequest) -> Any:
     """A voter's Fetch (v17 only: the version voters send)."""
     if ctx.version != FETCH_VERSION:
         return _top_error(1, ctx.version, ErrorCode.unsupported_version)
-    return await _answer(service, ctx, req, 1)
+    return await _answer(service, ctx, req, 1, opt(req, "cluster_id", None))
 
 
-async def envelope_on_leader(service: ControllerService, inner: Callable[[RequestContext, Any], Awaitable[Any]],
-                             ctx: RequestContext, req: Any) -> Any:
+async def envelope_on_leader(service: ControllerService,
+                             inner: Callable[[RequestContext, EnvelopeRequest], Awaitable[Any]],
+                             ctx: RequestContext, req: EnvelopeRequest) -> Any:
     """Envelope (58) on a quorum's controller: only the leader runs the forwarded
     request; any other voter answers NOT_CONTROLLER at the Envelope level (nothing was
     run: the broker sends it to the active controller)."""
@@ -117,13 +126,13 @@ async def envelope_on_leader(service: ControllerService, inner: Callable[[Reques
 
 
 async def fetch_snapshot_from_voters(service: ControllerService,
-                                     inner: Callable[[RequestContext, Any], Awaitable[Any]],
-                                     ctx: RequestContext, req: Any) -> Any:
+                                     inner: Callable[[RequestContext, FetchSnapshotRequest], Awaitable[Any]],
+                                     ctx: RequestContext, req: FetchSnapshotRequest) -> Any:
     """FetchSnapshot (59) on a quorum's controller: a voter's (ReplicaId a voter, v1)
     is Raft's and answered by the core from the snapshot it serves; anyone else's
     (brokers) by ``inner`` from the snapshot files."""
-    if not is_voter_fetch(service, int(getattr(req, "replica_id", -1))):
+    if not is_voter_fetch(service, int(req.replica_id)):
         return await inner(ctx, req)
     if ctx.version != SNAPSHOT_VERSION:
         return _top_error(59, ctx.version, ErrorCode.unsupported_version)
-    return await _answer(service, ctx, req, 59)
+    return await _answer(service, ctx, req, 59, req.cluster_id)

@@ -15,7 +15,7 @@ cluster for 45, DESCRIBE for 46 (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
@@ -26,9 +26,13 @@ from ..context import RequestContext
 from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.alter_partition_reassignments import AlterPartitionReassignmentsRequest
+    from ...protocol.views.list_partition_reassignments import ListPartitionReassignmentsRequest
+
 
 @handles(45, 0, 0)
-async def alter_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
+async def alter_partition_reassignments(ctx: RequestContext, req: AlterPartitionReassignmentsRequest) -> Any:
     if not authorize_cluster(ctx, AclOperation.ALTER):
         code = ErrorCode.cluster_authorization_failed
         return _alter_response(ctx.version, code, MESSAGES.get(code), [])
@@ -52,7 +56,7 @@ def _alter_response(version: int, code: ErrorCode, message: str | None,
 
 
 @handles(46, 0, 0)
-async def list_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
+async def list_partition_reassignments(ctx: RequestContext, req: ListPartitionReassignmentsRequest) -> Any:
     schema = response_schema(46, ctx.version)
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         code = ErrorCode.cluster_authorization_failed

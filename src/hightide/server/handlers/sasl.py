@@ -15,7 +15,7 @@ only when the broker's range includes v0, and then sends v1.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
@@ -23,15 +23,19 @@ from ...protocol.errors import ErrorCode
 from ..context import RequestContext
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.sasl_authenticate import SaslAuthenticateRequest
+    from ...protocol.views.sasl_handshake import SaslHandshakeRequest
+
 
 @handles(17, 0, 1)
-def sasl_handshake(ctx: RequestContext, req: Any) -> Any:
+def sasl_handshake(ctx: RequestContext, req: SaslHandshakeRequest) -> Any:
     return materialize(response_schema(17, ctx.version), {"error_code": ErrorCode.illegal_sasl_state,
                                                           "mechanisms": []})
 
 
 @handles(36, 0, 2)
-def sasl_authenticate(ctx: RequestContext, req: Any) -> Any:
+def sasl_authenticate(ctx: RequestContext, req: SaslAuthenticateRequest) -> Any:
     return materialize(response_schema(36, ctx.version), {
         "error_code": ErrorCode.illegal_sasl_state,
         "error_message": "SaslAuthenticate request received after successful authentication",

@@ -27,11 +27,13 @@ from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
 if TYPE_CHECKING:
+    from ...protocol.views.alter_user_scram_credentials import AlterUserScramCredentialsRequest
+    from ...protocol.views.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
     from ...cluster.image import MetadataImage
 
 
 @handles(50, 0, 0)
-def describe_user_scram_credentials(ctx: RequestContext, req: Any) -> Any:
+def describe_user_scram_credentials(ctx: RequestContext, req: DescribeUserScramCredentialsRequest) -> Any:
     """Needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED, top level and per user)."""
     users = None if req.users is None else [u.name for u in req.users]
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
@@ -47,7 +49,7 @@ def describe_user_scram_credentials(ctx: RequestContext, req: Any) -> Any:
 
 
 @handles(51, 0, 0)
-async def alter_user_scram_credentials(ctx: RequestContext, req: Any) -> Any:
+async def alter_user_scram_credentials(ctx: RequestContext, req: AlterUserScramCredentialsRequest) -> Any:
     """Needs ALTER on the cluster (else every user CLUSTER_AUTHORIZATION_FAILED)."""
     deletions = [ScramDeletion(d.name, d.mechanism) for d in req.deletions]
     upsertions = [ScramUpsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))

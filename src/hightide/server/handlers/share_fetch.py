@@ -20,7 +20,7 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
@@ -30,6 +30,7 @@ from ...protocol.share_fetch_response import (
     ShareTopicData,
     encode_share_fetch_response,
 )
+from ...protocol.views import opt
 from ...share.partition import RENEW, AckBatch
 from ...share.session import FINAL_EPOCH, SessionError
 from ...share.types import ShareStateKey
@@ -40,6 +41,13 @@ from ..leadership import in_cluster, node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from .common import LEADER_EPOCH
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ...protocol.views.share_acknowledge import AcknowledgementBatch, ShareAcknowledgeRequest
+    from ...protocol.views.share_fetch import AcknowledgementBatch as FetchAckBatch, ShareFetchRequest
+
+_ZERO_UUID = uuid.UUID(int=0)  # kio's and the decoder's None: Kafka's zero topic id (an unknown topic)
 RECORD_LIMIT_MODE = 1  # ShareAcquireMode (v2): 0 batch-optimized, 1 record-limit
 _MAX_ACK_TYPE = 3  # GAP..REJECT; RENEW (4) needs v2 and IsRenewAck
 
@@ -73,10 +81,11 @@ def _endpoints(ctx: RequestContext, refused: Iterable[tuple[uuid.UUID, int]]) ->
     return node_endpoints(ctx, (_leader(ctx, tid, p)[0] for tid, p in refused)) if in_cluster(ctx) else []
 
 
-def _ack_batches(ctx: RequestContext, req: Any, parts: Any) -> tuple[list[AckBatch] | None, int]:
+def _ack_batches(ctx: RequestContext, req: ShareFetchRequest | ShareAcknowledgeRequest,
+                 parts: Sequence[FetchAckBatch] | Sequence[AcknowledgementBatch]) -> tuple[list[AckBatch] | None, int]:
     """AckBatches of one partition, or (None, INVALID_REQUEST) for a malformed one
     (Kafka's validateAcknowledgementBatches)."""
-    renew_ok = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
+    renew_ok = ctx.version >= 2 and opt(req, "is_renew_ack", False)
     out = []
     prev = -1
     for b in parts:
@@ -105,7 +114,7 @@ def _topic_names(ctx: RequestContext, topic_ids: Iterable[uuid.UUID]) -> Iterato
             yield t.name
 
 
-async def _acknowledge_all(ctx: RequestContext, req: Any, group_id: str, member_id: str, acks: dict,
+async def _acknowledge_all(ctx: RequestContext, req: ShareFetchRequest | ShareAcknowledgeRequest, group_id: str, member_id: str, acks: dict,
                            denied: frozenset[str] = frozenset()) -> dict[tuple, tuple[int, str | None]]:
     """Apply {(topic id, partition): raw batches}; {(topic id, partition): (code, message)}."""
     manager = ctx.share_manager
@@ -149,29 +158,32 @@ def _fetch_error(ctx: RequestContext, code: int, message: str | None) -> RawResp
 
 
 @handles(78, 1, 2)
-def share_fetch(ctx: RequestContext, req: Any) -> Any:
+def share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> Any:
     return _share_fetch(ctx, req)
 
 
-async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
+async def _share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> RawResponse:
     """Authorization as Kafka: READ on the group (else a top-level
     GROUP_AUTHORIZATION_FAILED), READ on each topic (TOPIC_AUTHORIZATION_FAILED for its
     partitions, fetched and acknowledged alike)."""
     manager = ctx.share_manager
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id or ""):  # (nullable)
         return _fetch_error(ctx, int(ErrorCode.group_authorization_failed), None)
     err = _member_error(ctx, group_id, member_id, epoch)
     if err:
         return _fetch_error(ctx, *err)
+    assert group_id and member_id  # (_member_error refuses empty ones)
     wanted: list[tuple[uuid.UUID, int]] = []
-    acks: dict[tuple[uuid.UUID, int], tuple] = {}
+    acks: dict[tuple[uuid.UUID, int], Sequence[FetchAckBatch]] = {}
     for t in req.topics:
+        tid = _ZERO_UUID if t.topic_id is None else t.topic_id
         for p in t.partitions:
-            wanted.append((t.topic_id, p.partition_index))
+            wanted.append((tid, p.partition_index))
             if p.acknowledgement_batches:
-                acks[(t.topic_id, p.partition_index)] = p.acknowledgement_batches
-    forgotten = [(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions]
+                acks[(tid, p.partition_index)] = p.acknowledgement_batches
+    forgotten = [(_ZERO_UUID if t.topic_id is None else t.topic_id, p) for t in req.forgotten_topics_data
+                 for p in t.partitions]
     try:
         context = manager.sessions.fetch_context(group_id, member_id, epoch, wanted, forgotten, bool(acks),
                                                  ctx.now_ms)
@@ -180,7 +192,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
     denied = _denied(ctx, itertools.chain((tid for tid, _ in context.partitions), (tid for tid, _ in acks)))
     ack_results = await _acknowledge_all(ctx, req, group_id, member_id, acks, denied) if acks else {}
     results: dict[tuple[uuid.UUID, int], SharePartitionData] = {}
-    renew_only = ctx.version >= 2 and getattr(req, "is_renew_ack", False)
+    renew_only = ctx.version >= 2 and opt(req, "is_renew_ack", False)
     if context.kind == "final":
         manager.close_session(group_id, member_id)
     elif not renew_only:
@@ -191,8 +203,8 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
             pd = results[tp] = SharePartitionData(tp[1], leader_id=ctx.identity.node_id, leader_epoch=LEADER_EPOCH)
         pd.acknowledge_error_code, pd.acknowledge_error_message = code, msg
     topics: dict[uuid.UUID, ShareTopicData] = {}
-    for (tid, p), pd in results.items():
-        if context.full or pd.records or pd.error_code or (tid, p) in ack_results:
+    for (tid, pi), pd in results.items():
+        if context.full or pd.records or pd.error_code or (tid, pi) in ack_results:
             topics.setdefault(tid, ShareTopicData(tid)).partitions.append(pd)
     lock_ms = manager.settings(group_id).record_lock_duration_ms
     refused = [tp for tp, pd in results.items() if pd.error_code == ErrorCode.not_leader_or_follower]
@@ -201,7 +213,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> RawResponse:
                                                    node_endpoints=_endpoints(ctx, refused)))
 
 
-async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member_id: str,
+async def _fetch_partitions(ctx: RequestContext, req: ShareFetchRequest, group_id: str, member_id: str,
                             partitions: Iterable[tuple[uuid.UUID, int]],
                             results: dict[tuple[uuid.UUID, int], SharePartitionData],
                             denied: frozenset[str] = frozenset()) -> None:
@@ -225,7 +237,7 @@ async def _fetch_partitions(ctx: RequestContext, req: Any, group_id: str, member
         return
     max_records = req.max_records if req.max_records > 0 else 500
     max_bytes = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
-    strict = ctx.version >= 2 and getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT_MODE
+    strict = ctx.version >= 2 and opt(req, "share_acquire_mode", 0) == RECORD_LIMIT_MODE
     min_bytes = max(req.min_bytes, 1)
     max_wait_s = max(req.max_wait.total_seconds(), 0)
     deadline = ctx.clock.monotonic() + max_wait_s
@@ -270,23 +282,25 @@ def _ack_response(ctx: RequestContext, code: int, message: str | None, topics: l
 
 
 @handles(79, 1, 2)
-def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
+def share_acknowledge(ctx: RequestContext, req: ShareAcknowledgeRequest) -> Any:
     return _share_acknowledge(ctx, req)
 
 
-async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
+async def _share_acknowledge(ctx: RequestContext, req: ShareAcknowledgeRequest) -> Any:
     manager = ctx.share_manager
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
-    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id):  # Kafka: READ group, then topics
+    if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, group_id or ""):  # Kafka: READ group, then topics
         return _ack_response(ctx, int(ErrorCode.group_authorization_failed), None)
     err = _member_error(ctx, group_id, member_id, epoch)
     if err:
         return _ack_response(ctx, *err)
+    assert group_id and member_id  # (_member_error refuses empty ones)
     try:
         final = manager.sessions.acknowledge_context(group_id, member_id, epoch, ctx.now_ms)
     except SessionError as exc:
         return _ack_response(ctx, exc.error_code, exc.message)
-    acks = {(t.topic_id, p.partition_index): p.acknowledgement_batches for t in req.topics for p in t.partitions}
+    acks = {(_ZERO_UUID if t.topic_id is None else t.topic_id, p.partition_index): p.acknowledgement_batches
+            for t in req.topics for p in t.partitions}
     results = await _acknowledge_all(ctx, req, group_id, member_id, acks, _denied(ctx, (tid for tid, _ in acks)))
     if final:
         manager.close_session(group_id, member_id)

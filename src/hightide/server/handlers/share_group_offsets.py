@@ -18,7 +18,7 @@ DeleteShareGroupOffsets (92), as Kafka 4.x's ``GroupCoordinatorService`` answers
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 import uuid
 
 from ...lag.share import UNKNOWN, wire_lag
@@ -31,6 +31,11 @@ from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..registry import handles
+
+if TYPE_CHECKING:
+    from ...protocol.views.alter_share_group_offsets import AlterShareGroupOffsetsRequest
+    from ...protocol.views.delete_share_group_offsets import DeleteShareGroupOffsetsRequest
+    from ...protocol.views.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 
 ZERO_UUID = uuid.UUID(int=0)
 _UNAVAILABLE = (CoordinatorUnavailable,)
@@ -90,7 +95,7 @@ def _describe_group(ctx: RequestContext, group_id: str, topics: list[tuple[str, 
 
 
 @handles(90, 0, 1)
-def describe_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+def describe_share_group_offsets(ctx: RequestContext, req: DescribeShareGroupOffsetsRequest) -> Any:
     """Authorization as Kafka: DESCRIBE on each group (else its GROUP_AUTHORIZATION_FAILED)
     and on each topic: a named topic the principal may not describe answers
     TOPIC_AUTHORIZATION_FAILED per partition; an all-topics request leaves it out."""
@@ -160,7 +165,7 @@ async def _mark_initialized(ctx: RequestContext, group_id: str, parts: dict[uuid
 
 # -- AlterShareGroupOffsets ------------------------------------------------------------------
 @handles(91, 0, 0)
-async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+async def alter_share_group_offsets(ctx: RequestContext, req: AlterShareGroupOffsetsRequest) -> Any:
     """Authorization as Kafka: READ on the group (else a top-level
     GROUP_AUTHORIZATION_FAILED), READ on each topic (TOPIC_AUTHORIZATION_FAILED per
     partition, not altered)."""
@@ -205,7 +210,7 @@ async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
 
 # -- DeleteShareGroupOffsets -----------------------------------------------------------------
 @handles(92, 0, 0)
-async def delete_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+async def delete_share_group_offsets(ctx: RequestContext, req: DeleteShareGroupOffsetsRequest) -> Any:
     """Authorization as Kafka: DELETE on the group (else a top-level
     GROUP_AUTHORIZATION_FAILED), READ on each topic (TOPIC_AUTHORIZATION_FAILED, not deleted)."""
     schema = response_schema(92, ctx.version)

@@ -8,7 +8,7 @@ state of newly subscribed partitions before answering. Heartbeats are never park
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...group.share_group import ShareHeartbeatRequest, ShareHeartbeatResponse, validate
 from ...protocol.build import materialize
@@ -19,6 +19,10 @@ from ..context import RequestContext
 from ..registry import handles
 from .common import assignment as _assignment, describe_group
 from .consumer_groups import heartbeat_refused
+
+if TYPE_CHECKING:
+    from ...protocol.views.share_group_describe import ShareGroupDescribeRequest
+    from ...protocol.views.share_group_heartbeat import ShareGroupHeartbeatRequest
 
 
 
@@ -36,7 +40,7 @@ def _heartbeat_response(ctx: RequestContext, resp: ShareHeartbeatResponse) -> An
 
 
 @handles(76, 1, 1)
-async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+async def share_group_heartbeat(ctx: RequestContext, req: ShareGroupHeartbeatRequest) -> Any:
     names = req.subscribed_topic_names
     hb = ShareHeartbeatRequest(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
@@ -68,7 +72,7 @@ def _describe(ctx: RequestContext, group_id: str, authorized_operations: bool) -
 
 
 @handles(77, 1, 1)
-def share_group_describe(ctx: RequestContext, req: Any) -> Any:
+def share_group_describe(ctx: RequestContext, req: ShareGroupDescribeRequest) -> Any:
     return materialize(response_schema(77, ctx.version),
                        {"throttle_time": 0, "groups": [_describe(ctx, g, req.include_authorized_operations)
                                                         for g in req.group_ids]})

@@ -16,19 +16,32 @@ from the state batches); v1 carries it. ReadShareGroupStateSummary v1 returns it
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...share.types import ShareState, ShareStateKey, StateBatch
 from ...security.acl import AclOperation
 from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.delete_share_group_state import DeleteShareGroupStateRequest, PartitionData as DeletePart
+    from ...protocol.views.initialize_share_group_state import (InitializeShareGroupStateRequest,
+                                                                 PartitionData as InitializePart)
+    from ...protocol.views.read_share_group_state import PartitionData as ReadPart, ReadShareGroupStateRequest
+    from ...protocol.views.read_share_group_state_summary import (PartitionData as SummaryPart,
+                                                                   ReadShareGroupStateSummaryRequest)
+    from ...protocol.views.write_share_group_state import PartitionData as WritePart, WriteShareGroupStateRequest
 
-def _empty(req: Any) -> bool:
+    ShareStateRequest = (InitializeShareGroupStateRequest | WriteShareGroupStateRequest | DeleteShareGroupStateRequest
+                         | ReadShareGroupStateRequest | ReadShareGroupStateSummaryRequest)
+
+
+def _empty(req: ShareStateRequest) -> bool:
     return not req.group_id or not req.topics or any(not t.partitions for t in req.topics)
 
 
@@ -46,7 +59,7 @@ NULL_TOPIC_ID = (int(ErrorCode.invalid_request), "The topic id cannot be null.")
 CLUSTER_DENIED = (int(ErrorCode.cluster_authorization_failed), MESSAGES[ErrorCode.cluster_authorization_failed])
 
 
-async def _per_partition(ctx: RequestContext, req: Any, call: Callable[[ShareStateKey, Any], Awaitable[dict]],
+async def _per_partition(ctx: RequestContext, req: ShareStateRequest, call: Callable[[ShareStateKey, Any], Awaitable[dict]],
                          failed: Callable[[int, tuple[int, str | None]], dict]) -> list[dict]:
     """``call(key, partition)`` per partition; ``failed(partition, (code, message))``
     answers the partitions of a topic without an id (INVALID_REQUEST, as Kafka), and
@@ -72,26 +85,26 @@ def _failed_state(partition: int, error: tuple[int, str | None]) -> dict:
 
 
 @handles(83, 0, 0)
-async def initialize_share_group_state(ctx: RequestContext, req: Any) -> Any:
+async def initialize_share_group_state(ctx: RequestContext, req: InitializeShareGroupStateRequest) -> Any:
     rt = ctx.share_state
 
-    async def one(key: ShareStateKey, p: Any) -> dict:
+    async def one(key: ShareStateKey, p: InitializePart) -> dict:
         return _code_part(p.partition, await rt.initialize_checked(key, p.state_epoch, p.start_offset))
     results = [] if _empty(req) else await _per_partition(ctx, req, one, _code_part)
     return materialize(response_schema(83, ctx.version), {"results": results})
 
 
-def _batches(p: Any) -> tuple[StateBatch, ...]:
+def _batches(p: WritePart) -> tuple[StateBatch, ...]:
     return tuple(StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                  for b in p.state_batches)
 
 
 @handles(85, 0, 1)
-async def write_share_group_state(ctx: RequestContext, req: Any) -> Any:
+async def write_share_group_state(ctx: RequestContext, req: WriteShareGroupStateRequest) -> Any:
     rt = ctx.share_state
 
-    async def one(key: ShareStateKey, p: Any) -> dict:
-        dcc = getattr(p, "delivery_complete_count", -1)
+    async def one(key: ShareStateKey, p: WritePart) -> dict:
+        dcc = opt(p, "delivery_complete_count", -1)
         return _code_part(p.partition, await rt.write_checked(key, p.state_epoch, p.leader_epoch, p.start_offset,
                                                               dcc, _batches(p)))
     results = [] if _empty(req) else await _per_partition(ctx, req, one, _code_part)
@@ -99,10 +112,10 @@ async def write_share_group_state(ctx: RequestContext, req: Any) -> Any:
 
 
 @handles(86, 0, 0)
-async def delete_share_group_state(ctx: RequestContext, req: Any) -> Any:
+async def delete_share_group_state(ctx: RequestContext, req: DeleteShareGroupStateRequest) -> Any:
     rt = ctx.share_state
 
-    async def one(key: ShareStateKey, p: Any) -> dict:
+    async def one(key: ShareStateKey, p: DeletePart) -> dict:
         return _code_part(p.partition, await rt.delete_checked(key))
     results = [] if _empty(req) else await _per_partition(ctx, req, one, _code_part)
     return materialize(response_schema(86, ctx.version), {"results": results})
@@ -120,10 +133,10 @@ def _state_part(partition: int, s: ShareState, with_batches: bool) -> dict:
 
 
 @handles(84, 0, 0)
-async def read_share_group_state(ctx: RequestContext, req: Any) -> Any:
+async def read_share_group_state(ctx: RequestContext, req: ReadShareGroupStateRequest) -> Any:
     rt = ctx.share_state
 
-    async def one(key: ShareStateKey, p: Any) -> dict:
+    async def one(key: ShareStateKey, p: ReadPart) -> dict:
         return _state_part(p.partition, await rt.read(key, p.leader_epoch), True)
     results = [] if _empty(req) else await _per_partition(ctx, req, one,
                                                           lambda p, e: {**_failed_state(p, e), "state_batches": []})
@@ -131,10 +144,10 @@ async def read_share_group_state(ctx: RequestContext, req: Any) -> Any:
 
 
 @handles(87, 0, 1)
-async def read_share_group_state_summary(ctx: RequestContext, req: Any) -> Any:
+async def read_share_group_state_summary(ctx: RequestContext, req: ReadShareGroupStateSummaryRequest) -> Any:
     rt = ctx.share_state
 
-    async def one(key: ShareStateKey, p: Any) -> dict:
+    async def one(key: ShareStateKey, p: SummaryPart) -> dict:
         return _state_part(p.partition, await rt.read_summary(key), False)
     results = [] if _empty(req) else await _per_partition(ctx, req, one, _failed_state)
     return materialize(response_schema(87, ctx.version), {"results": results})

@@ -22,12 +22,13 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...log.producer_state import ProducerEntry
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...txn.state import TxnMetadata, TxnState
 from ...coordinator.runtime import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
@@ -35,6 +36,11 @@ from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..registry import handles
 from .common import resolve_partition
+
+if TYPE_CHECKING:
+    from ...protocol.views.describe_producers import DescribeProducersRequest
+    from ...protocol.views.describe_transactions import DescribeTransactionsRequest
+    from ...protocol.views.list_transactions import ListTransactionsRequest
 
 
 # -- DescribeProducers -------------------------------------------------------------------------
@@ -55,7 +61,7 @@ def _describe_partition(ctx: RequestContext, topic: str, partition: int) -> dict
 
 
 @handles(61, 0, 0)
-def describe_producers(ctx: RequestContext, req: Any) -> Any:
+def describe_producers(ctx: RequestContext, req: DescribeProducersRequest) -> Any:
     """Needs READ on each topic (Kafka; else TOPIC_AUTHORIZATION_FAILED per partition)."""
     denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     return materialize(response_schema(61, ctx.version), {"throttle_time": 0, "topics": [
@@ -113,7 +119,7 @@ def _describe_one(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
 
 
 @handles(65, 0, 0)
-def describe_transactions(ctx: RequestContext, req: Any) -> Any:
+def describe_transactions(ctx: RequestContext, req: DescribeTransactionsRequest) -> Any:
     return materialize(response_schema(65, ctx.version), {
         "throttle_time": 0, "transaction_states": [_describe_one(ctx, t) for t in req.transactional_ids]})
 
@@ -132,11 +138,11 @@ def _known_states(names: Iterable[str]) -> tuple[list[str], list[str]]:
     return known, unknown
 
 
-def _listed(ctx: RequestContext, req: Any, states: list[str], pattern: re.Pattern[str] | None) -> list[TxnMetadata]:
+def _listed(ctx: RequestContext, req: ListTransactionsRequest, states: list[str], pattern: re.Pattern[str] | None) -> list[TxnMetadata]:
     """The coordinator's transactions matching the request's filters. Raises
     CoordinatorUnavailable (loading)."""
     metas = ctx.txns.list_transactions(states or None, list(req.producer_id_filters) or None,
-                                       int(getattr(req, "duration_filter", -1)))
+                                       int(opt(req, "duration_filter", -1)))
     return [m for m in metas if m.state is not TxnState.DEAD
             and (pattern is None or pattern.fullmatch(m.transactional_id) is not None)]
 
@@ -149,12 +155,12 @@ def _list_response(ctx: RequestContext, code: ErrorCode, unknown: list[str], met
 
 
 @handles(66, 0, 2)
-def list_transactions(ctx: RequestContext, req: Any) -> Any:
+def list_transactions(ctx: RequestContext, req: ListTransactionsRequest) -> Any:
     known, unknown = _known_states(req.state_filters)
     if req.state_filters and not known:
         return _list_response(ctx, ErrorCode.none, unknown, [])  # only unknown states: nothing matches
     pattern: re.Pattern[str] | None = None
-    text = getattr(req, "transactional_id_pattern", None)
+    text = opt(req, "transactional_id_pattern", None)
     if text:
         try:
             pattern = re.compile(text)

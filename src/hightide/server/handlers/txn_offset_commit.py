@@ -13,22 +13,26 @@ group coordinator does; a refusal is answered as Kafka answers it (:func:`verifi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...group.offsets import CommitRequest
 from ...group.records import OFFSETS_TOPIC
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...coordinator.internal_topic import CoordinatorUnavailable
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.txn_offset_commit import TxnOffsetCommitRequest
+
 
 @handles(28, 0, 5)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: TxnOffsetCommitRequest) -> Any:
     """Authorization as Kafka: WRITE on the transactional id, then READ on the group (each
     refusal answers every partition), then READ on each topic (TOPIC_AUTHORIZATION_FAILED
     for its partitions, which are not committed)."""
@@ -39,7 +43,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         refused = ErrorCode.group_authorization_failed
     denied = refused_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     commits = [CommitRequest(t.name, p.partition_index, p.committed_offset,
-                             getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+                             opt(p, "committed_leader_epoch", -1), p.committed_metadata)
                for t in req.topics if t.name not in denied for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {(t.name, p.partition_index): ErrorCode.topic_authorization_failed
                                                 for t in req.topics if t.name in denied for p in t.partitions}
@@ -47,8 +51,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         group_error = refused if refused != ErrorCode.none else await _verified(ctx, req)
         if group_error == ErrorCode.none and commits:  # none left when every topic is refused
             group_error, committed = await ctx.groups.execute(req.group_id, lambda shard: shard.txn_commit_offsets(
-                req.group_id, req.producer_id, req.producer_epoch, getattr(req, "generation_id", -1),
-                getattr(req, "member_id", ""), getattr(req, "group_instance_id", None), commits, ctx.now_ms,
+                req.group_id, req.producer_id, req.producer_epoch, opt(req, "generation_id", -1),
+                opt(req, "member_id", ""), opt(req, "group_instance_id", None), commits, ctx.now_ms,
                 lambda t, p: _exists(ctx, t, p)), ctx.now_ms)
             errors.update(committed)
     except CoordinatorUnavailable as exc:
@@ -60,7 +64,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(28, ctx.version), {"throttle_time": 0, "topics": topics})
 
 
-async def _verified(ctx: RequestContext, req: Any) -> ErrorCode:
+async def _verified(ctx: RequestContext, req: TxnOffsetCommitRequest) -> ErrorCode:
     """NONE if the group's offsets partition is in the producer's ongoing transaction,
     else the error Kafka answers (:func:`verification_error`). A group coordinated
     elsewhere answers NOT_COORDINATOR first, as Kafka checks its offsets partition before

@@ -13,7 +13,7 @@ itself).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
@@ -23,9 +23,12 @@ from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.unregister_broker import UnregisterBrokerRequest
+
 
 @handles(64, 0, 0)
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: UnregisterBrokerRequest) -> Any:
     broker_id = int(req.broker_id)
     if not authorize_cluster(ctx, AclOperation.ALTER):
         code, msg = ErrorCode.cluster_authorization_failed, MESSAGES[ErrorCode.cluster_authorization_failed]

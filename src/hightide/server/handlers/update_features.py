@@ -8,7 +8,7 @@ downgrade; ValidateOnly (v1+) checks without writing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...cluster.features import SAFE_DOWNGRADE, UPGRADE, FeatureUpdate, update_features
 from ...cluster.image import MetadataImage
@@ -16,20 +16,24 @@ from ...cluster.records import MetadataRecord
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
+from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import MESSAGES, authorize_cluster
 from ..context import RequestContext
 from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.update_features import UpdateFeaturesRequest
+
 
 @handles(57, 0, 2)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: UpdateFeaturesRequest) -> Any:
     updates = [FeatureUpdate(u.feature, int(u.max_version_level),
-                             int(getattr(u, "upgrade_type", SAFE_DOWNGRADE if getattr(u, "allow_downgrade", False)
+                             int(opt(u, "upgrade_type", SAFE_DOWNGRADE if opt(u, "allow_downgrade", False)
                                          else UPGRADE)))
                for u in req.feature_updates]
-    validate_only = bool(getattr(req, "validate_only", False))
+    validate_only = bool(opt(req, "validate_only", False))
     node_id = ctx.identity.node_id
     if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: ALTER on the cluster, for every feature
         code, msg = ErrorCode.cluster_authorization_failed, MESSAGES[ErrorCode.cluster_authorization_failed]

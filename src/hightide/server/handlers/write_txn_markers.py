@@ -4,7 +4,7 @@ writes its markers through the same path (:meth:`TransactionCoordinator.write_ma
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
@@ -15,9 +15,12 @@ from ..authorization import authorize_cluster
 from ..context import RequestContext
 from ..registry import handles
 
+if TYPE_CHECKING:
+    from ...protocol.views.write_txn_markers import WritableTxnMarker, WriteTxnMarkersRequest
+
 
 @handles(27, 1, 2)
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: WriteTxnMarkersRequest) -> Any:
     """Needs ALTER or CLUSTER_ACTION on the cluster (Kafka), else every partition answers
     CLUSTER_AUTHORIZATION_FAILED."""
     allowed = authorize_cluster(ctx, AclOperation.ALTER) or authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
@@ -35,7 +38,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     return materialize(response_schema(27, ctx.version), {"markers": results})
 
 
-async def _write(ctx: RequestContext, m: Any, parts: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+async def _write(ctx: RequestContext, m: WritableTxnMarker, parts: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
     try:
         return await ctx.txns.write_markers(m.producer_id, m.producer_epoch, m.transaction_result,
                                             m.coordinator_epoch, parts)
