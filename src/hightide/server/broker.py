@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import resource
+from collections.abc import MutableSet
 from typing import Any, Iterable
 
 from ..cluster.controller import Controller, NewTopic, TopicResult
@@ -102,7 +103,7 @@ class Broker:
         self.data_dir = os.path.abspath(data_dir)
         self.listen = listen
         self._advertised = advertised
-        self.connections: OrderedSet[KafkaConnection] = OrderedSet()
+        self.connections: MutableSet[KafkaConnection] = OrderedSet()
         self.server: asyncio.base_events.Server | None = None  # the first listener's (single node: the only one)
         #: Every listener's server (cluster mode may have a broker and a controller listener).
         self.servers: list[tuple[Listener, asyncio.base_events.Server]] = []
