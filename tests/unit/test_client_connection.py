@@ -231,7 +231,8 @@ def test_a_cancel_in_the_loop_step_of_the_response_ends_the_request_cancelled():
                                                       decoder=lambda frame: "the answer"))
             await async_wait_until(lambda: bool(conn._pending))
             corr = next(iter(conn._pending))
-            conn._dispatch(struct.pack(">i", corr) + b"\0")  # the response arrives ...
+            frame = struct.pack(">i", corr) + b"\0"
+            conn._on_events(conn._core.receive_data(struct.pack(">i", len(frame)) + frame))  # the response arrives ...
             task.cancel()  # ... in the same loop step as the cancellation
             done, _ = await asyncio.wait((task,), timeout=5)
             assert done, "the request did not end"
