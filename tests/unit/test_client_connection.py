@@ -231,10 +231,61 @@ def test_a_cancel_in_the_loop_step_of_the_response_ends_the_request_cancelled():
                                                       decoder=lambda frame: "the answer"))
             await async_wait_until(lambda: bool(conn._pending))
             corr = next(iter(conn._pending))
-            conn._dispatch(struct.pack(">i", corr) + b"\0")  # the response arrives ...
+            frame = struct.pack(">i", corr) + b"\0"
+            conn._on_events(conn._core.receive_data(struct.pack(">i", len(frame)) + frame))  # the response arrives ...
             task.cancel()  # ... in the same loop step as the cancellation
             done, _ = await asyncio.wait((task,), timeout=5)
             assert done, "the request did not end"
             assert task.cancelled(), f"the cancellation was swallowed: the request returned {task.result()!r}"
+            await conn.close()
+    run(main())
+
+
+def test_the_connection_runs_over_any_transport():
+    """The same BrokerConnection over the in-memory network: handshake with the v0
+    fallback, pipelined answers out of order, the broker closing."""
+    from hightide.aio.memory_transport import MemoryTransport
+
+    async def main():
+        transport = MemoryTransport()
+        async with FakeBroker({10: (0, 3)}, api_versions_range=(0, 2), transport=transport) as broker:
+            async def answer(header, req):
+                await asyncio.sleep({"slow": 0.05, "fast": 0.0, "close": 0.1}[req.key])
+                return CLOSE if req.key == "close" else find_coordinator_answer(header, req)
+            broker.on(10, answer)
+            conn = await connect(broker, transport=transport)
+            assert conn.api_versions_version == 2 and conn.api_versions[10] == (0, 3)
+            got = await asyncio.gather(*(conn.request(10, 3, {"key": k, "key_type": 0}) for k in ("slow", "fast")))
+            assert [r.host for r in got] == ["slow", "fast"]
+            with pytest.raises(KafkaConnectionError):
+                await conn.request(10, 3, {"key": "close", "key_type": 0})
+            assert not conn.connected
+            await conn.close()
+        with pytest.raises(KafkaConnectionError, match="cannot connect"):
+            await BrokerConnection("127.0.0.1", broker.port, transport=transport).connect()
+    run(main())
+
+
+def test_a_full_write_buffer_holds_requests_within_their_deadline():
+    """Write flow control: while the broker reads nothing (its reading paused), the
+    transport's write buffer fills and pauses writing; a request then waits for room
+    only until its deadline (KafkaTimeoutError), and once the broker reads again the
+    connection carries on."""
+    from hightide.aio.memory_transport import MemoryNetwork
+
+    async def main():
+        net = MemoryNetwork()
+        async with FakeBroker({10: (0, 3)}, transport=net.transport()) as broker:
+            broker.on(10, find_coordinator_answer)
+            conn = await connect(broker, transport=net.transport())
+            [link] = net.connections
+            link.server.pause_reading()
+            big = "k" * 100_000  # above the write buffer's 64 KiB high-water mark
+            with pytest.raises(KafkaTimeoutError):
+                await conn.request(10, 3, {"key": big, "key_type": 0}, timeout_s=0.3)
+            assert conn._write_paused and conn.connected
+            link.server.resume_reading()
+            r = await conn.request(10, 3, {"key": "after", "key_type": 0}, timeout_s=5)
+            assert r.host == "after" and not conn._write_paused
             await conn.close()
     run(main())

@@ -9,11 +9,14 @@ import asyncio
 import time
 from typing import Any
 
+from hightide.aio.transport import LOOP_TRANSPORT
 from hightide.replica.leader_offsets import LeaderOffsets
 
 
 class Peers:
-    """Stands in for InterBrokerClients: addresses by node id, no TLS/SASL."""
+    """Stands in for InterBrokerClients: addresses by node id, no TLS/SASL, TCP."""
+
+    transport = LOOP_TRANSPORT
 
     def __init__(self, addresses: dict[int, tuple[str, int]]) -> None:
         self.addresses = addresses

@@ -21,6 +21,7 @@ from typing import Any, Self, TypeVar
 from ..protocol.records import HEADER_SIZE, decode_records, parse_header
 from .cluster import ClusterDescription, QuorumInfo, describe_cluster, describe_quorum
 from .configs import ConfigsMixin
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from .connection import BrokerConnection
 from .data import DataMixin
 from .errors import (
@@ -82,15 +83,17 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
     ``use_extensions=False`` ignores hightide's protocol extensions (lag then always
     takes the two-call path), e.g. to compare both paths. ``security``
     (:class:`~hightide.client.properties.ClientSecurity`, from ``--command-config``) makes
-    every connection use TLS and/or SASL.
+    every connection use TLS and/or SASL. ``transport`` opens every connection
+    (:mod:`hightide.aio.transport`; an in-memory network in tests).
     """
 
     def __init__(self, bootstrap_servers: str | list[str], client_id: str = "hightide-admin",
                  request_timeout_s: float = 30.0, *, retry_backoff_s: float = 0.1,
                  max_backoff_s: float = 1.0, use_extensions: bool = True,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, transport: Transport = LOOP_TRANSPORT) -> None:
         self.bootstrap_servers = parse_servers(bootstrap_servers)
         self.security = security
+        self.transport = transport
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
@@ -128,7 +131,7 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
         errors = []
         for host, port in self.bootstrap_servers:
             conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
-                                    security=self.security)
+                                    security=self.security, transport=self.transport)
             try:
                 await conn.connect()
             except KafkaError as exc:
@@ -174,8 +177,8 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
                     and boot not in self._conns.values():
                 conn = boot  # adopt the bootstrap connection: same broker
             else:
-                conn = BrokerConnection(host, port, self.client_id,
-                                        request_timeout_s=self.request_timeout_s, security=self.security)
+                conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
+                                        security=self.security, transport=self.transport)
                 await conn.connect()
             conn.node_id = node_id
             self._conns[node_id] = conn

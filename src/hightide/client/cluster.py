@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from .connection import BrokerConnection
 from .errors import ErrorCode, KafkaError, error_for
 from .properties import ClientSecurity
@@ -78,14 +79,16 @@ class QuorumInfo:
 
 
 async def connect_any(servers: list[tuple[str, int]], *, timeout_s: float = 15.0,
-                      security: ClientSecurity | None = None) -> BrokerConnection:
+                      security: ClientSecurity | None = None, transport: Transport = LOOP_TRANSPORT
+                      ) -> BrokerConnection:
     """A connection to the first reachable of ``servers`` (ApiVersions done; TLS/SASL per
-    ``security``). Raises :class:`~hightide.client.errors.KafkaConnectionError` naming
+    ``security``; opened through ``transport``). Raises :class:`~hightide.client.errors.KafkaConnectionError` naming
     every failure."""
     from .errors import KafkaConnectionError
     errors = []
     for host, port in servers:
-        conn = BrokerConnection(host, port, "hightide-admin", request_timeout_s=timeout_s, security=security)
+        conn = BrokerConnection(host, port, "hightide-admin", request_timeout_s=timeout_s, security=security,
+                                transport=transport)
         try:
             await conn.connect()
             return conn
@@ -167,7 +170,8 @@ _NOT_ACTIVE = (int(ErrorCode.not_leader_or_follower), int(ErrorCode.not_controll
 
 
 async def active_controller(servers: list[tuple[str, int]], *, timeout_s: float = 15.0,
-                            security: ClientSecurity | None = None) -> tuple[BrokerConnection, QuorumInfo]:
+                            security: ClientSecurity | None = None, transport: Transport = LOOP_TRANSPORT
+                            ) -> tuple[BrokerConnection, QuorumInfo]:
     """A connection to the active controller among ``servers`` (KIP-919's
     ``--bootstrap-controller``: any of the controllers) and its DescribeQuorum answer.
 
@@ -180,7 +184,7 @@ async def active_controller(servers: list[tuple[str, int]], *, timeout_s: float 
     :class:`~hightide.client.errors.KafkaConnectionError` ("no server reachable: ...")
     when no server could be reached in a round, :class:`~hightide.client.errors.UnsupportedVersionError` when one does not
     offer DescribeQuorum, and the last error (e.g. NOT_LEADER_OR_FOLLOWER) at the
-    timeout."""
+    timeout. Connections are opened through ``transport``."""
     from .errors import KafkaConnectionError, KafkaTimeoutError
     deadline = time.monotonic() + timeout_s
     last: KafkaError | None = None
@@ -193,7 +197,7 @@ async def active_controller(servers: list[tuple[str, int]], *, timeout_s: float 
             if (host, port) in seen:
                 continue
             seen.add((host, port))
-            conn = BrokerConnection(host, port, "hightide-admin", security=security,
+            conn = BrokerConnection(host, port, "hightide-admin", security=security, transport=transport,
                                     request_timeout_s=max(1.0, min(5.0, deadline - time.monotonic())))
             try:
                 await conn.connect()

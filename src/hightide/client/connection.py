@@ -1,48 +1,60 @@
-"""One TCP connection to one Kafka-protocol broker, with pipelined requests.
+"""One connection to one Kafka-protocol broker, with pipelined requests: a thin asyncio
+shell around the sans-IO :class:`~hightide.protocol.client_connection.ClientConnection`.
 
-Theory of operation: :meth:`BrokerConnection.connect` opens the socket, starts a reader
-task and performs the ApiVersions handshake. :meth:`BrokerConnection.request` encodes a
-request with a fresh correlation id, registers a future under that id, writes the frame
-and awaits the future; any number of requests may be in flight at once. The reader task
-reads frames, matches each to its future by correlation id (so responses may arrive in
-any order) and decodes the body there. A response whose correlation id is unknown (its
-request timed out) is dropped. When the connection breaks, every pending request fails
-with :class:`KafkaConnectionError` and the connection stays closed; callers open a new one.
+Theory of operation: :meth:`BrokerConnection.connect` opens the connection through its
+:class:`~hightide.aio.transport.Transport` (the event loop's sockets by default, an
+in-memory network in tests and the simulator) and performs the ApiVersions handshake.
+The protocol — framing, correlation ids, the pending table, decoding, the ApiVersions
+version fallback — is the core's; this shell moves bytes (an ``asyncio.BufferedProtocol``
+receiving straight into the core's buffer) and turns the core's events into the results
+of its callers' futures. :meth:`BrokerConnection.request` has the core encode a request
+under a fresh correlation id, writes the bytes (waiting, within the request's deadline,
+while the transport's write buffer is above its high-water mark) and awaits the answer;
+any number of requests may be in flight at once and answers may arrive in any order.
+An answer to a request whose caller gave up (timed out, cancelled) is dropped. When the
+connection breaks (closed, lost, an impossible frame size), every pending request fails
+with :class:`KafkaConnectionError` and the connection stays closed; callers open a new
+one.
 
 Security (``security``, a :class:`~hightide.client.properties.ClientSecurity`): on SSL and
-SASL_SSL the socket is wrapped in TLS by asyncio (the broker certificate verified, mTLS
+SASL_SSL the connection is wrapped in TLS by asyncio (the broker certificate verified, mTLS
 when a keystore is set); on SASL_* the connection authenticates right after ApiVersions
 (SaslHandshake v1, then SaslAuthenticate with PLAIN, SCRAM-SHA-256/512 — the server's
 signature is verified — or an unsecured OAUTHBEARER token) before :meth:`connect`
 returns. A refused authentication raises :class:`KafkaError` with
 SASL_AUTHENTICATION_FAILED (or the broker's handshake error) and closes the connection.
 KIP-368: when the broker reports a session lifetime, the connection re-authenticates
-(SaslHandshake + SaslAuthenticate on the same socket) once 85% of it has passed, before
-the next request; requests made meanwhile wait for it, requests already sent are answered
-first (the broker keeps request order).
+(SaslHandshake + SaslAuthenticate on the same connection) once 85% of it has passed,
+before the next request; requests made meanwhile wait for it, requests already sent are
+answered first (the broker keeps request order).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
-import struct
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 from kio.schema.index import api_key_map
 
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from ..version import __version__
 from ..protocol.build import materialize
-from ..protocol.codec import (
-    API_VERSIONS_KEY,
-    encode_request,
-    request_schema,
-    response_schema,
+from ..protocol.client_connection import (
+    Broken,
+    ClientConnection,
+    Event,
+    Failed,
+    HandshakeDone,
+    HandshakeFailed,
+    Response,
 )
-from ..protocol.tolerant import Unknown, read_tolerant
+from ..protocol.client_connection import decode_response as _decode_response
+from ..protocol.codec import request_schema
+from ..protocol.errors import PeerProtocolError
+from ..protocol.tolerant import Unknown
 from .errors import (
     ErrorCode,
     KafkaConnectionError,
@@ -56,54 +68,20 @@ if TYPE_CHECKING:
 
 __all__ = ["BrokerConnection", "close_all", "decode_response"]
 
-_API_VERSIONS_MAX = 3
-_SIZE = struct.Struct(">i")
-_MAX_FRAME = 100 * 1024 * 1024
-#: :meth:`BrokerConnection.close` waits at most this long for the reader task and the socket.
+#: :meth:`BrokerConnection.close` waits at most this long for the connection to close
+#: before it aborts it.
 CLOSE_WAIT_S = 2.0
 
 
 def decode_response(api_key: int, version: int, frame: bytes | memoryview,
                     unknown_tags: Unknown | None = None) -> tuple[int, Any]:
-    """Decode a response frame (without its size prefix); return (correlation id, body).
-
-    Decoded with the bounded reader (:mod:`hightide.protocol.tolerant`), never kio's
-    native entity reader, so a hostile or broken broker declaring a huge array length
-    gets a clean error instead of aborting the process. Tagged fields kio does not know
-    are skipped, not fatal: they land in ``unknown_tags[id(entity)]`` as raw bytes.
-    An ApiVersions response whose error code is UNSUPPORTED_VERSION is decoded as v0,
-    because that is how brokers answer a version they do not know.
-    Raises :class:`KafkaError` (CORRUPT_MESSAGE) on a malformed frame.
-    """
-    if len(frame) < 4:
-        raise KafkaError(ErrorCode.corrupt_message, "response shorter than its header")
-    corr = _SIZE.unpack_from(frame, 0)[0]
-    if api_key == API_VERSIONS_KEY:
-        if len(frame) >= 6 and struct.unpack_from(">h", frame, 4)[0] == ErrorCode.unsupported_version:
-            return corr, _unsupported_api_versions(frame)
-        cls, offset = response_schema(api_key, version), 4
-    else:
-        cls = response_schema(api_key, version)
-        offset = 5 if cls.__flexible__ else 4
+    """Decode a response frame (without its size prefix); return (correlation id, body):
+    :func:`hightide.protocol.client_connection.decode_response`, raising
+    :class:`KafkaError` (CORRUPT_MESSAGE) on a malformed frame."""
     try:
-        return corr, read_tolerant(cls, frame, offset, {} if unknown_tags is None else unknown_tags)[0]
-    except KafkaError:
-        raise
-    except Exception as exc:
-        raise KafkaError(ErrorCode.corrupt_message,
-                         f"malformed {cls.__name__} v{version}: {exc!r}") from exc
-
-
-def _unsupported_api_versions(frame: bytes | memoryview) -> Any:
-    """An ApiVersions answer with UNSUPPORTED_VERSION. Kafka sends a v0 body listing its
-    ApiVersions range; a body that does not decode as v0 (librdkafka's mock cluster sends
-    one) becomes a v0 answer listing nothing, so the handshake retries with v0 as
-    librdkafka does."""
-    cls = response_schema(API_VERSIONS_KEY, 0)
-    try:
-        return read_tolerant(cls, frame, 4, {})[0]
-    except Exception:  # noqa: BLE001 - any undecodable body means "retry with v0"
-        return materialize(cls, {"error_code": ErrorCode.unsupported_version, "api_keys": []})
+        return _decode_response(api_key, version, frame, unknown_tags)
+    except PeerProtocolError as exc:
+        raise KafkaError(exc.error_code, exc.reason) from exc
 
 
 def api_name(api_key: int) -> str:
@@ -112,42 +90,75 @@ def api_name(api_key: int) -> str:
     return "".join(w.capitalize() for w in name.split("_")) if name else f"api {api_key}"
 
 
+class _Wire(asyncio.BufferedProtocol):
+    """The asyncio protocol of one :class:`BrokerConnection`: bytes into its core, the
+    core's events and the transport's flow control back to the connection."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn._core.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.conn._on_events(self.conn._core.buffer_updated(nbytes))
+
+    def eof_received(self) -> bool | None:
+        return None  # the broker closed its side: close ours (connection_lost follows)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._on_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.conn._write_paused = True
+
+    def resume_writing(self) -> None:
+        self.conn._writable()
+
+
 class BrokerConnection:
     """A connection to ``host:port``. Use :meth:`connect` (or ``async with``) first.
 
     ``request_timeout_s`` bounds each request (connect and handshake included);
     ``api_versions`` maps api key → (min, max) as the broker advertised them.
+    ``transport`` opens the connection (:data:`~hightide.aio.transport.LOOP_TRANSPORT`:
+    TCP through the running event loop).
     Not thread-safe; safe for any number of concurrent requests from one event loop.
     """
 
     def __init__(self, host: str, port: int, client_id: str | None = "hightide-admin", *,
                  request_timeout_s: float = 30.0, node_id: int | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, transport: Transport = LOOP_TRANSPORT) -> None:
         self.host, self.port, self.client_id = host, port, client_id
         self.security = security
+        self.transport = transport
         self._reauth_at: float | None = None  # monotonic time to re-authenticate (KIP-368)
         self._reauthenticating: asyncio.Task[None] | None = None
         self.node_id = node_id
         self.request_timeout_s = request_timeout_s
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.api_versions_version: int | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._read_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, tuple[asyncio.Future[Any], int, int, Unknown | None,
-                                       Callable[[bytes], Any] | None]] = {}
-        self._corr = itertools.count(1)
+        self._core = ClientConnection(client_id, software=("hightide", __version__))
+        self._wire: asyncio.Transport | None = None  # the connection's asyncio transport
+        self._pending: dict[int, asyncio.Future[Any]] = {}  # correlation id -> its caller's future
+        self._handshake: asyncio.Future[Event] | None = None
+        self._lost: asyncio.Future[None] | None = None  # done once the transport reported connection_lost
+        self._write_paused = False
+        self._write_ready: asyncio.Future[None] | None = None  # resolved when writing may go on
         self._closed_error: KafkaError | None = None
-        self.requests_sent: collections.Counter[int] = collections.Counter()
-        """Requests sent on this connection per API key (ApiVersions included)."""
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
 
     @property
+    def requests_sent(self) -> collections.Counter[int]:
+        """Requests sent on this connection per API key (ApiVersions included)."""
+        return self._core.requests_sent
+
+    @property
     def connected(self) -> bool:
         """True between a successful :meth:`connect` and the connection breaking or closing."""
-        return self._writer is not None and self._closed_error is None
+        return self._wire is not None and self._closed_error is None
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -157,25 +168,27 @@ class BrokerConnection:
         await self.close()
 
     async def connect(self) -> None:
-        """Open the socket and negotiate API versions.
+        """Open the connection and negotiate API versions.
 
-        Raises :class:`KafkaConnectionError` if the socket cannot be opened,
+        Raises :class:`KafkaConnectionError` if the connection cannot be opened,
         :class:`KafkaTimeoutError` on timeout, :class:`KafkaError` if the broker answers
         ApiVersions with an error other than UNSUPPORTED_VERSION.
         """
         sec = self.security
         tls = sec.ssl_context() if sec is not None else None
+        self._lost = asyncio.get_running_loop().create_future()
         try:
             async with asyncio.timeout(self.request_timeout_s):  # never wait_for: it can swallow a cancel
-                self._reader, self._writer = await asyncio.open_connection(
-                    self.host, self.port, ssl=tls, server_hostname=self.host if tls is not None else None)
+                wire, _ = await self.transport.connect(
+                    lambda: _Wire(self), self.host, self.port, ssl=tls,
+                    server_hostname=self.host if tls is not None else None)
         except TimeoutError:
             raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        self._wire = wire  # type: ignore[assignment]
         try:
-            await self._handshake()
+            await self._handshake_versions()
             if sec is not None and sec.sasl:
                 await self._authenticate(sec)
         except BaseException:
@@ -209,25 +222,27 @@ class BrokerConnection:
             except (ValueError, SaslFailure) as exc:  # the server's answer does not verify
                 raise KafkaError(ErrorCode.sasl_authentication_failed, f"SASL {sec.mechanism}: {exc}") from None
 
-    async def _handshake(self) -> None:
-        version = _API_VERSIONS_MAX
-        for _ in range(3):
-            resp = await self.request(API_VERSIONS_KEY, version, {
-                "client_software_name": "hightide", "client_software_version": __version__})
-            if resp.error_code == ErrorCode.unsupported_version:
-                ours = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-                # Fall back to what the broker advertises for ApiVersions, else to v0.
-                broker_max = ours.get(API_VERSIONS_KEY, (0, -1))[1]
-                version = broker_max if 0 <= broker_max < version else 0
-                continue
-            if resp.error_code != ErrorCode.none:
-                raise KafkaError(resp.error_code, f"ApiVersions v{version} failed")
-            self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
-                                 for k in resp.api_keys}
-            self.api_versions_version = version
-            return
-        raise UnsupportedVersionError(ErrorCode.unsupported_version,
-                                      "broker refused every ApiVersions version")
+    async def _handshake_versions(self) -> None:
+        """ApiVersions (the core falls back to an older version by itself); the whole
+        exchange is bounded by ``request_timeout_s``."""
+        self._check_open()
+        handshake = self._handshake = asyncio.get_running_loop().create_future()
+        self._core.start_handshake()
+        self._flush()
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                event = await handshake
+        except TimeoutError:
+            raise KafkaTimeoutError(f"ApiVersions to {self.host}:{self.port} timed out") from None
+        finally:
+            self._handshake = None
+        if isinstance(event, HandshakeFailed):
+            if event.error_code == ErrorCode.unsupported_version:
+                raise UnsupportedVersionError(ErrorCode.unsupported_version, event.message)
+            raise KafkaError(event.error_code, event.message)
+        assert isinstance(event, HandshakeDone)
+        self.api_versions = event.api_versions
+        self.api_versions_version = event.version
 
     def supports(self, api_key: int, version: int | None = None) -> bool:
         """True if the broker advertises ``api_key`` (at ``version``, if given)."""
@@ -269,44 +284,41 @@ class BrokerConnection:
         :func:`hightide.protocol.codec.encode_request`).
         ``decoder``, if given, replaces kio: it gets the response frame (correlation id
         first, no size prefix), its return value is the result, and its exceptions
-        become CORRUPT_MESSAGE errors.
+        become CORRUPT_MESSAGE errors (a :class:`KafkaError` it raises is passed on).
         Error codes inside the response are *not* raised here. Raises
-        :class:`KafkaTimeoutError` after ``timeout_s`` (default ``request_timeout_s``)
-        and :class:`KafkaConnectionError` when the connection is or becomes closed.
+        :class:`KafkaTimeoutError` after ``timeout_s`` (default ``request_timeout_s``;
+        waiting for room in the write buffer included) and :class:`KafkaConnectionError`
+        when the connection is or becomes closed.
         """
-        if self._closed_error is not None:
-            raise KafkaConnectionError(f"{self!r} is closed: {self._closed_error.message}")
-        if self._writer is None:
-            raise KafkaConnectionError(f"{self!r} is not connected")
+        self._check_open()
         if api_key not in (17, 36) and (self._reauthenticating is not None or (
                 self._reauth_at is not None and time.monotonic() >= self._reauth_at)):
             await self._reauthenticate()
+            self._check_open()
         if isinstance(body, dict):
             cls = request_schema(api_key, version)
             if cls is None:
                 raise UnsupportedVersionError(ErrorCode.unsupported_version,
                                               f"no schema for api {api_key} v{version}")
             body = materialize(cls, body)
-        corr = next(self._corr) & 0x7FFFFFFF
-        frame = encode_request(api_key, version, corr, self.client_id, body, request_tags)
+        corr = self._core.send_request(api_key, version, body, unknown_tags=unknown_tags, decoder=decoder,
+                                       request_tags=request_tags)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[corr] = (fut, api_key, version, unknown_tags, decoder)
-        self.requests_sent[api_key] += 1
+        self._pending[corr] = fut
         try:
             # asyncio.timeout, not wait_for: a cancellation arriving in the loop step of
             # the answer must win (wait_for returned the answer and swallowed it).
             async with asyncio.timeout(timeout_s or self.request_timeout_s):
-                self._writer.write(frame)
-                await self._writer.drain()
+                self._flush()
+                while self._write_paused and not fut.done():  # the write buffer is full: wait for room
+                    await self._write_room()
                 return await fut
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"api {api_key} v{version} to {self.host}:{self.port} timed out") from None
-        except (ConnectionError, OSError) as exc:
-            self._fail_all(KafkaConnectionError(f"write to {self.host}:{self.port} failed: {exc}"))
-            raise KafkaConnectionError(str(exc)) from exc
         finally:
-            self._pending.pop(corr, None)
+            if self._pending.pop(corr, None) is not None:  # unanswered: its answer is dropped if it comes
+                self._core.forget(corr)
 
     async def _reauthenticate(self) -> None:
         """KIP-368: authenticate again on this connection (one exchange, shared by every
@@ -319,75 +331,87 @@ class BrokerConnection:
             task.add_done_callback(lambda _: setattr(self, "_reauthenticating", None))
         await asyncio.shield(task)
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        reason = "connection closed by broker"
-        try:
-            while True:
-                head = await self._reader.readexactly(4)
-                size = _SIZE.unpack(head)[0]
-                if size < 4 or size > _MAX_FRAME:
-                    reason = f"bad response frame size {size}"
-                    break
-                self._dispatch(await self._reader.readexactly(size))
-        except asyncio.IncompleteReadError:
-            pass
-        except (ConnectionError, OSError) as exc:
-            reason = f"connection lost: {exc}"
-        except asyncio.CancelledError:
-            reason = "connection closed"
-            raise
-        finally:
-            self._fail_all(KafkaConnectionError(f"{self.host}:{self.port}: {reason}"))
+    # -- the shell ------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed_error is not None:
+            raise KafkaConnectionError(f"{self!r} is closed: {self._closed_error.message}")
+        if self._wire is None:
+            raise KafkaConnectionError(f"{self!r} is not connected")
 
-    def _dispatch(self, frame: bytes) -> None:
-        corr = _SIZE.unpack_from(frame, 0)[0]
-        entry = self._pending.pop(corr, None)
-        if entry is None:
-            return  # its request timed out or was cancelled
-        fut, api_key, version, unknown, decoder = entry
-        if fut.done():
-            return
-        try:
-            if decoder is None:
-                fut.set_result(decode_response(api_key, version, frame, unknown)[1])
-            else:
-                fut.set_result(decoder(frame))
-        except KafkaError as exc:
-            fut.set_exception(exc)
-        except Exception as exc:  # noqa: BLE001 - a custom decoder refused the frame
-            fut.set_exception(KafkaError(ErrorCode.corrupt_message,
-                                         f"malformed response to api {api_key} v{version}: {exc!r}"))
+    def _flush(self) -> None:
+        """Write what the core queued."""
+        data = self._core.data_to_send()
+        if data and self._wire is not None and not self._wire.is_closing():
+            self._wire.write(data)
+
+    async def _write_room(self) -> None:
+        """Wait until the transport's write buffer drained below its low-water mark (or
+        the connection ended)."""
+        ready = self._write_ready
+        if ready is None or ready.done():
+            ready = self._write_ready = asyncio.get_running_loop().create_future()
+        await asyncio.shield(ready)  # shared by every writer waiting: one's cancel must not end the others' wait
+
+    def _writable(self) -> None:
+        self._write_paused = False
+        ready, self._write_ready = self._write_ready, None
+        if ready is not None and not ready.done():
+            ready.set_result(None)
+
+    def _on_events(self, events: list[Event]) -> None:
+        """Resolve the futures the core's events answer."""
+        for event in events:
+            if type(event) is Response:
+                fut = self._pending.pop(event.correlation_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(event.body)
+            elif type(event) is Failed:
+                fut = self._pending.pop(event.correlation_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(event.error if isinstance(event.error, KafkaError)
+                                      else KafkaError(event.error_code, event.message))
+            elif type(event) is Broken:
+                self._fail_all(KafkaConnectionError(f"{self.host}:{self.port}: {event.reason}"))
+                if self._wire is not None:
+                    self._wire.abort()
+            elif self._handshake is not None and not self._handshake.done():  # HandshakeDone / HandshakeFailed
+                self._handshake.set_result(event)
+        self._flush()  # the handshake may have queued a retry
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        reason = "connection closed by broker" if exc is None else f"connection lost: {exc}"
+        self._core.connection_lost(reason)
+        self._fail_all(KafkaConnectionError(f"{self.host}:{self.port}: {reason}"))
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
 
     def _fail_all(self, error: KafkaError) -> None:
         if self._closed_error is None:
             self._closed_error = error
         pending, self._pending = self._pending, {}
-        for fut, *_ in pending.values():
+        for fut in pending.values():
             if not fut.done():
                 fut.set_exception(error)
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(error)
+        self._writable()  # writers waiting for room: their answers' futures have failed
 
     async def close(self) -> None:
-        """Close the socket; pending requests fail with :class:`KafkaConnectionError`.
-        Idempotent. Bounded: the reader task and the socket's close are each waited for
-        at most :data:`CLOSE_WAIT_S` (a peer that reads nothing — paused — would keep
-        unsent bytes, and the close, pending forever; the socket is then aborted). A
-        cancellation of the caller propagates."""
+        """Close the connection; pending requests fail with :class:`KafkaConnectionError`.
+        Idempotent. Bounded: the close is waited for at most :data:`CLOSE_WAIT_S` (a peer
+        that reads nothing — paused — would keep unsent bytes, and the close, pending
+        forever; the connection is then aborted). A cancellation of the caller
+        propagates."""
         self._fail_all(KafkaConnectionError(f"{self.host}:{self.port}: connection closed"))
-        task, self._read_task = self._read_task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait((task,), timeout=CLOSE_WAIT_S)
-        writer = self._writer
-        if writer is not None:
-            writer.close()
-            try:
-                async with asyncio.timeout(CLOSE_WAIT_S):
-                    await writer.wait_closed()
-            except TimeoutError:
-                writer.transport.abort()
-            except (ConnectionError, OSError):
-                pass
+        wire, lost = self._wire, self._lost
+        if wire is None:
+            return
+        if not wire.is_closing():
+            wire.close()
+        if lost is not None and not lost.done():
+            done, _ = await asyncio.wait((lost,), timeout=CLOSE_WAIT_S)
+            if not done:
+                wire.abort()
 
 
 async def close_all(conns: Iterable[BrokerConnection]) -> None:

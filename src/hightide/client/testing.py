@@ -8,7 +8,9 @@ hand-written encoder, size prefix included), :data:`NO_RESPONSE` (never answer) 
 :data:`CLOSE` (drop the connection); it may be ``async`` (e.g. to sleep, which lets a
 later request be answered first). ApiVersions is built in: it advertises ``versions``
 and answers a too-new ApiVersions version with UNSUPPORTED_VERSION in a v0 body, as
-Kafka does. Every request is recorded in :attr:`FakeBroker.requests`.
+Kafka does. Every request is recorded in :attr:`FakeBroker.requests`. It listens
+through ``transport`` (TCP by default; :mod:`hightide.aio.memory_transport` for a test
+without sockets).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, ClassVar, Self
 
+from ..aio.transport import LOOP_TRANSPORT, Listening, Transport
 from ..protocol.build import materialize
 from ..protocol.codec import (
     RequestHeader,
@@ -40,8 +43,9 @@ class FakeBroker:
     """A scripted broker. ``versions``: api key → (min, max) advertised by ApiVersions."""
 
     def __init__(self, versions: dict[int, tuple[int, int]] | None = None, node_id: int = 1,
-                 api_versions_range: tuple[int, int] = (0, 3)) -> None:
+                 api_versions_range: tuple[int, int] = (0, 3), transport: Transport = LOOP_TRANSPORT) -> None:
         self.versions = dict(versions or {})
+        self.transport = transport
         self.versions.setdefault(18, api_versions_range)
         self.node_id = node_id
         self.handlers: dict[int, Handler] = {}
@@ -49,7 +53,7 @@ class FakeBroker:
         self.connections = 0
         self.errors: list[BaseException] = []
         """Exceptions raised by handlers (the connection is dropped); tests assert it is empty."""
-        self._server: asyncio.Server | None = None
+        self._server: Listening | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -73,8 +77,12 @@ class FakeBroker:
         await self.close()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+
+        def stream_protocol() -> asyncio.StreamReaderProtocol:  # what asyncio.start_server builds
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), self._serve, loop=loop)
+        self._server = await self.transport.listen(stream_protocol, "127.0.0.1", self.port)
+        self.port = self._server.address[1]
 
     async def close(self) -> None:
         """Stop listening and drop every connection."""

@@ -85,7 +85,7 @@ async def describe(admin: AdminClient) -> ClusterView:
     if target is not None:
         conn = BrokerConnection(target.host, target.port, admin.client_id,
                                 request_timeout_s=admin.request_timeout_s, node_id=target.node_id,
-                                security=admin.security)
+                                security=admin.security, transport=admin.transport)
         await conn.connect()
         try:
             versions = dict(conn.api_versions)

@@ -37,6 +37,10 @@ What runs where
   reach them); each component calling other brokers gets its own
   :class:`~.inter_broker.InterBrokerClients` from it.
 
+Every connection made here (channels, Raft peers, inter-broker clients) is opened through
+the node's :class:`~hightide.aio.transport.Transport`, handed down by the broker's wiring
+like the clock: TCP in production, an in-memory network in tests.
+
 Start order (``server/broker.py``, ``Broker.start``): data-dir lock, logs, the metadata
 log (a broker-only node without a cluster id asks the controller for it:
 :meth:`~.broker_node.BrokerNode.adopt_cluster_id`) → a controller: the Raft runtime, the

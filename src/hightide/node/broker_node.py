@@ -53,6 +53,7 @@ from .forwarding import Forwarder, RemoteMetadataWrites
 from .metadata_follower import MetadataFollower
 from .read_gate import ReadGate
 from ..aio.clock import SYSTEM_CLOCK, Clock
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from ..aio.shutdown import Step, run_steps
 from ..aio.tasks import STOP_WAIT_S
 
@@ -70,12 +71,15 @@ class BrokerNode:
       then after each applied content change);
     * ``data_dir``: named in the log line when this node halts;
     * ``clock``: the node's :class:`~hightide.aio.clock.Clock`, handed to every part;
+    * ``transport``: the node's :class:`~hightide.aio.transport.Transport` (the
+      controller channels open their connections through it);
     * and, at :meth:`start`, the local metadata log and the flusher's ``durable``.
     """
 
     def __init__(self, settings: ClusterSettings, *, security: ClientSecurity | None,
                  cluster_id: Callable[[], str | None], listeners: Callable[[], list[dict[str, Any]]],
-                 on_metadata_change: Callable[[], None], data_dir: str, clock: Clock = SYSTEM_CLOCK) -> None:
+                 on_metadata_change: Callable[[], None], data_dir: str, clock: Clock = SYSTEM_CLOCK,
+                 transport: Transport = LOOP_TRANSPORT) -> None:
         self.settings = settings
         self.clock = clock
         self._cluster_id_of = cluster_id
@@ -88,9 +92,10 @@ class BrokerNode:
         client = f"hightide-broker-{settings.node_id}"
         voters = {v.node_id: (v.host, v.port) for v in settings.voters}
         self.channel = ControllerChannel(addresses, client_id=client, name="controller", security=security,
-                                         voters=voters, clock=clock)
+                                         voters=voters, clock=clock, transport=transport)
         self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch", security=security,
-                                               locator=self.channel.locator, clock=clock)  # one view of the controller
+                                               locator=self.channel.locator, clock=clock,  # one view of the controller
+                                               transport=transport)
         self.gate = ReadGate(settings.read_consistency, settings.read_max_wait_ms, lao=self._lao,
                              applied=self._applied, content=self._content, clock=clock)
         self.forwarder = Forwarder(self.channel, self.gate)

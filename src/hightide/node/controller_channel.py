@@ -59,6 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..aio.clock import SYSTEM_CLOCK, Clock
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from ..client.connection import BrokerConnection, close_all
 from ..client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from ..client.properties import ClientSecurity
@@ -186,13 +187,15 @@ class ControllerChannel:
     servers) tried in turn unless ``locator`` (shared with another channel) is given;
     ``name`` and ``client_id`` identify the channel in logs and in the controller's
     request log; ``clock`` times backoffs and request deadlines (a shared ``locator``
-    keeps its own clock: give both the same)."""
+    keeps its own clock: give both the same); ``transport`` opens the connections."""
 
     def __init__(self, addresses: Sequence[Address], *, client_id: str, name: str = "controller",
                  request_timeout_s: float = 10.0, max_backoff_s: float = 1.0,
                  security: ClientSecurity | None = None, locator: ControllerLocator | None = None,
-                 voters: Mapping[int, Address] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 voters: Mapping[int, Address] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 transport: Transport = LOOP_TRANSPORT) -> None:
         self.clock = clock
+        self.transport = transport
         self.locator = locator if locator is not None else ControllerLocator(addresses, voters, clock)
         self.client_id = client_id
         self.name = name
@@ -281,7 +284,7 @@ class ControllerChannel:
         if old is not None:
             self._close_later(old)
         host, port = self.locator.target()
-        conn = BrokerConnection(host, port, self.client_id, security=self.security,
+        conn = BrokerConnection(host, port, self.client_id, security=self.security, transport=self.transport,
                                 request_timeout_s=min(self.request_timeout_s, CONNECT_TIMEOUT_S))
         try:
             await self._connect(conn)

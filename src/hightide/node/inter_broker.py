@@ -12,7 +12,9 @@ broker's wiring and handed to every component that calls other brokers):
 ``listener()``, the inter-broker listener's name and client security (computed from the
 configs on first use; it raises ValueError naming a bad setting). Each component gets its
 own :class:`InterBrokerClients` (its own client id and timeout) from
-:meth:`InterBroker.clients`.
+:meth:`InterBroker.clients`. Every connection is opened through the node's
+:class:`~hightide.aio.transport.Transport` (``transport``: TCP in production, the
+in-memory network in tests and the simulator).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
@@ -32,11 +35,14 @@ REQUEST_TIMEOUT_S = 10.0
 
 class InterBroker:
     """Where other brokers are and how to reach them (see the module doc): ``image()``
-    and ``listener()``, the latter computed once, on first use."""
+    and ``listener()``, the latter computed once, on first use; ``transport`` opens the
+    connections."""
 
     def __init__(self, image: Callable[[], MetadataImage],
-                 listener: Callable[[], tuple[str, ClientSecurity | None]]) -> None:
+                 listener: Callable[[], tuple[str, ClientSecurity | None]],
+                 transport: Transport = LOOP_TRANSPORT) -> None:
         self.image = image
+        self.transport = transport
         self._listener = listener
         self._inter: tuple[str, ClientSecurity | None] | None = None
 
@@ -61,6 +67,11 @@ class InterBrokerClients:
         self._conns: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
 
+    @property
+    def transport(self) -> Transport:
+        """How connections to other brokers are opened."""
+        return self.network.transport
+
     def inter_broker(self) -> tuple[str, ClientSecurity | None]:
         """(listener name, client security) used to reach other brokers."""
         return self.network.listener()
@@ -82,7 +93,7 @@ class InterBrokerClients:
                 if conn is not None:
                     await conn.close()
                 conn = BrokerConnection(host, port, self.client_id, request_timeout_s=self.request_timeout_s,
-                                        node_id=node_id, security=self.inter_broker()[1])
+                                        node_id=node_id, security=self.inter_broker()[1], transport=self.transport)
                 self._conns[node_id] = conn
                 try:
                     await conn.connect()

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from ..client import BrokerConnection
 from ..client.connection import close_all
 from ..client.errors import KafkaError
@@ -40,11 +41,14 @@ API_OF: dict[type, tuple[int, int]] = {
 
 
 class RaftPeers:
-    """Requests to the other voters at ``addresses`` (node id → (host, port))."""
+    """Requests to the other voters at ``addresses`` (node id → (host, port)), over
+    connections opened through ``transport``."""
 
     def __init__(self, node_id: int, addresses: Mapping[int, tuple[str, int]], *, cluster_id: str | None,
-                 request_timeout_s: float, security: ClientSecurity | None = None) -> None:
+                 request_timeout_s: float, security: ClientSecurity | None = None,
+                 transport: Transport = LOOP_TRANSPORT) -> None:
         self.node_id = node_id
+        self.transport = transport
         self.addresses = dict(addresses)
         self.cluster_id = cluster_id
         self.request_timeout_s = request_timeout_s
@@ -84,7 +88,7 @@ class RaftPeers:
             if conn is not None:
                 await self._drop(dest, fetch, conn)
             conn = BrokerConnection(host, port, f"raft-{self.node_id}", request_timeout_s=self.request_timeout_s,
-                                    node_id=dest, security=self.security)
+                                    node_id=dest, security=self.security, transport=self.transport)
             try:
                 await conn.connect()
             except (KafkaError, OSError):

@@ -116,7 +116,8 @@ class LeaderOffsets:
                 return conn
             await self._drop(node_id)
             conn = BrokerConnection(host, port, self._client_id, request_timeout_s=self.timeout_s,
-                                    node_id=node_id, security=self._peers.inter_broker()[1])
+                                    node_id=node_id, security=self._peers.inter_broker()[1],
+                                    transport=self._peers.transport)
             await conn.connect()
             self._conns[node_id] = conn
             return conn

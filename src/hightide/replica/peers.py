@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..aio.transport import Transport
 from ..client.properties import ClientSecurity
 
 
@@ -20,6 +21,11 @@ class PeerDirectory(Protocol):
 
     def inter_broker(self) -> tuple[str, ClientSecurity | None]:
         """(listener name, client TLS/SASL settings) used to reach other brokers."""
+        ...
+
+    @property
+    def transport(self) -> Transport:
+        """How connections to other brokers are opened (:mod:`hightide.aio.transport`)."""
         ...
 
 

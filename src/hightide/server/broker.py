@@ -63,6 +63,7 @@ from ..coordinator.share_persister import REQUEST_TIMEOUT_S as SHARE_REQUEST_TIM
 from ..coordinator.share_persister import SharePersisterClient
 from ..coordinator.share_state import ShareStateRuntime
 from ..aio.clock import SYSTEM_CLOCK, Clock
+from ..aio.transport import LOOP_TRANSPORT, Listening, Transport
 from ..aio.shutdown import Step, run_steps
 from ..node.inter_broker import InterBroker
 from ..node.snapshotter import Snapshotter, snapshotter_for
@@ -90,11 +91,15 @@ class Broker:
     def __init__(self, config: BrokerConfig | None = None, *, data_dir: str = "./hightide-data",
                  listen: tuple[str, int] = ("127.0.0.1", 9092),
                  advertised: tuple[str, int] | None = None, cluster_id: str | None = None,
-                 storage: Storage = POSIX, clock: Clock = SYSTEM_CLOCK) -> None:
+                 storage: Storage = POSIX, clock: Clock = SYSTEM_CLOCK,
+                 transport: Transport = LOOP_TRANSPORT) -> None:
         self.config = config or BrokerConfig()
         #: The one clock of this node's shell (hightide.aio.clock): every component built
         #: here reads time, sleeps and schedules through it.
         self.clock = clock
+        #: The one network of this node's shell (hightide.aio.transport): its listeners
+        #: and every connection it opens (inter-broker, controller channels, Raft peers).
+        self.transport = transport
         #: Roles, listeners and controller addresses (cluster mode, issue 13). Raises
         #: ConfigError when the cluster configs do not fit together.
         self.cluster: ClusterSettings = self.config.cluster_settings()
@@ -104,9 +109,9 @@ class Broker:
         self.listen = listen
         self._advertised = advertised
         self.connections: MutableSet[KafkaConnection] = OrderedSet()
-        self.server: asyncio.base_events.Server | None = None  # the first listener's (single node: the only one)
-        #: Every listener's server (cluster mode may have a broker and a controller listener).
-        self.servers: list[tuple[Listener, asyncio.base_events.Server]] = []
+        self.server: Listening | None = None  # the first listener's (single node: the only one)
+        #: Every listener (cluster mode may have a broker and a controller listener).
+        self.servers: list[tuple[Listener, Listening]] = []
         self.logs: LogManager | None = None
         self.metadata: MetadataLog | None = None
         # writes to the metadata log (a controller quorum's voter: through Raft)
@@ -124,7 +129,7 @@ class Broker:
         #: its connections from it).
         self.inter_broker = InterBroker(lambda: self.image, lambda: inter_broker_client(
             self.config.security_values, tuple(x.name for x in self.cluster.broker_listeners),
-            self.cluster.controller_listener_names))
+            self.cluster.controller_listener_names), transport)
         self.flusher = Flusher(lambda: self.logs, clock=clock)
         self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,), clock=clock)
         # the coordinators (hightide.coordinator), built from what they use of this node
@@ -184,7 +189,8 @@ class Broker:
                 self.cluster, security=controller_client_security(self.config.security_values,
                                                                   self.cluster.controller_listener_names),
                 cluster_id=lambda: self.cluster_id, listeners=self._registered_listeners,
-                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock)
+                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock,
+                transport=transport)
             self.routes = broker_node_routes(self.routes, self.node)
             self.services = _services_of(self, self.routes)
 
@@ -281,7 +287,7 @@ class Broker:
                     self.config.security_values, self.cluster.controller_listener_names),
                 snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
                                          lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)),
-                config=raft_config(self.cluster), clock=self.clock)
+                config=raft_config(self.cluster), clock=self.clock, transport=self.transport)
         metadata, runtime = self.metadata, self.metadata_runtime
         raft = runtime.shell if isinstance(runtime, RaftMetadataRuntime) else None
         self.controller_service = ControllerService(
@@ -339,18 +345,19 @@ class Broker:
         return security
 
     async def _start_listeners(self) -> None:
-        loop = asyncio.get_running_loop()
         for listener, services in self._listeners():
-            security = self.listener_security(listener.name)
-            server = await loop.create_server(
-                functools.partial(KafkaConnection, self, services, security, self.clock), listener.host or None,
-                listener.port,
-                reuse_address=True, backlog=1024, ssl=security.ssl_context,
-                ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
-            port = server.sockets[0].getsockname()[1]
-            self.servers.append((Listener(listener.name, listener.host, port), server))  # the bound port
+            server = await self._listen(listener, services)
+            self.servers.append((Listener(listener.name, listener.host, server.address[1]), server))  # the bound port
         self.server = self.servers[0][1]
-        self._bound = self.server.sockets[0].getsockname()[:2]
+        self._bound = self.server.address
+
+    async def _listen(self, listener: Listener, services: Services) -> Listening:
+        """Open ``listener`` through the node's transport, serving ``services``."""
+        security = self.listener_security(listener.name)
+        return await self.transport.listen(
+            functools.partial(KafkaConnection, self, services, security, self.clock), listener.host or None,
+            listener.port, reuse_address=True, backlog=1024, ssl=security.ssl_context,
+            ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
 
     def bound_port(self, listener_name: str) -> int | None:
         """The port a listener is bound to (its configured port may be 0), or None."""
@@ -766,16 +773,10 @@ class Broker:
         for i, (listener, server) in enumerate(self.servers):
             if server.is_serving():
                 continue
-            host, port = listener.host or None, listener.port
             log.error("the listener %s on %s:%d was closed by the event loop; reopening it", listener.name,
-                      listener.host, port)
+                      listener.host, listener.port)
             try:
-                loop = asyncio.get_running_loop()
-                security = self.listener_security(listener.name)
-                server = await loop.create_server(
-                    functools.partial(KafkaConnection, self, services[listener.name], security, self.clock), host, port,
-                    reuse_address=True, backlog=1024, ssl=security.ssl_context,
-                    ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
+                server = await self._listen(listener, services[listener.name])
             except OSError as exc:
                 log.error("reopening the listener failed (retrying): %s", exc)
                 continue

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..aio.clock import SYSTEM_CLOCK, Clock
+from ..aio.transport import LOOP_TRANSPORT, Transport
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import MetadataLog
 from ..client.properties import ClientSecurity
@@ -92,7 +93,8 @@ def _not_controller(shell: RaftShell) -> str:
 def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]], metadata: MetadataLog,
                           durable: Callable[[PartitionLog], Awaitable[object]], cluster_id: str | None,
                           security: ClientSecurity | None = None, config: RaftConfig | None = None,
-                          snapshots: SnapshotPolicy | None = None, clock: Clock = SYSTEM_CLOCK) -> RaftMetadataRuntime:
+                          snapshots: SnapshotPolicy | None = None, clock: Clock = SYSTEM_CLOCK,
+                          transport: Transport = LOOP_TRANSPORT) -> RaftMetadataRuntime:
     """The metadata runtime of a voter of a controller quorum: ``voters`` are
     (node id, host, port) of every voter's controller listener (this node included);
     the quorum-state file lives in the metadata log's directory. The shell is created
@@ -100,12 +102,12 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
     image by that policy (:class:`~.snapshotter.Snapshotter`, started with the shell) and
     trims its log behind each snapshot; a follower installs the leader's snapshot when it
     is behind the leader's log start either way. ``clock``: the node's (Raft's timers,
-    the snapshotter's)."""
+    the snapshotter's); ``transport``: the node's (the connections to the other voters)."""
     from ..node.snapshotter import Snapshotter, install_snapshot  # it imports this module
     config = config or RaftConfig(leader_change_payload=leader_change_batch)
     ids = [v[0] for v in voters]
     peers = RaftPeers(node_id, {v[0]: (v[1], v[2]) for v in voters if v[0] != node_id}, cluster_id=cluster_id,
-                      request_timeout_s=config.request_timeout_ms / 1000, security=security)
+                      request_timeout_s=config.request_timeout_ms / 1000, security=security, transport=transport)
     shell = RaftShell(node_id=node_id, voters=ids, metadata=metadata,
                       store=QuorumStateStore(metadata.log.path, ids, cluster_id or ""), transport=peers,
                       durable=durable, config=config, require_formatted=True, clock=clock)

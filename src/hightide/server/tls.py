@@ -2,10 +2,11 @@
 :class:`~hightide.security.listeners.TlsSettings`, and the principal of a TLS peer.
 
 Theory of operation: the context is built once, when the listener starts, and handed to
-``loop.create_server(ssl=...)``; asyncio does the handshake before the connection's
-``connection_made``, bounded by the listener's authentication timeout. A client
-certificate is requested (``ssl.client.auth=requested``, ``CERT_OPTIONAL``) or required
-(``required``, ``CERT_REQUIRED``) and verified against the listener's truststore; its
+the node's transport (``transport.listen(ssl=...)``, ``loop.create_server`` in
+production); asyncio does the handshake before the connection's ``connection_made``,
+bounded by the listener's authentication timeout. A client certificate is requested
+(``ssl.client.auth=requested``, ``CERT_OPTIONAL``) or required (``required``,
+``CERT_REQUIRED``) and verified against the listener's truststore; its
 subject DN, read from the certificate's DER bytes and printed as Java's
 ``X500Principal.getName()`` (:mod:`hightide.security.x500`), mapped by
 ``ssl.principal.mapping.rules``, is the connection's principal on an SSL listener
