@@ -20,6 +20,7 @@ import time
 from collections import Counter
 
 from .faults import FAULT_KINDS
+from .planted import PLANTED
 from .run import RunResult, simulate
 
 HASH_SEED = "0"
@@ -35,6 +36,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--faults", default=",".join(FAULT_KINDS),
                    help=f"fault kinds, comma-separated (default all: {','.join(FAULT_KINDS)})")
+    p.add_argument("--plant", choices=sorted(PLANTED), help="run a deliberately broken variant (hightide.sim.planted)")
     p.add_argument("--trace", action="store_true", help="print the whole trace of every seed")
     p.add_argument("--logs", action="store_true", help="put the nodes' warnings in the trace")
     p.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")
@@ -45,6 +47,8 @@ def _replay(args: argparse.Namespace, seed: int) -> str:
     extra = "" if args.duration == 30.0 else f" --duration {args.duration:g}"
     if args.faults != ",".join(FAULT_KINDS):
         extra += f" --faults {args.faults}"
+    if args.plant:
+        extra += f" --plant {args.plant}"
     if (args.controllers, args.brokers) != (3, 3):
         extra += f" --controllers {args.controllers} --brokers {args.brokers}"
     return f"python -m hightide.sim --seed {seed}{extra} --trace --logs"
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for seed in seeds:
         r = simulate(seed, duration_s=args.duration, controllers=args.controllers, brokers=args.brokers,
-                     kinds=kinds, log_lines=args.logs)
+                     kinds=kinds, log_lines=args.logs, plant=args.plant)
         results.append(r)
         faults = " ".join(f"{k}={v}" for k, v in sorted(r.faults.items()))
         status = "ok" if r.ok else "ANOMALY"

@@ -26,6 +26,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ..aio.transport import Transport
 from ..client import AdminClient
 from ..client.errors import KafkaError
 from ..client.types import TopicPartition
@@ -39,14 +40,14 @@ RETRY_S = 0.2
 CALL_TIMEOUT_S = 10.0
 
 
-def _admin(bootstrap: list[str], client_id: str) -> AdminClient:
-    return AdminClient(bootstrap, client_id=client_id, request_timeout_s=CALL_TIMEOUT_S)
+def _admin(bootstrap: list[str], client_id: str, transport: Transport) -> AdminClient:
+    return AdminClient(bootstrap, client_id=client_id, request_timeout_s=CALL_TIMEOUT_S, transport=transport)
 
 
 class _Client:
-    def __init__(self, name: str, bootstrap: list[str], checker: Checker, rng: random.Random,
+    def __init__(self, name: str, bootstrap: list[str], transport: Transport, checker: Checker, rng: random.Random,
                  trace: Callable[[str], None], now: Callable[[], float]) -> None:
-        self.name, self.bootstrap, self.checker, self.rng = name, bootstrap, checker, rng
+        self.name, self.bootstrap, self.transport, self.checker, self.rng = name, bootstrap, transport, checker, rng
         self.trace, self.now = trace, now
         self.admin: AdminClient | None = None
         self.errors = 0
@@ -54,7 +55,7 @@ class _Client:
 
     async def _connected(self) -> AdminClient:
         if self.admin is None:
-            admin = _admin(self.bootstrap, self.name)
+            admin = _admin(self.bootstrap, self.name, self.transport)
             await admin.start()
             self.admin = admin
         return self.admin

@@ -165,6 +165,9 @@ class SimListener:
         """As ``asyncio.Server.sockets``: one "socket" whose ``getsockname()`` is the address."""
         return [_BoundName(self.address)]
 
+    def is_serving(self) -> bool:
+        return self.net._listeners.get(self.address) is not None
+
     def close(self) -> None:
         self.net._listeners.pop(self.address, None)
 
@@ -182,7 +185,7 @@ class _BoundName:
 
 @dataclass(eq=False)
 class _Listening:
-    factory: Callable[[], asyncio.Protocol]
+    factory: Callable[[], asyncio.BaseProtocol]
     run: NodeRun | None
     context: contextvars.Context
     party: Party
@@ -209,7 +212,7 @@ class SimNetwork:
 
     # --- the Transport seam ---------------------------------------------------------------
 
-    async def listen(self, protocol_factory: Callable[[], asyncio.Protocol], host: str, port: int, *,
+    async def listen(self, protocol_factory: Callable[[], asyncio.BaseProtocol], host: str | None, port: int, *,
                      ssl: Any = None, **_: Any) -> SimListener:
         if ssl is not None:
             raise ValueError("the simulated network carries no TLS")
@@ -220,8 +223,9 @@ class SimNetwork:
         self._listeners[address] = _Listening(protocol_factory, run, contextvars.copy_context(), party)
         return SimListener(self, address, run)
 
-    async def connect(self, protocol_factory: Callable[[], asyncio.Protocol], host: str, port: int, *,
-                      ssl: Any = None, server_hostname: str | None = None) -> tuple[asyncio.Transport, asyncio.Protocol]:
+    async def connect(self, protocol_factory: Callable[[], asyncio.BaseProtocol], host: str, port: int, *,
+                      ssl: Any = None, server_hostname: str | None = None
+                      ) -> tuple[asyncio.BaseTransport, asyncio.BaseProtocol]:
         if ssl is not None:
             raise ValueError("the simulated network carries no TLS")
         party, run = _party()
@@ -241,21 +245,21 @@ class SimNetwork:
         self.stats["connections"] += 1
         self._next_port += 1
         local = (f"c{party}", self._next_port)
-        a.transport = SimTransport(self, conn, a, (host, port), local)
-        b.transport = SimTransport(self, conn, b, local, (host, port))
-        a.protocol = protocol_factory()
-        a.protocol.connection_made(a.transport)
+        a.transport = a_transport = SimTransport(self, conn, a, (host, port), local)
+        b.transport = b_transport = SimTransport(self, conn, b, local, (host, port))
+        a.protocol = a_protocol = protocol_factory()
+        a_protocol.connection_made(a_transport)
 
         def accept() -> None:
             if b.run is not None and b.run.state == "dead":
                 return
             b.protocol = listening.factory()
-            b.protocol.connection_made(b.transport)  # type: ignore[arg-type]
+            b.protocol.connection_made(b_transport)
             for kind, data in b.backlog:
                 self._deliver(b, kind, data)
             b.backlog = []
         self.loop.call_soon(accept, context=b.context)
-        return a.transport, a.protocol
+        return a_transport, a_protocol
 
     # --- delivery ---------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from .clients import Committer, Producer, Reader
 from .clock import EPOCH_MS
 from .faults import FAULT_KINDS, FaultSchedule
 from .loop import NODE, SimLoop, SimulationStuck
+from .planted import planted
 from .world import World
 
 __all__ = ["RunResult", "simulate", "deterministic"]
@@ -106,7 +107,7 @@ class _TraceLog(logging.Handler):
 
 
 async def _create_topic(world: World, partitions: int) -> None:
-    admin = AdminClient(world.bootstrap, client_id="sim-admin", request_timeout_s=10.0)
+    admin = AdminClient(world.bootstrap, client_id="sim-admin", request_timeout_s=10.0, transport=world.net)
     try:
         deadline = asyncio.get_running_loop().time() + 120
         while True:
@@ -143,7 +144,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
         await _create_topic(world, partitions)
         note(f"topic {TOPIC} created")
         def base(name: str) -> tuple[Any, ...]:
-            return name, world.bootstrap, checker, random.Random(rng.getrandbits(64)), note, loop.time
+            return name, world.bootstrap, world.net, checker, random.Random(rng.getrandbits(64)), note, loop.time
         for i in range(producers):
             clients.append(Producer(*base(f"p{i}"), topic=TOPIC, partitions=partitions))
         clients.append(Committer(*base("c0"), group="g0", topic=TOPIC, partitions=partitions))
@@ -230,10 +231,11 @@ def _bury(loop: SimLoop) -> None:
 def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, controllers: int = 3,
              brokers: int = 3, partitions: int = 3, producers: int = 2,
              kinds: tuple[str, ...] = FAULT_KINDS, log_lines: bool = False,
-             echo: Callable[[str], None] | None = None) -> RunResult:
+             echo: Callable[[str], None] | None = None, plant: str | None = None) -> RunResult:
     """Run seed ``seed`` (see the module doc). Never raises for an anomaly: the result
     carries it. ``log_lines``: the nodes' WARNING+ log lines go into the trace too;
-    ``echo`` gets each trace line as it is written (progress of a long run)."""
+    ``echo`` gets each trace line as it is written (progress of a long run); ``plant``
+    names a deliberately broken variant (:mod:`.planted`) to run instead of the real code."""
     loop = SimLoop(disk_delay=None)
     loop.set_exception_handler(lambda _loop, _ctx: None)  # zombie tasks of killed nodes
     trace: list[str] = _Trace(echo) if echo is not None else []
@@ -249,7 +251,7 @@ def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, c
     faults: Counter[str] = Counter()
     counts: dict[str, int] = {}
     digest = ""
-    with deterministic(seed, loop):
+    with deterministic(seed, loop), planted(plant):
         try:
             faults, counts, digest = loop.run_until_complete(_run(
                 seed, loop, trace, duration_s=duration_s, liveness_s=liveness_s, controllers=controllers,

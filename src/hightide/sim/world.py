@@ -149,7 +149,7 @@ class World:
         node.clock = node.clock or SimClock(self.loop)
         config = BrokerConfig.load(overrides=node.settings)
         broker = Broker(config, data_dir=node.data_dir, listen=(node.host, node.port), storage=node.storage,
-                        clock=node.clock)
+                        clock=node.clock, transport=self.net)
         node.broker = broker
         task = self.loop.create_task(broker.start(), name=f"start {node}", context=ctx)
         async with asyncio.timeout(START_BOUND_S):

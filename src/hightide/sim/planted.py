@@ -1,0 +1,69 @@
+"""Deliberately broken variants of the production code, to show that the simulation
+finds bugs of the kinds it exists for (``python -m hightide.sim --plant NAME``).
+
+Each is a context manager that patches one rule while a run goes, and undoes it after:
+
+- ``acks-before-hw``: an acks=all write is acknowledged as soon as the leader appended
+  it, before the high watermark passed it (``LeaderState.acks_outcome``): a leader that
+  dies before its followers fetched loses acknowledged records.
+- ``coordinator-unreplicated``: the coordinator runtime acknowledges a write (an offset
+  commit) once it is durable on the coordinator, without waiting for the followers of
+  its ``__consumer_offsets`` partition (``CoordinatorRuntime._when_replicated``): a
+  coordinator that dies takes acknowledged commits with it.
+- ``unclean-election``: the controller elects a leader among all live replicas, not
+  only the in-sync ones (``partition_change.elect``): a replica missing acknowledged
+  records becomes leader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+__all__ = ["PLANTED", "planted"]
+
+
+@contextlib.contextmanager
+def _patch(obj: Any, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, saved)
+
+
+def _acks_before_hw() -> contextlib.AbstractContextManager[None]:
+    from ..protocol.errors import ErrorCode
+    from ..replication.leader_state import LeaderReplicaState
+    return _patch(LeaderReplicaState, "acks_outcome", lambda self, required_offset: ErrorCode.none)
+
+
+def _coordinator_unreplicated() -> contextlib.AbstractContextManager[None]:
+    from ..coordinator.runtime import CoordinatorRuntime
+    return _patch(CoordinatorRuntime, "_when_replicated", lambda self, p, part, w: None)
+
+
+def _unclean_election() -> contextlib.AbstractContextManager[None]:
+    from ..cluster import partition_change as pc
+
+    def elect(part: Any, replicas: Sequence[int], isr: Sequence[int], election: Any,
+              acceptable: Callable[[int], bool]) -> tuple[int, bool]:
+        if part.leader != pc.NO_LEADER and acceptable(part.leader):
+            return part.leader, False
+        live = [r for r in replicas if acceptable(r)]
+        return (live[-1], False) if live else (pc.NO_LEADER, False)
+    return _patch(pc, "elect", elect)
+
+
+PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "acks-before-hw": _acks_before_hw,
+    "coordinator-unreplicated": _coordinator_unreplicated,
+    "unclean-election": _unclean_election,
+}
+
+
+def planted(name: str | None) -> contextlib.AbstractContextManager[None]:
+    """The planted bug ``name`` (None: none). Raises KeyError for an unknown name."""
+    return contextlib.nullcontext() if name is None else PLANTED[name]()
