@@ -38,7 +38,8 @@ def _who(ctx: RequestContext) -> tuple[str, str]:
     return user_of(ctx.principal), ctx.header.client_id or ""
 
 
-def _now_ms(ctx: RequestContext) -> int:
+def _monotonic_ms(ctx: RequestContext) -> int:
+    """The clock's monotonic time in ms: what the quota sensors are timed by."""
     return int(ctx.clock.monotonic() * 1000)
 
 
@@ -48,7 +49,7 @@ def produce_throttle(ctx: RequestContext, nbytes: int, acks: int) -> int:
     if quotas is None:
         return 0
     user, client_id = _who(ctx)
-    now = _now_ms(ctx)
+    now = _monotonic_ms(ctx)
     throttle = quotas.produce.record(user, client_id, nbytes, now)
     if acks != 0:
         throttle = max(throttle, quotas.request.record(user, client_id, 0.0, now))
@@ -64,7 +65,7 @@ def record_request_time(ctx: RequestContext, started: float) -> None:
         return
     user, client_id = _who(ctx)
     elapsed_s = ctx.clock.monotonic() - started
-    quotas.request.record_no_throttle(user, client_id, max(0.0, elapsed_s) * 100.0, _now_ms(ctx))
+    quotas.request.record_no_throttle(user, client_id, max(0.0, elapsed_s) * 100.0, _monotonic_ms(ctx))
 
 
 def fetch_max_bytes(ctx: RequestContext, max_bytes: int) -> int:
@@ -83,7 +84,7 @@ def fetch_throttle(ctx: RequestContext, nbytes: int) -> int:
     if quotas is None:
         return 0
     user, client_id = _who(ctx)
-    now = _now_ms(ctx)
+    now = _monotonic_ms(ctx)
     request = quotas.request.record(user, client_id, 0.0, now)
     bandwidth = quotas.fetch.record(user, client_id, nbytes, now)
     throttle = max(request, bandwidth)
