@@ -126,6 +126,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "frame is read. listener.name.<listener>.sasl.server.max.receive.size overrides it for one listener."),
     _d("queued.max.requests", "int", 500, "Requests in flight per connection before reading pauses.", _pos),
     _d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this long.", _ms_or_unlimited),
+    _d("quota.window.num", "int", 11, "Samples kept per client quota sensor (Kafka's: 10 whole windows and the "
+       "current one).", _pos),
+    _d("quota.window.size.seconds", "int", 1, "The time span of each client quota sample.", _pos),
     _d("message.max.bytes", "int", 1048588, "Largest record batch accepted.", _nonneg),
     _d("log.segment.bytes", "int", 1073741824, "Segment size before rolling.", (lambda v: v >= 14, "must be >= 14")),
     _d("log.roll.ms", "long", 604800000, "Segment age before rolling.", _pos),

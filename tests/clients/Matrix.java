@@ -9,6 +9,8 @@ import org.apache.kafka.clients.admin.*;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.*;
+import org.apache.kafka.common.errors.InvalidRequestException;
+import org.apache.kafka.common.quota.*;
 import org.apache.kafka.common.serialization.*;
 
 public class Matrix {
@@ -43,6 +45,35 @@ public class Matrix {
         checks.put(name, ok ? "ok" : "got " + got);
     }
 
+    // AlterClientQuotas / DescribeClientQuotas (48/49, issue 29 item 7): a user + default
+    // client-id entity set, described with a strict filter, an unknown key refused with
+    // InvalidRequestException, then removed.
+    static String clientQuotas(Admin admin) throws Exception {
+        Map<String, String> names = new HashMap<>();
+        names.put(ClientQuotaEntity.USER, "matrix-java-" + topic);
+        names.put(ClientQuotaEntity.CLIENT_ID, null);
+        ClientQuotaEntity entity = new ClientQuotaEntity(names);
+        ClientQuotaFilter filter = ClientQuotaFilter.containsOnly(List.of(
+                ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.USER, "matrix-java-" + topic),
+                ClientQuotaFilterComponent.ofDefaultEntity(ClientQuotaEntity.CLIENT_ID)));
+        admin.alterClientQuotas(List.of(new ClientQuotaAlteration(entity, List.of(
+                new ClientQuotaAlteration.Op("producer_byte_rate", 1048576.0))))).all().get(20, TimeUnit.SECONDS);
+        Map<ClientQuotaEntity, Map<String, Double>> got = admin.describeClientQuotas(filter).entities()
+                .get(20, TimeUnit.SECONDS);
+        if (!Map.of(entity, Map.of("producer_byte_rate", 1048576.0)).equals(got)) return "described " + got;
+        try {
+            admin.alterClientQuotas(List.of(new ClientQuotaAlteration(entity, List.of(
+                    new ClientQuotaAlteration.Op("bogus", 1.0))))).all().get(20, TimeUnit.SECONDS);
+            return "an unknown key was accepted";
+        } catch (java.util.concurrent.ExecutionException e) {
+            if (!(e.getCause() instanceof InvalidRequestException)) return "unknown key: " + e.getCause();
+        }
+        admin.alterClientQuotas(List.of(new ClientQuotaAlteration(entity, List.of(
+                new ClientQuotaAlteration.Op("producer_byte_rate", null))))).all().get(20, TimeUnit.SECONDS);
+        got = admin.describeClientQuotas(filter).entities().get(20, TimeUnit.SECONDS);
+        return got.isEmpty() ? "ok" : "after removal " + got;
+    }
+
     public static void main(String[] args) throws Exception {
         bootstrap = args[0]; topic = args[1]; group = args[2];
         try (Admin admin = Admin.create(props())) {
@@ -52,7 +83,9 @@ public class Matrix {
             // Metadata v12 by topic id: the Java client sends the id with name "" (issue 29 item 3)
             Map<Uuid, TopicDescription> byId = admin.describeTopics(TopicCollection.ofTopicIds(List.of(id)))
                     .allTopicIds().get(20, TimeUnit.SECONDS);
-            check("admin", names.contains(topic) && byId.get(id).name().equals(topic), names + " " + byId);
+            String quotas = clientQuotas(admin);
+            check("admin", names.contains(topic) && byId.get(id).name().equals(topic) && quotas.equals("ok"),
+                  names + " " + byId + " quotas: " + quotas);
             try (KafkaProducer<String, String> p = new KafkaProducer<>(props(), new StringSerializer(), new StringSerializer())) {
                 for (int i = 0; i < 5; i++) p.send(new ProducerRecord<>(topic, "a" + i)).get(20, TimeUnit.SECONDS);
                 checks.put("produce", "ok");

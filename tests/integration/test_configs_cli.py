@@ -71,7 +71,11 @@ def test_broker_configs(server):
     (["--alter", "--group", "g", "--add-config", "share.auto.offset.reset"], 2, 'format "key=val"'),
     (["--alter", "--group", "g"], 2, "--alter needs --add-config or --delete-config"),
     (["--describe"], 2, "give one entity"),
-    (["--describe", "--entity-type", "users", "--entity-name", "u"], 2, "not supported by hightide configs"),
+    (["--describe", "--entity-type", "ips", "--entity-name", "10.0.0.1"], 2, "not supported by hightide configs"),
+    (["--alter", "--entity-type", "users", "--add-config", "producer_byte_rate=1"], 2,
+     "--alter of users/clients needs --entity-name or --entity-default"),
+    (["--describe", "--entity-type", "users", "--topic", "t"], 2, "give one entity"),
+    (["--describe", "--entity-type", "users", "--entity-type", "topics"], 2, "users and clients can only be combined"),
 ])
 def test_errors(server, args, code, text):
     r = run(server, *args)

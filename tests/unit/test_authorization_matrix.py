@@ -490,6 +490,27 @@ def test_scram_credentials_need_cluster_describe_and_alter(env: Env) -> None:
     assert env.call(50, 0, {"users": None}).error_code == E.none
 
 
+def test_client_quotas_need_cluster_describe_configs_and_alter_configs(env: Env) -> None:
+    entity = [{"entity_type": "client-id", "entity_name": "matrix-app"}]
+    alter = {"entries": [{"entity": entity, "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}],
+             "validate_only": False}
+    describe = {"components": [{"entity_type": "client-id", "match_type": 0, "match": "matrix-app"}], "strict": True}
+    denied = env.call(49, 1, alter).entries[0]
+    assert (denied.error_code, denied.entity[0].entity_name) == (E.cluster_authorization_failed, "matrix-app")
+    got = env.call(48, 1, describe)
+    assert (got.error_code, got.entries) == (E.cluster_authorization_failed, None)
+    env.acl(ALICE, O.ALTER, CLUSTER, "kafka-cluster")  # ALTER is not ALTER_CONFIGS
+    assert env.call(49, 1, alter).entries[0].error_code == E.cluster_authorization_failed
+    env.acl(ALICE, O.ALTER_CONFIGS, CLUSTER, "kafka-cluster")  # (implies DESCRIBE_CONFIGS, as in Kafka)
+    assert env.call(49, 1, alter).entries[0].error_code == E.none
+    assert env.call(48, 1, describe, principal=BOB).error_code == E.cluster_authorization_failed
+    env.acl(BOB, O.DESCRIBE_CONFIGS, CLUSTER, "kafka-cluster")
+    got = env.call(48, 1, describe, principal=BOB)
+    assert got.error_code == E.none and [(v.key, v.value) for v in got.entries[0].values] == [
+        ("producer_byte_rate", 1024.0)]
+    assert env.call(49, 1, alter, principal=BOB).entries[0].error_code == E.cluster_authorization_failed
+
+
 def test_cluster_describe_apis(env: Env) -> None:
     quorum = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
     assert env.call(55, 2, quorum).error_code == E.cluster_authorization_failed

@@ -29,6 +29,7 @@ from hightide.cluster.broker_records import (
 from hightide.cluster.image import MetadataImage
 from hightide.cluster.metadata_log import MetadataLog, MetadataLogGap
 from hightide.cluster.raft.messages import OffsetAndEpoch
+from hightide.cluster.quota_records import ClientQuotaRecord
 from hightide.cluster.security_records import (
     AccessControlEntryRecord,
     RemoveAccessControlEntryRecord,
@@ -84,6 +85,10 @@ def every_type_records() -> list[Any]:
         UserScramCredentialRecord.of("alice", 1, b"salt", b"stored", b"server", 4096),
         UserScramCredentialRecord.of("bob", 2, b"s2", b"k2", b"v2", 8192),
         RemoveUserScramCredentialRecord("bob", 2),
+        ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 1024.0),
+        ClientQuotaRecord((("user", "alice"), ("client-id", None)), "request_percentage", 12.5),
+        ClientQuotaRecord((("client-id", "app"),), "consumer_byte_rate", 2048.0),
+        ClientQuotaRecord((("client-id", "app"),), "consumer_byte_rate", remove=True),
         NoOpRecord(),
     ]
 
@@ -99,7 +104,7 @@ def state(image: MetadataImage) -> dict[str, Any]:
         "broker_dynamic": image.broker_dynamic, "group_configs": image.group_configs,
         "next_producer_id": image.next_producer_id, "features": image.features, "offset": image.offset,
         "brokers": {b: dataclasses.replace(r, registration_offset=0) for b, r in image.brokers.items()},
-        "acls": image.security.acls.by_id, "scram": image.security.scram,
+        "acls": image.security.acls.by_id, "scram": image.security.scram, "quotas": image.quotas,
     }
 
 
@@ -137,7 +142,9 @@ def test_a_copy_is_unchanged_by_later_writes() -> None:
               BrokerRegistrationChangeRecord(0, 7, FENCE), RemoveAccessControlEntryRecord("acl-1"),
               RemoveUserScramCredentialRecord("alice", 1), rec.FeatureLevelRecord("metadata.version", 22),
               rec.ConfigRecord(rec.BROKER_RESOURCE, "", "log.retention.ms", None),
-              rec.ConfigRecord(rec.GROUP_RESOURCE, "g1", "share.record.lock.duration.ms", None)]:
+              rec.ConfigRecord(rec.GROUP_RESOURCE, "g1", "share.record.lock.duration.ms", None),
+              ClientQuotaRecord((("user", "alice"),), "producer_byte_rate", 1.0),
+              ClientQuotaRecord((("client-id", None), ("user", "alice")), "request_percentage", remove=True)]:
         image.apply(r, at)
         at += 1
     assert image_records(copy) == before  # what a snapshot captured at the copy still says

@@ -148,11 +148,14 @@ def test_error_response_for_every_forwarded_api(api_key: int) -> None:
         55: {"topics": []},
         43: {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0]}], "timeout": 1000},
         45: {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}], "timeout": 1000},
-        46: {"topics": None, "timeout": 1000}, 64: {"broker_id": 3}}
+        46: {"topics": None, "timeout": 1000}, 64: {"broker_id": 3},
+        49: {"entries": [{"entity": [{"entity_type": "user", "entity_name": None}],
+                          "ops": [{"key": "producer_byte_rate", "value": 1.0, "remove": False}]}],
+             "validate_only": False}}
     req = materialize(request_schema(api_key, version), bodies[api_key])
     resp = error_response(api_key, version, req, ErrorCode.request_timed_out, "no controller")
     items = (getattr(resp, "topics", None) or getattr(resp, "results", None)
-             or getattr(resp, "filter_results", None))
+             or getattr(resp, "filter_results", None) or getattr(resp, "entries", None))
     if api_key == 43:  # per partition, in topics
         items = [p for t in resp.replica_election_results for p in t.partition_result]
     elif api_key == 45:

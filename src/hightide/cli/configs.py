@@ -1,5 +1,6 @@
-"""``hightide configs``: describe and alter topic, group and broker configs, with
-``kafka-configs.sh``'s options and output, against hightide or any Kafka cluster.
+"""``hightide configs``: describe and alter topic, group and broker configs, and client
+quotas of users and client ids (:mod:`.quota_configs`), with ``kafka-configs.sh``'s
+options and output, against hightide or any Kafka cluster.
 
 ::
 
@@ -19,10 +20,11 @@ import click
 
 from . import main
 from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin
+from .quota_configs import QUOTA_KINDS, alter_quotas, describe_quotas
 
 ENTITY_TYPES = {"topics": "topic", "groups": "group", "brokers": "broker"}
 """--entity-type values (kafka-configs.sh's plural names) and how messages name them."""
-UNSUPPORTED = ("users", "clients", "ips", "broker-loggers", "client-metrics")
+UNSUPPORTED = ("ips", "broker-loggers", "client-metrics")
 
 
 def parse_add_config(value: str) -> list[tuple[str, str]]:
@@ -62,31 +64,52 @@ def parse_add_config(value: str) -> list[tuple[str, str]]:
 @command_config_option
 @click.option("--describe", "action", flag_value="describe", help="List the entity's configs.")
 @click.option("--alter", "action", flag_value="alter", help="Change the entity's configs.")
-@click.option("--entity-type", type=click.Choice([*ENTITY_TYPES, *UNSUPPORTED]), default=None,
-              help="topics, groups or brokers.")
-@click.option("--entity-name", default=None, help="Topic or group name, or broker id.")
-@click.option("--entity-default", is_flag=True, help="Brokers: the cluster-wide default.")
+@click.option("--entity-type", "entity_types", type=click.Choice([*ENTITY_TYPES, *QUOTA_KINDS, *UNSUPPORTED]),
+              multiple=True, help="topics, groups, brokers, users or clients (users and clients together: a "
+                                  "user + client-id quota).")
+@click.option("--entity-name", "entity_names", multiple=True,
+              help="Topic or group name, broker id, user principal name or client id (one per --entity-type, "
+                   "in order).")
+@click.option("--entity-default", is_flag=True,
+              help="Brokers: the cluster-wide default; users/clients: the default entity (of the last "
+                   "--entity-type without a name).")
 @click.option("--topic", default=None, help="Same as --entity-type topics --entity-name TOPIC.")
 @click.option("--group", default=None, help="Same as --entity-type groups --entity-name GROUP.")
 @click.option("--broker", default=None, help="Same as --entity-type brokers --entity-name ID.")
+@click.option("--user", default=None, help="Same as --entity-type users --entity-name USER.")
+@click.option("--client", default=None, help="Same as --entity-type clients --entity-name CLIENT_ID.")
+@click.option("--user-defaults", is_flag=True, help="Same as --entity-type users --entity-default.")
+@click.option("--client-defaults", is_flag=True, help="Same as --entity-type clients --entity-default.")
 @click.option("--add-config", "add_configs", multiple=True,
               help="k1=v1,k2=[v1,v2,v2] (list values in square brackets); repeatable.")
 @click.option("--delete-config", "delete_configs", multiple=True, help="k1,k2 config names to remove; repeatable.")
 @click.option("--all", "show_all", is_flag=True, help="--describe: every config, not only the dynamic ones.")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="kafka-configs.sh's lines, or JSON.")
-def configs(bootstrap_server: str, action: str | None, entity_type: str | None, entity_name: str | None,
-            entity_default: bool, topic: str | None, group: str | None, broker: str | None,
+def configs(bootstrap_server: str, action: str | None, entity_types: tuple[str, ...], entity_names: tuple[str, ...],
+            entity_default: bool, topic: str | None, group: str | None, broker: str | None, user: str | None,
+            client: str | None, user_defaults: bool, client_defaults: bool,
             add_configs: tuple[str, ...], delete_configs: tuple[str, ...], show_all: bool, output: str) -> None:
-    """Describe or alter configs of a topic, a group or a broker (kafka-configs.sh's job).
+    """Describe or alter configs of a topic, a group or a broker, or the client quotas of
+    a user, a client id or both (kafka-configs.sh's job).
 
     Without --all, --describe lists the configs set on the entity (Kafka's "dynamic"
-    configs); with --all, every config with its source.
+    configs); with --all, every config with its source. For users and clients, --describe
+    without a name lists every entity of that type.
     """
     from ..client import ConfigResource, ResourceType
     if action is None:
         raise click.UsageError("give --describe or --alter")
-    kind, name = _entity(entity_type, entity_name, entity_default, topic, group, broker)
+    quota = _quota_entity(entity_types, entity_names, entity_default, user, client, user_defaults, client_defaults)
+    if quota is not None:
+        if topic is not None or group is not None or broker is not None:
+            raise click.UsageError("give one entity: a topic, group or broker, or users/clients")
+        _quotas(bootstrap_server, action, quota, add_configs, delete_configs, output)
+        return
+    if len(entity_types) > 1 or len(entity_names) > 1:
+        raise click.UsageError("give one entity: --entity-type TYPE --entity-name NAME, or --topic/--group/--broker")
+    kind, name = _entity(entity_types[0] if entity_types else None, entity_names[0] if entity_names else None,
+                         entity_default, topic, group, broker)
     rtype = {"topics": ResourceType.TOPIC, "groups": ResourceType.GROUP, "brokers": ResourceType.BROKER}[kind]
     if action == "describe":
         if add_configs or delete_configs:
@@ -104,6 +127,52 @@ def configs(bootstrap_server: str, action: str | None, entity_type: str | None, 
     ops = [(n, AlterOp.SET, v) for n, v in adds] + [(n, AlterOp.DELETE, None) for n in deletes]
     run_admin(bootstrap_server, lambda admin: _alter(admin, ConfigResource(rtype, name), ops))
     click.echo(f"Completed updating {_what(kind, name, default_word='default config')}.")
+
+
+def _quota_entity(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entity_default: bool,
+                  user: str | None, client: str | None, user_defaults: bool, client_defaults: bool
+                  ) -> list[tuple[str, str | None]] | None:
+    """The users/clients entity as [(kind, name or "" for the default or None for all)],
+    or None when no users/clients entity is named. Names pair with --entity-type in
+    order; --entity-default names the first type left without one."""
+    shortcuts = [("users", user), ("clients", client), ("users", "" if user_defaults else None),
+                 ("clients", "" if client_defaults else None)]
+    given = [(k, n) for k, n in shortcuts if n is not None]
+    if not given and not any(t in QUOTA_KINDS for t in entity_types):
+        return None
+    if any(t not in QUOTA_KINDS for t in entity_types):
+        raise click.UsageError("users and clients can only be combined with each other")
+    names: list[str | None] = list(entity_names)
+    if len(names) > len(entity_types):
+        raise click.UsageError("more --entity-name than --entity-type")
+    names += [None] * (len(entity_types) - len(names))
+    if entity_default:
+        if None not in names:
+            raise click.UsageError("--entity-default needs an --entity-type without a name")
+        names[names.index(None)] = ""
+    pairs = [*zip(entity_types, names), *given]
+    kinds = [k for k, _ in pairs]
+    if len(kinds) != len(set(kinds)):
+        raise click.UsageError("each of users and clients can be given once")
+    return sorted(pairs, key=lambda p: p[0] != "users")  # users first, as kafka-configs.sh names them
+
+
+def _quotas(bootstrap: str, action: str, pairs: list[tuple[str, str | None]], add_configs: tuple[str, ...],
+            delete_configs: tuple[str, ...], output: str) -> None:
+    if action == "describe":
+        if add_configs or delete_configs:
+            raise click.UsageError("--add-config and --delete-config go with --alter")
+        describe_quotas(bootstrap, pairs, output)
+        return
+    adds = [kv for item in add_configs for kv in parse_add_config(item)]
+    deletes = [n.strip() for item in delete_configs for n in item.split(",") if n.strip()]
+    if not adds and not deletes:
+        raise click.UsageError("--alter needs --add-config or --delete-config")
+    scram = sorted({n for n, _ in adds} | set(deletes)) if any(
+        n.startswith("SCRAM-") for n in [*(a for a, _ in adds), *deletes]) else []
+    if scram:
+        raise click.UsageError("SCRAM credentials are set with `hightide users`, not `hightide configs`")
+    alter_quotas(bootstrap, pairs, adds, deletes)
 
 
 async def _alter(admin: Any, resource: Any, ops: list[tuple[str, Any, str | None]]) -> None:

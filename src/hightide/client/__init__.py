@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .admin import AdminClient, parse_servers
-    from .configs import AlterOp, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+    from .configs import AlterOp, ConfigEntry, ConfigResource, ConfigSource, QuotaFilterComponent, ResourceType
     from .connection import BrokerConnection
     from .data import PartitionLeaders
     from .errors import (
@@ -71,6 +71,7 @@ _HOME = {
     "ConfigEntry": "configs",
     "ConfigResource": "configs",
     "ConfigSource": "configs",
+    "QuotaFilterComponent": "configs",
     "ResourceType": "configs",
     "BrokerConnection": "connection",
     "PartitionLeaders": "data",
@@ -163,6 +164,7 @@ __all__ = [
                      "PartitionLeaders",
                      "PartitionMetadata",
                      "ProducerId",
+                     "QuotaFilterComponent",
                      "ResourceType",
                      "TopicAlreadyExistsError",
                      "TopicMetadata",

@@ -1,6 +1,10 @@
-"""Configs half of :class:`hightide.client.AdminClient` (a mixin): DescribeConfigs (32) and
-IncrementalAlterConfigs (44), as Kafka's ``Admin.describeConfigs`` /
-``incrementalAlterConfigs`` and ``kafka-configs.sh`` use them.
+"""Configs half of :class:`hightide.client.AdminClient` (a mixin): DescribeConfigs (32),
+IncrementalAlterConfigs (44), DescribeClientQuotas (48) and AlterClientQuotas (49), as
+Kafka's ``Admin.describeConfigs`` / ``incrementalAlterConfigs`` /
+``describeClientQuotas`` / ``alterClientQuotas`` and ``kafka-configs.sh`` use them.
+
+A client quota entity is a tuple of (entity type, name) pairs sorted by type: types
+``user`` and ``client-id``, a ``None`` name being the default entity.
 
 Routing follows Kafka's admin client: a broker resource with a node id goes to that
 broker; topic, group and cluster-default broker resources go to any broker (a topic
@@ -9,6 +13,7 @@ or group alter is forwarded to the controller by the broker that receives it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -18,7 +23,38 @@ from .errors import ErrorCode, KafkaError, error_for
 if TYPE_CHECKING:
     from .connection import BrokerConnection
 
-__all__ = ["AlterOp", "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigsMixin", "ResourceType"]
+__all__ = ["AlterOp", "ConfigEntry", "ConfigResource", "ConfigSource", "ConfigsMixin", "QuotaEntity",
+           "QuotaFilterComponent", "ResourceType"]
+
+#: A client quota entity: ((entity type, name or None for the default), ...) sorted by type.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class QuotaFilterComponent:
+    """One component of a DescribeClientQuotas filter (Kafka's ``ClientQuotaFilterComponent``):
+    match type 0 = the entity named ``match``, 1 = the default entity, 2 = any entity of the type."""
+    entity_type: str
+    match_type: int
+    match: str | None = None
+
+    @classmethod
+    def of_entity(cls, entity_type: str, name: str) -> QuotaFilterComponent:
+        return cls(entity_type, 0, name)
+
+    @classmethod
+    def of_default(cls, entity_type: str) -> QuotaFilterComponent:
+        return cls(entity_type, 1)
+
+    @classmethod
+    def of_type(cls, entity_type: str) -> QuotaFilterComponent:
+        return cls(entity_type, 2)
+
+
+def quota_entity(pairs: Any) -> QuotaEntity:
+    """(type, name) pairs (or a {type: name} dict) as a :data:`QuotaEntity`."""
+    items = pairs.items() if isinstance(pairs, dict) else pairs
+    return tuple(sorted(((str(t), n) for t, n in items), key=lambda e: e[0]))
 
 
 class ResourceType(IntEnum):
@@ -133,6 +169,52 @@ class ConfigsMixin:
         for r in resp.responses:
             if r.error_code != ErrorCode.none:
                 raise error_for(r.error_code, r.error_message or f"{resource.type.name} {resource.name!r}")
+
+    async def describe_client_quotas(self, components: Sequence[QuotaFilterComponent] = (), *, strict: bool = False) -> dict[QuotaEntity, dict[str, float]]:
+        """The client quotas the filter matches (all of them without components): by
+        entity, {key: value}. ``strict``: only entities with exactly the filtered types
+        (Kafka's ``ClientQuotaFilter.containsOnly``). Raises the broker's KafkaError
+        (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST for a bad filter, ...)."""
+        async def attempt() -> Any:
+            conn = await self._any_conn()  # type: ignore[attr-defined]
+            v = conn.pick_version(48, 1, 0)
+            return await conn.request(48, v, {"components": [
+                {"entity_type": c.entity_type, "match_type": c.match_type, "match": c.match} for c in components],
+                "strict": strict})
+        resp = await self._with_retries(attempt)  # type: ignore[attr-defined]
+        if resp.error_code != ErrorCode.none:
+            raise error_for(resp.error_code, resp.error_message or "DescribeClientQuotas failed")
+        return {quota_entity((e.entity_type, e.entity_name) for e in entry.entity):
+                {v.key: float(v.value) for v in entry.values} for entry in resp.entries or ()}
+
+    async def alter_client_quotas(self, alterations: list[tuple[Any, dict[str, float | None]]], *,
+                                  validate_only: bool = False, raise_on_error: bool = True
+                                  ) -> dict[QuotaEntity, KafkaError | None]:
+        """Set (a value) or remove (None) quota keys of entities: ``alterations`` are
+        (entity as (type, name) pairs or a {type: name} dict, {key: value or None}). Per
+        entity, None or the broker's KafkaError (INVALID_REQUEST with Kafka's message for an
+        unknown key, a value <= 0, ...); with ``raise_on_error`` the first error raises."""
+        entries = [(quota_entity(e), ops) for e, ops in alterations]
+
+        async def attempt() -> Any:
+            conn = await self._any_conn()  # type: ignore[attr-defined]
+            v = conn.pick_version(49, 1, 0)
+            return await conn.request(49, v, {"entries": [
+                {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                 "ops": [{"key": k, "value": 0.0 if val is None else float(val), "remove": val is None}
+                         for k, val in ops.items()]} for entity, ops in entries],
+                "validate_only": validate_only})
+        resp = await self._with_retries(attempt)  # type: ignore[attr-defined]
+        out: dict[QuotaEntity, KafkaError | None] = {}
+        for r in resp.entries:
+            entity = quota_entity((e.entity_type, e.entity_name) for e in r.entity)
+            out[entity] = None if r.error_code == ErrorCode.none else error_for(
+                r.error_code, r.error_message or f"client quota entity {dict(entity)}")
+        if raise_on_error:
+            for err in out.values():
+                if err is not None:
+                    raise err
+        return out
 
     async def _node_or_any(self, node: int | None) -> BrokerConnection:
         if node is None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from .broker_image import BrokerRegistration, apply_broker_record
 from .broker_records import BROKER_RECORD_TYPES, NoOpRecord
+from .quota_image import ClientQuotasImage
+from .quota_records import ClientQuotaRecord
 from .security_image import SecurityImage, apply_security_record
 from .security_records import SECURITY_RECORD_TYPES
 from .records import (
@@ -114,6 +116,8 @@ class MetadataImage:
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     #: ACLs and SCRAM credentials (see hightide.cluster.security_image).
     security: SecurityImage = field(default_factory=SecurityImage)
+    #: Client quotas by entity (ClientQuotaRecord; see hightide.cluster.quota_image).
+    quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
 
     def apply(self, record: MetadataRecord, offset: int) -> None:
         """Apply one record (the only mutator)."""
@@ -154,6 +158,8 @@ class MetadataImage:
                     self.features.pop(name, None)
             case _ if isinstance(record, BROKER_RECORD_TYPES):
                 apply_broker_record(self.brokers, record, offset)
+            case ClientQuotaRecord():
+                self.quotas.apply(record)
             case _ if isinstance(record, SECURITY_RECORD_TYPES):
                 apply_security_record(self.security, record)
         self.offset = offset

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from .broker_records import BROKER_RECORD_TYPES, BrokerRecord
+from .quota_records import QUOTA_RECORD_TYPES, ClientQuotaRecord
 from .security_records import SECURITY_RECORD_TYPES, SecurityRecord
 
 TOPIC_RESOURCE = 2
@@ -108,10 +109,10 @@ class FeatureLevelRecord:
 
 
 MetadataRecord = (TopicRecord | PartitionRecord | PartitionChangeRecord | RemoveTopicRecord | ConfigRecord
-                  | ProducerIdsRecord | FeatureLevelRecord | BrokerRecord | SecurityRecord)
+                  | ProducerIdsRecord | FeatureLevelRecord | BrokerRecord | SecurityRecord | ClientQuotaRecord)
 _TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, PartitionChangeRecord, RemoveTopicRecord, ConfigRecord,
                                     ProducerIdsRecord, FeatureLevelRecord, *BROKER_RECORD_TYPES,
-                                    *SECURITY_RECORD_TYPES)}
+                                    *SECURITY_RECORD_TYPES, *QUOTA_RECORD_TYPES)}
 
 
 def encode(record: MetadataRecord) -> bytes:

@@ -74,6 +74,7 @@ from .records import (
     decode,
     encode,
 )
+from .quota_records import ClientQuotaRecord
 from .security_records import AccessControlEntryRecord, UserScramCredentialRecord
 
 __all__ = [
@@ -134,7 +135,7 @@ def copy_image(image: MetadataImage) -> MetadataImage:
         broker_dynamic={k: dict(v) for k, v in image.broker_dynamic.items()},
         group_configs={k: dict(v) for k, v in image.group_configs.items()}, features=dict(image.features),
         brokers={b: dataclasses.replace(r) for b, r in image.brokers.items()},
-        security=SecurityImage(acls, dict(image.security.scram)))
+        security=SecurityImage(acls, dict(image.security.scram)), quotas=image.quotas.copy())
 
 
 def _copy_topic(topic: TopicImage) -> TopicImage:
@@ -150,7 +151,7 @@ def _copy_topic(topic: TopicImage) -> TopicImage:
 def image_records(image: MetadataImage) -> list[MetadataRecord]:
     """The records that rebuild ``image`` when applied to an empty one, in an order that
     applies (features, brokers, topics with their partitions and configs, the other
-    configs, producer ids, ACLs, SCRAM credentials). The records are frozen: the list
+    configs, producer ids, ACLs, SCRAM credentials, client quotas). The records are frozen: the list
     stays valid while the image keeps changing. Cost: one object per record, on the
     caller's thread."""
     out: list[MetadataRecord] = [FeatureLevelRecord(n, lvl) for n, lvl in sorted(image.features.items())]
@@ -179,6 +180,8 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
     for (user, mechanism), cred in sorted(image.security.scram.items()):
         out.append(UserScramCredentialRecord.of(user, mechanism, cred.salt, cred.stored_key, cred.server_key,
                                                 cred.iterations))
+    for entity, values in sorted(image.quotas.entities.items(), key=lambda kv: repr(kv[0])):
+        out.extend(ClientQuotaRecord(entity, k, v) for k, v in sorted(values.items()))
     return out
 
 

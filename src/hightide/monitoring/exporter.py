@@ -31,6 +31,7 @@ from ..lag import Status, StatusRules
 from .monitor import LagMonitor, Snapshot
 from .partitions import PartitionState, partition_families, partition_snapshot
 from .quorum import QuorumSnapshot, quorum_families, quorum_snapshot
+from .quotas import QuotaSnapshot, quota_families, quota_snapshot
 from .share_monitor import ShareSnapshot, share_snapshot
 
 __all__ = ["Exporter", "SnapshotCollector"]
@@ -47,6 +48,7 @@ class SnapshotCollector:
         self.snapshot: Snapshot | None = None
         self.share: ShareSnapshot | None = None  # share groups (None: not supported or not read)
         self.quorum: QuorumSnapshot | None = None  # metadata quorum (None: no DescribeQuorum)
+        self.quotas: QuotaSnapshot | None = None  # client quotas (None: DescribeClientQuotas refused)
         self.replication: list[PartitionState] | None = None  # leaders, replicas, ISR (None: not read)
         self.scrape_error = 0.0
 
@@ -102,6 +104,7 @@ class SnapshotCollector:
         yield from g.all()
         yield from partition_families(self.replication)
         yield from quorum_families(self.quorum)
+        yield from quota_families(self.quotas)
 
     def _group(self, g: _Families, group: str, rep: Any) -> None:
         cn = self.cluster_name
@@ -333,12 +336,13 @@ class Exporter:
         self.collector.snapshot = await self._monitor.snapshot(self.groups, all_topics=True)
         self.collector.share = await share_snapshot(self._admin, self.groups)
         self.collector.quorum = await quorum_snapshot(self._admin)
+        self.collector.quotas = await quota_snapshot(self._admin)
         self.collector.replication = await partition_snapshot(self._admin)
 
     def _fail(self, why: str) -> None:
         log.warning("snapshot failed: %s", why)
         self.collector.scrape_error = 1.0
-        self.collector.snapshot = self.collector.share = self.collector.quorum = None
+        self.collector.snapshot = self.collector.share = self.collector.quorum = self.collector.quotas = None
         self.collector.replication = None
 
     async def render(self, timeout_s: float | None = None) -> bytes:

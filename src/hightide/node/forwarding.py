@@ -5,7 +5,7 @@ Theory of operation
 -------------------
 * **Forwarded APIs** (:data:`FORWARDED`: CreateTopics, DeleteTopics, CreatePartitions,
   AlterConfigs, IncrementalAlterConfigs, UpdateFeatures, CreateAcls, DeleteAcls,
-  AlterUserScramCredentials, UnregisterBroker, and DescribeQuorum): the broker's route of each is
+  AlterUserScramCredentials, AlterClientQuotas, UnregisterBroker, and DescribeQuorum): the broker's route of each is
   replaced by :meth:`Forwarder.forward`. The client's request (header with its
   correlation id and client id, then the body, re-encoded from the decoded request) goes
   to the controller inside an Envelope (58) with the client's address; the controller
@@ -66,6 +66,7 @@ from .controller_channel import NOT_CONTROLLER, ControllerChannel, ControllerUna
 from .read_gate import ReadGate
 
 if TYPE_CHECKING:
+    from ..protocol.views.alter_client_quotas import AlterClientQuotasRequest
     from ..protocol.views.alter_configs import AlterConfigsRequest
     from ..protocol.views.alter_partition_reassignments import AlterPartitionReassignmentsRequest
     from ..protocol.views.alter_user_scram_credentials import AlterUserScramCredentialsRequest
@@ -83,13 +84,13 @@ log = logging.getLogger("hightide.forwarding")
 #: Kafka's brokers do, and what a controller runs from an Envelope (Kafka's forwardable
 #: APIs that hightide's controller serves; ``server/handlers/envelope.py`` reads this
 #: table): the metadata writes (CreateTopics, DeleteTopics, CreatePartitions, the config
-#: and ACL writes, AlterUserScramCredentials, UpdateFeatures, ElectLeaders, the
+#: and ACL writes, AlterUserScramCredentials, AlterClientQuotas, UpdateFeatures, ElectLeaders, the
 #: partition reassignments, UnregisterBroker) and DescribeQuorum (only the controller knows the quorum, so
 #: ``kafka-metadata-quorum --bootstrap-server`` sees the controller's).
 FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 30: "CreateAcls", 31: "DeleteAcls", 33: "AlterConfigs",
              37: "CreatePartitions", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments", 51: "AlterUserScramCredentials",
-             55: "DescribeQuorum", 57: "UpdateFeatures", 64: "UnregisterBroker"}
+             49: "AlterClientQuotas", 55: "DescribeQuorum", 57: "UpdateFeatures", 64: "UnregisterBroker"}
 ENVELOPE_KEY = 58
 TAG_METADATA_OFFSET = 10000
 #: The deadline of a forwarded request whose API has no timeout field (IncrementalAlterConfigs,
@@ -190,6 +191,10 @@ def error_response(api_key: int, version: int, req: object, code: int, message: 
         scram = cast("AlterUserScramCredentialsRequest", req)
         users = dict.fromkeys([d.name for d in scram.deletions] + [u.name for u in scram.upsertions])
         body = {"results": [{**item, "user": u} for u in users]}
+    elif api_key == 49:
+        body = {"entries": [{**item, "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name}
+                                                for e in entry.entity]}
+                               for entry in cast("AlterClientQuotasRequest", req).entries]}
     elif api_key == 55:
         body = {**item, "topics": [], "nodes": []}
     elif api_key == 43:

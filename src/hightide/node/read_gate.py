@@ -9,7 +9,7 @@ lowest metadata offset applied by all unfenced brokers (the LAO). With
   offset of the write's last record (the EnvelopeResponse's MetadataOffset tag): once it
   is answered, the write is visible on every unfenced broker;
 * a **metadata read** (Metadata, DescribeConfigs, DescribeCluster, DescribeAcls,
-  DescribeUserScramCredentials, DescribeTopicPartitions) until the LAO reaches the offset of the last *content* record
+  DescribeClientQuotas, DescribeUserScramCredentials, DescribeTopicPartitions) until the LAO reaches the offset of the last *content* record
   (anything but NoOp) this broker has applied, re-checked right before the handler runs:
   so every read answered anywhere is at an offset every unfenced broker has applied, and
   a later read on any broker never goes backwards.
@@ -35,7 +35,8 @@ log = logging.getLogger("hightide.read_gate")
 
 WARN_INTERVAL_S = 10.0
 #: Metadata reads gated by the LAO (api key → name); ListGroups/DescribeGroups are not.
-GATED_READS = {3: "Metadata", 29: "DescribeAcls", 32: "DescribeConfigs", 50: "DescribeUserScramCredentials",
+GATED_READS = {3: "Metadata", 29: "DescribeAcls", 32: "DescribeConfigs", 48: "DescribeClientQuotas",
+               50: "DescribeUserScramCredentials",
                60: "DescribeCluster", 75: "DescribeTopicPartitions"}
 
 

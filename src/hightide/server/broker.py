@@ -51,6 +51,7 @@ from ..disk.flusher import Flusher
 from ..disk.cleaner import LogCleaner
 from ..coordinator.runtime import CoordinatorRuntime, CoordinatorUnavailable
 from ..coordinator.groups import GroupRuntime
+from ..quota.manager import ClientQuotas
 from ..replica.leader_offsets import LeaderOffsets
 from ..services import MetadataOp
 from ..coordinator.metadata import metadata_runtime
@@ -167,6 +168,8 @@ class Broker:
         self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
             self.inter_broker.clients(f"hightide-offsets-{self.node_id}"), self.node_id,  # addresses, TLS/SASL
             clock=clock)
+        self.quotas = ClientQuotas(  # client quota sensors (Produce/Fetch throttling; hightide.quota)
+            lambda: self.image.quotas, self.config["quota.window.num"], self.config["quota.window.size.seconds"])
         self._tasks: list[asyncio.Task] = []
         self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
         self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
@@ -836,7 +839,8 @@ def _services_of(broker: Broker, routes: Routes) -> Services:
                     share_groups=broker.share_groups, share_state=broker.share_state,
                     share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
                     cluster_view=getattr(broker, "node", None),  # (set after the first route table)
-                    replicas=broker.replica_manager, leader_offsets=broker.leader_offsets, clock=broker.clock)
+                    replicas=broker.replica_manager, leader_offsets=broker.leader_offsets, clock=broker.clock,
+                    quotas=broker.quotas)
 
 
 def _ipv4_for_localhost(host: str) -> str:

@@ -15,6 +15,11 @@ moves bytes, runs handlers, and applies back-pressure:
   received stay in the core (copied only if more bytes must be received meanwhile) and
   run once it clears; reading resumes when in flight falls below half the limit;
 * the connection is closed after ``connections.max.idle.ms`` without a request;
+* a client over its quota (the handler set ``ctx.throttle_ms``, see :mod:`.quotas`) has
+  its channel **muted** once the throttled answer is handed to the transport (KIP-219):
+  no request is run and nothing is read for the throttle time (one timer; a later
+  throttle extends it), then reading resumes; a connection closed meanwhile just drops
+  the timer;
 * a protocol violation, a handler's ``CloseConnection`` or a handler failure closes the
   connection with a logged reason; nothing else does. A half-closed client gets its
   in-flight answers, then the connection closes.
@@ -140,6 +145,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._idle_handle: Cancellable | None = None
         self._tasks: set[asyncio.Task] = set()
         self._started: dict[int, float] = {}  # slot -> receipt time, only while the request log is on
+        self._muted = False  # throttled by a client quota (KIP-219): nothing is read or run
+        self._mute_until = 0.0
+        self._mute_handle: Cancellable | None = None
 
     # -- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -166,6 +174,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._idle_handle.cancel()
         if self._auth_handle:
             self._auth_handle.cancel()
+        if self._mute_handle:
+            self._mute_handle.cancel()
+            self._mute_handle = None
         for t in list(self._tasks):
             t.cancel()
         self.conn.gate = None  # the gate is a bound method of this connection: no cycle is left behind
@@ -258,12 +269,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if hasattr(result, "__await__"):  # a coroutine or future (inspect.isawaitable costs 10x)
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
-            task.add_done_callback(functools.partial(self._finished, request=request))
+            task.add_done_callback(functools.partial(self._finished, request=request, ctx=ctx))
             self._check_backpressure()
         else:
             self._answer(request, result)
+            if ctx.throttle_ms:
+                self._mute(ctx.throttle_ms)
 
-    def _finished(self, task: asyncio.Task, request: Request[Route]) -> None:
+    def _finished(self, task: asyncio.Task, request: Request[Route], ctx: RequestContext) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
@@ -277,6 +290,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close("internal error")
             return
         self._answer(request, task.result())
+        if ctx.throttle_ms:
+            self._mute(ctx.throttle_ms)
+
+    def _mute(self, throttle_ms: int) -> None:
+        """Mute the channel for ``throttle_ms`` (a client quota's throttle, KIP-219)."""
+        if self.closing or not self._open():
+            return
+        until = self.clock.monotonic() + throttle_ms / 1000
+        if self._muted and until <= self._mute_until:
+            return
+        if self._mute_handle is not None:
+            self._mute_handle.cancel()
+        self._muted, self._mute_until = True, until
+        self._mute_handle = self.clock.call_later(throttle_ms / 1000, self._unmute)
+        self._check_backpressure()
+
+    def _unmute(self) -> None:
+        self._muted, self._mute_handle = False, None
+        self._check_backpressure()
 
     def _answer(self, request: Request[Route], result: Any) -> None:
         try:
@@ -416,15 +448,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def _check_backpressure(self) -> None:
-        """Stop running requests (and pause reading) at ``queued.max.requests`` in flight
-        or a full write buffer; once both are clear (in flight below half the limit:
+        """Stop running requests (and pause reading) at ``queued.max.requests`` in flight,
+        a full write buffer or while muted by a quota; once all are clear (in flight below half the limit:
         hysteresis) run the requests held meanwhile, then resume reading if still clear."""
         t = self.transport
         if t is None or t.is_closing() or self._failed:
             return
         pending = self.conn.pending_responses
         if not self.paused:
-            if self.write_paused or pending >= self.max_queued:
+            if self.write_paused or pending >= self.max_queued or self._muted:
                 self.paused = True
                 if not self._reading_paused:
                     self._reading_paused = True
@@ -432,7 +464,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             elif self._reading_paused and not self._running:
                 self._reading_paused = False
                 t.resume_reading()
-        elif not self.write_paused and pending < self.max_queued // 2 + 1:
+        elif not self.write_paused and not self._muted and pending < self.max_queued // 2 + 1:
             self.paused = False
             if not self._running:
                 self._run_received()  # runs held requests; ends in _check_backpressure again

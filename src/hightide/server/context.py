@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from ..coordinator.share_state import ShareStateRuntime
     from ..coordinator.transactions import TransactionCoordinator
     from ..aio.waiters import AppendWaiters
+    from ..quota.manager import ClientQuotas
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,8 @@ class Services:
     leader_offsets: LeaderOffsets | None = None
     #: The node's clock (hightide.aio.clock): requests' arrival times, handlers' deadlines.
     clock: Clock = SYSTEM_CLOCK
+    #: Client quota enforcement (Produce and Fetch; see hightide.server.quotas); None: none.
+    quotas: ClientQuotas | None = None
 
 
 #: The principal of a connection that did not authenticate (PLAINTEXT, or SSL without a
@@ -110,9 +113,12 @@ class RequestContext:
     client's IP address without the port (what ACLs' ``host`` matches). Inside an
     Envelope both are the forwarding broker's client's, not the broker's own. Handlers
     read them to authorize; they never change during a request.
+
+    ``throttle_ms`` (0 unless a client quota was exceeded, see :mod:`.quotas`): set by
+    the handler; the connection mutes the channel that long once the answer is sent.
     """
 
-    __slots__ = ("services", "header", "peer", "unknown_tags", "now_ms", "principal", "client_host")
+    __slots__ = ("services", "header", "peer", "unknown_tags", "now_ms", "principal", "client_host", "throttle_ms")
 
     def __init__(self, services: Services, header: RequestHeader, peer: str, unknown_tags: dict,
                  now_ms: int | None = None, principal: str = ANONYMOUS, client_host: str | None = None) -> None:
@@ -123,6 +129,7 @@ class RequestContext:
         self.now_ms = services.clock.now_ms() if now_ms is None else now_ms
         self.principal = principal
         self.client_host = client_host if client_host is not None else _host_of(peer)
+        self.throttle_ms = 0
 
     @property
     def version(self) -> int:

@@ -20,6 +20,7 @@ from . import (
     alter_partition,
     api_versions,
     broker_lifecycle,
+    client_quotas,
     consumer_groups,
     controller_fetch,
     delete_records,
@@ -62,7 +63,7 @@ MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_gr
            offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
            add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
            describe_quorum, update_features, acls, scram_credentials, sasl, txn_admin, elect_leaders, reassignments,
-           describe_log_dirs, describe_topic_partitions, unregister_broker)
+           describe_log_dirs, describe_topic_partitions, unregister_broker, client_quotas)
 
 
 def routes() -> Routes:
@@ -75,7 +76,7 @@ def routes() -> Routes:
 #: credentials, Envelope, ApiVersions.
 CONTROLLER_MODULES = (admin_configs, admin_topics, alter_configs, api_versions, envelope, update_features, acls,
                       scram_credentials, sasl,  # sasl: a SASL controller listener authenticates brokers
-                      alter_partition, elect_leaders, reassignments)
+                      alter_partition, elect_leaders, reassignments, client_quotas)
 #: Handlers taking the controller service first (bound by :func:`controller_routes`).
 CONTROLLER_SERVICE_MODULES = (broker_lifecycle, controller_fetch, allocate_producer_ids, fetch_snapshot)
 

@@ -51,6 +51,7 @@ from ...security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..authorization import authorizer
 from ...services import PartitionLogs
 from ..context import RequestContext
+from ..quotas import fetch_max_bytes, fetch_throttle, record_request_time
 from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from ..request_log import REQUEST_LOGGER
@@ -94,6 +95,8 @@ def _read_topics(ctx: RequestContext, req: FetchRequest, read_committed: bool, r
     image = ctx.image
     partition_log = ctx.logs.partition_log
     remaining = req.max_bytes if ctx.version >= 3 else 2**31 - 1
+    if replica is None and ctx.services.quotas is not None:
+        remaining = fetch_max_bytes(ctx, remaining)
     total = 0
     errors = False
     keys = []
@@ -316,14 +319,25 @@ async def _long_poll(ctx: RequestContext, req: FetchRequest, read_committed: boo
             if left <= 0:
                 break
             await ctx.waiters.wait(keys, left)
-    topics, _, _, _ = _read_all(ctx, req, read_committed, refused, replica)
+    topics, total, _, _ = _read_all(ctx, req, read_committed, refused, replica)
+    return _respond_within_quota(ctx, topics, total, replica)
+
+
+def _respond_within_quota(ctx: RequestContext, topics: list[TopicData], total: int,
+                          replica: Replica | None) -> RawResponse:
+    """A consumer's answer of ``total`` record bytes, or, over its client quota, the
+    answer without records carrying the throttle time (:func:`..quotas.fetch_throttle`)."""
+    if replica is None and ctx.services.quotas is not None and fetch_throttle(ctx, total) > 0:
+        _close_records(topics)
+        return _respond(ctx, [])
     return _respond(ctx, topics)
 
 
 def _respond(ctx: RequestContext, topics: list[TopicData], error: int = 0) -> RawResponse:
     try:
         buffers, _ = encode_fetch_response(ctx.version, ctx.header.correlation_id, topics, error_code=error,
-                                           session_id=0, node_endpoints=_leader_endpoints(ctx, topics))
+                                           throttle_ms=ctx.throttle_ms, session_id=0,
+                                           node_endpoints=_leader_endpoints(ctx, topics))
     except BaseException:
         _close_records(topics)
         raise
@@ -382,12 +396,15 @@ def handle(ctx: RequestContext, req: FetchRequest) -> Any:
     read_committed = req.isolation_level == 1
     refused = _refused_topics(ctx, req)
     replica = _replica(req)
+    started = ctx.clock.monotonic()
     topics, total, errors, keys = _read_all(ctx, req, read_committed, refused, replica)
+    if replica is None and ctx.services.quotas is not None:
+        record_request_time(ctx, started)
     max_wait_ms = req.max_wait.total_seconds() * 1000
     if total >= req.min_bytes or errors or max_wait_ms <= 0 or not keys:
         if not keys and max_wait_ms > 0 and not errors and not req.topics:
             return _sleep_then_respond(ctx, max_wait_ms)
-        return _respond(ctx, topics)
+        return _respond_within_quota(ctx, topics, total, replica)
     _close_records(topics)  # parked: read again when it completes
     deadline = ctx.clock.monotonic() + max_wait_ms / 1000
     return _long_poll(ctx, req, read_committed, deadline, keys, refused, replica)

@@ -51,6 +51,7 @@ from ..authorization import authorizer
 from ..context import RequestContext
 from ..leadership import NotLeader, node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
+from ..quotas import produce_throttle, record_request_time
 from ...coordinator.txn_verify import answer_of
 
 if TYPE_CHECKING:
@@ -275,11 +276,24 @@ def handle(ctx: RequestContext, req: ProduceRequest) -> Any:
     offsets in place when the view is writable) and released before it returns, so an
     answer that waits (fsync, replication) cannot touch them; nothing on the append path
     keeps a reference (what the log keeps, producer state and indexes, comes from the
-    batch headers; decoded or recompressed records are new bytes)."""
+    batch headers; decoded or recompressed records are new bytes).
+
+    Client quotas (:mod:`..quotas`): the record bytes count against the producer byte
+    rate before the append; a throttled request is still appended and answered at once,
+    with ``throttle_time_ms`` (the connection then mutes the channel)."""
+    started = ctx.clock.monotonic()
+    if ctx.services.quotas is not None:
+        produce_throttle(ctx, _record_bytes(req), req.acks)
     try:
         return _handle(ctx, req)
     finally:
         _release(req)
+        record_request_time(ctx, started)
+
+
+def _record_bytes(req: ProduceRequest) -> int:
+    """The request's record bytes (one ``len`` per partition)."""
+    return sum(len(p.records) for t in req.topic_data for p in t.partition_data if p.records is not None)
 
 
 def _release(req: ProduceRequest) -> None:
@@ -415,7 +429,7 @@ def _encode(ctx: RequestContext, response: dict) -> RawResponse:
     # KIP-951: the current leader of each partition refused NOT_LEADER_OR_FOLLOWER
     leaders = {(t["name"], p["index"]): p["current_leader"] for t in response["responses"]
                for p in t["partition_responses"] if p.get("current_leader") is not None} if response["failed"] else None
-    frame = encode_produce_response(ctx.version, ctx.header.correlation_id, topics, leaders=leaders,
+    frame = encode_produce_response(ctx.version, ctx.header.correlation_id, topics, ctx.throttle_ms, leaders=leaders,
                                     node_endpoints=node_endpoints(ctx, (i for i, _ in leaders.values()))
                                     if leaders else ())
     return RawResponse([memoryview(frame)[4:]])
