@@ -37,6 +37,7 @@ from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
+from ..log.storage_cache import with_descriptor_budget
 from . import handlers
 from ..node.broker_node import BrokerNode
 from .node_routes import broker_node_routes
@@ -96,7 +97,9 @@ class Broker:
         #: Roles, listeners and controller addresses (cluster mode, issue 13). Raises
         #: ConfigError when the cluster configs do not fit together.
         self.cluster: ClusterSettings = self.config.cluster_settings()
-        self.storage = storage  # every partition log's files (an in-memory or faulty engine in tests)
+        #: every partition log's files (an in-memory or faulty engine in tests), at most
+        #: ``log.max.open.files`` of them open at once (hightide.log.storage_cache)
+        self.storage = with_descriptor_budget(storage, self.config["log.max.open.files"])
         self.node_id: int = self.config["node.id"]
         self.data_dir = os.path.abspath(data_dir)
         self.listen = listen
