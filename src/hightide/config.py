@@ -147,6 +147,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "indexes grow as needed).", (lambda v: v >= 8, "must be >= 8")),
     _d("log.segment.delete.delay.ms", "long", 60000, "Default file.delete.delay.ms (accepted and described; hightide "
        "deletes segments at once).", _nonneg),
+    _d("log.max.open.files", "int", -1, "hightide: the most partition files (segments, indexes, snapshots, the "
+       "metadata log) kept open at once; the least recently used are closed and reopened on demand. -1: half the "
+       "open-file limit (RLIMIT_NOFILE, raised to its hard limit at start), at least 256 descriptors left for "
+       "connections.", (lambda v: v == -1 or v >= 16, "must be -1 or >= 16")),
     _d("log.preallocate", "bool", False, "Default preallocate (accepted and described; hightide never preallocates)."),
     _d("log.message.timestamp.before.max.ms", "long", LONG_MAX,
        "Default message.timestamp.before.max.ms: oldest CreateTime accepted, relative to now.", _nonneg),

@@ -1,6 +1,8 @@
 """The storage contract (``hightide.log.storage``), run against every engine: POSIX on
 a temporary directory, in-memory, and the fault-injecting engine (with no rule firing)
-over each of them. Engine-specific behaviour (faults, power cuts) is tested below the
+over each of them, and the descriptor cache (``hightide.log.storage_cache``) over POSIX
+and in-memory with a budget of two open files, so every test runs through evictions and
+reopens. Engine-specific behaviour (faults, power cuts) is tested below the
 contract."""
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import pytest
 from hightide.log.config import LogConfig
 from hightide.log.partition_log import PartitionLog
 from hightide.log.storage import POSIX, make_dirs_durable, read_small_file, remove_tree, write_small_file
+from hightide.log.storage_cache import DescriptorCache
 from hightide.log.storage_faulty import Fault, FaultyStorage
 from hightide.log.storage_memory import MemoryStorage
 from hightide.protocol.records import build_batch, validate_batches
 
-ENGINES = ["posix", "memory", "faulty-posix", "faulty-memory"]
+ENGINES = ["posix", "memory", "faulty-posix", "faulty-memory", "cached-posix", "cached-memory"]
 
 
 @pytest.fixture(params=ENGINES)
@@ -32,6 +35,8 @@ def engine(request, tmp_path):
         make_dirs_durable(storage, root)
     if kind.startswith("faulty"):
         storage = FaultyStorage(storage, Fault("write", "EIO", path="never-matches"))
+    if kind.startswith("cached"):
+        storage = DescriptorCache(storage, 2)
     return storage, root
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ..aio import halt as _halt_module
 from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
@@ -74,9 +75,23 @@ class MetadataAdapter:
 
 
 def metadata_runtime(metadata: MetadataLog, durable: Callable[[PartitionLog], Awaitable[object]],
-                     clock: Clock = SYSTEM_CLOCK) -> CoordinatorRuntime[MetadataImage]:
+                     clock: Clock = SYSTEM_CLOCK, *,
+                     halt: Callable[[str], None] | None = None) -> CoordinatorRuntime[MetadataImage]:
     """The runtime of an opened (already replayed) metadata log; ``durable(plog)`` resolves
-    once everything appended to ``plog`` is fsynced (the flusher's); ``clock``: the node's."""
-    runtime = CoordinatorRuntime(MetadataAdapter(metadata), lambda p: metadata.log, durable, clock=clock)
+    once everything appended to ``plog`` is fsynced (the flusher's); ``clock``: the node's.
+
+    A failed append or fsync of the metadata log ends the process (``halt``, default
+    :func:`~hightide.aio.halt.halt_process`, exit code 1) before the write is answered,
+    as Kafka's controller does (its Raft IO thread's fatal fault handler): the node never
+    serves, nor shuts down cleanly over, a metadata log it could not make durable. The
+    next start recovers the log from disk (a record that reached the page cache may then
+    be there: its client saw a lost connection, an unknown outcome, as with Kafka)."""
+    runtime = CoordinatorRuntime(MetadataAdapter(metadata), lambda p: metadata.log, durable, clock=clock,
+                                 on_log_failure=halt if halt is not None else _halt)
     runtime.add_loaded(0, metadata.image, metadata.log.log_end_offset)
     return runtime
+
+
+def _halt(reason: str) -> None:
+    """:func:`~hightide.aio.halt.halt_process`, looked up when called (tests replace it)."""
+    _halt_module.halt_process(f"the metadata log cannot be written: {reason}")

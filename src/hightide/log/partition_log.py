@@ -171,7 +171,6 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         """
         loaded = load_segments(storage, path, config, clean_shutdown=clean_shutdown)
         segments, start_ckpt, recovery_point = loaded.segments, loaded.log_start_checkpoint, loaded.recovery_point
-        recovered_any = loaded.recovered_any
         interval = config.index_interval_bytes
         self = cls(storage, path, config, segments, now_ms)
         self._parent_dir_dirty = loaded.created
@@ -194,8 +193,17 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             self._dir_dirty = True
         self._load_producer_state(clean_shutdown)
         self._load_leader_epochs()
-        if recovered_any and not clean_shutdown:
+        if loaded.truncated_any and not clean_shutdown:
+            # the cut tail and the segments deleted after a corrupt one must stay gone
+            # before anything is appended past them (else a power cut could bring back
+            # later segments behind a gap)
             self.flush(now_ms)
+        # Otherwise no fsync here (it would run on the caller's thread, the event loop,
+        # once per partition: a storm at creation and at start-up). As in Kafka's
+        # LogLoader, the recovery point stays where it was: the flusher's next round
+        # (flush.ms, off the loop) fsyncs the recovered segments (marked dirty) and
+        # advances it; a new partition's directory entry rides on that round too
+        # (``_parent_dir_dirty``).
         return self
 
     # ================================================================== properties

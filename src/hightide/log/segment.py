@@ -189,7 +189,8 @@ class LogSegment:
         truncated = file_size - pos
         if truncated:
             f.truncate(pos)
-            self.dirty = True
+        if pos or truncated:  # the bytes kept may be in the page cache only (a killed process)
+            self.dirty = True  # so the flush that advances the recovery point past them fsyncs them
         self.size = pos
         self.next_offset = next_offset
         self.max_timestamp, self.max_timestamp_offset = max_ts, max_off

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, Callable
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_writer
 from kio.serial._introspect import get_field_tag
 
@@ -55,10 +55,15 @@ class RequestHeader:
 @cache
 def request_schema(api_key: int, version: int) -> Any:
     """The kio request class for (api_key, version), or None if kio has none (typed
-    ``Any``: kio's entity classes carry their schema as class attributes)."""
+    ``Any``: kio's entity classes carry their schema as class attributes).
+
+    Only answers are cached: a schema module that cannot be imported *now* (out of file
+    descriptors: the import of a module kio loads on first use fails with EMFILE) raises
+    (ImportError, OSError) and is tried again on the next request; taking it for "kio
+    has none" would refuse that request type for good."""
     try:
         return load_request_schema(api_key, version)
-    except Exception:
+    except KioIndexError:
         return None
 
 
@@ -73,7 +78,9 @@ def parse_header(frame: memoryview | bytes) -> tuple[RequestHeader, int]:
 
     Header v1 (api key, version, correlation id, nullable int16 client id) is common to
     all requests; flexible versions (header v2) add a tagged-field section, which we
-    skip. Raises :class:`PeerProtocolError` (close the connection) on a truncated header.
+    skip. Raises :class:`PeerProtocolError` (close the connection) on a truncated header,
+    or when the request's schema cannot be loaded now (see :func:`request_schema`): the
+    header's length depends on it, so nothing after it is read.
     """
     if len(frame) < 10:
         raise PeerProtocolError(f"request header truncated ({len(frame)} bytes)")
@@ -86,13 +93,23 @@ def parse_header(frame: memoryview | bytes) -> tuple[RequestHeader, int]:
         client_id = bytes(frame[pos:pos + client_len]).decode("utf-8", "replace")
         pos += client_len
     header = RequestHeader(api_key, version, corr, client_id)
-    schema = request_schema(api_key, version)
+    try:
+        schema = request_schema(api_key, version)
+    except Exception as exc:  # the module could not be imported now (EMFILE): never guess the header version
+        raise PeerProtocolError(f"cannot load the request schema of api_key={api_key} v{version} "
+                                f"(correlation id {corr}): {_cause(exc)}") from exc
     if schema is not None and schema.__flexible__:
         try:
             pos = skip_tags(frame, pos)
         except ValueError as exc:
             raise PeerProtocolError(f"request header tagged fields malformed: {exc}") from exc
     return header, pos
+
+
+def _cause(exc: BaseException) -> str:
+    """``exc`` and its cause in one line (an ImportError's OSError names the errno)."""
+    cause = exc.__cause__ or exc.__context__
+    return f"{exc!r}" if cause is None else f"{exc!r} ({cause})"
 
 
 def decode_request(header: RequestHeader, frame: memoryview | bytes, offset: int,

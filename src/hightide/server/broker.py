@@ -38,6 +38,7 @@ from ..log.dirlock import DirLock
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
+from ..log.storage_cache import with_descriptor_budget
 from . import handlers
 from ..node.broker_node import BrokerNode
 from .node_routes import broker_node_routes
@@ -104,7 +105,9 @@ class Broker:
         #: Roles, listeners and controller addresses (cluster mode, issue 13). Raises
         #: ConfigError when the cluster configs do not fit together.
         self.cluster: ClusterSettings = self.config.cluster_settings()
-        self.storage = storage  # every partition log's files (an in-memory or faulty engine in tests)
+        #: every partition log's files (an in-memory or faulty engine in tests), at most
+        #: ``log.max.open.files`` of them open at once (hightide.log.storage_cache)
+        self.storage = with_descriptor_budget(storage, self.config["log.max.open.files"])
         self.node_id: int = self.config["node.id"]
         self.data_dir = os.path.abspath(data_dir)
         self.listen = listen
@@ -534,7 +537,7 @@ class Broker:
         partition logs (not on a controller-only process: it hosts none), wake the
         observers' metadata Fetches long-polling for it, tell the controller service."""
         if not self.controller_only:
-            self._open_logs()
+            self._open_logs(scan_dir=False)  # every log of a removed topic is open or retried here
             self.replica_manager.apply_image(self.image)  # leader epochs stamped on the logs led here
         self.waiters.wake(METADATA_FETCH_KEY)
         if self.controller_service is not None:
@@ -624,12 +627,16 @@ class Broker:
             props["retention.ms"] = props["retention.bytes"] = "-1"
         return LogConfig.from_kafka(props)
 
-    def _open_logs(self, *, delete_removed: bool = True) -> None:
+    def _open_logs(self, *, delete_removed: bool = True, scan_dir: bool = True) -> None:
         """Open the log of every partition hosted here (this node leads it or holds a
         replica: on the single node, every partition); delete the logs of partitions no
         longer in the image (deleted topics) unless ``delete_removed`` is False (a
         broker-only node's stale local copy at start may lack a topic created since) —
-        never a log just because its partition is led elsewhere now."""
+        never a log just because its partition is led elsewhere now. ``scan_dir``: look
+        for such logs among the data directory's entries (at start, after a catch-up);
+        False: among the open logs and those waiting to be opened (after this node's own
+        metadata writes: a listing and a stat per partition at every write would cost
+        more than the write at thousands of partitions)."""
         assert self.logs is not None
         wanted: dict[TopicPartition, TopicImage] = {}
         existing: set[TopicPartition] = set()
@@ -644,9 +651,16 @@ class Broker:
             plog = self.logs.get(tp)
             if plog is None:
                 self._try_open_log(tp, t, ts)
-        for tp in [tp for tp in self._unopened if tp not in wanted]:
+        dropped = [tp for tp in self._unopened if tp not in wanted]
+        for tp in dropped:
             del self._unopened[tp]  # deleted before it could be opened
-        for tp in self.logs.existing_dirs() if delete_removed else ():
+        if not delete_removed:
+            candidates: list[TopicPartition] = []
+        elif scan_dir:
+            candidates = self.logs.existing_dirs()
+        else:
+            candidates = [tp for tp, _ in self.logs] + dropped  # a failed open may have left a directory
+        for tp in candidates:
             if tp not in existing and tp[0] != METADATA_TOPIC:
                 log.info("deleting log of removed topic partition %s-%d", *tp)
                 self.logs.delete(tp)
