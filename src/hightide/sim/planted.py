@@ -10,9 +10,9 @@ Each is a context manager that patches one rule while a run goes, and undoes it 
   commit) once it is durable on the coordinator, without waiting for the followers of
   its ``__consumer_offsets`` partition (``CoordinatorRuntime._when_replicated``): a
   coordinator that dies takes acknowledged commits with it.
-- ``unclean-election``: the controller elects a leader among all live replicas, not
-  only the in-sync ones (``partition_change.elect``): a replica missing acknowledged
-  records becomes leader.
+- ``unclean-election``: when a partition's leader goes, the controller elects any live
+  replica, one out of the ISR first (``partition_change.elect``): a replica missing
+  acknowledged records becomes leader.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def _unclean_election() -> contextlib.AbstractContextManager[None]:
         if part.leader != pc.NO_LEADER and acceptable(part.leader):
             return part.leader, False
         live = [r for r in replicas if acceptable(r)]
-        return (live[-1], False) if live else (pc.NO_LEADER, False)
+        live.sort(key=lambda r: r in isr)  # the worst pick first: a replica out of the ISR
+        return (live[0], False) if live else (pc.NO_LEADER, False)
     return _patch(pc, "elect", elect)
 
 

@@ -24,6 +24,7 @@ import random
 import sys
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ async def _create_topic(world: World, partitions: int) -> None:
 
 async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float, liveness_s: float,
                controllers: int, brokers: int, partitions: int, producers: int,
-               kinds: tuple[str, ...]) -> tuple[Counter[str], dict[str, int], str]:
+               kinds: tuple[str, ...], fault_counts: Counter[str]) -> tuple[dict[str, int], str]:
     rng = random.Random(seed)
 
     def note(text: str) -> None:
@@ -135,7 +136,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
 
     world = World(loop, random.Random(rng.getrandbits(64)), controllers=controllers, brokers=brokers)
     checker = Checker()
-    faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds)
+    faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds, counts=fault_counts)
     clients: list[Any] = []
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -198,7 +199,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
             note(f"{node} stopped in {took:.2f}s")
         counts = dict(checker.counts)
         counts.update({f"net {k}": v for k, v in world.net.stats.items()})
-        return faults.counts, counts, world.net.digest.hexdigest()
+        return counts, world.net.digest.hexdigest()
     except TimeoutError as exc:
         raise Anomaly(f"a bound was exceeded: {exc!r}") from exc
     finally:
@@ -214,16 +215,19 @@ def _bury(loop: SimLoop) -> None:
     """Close the loop after a run: the coroutines of tasks that never finished (killed
     nodes' zombies, timers of nodes that were up at the end) are closed first, while the
     loop is open, so their ``finally`` blocks (run now, after the verdict) do not fail
-    on a closed loop later when garbage collection reaches them."""
+    on a closed loop later when garbage collection reaches them. What they raise or warn
+    then is dropped."""
     saved_hook = sys.unraisablehook
     sys.unraisablehook = lambda _unraisable: None
     try:
-        for task in asyncio.all_tasks(loop):
-            with contextlib.suppress(BaseException):
-                task.get_coro().close()
-        loop.zombies.clear()
-        loop.close()
-        gc.collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "coroutine ... was never awaited"
+            for task in asyncio.all_tasks(loop):
+                with contextlib.suppress(BaseException):
+                    task.get_coro().close()
+            loop.zombies.clear()
+            loop.close()
+            gc.collect()
     finally:
         sys.unraisablehook = saved_hook
 
@@ -253,9 +257,9 @@ def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, c
     digest = ""
     with deterministic(seed, loop), planted(plant):
         try:
-            faults, counts, digest = loop.run_until_complete(_run(
+            counts, digest = loop.run_until_complete(_run(
                 seed, loop, trace, duration_s=duration_s, liveness_s=liveness_s, controllers=controllers,
-                brokers=brokers, partitions=partitions, producers=producers, kinds=kinds))
+                brokers=brokers, partitions=partitions, producers=producers, kinds=kinds, fault_counts=faults))
         except Anomaly as exc:
             anomaly = str(exc)
         except SimulationStuck as exc:

@@ -94,6 +94,8 @@ class World:
                   "offsets.topic.replication.factor": min(3, brokers),
                   "transaction.state.log.replication.factor": min(3, brokers),
                   "default.replication.factor": min(3, brokers), "min.insync.replicas": min(2, brokers),
+                  # followers leave the ISR within a fault's length (Kafka's default is 30 s)
+                  "replica.lag.time.max.ms": 3000,
                   "log.cleaner.enable": False, **(settings or {})}
         self.nodes: dict[int, SimNode] = {}
         for i in range(controllers):

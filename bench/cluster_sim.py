@@ -1,0 +1,118 @@
+"""The whole-cluster simulation (hightide.sim) at length; JSON on stdout.
+
+Three parts, in simulated time (the numbers of faults and steps do not depend on this
+machine; steps per second do):
+
+* ``safety``: ``--seeds`` seeds of the default run (3 controllers, 3 brokers, 2 idempotent
+  producers, a committer, a reader; every fault kind for ``--duration`` simulated seconds,
+  then healing, liveness and the final check): seeds, anomalies (each with its replay
+  command), simulated hours, faults by kind, steps and steps per second.
+* ``planted``: each deliberately broken variant (hightide.sim.planted) run on seeds from 1
+  until one finds it (at most ``--planted-seeds``): the first failing seed, the simulated
+  time of the run, and the anomaly.
+* ``scaling``: steps per second (and real seconds per simulated second) as the number of
+  nodes and clients grows, on the same fault schedule kinds.
+
+    .venv/bin/python bench/cluster_sim.py --seeds 500 > bench/results/DATE-cluster_sim.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from hightide.sim.planted import PLANTED  # noqa: E402
+from hightide.sim.run import simulate  # noqa: E402
+
+SCALES = [  # (controllers, brokers, producers)
+    (1, 1, 1), (3, 3, 2), (3, 5, 2), (5, 5, 2), (3, 3, 6),
+]
+
+
+def safety(seeds: int, first: int, duration_s: float) -> dict[str, Any]:
+    faults: Counter[str] = Counter()
+    anomalies = []
+    simulated = steps = 0.0
+    started = time.perf_counter()
+    for seed in range(first, first + seeds):
+        r = simulate(seed, duration_s=duration_s)
+        faults.update(r.faults)
+        simulated += r.simulated_s
+        steps += r.steps
+        if not r.ok:
+            anomalies.append({"seed": seed, "anomaly": r.anomaly,
+                              "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g} --trace --logs"})
+        print(f"safety seed {seed}: {'ok' if r.ok else 'ANOMALY ' + str(r.anomaly)}", file=sys.stderr, flush=True)
+    real = time.perf_counter() - started
+    return {"seeds": seeds, "first": first, "duration_s": duration_s, "anomalies": anomalies,
+            "simulated_hours": round(simulated / 3600, 3), "faults": dict(faults), "steps": int(steps),
+            "real_s": round(real, 1), "steps_per_s": round(steps / real), "sim_s_per_real_s": round(simulated / real, 2)}
+
+
+def planted(max_seeds: int, duration_s: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in sorted(PLANTED):
+        found = None
+        started = time.perf_counter()
+        for seed in range(1, max_seeds + 1):
+            r = simulate(seed, duration_s=duration_s, plant=name)
+            if not r.ok:
+                found = {"seed": seed, "simulated_s": round(r.simulated_s, 1), "anomaly": r.anomaly,
+                         "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g} --plant {name} "
+                                   "--trace --logs"}
+                break
+        out[name] = {"found": found, "seeds_tried": seed, "real_s": round(time.perf_counter() - started, 1)}
+        print(f"planted {name}: {'seed ' + str(found['seed']) if found else 'NOT FOUND'}", file=sys.stderr, flush=True)
+    return out
+
+
+def scaling(seeds: int, duration_s: float) -> list[dict[str, Any]]:
+    rows = []
+    for controllers, brokers, producers in SCALES:
+        steps = simulated = 0.0
+        started = time.perf_counter()
+        for seed in range(1, seeds + 1):
+            r = simulate(seed, duration_s=duration_s, controllers=controllers, brokers=brokers, producers=producers,
+                         partitions=max(3, brokers))
+            steps += r.steps
+            simulated += r.simulated_s
+        real = time.perf_counter() - started
+        rows.append({"controllers": controllers, "brokers": brokers, "producers": producers, "seeds": seeds,
+                     "steps_per_s": round(steps / real), "steps_per_sim_s": round(steps / simulated),
+                     "real_s_per_sim_s": round(real / simulated, 3)})
+        print(f"scaling {rows[-1]}", file=sys.stderr, flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=200)
+    p.add_argument("--first", type=int, default=1)
+    p.add_argument("--duration", type=float, default=30.0)
+    p.add_argument("--planted-seeds", type=int, default=40)
+    p.add_argument("--scaling-seeds", type=int, default=3)
+    p.add_argument("--parts", default="safety,planted,scaling")
+    args = p.parse_args()
+    parts = set(args.parts.split(","))
+    out: dict[str, Any] = {"bench": "cluster_sim", "date": time.strftime("%Y-%m-%d"),
+                           "python": sys.version.split()[0]}
+    if "safety" in parts:
+        out["safety"] = safety(args.seeds, args.first, args.duration)
+    if "planted" in parts:
+        out["planted"] = planted(args.planted_seeds, 15.0)
+    if "scaling" in parts:
+        out["scaling"] = scaling(args.scaling_seeds, 10.0)
+    json.dump(out, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
