@@ -34,7 +34,7 @@ from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, iter_headers
 from hightide.coordinator.runtime import CoordinatorUnavailable
-from hightide.server.metadata_runtime import RaftMetadataRuntime
+from hightide.node.metadata_runtime import RaftMetadataRuntime
 from hightide.node.quorum_state import QuorumStateError, QuorumStateStore
 from hightide.node.raft_shell import RaftShell
 from hightide.node.snapshotter import Snapshotter, install_snapshot
