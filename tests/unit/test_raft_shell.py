@@ -175,8 +175,10 @@ def test_flush_done_is_fed_in_order_even_when_fsyncs_finish_out_of_order(tmp_pat
         fsync = FakeFsync(held=True)
         shell = make_shell(tmp_path, 1, Recorder(), fsync=fsync, voters=(1,))
         shell.start()
-        await async_wait_until(lambda: shell.role == "leader", 5, what="the single voter leading")
-        assert len(fsync.pending) == 1  # the LeaderChange entry's fsync
+        # a lone voter elects itself at start; its LeaderChange is appended once the
+        # quorum-state write (off the loop) is done
+        await async_wait_until(lambda: fsync.pending, 5, what="the single voter's LeaderChange fsync")
+        assert shell.role == "leader" and len(fsync.pending) == 1  # the LeaderChange entry's fsync
         fsync.pending[0].set_result(None)
         await async_wait_until(lambda: shell.is_active, 5, what="active once the LeaderChange is durable")
         writes = [asyncio.ensure_future(shell.append(noop_batch())) for _ in range(2)]

@@ -527,6 +527,14 @@ class Broker:
         assert self.metadata is not None
         return self.metadata.image
 
+    @property
+    def metadata_committed_end(self) -> int:
+        """The committed end of the metadata log (a broker-only node: of its local copy)."""
+        if self.metadata_runtime is not None:
+            return self.metadata_runtime.committed_offset(0)
+        assert self.metadata is not None
+        return self.metadata.log.log_end_offset
+
     async def write_metadata(self, op: MetadataOp) -> Any:
         """Run ``op(image) -> (response, records)`` on the metadata log (one write at a
         time, so ``op`` sees every earlier change), wait until its records are durable
