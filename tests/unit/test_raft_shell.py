@@ -357,3 +357,19 @@ def test_a_snapshot_trims_the_leaders_log_and_a_voter_behind_it_installs_it(tmp_
         assert restarted.applied_end == sid.offset and restarted.core.log.snapshot == sid
         assert sorted(reopened.image.topics) == ["a", "b", "c"]  # "d" is in the log: applied once committed
     asyncio.run(run())
+
+
+def test_a_lone_voter_elects_itself_at_start_with_one_quorum_state_write(tmp_path: Path) -> None:
+    """No election timeout for the only voter, and its candidacy and leadership (queued
+    back to back) are one write of the leader state."""
+    async def run() -> None:
+        store = FakeStore()
+        shell = make_shell(tmp_path, 1, Recorder(), store=store, voters=(1,),
+                           config=RaftConfig(election_timeout_ms=60_000, leader_change_payload=leader_change_batch))
+        shell.start()
+        assert shell.role == "leader" and shell.epoch == 1
+        await async_wait_until(lambda: shell.is_active, 5, what="active once the LeaderChange is durable")
+        assert store.written == [ElectionState(1, 1, 1)]
+        await shell.close()
+        assert store.written == [ElectionState(1, 1, 1)]  # no resignation to announce
+    asyncio.run(run())
