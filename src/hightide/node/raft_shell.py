@@ -223,6 +223,7 @@ class RaftShell:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (end offset, epoch, future)
         self._activated = asyncio.Event()
         self._wake = asyncio.Event()
+        self._sleeping_until: int | None = None  # the deadline the timer task sleeps until (None: no deadline)
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
@@ -306,6 +307,7 @@ class RaftShell:
                     await self.clock.sleep(0.001)  # a deadline the core did not move: do not spin
                 continue
             self._wake.clear()
+            self._sleeping_until = deadline
             await wait_event_on(self.clock, self._wake, None if deadline is None else (deadline - now) / 1000)
 
     async def close(self, resign_wait_s: float = 0.3) -> None:
@@ -382,7 +384,9 @@ class RaftShell:
         self._queue.extend(actions)
         if not self._persisting:
             self._drain()
-        self._wake.set()
+        deadline = self.core.next_deadline
+        if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
+            self._wake.set()  # the timer sleeps too long now (a later or unchanged deadline needs no wake-up)
 
     def _drain(self) -> None:
         while self._queue and not self._closed:
