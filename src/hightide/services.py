@@ -68,6 +68,12 @@ class MetadataAccess(Protocol):
     @property
     def controller(self) -> Controller: ...
 
+    @property
+    def metadata_committed_end(self) -> int:
+        """The offset below which the metadata log is committed and applied to the image
+        (past its control batches too, e.g. Raft's LeaderChange)."""
+        ...
+
     async def write_metadata(self, op: MetadataOp) -> Any:
         """Run ``op(image) -> (response, records)`` on the metadata log, wait until its
         records are durable and applied, return the response."""

@@ -67,7 +67,13 @@ class Controller(RawClient):
         return reply
 
     def fetch(self, offset: int, *, replica_id: int = 0, replica_epoch: int = -1, max_wait_ms: int = 0,
-              last_fetched_epoch: int = 0, version: int = 17) -> Any:
+              last_fetched_epoch: int | None = None, version: int = 17) -> Any:
+        """A metadata Fetch at ``offset``; ``last_fetched_epoch`` by default the
+        controller's leader epoch (its log's batches below ``offset`` are of that epoch
+        in these tests: the controller elects itself once, writing a LeaderChange
+        first), 0 at offset 0."""
+        if last_fetched_epoch is None:
+            last_fetched_epoch = self.leader_epoch() if offset > 0 else 0
         return self.request(1, version, {
             "cluster_id": self.cluster_id, "replica_state": {"replica_id": replica_id, "replica_epoch": replica_epoch},
             "replica_id": replica_id, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
@@ -78,12 +84,19 @@ class Controller(RawClient):
                  "replica_directory_id": None}]}],
             "forgotten_topics_data": []})
 
+    def leader_epoch(self) -> int:
+        """The controller's Raft epoch (a lone controller elects itself as it starts)."""
+        return int(self.fetch(0, last_fetched_epoch=0).responses[0].partitions[0].current_leader.leader_epoch)
+
     def records(self, offset: int = 0) -> list[tuple[int, Any]]:
-        """Every committed metadata record from ``offset``: (offset, record)."""
-        part = self.fetch(offset).responses[0].partitions[0]
+        """Every committed metadata record from ``offset``: (offset, record); Raft's
+        control batches (LeaderChange) skipped."""
+        part = self.fetch(0).responses[0].partitions[0]
         out = []
         data = bytes(part.records or b"")
         for h in validate_batches(data, client_origin=False):
+            if h.is_control:
+                continue
             for rec in decode_records(memoryview(data)[h.position:h.position + h.size]):
                 if rec.offset >= offset and rec.value is not None:
                     out.append((rec.offset, R.decode(rec.value)))
@@ -192,7 +205,7 @@ def test_observer_fetch_long_polls_until_the_log_grows(controller):
     part = answer["resp"].responses[0].partitions[0]
     assert answer["took"] < 5, answer["took"]
     assert part.error_code == ErrorCode.none and part.high_watermark > end and part.records
-    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (controller.node_id, 0)
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (controller.node_id, 1)
     # a Fetch at N acknowledges N - 1: the next heartbeat's lowest acknowledged offset shows it
     hw = int(part.high_watermark)
     controller.fetch(hw, replica_id=0, replica_epoch=epoch)
@@ -203,9 +216,10 @@ def test_observer_fetch_long_polls_until_the_log_grows(controller):
 def test_a_fetch_beyond_the_log_end_is_told_to_diverge(controller):
     end = controller.end()
     part = controller.fetch(end + 5).responses[0].partitions[0]
-    assert (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (0, end)
+    assert (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (1, end)
     assert not part.records
-    part = controller.fetch(0, last_fetched_epoch=3).responses[0].partitions[0]
+    # (the Raft core answers every fetch at offset 0 with records: nothing below it can diverge; ask at 1)
+    part = controller.fetch(1, last_fetched_epoch=3).responses[0].partitions[0]
     assert part.diverging_epoch.end_offset == end
     other = controller.request(1, 12, {
         "cluster_id": controller.cluster_id, "replica_id": 0, "max_wait": 0, "min_bytes": 1, "max_bytes": 1000,
@@ -291,7 +305,7 @@ def test_unregister_and_describe_quorum_and_cluster(controller):
     q = controller.request(55, 2, {"topics": [{"topic_name": "__cluster_metadata", "partitions": [
         {"partition_index": 0}]}]})
     p = q.topics[0].partitions[0]
-    assert p.error_code == ErrorCode.none and p.high_watermark == end and p.leader_epoch == 0
+    assert p.error_code == ErrorCode.none and p.high_watermark == end and p.leader_epoch == 1
     assert p.leader_id == controller.node_id
     assert [(v.replica_id, v.log_end_offset) for v in p.current_voters] == [(p.leader_id, end)]
     assert [(o.replica_id, o.log_end_offset) for o in p.observers] == [(0, end)]

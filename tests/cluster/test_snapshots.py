@@ -103,8 +103,12 @@ def test_snapshot_trim_catch_up_and_restart(cluster: Any) -> None:
                      what=f"every topic on broker {broker} after the controller restart")
 
 
-def fetch_snapshot(conn: Any, sid: OffsetAndEpoch, position: int, *, max_bytes: int = 1 << 20, epoch: int = 0,
-                   topic: str = "__cluster_metadata", version: int = 1, cluster_id: str | None = None) -> Any:
+def fetch_snapshot(conn: Any, sid: OffsetAndEpoch, position: int, *, max_bytes: int = 1 << 20,
+                   epoch: int | None = None, topic: str = "__cluster_metadata", version: int = 1,
+                   cluster_id: str | None = None) -> Any:
+    """FetchSnapshot (59); ``epoch`` (CurrentLeaderEpoch) by default the controller's."""
+    if epoch is None:
+        epoch = conn.leader_epoch()
     return conn.request(59, version, {
         "cluster_id": cluster_id if cluster_id is not None else conn.cluster_id, "replica_id": -1,
         "max_bytes": max_bytes, "topics": [{"name": topic, "partitions": [{
@@ -157,7 +161,7 @@ def test_fetch_below_log_start_and_fetch_snapshot_rules(cluster: Any) -> None:
         assert code(sid=OffsetAndEpoch(sid.offset - 1, 0)) == (0, ErrorCode.snapshot_not_found)
         assert code(position=len(data)) == (0, ErrorCode.position_out_of_range)
         assert code(position=-1) == (0, ErrorCode.position_out_of_range)
-        assert code(epoch=1) == (0, ErrorCode.unknown_leader_epoch)
+        assert code(epoch=conn.leader_epoch() + 1) == (0, ErrorCode.unknown_leader_epoch)
         assert code(epoch=-1) == (0, ErrorCode.fenced_leader_epoch)
         assert code(topic="other") == (0, ErrorCode.unknown_topic_or_partition)
         assert code(cluster_id="not-ours") == (ErrorCode.inconsistent_cluster_id, -1)

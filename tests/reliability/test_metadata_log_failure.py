@@ -69,7 +69,7 @@ def test_a_failed_metadata_fsync_halts_the_node_before_answering(tmp_path):
     assert "still running" not in out
     halts = [line for line in err.splitlines() if line.startswith("CRITICAL")]
     assert len(halts) == 1, err
-    assert "halting: the metadata log cannot be written: fsync of __cluster_metadata-0 failed" in halts[0]
+    assert "halting: the metadata log cannot be written: fsync of the metadata log failed" in halts[0]
     assert "Traceback" not in err
 
     b = EmbeddedBroker(data, POSIX).start()

@@ -34,7 +34,7 @@ from hightide.log.partition_log import PartitionLog
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import build_batch, iter_headers
 from hightide.coordinator.runtime import CoordinatorUnavailable
-from hightide.server.metadata_runtime import RaftMetadataRuntime
+from hightide.node.metadata_runtime import RaftMetadataRuntime
 from hightide.node.quorum_state import QuorumStateError, QuorumStateStore
 from hightide.node.raft_shell import RaftShell
 from hightide.node.snapshotter import Snapshotter, install_snapshot
@@ -175,8 +175,10 @@ def test_flush_done_is_fed_in_order_even_when_fsyncs_finish_out_of_order(tmp_pat
         fsync = FakeFsync(held=True)
         shell = make_shell(tmp_path, 1, Recorder(), fsync=fsync, voters=(1,))
         shell.start()
-        await async_wait_until(lambda: shell.role == "leader", 5, what="the single voter leading")
-        assert len(fsync.pending) == 1  # the LeaderChange entry's fsync
+        # a lone voter elects itself at start; its LeaderChange is appended once the
+        # quorum-state write (off the loop) is done
+        await async_wait_until(lambda: fsync.pending, 5, what="the single voter's LeaderChange fsync")
+        assert shell.role == "leader" and len(fsync.pending) == 1  # the LeaderChange entry's fsync
         fsync.pending[0].set_result(None)
         await async_wait_until(lambda: shell.is_active, 5, what="active once the LeaderChange is durable")
         writes = [asyncio.ensure_future(shell.append(noop_batch())) for _ in range(2)]
@@ -354,4 +356,20 @@ def test_a_snapshot_trims_the_leaders_log_and_a_voter_behind_it_installs_it(tmp_
                               transport=Recorder(), durable=FakeFsync(), config=FAST)
         assert restarted.applied_end == sid.offset and restarted.core.log.snapshot == sid
         assert sorted(reopened.image.topics) == ["a", "b", "c"]  # "d" is in the log: applied once committed
+    asyncio.run(run())
+
+
+def test_a_lone_voter_elects_itself_at_start_with_one_quorum_state_write(tmp_path: Path) -> None:
+    """No election timeout for the only voter, and its candidacy and leadership (queued
+    back to back) are one write of the leader state."""
+    async def run() -> None:
+        store = FakeStore()
+        shell = make_shell(tmp_path, 1, Recorder(), store=store, voters=(1,),
+                           config=RaftConfig(election_timeout_ms=60_000, leader_change_payload=leader_change_batch))
+        shell.start()
+        assert shell.role == "leader" and shell.epoch == 1
+        await async_wait_until(lambda: shell.is_active, 5, what="active once the LeaderChange is durable")
+        assert store.written == [ElectionState(1, 1, 1)]
+        await shell.close()
+        assert store.written == [ElectionState(1, 1, 1)]  # no resignation to announce
     asyncio.run(run())

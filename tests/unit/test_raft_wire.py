@@ -93,3 +93,22 @@ def test_a_request_for_several_partitions_is_refused() -> None:
     two = type(req)(cluster_id=None, topics=req.topics * 2, leader_endpoints=())
     with pytest.raises(ValueError, match="exactly one partition"):
         from_kio(two)
+
+
+def test_the_kio_free_leader_change_message_is_kios_bytes() -> None:
+    """cluster/raft/batches.py writes LeaderChangeMessage v0 by hand (the lone voter never
+    loads kio's Raft schemas): the same bytes as kio's writer."""
+    import io
+
+    from kio.schema.leader_change_message.v0.data import LeaderChangeMessage, Voter
+    from kio.schema.types import BrokerId
+    from kio.serial import entity_writer
+    from kio.static.primitive import i16, i32
+
+    from hightide.cluster.raft.batches import leader_change_message
+    for leader, voters, granting in ((3, (1, 2, 3), (3,)), (1, (1,), (1,)), (7, tuple(range(200)), ())):
+        buf = io.BytesIO()
+        entity_writer(LeaderChangeMessage)(buf, LeaderChangeMessage(
+            version=i16(0), leader_id=BrokerId(leader), voters=tuple(Voter(voter_id=i32(v)) for v in voters),
+            granting_voters=tuple(Voter(voter_id=i32(v)) for v in granting)))
+        assert leader_change_message(leader, voters, granting) == buf.getvalue()

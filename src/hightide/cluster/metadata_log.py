@@ -1,10 +1,10 @@
 """The metadata log: ``__cluster_metadata-0`` on disk, replayed into a
 :class:`MetadataImage` at start-up.
 
-Changes are written by the coordinator runtime (``hightide.coordinator.metadata``):
-it appends a batch, waits until the flusher has fsynced it (``flush.messages=1``, off the
-event loop), and only then calls :meth:`MetadataLog.apply`, so nothing observes metadata
-that a crash could take back.
+Changes are written through Raft (``hightide.node.metadata_runtime``, also on the
+single node, a one-voter quorum): a batch is appended, fsynced by the flusher
+(``flush.messages=1``, off the event loop), committed, and only then applied with
+:meth:`MetadataLog.apply`, so nothing observes metadata that a crash could take back.
 
 Single node: this process is the controller (combined mode, as Kafka's KRaft). In
 cluster mode brokers will follow this same log from the controller; handlers only ever

@@ -221,21 +221,14 @@ class CoordinatorRuntime(Generic[S]):
     (optional) is told of every append (wakes long-polls); ``replicated(partition,
     end)`` (optional, cluster mode) a future resolved with an ErrorCode once the
     partition's high watermark reaches ``end`` (see the module doc); ``clock`` (the
-    node's :class:`~hightide.aio.clock.Clock`) for the reload retry backoff;
-    ``on_log_failure`` (optional) for a log the node cannot go on without (the metadata
-    log: Kafka halts on a failed metadata-log write): called with one line when an append
-    or fsync of a write fails (or a committed write cannot be applied), *before* any
-    write is answered; it is expected to end the process
-    (:func:`~hightide.aio.halt.halt_process`). If it returns, the failure is handled as
-    described in the module doc."""
+    node's :class:`~hightide.aio.clock.Clock`) for the reload retry backoff."""
 
     def __init__(self, adapter: ShardAdapter[S], log_for: Callable[[int], PartitionLog | None],
                  durable: Callable[[PartitionLog], Awaitable[Any]],
                  on_append: Callable[[int], None] | None = None,
                  replicated: Callable[[int, int], asyncio.Future[ErrorCode]] | None = None,
-                 clock: Clock = SYSTEM_CLOCK, on_log_failure: Callable[[str], None] | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.adapter = adapter
-        self._on_log_failure = on_log_failure
         self.clock = clock  # the reload retry backoff; sleep(0) yields between load chunks
         self._log_for = log_for
         self._durable = durable
@@ -493,8 +486,6 @@ class CoordinatorRuntime(Generic[S]):
                 base = plog.append(batch, validate_batches(batch, client_origin=False), now_ms).base_offset
                 count = len(records)
         except OSError as exc:
-            if self._on_log_failure is not None:
-                self._on_log_failure(f"append to {self.adapter.topic}-{p} failed: {exc}")
             log.error("append to %s-%d failed: %s", self.adapter.topic, p, exc)
             raise CoordinatorUnavailable(f"append to {self.adapter.topic}-{p} failed: {exc}") from exc
         if self._on_append is not None:
@@ -572,9 +563,6 @@ class CoordinatorRuntime(Generic[S]):
         yet, unload the working shard and reload from the log if it is writable, else
         refuse writes (reads keep the committed shard)."""
         topic = self.adapter.topic
-        if self._on_log_failure is not None:
-            what = "fsync" if isinstance(exc, OSError) else "applying a committed write"
-            self._on_log_failure(f"{what} of {topic}-{p} failed: {exc}")
         err = CoordinatorUnavailable(f"fsync of {topic}-{p} failed: {exc}", self.adapter.storage_error_code)
         part.epoch += 1
         failed = list(part.inflight) + list(part.queue)

@@ -8,8 +8,10 @@ What runs where
 ``process.roles`` decides (``hightide.cluster.settings.ClusterSettings``):
 
 * **single node** (``broker,controller``, the default): none of the network parts below.
-  The metadata log is written through the single-voter coordinator runtime
-  (``metadata_runtime`` in the shell) and snapshotted by a :class:`~.snapshotter.Snapshotter`.
+  It is a one-voter quorum: the metadata log is written through
+  :class:`~.metadata_runtime.RaftMetadataRuntime` over the :class:`~.raft_shell.RaftShell`
+  (it elects itself at start, a write commits on its own fsync; no peers) and
+  snapshotted through the core, as a controller is.
 * **broker-only** (``broker``): one :class:`~.broker_node.BrokerNode`, which wires
 
   - two :class:`~.controller_channel.ControllerChannel` s to the active controller (one
@@ -27,12 +29,12 @@ What runs where
 
   and a :class:`~.snapshotter.Snapshotter` of the local copy.
 * **controller-only** (``controller``): the :class:`~.controller_service.ControllerService`
-  (registrations, heartbeats, fencing timers, the observers' Fetch). With one voter the
-  metadata log is written through the single-voter runtime and snapshotted by a
-  :class:`~.snapshotter.Snapshotter`; with several, through Raft: the
+  (registrations, heartbeats, fencing timers, the observers' Fetch). The metadata log is
+  written through Raft (:mod:`.metadata_runtime`, one voter or several alike): the
   :class:`~.raft_shell.RaftShell` steps the sans-IO core (``hightide.cluster.raft``), talks
   to the other voters through :class:`~.raft_peers.RaftPeers` and keeps its vote in the
-  :class:`~.quorum_state.QuorumStateStore`; snapshots go through the core.
+  :class:`~.quorum_state.QuorumStateStore` (through the node's Storage engine);
+  snapshots go through the core.
 * every broker: :class:`~.inter_broker.InterBroker` (where the other brokers are, how to
   reach them); each component calling other brokers gets its own
   :class:`~.inter_broker.InterBrokerClients` from it.
@@ -43,15 +45,19 @@ like the clock: TCP in production, an in-memory network in tests.
 
 Start order (``server/broker.py``, ``Broker.start``): data-dir lock, logs, the metadata
 log (a broker-only node without a cluster id asks the controller for it:
-:meth:`~.broker_node.BrokerNode.adopt_cluster_id`) → a controller: the Raft runtime, the
-controller service, the Raft shell; a broker: its logs opened, the coordinators started
+:meth:`~.broker_node.BrokerNode.adopt_cluster_id`), the flusher → a voter: the Raft
+runtime (the single node: its shell started and its election waited for, so its image
+is committed before anything reads it) → a controller: the controller service, the Raft
+shell (a lone controller waits for its election too); a broker: its logs opened, the coordinators started
 (they load nothing on a broker-only node before it caught up) → the listeners → the
 broker node (follower and registration: the registration names the bound ports) → the
-flusher, the snapshotter, the controller's timers.
+snapshotter (a broker-only node's), the controller's timers.
 
 Stop order (``Broker._stop_steps``, each step bounded and run whatever the one before
 did): the broker node (controlled shutdown, then the follower, the held metadata reads,
-the channels) → the Raft shell (a leader resigns) → the listeners and everything else.
+the channels) → the Raft shell of a quorum (a leader resigns) → the listeners and
+everything else (the single node's shell stops after the requests in flight and the
+client connections).
 
 Boundaries: this package never imports ``hightide.server`` (nor the coordinators or the
 replicas; an import-linter contract keeps it so) and no component here receives the

@@ -16,8 +16,9 @@ A timer task (:meth:`ControllerService.run`) wakes at the core's ``next_deadline
 expiry, with the leadership moves) or, when the log has been idle for
 ``metadata.max.idle.interval.ms``, a NoOp.
 
-With a controller quorum (``raft``: the :class:`~.raft_shell.RaftShell`, more than one
-voter) only the active controller (the Raft leader, once its epoch's first entry is
+Through Raft (``raft``: the :class:`~.raft_shell.RaftShell`; a lone controller is a
+one-voter quorum that elects itself at start; ``raft`` None only where a test drives the
+service over a plain write function) only the active controller (the Raft leader, once its epoch's first entry is
 applied) writes: the timer does nothing elsewhere, writes answer NOT_CONTROLLER there,
 and :meth:`activate` — run by the shell when this node becomes active — starts the
 lifecycle state afresh from the image (Kafka's BrokerHeartbeatManager on activation):

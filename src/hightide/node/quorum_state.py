@@ -7,11 +7,14 @@ JSON with Kafka's field names (version 0 of ``QuorumStateData``)::
     {"clusterId":"k5oQb1cTQ7yL8rPZ2JXw3A","leaderId":3001,"leaderEpoch":4,"votedId":3001,"appliedOffset":0,
      "currentVoters":[{"voterId":3000},{"voterId":3001},{"voterId":3002}],"data_version":0}
 
-Writes are atomic and durable: the JSON goes to ``quorum-state.tmp``, which is fsynced,
-renamed over ``quorum-state``, and then the directory is fsynced, so after a crash the
-file holds either the old state or the new one, never a mix and never nothing.
-:meth:`QuorumStateStore.write` blocks (two fsyncs): the asyncio shell runs it on a worker
-thread (:meth:`QuorumStateStore.awrite`), never on the event loop.
+It is read and written through the node's :class:`~hightide.log.storage.Storage` engine
+(the real disk, or an in-memory one in tests and simulations). Writes are atomic and
+durable: the JSON goes to a temporary file, which is fsynced and renamed over
+``quorum-state`` (:func:`~hightide.log.storage.write_small_file`), and then the directory
+is fsynced, so after a crash the file holds either the old state or the new one, never a
+mix and never nothing. :meth:`QuorumStateStore.write` blocks (two fsyncs): the asyncio
+shell calls :meth:`QuorumStateStore.awrite`, which runs it on a worker thread, never on
+the event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 
 from ..cluster.raft import ElectionState
 from ..log.data_dir import QUORUM_STATE, encode_quorum_state
+from ..log.storage import POSIX, Storage, make_dirs_durable, read_small_file, write_small_file
 
 __all__ = ["QuorumStateStore", "QUORUM_STATE_FILE", "QuorumStateError"]
 
@@ -38,23 +42,24 @@ class QuorumStateError(Exception):
 
 
 class QuorumStateStore:
-    """The quorum-state file in ``directory`` for a quorum of ``voters`` of cluster
-    ``cluster_id`` (both recorded in every write: the data dir's voter set, checked at
-    start by :func:`hightide.log.data_dir.check_identity`)."""
+    """The quorum-state file in ``directory`` (on ``storage``) for a quorum of ``voters``
+    of cluster ``cluster_id`` (both recorded in every write: the data dir's voter set,
+    checked at start by :func:`hightide.log.data_dir.check_identity`)."""
 
-    def __init__(self, directory: str, voters: Sequence[int], cluster_id: str = "") -> None:
+    def __init__(self, directory: str, voters: Sequence[int], cluster_id: str = "",
+                 storage: Storage = POSIX) -> None:
         self.directory = directory
         self.path = os.path.join(directory, QUORUM_STATE_FILE)
         self.voters = tuple(sorted(voters))
         self.cluster_id = cluster_id
+        self.storage = storage
         self.writes = 0  # completed writes (tests)
 
     def read(self) -> ElectionState | None:
         """The stored state; None when there is no file yet (a new voter). Raises
         :class:`QuorumStateError` when the file cannot be parsed."""
         try:
-            with open(self.path, "rb") as f:
-                raw = f.read()
+            raw = read_small_file(self.storage, self.path)
         except FileNotFoundError:
             return None
         try:
@@ -74,25 +79,15 @@ class QuorumStateStore:
         return encode_quorum_state(self.cluster_id, self.voters, state.epoch, state.voted_for, state.leader_id)
 
     def write(self, state: ElectionState) -> None:
-        """Replace the file with ``state`` atomically and durably (blocking: tmp file,
-        fsync, rename, directory fsync). Raises OSError when any step fails; the old
-        file is then still in place."""
-        os.makedirs(self.directory, exist_ok=True)
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, self.encode(state))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        """Replace the file with ``state`` atomically and durably (blocking: temporary
+        file, fsync, rename, directory fsync). Raises OSError when any step fails; the
+        old file is then still in place (and, after a crash, the old state is what a
+        restart reads unless the directory fsync completed)."""
+        make_dirs_durable(self.storage, self.directory)
+        write_small_file(self.storage, self.path, self.encode(state))
+        self.storage.fsync_dir(self.directory)
         self.writes += 1
 
     async def awrite(self, state: ElectionState) -> None:
-        """:meth:`write` on a worker thread."""
+        """:meth:`write` on a worker thread (the event loop never waits for the disk)."""
         await asyncio.to_thread(self.write, state)

@@ -10,7 +10,9 @@ core's actions; the shell carries them out **in order**, through one FIFO:
 * ``PersistElection``: the quorum-state file is written (tmp + fsync + rename + dir
   fsync, on a worker thread). Until it is durable nothing queued after it runs — in
   particular no ``Send`` leaves — so a vote is never granted, nor an epoch announced,
-  before the voter would remember it after a crash (Kafka's rule).
+  before the voter would remember it after a crash (Kafka's rule). Several
+  PersistElections queued back to back (only RoleChanged between: a lone voter's
+  candidacy and leadership in one step) are one write of the last state.
 * ``Append`` / ``Truncate``: the batches are written to (cut from) the partition log,
   with their base offsets and leader epochs (page cache, synchronous, as every append).
 * ``Flush(end)``: an fsync by the flusher (off the loop); ``FlushDone(end)`` is fed back
@@ -34,7 +36,12 @@ core's actions; the shell carries them out **in order**, through one FIFO:
 
 The image holds exactly the committed prefix: on start it is the latest snapshot's (or
 empty), not the replayed log (whose tail may be uncommitted); entries are applied as the
-high watermark passes them. A leader is **active** (takes metadata writes) once its own LeaderChange
+high watermark passes them. A lone voter (``hightide serve``, a single controller) is the
+exception: nobody else can lead, so its whole log is committed as soon as it leads (its
+first LeaderChange commits everything before it) and it keeps the image
+:class:`~hightide.cluster.metadata_log.MetadataLog` replayed. It elects itself at start
+(the core's ``lone_voter``: no election timeout) and a write commits once its own fsync
+is done; it does not resign on close (there is nobody to tell). A leader is **active** (takes metadata writes) once its own LeaderChange
 entry is applied, i.e. the image has everything committed before its epoch
 (``on_activate`` runs then, before any write).
 
@@ -61,11 +68,13 @@ from ..cluster.raft import (
     Resign, RoleChanged, Send, SendFailed, Tick, TrimLog, Truncate,
 )
 from ..cluster.raft import OffsetAndEpoch, SnapshotCreated
+from ..cluster.raft.batches import encode_entries
 from ..cluster.raft import messages as m
 from ..cluster.snapshot import SnapshotError, image_from_snapshot
 from ..cluster.records import decode
 from ..log.partition_log import PartitionLog
 from ..protocol.records import decode_records, iter_headers, parse_header, validate_batches
+from ..aio import halt as _halt_module
 from ..aio.clock import SYSTEM_CLOCK, Clock, wait_event_on
 from ..aio.tasks import wait_event
 
@@ -143,6 +152,12 @@ def restore_raft_log(plog: PartitionLog, snapshot: OffsetAndEpoch | None = None)
     return restored
 
 
+def _halt(why: str) -> None:
+    """:func:`~hightide.aio.halt.halt_process`, looked up when called (a test or the
+    simulator replaces it)."""
+    _halt_module.halt_process(f"the metadata log cannot be written: {why}")
+
+
 class RaftShell:
     """One voter of the controller quorum (see the module doc). ``durable(plog)``
     resolves once everything appended to ``plog`` is fsynced (the flusher's);
@@ -166,16 +181,23 @@ class RaftShell:
         self.config = config or RaftConfig()
         sid = metadata.snapshot_id
         restored = restore_raft_log(self.plog, sid)
-        snapshot_data = b""
-        # MetadataLog replayed the log past the snapshot, whose tail may be uncommitted:
-        # start from the snapshot's image (committed) and apply entries as the high
-        # watermark passes them.
-        if sid is not None:
-            snapshot_data = metadata.snapshots.read(sid)
+        snapshot_data = metadata.snapshots.read(sid) if sid is not None else b""
+        if sid is None and restored.start_offset > 0:
+            raise ValueError(f"the metadata log starts at {restored.start_offset} without a snapshot")
+        lone = tuple(voters) == (node_id,)
+        #: The image holds every committed entry below this offset.
+        self.applied_end = restored.start_offset
+        if lone:
+            # A lone voter's whole log is committed once it leads (nobody else can have
+            # written a longer one, and its first LeaderChange commits everything before
+            # it): MetadataLog's replay is the image. Nothing reads it before is_active.
+            self.applied_end = restored.end_offset
+        elif sid is not None:
+            # MetadataLog replayed the log past the snapshot, whose tail may be
+            # uncommitted: start from the snapshot's image (committed) and apply entries
+            # as the high watermark passes them.
             metadata.image = image_from_snapshot(snapshot_data, sid)
         else:
-            if restored.start_offset > 0:
-                raise ValueError(f"the metadata log starts at {restored.start_offset} without a snapshot")
             metadata.image = MetadataImage()
         election = store.read()
         # ``require_formatted``: a voter whose data dir has no quorum-state was not formatted
@@ -188,8 +210,6 @@ class RaftShell:
                         "or stand for election until it follows a leader the other voters elected (a new quorum's "
                         "dirs are formatted together before the first start: `hightide storage format`)",
                         os.path.dirname(self.plog.path), ",".join(map(str, sorted(self.core.voters))), node_id)
-        #: The image holds every committed entry below this offset.
-        self.applied_end = restored.start_offset
         #: ``TrimLog``: the log may now start at the snapshot's end (the snapshotter's trim).
         self.on_trim: Callable[[OffsetAndEpoch], None] = metadata.trim_to_snapshot
         #: ``InstallSnapshot``: write the fetched snapshot, reset the log, replace the image.
@@ -201,6 +221,8 @@ class RaftShell:
         self.on_activate: Callable[[int], None] = lambda epoch: None
         self.on_role: Callable[[str, int, int], None] = lambda role, epoch, leader: None
         self.failed: str | None = None
+        #: Called with the reason once the shell failed (see :meth:`_fail`); None: halt.
+        self.on_fatal: Callable[[str], None] | None = None
         self.active_epoch = -1  # the epoch this node is the active controller of (-1: not active)
         self._queue: deque[Action] = deque()
         self._persisting = False
@@ -210,9 +232,11 @@ class RaftShell:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (end offset, epoch, future)
         self._activated = asyncio.Event()
         self._wake = asyncio.Event()
+        self._sleeping_until: int | None = None  # the deadline the timer task sleeps until (None: no deadline)
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
+        self._started = False
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -229,9 +253,20 @@ class RaftShell:
         return self.core.leader_id
 
     @property
+    def started(self) -> bool:
+        """True once :meth:`start` ran."""
+        return self._started
+
+    @property
     def closed(self) -> bool:
         """True once :meth:`close` began: the shell steps nothing more."""
         return self._closed
+
+    @property
+    def committed_end(self) -> int:
+        """The offset below which the log is committed and applied to the image (a lone
+        voter's image holds its whole log from the start, committed once it leads)."""
+        return min(self.applied_end, max(self.core.high_watermark, self.core.log.start_offset))
 
     @property
     def is_active(self) -> bool:
@@ -252,8 +287,10 @@ class RaftShell:
     def start(self, *, timer: bool = True) -> None:
         """Start the core (its first Tick) and, with ``timer``, the timer task (tests
         drive :meth:`tick` themselves with a fake clock)."""
-        log.info("raft: node %d starting as %s in epoch %d (log %d..%d, voters %s)", self.node_id, self.core.role,
-                 self.core.epoch, self.core.log.start_offset, self.core.log.end_offset, list(self.core.voters))
+        self._started = True
+        log.log(self._role_level, "raft: node %d starting as %s in epoch %d (log %d..%d, voters %s)", self.node_id,
+                self.core.role, self.core.epoch, self.core.log.start_offset, self.core.log.end_offset,
+                list(self.core.voters))
         self._step(Tick())
         if timer:
             self._timer = asyncio.get_running_loop().create_task(self._run_timer(), name="raft-timer")
@@ -279,15 +316,16 @@ class RaftShell:
                     await self.clock.sleep(0.001)  # a deadline the core did not move: do not spin
                 continue
             self._wake.clear()
+            self._sleeping_until = deadline
             await wait_event_on(self.clock, self._wake, None if deadline is None else (deadline - now) / 1000)
 
     async def close(self, resign_wait_s: float = 0.3) -> None:
-        """Stop: a leader resigns first (EndQuorumEpoch to the voters, waited for up to
-        ``resign_wait_s``), then the timer stops, writes waiting fail with an unknown
+        """Stop: a leader of several voters resigns first (EndQuorumEpoch to the voters,
+        waited for up to ``resign_wait_s``), then the timer stops, writes waiting fail with an unknown
         outcome and requests being handled get no answer (None)."""
         if self._closed:
             return
-        if self.core.role == "leader" and self.failed is None:
+        if self.core.role == "leader" and self.failed is None and not self.core.lone_voter:
             self._step(Resign())
             pending = [t for t in self._tasks if not t.done()]
             if pending:
@@ -355,14 +393,16 @@ class RaftShell:
         self._queue.extend(actions)
         if not self._persisting:
             self._drain()
-        self._wake.set()
+        deadline = self.core.next_deadline
+        if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
+            self._wake.set()  # the timer sleeps too long now (a later or unchanged deadline needs no wake-up)
 
     def _drain(self) -> None:
         while self._queue and not self._closed:
             action = self._queue.popleft()
             if isinstance(action, PersistElection):
                 self._persisting = True
-                self._spawn(self._persist(action.state), "raft-persist")
+                self._spawn(self._persist(self._superseding(action.state)), "raft-persist")
                 return
             if isinstance(action, InstallSnapshot):
                 self._persisting = True
@@ -374,6 +414,29 @@ class RaftShell:
                 log.exception("raft: carrying out %s failed", type(action).__name__)
                 self._fail(f"carrying out {type(action).__name__} failed: {exc}")
                 return
+
+    def _superseding(self, state: ElectionState) -> ElectionState:
+        """The state to write for a PersistElection of ``state``: the last of the
+        PersistElections queued right behind it with only RoleChanged between (a lone
+        voter's candidacy, vote and leadership in one step). The earlier ones are never
+        acted on before the last is durable (nothing else runs in between), and the
+        write replaces the whole file, so one write of the last stands for all of them;
+        the RoleChanged actions run after it, in order."""
+        run = 0
+        for i, action in enumerate(self._queue):
+            if isinstance(action, PersistElection):
+                run = i + 1
+            elif not isinstance(action, RoleChanged):
+                break
+        if run == 0:
+            return state
+        last = self._queue[run - 1]
+        assert isinstance(last, PersistElection)
+        kept = [a for a in list(self._queue)[:run] if not isinstance(a, PersistElection)]
+        for _ in range(run):
+            self._queue.popleft()
+        self._queue.extendleft(reversed(kept))
+        return last.state
 
     async def _persist(self, state: ElectionState) -> None:
         try:
@@ -452,7 +515,6 @@ class RaftShell:
         if self.plog.log_end_offset != action.base_offset:
             self._fail(f"the metadata log ends at {self.plog.log_end_offset}, the core appends at {action.base_offset}")
             return
-        from ..cluster.raft.wire import encode_entries  # when used: Raft's kio messages cost a single node ~20 ms of start-up
         offset = action.base_offset
         now = self.clock.now_ms()
         try:
@@ -508,9 +570,14 @@ class RaftShell:
         self._waiters = still
         self.on_commit()
 
+    @property
+    def _role_level(self) -> int:
+        """A lone voter's elections (one at every start) are not news: DEBUG."""
+        return logging.DEBUG if self.core.lone_voter else logging.INFO
+
     def _role_changed(self, action: RoleChanged) -> None:
-        log.info("raft: node %d is %s in epoch %d (leader %d)", self.node_id, action.role, action.epoch,
-                 action.leader_id)
+        log.log(self._role_level, "raft: node %d is %s in epoch %d (leader %d)", self.node_id, action.role,
+                action.epoch, action.leader_id)
         if action.role != "leader":
             self.active_epoch = -1
             self._fail_waiters(f"this controller lost the leadership (now {action.role} in epoch {action.epoch})")
@@ -523,11 +590,18 @@ class RaftShell:
                 fut.set_exception(WriteOutcomeUnknown(why))
 
     def _fail(self, why: str) -> None:
-        if self.failed is None:
+        """Stop taking part in the quorum, then end the process (:attr:`on_fatal`, by
+        default :func:`~hightide.aio.halt.halt_process`): as Kafka's Raft IO thread hands
+        any failure to its fatal fault handler, which halts, the node neither serves nor
+        shuts down cleanly over a metadata log it could not make durable (a clean shutdown
+        would flush and mark clean what it refused). The next start recovers from disk."""
+        if self.failed is None and self.on_fatal is not None:  # else the halt logs the one line
             log.critical("raft: node %d stops taking part in the quorum: %s", self.node_id, why)
         self.failed = why
         self.active_epoch = -1
         self._fail_waiters(why)
+        self._activated.set()  # wait_active returns (False) at once
+        (self.on_fatal or _halt)(why)
 
     def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]

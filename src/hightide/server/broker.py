@@ -50,13 +50,13 @@ from .registry import Routes
 from ..node.controller_service import ControllerService
 from ..disk.flusher import Flusher
 from ..disk.cleaner import LogCleaner
-from ..coordinator.runtime import CoordinatorRuntime, CoordinatorUnavailable
+from ..coordinator.runtime import CoordinatorUnavailable
 from ..coordinator.groups import GroupRuntime
 from ..quota.manager import ClientQuotas
 from ..replica.leader_offsets import LeaderOffsets
 from ..services import MetadataOp
-from ..coordinator.metadata import metadata_runtime
-from .metadata_runtime import RaftMetadataRuntime, SnapshotPolicy, raft_config, raft_metadata_runtime
+from ..node.metadata_runtime import (LONE_VOTER_ELECTION_S, RaftMetadataRuntime, SnapshotPolicy, raft_config,
+                                     raft_metadata_runtime)
 from ..replica.fetcher import REQUEST_TIMEOUT_S as FETCHER_REQUEST_TIMEOUT_S, ReplicaFetcherManager
 from ..replica.manager import ReplicaManager
 from ..coordinator.share_groups import ShareGroupService
@@ -118,8 +118,9 @@ class Broker:
         self.servers: list[tuple[Listener, Listening]] = []
         self.logs: LogManager | None = None
         self.metadata: MetadataLog | None = None
-        # writes to the metadata log (a controller quorum's voter: through Raft)
-        self.metadata_runtime: CoordinatorRuntime[MetadataImage] | RaftMetadataRuntime | None = None
+        #: Writes to the metadata log, through Raft (the single node and a controller: a
+        #: voter, alone or one of a quorum); None on a broker-only node.
+        self.metadata_runtime: RaftMetadataRuntime | None = None
         #: Cluster mode's controller-only process (process.roles=controller): the metadata
         #: log, its runtime and the controller service; no partition logs, no coordinators.
         self.controller_only = self.cluster.is_controller and not self.cluster.is_broker
@@ -217,14 +218,20 @@ class Broker:
                                     storage=self.storage,
                                     segment_bytes=self.cluster.metadata_segment_bytes,
                                     refetchable=self.node is not None)  # a broker's copy may be fetched again
-        if self.node is None:  # a broker-only node's metadata log is a copy of the controller's
-            self.metadata_runtime = metadata_runtime(self.metadata, self.flusher.durable, self.clock)
-        elif self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
+        if self.node is not None and self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
             self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()
+        # the flusher first: a voter's metadata commits wait for its fsyncs
+        self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
+        if self.node is None:  # a voter (a broker-only node's metadata log is a copy of the controller's)
+            self.metadata_runtime = self._metadata_runtime()
+        if self.cluster.single_node:  # the lone voter leads before anything reads its image
+            await self._elect_lone_voter()
         self.apply_dynamic_broker_configs()
         if self.controller_only:
             self._start_controller()
+            if len(self._voter_addresses()) == 1:
+                await self._elect_lone_voter()
         else:
             # A broker-only node's local copy may be stale: its logs are opened (recovered),
             # but nothing is led, followed, coordinated or deleted before it caught up with
@@ -238,8 +245,7 @@ class Broker:
         await self._start_listeners()
         if self.node is not None:
             self.node.start(self.metadata, self.flusher.durable)  # after the listeners: the registration names their ports
-        self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
-        self.snapshotter = self._snapshotter()  # metadata snapshots (None: a controller quorum's voter)
+        self.snapshotter = self._snapshotter()  # a broker-only node's (a voter's shell snapshots through the core)
         if self.snapshotter is not None:
             self._tasks.append(asyncio.create_task(self.snapshotter.run(), name="metadata-snapshots"))
         if self.controller_service is not None:
@@ -286,16 +292,8 @@ class Broker:
         """A controller-only process: the controller service on the metadata log (see
         :mod:`.controller_service`) and the controller listener's route table."""
         assert self.metadata is not None and self.metadata_runtime is not None and self.cluster_id is not None
-        if len(self.cluster.voters) > 1:  # a controller quorum: writes commit through Raft
-            self.metadata_runtime = raft_metadata_runtime(
-                node_id=self.node_id, voters=self.cluster.voters, metadata=self.metadata,
-                durable=self.flusher.durable, cluster_id=self.cluster_id, security=controller_client_security(
-                    self.config.security_values, self.cluster.controller_listener_names),
-                snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
-                                         lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)),
-                config=raft_config(self.cluster), clock=self.clock, transport=self.transport)
         metadata, runtime = self.metadata, self.metadata_runtime
-        raft = runtime.shell if isinstance(runtime, RaftMetadataRuntime) else None
+        raft = runtime.shell
         self.controller_service = ControllerService(
             node_id=self.node_id, cluster_id=self.cluster_id,
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
@@ -304,9 +302,39 @@ class Broker:
             voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock)
         self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
         self.controller_services = _services_of(self, handlers.controller_routes(self.controller_service))
-        if raft is not None:
-            raft.on_commit, raft.on_activate = self._metadata_committed, self.controller_service.activate
-            raft.start()
+        raft.on_commit, raft.on_activate = self._metadata_committed, self.controller_service.activate
+        raft.start()
+
+    def _voter_addresses(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every voter of the metadata quorum: the static voters
+        of a controller, else this node alone (the single node, a controller without
+        ``controller.quorum.voters``; its address is never used)."""
+        return [(v.node_id, v.host, v.port) for v in self.cluster.voters] or [(self.node_id, "", 0)]
+
+    def _metadata_runtime(self) -> RaftMetadataRuntime:
+        """The Raft runtime of this voter (not started: the single node's by
+        :meth:`_elect_lone_voter`, a controller's by :meth:`_start_controller`)."""
+        assert self.metadata is not None
+        return raft_metadata_runtime(
+            node_id=self.node_id, voters=self._voter_addresses(), metadata=self.metadata,
+            durable=self.flusher.durable, cluster_id=self.cluster_id, security=controller_client_security(
+                self.config.security_values, self.cluster.controller_listener_names),
+            snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
+                                     lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)),
+            config=raft_config(self.cluster), storage=self.storage, clock=self.clock, transport=self.transport)
+
+    async def _elect_lone_voter(self) -> None:
+        """Start the lone voter's shell (unless the controller started it) and wait until
+        it leads with its log committed (one quorum-state write and one fsync of the
+        log, off the loop): its image is then what it serves. Raises OSError when its
+        storage failed meanwhile."""
+        assert self.metadata_runtime is not None
+        shell = self.metadata_runtime.shell
+        if not shell.started:
+            shell.start()
+        if not await shell.wait_active(LONE_VOTER_ELECTION_S):
+            raise OSError(errno.EIO, f"the metadata log did not become writable: {shell.failed or 'no election'}",
+                          self.metadata.log.path if self.metadata is not None else self.data_dir)
 
     def _controller_endpoints(self) -> list[tuple[str, str, int]]:
         """(name, host, port) of the controller listeners as bound (wildcards as 127.0.0.1)."""
@@ -314,17 +342,12 @@ class Broker:
                 if x.name in self.cluster.controller_listener_names]
 
     def _snapshotter(self) -> Snapshotter | None:
-        """The metadata snapshotter (:func:`~hightide.node.snapshotter.snapshotter_for`):
-        of the committed image on the single-voter runtime, of the local copy on a
-        broker-only node; None on a Raft voter (its shell snapshots through the core)."""
-        runtime, metadata = self.metadata_runtime, self.metadata
-        if metadata is None or isinstance(runtime, RaftMetadataRuntime):
+        """A broker-only node's snapshotter of its local copy
+        (:func:`~hightide.node.snapshotter.snapshotter_for`); None on a voter (its Raft
+        shell snapshots through the core)."""
+        if self.metadata is None or self.metadata_runtime is not None:
             return None
-        if runtime is None:
-            return snapshotter_for(metadata, self.cluster, clock=self.clock)
-        return snapshotter_for(metadata, self.cluster, committed=lambda: runtime.committed_offset(0),
-                               wait_commit=lambda timeout_s: self.waiters.wait([(METADATA_TOPIC, 0)], timeout_s),
-                               clock=self.clock)
+        return snapshotter_for(self.metadata, self.cluster, clock=self.clock)
 
     def _registered_listeners(self) -> list[dict[str, Any]]:
         """A broker-only node's listeners as its registration names them (bound ports,
@@ -391,12 +414,14 @@ class Broker:
     def _stop_steps(self, grace_s: float) -> list[Step | None]:
         """The steps of :meth:`stop`, in order (see the module doc)."""
         t = self.stop_step_timeout_s
-        node, raft = self.node, self.controller_service.raft if self.controller_service is not None else None
+        node, runtime = self.node, self.metadata_runtime
+        raft = runtime.shell if runtime is not None else None
+        lone = self.cluster.single_node  # its shell stops once no request can write (a quorum's leader resigns first)
         shutdown_s = min(grace_s, self.cluster.session_timeout_ms / 1000)
         return [
             # controlled shutdown first, still serving; a leader resigns (EndQuorumEpoch)
             None if node is None else Step("controlled shutdown", lambda: node.stop(shutdown_s, t), shutdown_s + 3 * t),
-            None if raft is None else Step("raft shell", raft.close, t),
+            None if raft is None or lone else Step("raft shell", raft.close, t),
             Step("listeners", self._close_listeners, t),
             Step("held requests", self.waiters.wake_all, t),  # long-polls answer now with what they have
             Step("group coordinator", self.groups.close, t),  # parked JoinGroup/SyncGroup: NOT_COORDINATOR
@@ -405,6 +430,7 @@ class Broker:
             Step("replica manager", self.replica_manager.close, t),  # acks=all waits: NOT_LEADER_OR_FOLLOWER
             Step("requests in flight", lambda: self._drain_requests(grace_s), grace_s + t),
             Step("client connections", self._close_connections, t),
+            None if raft is None or not lone else Step("raft shell", raft.close, t),
             Step("share manager", self.share_manager.close, t),  # in-flight share state writes (the flusher runs)
             Step("share persister", self.share_persister.close, t),
             Step("transaction connections", self.txns.close_connections, t),
@@ -515,6 +541,14 @@ class Broker:
     def image(self) -> MetadataImage:
         assert self.metadata is not None
         return self.metadata.image
+
+    @property
+    def metadata_committed_end(self) -> int:
+        """The committed end of the metadata log (a broker-only node: of its local copy)."""
+        if self.metadata_runtime is not None:
+            return self.metadata_runtime.committed_offset(0)
+        assert self.metadata is not None
+        return self.metadata.log.log_end_offset
 
     async def write_metadata(self, op: MetadataOp) -> Any:
         """Run ``op(image) -> (response, records)`` on the metadata log (one write at a

@@ -24,6 +24,9 @@ Kafka's KafkaRaftClient and QuorumState:
   appending a LeaderChange control entry.
 * **Check quorum**: a leader that has not heard a Fetch from a majority of voters within
   1.5 × ``fetch_timeout_ms`` resigns, so a paused or partitioned leader steps down.
+* **A lone voter** (the voter set is this node alone): it elects itself as soon as it
+  starts (no election timeout: pre-vote, vote and leadership in one step) and its flushed
+  end is the high watermark once its epoch's LeaderChange is flushed.
 * **Unformatted voters** (``can_vote=False``: a voter whose storage was not formatted
   for this voter set, e.g. a new or wiped data dir): it neither stands for election nor
   grants a vote or pre-vote, and finds the leader as an observer does; once it follows
@@ -197,8 +200,17 @@ class RaftCore(Replication):
         if durable:
             self._out.append(PersistElection(state))
 
+    @property
+    def lone_voter(self) -> bool:
+        """This node is the only voter (``hightide serve``, a lone controller): nobody
+        else can vote or lead, so it stands for election at once (Kafka's
+        ``QuorumState.isOnlyVoter``) and commits what it has flushed."""
+        return self.voters == (self.node_id,)
+
     def _election_timeout(self) -> int:
         t = self.config.election_timeout_ms
+        if self.lone_voter:
+            return 0  # no one to wait for: an election round is won as it starts
         return t + self.rng.randrange(t) if t > 0 else 0
 
     def _become_unattached(self, now: int, epoch: int, voted_for: int = -1) -> None:

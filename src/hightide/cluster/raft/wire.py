@@ -7,20 +7,16 @@ topic id ``Uuid.METADATA_TOPIC_ID``) and FetchSnapshot v1 (59). Fields the core 
 use (directory ids, endpoints) are left at Kafka's defaults.
 
 Log entries travel as record batches: every :class:`Entry` payload is one v2 batch. On
-the way out :func:`encode_entries` writes each batch's BaseOffset and
-PartitionLeaderEpoch (neither is covered by the CRC, as Kafka's leader rewrites them);
-on the way in :func:`decode_entries` reads epoch, record count and the control bit back
-from the batch headers without touching the records.
+the way out :func:`~.batches.encode_entries` (re-exported here, kio-free in
+:mod:`.batches` with :func:`~.batches.leader_change_batch`) writes each batch's BaseOffset
+and PartitionLeaderEpoch; on the way in :func:`decode_entries` reads epoch, record count
+and the control bit back from the batch headers without touching the records.
 """
 
 from __future__ import annotations
 
 import datetime
-import io
-import struct
-import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.begin_quorum_epoch.v1 import request as bqe_req
@@ -32,16 +28,16 @@ from kio.schema.fetch.v17 import request as fetch_req
 from kio.schema.fetch.v17 import response as fetch_resp
 from kio.schema.fetch_snapshot.v1 import request as fs_req
 from kio.schema.fetch_snapshot.v1 import response as fs_resp
-from kio.schema.leader_change_message.v0.data import LeaderChangeMessage, Voter
+from kio.schema.leader_change_message.v0.data import LeaderChangeMessage
 from kio.schema.types import BrokerId, TopicName
 from kio.schema.vote.v2 import request as vote_req
 from kio.schema.vote.v2 import response as vote_resp
-from kio.serial import entity_writer
-from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
+from kio.static.primitive import Records, i32, i32Timedelta, i64
 
-from ...protocol.records import HEADER_SIZE, LOG_OVERHEAD, build_batch, decode_records, iter_headers
+from ...protocol.records import HEADER_SIZE, LOG_OVERHEAD, decode_records, iter_headers
 from ...protocol.tolerant import read_tolerant
 from . import messages as m
+from .batches import CONTROL_KEY, LEADER_CHANGE, encode_entries, leader_change_batch
 
 __all__ = ["METADATA_TOPIC", "METADATA_TOPIC_ID", "to_kio", "from_kio", "encode_entries",
            "decode_entries", "leader_change_batch", "read_leader_change", "LEADER_CHANGE"]
@@ -50,11 +46,6 @@ METADATA_TOPIC = TopicName("__cluster_metadata")
 #: Kafka's ``Uuid.METADATA_TOPIC_ID``.
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 _CONTROL_BIT = 0x20
-_BASE_AND_LENGTH = struct.Struct(">qi")
-_EPOCH = struct.Struct(">i")
-#: Kafka's ControlRecordType.LEADER_CHANGE; a control record's key is (version 0, type).
-LEADER_CHANGE = 2
-_CONTROL_KEY = struct.Struct(">hh")
 
 
 def _ms(ms: int) -> i32Timedelta:
@@ -62,25 +53,6 @@ def _ms(ms: int) -> i32Timedelta:
 
 
 # --- record batches --------------------------------------------------------------------
-
-def encode_entries(base_offset: int, entries: tuple[m.Entry, ...]) -> bytes:
-    """The batches of ``entries`` back to back, starting at ``base_offset``, each with its
-    BaseOffset and PartitionLeaderEpoch set. Raises ValueError if a payload is not one
-    batch of ``entry.count`` records."""
-    out = bytearray()
-    offset = base_offset
-    for e in entries:
-        start = len(out)
-        out += e.payload
-        headers = list(iter_headers(out, start))
-        if len(headers) != 1 or headers[0].last_offset_delta + 1 != e.count \
-                or headers[0].length + LOG_OVERHEAD != len(e.payload):
-            raise ValueError(f"entry at {offset} is not one record batch of {e.count} records")
-        _BASE_AND_LENGTH.pack_into(out, start, offset, headers[0].length)
-        _EPOCH.pack_into(out, start + LOG_OVERHEAD, e.epoch)
-        offset += e.count
-    return bytes(out)
-
 
 def decode_entries(records: bytes | None) -> tuple[m.Entry, ...]:
     """Split a Fetch response's records into entries (epoch = PartitionLeaderEpoch, count
@@ -100,26 +72,11 @@ def decode_entries(records: bytes | None) -> tuple[m.Entry, ...]:
 
 # --- the LeaderChange control batch ---------------------------------------------------
 
-def leader_change_batch(leader_id: int, epoch: int, voters: Sequence[int],
-                        granting_voters: Sequence[int] = ()) -> bytes:
-    """Kafka's LeaderChangeMessage as a control batch (one control record, key = version
-    0 and type LEADER_CHANGE, value = the message, version 0), with PartitionLeaderEpoch
-    ``epoch``; the leader appends it first in every epoch. BaseOffset is set on append."""
-    msg = LeaderChangeMessage(version=i16(0), leader_id=BrokerId(leader_id),
-                              voters=tuple(Voter(voter_id=i32(v)) for v in voters),
-                              granting_voters=tuple(Voter(voter_id=i32(v)) for v in granting_voters))
-    buf = io.BytesIO()
-    entity_writer(LeaderChangeMessage)(buf, msg)
-    key = _CONTROL_KEY.pack(0, LEADER_CHANGE)
-    return build_batch([(key, buf.getvalue(), [], int(time.time() * 1000))], is_control=True,
-                       partition_leader_epoch=epoch)
-
-
 def read_leader_change(batch: bytes) -> LeaderChangeMessage | None:
     """The LeaderChangeMessage of a control batch; None if it holds no such record."""
     for rec in decode_records(batch):
         if rec.key is not None and len(rec.key) >= 4 and rec.value is not None \
-                and _CONTROL_KEY.unpack_from(rec.key)[1] == LEADER_CHANGE:
+                and CONTROL_KEY.unpack_from(rec.key)[1] == LEADER_CHANGE:
             msg, _ = read_tolerant(LeaderChangeMessage, memoryview(rec.value), 0)
             return msg
     return None

@@ -91,8 +91,10 @@ def _answer(ctx: RequestContext, req: DescribeQuorumRequest, node_id: int, high_
 
 @handles(55, 0, 2)
 def describe_quorum(ctx: RequestContext, req: DescribeQuorumRequest) -> Any:
-    """The single node's answer: it is the one voter, always caught up; no observers."""
-    end = ctx.image.offset + 1  # the image is applied once committed: its next offset is the committed end
+    """The single node's answer: it is the one voter, always caught up; no observers.
+    The leader epoch stays the one the single node always reported (0), though its Raft
+    shell's epoch grows at every start (docs/cluster.md)."""
+    end = ctx.metadata.metadata_committed_end
     node_id = ctx.identity.node_id
     host, port = ctx.identity.advertised
     voter = ReplicaProgress(node_id, end, ctx.now_ms, ctx.now_ms)
