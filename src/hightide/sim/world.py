@@ -133,8 +133,6 @@ class World:
             if n.controller:
                 format_dir(n.data_dir, cluster_id=self.cluster_id, node_id=n.node_id, voters=voters,
                            storage=n.storage)
-                # quorum-state is still read from the real file system (until it goes through Storage)
-                format_dir(n.data_dir, cluster_id=self.cluster_id, node_id=n.node_id, voters=voters)
             else:
                 write_meta_properties(n.data_dir, self.cluster_id, n.node_id, n.storage)
             n.storage.fsync_dir(n.data_dir)
