@@ -127,3 +127,24 @@ def test_a_deadlock_is_reported():
 
     with pytest.raises(SimulationStuck):
         run(main)
+
+
+def test_a_busy_loop_that_never_lets_time_move_is_reported():
+    async def main(loop):
+        while True:
+            await asyncio.sleep(0)
+
+    with pytest.raises(SimulationStuck, match="livelock"):
+        run(main)
+
+
+def test_a_deadline_one_ulp_past_its_timer_still_ends():
+    async def main(loop):
+        deadline = loop.time() + 0.1 + 1e-13
+        spins = 0
+        while loop.time() < deadline:
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            spins += 1
+        return spins
+
+    assert run(main)[1] <= 2

@@ -29,6 +29,7 @@ import asyncio
 import collections
 import contextvars
 import heapq
+import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ class NodeRun:
 NODE: contextvars.ContextVar[NodeRun | None] = contextvars.ContextVar("hightide_sim_node", default=None)
 
 _MAX_JUMP_S = 24 * 3600.0
+#: Callbacks at one instant after which the loop reports a livelock (a busy loop that
+#: never lets time move: on a real clock it would burn a core).
+LIVELOCK_STEPS = 1_000_000
 
 
 def node_of(handle: asyncio.Handle) -> NodeRun | None:
@@ -78,13 +82,14 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def __init__(self, start_s: float = 1000.0, *, disk_delay: Callable[[], float] | None = None) -> None:
         super().__init__()
-        self._now = float(start_s)
+        self._now_ns = round(start_s * 1e9)
         self._clock_resolution = 1e-9
         self.disk_delay = disk_delay or (lambda: 0.0)
         self.zombies: list[Any] = []
         self.steps = 0  # callbacks run so far (a progress measure for traces)
         self._nodes: list[NodeRun] = []
         self.step_hook: Callable[[], None] | None = None
+        self._spin_at, self._spin_steps = -1, 0  # livelock detection: time, and the steps then
         #: The simulated network (:class:`~.network.SimNetwork`) behind ``create_connection``
         #: and ``create_server``; set by whoever builds it.
         self.network: Any = None
@@ -93,7 +98,12 @@ class SimLoop(asyncio.BaseEventLoop):
     # --- time --------------------------------------------------------------------------
 
     def time(self) -> float:
-        return self._now
+        """Simulated seconds. Time moves on a grid of whole nanoseconds, rounded up to the
+        timer it jumps to: a timer set for the tiny remainder of a deadline (a deadline
+        computed in float seconds may sit one ulp past the time its timer fires at) moves
+        time on by at least a nanosecond, so such a wait ends, as it does on a real clock,
+        instead of firing again and again at the same instant."""
+        return self._now_ns / 1e9
 
     # --- nodes -------------------------------------------------------------------------
 
@@ -208,8 +218,13 @@ class SimLoop(asyncio.BaseEventLoop):
         if not self._ready and not self._stopping:
             if not scheduled:
                 raise SimulationStuck("no callback is ready and no timer is set")
-            self._now = max(self._now, scheduled[0]._when)
-        end = self._now + self._clock_resolution
+            self._now_ns = max(self._now_ns, math.ceil(scheduled[0]._when * 1e9))
+        if self._now_ns != self._spin_at:
+            self._spin_at, self._spin_steps = self._now_ns, self.steps
+        elif self.steps - self._spin_steps > LIVELOCK_STEPS:
+            busy = ", ".join(sorted({repr(h)[:120] for h in list(self._ready)[:8]}))
+            raise SimulationStuck(f"livelock: {LIVELOCK_STEPS} callbacks ran without time moving on; ready: {busy}")
+        end = self.time() + self._clock_resolution
         while scheduled and scheduled[0]._when < end:
             handle = heapq.heappop(scheduled)
             handle._scheduled = False
@@ -230,4 +245,4 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def jump(self, seconds: float) -> None:
         """Move time on by ``seconds`` at once (timers due meanwhile fire on the next step)."""
-        self._now += min(max(0.0, seconds), _MAX_JUMP_S)
+        self._now_ns += round(min(max(0.0, seconds), _MAX_JUMP_S) * 1e9)
