@@ -148,3 +148,16 @@ def test_a_deadline_one_ulp_past_its_timer_still_ends():
         return spins
 
     assert run(main)[1] <= 2
+
+
+def test_a_sleep_below_the_float_resolution_still_moves_time():
+    async def main(loop):
+        await asyncio.sleep(1)
+        deadline = loop.time() + 1e-13  # below one ulp of ~1001 s: the same float
+        spins = 0
+        while loop.time() < deadline + 1e-10:
+            await asyncio.sleep(max(1e-13, deadline + 1e-10 - loop.time()))
+            spins += 1
+        return spins
+
+    assert run(main)[1] <= 2

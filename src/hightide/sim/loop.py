@@ -105,6 +105,16 @@ class SimLoop(asyncio.BaseEventLoop):
         instead of firing again and again at the same instant."""
         return self._now_ns / 1e9
 
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,  # type: ignore[override]
+                   context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        """As asyncio's, on the nanosecond grid: a positive delay is at least one
+        nanosecond (a delay below the float resolution of the time would otherwise fire
+        at the same instant, and a wait for the remainder of a deadline would spin)."""
+        if delay > 0:
+            at = (self._now_ns + max(1, math.ceil(delay * 1e9))) / 1e9
+            return self.call_at(at, callback, *args, context=context)
+        return super().call_later(delay, callback, *args, context=context)
+
     # --- nodes -------------------------------------------------------------------------
 
     def node_context(self, node_id: int) -> tuple[NodeRun, contextvars.Context]:
