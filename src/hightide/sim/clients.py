@@ -75,6 +75,23 @@ class _Client:
         await asyncio.sleep(RETRY_S * (1 + self.rng.random()))
 
 
+def append_values(values: list[bytes], data: bytes, end: int, where: str) -> None:
+    """Append to ``values`` (the values of offsets 0, 1, ... so far) those of the record
+    batches in ``data`` at the next offsets below ``end``: a record's value, ``b""`` for a
+    control record's offset. Raises :class:`Anomaly` when an offset below ``end`` is
+    skipped."""
+    for h in iter_headers(data):
+        if h.base_offset > len(values) and h.base_offset < end:
+            raise Anomaly(f"{where}: offsets {len(values)}..{h.base_offset - 1} missing below {end}")
+        if h.is_control:
+            recs = [(o, b"") for o in range(h.base_offset, h.next_offset)]
+        else:
+            recs = [(r.offset, r.value or b"") for r in decode_records(data[h.position:h.position + h.size])]
+        for off, value in recs:
+            if off == len(values) and off < end:
+                values.append(value)
+
+
 class Producer(_Client):
     """See the module doc. ``stop_after`` values in all (None: until cancelled)."""
 
@@ -179,17 +196,7 @@ class Reader(_Client):
         while len(values) < hw:
             before = len(values)
             data = bytes(got.records)
-            for h in iter_headers(data):
-                if h.base_offset > len(values):
-                    raise Anomaly(f"{self.topic}-{part}: offsets {len(values)}..{h.base_offset - 1} missing "
-                                  f"below the high watermark {hw}")
-                if h.is_control:
-                    recs = [(o, b"") for o in range(h.base_offset, h.next_offset)]
-                else:
-                    recs = [(r.offset, r.value or b"") for r in decode_records(data[h.position:h.position + h.size])]
-                for off, value in recs:
-                    if off == len(values) and off < hw:
-                        values.append(value)
+            append_values(values, data, hw, f"{self.topic}-{part}")
             if len(values) >= hw or not data:
                 break
             if len(values) == before:

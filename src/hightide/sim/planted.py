@@ -10,6 +10,11 @@ Each is a context manager that patches one rule while a run goes, and undoes it 
   commit) once it is durable on the coordinator, without waiting for the followers of
   its ``__consumer_offsets`` partition (``CoordinatorRuntime._when_replicated``): a
   coordinator that dies takes acknowledged commits with it.
+- ``no-truncation``: replicas never reconcile diverging logs (the world before Kafka's
+  KIP-101): the leader does not tell a follower its log diverged
+  (``ReplicaLog.diverging_epoch``) and a follower does not truncate where the leader's
+  epochs say (``ReplicaFetcher._truncate``): a deposed leader keeps records its
+  successor never had and appends the new leader's after them, at other offsets.
 - ``unclean-election``: when a partition's leader goes, the controller elects any live
   replica, one out of the ISR first (``partition_change.elect``): a replica missing
   acknowledged records becomes leader.
@@ -45,6 +50,19 @@ def _coordinator_unreplicated() -> contextlib.AbstractContextManager[None]:
     return _patch(CoordinatorRuntime, "_when_replicated", lambda self, p, part, w: None)
 
 
+@contextlib.contextmanager
+def _no_truncation() -> Iterator[None]:
+    from ..log.replica_log import ReplicaLog
+    from ..replica.fetcher import ReplicaFetcher
+
+    def keep(self: Any, st: Any, plog: Any, epoch: int, end_offset: int, why: str) -> bool:
+        st.truncating = False
+        return False
+    with _patch(ReplicaLog, "diverging_epoch", lambda self, last_fetched_epoch, fetch_offset: None), \
+            _patch(ReplicaFetcher, "_truncate", keep):
+        yield
+
+
 def _unclean_election() -> contextlib.AbstractContextManager[None]:
     from ..cluster import partition_change as pc
 
@@ -61,6 +79,7 @@ def _unclean_election() -> contextlib.AbstractContextManager[None]:
 PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "acks-before-hw": _acks_before_hw,
     "coordinator-unreplicated": _coordinator_unreplicated,
+    "no-truncation": _no_truncation,
     "unclean-election": _unclean_election,
 }
 

@@ -33,7 +33,7 @@ from typing import Any
 from ..client import AdminClient, NewTopic
 from ..client.errors import KafkaError
 from .checker import Anomaly, Checker
-from .clients import Committer, Producer, Reader
+from .clients import Committer, Producer, Reader, append_values
 from .clock import EPOCH_MS
 from .faults import FAULT_KINDS, FaultSchedule
 from .loop import NODE, SimLoop, SimulationStuck
@@ -192,6 +192,8 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
             lost = checker.lost_acked((TOPIC, part), hw)
             if lost:
                 raise Anomaly(f"{TOPIC}-{part}: acknowledged offsets {lost[:10]} lost (final end {hw})")
+        await _replicas_agree(world, partitions, liveness_s)
+        note("replicas agree")
         for c in clients:
             await c.close()
         for node in world.brokers + world.controllers:
@@ -209,6 +211,51 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
             with contextlib.suppress(Exception):
                 await c.close()
         await world.close()
+
+
+async def _replicas_agree(world: World, partitions: int, within_s: float) -> None:
+    """White-box, after healing: every replica of each partition catches up with its
+    leader (within ``within_s``) and then holds the same records as the leader below the
+    leader's high watermark (replicas that diverged and were never reconciled differ)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    for part in range(partitions):
+        while True:
+            logs = {n.node_id: n.broker.partition_log(TOPIC, part) for n in world.brokers
+                    if n.broker is not None and n.broker.logs is not None}
+            image = next(n.broker.image for n in world.brokers if n.broker is not None)
+            p_img = image.topics[TOPIC].partitions[part]
+            leader = logs.get(p_img.leader)
+            replicas = {r: logs.get(r) for r in p_img.replicas}
+            if leader is not None and all(log is not None and log.log_end_offset >= leader.high_watermark
+                                          for log in replicas.values()):
+                break
+            if loop.time() > deadline:
+                behind = {r: None if log is None else log.log_end_offset for r, log in replicas.items()}
+                raise Anomaly(f"{TOPIC}-{part}: replicas {behind} did not catch up with leader {p_img.leader} "
+                              f"in {within_s:.0f} s after the faults stopped")
+            await asyncio.sleep(0.5)
+        end = leader.high_watermark
+        want = _log_values(leader, end, f"{TOPIC}-{part} on leader {p_img.leader}")
+        for r, log in replicas.items():
+            assert log is not None
+            got = _log_values(log, end, f"{TOPIC}-{part} on replica {r}")
+            if got != want:
+                at = next(i for i, (a, b) in enumerate(zip(got + [b"<end>"], want + [b"<end>"])) if a != b)
+                raise Anomaly(f"{TOPIC}-{part}: replica {r} holds {got[at] if at < len(got) else None!r} at offset "
+                              f"{at}, leader {p_img.leader} holds {want[at] if at < len(want) else None!r} "
+                              f"(below the high watermark {end})")
+
+
+def _log_values(log: Any, end: int, where: str) -> list[bytes]:
+    values: list[bytes] = []
+    while len(values) < end:
+        before = len(values)
+        got = log.read(len(values), 1 << 20, max_offset=end)
+        append_values(values, bytes(got.data), end, where)
+        if len(values) == before:
+            raise Anomaly(f"{where}: no record at offset {before} below {end}")
+    return values
 
 
 def _bury(loop: SimLoop) -> None:
