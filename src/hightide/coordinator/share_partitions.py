@@ -124,8 +124,9 @@ class SharePartitionManager:
     def backlog(self, key: ShareStateKey, topic: str) -> PartitionBacklog | None:
         """The share partition's backlog now: from the loaded partition (its lag against
         the log end offset, and the records each member has acquired), else from the
-        local share coordinator's committed state (lag only); None when neither knows
-        (no log here, state elsewhere or loading). Synchronous, no IO."""
+        local share coordinator's committed state (lag only; a partition not started yet
+        counts the records ``share.auto.offset.reset`` will start it with); None when
+        neither knows (no log here, state elsewhere or loading). Synchronous, no IO."""
         plog = self.partition_log(topic, key.partition)
         if plog is None:
             return None
@@ -142,6 +143,8 @@ class SharePartitionManager:
             return None
         if st.error_code != 0:
             return None
+        if st.start_offset < 0:  # not started yet: it will start where share.auto.offset.reset says
+            return PartitionBacklog(max(0, plog.log_end_offset - self._reset_offset(self.settings(key.group_id), plog)))
         return PartitionBacklog(share_lag(plog.log_end_offset, st.start_offset, st.delivery_complete_count).lag)
 
     # -- loading ---------------------------------------------------------------------
