@@ -6,7 +6,6 @@ constant lag, a member keeps what it has in flight), and the ``group.share.assig
 
 from __future__ import annotations
 
-import math
 import uuid
 
 import pytest
@@ -86,8 +85,6 @@ def test_contract(case) -> None:
     total = sum(w.values())
     backlogged = {p for p, v in w.items() if v > 0}
     if total:
-        for p in backlogged:  # members in proportion to backlog (pins may add more)
-            assert len(holders[p]) >= min(n, max(1, math.ceil(n * w[p] / total)))
         if n <= len(backlogged):  # every member works on a backlog
             assert all(ps & backlogged for ps in _owned(result).values())
     else:  # no backlog anywhere: exactly the simple assignor
@@ -113,21 +110,37 @@ def test_every_member_gets_a_backlogged_partition(lags, n) -> None:
     assert max(len(h) for h in _holders(result).values()) <= n
 
 
-def test_uniform_backlog_shares_like_simple() -> None:
-    for n, parts in ((4, 12), (12, 12), (13, 4), (3, 3)):
-        members = _specs(n)
-        assignable = {T: frozenset(range(parts))}
-        result = B.assign(members, assignable, _backlogs([1000] * parts))
-        simple = share_assignor.assign(members, assignable)
-        assert sorted(len(h) for h in _holders(result).values()) == sorted(len(h) for h in _holders(simple).values())
-        assert sorted(len(o) for o in _owned(result).values()) == sorted(len(o) for o in _owned(simple).values())
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=16), st.integers(1, 16))
+def test_members_in_proportion_to_backlog(lags, n) -> None:
+    """More backlog never means fewer members; loads within 1 + IMBALANCE of the fair
+    share or of the heaviest single slot."""
+    result = B.assign(_specs(n), {T: frozenset(range(len(lags)))}, _backlogs(list(lags)))
+    holders = _holders(result)
+    for p in range(len(lags)):
+        for q in range(len(lags)):
+            if lags[p] > lags[q]:
+                assert len(holders[p]) >= len(holders[q]), (p, q)
+    loads = B.member_loads(_owned(result), dict(enumerate(lags)))
+    heaviest_slot = max(lags[p] / len(holders[p]) for p in holders)
+    assert max(loads.values()) <= (1 + B.IMBALANCE) * (sum(lags) / n + heaviest_slot)
+
+
+def test_uniform_backlog_is_shared_evenly() -> None:
+    for n, parts in ((4, 12), (8, 12), (12, 12), (13, 4), (3, 3)):
+        result = B.assign(_specs(n), {T: frozenset(range(parts))}, _backlogs([1000] * parts))
+        assert len({len(h) for h in _holders(result).values()}) == 1, (n, parts)  # every partition alike
+        counts = [len(o) for o in _owned(result).values()]
+        assert max(counts) - min(counts) <= 1, (n, parts)
+    holders = _holders(B.assign(_specs(8), {T: frozenset(range(12))}, _backlogs([1000] * 12)))
+    assert all(len(h) == 2 for h in holders.values())  # 3 partitions per member, each shared by 2
 
 
 def test_skewed_backlog_gets_more_members() -> None:
     lags = [35_000, 35_000] + [3_000] * 10
     result = B.assign(_specs(6), {T: frozenset(range(12))}, _backlogs(lags))
     holders = _holders(result)
-    assert len(holders[0]) == len(holders[1]) == 3  # ceil(6 * 35 / 100)
+    assert len(holders[0]) == len(holders[1]) > len(holders[2]) == 1
     assert all(len(holders[p]) == 1 for p in range(2, 12))
     loads = B.member_loads(_owned(result), dict(enumerate(lags)))
     assert max(loads.values()) <= 1.25 * sum(lags) / 6
@@ -139,8 +152,11 @@ def test_sticky_when_lag_barely_moves() -> None:
     assignable = {T: frozenset(range(12))}
     first = B.assign(members, assignable, _backlogs(lags))
     moved = [34_000, 35_500] + [2_900] * 10
-    assert B.acceptable(_with_current(members, first), assignable, _backlogs(moved))
-    assert B.assign(_with_current(members, first), assignable, _backlogs(moved)) == first
+    assert B.acceptable(_with_current(members, first), assignable, _backlogs(moved))  # the group keeps it
+    again = B.assign(_with_current(members, first), assignable, _backlogs(moved))  # a recomputation keeps most
+    pairs = {(m, p) for m, ps in _owned(first).items() for p in ps}
+    kept = {(m, p) for m, ps in _owned(again).items() for p in ps} & pairs
+    assert len(kept) >= 0.8 * len(pairs)
 
 
 def test_drained_partitions_free_their_members() -> None:
@@ -210,7 +226,7 @@ def test_group_uses_the_backlog_assignor_and_says_so() -> None:
     for m, ps in ctx.assigned.items():
         for p in ps:
             holders.setdefault(p, set()).add(m)
-    assert len(holders[0]) == len(holders[1]) == 3
+    assert len(holders[0]) == len(holders[1]) > len(holders[2])
     assert ctx.shard.describe_share_group(G, ctx.topics)["assignor_name"] == "backlog"
 
 

@@ -14,16 +14,19 @@ none is known; never less than the records in flight), ``W`` = the topic's total
 and ``B`` = the partitions with ``w(p) > 0``:
 
 * ``W == 0`` (no backlog anywhere in the topic): exactly the ``simple`` assignor;
-* every partition in ``B`` goes to ``c(p) = min(M, max(1, ceil(M * w(p) / W)))``
-  distinct members — members in proportion to backlog, at least one each; every other
-  assignable partition goes to one member (so new records are picked up); nothing
-  else is assigned;
+* every partition in ``B`` goes to ``c(p) = min(M, max(1, round(k * M * w(p) / W)))``
+  distinct members — ``k * M`` member slots shared in proportion to backlog, at least
+  one each; every other assignable partition goes to one member (so new records are
+  picked up); nothing else is assigned. ``k`` (slots per member, 1 to
+  ``MAX_SLOTS_PER_MEMBER``) is the smallest whose canonical placement's largest load is
+  within 2% of the best ``k``'s (so 12 equal partitions on 8 members are each shared by
+  2 members, 3 per member, rather than 4 members holding 2 and 4 holding 1);
 * *pins*: a member that has acquired records of a partition (records in flight) keeps
   it, beyond ``c(p)`` if need be — it is mid-way through them;
 * with ``M <= |B|`` every member gets at least one partition of ``B``;
 * the *load* of a member is ``sum(w(p) / holders(p))`` over its partitions; the result's
   largest load is within ``1 + IMBALANCE`` of the canonical placement's (largest slot
-  first onto the least-loaded member: :func:`ideal`);
+  first onto the least-loaded member: :func:`_ideal`);
 * it is sticky: current holders keep their slots while that bound allows (else the
   canonical placement is used, which meets it);
 * the result depends only on the inputs.
@@ -46,6 +49,8 @@ from .share_assignor import ShareMemberSpec
 NAME = "backlog"
 IMBALANCE = 0.25
 """The largest member load may exceed the canonical placement's by this fraction."""
+MAX_SLOTS_PER_MEMBER = 4
+"""The canonical placement tries 1..this many slots per member (see :func:`_ideal`)."""
 
 TP = tuple[uuid.UUID, int]
 
@@ -73,9 +78,11 @@ def weights(topic: uuid.UUID, partitions: list[int], backlogs: Backlogs) -> dict
     return out
 
 
-def _slots(members: int, w: dict[int, int]) -> dict[int, int]:
-    total = sum(w.values())
-    return {p: min(members, max(1, -(-members * v // total))) if v > 0 else 1 for p, v in w.items()}
+def _slots(members: int, w: dict[int, int], k: int) -> dict[int, int]:
+    """``c(p)``: ``k * members`` slots shared in proportion to ``w`` (rounded half up),
+    at least one and at most ``members`` per backlogged partition; one per other one."""
+    total, budget = sum(w.values()), k * members
+    return {p: min(members, max(1, (2 * budget * v + total) // (2 * total))) if v > 0 else 1 for p, v in w.items()}
 
 
 class _Placement:
@@ -129,12 +136,20 @@ def _pins(topic: uuid.UUID, members: list[str], w: dict[int, int], backlogs: Bac
     return out
 
 
-def _ideal(members: list[str], w: dict[int, int], c: dict[int, int], pins: list[tuple[str, int]]) -> _Placement:
+def _placed(members: list[str], w: dict[int, int], c: dict[int, int], pins: list[tuple[str, int]]) -> _Placement:
     pl = _Placement(members, w, c)
     for m, p in pins:
         pl.add(m, p)
     pl.fill()
     return pl
+
+
+def _ideal(members: list[str], w: dict[int, int], pins: list[tuple[str, int]]) -> _Placement:
+    """The canonical placement: for ``k`` = 1..``MAX_SLOTS_PER_MEMBER`` slots per member,
+    the smallest ``k`` whose placement's largest load is within 2% of the best."""
+    tries = [_placed(members, w, _slots(len(members), w, k), pins) for k in range(1, MAX_SLOTS_PER_MEMBER + 1)]
+    best = min(max(pl.load.values()) for pl in tries)
+    return next(pl for pl in tries if max(pl.load.values()) <= best * 1.02 + 1e-9)
 
 
 def _sticky(topic: uuid.UUID, members: list[str], w: dict[int, int], c: dict[int, int],
@@ -199,11 +214,10 @@ def assign(members: Mapping[str, ShareMemberSpec], assignable: Mapping[uuid.UUID
             for m, a in share_assignor.assign(sub, {topic: frozenset(partitions)}).items():
                 out[m].update(a)
             continue
-        c = _slots(len(subscribers), w)
         pins = _pins(topic, subscribers, w, backlogs)
-        best = _ideal(subscribers, w, c, pins)
+        best = _ideal(subscribers, w, pins)
         best_max = max(best.load.values())
-        pl = _sticky(topic, subscribers, w, c, pins, members, best_max * (1 + IMBALANCE))
+        pl = _sticky(topic, subscribers, w, best.c, pins, members, best_max * (1 + IMBALANCE))
         chosen = pl if _ok(pl.owned, w, best_max) else best
         for m, ps in chosen.owned.items():
             if ps:
@@ -223,8 +237,7 @@ def acceptable(members: Mapping[str, ShareMemberSpec], assignable: Mapping[uuid.
             if any(not any(p in ps for ps in owned.values()) for p in partitions):
                 return False
             continue
-        c = _slots(len(subscribers), w)
-        best = _ideal(subscribers, w, c, _pins(topic, subscribers, w, backlogs))
+        best = _ideal(subscribers, w, _pins(topic, subscribers, w, backlogs))
         if not _ok(owned, w, max(best.load.values())):
             return False
     return True
