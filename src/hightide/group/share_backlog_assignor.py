@@ -18,9 +18,11 @@ and ``B`` = the partitions with ``w(p) > 0``:
   distinct members — ``k * M`` member slots shared in proportion to backlog, at least
   one each; every other assignable partition goes to one member (so new records are
   picked up); nothing else is assigned. ``k`` (slots per member, 1 to
-  ``MAX_SLOTS_PER_MEMBER``) is the smallest whose canonical placement's largest load is
-  within 2% of the best ``k``'s (so 12 equal partitions on 8 members are each shared by
-  2 members, 3 per member, rather than 4 members holding 2 and 4 holding 1);
+  ``MAX_SLOTS_PER_MEMBER``): of those whose canonical placement's largest load is within
+  2% of the best ``k``'s, the one whose smallest load is largest (so 12 equal partitions
+  on 8 members are each shared by 2 members, 3 per member, rather than 4 members
+  holding 2 and 4 holding 1; and with two heavy partitions every member gets a share
+  of one, not only the light ones it would finish early);
 * *pins*: a member that has acquired records of a partition (records in flight) keeps
   it, beyond ``c(p)`` if need be — it is mid-way through them;
 * with ``M <= |B|`` every member gets at least one partition of ``B``;
@@ -145,11 +147,15 @@ def _placed(members: list[str], w: dict[int, int], c: dict[int, int], pins: list
 
 
 def _ideal(members: list[str], w: dict[int, int], pins: list[tuple[str, int]]) -> _Placement:
-    """The canonical placement: for ``k`` = 1..``MAX_SLOTS_PER_MEMBER`` slots per member,
-    the smallest ``k`` whose placement's largest load is within 2% of the best."""
+    """The canonical placement: of ``k`` = 1..``MAX_SLOTS_PER_MEMBER`` slots per member,
+    those whose placement's largest load is within 2% of the best, the one whose
+    smallest load is largest (a member with little to do idles once it is done; the
+    smallest ``k`` on ties)."""
     tries = [_placed(members, w, _slots(len(members), w, k), pins) for k in range(1, MAX_SLOTS_PER_MEMBER + 1)]
     best = min(max(pl.load.values()) for pl in tries)
-    return next(pl for pl in tries if max(pl.load.values()) <= best * 1.02 + 1e-9)
+    good = [pl for pl in tries if max(pl.load.values()) <= best * 1.02 + 1e-9]
+    # of those, the least idle capacity (largest smallest load), then the fewest slots
+    return max(good, key=lambda pl: min(pl.load.values()) - 1e-9 * sum(pl.c.values()))
 
 
 def _sticky(topic: uuid.UUID, members: list[str], w: dict[int, int], c: dict[int, int],
