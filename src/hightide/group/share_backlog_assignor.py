@@ -40,6 +40,7 @@ retargets on lag movement only when the current target fails it (and at most onc
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -106,18 +107,29 @@ class _Placement:
 
     def fill(self) -> None:
         """Place every missing slot: heaviest first, onto the least-loaded member not
-        holding the partition (zero-weight ones onto the member holding fewest)."""
+        holding the partition (ties: fewest partitions, then member id); zero-weight
+        ones onto the member holding fewest. A heap keeps this O(slots · log members)."""
         order = sorted(self.w, key=lambda p: (-self.slot(p), p))
-        for p in order:
+        heap = [(self.load[m], len(self.owned[m]), m) for m in self.owned]
+        heapq.heapify(heap)
+        for p in (q for q in order if self.w[q] > 0):
+            skipped = []
+            while len(self.holders[p]) < self.c[p] and heap:
+                entry = heapq.heappop(heap)
+                m = entry[2]
+                if p in self.owned[m]:
+                    skipped.append(entry)
+                    continue
+                self.add(m, p)
+                heapq.heappush(heap, (self.load[m], len(self.owned[m]), m))
+            for entry in skipped:
+                heapq.heappush(heap, entry)
+        for p in (q for q in order if self.w[q] == 0):
             while len(self.holders[p]) < self.c[p]:
                 free = [m for m in self.owned if p not in self.owned[m]]
                 if not free:
                     break
-                if self.w[p] > 0:
-                    m = min(free, key=lambda x: (self.load[x], len(self.owned[x]), x))
-                else:
-                    m = min(free, key=lambda x: (len(self.owned[x]), self.load[x], x))
-                self.add(m, p)
+                self.add(min(free, key=lambda x: (len(self.owned[x]), self.load[x], x)), p)
 
 
 def member_loads(owned: Mapping[str, set[int] | frozenset[int]], w: Mapping[int, int]) -> dict[str, float]:

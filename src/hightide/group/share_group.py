@@ -27,8 +27,9 @@ the target epoch.
 With the ``backlog`` assignor the target also follows the lag: a heartbeat that finds
 the current target no longer :func:`~.share_backlog_assignor.acceptable` for the
 snapshot bumps the group epoch and recomputes — at most once per
-``ShareGroupConfig.backlog_interval_ms`` after the last recomputation (a soft timer, a
-live record: a reloaded coordinator may retarget once more at once). Constant lags
+``ShareGroupConfig.backlog_interval_ms`` after the last recomputation, the check itself
+at most once per ``LAG_CHECK_MS`` (soft timers, live records: a reloaded coordinator may
+retarget once more at once). Constant lags
 never retarget (an assignor result is acceptable for the backlogs it was computed from).
 
 Only partitions whose share-group state is *initialized* are assigned, as in Kafka: a
@@ -84,6 +85,8 @@ from .share_records import (
 )
 
 PROTOCOL_TYPE = "share"
+LAG_CHECK_MS = 1000
+"""A ``backlog`` group checks its target against the lag at most once per this long."""
 Partitions = dict[uuid.UUID, frozenset[int]]
 """Partitions per topic id (like :data:`.assignor.Assignment`)."""
 
@@ -134,8 +137,9 @@ class ShareTimersKey(LiveMemberKey):
 
 @dataclass(frozen=True, slots=True)
 class ShareRetargetKey:
-    """Key of a live record: the value is (assignor name, when) of the group's last
-    target recomputation."""
+    """Key of a live record: the value is (what, when): an assignor name — the target was
+    recomputed with it; "lag" — a recomputation because the lag moved follows; "checked"
+    — the target was checked against the lag and kept."""
 
     group_id: str
 
@@ -227,6 +231,7 @@ class ShareGroup(ModernGroup[ShareMember]):
         self.assignor_used: str | None = None  # soft: the assignor of the last recomputation
         self.retarget_ms = -2**62  # soft: when the target was last recomputed
         self.lag_retargets = 0  # soft: recomputations because the lag moved
+        self.lag_checked_ms = -2**62  # soft: when the target was last checked against the lag
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -284,9 +289,9 @@ class ShareGroup(ModernGroup[ShareMember]):
         new_hash = metadata_hash(names, topics)
         bump = subscription_changed or new_hash != self.metadata_hash or self._assignment_pending(names, topics) \
             or (self.assignor_used is not None and assignor.name != self.assignor_used)
-        if not bump and self._lag_moved(members, topics, now_ms, assignor):
-            bump = True
-            out.live.append((ShareRetargetKey(self.group_id), ("lag", now_ms)))
+        if not bump and self._lag_check_due(now_ms, assignor):
+            bump = self._lag_moved(members, topics, assignor)
+            out.live.append((ShareRetargetKey(self.group_id), ("lag" if bump else "checked", now_ms)))
         group_epoch = self.group_epoch + 1 if bump else self.group_epoch
         if bump:
             out.records.append((ShareGroupMetadataKey(self.group_id), ShareGroupMetadataValue(group_epoch, new_hash)))
@@ -347,14 +352,17 @@ class ShareGroup(ModernGroup[ShareMember]):
             new = share_assignor.assign(specs, assignable)
         return self._target_records(epoch, new, self.targets, out)
 
-    def _lag_moved(self, members: dict[str, ShareMember], topics: TopicsView, now_ms: int,
-                   assignor: ShareAssignorInput) -> bool:
-        """True when the ``backlog`` assignor's current target is no longer acceptable
-        for the backlog snapshot and the last recomputation is at least
-        ``backlog_interval_ms`` old (the hysteresis bounding reassignments)."""
-        if assignor.name != share_backlog_assignor.NAME or self.group_epoch != self.assignment_epoch \
-                or now_ms - self.retarget_ms < self.config.backlog_interval_ms:
-            return False
+    def _lag_check_due(self, now_ms: int, assignor: ShareAssignorInput) -> bool:
+        """Whether this heartbeat of a ``backlog`` group checks the target against the
+        lag: the last recomputation is at least ``backlog_interval_ms`` old (the
+        hysteresis bounding reassignments) and the last check at least
+        ``LAG_CHECK_MS`` (so a large group's heartbeats do not each pay for it)."""
+        return assignor.name == share_backlog_assignor.NAME and self.group_epoch == self.assignment_epoch \
+            and now_ms - self.retarget_ms >= self.config.backlog_interval_ms \
+            and now_ms - self.lag_checked_ms >= LAG_CHECK_MS
+
+    def _lag_moved(self, members: dict[str, ShareMember], topics: TopicsView, assignor: ShareAssignorInput) -> bool:
+        """True when the current target is no longer acceptable for the backlog snapshot."""
         specs, assignable = self._specs(members, topics)
         return not share_backlog_assignor.acceptable(specs, assignable, assignor.backlogs)
 
@@ -465,11 +473,12 @@ class ShareGroup(ModernGroup[ShareMember]):
 
     def _replay_other(self, key: Any, value: Any) -> None:
         if isinstance(key, ShareRetargetKey):
-            name, self.retarget_ms = value
+            name, ms = value
+            self.lag_checked_ms = ms
             if name == "lag":
                 self.lag_retargets += 1
-            else:
-                self.assignor_used = name
+            elif name != "checked":
+                self.assignor_used, self.retarget_ms = name, ms
         elif isinstance(key, ShareInitKey):
             for tp, ms in value.items():
                 if ms is None:
