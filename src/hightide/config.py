@@ -265,8 +265,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        "Largest share.partition.max.record.locks of a group.", (lambda v: 100 <= v <= 10000, "must be in [100, 10000]")),
     _d("group.share.initialize.retry.interval.ms", "int", 30000,
        "A share-group state initialization not confirmed within this long is asked for again.", _pos),
-    _d("group.share.assignors", "list", ("simple",), "Server-side assignors of share groups (only 'simple').",
-       (lambda v: tuple(v) == ("simple",), "hightide implements the 'simple' share group assignor only")),
+    _d("group.share.assignors", "list", ("simple",),
+       "Server-side assignors of share groups: 'simple' (Kafka's SimpleAssignor, also accepted by its class name) "
+       "and hightide's 'backlog' (members in proportion to share lag). The first is every group's default; a group "
+       "may pick another listed one with its share.assignor group config.",
+       (lambda v: bool(v) and all(share_assignor_name(x) is not None for x in v),
+        "must list one or more of: simple, backlog")),
+    _d("group.share.backlog.assignor.interval.ms", "int", 15000,
+       "The backlog share assignor recomputes a group's assignment because its lag moved at most once per this long.",
+       _pos),
     # Share coordinator (share state in __share_group_state).
     _d("share.coordinator.state.topic.replication.factor", "int", 3,
        "Replicas of __share_group_state when it is created (capped at the brokers registered then, with a "
@@ -543,6 +550,25 @@ def _valid_reset(v: str) -> bool:
     return True
 
 
+#: Kafka's class name of the ``simple`` share group assignor (accepted as an alias).
+SIMPLE_SHARE_ASSIGNOR_CLASS = "org.apache.kafka.coordinator.group.assignor.SimpleAssignor"
+SHARE_ASSIGNORS = ("simple", "backlog")
+
+
+def share_assignor_name(value: str) -> str | None:
+    """The share group assignor a ``group.share.assignors`` entry or ``share.assignor``
+    value names ("simple" or "backlog"), else None."""
+    v = value.strip()
+    if v == SIMPLE_SHARE_ASSIGNOR_CLASS:
+        return "simple"
+    return v if v in SHARE_ASSIGNORS else None
+
+
+def share_assignors(broker: BrokerConfig) -> list[str]:
+    """The assignors ``group.share.assignors`` enables, by name, the default first."""
+    return [n for v in broker["group.share.assignors"] if (n := share_assignor_name(v)) is not None]
+
+
 # Group config name -> its broker default (synonym) and the broker configs bounding it.
 GROUP_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
     _d("consumer.session.timeout.ms", "int", 45000, "Session timeout of this consumer group's (KIP-848) members.",
@@ -564,6 +590,9 @@ GROUP_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in [
        (_valid_reset, "must be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'")),
     _d("share.isolation.level", "string", "read_uncommitted", "read_committed or read_uncommitted.",
        (lambda v: v in ("read_committed", "read_uncommitted"), "must be read_committed or read_uncommitted")),
+    _d("share.assignor", "string", "simple",
+       "This share group's assignor (hightide): one of group.share.assignors; default its first.",
+       (lambda v: share_assignor_name(v) is not None, "must be simple or backlog")),
 ]}
 
 # Group config -> (broker min config, broker max config); Kafka's GroupConfig.validateValues.
@@ -583,6 +612,8 @@ GROUP_CONFIG_BOUNDS: dict[str, tuple[str, str]] = {
 
 def group_config_default(broker: BrokerConfig, name: str) -> Any:
     """The broker-level default of a group config (its ``group.share.*`` synonym, if any)."""
+    if name == "share.assignor":
+        return share_assignors(broker)[0]
     d = GROUP_CONFIGS[name]
     return broker[d.synonym] if d.synonym else d.default
 
@@ -605,6 +636,11 @@ def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str]) -> 
             raise ConfigError(f"{name} must be greater than or equal to {lo}")
         if values[name] > broker[hi]:
             raise ConfigError(f"{name} must be less than or equal to {hi}")
+    if "share.assignor" in configs:
+        values["share.assignor"] = share_assignor_name(values["share.assignor"])
+        if values["share.assignor"] not in share_assignors(broker):
+            raise ConfigError("share.assignor must be one of the assignors in group.share.assignors: "
+                              + ", ".join(share_assignors(broker)))
     for kind in ("consumer", "share"):
         if values[f"{kind}.session.timeout.ms"] <= values[f"{kind}.heartbeat.interval.ms"]:
             raise ConfigError(f"{kind}.session.timeout.ms must be greater than {kind}.heartbeat.interval.ms")

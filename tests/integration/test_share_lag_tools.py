@@ -5,10 +5,13 @@ exporter, all against one oracle: share state written directly with WriteShareGr
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 
 import pytest
 
+from ..conftest import free_port
 from ..rawkafka import RawClient
 from .test_cli import norm, run
 from .test_exporter import exporter, scrape, value  # noqa: F401  (fixture)
@@ -177,3 +180,35 @@ def test_lag_watch_shows_share_groups(server, share_oracle):
     assert [(ln[1], ln[2], ln[5]) for ln in lines] == [(topic, "0", "7"), (topic, "1", "2")], table
     everything = json.loads(run(server, "lag", "watch", "--iterations", "1", "-o", "json").stdout)
     assert everything["share_groups"][group]["total_lag"] == 9
+
+
+def test_scale_hint(server, share_oracle):
+    """``--scale-hint TARGET``: desired consumers = ceil(share lag / TARGET) (lag 9 here)."""
+    topic, group, _ = share_oracle
+    rows = json.loads(run(server, "share-groups", "describe", group, "--scale-hint", "4", "-o", "json").stdout)
+    assert rows == [{"group": group, "lag": 9, "target": 4, "members": 0, "desired": 3}]
+    r = run(server, "share-groups", "describe", group, "--scale-hint", "9")
+    assert norm(r.output, GROUP=group)[:2] == [
+        "GROUP | SHARE-LAG | TARGET-PER-CONSUMER | MEMBERS | DESIRED-CONSUMERS", "GROUP | 9 | 9 | 0 | 1"]
+    r = run(server, "share-groups", "describe", group, "--scale-hint", "0", ok=False)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+@pytest.fixture
+def scaling_exporter(server):
+    """An exporter with two share scale targets (4 and 100 records per consumer)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hightide", "exporter", "-b", server.bootstrap, "--port", str(port),
+                             "--listen", "127.0.0.1", "--min-interval", "0", "--share-scale-target", "4",
+                             "--share-scale-target", "100"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    yield port
+    proc.terminate()
+    _, err = proc.communicate(timeout=10)
+    assert b"Traceback" not in err, err.decode()
+
+
+def test_exporter_desired_consumers(server, share_oracle, scaling_exporter):
+    topic, group, _ = share_oracle
+    fams = scrape(scaling_exporter)
+    assert value(fams, "hightide_sharegroup_desired_consumers", sharegroup=group, target="4") == 3
+    assert value(fams, "hightide_sharegroup_desired_consumers", sharegroup=group, target="100") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,3 +49,12 @@ def test_lag_is_the_count_of_undone_offsets(start, raw, leo_extra):
     c = in_flight_counts(start, batches, leo)
     assert c.available + c.not_persisted == brute
     assert c.acknowledged + c.archived == dcc
+
+
+def test_scale_hint_rule() -> None:
+    from hightide.lag.share import desired_consumers, group_share_lag
+    assert group_share_lag([7, 2, None]) == 9 and group_share_lag([None]) is None and group_share_lag([-1, 3]) == 3
+    assert [desired_consumers(lag, 500) for lag in (0, 1, 500, 501, 2000)] == [0, 1, 1, 2, 4]
+    assert desired_consumers(None, 500) is None
+    with pytest.raises(ValueError):
+        desired_consumers(10, 0)

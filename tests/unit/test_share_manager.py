@@ -222,3 +222,42 @@ def test_records_of_departed_members_are_released(plog):
         got = m.acquire(KEY, "other", 100, 1 << 20).acquired
         assert [(x.first_offset, x.last_offset, x.delivery_count) for x in got] == [(0, 9, 2)]
     asyncio.run(main())
+
+
+class SummaryOnly:
+    """The local share coordinator's synchronous summary, from a MemoryPersister."""
+
+    def __init__(self, persister: MemoryPersister) -> None:
+        self.persister = persister
+
+    def summary(self, key):
+        return self.persister.states.get(key) or ShareState(error_code=42)
+
+    def initialized(self, key):
+        st = self.persister.states.get(key)
+        return st is not None and st.start_offset >= 0
+
+
+def test_backlog_snapshot(plog):
+    """The backlog assignor's snapshot: lag and each member's in-flight records from the
+    loaded partition; else lag from the committed state; not started yet: what
+    share.auto.offset.reset will start it with; nothing known: None."""
+    async def main():
+        for _ in range(3):
+            append(plog, 10)
+        b, m = make(plog, auto_offset_reset="earliest")
+        assert m.backlog(KEY, "t") is None  # no local share coordinator, not loaded
+        m.state = SummaryOnly(b.share_state)  # type: ignore[assignment]
+        assert m.backlog(KEY, "t") is None  # no state at all
+        b.share_state.states[KEY] = ShareState(state_epoch=1, leader_epoch=0, start_offset=-1)
+        assert m.backlog(KEY, "t").lag == 30  # earliest: all of it
+        await _load(m)
+        got = m.acquire(KEY, "m1", 10, 1 << 20).acquired
+        m.acquire(KEY, "m2", 10, 1 << 20)
+        await m.acknowledge(KEY, "t", "m1", [AckBatch(got[0].first_offset, got[0].last_offset, (1,))])
+        snap = m.backlog(KEY, "t")
+        assert snap.lag == 20 and dict(snap.in_flight) == {"m2": 10}
+        m.invalidate(KEY)  # not loaded any more: the committed state tells the lag
+        assert m.backlog(KEY, "t").lag == 20 and not m.backlog(KEY, "t").in_flight
+        assert m.backlog(ShareStateKey("g", TID, 1), "t") is None  # no such log here
+    asyncio.run(main())

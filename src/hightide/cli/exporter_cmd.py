@@ -26,10 +26,13 @@ from ._common import DEFAULT_BOOTSTRAP, assume_reset_option, client_options, com
 @click.option("--cluster-name", default="default", show_default=True, help="cluster_name label (kafka-lag-exporter).")
 @click.option("--isolation", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
               help="read_committed measures lag to the last stable offset.")
+@click.option("--share-scale-target", "share_scale_targets", multiple=True, type=click.IntRange(min=1),
+              help="Share lag one share consumer should carry: adds hightide_sharegroup_desired_consumers"
+                   "{sharegroup,target} = ceil(share lag / TARGET) (repeatable).")
 @assume_reset_option
 def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, ...], window: float,
              min_samples: int, min_interval: float, scrape_timeout: float, no_extensions: bool,
-             cluster_name: str, isolation: str, assume_reset: str) -> None:
+             cluster_name: str, isolation: str, share_scale_targets: tuple[int, ...], assume_reset: str) -> None:
     """Serve consumer lag, time lag, status and partition offsets as Prometheus metrics."""
     from ..monitoring.exporter import Exporter
     from ..lag import StatusRules
@@ -37,5 +40,5 @@ def exporter(bootstrap_server: str, listen: str, port: int, groups: tuple[str, .
                   rules=StatusRules(window_ms=int(window * 1000), min_samples=min_samples),
                   min_interval_s=min_interval, use_extensions=not no_extensions, cluster_name=cluster_name,
                   scrape_timeout_s=scrape_timeout, isolation_level=isolation, client_options=client_options(),
-                  uncommitted_reset=assume_reset)
+                  uncommitted_reset=assume_reset, share_scale_targets=share_scale_targets)
     _run(ex.run_forever())

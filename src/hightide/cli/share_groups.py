@@ -2,7 +2,8 @@
 
 ``list``, ``describe GROUP [--offsets|--members|--state]`` (offsets: GROUP TOPIC PARTITION
 START-OFFSET LAG, '-' where unknown — an uninitialised share partition or a broker without
-DescribeShareGroupOffsets v1), ``reset-offsets`` (dry run unless ``--execute``) and
+DescribeShareGroupOffsets v1; ``--scale-hint TARGET``: the share consumers to run,
+ceil(share lag / TARGET)), ``reset-offsets`` (dry run unless ``--execute``) and
 ``delete-offsets``; both need an empty share group, as in Kafka.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import click
 
+from ..lag.share import desired_consumers, group_share_lag
 from . import main
 from ._common import Col, ResetSpec, admin_options, emit, reset_options, run_admin
 
@@ -47,6 +49,18 @@ def offset_rows(group_id: str, offsets: dict[Any, Any]) -> list[dict[str, Any]]:
             for tp, o in sorted(offsets.items())]
 
 
+SCALE_COLS = [Col("GROUP", "group"), Col("SHARE-LAG", "lag"), Col("TARGET-PER-CONSUMER", "target"),
+              Col("MEMBERS", "members"), Col("DESIRED-CONSUMERS", "desired")]
+
+
+def scale_row(group_id: str, members: int, offsets: dict[Any, Any], target: int | None) -> dict[str, Any]:
+    """``--scale-hint``: the group's share lag (sum over its share partitions, '-' when
+    none is known), its members and ``desired consumers = ceil(share lag / target)``."""
+    lag = group_share_lag(o.lag for o in offsets.values())
+    return {"group": group_id, "lag": lag, "target": target, "members": members,
+            "desired": desired_consumers(lag, target or 1)}
+
+
 def _assignment(tps: tuple[Any, ...]) -> str:
     by_topic: dict[str, list[int]] = {}
     for tp in tps:
@@ -62,9 +76,14 @@ def _assignment(tps: tuple[Any, ...]) -> str:
 @click.option("--state", "view", flag_value="state", help="State, coordinator and member count.")
 @click.option("--verbose", is_flag=True, help="Also leader epochs (offsets), member epochs (members), group and "
               "assignment epochs (state), as kafka-share-groups.sh --verbose.")
+@click.option("--scale-hint", "scale_target", type=click.IntRange(min=1), metavar="TARGET",
+              help="Instead: the share consumers to run, ceil(share lag / TARGET), TARGET being the share lag one "
+                   "consumer should carry (hightide).")
 def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[str, ...], view: str,
-                          verbose: bool) -> None:
+                          verbose: bool, scale_target: int | None) -> None:
     """Describe share groups like kafka-share-groups.sh --describe."""
+    if scale_target is not None:
+        view = "scale"
     notes: list[str] = []
     missing: list[str] = []
 
@@ -82,7 +101,9 @@ def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[s
                 continue
             if not desc.members and view != "offsets":
                 notes.append(f"Share group '{g}' has no active members.")
-            if view == "offsets":
+            if view == "scale":
+                rows.append(scale_row(g, len(desc.members), await admin.list_share_group_offsets(g), scale_target))
+            elif view == "offsets":
                 rows += offset_rows(g, await admin.list_share_group_offsets(g))
             elif view == "members":
                 rows += [{"group": g, "consumer_id": m.member_id, "host": m.client_host, "client_id": m.client_id,
@@ -95,7 +116,9 @@ def share_groups_describe(bootstrap_server: str, output: str, group_ids: tuple[s
                              "members": len(desc.members)})
         return rows
     rows = run_admin(bootstrap_server, go)
-    if view == "members":
+    if view == "scale":
+        cols = SCALE_COLS
+    elif view == "members":
         cols = [Col("GROUP", "group"), Col("CONSUMER-ID", "consumer_id"), Col("HOST", "host"),
                 Col("CLIENT-ID", "client_id"), Col("#PARTITIONS", "partitions"),
                 *([Col("MEMBER-EPOCH", "member_epoch")] if verbose else []), Col("ASSIGNMENT", "assignment")]

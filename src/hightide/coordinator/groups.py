@@ -205,7 +205,8 @@ class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
                 session_timeout_ms=cfg["group.share.session.timeout.ms"],
                 heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
                 max_size=cfg["group.share.max.size"],
-                initialize_retry_ms=cfg["group.share.initialize.retry.interval.ms"]))
+                initialize_retry_ms=cfg["group.share.initialize.retry.interval.ms"],
+                backlog_interval_ms=cfg["group.share.backlog.assignor.interval.ms"]))
         super().__init__(env, GroupAdapter(self), cfg["offsets.topic.num.partitions"])
         self._parked: dict[int, asyncio.Future] = {}
         self._handles = itertools.count(1)

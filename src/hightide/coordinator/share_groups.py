@@ -13,7 +13,11 @@ A thin IO shell over the share groups of the group coordinator shards
 * :meth:`settings`, :meth:`is_member` and :meth:`group_state` implement
   :class:`~hightide.share.types.ShareGroupView` for the share partitions and the admin
   APIs;
-* :meth:`delete_state` deletes a group's share-partition state (DeleteGroups).
+* :meth:`delete_state` deletes a group's share-partition state (DeleteGroups);
+* a heartbeat of a group whose assignor (``share.assignor``, default the first of
+  ``group.share.assignors``) is ``backlog`` carries a snapshot of the group's
+  share-partition backlogs (:meth:`backlogs`, from the share-partition manager) into the
+  sans-IO group, which decides whether to recompute the assignment.
 
 Group state is read from the coordinator shard, so it is committed state only.
 
@@ -31,7 +35,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, parse_share_auto_offset_reset, validate_group_configs
-from ..group.share_group import ShareGroup, ShareHeartbeatRequest, ShareHeartbeatResponse
+from ..group.share_backlog_assignor import NAME as BACKLOG
+from ..group.share_backlog_assignor import PartitionBacklog
+from ..group.share_group import ShareAssignorInput, ShareGroup, ShareHeartbeatRequest, ShareHeartbeatResponse
 from ..protocol.errors import ErrorCode
 from ..share.types import ShareGroupSettings, ShareStateKey
 from .internal_topic import CoordinatorUnavailable
@@ -71,6 +77,7 @@ class ShareGroupService:
         self.persister = persister
         self.manager: SharePartitionManager | None = None
         self._settings: dict[str, ShareGroupSettings] = {}
+        self._assignors: dict[str, str] = {}  # group id -> its share.assignor (built with _settings)
         self._settings_at = -2  # metadata image offset the cache was built at
         self._inflight: dict[str, set[asyncio.Future]] = {}  # group id -> its initializations under way
 
@@ -87,6 +94,7 @@ class ShareGroupService:
                 v = validate_group_configs(self.env.config, overrides)
             except ConfigError:  # bounds changed since they were set: fall back to the defaults
                 v = validate_group_configs(self.env.config, {})
+            self._assignors[group_id] = v["share.assignor"]
             cached = self._settings[group_id] = ShareGroupSettings(
                 auto_offset_reset=_reset(v["share.auto.offset.reset"]),
                 record_lock_duration_ms=v["share.record.lock.duration.ms"],
@@ -126,12 +134,38 @@ class ShareGroupService:
         g = self._group_or_none(group_id)
         return set(g.members) if g is not None else set()
 
+    def assignor(self, group_id: str) -> str:
+        """The group's share assignor: its ``share.assignor`` group config, else the
+        first of ``group.share.assignors``."""
+        self.settings(group_id)
+        return self._assignors[group_id]
+
+    def backlogs(self, group_id: str) -> dict[tuple[uuid.UUID, int], PartitionBacklog]:
+        """A snapshot of the backlog of every initialized share partition of the group,
+        for the backlog assignor (partitions nobody here can tell are left out: the
+        assignor weighs them as unknown)."""
+        g, manager = self._group_or_none(group_id), self.manager
+        if g is None or manager is None:
+            return {}
+        image, out = self.env.image(), {}
+        for tid, parts in g.initialized.items():
+            t = image.topic_by_id(tid)
+            if t is None:
+                continue
+            for p in parts:
+                b = manager.backlog(ShareStateKey(group_id, tid, p), t.name)
+                if b is not None:
+                    out[(tid, p)] = b
+        return out
+
     # -- ShareGroupHeartbeat -------------------------------------------------------------------
     async def _run(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
         runtime = self.groups
         session, interval = runtime.share_timeouts(hb.group_id)
+        name = self.assignor(hb.group_id)
+        choice = ShareAssignorInput(name, self.backlogs(hb.group_id) if name == BACKLOG else {})
         return await runtime.execute(hb.group_id, lambda shard: shard.share_group_heartbeat(
-            hb, now_ms, runtime.topics(), session, interval), now_ms)
+            hb, now_ms, runtime.topics(), session, interval, choice), now_ms)
 
     async def heartbeat(self, hb: ShareHeartbeatRequest, now_ms: int) -> ShareHeartbeatResponse:
         """One validated heartbeat, with the state initialization it needs (module doc).

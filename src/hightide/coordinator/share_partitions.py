@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..config import parse_share_auto_offset_reset
+from ..group.share_backlog_assignor import PartitionBacklog
+from ..lag.share import share_lag
 from ..log.partition_log import OffsetOutOfRange, PartitionLog
 from ..protocol.errors import ErrorCode
 from ..protocol.records import iter_headers
@@ -117,6 +119,33 @@ class SharePartitionManager:
 
     def _wake(self, key: ShareStateKey) -> None:
         self._wake_key(self.wait_key(key))
+
+    # -- backlog snapshots (the backlog share assignor) -------------------------------
+    def backlog(self, key: ShareStateKey, topic: str) -> PartitionBacklog | None:
+        """The share partition's backlog now: from the loaded partition (its lag against
+        the log end offset, and the records each member has acquired), else from the
+        local share coordinator's committed state (lag only; a partition not started yet
+        counts the records ``share.auto.offset.reset`` will start it with); None when
+        neither knows (no log here, state elsewhere or loading). Synchronous, no IO."""
+        plog = self.partition_log(topic, key.partition)
+        if plog is None:
+            return None
+        e = self._parts.get(key)
+        if e is not None:
+            core = e.core
+            return PartitionBacklog(core.lag(plog.log_end_offset),
+                                    {m: core.acquired_count(m) for m in sorted(core.holders())})
+        if self.state is None:
+            return None
+        try:
+            st = self.state.summary(key)
+        except CoordinatorUnavailable:
+            return None
+        if st.error_code != 0:
+            return None
+        if st.start_offset < 0:  # not started yet: it will start where share.auto.offset.reset says
+            return PartitionBacklog(max(0, plog.log_end_offset - self._reset_offset(self.settings(key.group_id), plog)))
+        return PartitionBacklog(share_lag(plog.log_end_offset, st.start_offset, st.delivery_complete_count).lag)
 
     # -- loading ---------------------------------------------------------------------
     def cached(self, key: ShareStateKey) -> SharePartition | None:

@@ -24,8 +24,8 @@ group with members INCONSISTENT_GROUP_PROTOCOL; an *empty* group of the other ty
 converted (its records tombstoned, its committed offsets kept). Offsets are shared.
 
 KIP-932 share groups (:mod:`.share_group`) live in a :class:`ShareGroups` fed by the same
-replay (record key versions 10–15, live :class:`ShareTimersKey` / :class:`ShareInitKey`
-records). As in Kafka, a share group id is never converted: a ShareGroupHeartbeat for any
+replay (record key versions 10–15, live :class:`ShareTimersKey` / :class:`ShareInitKey` /
+:class:`ShareRetargetKey` records). As in Kafka, a share group id is never converted: a ShareGroupHeartbeat for any
 other group answers GROUP_ID_NOT_FOUND ("not a share group"), a ConsumerGroupHeartbeat
 for a share group GROUP_ID_NOT_FOUND, a JoinGroup INCONSISTENT_GROUP_PROTOCOL, and the
 offset APIs GROUP_ID_NOT_FOUND (share groups have no committed offsets).
@@ -68,11 +68,13 @@ from .modern_group import ModernGroup
 from .offsets import CommitRequest, CommitTuple, FetchedOffset, OffsetStore, TopicPartition
 from .records import GroupKey, GroupValue, OffsetKey, OffsetValue
 from .share_group import (
+    ShareAssignorInput,
     ShareGroupConfig,
     ShareGroups,
     ShareHeartbeatRequest,
     ShareHeartbeatResponse,
     ShareInitKey,
+    ShareRetargetKey,
     ShareTimersKey,
 )
 from .subscriptions import decode_subscription
@@ -368,15 +370,18 @@ class GroupCoordinatorShard:
     # -- KIP-932 share groups -------------------------------------------------------------------
     def share_group_heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
                               session_timeout_ms: int | None = None,
-                              heartbeat_interval_ms: int | None = None) -> CoordinatorResult:
+                              heartbeat_interval_ms: int | None = None,
+                              assignor: ShareAssignorInput | None = None) -> CoordinatorResult:
         """ShareGroupHeartbeat (validated with :func:`.share_group.validate`). Response: a
         :class:`ShareHeartbeatResponse`. Any other group with this id answers
-        GROUP_ID_NOT_FOUND."""
+        GROUP_ID_NOT_FOUND. ``assignor``: the group's assignor and backlog snapshot
+        (default ``simple``)."""
         gid = req.group_id
         if gid not in self.share.groups and self.group_exists(gid):
             return CoordinatorResult(response=ShareHeartbeatResponse(
                 ErrorCode.group_id_not_found, f"Group {gid} is not a share group."))
-        r = self.share.get_or_new(gid).heartbeat(req, now_ms, topics, session_timeout_ms, heartbeat_interval_ms)
+        r = self.share.get_or_new(gid).heartbeat(req, now_ms, topics, session_timeout_ms, heartbeat_interval_ms,
+                                                 assignor)
         return _coordinator_result(r)
 
     def share_initialized(self, group_id: str, parts: dict, topics: TopicsView, ok: bool) -> CoordinatorResult:
@@ -592,7 +597,7 @@ class GroupCoordinatorShard:
                 self.groups.pop(key.group, None)
             else:
                 self.groups[key.group] = value
-        elif isinstance(key, (*SR.SHARE_KEY_TYPES, ShareTimersKey, ShareInitKey)):
+        elif isinstance(key, (*SR.SHARE_KEY_TYPES, ShareTimersKey, ShareInitKey, ShareRetargetKey)):
             self.share.replay(key, value)
         elif isinstance(key, (TimersKey, RegexTopicsKey, CR.ConsumerKey)):
             if value is None and key.group_id not in self.consumer.groups:

@@ -18,9 +18,19 @@ Simpler than a consumer group: a share partition may be consumed by several memb
 once, so there is no revocation and no reconciliation. A heartbeat (1) creates or
 updates the member — a new or changed subscription, or a change in the subscribed
 topics' metadata (their hash), bumps the *group epoch*; (2) if the group epoch is ahead
-of the *assignment epoch*, recomputes every member's target with the ``simple``
-assignor (:mod:`.share_assignor`); (3) moves the member straight to its target at the
-target epoch.
+of the *assignment epoch*, recomputes every member's target with the group's assignor
+— ``simple`` (:mod:`.share_assignor`, the default) or ``backlog``
+(:mod:`.share_backlog_assignor`, given a snapshot of the partitions' backlogs by the IO
+shell in :class:`ShareAssignorInput`); (3) moves the member straight to its target at
+the target epoch.
+
+With the ``backlog`` assignor the target also follows the lag: a heartbeat that finds
+the current target no longer :func:`~.share_backlog_assignor.acceptable` for the
+snapshot bumps the group epoch and recomputes — at most once per
+``ShareGroupConfig.backlog_interval_ms`` after the last recomputation, the check itself
+at most once per ``LAG_CHECK_MS`` (soft timers, live records: a reloaded coordinator may
+retarget once more at once). Constant lags
+never retarget (an assignor result is acceptable for the backlogs it was computed from).
 
 Only partitions whose share-group state is *initialized* are assigned, as in Kafka: a
 heartbeat that subscribes to partitions not yet initialized records them as
@@ -44,7 +54,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from . import share_assignor
+from . import share_assignor, share_backlog_assignor
 from .assignor import Assignment
 from .consumer_api import (
     HeartbeatError,
@@ -75,6 +85,8 @@ from .share_records import (
 )
 
 PROTOCOL_TYPE = "share"
+LAG_CHECK_MS = 1000
+"""A ``backlog`` group checks its target against the lag at most once per this long."""
 Partitions = dict[uuid.UUID, frozenset[int]]
 """Partitions per topic id (like :data:`.assignor.Assignment`)."""
 
@@ -84,6 +96,16 @@ Partitions = dict[uuid.UUID, frozenset[int]]
 class ShareGroupConfig(ModernGroupConfig):
     max_size: int = 200  # group.share.max.size
     initialize_retry_ms: int = 30000  # group.share.initialize.retry.interval.ms
+    backlog_interval_ms: int = 15000  # group.share.backlog.assignor.interval.ms
+
+
+@dataclass(frozen=True)
+class ShareAssignorInput:
+    """The assignor a heartbeat uses (``share.assignor``) and, for ``backlog``, the
+    snapshot of the group's share-partition backlogs taken by the IO shell."""
+
+    name: str = share_assignor.NAME
+    backlogs: share_backlog_assignor.Backlogs = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,6 +133,15 @@ class ShareTimersKey(LiveMemberKey):
     """Key of a live record: the value is the member's :class:`Timers` (None: cancelled)."""
 
     __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRetargetKey:
+    """Key of a live record: the value is (what, when): an assignor name — the target was
+    recomputed with it; "lag" — a recomputation because the lag moved follows; "checked"
+    — the target was checked against the lag and kept."""
+
+    group_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +228,10 @@ class ShareGroup(ModernGroup[ShareMember]):
         self.deleting: dict[uuid.UUID, str] = {}
         self.topic_names: dict[uuid.UUID, str] = {}  # names as the state metadata record last named them
         self.init_asked: dict[tuple[uuid.UUID, int], int] = {}  # soft: when initialization was asked for
+        self.assignor_used: str | None = None  # soft: the assignor of the last recomputation
+        self.retarget_ms = -2**62  # soft: when the target was last recomputed
+        self.lag_retargets = 0  # soft: recomputations because the lag moved
+        self.lag_checked_ms = -2**62  # soft: when the target was last checked against the lag
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -212,16 +247,19 @@ class ShareGroup(ModernGroup[ShareMember]):
 
     # -- ShareGroupHeartbeat ----------------------------------------------------------------
     def heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
-                  session_timeout_ms: int | None = None, heartbeat_interval_ms: int | None = None) -> Result:
+                  session_timeout_ms: int | None = None, heartbeat_interval_ms: int | None = None,
+                  assignor: ShareAssignorInput | None = None) -> Result:
         """Handle one validated heartbeat (see :func:`validate`). Errors come back as a
         response with the error code and no records: GROUP_ID_NOT_FOUND (epoch ≠ 0 for
         a group that does not exist), GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID,
-        FENCED_MEMBER_EPOCH. The timeouts default to the group config's."""
+        FENCED_MEMBER_EPOCH. The timeouts default to the group config's; the assignor to
+        ``simple``."""
         try:
             if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
                 return self._leave(req, topics)
             return self._join_or_heartbeat(req, now_ms, topics, session_timeout_ms or self.config.session_timeout_ms,
-                                           heartbeat_interval_ms or self.config.heartbeat_interval_ms)
+                                           heartbeat_interval_ms or self.config.heartbeat_interval_ms,
+                                           assignor or ShareAssignorInput())
         except HeartbeatError as e:
             return Result(ShareHeartbeatResponse(e.code, str(e)))
 
@@ -235,7 +273,7 @@ class ShareGroup(ModernGroup[ShareMember]):
         return member
 
     def _join_or_heartbeat(self, req: ShareHeartbeatRequest, now_ms: int, topics: TopicsView,
-                           session_timeout_ms: int, heartbeat_interval_ms: int) -> Result:
+                           session_timeout_ms: int, heartbeat_interval_ms: int, assignor: ShareAssignorInput) -> Result:
         member = self._member(req)
         out = Result()
         updated = replace(member, client_id=req.client_id, client_host=req.client_host)
@@ -249,14 +287,19 @@ class ShareGroup(ModernGroup[ShareMember]):
             out.records.append(self._member_record(updated))
         names = self.subscribed_topic_names(members.values())
         new_hash = metadata_hash(names, topics)
-        bump = subscription_changed or new_hash != self.metadata_hash or self._assignment_pending(names, topics)
+        bump = subscription_changed or new_hash != self.metadata_hash or self._assignment_pending(names, topics) \
+            or (self.assignor_used is not None and assignor.name != self.assignor_used)
+        if not bump and self._lag_check_due(now_ms, assignor):
+            bump = self._lag_moved(members, topics, assignor)
+            out.live.append((ShareRetargetKey(self.group_id), ("lag" if bump else "checked", now_ms)))
         group_epoch = self.group_epoch + 1 if bump else self.group_epoch
         if bump:
             out.records.append((ShareGroupMetadataKey(self.group_id), ShareGroupMetadataValue(group_epoch, new_hash)))
         targets = self.targets
         target_epoch = self.assignment_epoch
         if group_epoch > self.assignment_epoch:
-            targets = self._new_targets(group_epoch, members, topics, out)
+            targets = self._new_targets(group_epoch, members, topics, out, assignor)
+            out.live.append((ShareRetargetKey(self.group_id), (assignor.name, now_ms)))
             target_epoch = group_epoch
         reconciled = self._reconcile(updated, target_epoch, targets.get(updated.member_id, {}), subscription_changed,
                                      topics)
@@ -290,14 +333,38 @@ class ShareGroup(ModernGroup[ShareMember]):
                 assigned.setdefault(t, set()).update(ps)
         return any(assigned.get(t, set()) != set(ps) for t, ps in self._assignable(names, topics).items())
 
-    def _new_targets(self, epoch: int, members: dict[str, ShareMember], topics: TopicsView,
-                     out: Result) -> dict[str, Assignment]:
+    def _specs(self, members: dict[str, ShareMember],
+               topics: TopicsView) -> tuple[dict[str, share_assignor.ShareMemberSpec], Partitions]:
+        """The assignor's view of ``members`` (current = their targets) and the
+        assignable partitions."""
         ids = {n: t.topic_id for n in self.subscribed_topic_names(members.values()) if (t := topics.by_name(n))}
         specs = {mid: share_assignor.ShareMemberSpec(
             frozenset(ids[n] for n in m.subscribed_topic_names if n in ids), self.targets.get(mid, {}))
             for mid, m in members.items()}
-        return self._target_records(epoch, share_assignor.assign(specs, self._assignable(set(ids), topics)),
-                                    self.targets, out)
+        return specs, self._assignable(set(ids), topics)
+
+    def _new_targets(self, epoch: int, members: dict[str, ShareMember], topics: TopicsView,
+                     out: Result, assignor: ShareAssignorInput) -> dict[str, Assignment]:
+        specs, assignable = self._specs(members, topics)
+        if assignor.name == share_backlog_assignor.NAME:
+            new = share_backlog_assignor.assign(specs, assignable, assignor.backlogs)
+        else:
+            new = share_assignor.assign(specs, assignable)
+        return self._target_records(epoch, new, self.targets, out)
+
+    def _lag_check_due(self, now_ms: int, assignor: ShareAssignorInput) -> bool:
+        """Whether this heartbeat of a ``backlog`` group checks the target against the
+        lag: the last recomputation is at least ``backlog_interval_ms`` old (the
+        hysteresis bounding reassignments) and the last check at least
+        ``LAG_CHECK_MS`` (so a large group's heartbeats do not each pay for it)."""
+        return assignor.name == share_backlog_assignor.NAME and self.group_epoch == self.assignment_epoch \
+            and now_ms - self.retarget_ms >= self.config.backlog_interval_ms \
+            and now_ms - self.lag_checked_ms >= LAG_CHECK_MS
+
+    def _lag_moved(self, members: dict[str, ShareMember], topics: TopicsView, assignor: ShareAssignorInput) -> bool:
+        """True when the current target is no longer acceptable for the backlog snapshot."""
+        specs, assignable = self._specs(members, topics)
+        return not share_backlog_assignor.acceptable(specs, assignable, assignor.backlogs)
 
     @staticmethod
     def _reconcile(member: ShareMember, target_epoch: int, target: Assignment, subscription_changed: bool,
@@ -397,7 +464,7 @@ class ShareGroup(ModernGroup[ShareMember]):
 
     # -- ShareGroupDescribe ---------------------------------------------------------------------
     def _assignor_name(self) -> str:
-        return share_assignor.NAME
+        return self.assignor_used or share_assignor.NAME
 
     # -- replay (the only mutator; see ModernGroup.replay) ------------------------------------------
     def _replay_group(self, value: ShareGroupMetadataValue | None) -> None:
@@ -405,7 +472,14 @@ class ShareGroup(ModernGroup[ShareMember]):
         self.metadata_hash = value.metadata_hash if value is not None else 0
 
     def _replay_other(self, key: Any, value: Any) -> None:
-        if isinstance(key, ShareInitKey):
+        if isinstance(key, ShareRetargetKey):
+            name, ms = value
+            self.lag_checked_ms = ms
+            if name == "lag":
+                self.lag_retargets += 1
+            elif name != "checked":
+                self.assignor_used, self.retarget_ms = name, ms
+        elif isinstance(key, ShareInitKey):
             for tp, ms in value.items():
                 if ms is None:
                     self.init_asked.pop(tp, None)
@@ -457,7 +531,7 @@ class ShareGroups(ModernGroups[ShareGroup]):
 
     def _creates_group(self, key: Any, value: Any) -> bool:
         """A record (not a tombstone, not a live record) of a group not known yet creates it."""
-        return value is not None and not isinstance(key, (ShareTimersKey, ShareInitKey))
+        return value is not None and not isinstance(key, (ShareTimersKey, ShareInitKey, ShareRetargetKey))
 
 
 SessionTimeouts = Callable[[str], tuple[int, int]]

@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["UNKNOWN", "InFlightCounts", "ShareLag", "in_flight_counts", "share_lag", "wire_lag"]
+__all__ = ["UNKNOWN", "InFlightCounts", "ShareLag", "desired_consumers", "group_share_lag", "in_flight_counts",
+           "share_lag", "wire_lag"]
 
 UNKNOWN = -1
 
@@ -95,3 +96,22 @@ def in_flight_counts(start_offset: int, batches: Iterable[_Batch], end_offset: i
     if end_offset is not None and end_offset >= 0 and start_offset >= 0:
         rest = max(0, end_offset - start_offset - covered)
     return InFlightCounts(counts[_AVAILABLE], counts[_ACKNOWLEDGED], counts[_ARCHIVED], rest)
+
+
+# -- autoscaling ------------------------------------------------------------------------------
+def group_share_lag(lags: Iterable[int | None]) -> int | None:
+    """A share group's lag: the sum of its known share-partition lags (negative ones count
+    0); None when none is known."""
+    known = [max(0, v) for v in lags if v is not None]
+    return sum(known) if known else None
+
+
+def desired_consumers(lag: int | None, target_per_consumer: int) -> int | None:
+    """The autoscaling rule of thumb: ``ceil(share lag / target per consumer)`` share
+    consumers (0 when there is no lag: scale to zero, as KEDA does at activation 0); None
+    when the lag is unknown. Raises ValueError for a target below 1."""
+    if target_per_consumer < 1:
+        raise ValueError(f"target per consumer must be at least 1, got {target_per_consumer}")
+    if lag is None:
+        return None
+    return -(-max(0, lag) // target_per_consumer)

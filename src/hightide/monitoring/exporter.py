@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from ..client import AdminClient
 from ..lag import Status, StatusRules
+from ..lag.share import desired_consumers, group_share_lag
 from .monitor import LagMonitor, Snapshot
 from .partitions import PartitionState, partition_families, partition_snapshot
 from .quorum import QuorumSnapshot, quorum_families, quorum_snapshot
@@ -43,8 +44,10 @@ _STATUSES = [s.value for s in Status]
 class SnapshotCollector:
     """A prometheus-client collector that renders the latest :class:`Snapshot`."""
 
-    def __init__(self, cluster_name: str = "default") -> None:
+    def __init__(self, cluster_name: str = "default", share_scale_targets: tuple[int, ...] = ()) -> None:
         self.cluster_name = cluster_name
+        #: Targets (share lag per consumer) of the ``hightide_sharegroup_desired_consumers`` series.
+        self.share_scale_targets = share_scale_targets
         self.snapshot: Snapshot | None = None
         self.share: ShareSnapshot | None = None  # share groups (None: not supported or not read)
         self.quorum: QuorumSnapshot | None = None  # metadata quorum (None: no DescribeQuorum)
@@ -100,7 +103,7 @@ class SnapshotCollector:
             self._group(g, group, rep)
         if self.share is not None:
             for group, srep in sorted(self.share.groups.items()):
-                _share_group(g, srep)
+                _share_group(g, srep, self.share_scale_targets)
         yield from g.all()
         yield from partition_families(self.replication)
         yield from quorum_families(self.quorum)
@@ -207,9 +210,11 @@ class SnapshotCollector:
 _SHARE_PART = ["sharegroup", "topic", "partition"]
 
 
-def _share_group(g: _Families, rep: Any) -> None:
+def _share_group(g: _Families, rep: Any, scale_targets: tuple[int, ...] = ()) -> None:
     """Share-group series (seed 002): lag = LEO - SPSO - DeliveryCompleteCount per share
-    partition, and the offsets of its in-flight window by persisted state."""
+    partition, and the offsets of its in-flight window by persisted state; per scale
+    target, the consumers an autoscaler should run (:func:`~hightide.lag.share.desired_consumers`
+    of the group's lag, :func:`~hightide.lag.share.group_share_lag`)."""
     if rep.error is not None:
         g.gauge("hightide_sharegroup_error", "1 if the share group could not be read", ["sharegroup"]).add_metric(
             [rep.group], 1.0)
@@ -243,6 +248,13 @@ def _share_group(g: _Families, rep: Any) -> None:
     for topic, total in sorted(sums.items()):
         g.gauge("hightide_sharegroup_lag_sum", "Sum of share-partition lag over a topic",
                 ["sharegroup", "topic"]).add_metric([rep.group, topic], total)
+    group_lag = group_share_lag(p.lag for p in rep.partitions)
+    for target in scale_targets:
+        want = desired_consumers(group_lag, target)
+        if want is not None:
+            g.gauge("hightide_sharegroup_desired_consumers", "Share consumers to run: ceil(share lag of the group / "
+                    "target share lag per consumer)", ["sharegroup", "target"]).add_metric(
+                [rep.group, str(target)], want)
 
 
 class _Families:
@@ -268,7 +280,8 @@ class Exporter:
                  groups: list[str] | None = None, rules: StatusRules = StatusRules(),
                  min_interval_s: float = 1.0, use_extensions: bool = True, cluster_name: str = "default",
                  scrape_timeout_s: float = 9.0, isolation_level: str = "read_uncommitted",
-                 client_options: dict[str, Any] | None = None, uncommitted_reset: str | None = "earliest") -> None:
+                 client_options: dict[str, Any] | None = None, uncommitted_reset: str | None = "earliest",
+                 share_scale_targets: tuple[int, ...] = ()) -> None:
         self.bootstrap, self.listen, self.groups = bootstrap, listen, groups
         #: AdminClient keyword arguments from --command-config (security, client id, timeouts).
         self.client_options = dict(client_options or {})
@@ -282,7 +295,7 @@ class Exporter:
         (Prometheus' default scrape timeout is 10 s; a scrape's own
         ``X-Prometheus-Scrape-Timeout-Seconds`` header shortens it)."""
         self.rules, self.min_interval_s, self.use_extensions = rules, min_interval_s, use_extensions
-        self.collector = SnapshotCollector(cluster_name)
+        self.collector = SnapshotCollector(cluster_name, tuple(share_scale_targets))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self._admin: AdminClient | None = None

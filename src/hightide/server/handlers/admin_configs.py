@@ -25,6 +25,7 @@ from ...config import (
     broker_synonyms,
     config_synonyms,
     effective_topic_config,
+    group_config_default,
     validate_dynamic_broker_configs,
 )
 from ...protocol.build import materialize
@@ -154,8 +155,9 @@ def describe_group(image: MetadataImage, config: BrokerConfig, name: str, keys: 
         if base is not None and d.synonym in config.explicit:
             chain.append({"name": d.synonym, "value": base.render(config[d.synonym]),
                           "source": STATIC_BROKER_CONFIG})
-        chain.append({"name": d.synonym or cname, "value": base.render(base.default) if base else d.render(d.default),
-                      "source": DEFAULT_CONFIG})
+        # (share.assignor's default is the first of group.share.assignors)
+        chain.append({"name": d.synonym or cname, "value": base.render(base.default) if base
+                      else d.render(group_config_default(config, cname)), "source": DEFAULT_CONFIG})
         configs.append(_entry(d, chain[0]["value"], chain[0]["source"], chain if synonyms else [], docs))
     return {"error_code": ErrorCode.none, "error_message": None, "configs": configs}
 
