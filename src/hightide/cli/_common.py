@@ -40,6 +40,13 @@ def _load_command_config(ctx: click.Context, param: click.Parameter, value: str 
     ctx.meta[_CLIENT_PROPERTIES] = load_properties(value)
 
 
+def extra_missing(what: str, extra: str, exc: ImportError) -> click.ClickException:
+    """The one-line error of a command whose optional libraries (the ``extra``) are not
+    installed: it names the make target and the pip command that install them."""
+    missing = f" (no module {exc.name})" if exc.name else ""
+    return click.ClickException(f"{what} needs `make {extra}` (pip install 'hightide[{extra}]'){missing}")
+
+
 def command_config_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--command-config FILE``: Kafka client properties (security.protocol, sasl.*,
     ssl.* PEM files, client.id, request.timeout.ms) for every connection the command

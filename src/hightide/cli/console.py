@@ -11,7 +11,7 @@ import socket
 import click
 
 from . import _parse_hostport, main
-from ._common import DEFAULT_BOOTSTRAP, assume_reset_option
+from ._common import DEFAULT_BOOTSTRAP, assume_reset_option, extra_missing
 
 
 @main.command("console")
@@ -44,7 +44,7 @@ def console(bootstrap_server: str | None, command_config: str | None, listen: st
         from ..console.client_config import ClientConfigError, admin_options_from
         from ..console.sampler import Sampler
     except ImportError as exc:
-        raise click.ClickException(f"the console needs its extra: pip install 'hightide[console]' ({exc}).") from None
+        raise extra_missing("the console", "console", exc) from None
     from ..lag import StatusRules
     try:
         options, file_bootstrap, warnings = admin_options_from(command_config)
