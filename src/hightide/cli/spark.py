@@ -13,7 +13,7 @@ import click
 
 from . import main
 from ._common import (DEFAULT_BOOTSTRAP, assume_reset_option, client_options, command_config_option, extra_missing,
-                      spark_security_options)
+                      kafka_error_line, spark_security_options)
 
 
 def _bootstrap_option(f):  # type: ignore[no-untyped-def]
@@ -55,7 +55,7 @@ def sample_offsets(bootstrap_server: str, out_dir: str, topics: tuple[str, ...],
                     return
                 time.sleep(max(0.0, interval - (time.monotonic() - started)))
     except KafkaError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise click.ClickException(kafka_error_line(exc)) from None
     except KeyboardInterrupt:
         pass
 

@@ -30,6 +30,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
     _Retry,
     error_for,
+    unreachable,
 )
 from .groups import GroupsMixin
 from .log_dirs import LogDirsMixin
@@ -132,11 +133,11 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
             try:
                 await conn.connect()
             except KafkaError as exc:
-                errors.append(f"{host}:{port}: {exc}")
+                errors.append((f"{host}:{port}", exc))
                 continue
             self._bootstrap_conn = conn
             return conn
-        raise KafkaConnectionError("no bootstrap server reachable: " + "; ".join(errors))
+        raise unreachable(errors)
 
     async def _any_conn(self) -> BrokerConnection:
         """A live connection to some broker (an existing one if possible)."""

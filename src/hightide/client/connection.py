@@ -25,6 +25,7 @@ first (the broker keeps request order).
 from __future__ import annotations
 
 import asyncio
+import os
 import collections
 import itertools
 import struct
@@ -171,8 +172,10 @@ class BrokerConnection:
                     self.host, self.port, ssl=tls, server_hostname=self.host if tls is not None else None)
         except TimeoutError:
             raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
-        except OSError as exc:
-            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        except OSError as exc:  # "connection refused", not "[Errno 111] Connect call failed ('h', p)"
+            reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
+            reason = reason[:1].lower() + reason[1:]
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}") from exc
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._handshake()
