@@ -7,7 +7,9 @@ The convention:
 * ```` ```console ```` and ```` ```sh ````: shell commands a user can run. A block with
   ``$ `` prompts is a transcript: each ``$ `` line (with its ``\\`` continuation lines) is
   a command and the lines up to the next prompt are the output it shows, compared after
-  normalising (:func:`normalise`; a line ``...`` stands for any number of lines). A block
+  normalising (:func:`normalise`; blanks and line breaks are not compared, so a long
+  line may be shown wrapped; a line ``...`` stands for any number of lines, ``...`` in
+  a line for any text). A block
   without prompts is a list of commands (``\\`` continues a line; ``#`` lines are
   comments) whose output is not shown.
 * ```` ```python ````: a program a user can run (each block in its own interpreter).
@@ -163,16 +165,10 @@ def normalise(line: str) -> str:
 
 
 def matches(expected: tuple[str, ...], actual: list[str]) -> bool:
-    """Whether the actual output lines match the shown ones (normalised; a shown line
-    ``...`` matches any number of lines)."""
-    want = [normalise(x) for x in expected]
-    got = [normalise(x) for x in actual if x.strip()]
-    want = [w for w in want if w]
-
-    def match(i: int, j: int) -> bool:
-        if i == len(want):
-            return j == len(got)
-        if want[i] == "...":
-            return any(match(i + 1, k) for k in range(j, len(got) + 1))
-        return j < len(got) and want[i] == got[j] and match(i + 1, j + 1)
-    return match(0, 0)
+    """Whether the actual output matches the shown one, both normalised and compared
+    blank-insensitively, line breaks included (a doc may show a long line wrapped): a
+    shown line ``...`` matches any number of lines, ``...`` inside a line any text."""
+    want = [w for w in (normalise(x) for x in expected) if w]
+    got = " ".join(g for g in (normalise(x) for x in actual) if g)
+    pattern = r"\s*".join(".*?" if w == "..." else ".*?".join(map(re.escape, w.split("..."))) for w in want)
+    return re.fullmatch(pattern, got, re.S) is not None

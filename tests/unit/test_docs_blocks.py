@@ -71,3 +71,6 @@ def test_outputs_match_after_normalising():
     assert matches(("a", "...", "z"), ["a", "z"])
     assert not matches(("a", "z"), ["a", "b", "z"])
     assert not matches(("a", "...", "z"), ["a", "b"])
+    assert matches(("Size: ... bytes", "x"), ["Size:   85   bytes", "x"])
+    assert not matches(("Size: ... bytes",), ["Size: 85"])
+    assert matches(("a (x)",), ["a  (x)"])  # regex characters are literal

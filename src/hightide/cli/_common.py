@@ -201,20 +201,20 @@ def render_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]], width: int
 def wrap_fields(line: str, width: int | None, sep: str = "\t", cont: str = "\t") -> list[str]:
     """One line of ``sep``-separated fields (kafka-topics.sh's tab layout, Kafka's
     ``name=value sensitive=... synonyms=...``) as lines of at most ``width`` columns
-    (tabs at 8): fields move to continuation lines indented by the line's own indent
-    plus ``cont`` (a ``sep`` with a comma keeps the comma at the end of the line); a field still too long is cut after its commas; a single token longer
+    (tabs at 8): fields move to continuation lines indented by the line's own leading
+    blanks plus ``cont`` (a ``sep`` with a comma keeps the comma at the end of the line); a field still too long is cut after its commas; a single token longer
     than the width stays whole. ``width`` None: the line unchanged (pipes and files)."""
     if width is None or len(line.expandtabs(8)) <= width:
         return [line]
-    body = line.lstrip(sep if sep.strip() == "" else "")
+    body = line.lstrip(" \t")
     indent = line[:len(line) - len(body)]
     fields = body.split(sep)
     out: list[str] = []
     current = indent
     more = indent + cont
 
-    def fits(text: str) -> bool:
-        return len(text.expandtabs(8)) <= width
+    def fits(text: str) -> bool:  # room kept for the comma a break may add
+        return len(text.expandtabs(8)) + len(sep.rstrip()) <= width
 
     for field in fields:
         first = current in (indent, more)
