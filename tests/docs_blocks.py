@@ -151,6 +151,7 @@ _NORMAL = [
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<TIME>"),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}T[\d:.]+Z?"), "<DATETIME>"),
     (re.compile(r"\bpid \d+"), "pid <N>"),
+    (re.compile(r"\bSize: \d+"), "Size: <N>"),  # bytes of a log: how a client batched its records
     (re.compile(r"\b(127\.0\.0\.1|localhost):\d+"), r"\1:<PORT>"),
     (re.compile(r"\b\d+(\.\d+)? ?(ms|s)\b"), "<DURATION>"),
 ]
@@ -158,7 +159,7 @@ _NORMAL = [
 
 def normalise(line: str) -> str:
     """A line of output with what differs from run to run replaced (ids, times, pids,
-    ports, durations) and runs of blanks made one space."""
+    ports, durations, log sizes) and runs of blanks made one space."""
     for pattern, repl in _NORMAL:
         line = pattern.sub(repl, line)
     return " ".join(line.split())

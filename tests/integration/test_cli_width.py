@@ -60,6 +60,12 @@ def cluster_state(server):
         async with AdminClient(server.bootstrap) as a:
             await a.alter_consumer_group_offsets(group, {TopicPartition(topic, 0): 2})
     asyncio.run(commit())
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": f"{topic}-tx"})
+    p.init_transactions()
+    p.begin_transaction()
+    p.produce(topic, b"v", key=b"k", partition=0)
+    p.commit_transaction()
     return topic, group
 
 
@@ -80,6 +86,9 @@ def cluster_state(server):
     ("metadata-quorum", "describe", "--status"),
     ("metadata-quorum", "describe", "--replication", "--human-readable"),
     ("transactions", "list"),
+    ("transactions", "describe", "--transactional-id", "{topic}-tx"),
+    ("transactions", "describe-producers", "--topic", "{topic}", "--partition", "0"),
+    ("transactions", "find-hanging", "--broker-id", "1"),
     ("share-groups", "list"),
     ("lag", "watch", "--iterations", "1"),
 ], ids=lambda a: " ".join(a))

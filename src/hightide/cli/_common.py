@@ -243,10 +243,12 @@ def wrap_fields(line: str, width: int | None, sep: str = "\t", cont: str = "\t")
 def print_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]]) -> None:
     """:func:`render_table` to stdout at the terminal's width; a note on stderr names the
     hidden columns."""
-    text, hidden = render_table(cols, rows, terminal_width())
+    width = terminal_width()
+    text, hidden = render_table(cols, rows, width)
     click.echo(text)
     if hidden:
-        click.echo(f"hidden columns: {' '.join(hidden)} (-o json shows all)", err=True)
+        note = f"hidden columns: {' '.join(hidden)} (-o json shows all)"
+        click.echo("\n".join(wrap_fields(note, width, " ", "  ")), err=True)
 
 
 def emit(output: str, cols: Sequence[Col], rows: Sequence[dict[str, Any]], *, json_doc: Any = None) -> None:
