@@ -60,11 +60,11 @@ chromium:
 	  echo "chromium not installed; the console's browser tests will be skipped")
 
 serve: $(BASE_STAMP)
-	@echo "==> starting hightide serve $(ARGS) (Ctrl-C stops it)"
+	@echo "==> starting: hightide serve$(if $(ARGS), $(ARGS)) (Ctrl-C stops it)"
 	$(BIN)/hightide serve $(ARGS)
 
 console: $(CONSOLE_STAMP)
-	@echo "==> starting hightide console $(ARGS) (Ctrl-C stops it)"
+	@echo "==> starting: hightide console$(if $(ARGS), $(ARGS)) (Ctrl-C stops it)"
 	$(BIN)/hightide console $(ARGS)
 
 spark: $(SPARK_STAMP)
