@@ -13,7 +13,8 @@ The convention:
   without prompts is a list of commands (``\\`` continues a line; ``#`` lines are
   comments) whose output is not shown.
 * ```` ```python ````: a program a user can run (each block in its own interpreter).
-* ```` ```toml ````: a file's contents; it must parse.
+* ```` ```toml ````: a file's contents; it must parse. One whose first line is a comment
+  naming the file (``# hightide.toml ...``) is written there for the commands after it.
 * ```` ```text ```` and ```` ```properties ````: not commands (output, synopses, layouts,
   properties files). A ``$ `` prompt line in one is an error (a transcript is ``console``).
 * Any other tag, or none, is an error: a new block must say what it is.
@@ -77,6 +78,12 @@ class Block:
                                    f"```console")
             return "text"
         return {"console": "shell", "sh": "shell", "python": "python", "toml": "toml"}[self.lang]
+
+
+def toml_file_name(block: Block) -> str | None:
+    """The file a TOML block says it is (its first line ``# NAME.toml ...``), or None."""
+    m = re.match(r"#\s*([\w.-]+\.toml)\b", block.text)
+    return m.group(1) if m else None
 
 
 def doc_files() -> list[Path]:

@@ -18,9 +18,11 @@ in a terminal; a pipe is never squeezed):
   of a served process (Kafka's are as long) and JSON output (``-o json``: for programs).
 
 What the doc says runs against ``127.0.0.1:9092`` runs against the test's broker: the
-commands' ``127.0.0.1:909N`` are rewritten to the broker's (or the dev cluster's) ports,
+commands' ``127.0.0.1:909N`` are rewritten to the broker's (or the dev cluster's) ports
+(909[3-9] and the console's 8080 to free ones, for what a doc starts itself),
 and ``HIGHTIDE_BOOTSTRAP_SERVER`` points the operator commands' default ``-b`` at it.
-``.venv/bin/...`` and ``source .venv/bin/activate`` find this interpreter's hightide.
+``.venv/bin/...`` and ``source .venv/bin/activate`` find this interpreter's hightide. A
+TOML block that names its file (``# NAME.toml``) is written there first.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ServerProcess
-from tests.docs_blocks import Block, Step, Unclassified, all_blocks, matches, steps
+from tests.docs_blocks import Block, Step, Unclassified, all_blocks, matches, steps, toml_file_name
 
 pytestmark = pytest.mark.integration
 
@@ -254,7 +256,7 @@ def test_doc_runs_as_written(doc, tmp_path):
         bootstrap = f"127.0.0.1:{base}"
     else:
         server = ServerProcess(tmp_path / "broker-data", args=BROKER_ARGS.get(doc, ())).start()
-        ports = {9092: server.port}
+        ports = {9092: server.port, **{p: free_ports(1) for p in range(9093, 9100)}}  # others a doc starts
         bootstrap = server.bootstrap
     ports[8080] = free_ports(1)  # the console's --listen
     work = tmp_path / "work"
@@ -272,6 +274,8 @@ def test_doc_runs_as_written(doc, tmp_path):
             elif block.kind == "python":
                 _run_python_block(run, block)
             else:
+                if block.kind == "toml" and (name := toml_file_name(block)):
+                    (run.cwd / name).write_text(run.rewrite(block.text))  # for the commands after it
                 continue
             ran += 1
     finally:
