@@ -11,7 +11,8 @@ in a terminal; a pipe is never squeezed):
 * a command that serves until Ctrl-C (``hightide serve|console|exporter|dev-cluster``,
   ``lag watch`` without ``--iterations``) runs in the background until the output the
   doc shows has appeared (or for a few seconds when none is shown), then gets Ctrl-C
-  (SIGINT) when its block ends and must stop within a bound;
+  (SIGINT) when its block ends and must stop within a bound, with exit 0 and no
+  traceback;
 * every line a ``hightide`` command prints fits in 80 columns (tabs at 8), except a line
   of one token, which cannot be cut (tests/integration/test_cli_width.py says which),
   an ``Error:`` line (an error is one line; the terminal wraps a long one), a log record
@@ -169,7 +170,8 @@ class DocRun:
                 svc.proc.wait()
                 pytest.fail(f"{self.doc}: {svc.command!r} did not stop within {SERVICE_STOP_S} s of Ctrl-C")
         out, err = svc.output()
-        assert "Traceback" not in out + err, f"{self.doc}: {svc.command!r}:\n{out}{err}"
+        assert svc.proc.returncode == 0 and "Traceback" not in out + err, \
+            f"{self.doc}: {svc.command!r} stopped by Ctrl-C with exit {svc.proc.returncode}:\n{out}{err}"
         self.check_width(svc.command, out, err)
 
 

@@ -6,6 +6,7 @@ only when the command runs.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import click
@@ -63,10 +64,20 @@ def console(bootstrap_server: str | None, command_config: str | None, listen: st
     app = create_app(sampler, ConsoleConfig(bootstrap, allow_writes=allow_writes, refresh_s=refresh,
                                             idle_after_s=idle_after))
     sock = _bind(host, port)
-    click.echo(f"hightide console on http://{host}:{sock.getsockname()[1]}/ for {bootstrap} "
-               f"({'read-write' if allow_writes else 'read-only'})", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    server.run(sockets=[sock])
+    serve = None
+    try:
+        click.echo(f"hightide console on http://{host}:{sock.getsockname()[1]}/ for {bootstrap} "
+                   f"({'read-write' if allow_writes else 'read-only'})", err=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        serve = server.serve(sockets=[sock])
+        loop_factory = getattr(server.config, "get_loop_factory", lambda: None)()  # uvicorn's choice (uvloop)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve)
+    except KeyboardInterrupt:
+        # Ctrl-C: uvicorn stopped gracefully and re-raised it, or it came before the server
+        # ran (its coroutine is closed, not left un-awaited): exit 0, as serve does
+        if serve is not None:
+            serve.close()
 
 
 def _bind(host: str, port: int) -> socket.socket:
