@@ -7,6 +7,7 @@ only when the command runs.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 
 import click
@@ -64,20 +65,19 @@ def console(bootstrap_server: str | None, command_config: str | None, listen: st
     app = create_app(sampler, ConsoleConfig(bootstrap, allow_writes=allow_writes, refresh_s=refresh,
                                             idle_after_s=idle_after))
     sock = _bind(host, port)
-    serve = None
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    # Ctrl-C from here on asks uvicorn to stop (graceful; a second one forces it), as its own
+    # handler does while it serves: never a KeyboardInterrupt at an arbitrary point (one
+    # raised in a finalizer is lost, and the console kept running), so the exit is 0
+    previous = signal.signal(signal.SIGINT, server.handle_exit)
     try:
         click.echo(f"hightide console on http://{host}:{sock.getsockname()[1]}/ for {bootstrap} "
                    f"({'read-write' if allow_writes else 'read-only'})", err=True)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-        serve = server.serve(sockets=[sock])
         loop_factory = getattr(server.config, "get_loop_factory", lambda: None)()  # uvicorn's choice (uvloop)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(serve)
-    except KeyboardInterrupt:
-        # Ctrl-C: uvicorn stopped gracefully and re-raised it, or it came before the server
-        # ran (its coroutine is closed, not left un-awaited): exit 0, as serve does
-        if serve is not None:
-            serve.close()
+            runner.run(server.serve(sockets=[sock]))
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _bind(host: str, port: int) -> socket.socket:
