@@ -1,18 +1,49 @@
-# Two commands do all set-up on a fresh machine:
-#   make serve   - create .venv, install hightide, start a broker on 127.0.0.1:9092
-#   make test    - create .venv, install hightide with test extras (and kcat), run every test
+# Set-up on a fresh machine is one command per use; each prints a line per step and
+# pip's own progress:
+#   make serve    - create .venv, install hightide alone (the broker and the operator
+#                   commands: a few small dependencies), start a broker on 127.0.0.1:9092
+#   make console  - add the console extra, start the web console on 127.0.0.1:8080
+#   make spark    - add the Spark extra (PySpark, Arrow, pandas: ~0.6 GB; Java 17 to run it)
+#   make test     - install every extra and the test tools (kcat, chromium, kafkajs, the
+#                   client matrix's clients), run every test
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install
 STAMP  := $(VENV)/.installed
+BASE_STAMP    := $(VENV)/.installed-base
+CONSOLE_STAMP := $(VENV)/.installed-console
+SPARK_STAMP   := $(VENV)/.installed-spark
 
-.PHONY: serve test venv lint bench clean jsdeps chromium clients
+.PHONY: serve console spark test venv lint bench clean jsdeps chromium clients
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $(STAMP)
+$(BIN)/python:
+	@echo "==> creating $(VENV) (a virtual environment) with $(PYTHON)"
+	$(PYTHON) -m venv $(VENV)
+	@echo "==> upgrading pip in $(VENV)"
+	$(PIP) --upgrade pip
+
+# hightide and its own dependencies only: what `hightide serve` and the operator commands need.
+$(BASE_STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> installing hightide (the broker and the operator commands) into $(VENV)"
+	$(PIP) -e .
+	@touch $@
+
+$(CONSOLE_STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> installing hightide with the console extra (Starlette, Jinja2, uvicorn) into $(VENV)"
+	$(PIP) -e '.[console]'
+	@touch $@ $(BASE_STAMP)
+
+$(SPARK_STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> installing hightide with the Spark extra (PySpark, Arrow, pandas: ~0.6 GB) into $(VENV)"
+	$(PIP) -e '.[spark]'
+	@touch $@ $(BASE_STAMP)
+
+# Everything: every extra, the test and lint tools.
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> installing hightide with every extra and the test tools into $(VENV)"
+	$(PIP) -e '.[test]'
+	@touch $@ $(BASE_STAMP) $(CONSOLE_STAMP) $(SPARK_STAMP)
 
 venv: $(STAMP)
 
@@ -28,8 +59,16 @@ chromium:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) || \
 	  echo "chromium not installed; the console's browser tests will be skipped")
 
-serve: $(STAMP)
+serve: $(BASE_STAMP)
+	@echo "==> starting: hightide serve$(if $(ARGS), $(ARGS)) (Ctrl-C stops it)"
 	$(BIN)/hightide serve $(ARGS)
+
+console: $(CONSOLE_STAMP)
+	@echo "==> starting: hightide console$(if $(ARGS), $(ARGS)) (Ctrl-C stops it)"
+	$(BIN)/hightide console $(ARGS)
+
+spark: $(SPARK_STAMP)
+	@echo "==> the Spark extra is in $(VENV): see docs/spark.md"
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

@@ -47,6 +47,6 @@ def test_a_broker_listener_refuses_the_controllers_view_in_one_line(server) -> N
 def test_unreachable_and_conflicting_options_are_one_line_errors(server) -> None:
     r = CliRunner().invoke(main, ["brokers", "-b", "127.0.0.1:1"])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
-    assert "no server reachable: 127.0.0.1:1" in r.output
+    assert "[NETWORK_EXCEPTION] cannot reach 127.0.0.1:1 (connection refused)" in r.output
     r = CliRunner().invoke(main, ["brokers", "-b", server.bootstrap, "--bootstrap-controller", server.bootstrap])
     assert r.exit_code == 2 and "give only one of --bootstrap-server or --bootstrap-controller" in r.output

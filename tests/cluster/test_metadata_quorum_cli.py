@@ -102,7 +102,7 @@ def test_usage_errors(args: list[str], message: str) -> None:
 def test_unreachable_server_is_one_line() -> None:
     r = CliRunner().invoke(main, ["metadata-quorum", "describe", "--status", "--bootstrap-controller", "127.0.0.1:1"])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
-    assert "no server reachable: 127.0.0.1:1" in r.output
+    assert "[NETWORK_EXCEPTION] cannot reach 127.0.0.1:1 (connection refused)" in r.output
 
 
 def test_single_node_is_the_one_voter_and_leader(server, topic_name) -> None:

@@ -32,3 +32,35 @@ def test_command_config_security_it_cannot_honour_is_refused(tmp_path):
 def test_bad_numbers_are_usage_errors():
     r = CliRunner().invoke(main, ["console", "--interval", "0", "--listen", "127.0.0.1:0"])
     assert r.exit_code == 2 and "--interval, --refresh, --history and --window must be > 0" in r.output
+
+
+def test_ctrl_c_stops_the_console_with_exit_0_and_nothing_else_printed():
+    """Ctrl-C (SIGINT to its process group, as a terminal sends it) right after the start
+    line, and once it serves: exit 0 as ``hightide serve``, no "Aborted!", no traceback,
+    no un-awaited coroutine (issue 32: the doc test caught the early case)."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+    for settle in (0.0, 2.0):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        p = subprocess.Popen([sys.executable, "-m", "hightide", "console", "-b", "127.0.0.1:1", "--interval", "60",
+                              "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+        try:
+            first = p.stdout.readline()  # printed once the socket listens
+            assert first.startswith(f"hightide console on http://127.0.0.1:{port}/"), first
+            time.sleep(settle)
+            os.killpg(p.pid, signal.SIGINT)
+            rest, _ = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert p.returncode == 0, (settle, first + rest)
+        noise = [line for line in rest.splitlines() if not re.match(r"console: cannot reach 127\.0\.0\.1:1", line)]
+        assert noise == [], (settle, rest)

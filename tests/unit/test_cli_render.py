@@ -50,3 +50,38 @@ def test_progress_only_on_a_terminal(monkeypatch):
     p.show(1, 2.0)
     p.done()
     assert quiet.getvalue() == ""
+
+
+def test_wrap_fields_keeps_lines_within_the_width():
+    from hightide.cli._common import wrap_fields
+    line = ("\tTopic: orders\tPartition: 10\tLeader: 1\tReplicas: 1,2,0\tIsr: 1,2,0\tElr: N/A"
+            "\tLastKnownElr: N/A\tSize: 48213")
+    assert wrap_fields(line, None) == [line]  # a pipe: Kafka's one line
+    wrapped = wrap_fields(line, 80)
+    assert [w.expandtabs(8) for w in wrapped] == [
+        "        Topic: orders   Partition: 10   Leader: 1       Replicas: 1,2,0",
+        "                Isr: 1,2,0      Elr: N/A        LastKnownElr: N/A",
+        "                Size: 48213"]
+    assert "\t".join(p.strip("\t") for p in wrapped) == line.strip("\t")
+    configs = "Topic: t\tPartitionCount: 1\tConfigs: " + ",".join(f"config.number.{i}=value" for i in range(8))
+    wrapped = wrap_fields(configs, 80)
+    assert max(len(w.expandtabs(8)) for w in wrapped) <= 80 and len(wrapped) > 2
+    assert "".join(p.strip("\t") for p in wrapped[1:]).startswith("Configs: config.number.0=value,config")
+
+
+def test_quorum_status_wraps_the_voters_at_80_columns():
+    from hightide.cli.metadata_quorum import status_text
+    doc = {"cluster_id": "k5oQb1cTQ7yL8rPZ2JXw3A", "leader_id": 3001, "leader_epoch": 1, "high_watermark": 13,
+           "max_follower_lag": 0, "max_follower_lag_time_ms": 0, "lowest_acknowledged_offset": None,
+           "current_voters": [{"id": 3000 + i, "directoryId": "AAAAAAAAAAAAAAAAAAAAAA",
+                               "endpoints": [f"CONTROLLER://127.0.0.1:{9095 + i}"]} for i in range(3)],
+           "current_observers": [{"id": i} for i in range(3)]}
+    wide = status_text(doc)
+    assert max(map(len, wide.splitlines())) > 200  # one line per label, as Kafka prints it
+    text = status_text(doc, 80)
+    assert max(map(len, text.splitlines())) <= 80
+    assert text.splitlines()[6:9] == [
+        'CurrentVoters:          [{"id": 3000, "directoryId": "AAAAAAAAAAAAAAAAAAAAAA",',
+        '                         "endpoints": ["CONTROLLER://127.0.0.1:9095"]},',
+        '                         {"id": 3001, "directoryId": "AAAAAAAAAAAAAAAAAAAAAA",']
+    assert " ".join(" ".join(text.splitlines()[6:12]).split()) == " ".join(wide.splitlines()[6].split())

@@ -49,7 +49,29 @@ class _LazyGroup(click.Group):
         if name not in self.commands and name in self.MODULES:
             import importlib
             importlib.import_module(f"{__name__}.{self.MODULES[name]}")
-        return super().get_command(ctx, name)
+        command = super().get_command(ctx, name)
+        return None if command is None else fit_choices(command)
+
+
+LONG_CHOICES = 30
+"""Widest ``[a|b|...]`` choice list ``--help`` shows in the options' column."""
+
+
+def fit_choices(command: click.Command) -> click.Command:
+    """Make ``command``'s ``--help`` (and its subcommands') fit 80 columns: click never
+    wraps the options' column, so an option whose ``[a|b|...]`` choice list is longer
+    than :data:`LONG_CHOICES` shows its name as the metavar (``--operation OPERATION``)
+    and lists the choices at the end of its help text, which click wraps. Idempotent."""
+    for param in command.params:
+        if (isinstance(param, click.Option) and isinstance(param.type, click.Choice) and param.metavar is None
+                and len("|".join(map(str, param.type.choices))) + 2 > LONG_CHOICES):
+            param.metavar = max(param.opts, key=len).lstrip("-").upper()
+            choices = ", ".join(map(str, param.type.choices))
+            param.help = f"{param.help.rstrip()} One of: {choices}." if param.help else f"One of: {choices}."
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            fit_choices(sub)
+    return command
 
 
 @click.group(cls=_LazyGroup)

@@ -40,6 +40,22 @@ def _load_command_config(ctx: click.Context, param: click.Parameter, value: str 
     ctx.meta[_CLIENT_PROPERTIES] = load_properties(value)
 
 
+def kafka_error_line(exc: Exception) -> str:
+    """A client error as the one line the commands print after ``Error:``: the class and
+    the error, e.g. ``UnknownTopicOrPartitionError: [UNKNOWN_TOPIC_OR_PARTITION] ...``;
+    an unreachable cluster only as ``[NETWORK_EXCEPTION] cannot reach HOST:PORT (...)``
+    (the class would repeat the code)."""
+    from ..client import KafkaConnectionError
+    return str(exc) if isinstance(exc, KafkaConnectionError) else f"{type(exc).__name__}: {exc}"
+
+
+def extra_missing(what: str, extra: str, exc: ImportError) -> click.ClickException:
+    """The one-line error of a command whose optional libraries (the ``extra``) are not
+    installed: it names the make target and the pip command that install them."""
+    missing = f" (no module {exc.name})" if exc.name else ""
+    return click.ClickException(f"{what} needs `make {extra}` (pip install 'hightide[{extra}]'){missing}")
+
+
 def command_config_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--command-config FILE``: Kafka client properties (security.protocol, sasl.*,
     ssl.* PEM files, client.id, request.timeout.ms) for every connection the command
@@ -104,7 +120,7 @@ def run_admin(bootstrap: str, fn: Callable[[Any], Awaitable[Any]], *, use_extens
     try:
         return asyncio.run(go())
     except KafkaError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise click.ClickException(kafka_error_line(exc)) from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -182,13 +198,57 @@ def render_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]], width: int
     return "\n".join([line([c.header for c in cols]), *(line(row) for row in cells)]), hidden
 
 
+def wrap_fields(line: str, width: int | None, sep: str = "\t", cont: str = "\t") -> list[str]:
+    """One line of ``sep``-separated fields (kafka-topics.sh's tab layout, Kafka's
+    ``name=value sensitive=... synonyms=...``) as lines of at most ``width`` columns
+    (tabs at 8): fields move to continuation lines indented by the line's own leading
+    blanks plus ``cont`` (a ``sep`` with a comma keeps the comma at the end of the line); a field still too long is cut after its commas; a single token longer
+    than the width stays whole. ``width`` None: the line unchanged (pipes and files)."""
+    if width is None or len(line.expandtabs(8)) <= width:
+        return [line]
+    body = line.lstrip(" \t")
+    indent = line[:len(line) - len(body)]
+    fields = body.split(sep)
+    out: list[str] = []
+    current = indent
+    more = indent + cont
+
+    def fits(text: str) -> bool:  # room kept for the comma a break may add
+        return len(text.expandtabs(8)) + len(sep.rstrip()) <= width
+
+    for field in fields:
+        first = current in (indent, more)
+        candidate = current + field if first else current + sep + field
+        if fits(candidate) or (first and "," not in field):
+            current = candidate
+            continue
+        if not first:
+            out.append(current + sep.rstrip())  # a ", " list keeps its comma at the break
+            current = more
+            if fits(current + field) or "," not in field:
+                current += field
+                continue
+        pieces = field.split(",")
+        for i, piece in enumerate(pieces):
+            piece += "," if i < len(pieces) - 1 else ""
+            if current in (indent, more) or fits(current + piece):
+                current += piece
+            else:
+                out.append(current)
+                current = more + piece
+    out.append(current)
+    return out
+
+
 def print_table(cols: Sequence[Col], rows: Sequence[dict[str, Any]]) -> None:
     """:func:`render_table` to stdout at the terminal's width; a note on stderr names the
     hidden columns."""
-    text, hidden = render_table(cols, rows, terminal_width())
+    width = terminal_width()
+    text, hidden = render_table(cols, rows, width)
     click.echo(text)
     if hidden:
-        click.echo(f"hidden columns: {' '.join(hidden)} (-o json shows all)", err=True)
+        note = f"hidden columns: {' '.join(hidden)} (-o json shows all)"
+        click.echo("\n".join(wrap_fields(note, width, " ", "  ")), err=True)
 
 
 def emit(output: str, cols: Sequence[Col], rows: Sequence[dict[str, Any]], *, json_doc: Any = None) -> None:

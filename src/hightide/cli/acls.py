@@ -30,7 +30,7 @@ from ..security.acl import (
     ResourceType,
 )
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin
+from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin, terminal_width, wrap_fields
 
 OPERATIONS = {"".join(w.capitalize() for w in op.name.split("_")): op for op in AclOperation
               if op not in (AclOperation.UNKNOWN, AclOperation.ANY)}
@@ -100,10 +100,11 @@ def _print_grouped(acls: list[AclBinding], heading: str) -> None:
     groups: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
     for b in acls:
         groups.setdefault(b.pattern, []).append(b)
+    width = terminal_width()  # a terminal's: Kafka's long lines continue, indented, after a comma
     for pattern, entries in groups.items():
-        click.echo(f"{heading} `{pattern_text(*pattern)}`: ")
+        click.echo("\n".join(wrap_fields(f"{heading} `{pattern_text(*pattern)}`: ", width, ", ", "    ")))
         for b in entries:
-            click.echo(f" \t{entry_text(b)} ")
+            click.echo("\n".join(wrap_fields(f" \t{entry_text(b)} ", width, ", ", "\t")))
         click.echo("")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import Col, client_options, command_config_option, dash, emit, run_admin
+from ._common import Col, client_options, command_config_option, dash, emit, kafka_error_line, run_admin
 
 
 def _state(fenced: bool | None) -> str:
@@ -65,7 +65,7 @@ def brokers(ctx: click.Context, bootstrap_server: str | None, bootstrap_controll
     try:
         rows = asyncio.run(gather_rows(bootstrap_controller or bootstrap_server or "127.0.0.1:9092", controller))
     except KafkaError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise click.ClickException(kafka_error_line(exc)) from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     cols = [Col("ID", "id"), Col("ENDPOINT", "endpoint"), Col("RACK", "rack", dash, drop=1)]

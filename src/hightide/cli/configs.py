@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin
+from ._common import DEFAULT_BOOTSTRAP, command_config_option, kafka_error_line, run_admin, terminal_width, wrap_fields
 from .quota_configs import QUOTA_KINDS, alter_quotas, describe_quotas
 
 ENTITY_TYPES = {"topics": "topic", "groups": "group", "brokers": "broker"}
@@ -191,7 +191,7 @@ async def _alter(admin: Any, resource: Any, ops: list[tuple[str, Any, str | None
         hints = "".join(did_you_mean(n, known) for n, _, _ in ops if known and n not in known)
         if not hints:
             raise
-        raise click.ClickException(f"{type(exc).__name__}: {exc}{hints}") from None
+        raise click.ClickException(f"{kafka_error_line(exc)}{hints}") from None
 
 
 def _entity(entity_type: str | None, entity_name: str | None, entity_default: bool, topic: str | None,
@@ -244,7 +244,9 @@ def _describe(bootstrap: str, kind: str, rtype: Any, name: str, show_all: bool, 
     else:
         head = f"{'All' if show_all else 'Dynamic'} configs for {ENTITY_TYPES[kind]} {name} are:"
     click.echo(head)
+    width = terminal_width()
     for e in shown:
         value = "null" if e.sensitive or e.value is None else e.value
         syn = ", ".join(f"{s.name}:{n}={'null' if e.sensitive or v is None else v}" for n, v, s in e.synonyms)
-        click.echo(f"  {e.name}={value} sensitive={str(e.sensitive).lower()} synonyms={{{syn}}}")
+        line = f"  {e.name}={value} sensitive={str(e.sensitive).lower()} synonyms={{{syn}}}"
+        click.echo("\n".join(wrap_fields(line, width, " ", "  ")))

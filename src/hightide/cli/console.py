@@ -6,12 +6,14 @@ only when the command runs.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import socket
 
 import click
 
 from . import _parse_hostport, main
-from ._common import DEFAULT_BOOTSTRAP, assume_reset_option
+from ._common import DEFAULT_BOOTSTRAP, assume_reset_option, extra_missing
 
 
 @main.command("console")
@@ -44,7 +46,7 @@ def console(bootstrap_server: str | None, command_config: str | None, listen: st
         from ..console.client_config import ClientConfigError, admin_options_from
         from ..console.sampler import Sampler
     except ImportError as exc:
-        raise click.ClickException(f"the console needs its extra: pip install 'hightide[console]' ({exc}).") from None
+        raise extra_missing("the console", "console", exc) from None
     from ..lag import StatusRules
     try:
         options, file_bootstrap, warnings = admin_options_from(command_config)
@@ -63,10 +65,19 @@ def console(bootstrap_server: str | None, command_config: str | None, listen: st
     app = create_app(sampler, ConsoleConfig(bootstrap, allow_writes=allow_writes, refresh_s=refresh,
                                             idle_after_s=idle_after))
     sock = _bind(host, port)
-    click.echo(f"hightide console on http://{host}:{sock.getsockname()[1]}/ for {bootstrap} "
-               f"({'read-write' if allow_writes else 'read-only'})", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    server.run(sockets=[sock])
+    # Ctrl-C from here on asks uvicorn to stop (graceful; a second one forces it), as its own
+    # handler does while it serves: never a KeyboardInterrupt at an arbitrary point (one
+    # raised in a finalizer is lost, and the console kept running), so the exit is 0
+    previous = signal.signal(signal.SIGINT, server.handle_exit)
+    try:
+        click.echo(f"hightide console on http://{host}:{sock.getsockname()[1]}/ for {bootstrap} "
+                   f"({'read-write' if allow_writes else 'read-only'})", err=True)
+        loop_factory = getattr(server.config, "get_loop_factory", lambda: None)()  # uvicorn's choice (uvloop)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(server.serve(sockets=[sock]))
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -35,6 +35,7 @@ def _parse_sets(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--data-dir", default="./hightide-dev-cluster", show_default=True,
               help="Base dir: one data dir per node under it (kept between runs).")
 @click.option("--base-port", type=click.IntRange(0, 65535), default=9092, show_default=True,
+              envvar="HIGHTIDE_DEV_CLUSTER_BASE_PORT", show_envvar=True,
               help="Brokers listen on PORT, PORT+1, ...; the controller after them. 0: free ports.")
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
               help="A config for every node, e.g. metadata.read.consistency=local (repeatable).")

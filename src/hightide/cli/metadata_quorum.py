@@ -26,7 +26,7 @@ import click
 from ..client.cluster import applied_offset
 from ..client.cluster import lowest_acknowledged as _lowest_acknowledged
 from . import main
-from ._common import Col, client_options, command_config_option, print_table
+from ._common import Col, client_options, command_config_option, kafka_error_line, print_table, terminal_width, wrap_fields
 
 LAO_SOURCE = ("derived: lowest (observer LogEndOffset - 1) among unfenced brokers, from DescribeQuorum "
               "and DescribeCluster")
@@ -129,8 +129,10 @@ def _node_text(node: dict[str, Any]) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def status_text(doc: dict[str, Any]) -> str:
-    """Kafka's ``--status`` layout (labels padded to 24 columns) plus hightide's lines."""
+def status_text(doc: dict[str, Any], width: int | None = None) -> str:
+    """Kafka's ``--status`` layout (labels padded to 24 columns) plus hightide's lines.
+    With a ``width`` (a terminal's), a longer line (the voters and observers) continues
+    on lines indented to the values' column, cut after a comma."""
     lao = doc["lowest_acknowledged_offset"]
     lines = [("ClusterId:", doc["cluster_id"]), ("LeaderId:", doc["leader_id"]),
              ("LeaderEpoch:", doc["leader_epoch"]), ("HighWatermark:", doc["high_watermark"]),
@@ -138,7 +140,8 @@ def status_text(doc: dict[str, Any]) -> str:
              ("CurrentVoters:", "[" + ", ".join(map(_node_text, doc["current_voters"])) + "]"),
              ("CurrentObservers:", "[" + ", ".join(map(_node_text, doc["current_observers"])) + "]"),
              ("LowestAckedOffset:", "-" if lao is None else lao)]
-    return "\n".join(f"{label:<24}{value}" for label, value in lines)
+    return "\n".join(part for label, value in lines
+                     for part in wrap_fields(f"{label:<24}{value}", width, ", ", " " * 25))
 
 
 def replication_rows(view: QuorumView, human: bool, now_ms: int) -> list[dict[str, Any]]:
@@ -208,12 +211,12 @@ def describe(bootstrap_server: str | None, bootstrap_controller: str | None, sta
     try:
         view = asyncio.run(gather_view(target, controller))
     except KafkaError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise click.ClickException(kafka_error_line(exc)) from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if status:
         doc = status_doc(view)
-        click.echo(json.dumps(doc, indent=2) if as_json else status_text(doc))
+        click.echo(json.dumps(doc, indent=2) if as_json else status_text(doc, terminal_width()))
         return
     import time
     rows = replication_rows(view, human_readable and not as_json, int(time.time() * 1000))

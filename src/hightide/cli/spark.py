@@ -1,6 +1,6 @@
 """``hightide spark ...``: the Spark lag-history job and the end-offset sampler feeding it.
 
-Needs the ``spark`` extra (``pip install 'hightide[spark]'``); pyspark is imported only
+Needs the ``spark`` extra (``make spark``, or ``pip install 'hightide[spark]'``); pyspark is imported only
 when a command runs.
 """
 
@@ -12,7 +12,8 @@ import time
 import click
 
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, assume_reset_option, client_options, command_config_option, spark_security_options
+from ._common import (DEFAULT_BOOTSTRAP, assume_reset_option, client_options, command_config_option, extra_missing,
+                      kafka_error_line, spark_security_options)
 
 
 def _bootstrap_option(f):  # type: ignore[no-untyped-def]
@@ -37,7 +38,10 @@ def sample_offsets(bootstrap_server: str, out_dir: str, topics: tuple[str, ...],
     """Append samples of the partitions' end offsets to OUT, for ``spark lag-history``."""
     from ..client import KafkaError
     from ..spark.kafkaio import KafkaIO
-    from ..spark.laghistory import sample_end_offsets
+    try:
+        from ..spark.laghistory import sample_end_offsets
+    except ImportError as exc:
+        raise extra_missing("hightide spark sample-offsets", "spark", exc) from None
     n = 0
     try:
         with KafkaIO(bootstrap_server, client_id="hightide-spark-sampler",
@@ -51,7 +55,7 @@ def sample_offsets(bootstrap_server: str, out_dir: str, topics: tuple[str, ...],
                     return
                 time.sleep(max(0.0, interval - (time.monotonic() - started)))
     except KafkaError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise click.ClickException(kafka_error_line(exc)) from None
     except KeyboardInterrupt:
         pass
 
@@ -77,9 +81,10 @@ def lag_history_cmd(bootstrap_server: str, samples: str, out_dir: str, groups: t
     end-offset samples, as Parquet plus a text summary and PNG charts."""
     try:
         from pyspark.sql import SparkSession
-    except ImportError:
-        raise click.ClickException("pyspark is not installed: pip install 'hightide[spark]'") from None
-    from ..spark.laghistory import lag_history
+
+        from ..spark.laghistory import lag_history
+    except ImportError as exc:
+        raise extra_missing("hightide spark lag-history", "spark", exc) from None
     security = client_options().get("security")
     if security is not None:  # the job's own end-offset sample (a KafkaIO here) uses it too
         from ..spark.kafkaio import remember_security

@@ -133,11 +133,14 @@ def selected(partition: dict[str, Any], reports: list[str]) -> bool:
     return not reports or any(partition[r] for r in reports)
 
 
-def kafka_topics_text(topics: list[dict[str, Any]], reports: list[str]) -> str:
+def kafka_topics_text(topics: list[dict[str, Any]], reports: list[str], width: int | None = None) -> str:
     """kafka-topics.sh --describe's text: a topic line (only without report flags) and
     a tab-indented line per selected partition. ELR is not kept by hightide: N/A.
     hightide adds ``Size`` (bytes of the leader's log, ``-`` when unknown) at the end of
-    each partition line."""
+    each partition line. With a ``width`` (a terminal's), a longer line continues on
+    lines indented by one more tab (:func:`~hightide.cli._common.wrap_fields`); without
+    one (a pipe) each line is whole, as Kafka's tool prints it."""
+    from ._common import wrap_fields
     lines = []
     for t in topics:
         if not reports:
@@ -153,7 +156,7 @@ def kafka_topics_text(topics: list[dict[str, Any]], reports: list[str]) -> str:
                 lines.append(f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
                              f"Replicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}"
                              f"\tElr: N/A\tLastKnownElr: N/A\tSize: {_size(p.get('size_bytes'))}")
-    return "\n".join(lines)
+    return "\n".join(part for line in lines for part in wrap_fields(line, width))
 
 
 def _size(size: int | None) -> str:

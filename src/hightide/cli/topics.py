@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from . import main
-from ._common import SPEC_HELP, Col, admin_options, emit, iso_ms, parse_spec, run_admin, seconds
+from ._common import SPEC_HELP, Col, admin_options, emit, iso_ms, parse_spec, run_admin, seconds, terminal_width
 
 
 @main.group()
@@ -67,7 +67,7 @@ def topics_describe(bootstrap_server: str, output: str, names: tuple[str, ...], 
         emit(output, [], [], json_doc=[{**t, "partitions": [p for p in t["partitions"] if selected(p, reports)]}
                                        for t in described])
         return
-    text = kafka_topics_text(described, reports)
+    text = kafka_topics_text(described, reports, terminal_width())
     if text:
         click.echo(text)
 
@@ -141,8 +141,9 @@ def topics_liveness(bootstrap_server: str, output: str, names: tuple[str, ...], 
         return rows
     rows = run_admin(bootstrap_server, go)
     emit(output, [Col("TOPIC", "topic"), Col("PARTITION", "partition"), Col("LOG-END-OFFSET", "log_end_offset"),
-                  Col("MAX-TIMESTAMP-OFFSET", "max_timestamp_offset"), Col("LAST-WRITE", "last_write_ms", iso_ms),
-                  Col("IDLE-FOR", "idle_ms", seconds), Col("STATUS", "status")], rows)
+                  Col("MAX-TIMESTAMP-OFFSET", "max_timestamp_offset", drop=2),
+                  Col("LAST-WRITE", "last_write_ms", iso_ms, drop=3), Col("IDLE-FOR", "idle_ms", seconds, drop=1),
+                  Col("STATUS", "status")], rows)
 
 
 @main.command("offsets")

@@ -52,11 +52,11 @@ def list_cmd(bootstrap_server: str, output: str, states: tuple[str, ...], produc
     emit(output, LIST_COLS, run_admin(bootstrap_server, go))
 
 
-DESCRIBE_COLS = [Col("COORDINATOR-ID", "coordinator_id"), Col("TRANSACTIONAL-ID", "transactional_id"),
-                 Col("PRODUCER-ID", "producer_id"), Col("PRODUCER-EPOCH", "producer_epoch"),
-                 Col("TRANSACTION-STATE", "state"), Col("TRANSACTION-TIMEOUT-MS", "timeout_ms"),
-                 Col("CURRENT-TRANSACTION-START-TIME-MS", "start_time_ms"),
-                 Col("TRANSACTION-DURATION-MS", "duration_ms"), Col("TOPIC-PARTITIONS", "partitions_text")]
+DESCRIBE_COLS = [Col("COORDINATOR-ID", "coordinator_id", drop=3), Col("TRANSACTIONAL-ID", "transactional_id"),
+                 Col("PRODUCER-ID", "producer_id"), Col("PRODUCER-EPOCH", "producer_epoch", drop=2),
+                 Col("TRANSACTION-STATE", "state"), Col("TRANSACTION-TIMEOUT-MS", "timeout_ms", drop=4),
+                 Col("CURRENT-TRANSACTION-START-TIME-MS", "start_time_ms", drop=5),
+                 Col("TRANSACTION-DURATION-MS", "duration_ms", drop=1), Col("TOPIC-PARTITIONS", "partitions_text")]
 
 
 @transactions.command("describe")
@@ -82,8 +82,8 @@ def describe_cmd(bootstrap_server: str, output: str, transactional_id: str) -> N
 
 
 PRODUCER_COLS = [Col("PRODUCER-ID", "producer_id"), Col("PRODUCER-EPOCH", "producer_epoch"),
-                 Col("LATEST-COORDINATOR-EPOCH", "coordinator_epoch"), Col("LAST-SEQUENCE", "last_sequence"),
-                 Col("LAST-TIMESTAMP", "last_timestamp"),
+                 Col("LATEST-COORDINATOR-EPOCH", "coordinator_epoch", drop=2), Col("LAST-SEQUENCE", "last_sequence"),
+                 Col("LAST-TIMESTAMP", "last_timestamp", drop=1),
                  Col("CURRENT-TRANSACTION-START-OFFSET", "current_txn_start_offset")]
 
 
@@ -116,8 +116,8 @@ def describe_producers_cmd(bootstrap_server: str, output: str, topic: str, parti
 
 
 HANGING_COLS = [Col("TOPIC", "topic"), Col("PARTITION", "partition"), Col("PRODUCER-ID", "producer_id"),
-                Col("PRODUCER-EPOCH", "producer_epoch"), Col("COORDINATOR-EPOCH", "coordinator_epoch"),
-                Col("START-OFFSET", "start_offset"), Col("LAST-TIMESTAMP", "last_timestamp"),
+                Col("PRODUCER-EPOCH", "producer_epoch", drop=2), Col("COORDINATOR-EPOCH", "coordinator_epoch", drop=3),
+                Col("START-OFFSET", "start_offset"), Col("LAST-TIMESTAMP", "last_timestamp", drop=1),
                 Col("DURATION(MIN)", "duration_min")]
 
 
@@ -182,5 +182,5 @@ def abort_cmd(bootstrap_server: str, output: str, topic: str, partition: int, st
                 "coordinator_epoch": max(cepoch, 0), "result": "aborted"}
     row = run_admin(bootstrap_server, go)
     emit(output, [Col("TOPIC", "topic"), Col("PARTITION", "partition"), Col("PRODUCER-ID", "producer_id"),
-                  Col("PRODUCER-EPOCH", "producer_epoch"), Col("COORDINATOR-EPOCH", "coordinator_epoch"),
+                  Col("PRODUCER-EPOCH", "producer_epoch"), Col("COORDINATOR-EPOCH", "coordinator_epoch", drop=1),
                   Col("RESULT", "result")], [row])

@@ -22,7 +22,7 @@ import click
 
 from ..security.scram import MIN_ITERATIONS, ScramMechanism
 from . import main
-from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin
+from ._common import DEFAULT_BOOTSTRAP, command_config_option, run_admin, terminal_width, wrap_fields
 from .configs import parse_add_config
 
 
@@ -123,4 +123,5 @@ def _describe(bootstrap: str, user: str | None, output: str) -> None:
             continue
         text = ", ".join(f"{c.mechanism.mechanism_name if c.mechanism else 'UNKNOWN'}=iterations={c.iterations}"
                          for c in infos)
-        click.echo(f"SCRAM credential configs for user-principal '{u}' are {text}")
+        click.echo("\n".join(wrap_fields(f"SCRAM credential configs for user-principal '{u}' are {text}",
+                                          terminal_width(), " ", "    ")))

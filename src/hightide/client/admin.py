@@ -31,6 +31,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
     _Retry,
     error_for,
+    unreachable,
 )
 from .groups import GroupsMixin
 from .log_dirs import LogDirsMixin
@@ -135,11 +136,11 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
             try:
                 await conn.connect()
             except KafkaError as exc:
-                errors.append(f"{host}:{port}: {exc}")
+                errors.append((f"{host}:{port}", exc))
                 continue
             self._bootstrap_conn = conn
             return conn
-        raise KafkaConnectionError("no bootstrap server reachable: " + "; ".join(errors))
+        raise unreachable(errors)
 
     async def _any_conn(self) -> BrokerConnection:
         """A live connection to some broker (an existing one if possible)."""
@@ -205,14 +206,18 @@ class AdminClient(GroupsMixin, ShareGroupsMixin, DataMixin, ConfigsMixin, Securi
                 delay = min(delay * 2, self.max_backoff_s)
 
     # -- metadata ------------------------------------------------------------------------
-    async def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
-        """Metadata for ``topics`` (None: all topics; []: brokers only). Never creates
-        topics. Topics the broker does not know appear with ``error`` set."""
+    async def metadata(self, topics: list[str] | None = None, *,
+                       allow_auto_topic_creation: bool = False) -> ClusterMetadata:
+        """Metadata for ``topics`` (None: all topics; []: brokers only). Topics the broker
+        does not know appear with ``error`` set. Creates none unless
+        ``allow_auto_topic_creation`` (as a Kafka producer asks: the broker then creates
+        the unknown topics if its ``auto.create.topics.enable`` is true)."""
         async def attempt() -> ClusterMetadata:
             conn = await self._any_conn()
-            v = conn.pick_version(3, 12, 1)
+            v = conn.pick_version(3, 12, 4 if allow_auto_topic_creation else 1)
             body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
-                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
+                    "allow_auto_topic_creation": allow_auto_topic_creation,
+                    "include_topic_authorized_operations": False,
                     "include_cluster_authorized_operations": False}
             return self._remember(_parse_metadata(await conn.request(3, v, body)))
         return await self._with_retries(attempt)

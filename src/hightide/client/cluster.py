@@ -19,7 +19,7 @@ from typing import Any
 
 from ..aio.transport import LOOP_TRANSPORT, Transport
 from .connection import BrokerConnection
-from .errors import ErrorCode, KafkaError, error_for
+from .errors import ErrorCode, KafkaError, error_for, unreachable
 from .properties import ClientSecurity
 
 __all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "active_controller",
@@ -84,8 +84,7 @@ async def connect_any(servers: list[tuple[str, int]], *, timeout_s: float = 15.0
     """A connection to the first reachable of ``servers`` (ApiVersions done; TLS/SASL per
     ``security``; opened through ``transport``). Raises :class:`~hightide.client.errors.KafkaConnectionError` naming
     every failure."""
-    from .errors import KafkaConnectionError
-    errors = []
+    errors: list[tuple[str, KafkaError]] = []
     for host, port in servers:
         conn = BrokerConnection(host, port, "hightide-admin", request_timeout_s=timeout_s, security=security,
                                 transport=transport)
@@ -93,8 +92,8 @@ async def connect_any(servers: list[tuple[str, int]], *, timeout_s: float = 15.0
             await conn.connect()
             return conn
         except KafkaError as exc:
-            errors.append(f"{host}:{port}: {exc}")
-    raise KafkaConnectionError("no server reachable: " + "; ".join(errors))
+            errors.append((f"{host}:{port}", exc))
+    raise unreachable(errors)
 
 
 async def describe_cluster(conn: BrokerConnection, *, controllers: bool = False,
@@ -181,7 +180,7 @@ async def active_controller(servers: list[tuple[str, int]], *, timeout_s: float 
     asked next. While nobody leads (an election), every server is asked again every
     200 ms until ``timeout_s``. Against a single controller or a node that answers
     DescribeQuorum itself this is one round trip. Raises
-    :class:`~hightide.client.errors.KafkaConnectionError` ("no server reachable: ...")
+    :class:`~hightide.client.errors.KafkaConnectionError` ("cannot reach ...")
     when no server could be reached in a round, :class:`~hightide.client.errors.UnsupportedVersionError` when one does not
     offer DescribeQuorum, and the last error (e.g. NOT_LEADER_OR_FOLLOWER) at the
     timeout. Connections are opened through ``transport``."""
@@ -191,7 +190,7 @@ async def active_controller(servers: list[tuple[str, int]], *, timeout_s: float 
     while True:
         pending = list(servers)
         seen: set[tuple[str, int]] = set()
-        unreachable: list[str] = []
+        down: list[tuple[str, KafkaError]] = []
         while pending:
             host, port = pending.pop(0)
             if (host, port) in seen:
@@ -212,13 +211,13 @@ async def active_controller(servers: list[tuple[str, int]], *, timeout_s: float 
                     pending.insert(0, leader)
             except (KafkaConnectionError, KafkaTimeoutError) as exc:  # down or paused: the next one
                 last = exc
-                unreachable.append(f"{host}:{port}: {exc}")
+                down.append((f"{host}:{port}", exc))
             except KafkaError:
                 await conn.close()
                 raise
             await conn.close()
-        if len(unreachable) == len(seen):  # nobody answered at all: no point in waiting
-            raise KafkaConnectionError("no server reachable: " + "; ".join(unreachable))
+        if len(down) == len(seen):  # nobody answered at all: no point in waiting
+            raise unreachable(down)
         if time.monotonic() >= deadline:
             raise last or KafkaConnectionError("no server to ask")
         await asyncio.sleep(0.2)

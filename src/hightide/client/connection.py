@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
@@ -184,8 +185,10 @@ class BrokerConnection:
                     server_hostname=self.host if tls is not None else None)
         except TimeoutError:
             raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
-        except OSError as exc:
-            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        except OSError as exc:  # "connection refused", not "[Errno 111] Connect call failed ('h', p)"
+            reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
+            reason = reason[:1].lower() + reason[1:]
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}") from exc
         self._wire = wire  # type: ignore[assignment]
         try:
             await self._handshake_versions()

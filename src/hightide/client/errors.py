@@ -33,6 +33,7 @@ __all__ = [
     "UnsupportedVersionError",
     "error_for",
     "raise_for_code",
+    "unreachable",
 ]
 
 
@@ -70,6 +71,18 @@ class KafkaConnectionError(KafkaError):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(ErrorCode.network_exception, message)
+
+
+def unreachable(failures: list[tuple[str, KafkaError]]) -> KafkaConnectionError:
+    """The one error for "none of these servers answered": each ``(HOST:PORT, error)``
+    named once, servers that failed the same way together, e.g. ``cannot reach
+    127.0.0.1:1, 127.0.0.1:2 (connection refused)`` (the connection's own "cannot connect
+    to HOST:PORT:" prefix and error code are not repeated)."""
+    reasons: dict[str, list[str]] = {}
+    for where, exc in failures:
+        reason = (exc.message or str(exc)).removeprefix(f"cannot connect to {where}: ")
+        reasons.setdefault(reason, []).append(where)
+    return KafkaConnectionError("cannot reach " + "; ".join(f"{', '.join(ws)} ({r})" for r, ws in reasons.items()))
 
 
 class KafkaTimeoutError(KafkaError):

@@ -219,4 +219,4 @@ def format_new_dir(data_dir: str, *, cluster_id: str, node_id: int, voters: Sequ
                                   f"{META_PROPERTIES}: refusing to format it (use an empty dir)")
     format_dir(data_dir, cluster_id=cluster_id, node_id=node_id, voters=voters, storage=storage)
     role = f", voters {_ids(voters)}" if voters is not None else ""
-    return f"formatted data dir {data_dir} for cluster {cluster_id} (node {node_id}{role})"
+    return f"formatted {data_dir}: cluster {cluster_id}, node {node_id}{role}"

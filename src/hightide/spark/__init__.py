@@ -52,8 +52,13 @@ def register(spark: Any, *, commit_progress: bool = True) -> Registration:
     Raises RuntimeError when the data source cannot be registered (nothing would work);
     when only the listener cannot be installed, the returned :class:`Registration` says
     so in ``unavailable`` and a :class:`RuntimeWarning` is issued: streaming queries
-    then run, but commit no group offsets."""
-    from .source import HightideDataSource
+    then run, but commit no group offsets. Raises ImportError naming the ``spark`` extra
+    when its libraries (pyarrow, numpy, ...) are missing."""
+    try:
+        from .source import HightideDataSource
+    except ImportError as exc:
+        raise ImportError(f"hightide.spark needs the spark extra: `make spark` (pip install 'hightide[spark]'); "
+                          f"missing {exc.name}", name=exc.name) from None
     connect = is_connect(spark)
     try:
         spark.dataSource.register(HightideDataSource)

@@ -109,12 +109,30 @@ class KafkaIO:
         self.close()
 
     # -- metadata and offsets ----------------------------------------------------------
-    def partitions(self, topics: list[str] | None = None) -> dict[str, list[int]]:
+    def partitions(self, topics: list[str] | None = None, *, auto_create: bool = False) -> dict[str, list[int]]:
         """Partitions of ``topics`` (None: every non-internal topic), topics that do not
-        exist left out."""
-        md = self.run(self.admin.metadata(topics))
+        exist left out. ``auto_create`` (with named ``topics``): ask for them as a Kafka
+        producer does (Metadata ``allow_auto_topic_creation``: the broker creates unknown
+        topics when its ``auto.create.topics.enable`` is true) and wait, within the
+        request timeout, while a new topic is answered LEADER_NOT_AVAILABLE."""
+        if auto_create and topics:
+            md = self.run(self._auto_created(topics))
+        else:
+            md = self.run(self.admin.metadata(topics))
         return {name: sorted(t.partitions) for name, t in sorted(md.topics.items())
                 if t.error == ErrorCode.none and (topics is not None or not t.is_internal)}
+
+    async def _auto_created(self, topics: list[str]) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_s
+        delay = 0.05
+        while True:
+            md = await self.admin.metadata(topics, allow_auto_topic_creation=True)
+            if loop.time() >= deadline or not any(
+                    t.error == ErrorCode.leader_not_available for t in md.topics.values()):
+                return md
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def offsets(self, specs: dict[TopicPartition, Any]) -> dict[TopicPartition, int]:
         """ListOffsets per partition (``"earliest"``, ``"latest"`` or a timestamp);

@@ -4,7 +4,10 @@ Columns, as Spark's Kafka sink takes them: ``value`` (required; binary or string
 ``key``, ``topic`` (unless the ``topic`` option is set, which overrides it),
 ``partition`` (int; otherwise Kafka's default partitioner: murmur2 of the key, and for
 null keys a round-robin that is deterministic per task), ``headers``
-(``array<struct<key: string, value: binary>>``). Every task writes with its own
+(``array<struct<key: string, value: binary>>``). A target topic that does not exist is
+asked for as a Kafka producer asks (Metadata allowing auto-creation), so the cluster
+creates it when its ``auto.create.topics.enable`` is true (the default); otherwise the
+write fails with one line naming the topic. Every task writes with its own
 idempotent producer (InitProducerId; batches carry producer id, epoch and sequence), so
 a Produce retried after a lost answer is deduplicated by the broker.
 
@@ -224,7 +227,9 @@ def route(rows: _Rows, counts: dict[str, int], task: int) -> dict[TopicPartition
     uniq = pc.unique(rows.topics).to_pylist()
     missing = sorted(set(uniq) - set(counts))
     if missing:
-        raise OptionError(f"topics {missing} do not exist")
+        raise OptionError(f"topics {missing} do not exist and the cluster did not create them "
+                          f"(auto.create.topics.enable=false): create them first, e.g. "
+                          f"`hightide topics create {missing[0]}`")
     topic_idx = np.asarray(pc.index_in(rows.topics, pa.array(uniq, pa.string())).to_numpy(), np.int64)
     nparts = np.array([counts[t] for t in uniq], np.int64)[topic_idx]
     part = rows.partitions.copy()
@@ -271,7 +276,8 @@ def write_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch], *, task: in
             txn_id = f"{txn_prefix}-{task}"
             txn = (txn_id, io.init_transactional(txn_id, opts.transaction_timeout_ms))
         topics = pc.unique(rows.topics).to_pylist()
-        counts = {t: len(ps) for t, ps in io.partitions(sorted(topics)).items()}
+        # as a Kafka producer asks: the cluster creates missing topics if auto.create.topics.enable
+        counts = {t: len(ps) for t, ps in io.partitions(sorted(topics), auto_create=True).items()}
         per_tp = route(rows, counts, task)
         # positions: each row's place in the task's sequence for its partition (the tag)
         plan = {tp: (idx, np.arange(len(idx))) for tp, idx in per_tp.items()}
