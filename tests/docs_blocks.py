@@ -15,8 +15,8 @@ The convention:
 * ```` ```python ````: a program a user can run (each block in its own interpreter).
 * ```` ```toml ````: a file's contents; it must parse. One whose first line is a comment
   naming the file (``# hightide.toml ...``) is written there for the commands after it.
-* ```` ```text ```` and ```` ```properties ````: not commands (output, synopses, layouts,
-  properties files). A ``$ `` prompt line in one is an error (a transcript is ``console``).
+* ```` ```text ````, ```` ```properties ```` and ```` ```yaml ````: not commands (output,
+  synopses, layouts, properties files, manifests). A ``$ `` prompt line in one is an error (a transcript is ``console``).
 * Any other tag, or none, is an error: a new block must say what it is.
 * A runnable block that cannot run in the test suite (a Spark or Kubernetes cluster,
   minutes of benchmark, files under /etc) is preceded by ``<!-- not-run: REASON -->`` on
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHELL = frozenset({"console", "sh"})
 PYTHON = frozenset({"python"})
 PARSED = frozenset({"toml"})
-TEXT = frozenset({"text", "properties"})
+TEXT = frozenset({"text", "properties", "yaml"})
 NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
 
 
