@@ -22,11 +22,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..log.storage_faulty import Fault
 from .world import SimNode, World
 
 __all__ = ["FAULT_KINDS", "FaultSchedule"]
 
-FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow", "clock")
+FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow", "clock", "slow-disk", "fsync-fail")
 
 
 @dataclass
@@ -40,6 +41,7 @@ class FaultSchedule:
     #: Undo steps that failed (a restart past its bound): the run reports them as anomalies.
     failures: list[str] = field(default_factory=list)
     _down: set[int] = field(default_factory=set)
+    _disk_faulted: set[int] = field(default_factory=set)
     _undo: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def run(self, duration_s: float) -> None:
@@ -50,7 +52,7 @@ class FaultSchedule:
             await asyncio.sleep(self.rng.uniform(0.5, 4.0))
             kind = self.rng.choice(self.kinds)
             node = self.rng.choice(sorted(self.world.nodes.values(), key=lambda n: n.node_id))
-            if kind in ("kill", "stop", "pause"):
+            if kind in ("kill", "stop", "pause", "fsync-fail"):
                 if node.node_id in self._down or len(self._down) >= self.max_down or not node.up:
                     continue
                 self._down.add(node.node_id)
@@ -81,6 +83,13 @@ class FaultSchedule:
             self._later(hold_s, self._unslow())
         elif kind == "clock" and node.clock is not None:
             node.clock.jump(self.rng.randint(-2000, 2000))
+        elif kind == "slow-disk":
+            node.disk_slow_s = self.rng.uniform(0.05, 0.5)
+            self._later(hold_s, self._fast_disk(node))
+        elif kind == "fsync-fail":
+            node.disk.set_rules(Fault("fsync", "EIO", count=1))
+            self._disk_faulted.add(node.node_id)
+            self._later(hold_s, self._operator_restart(node))
 
     def _later(self, delay_s: float, action: Coroutine[Any, Any, None]) -> None:
         async def after() -> None:
@@ -100,6 +109,18 @@ class FaultSchedule:
             self.trace(f"restart {node}")
             await self.world.launch(node)
         self._down.discard(node.node_id)
+
+    async def _fast_disk(self, node: SimNode) -> None:
+        node.disk_slow_s = 0.0
+
+    async def _operator_restart(self, node: SimNode) -> None:
+        """After a disk error: the operator restarts the node (a halted one is down already)."""
+        node.disk.clear()
+        self._disk_faulted.discard(node.node_id)
+        if node.up:
+            took = await self.world.stop(node)
+            self.trace(f"{node} stopped in {took:.2f}s after its disk error")
+        await self._restart(node)
 
     async def _resume(self, node: SimNode) -> None:
         self.trace(f"resume {node}")
@@ -122,6 +143,12 @@ class FaultSchedule:
         self.world.net.heal()
         self.world.net.slow(0.0)
         for node in self.world.nodes.values():
+            node.disk_slow_s = 0.0
+            if node.node_id in self._disk_faulted:  # a disk error: the operator restarts the node
+                self._disk_faulted.discard(node.node_id)
+                node.disk.clear()
+                if node.up:
+                    await self.world.stop(node)
             if node.run is not None and node.run.state == "paused":
                 self.world.resume(node)
             if not node.up:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..aio import halt as _halt_module
 from ..client import AdminClient, NewTopic
 from ..client.errors import KafkaError
 from .checker import Anomaly, Checker
@@ -135,6 +136,8 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
         trace.append(f"[{loop.time() - 1000:9.3f}] {text}")
 
     world = World(loop, random.Random(rng.getrandbits(64)), controllers=controllers, brokers=brokers)
+    saved_halt = _halt_module.halt_process
+    _halt_module.halt_process = world.halt  # type: ignore[assignment]  # a halting node is killed, not the process
     checker = Checker()
     faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds, counts=fault_counts)
     clients: list[Any] = []
@@ -211,6 +214,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
             with contextlib.suppress(Exception):
                 await c.close()
         await world.close()
+        _halt_module.halt_process = saved_halt
 
 
 async def _replicas_agree(world: World, partitions: int, within_s: float) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..config import BrokerConfig
 from ..log.data_dir import format_dir, new_id, write_meta_properties
+from ..log.storage_faulty import FaultyStorage
 from ..log.storage_memory import MemoryStorage
 from ..server.broker import Broker
 from .clock import SimClock
@@ -47,6 +48,10 @@ START_BOUND_S = 30.0
 STOP_BOUND_S = 60.0
 
 
+class NodeHalted(BaseException):
+    """Raised in a node that halts (see :meth:`World.halt`): unwinds its current callback."""
+
+
 @dataclass(eq=False)
 class SimNode:
     """One node of the simulated cluster (all its incarnations)."""
@@ -56,10 +61,17 @@ class SimNode:
     settings: dict[str, Any]
     data_dir: str
     storage: MemoryStorage = field(default_factory=MemoryStorage)
+    #: The engine the node runs on: ``storage`` behind the fault injector (failing fsyncs).
+    disk: FaultyStorage = field(init=False)
+    #: Extra simulated seconds each of this node's disk jobs takes (a slow disk).
+    disk_slow_s: float = 0.0
     clock: SimClock | None = None
     broker: Broker | None = None
     run: NodeRun | None = None
     incarnations: int = 0
+
+    def __post_init__(self) -> None:
+        self.disk = FaultyStorage(self.storage)
 
     @property
     def host(self) -> str:
@@ -86,6 +98,8 @@ class World:
         self.rng = rng
         self.net = SimNetwork(loop, random.Random(rng.getrandbits(64)))
         loop.network = self.net
+        self._disk_rng = random.Random(rng.getrandbits(64))
+        loop.disk_delay = self._disk_delay
         self._tmp = tempfile.TemporaryDirectory(prefix="hightide-sim-")
         voters = ",".join(f"{CONTROLLER_BASE + i}@n{CONTROLLER_BASE + i}:{CONTROLLER_PORT}" for i in range(controllers))
         common = {"controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
@@ -107,6 +121,26 @@ class World:
             self._add(nid, False, {**common, "process.roles": "broker", "listeners": listener,
                                    "advertised.listeners": listener})
         self.cluster_id = new_id()
+
+    def _disk_delay(self) -> float:
+        """How long one disk job (an fsync, a snapshot write) of the running node takes:
+        0.1-3 ms, plus the node's slowness (see :attr:`SimNode.disk_slow_s`)."""
+        run = NODE.get()
+        node = self.nodes.get(run.node_id) if run is not None else None
+        slow = node.disk_slow_s if node is not None else 0.0
+        return self._disk_rng.uniform(0.0001, 0.003) + (self._disk_rng.uniform(0.5, 1.0) * slow if slow else 0.0)
+
+    def halt(self, reason: str) -> None:
+        """The running node halts (``hightide.aio.halt.halt_process``: Kafka's fatal fault
+        handler): it is killed once the current callback has unwound (the crash then drops
+        what the unwinding wrote to the page cache)."""
+        run = NODE.get()
+        node = self.nodes.get(run.node_id) if run is not None else None
+        if node is None or node.run is not run:
+            raise RuntimeError(f"halt outside a running node: {reason}")
+        log.warning("node %d halts: %s", node.node_id, reason)
+        self.loop.call_soon(self.kill, node, context=contextvars.Context())
+        raise NodeHalted(reason)
 
     def _add(self, nid: int, controller: bool, settings: dict[str, Any]) -> None:
         data_dir = os.path.join(self._tmp.name, f"{'controller' if controller else 'broker'}-{nid}")
@@ -148,7 +182,7 @@ class World:
         node.run = run
         node.clock = node.clock or SimClock(self.loop)
         config = BrokerConfig.load(overrides=node.settings)
-        broker = Broker(config, data_dir=node.data_dir, listen=(node.host, node.port), storage=node.storage,
+        broker = Broker(config, data_dir=node.data_dir, listen=(node.host, node.port), storage=node.disk,
                         clock=node.clock, transport=self.net)
         node.broker = broker
         task = self.loop.create_task(broker.start(), name=f"start {node}", context=ctx)
@@ -162,6 +196,8 @@ class World:
         self.loop.kill(node.run)
         self.net.node_killed(node.run)
         node.storage.crash()
+        node.disk.clear()  # a new process: the disk's next fault is the schedule's to set
+        node.disk_slow_s = 0.0
         broker, node.broker = node.broker, None
         lock = getattr(broker, "_dir_lock", None)
         if lock is not None:
