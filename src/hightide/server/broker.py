@@ -79,7 +79,6 @@ from ..aio.waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
 
-GROUP_TIMER_INTERVAL_S = 0.1
 METADATA_FETCH_KEY = (METADATA_TOPIC, 0)  # the observers' long-poll key (handlers.controller_fetch)
 #: How long a broker-only node waits for the controller on its own topic creations before
 #: answering a retriable error (see Broker._create_through_controller).
@@ -252,8 +251,8 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.controller_service.run(), name="controller-timers"))
         else:
             self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
-            self._tasks.append(asyncio.create_task(self._group_timers(), name="group-timers"))
-            self._tasks.append(asyncio.create_task(self._share_state_pruning(), name="share-state-pruning"))
+            self._tasks.append(asyncio.create_task(self.groups.run_timers(), name="group-timers"))
+            self._tasks.append(asyncio.create_task(self.share_state.run_pruning(), name="share-state-pruning"))
             self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
             self._tasks.append(asyncio.create_task(self.txns.run_timers(), name="transaction-timers"))
             self._tasks.append(asyncio.create_task(self.replica_manager.run(), name="isr-expiration"))
@@ -770,21 +769,6 @@ class Broker:
             await self.clock.sleep(interval)
             self.run_retention()
 
-    async def _group_timers(self) -> None:
-        """Classic group timers every 100 ms; offsets expiry on its own interval."""
-        expiry_interval = self.config["offsets.retention.check.interval.ms"]
-        next_expiry = self.clock.now_ms() + expiry_interval
-        while True:
-            await self.clock.sleep(GROUP_TIMER_INTERVAL_S)
-            ts = self.clock.now_ms()
-            try:
-                await self.groups.poll(ts)
-                if ts >= next_expiry:
-                    next_expiry = ts + expiry_interval
-                    await self.groups.expire_offsets(ts)
-            except Exception:
-                log.exception("group timers failed")
-
     async def _watch_descriptors(self) -> None:
         """Once a second: warn (once per episode) when open file descriptors reach the
         limit, and re-open the listener if the event loop gave it up.
@@ -834,20 +818,6 @@ class Broker:
             self.servers[i] = (listener, server)
             if i == 0:
                 self.server = server
-
-    async def _share_state_pruning(self) -> None:
-        """Cold snapshots and pruning of __share_group_state: once right after start-up
-        (a broker that keeps being killed before the interval passes would otherwise never
-        prune, and each start would replay more), then on its interval."""
-        interval = self.config["share.coordinator.state.topic.prune.interval.ms"] / 1000
-        while True:
-            try:
-                freed = await self.share_state.prune(self.clock.now_ms())
-                if freed:
-                    log.info("pruned %d records of %s", freed, "__share_group_state")
-            except Exception:
-                log.exception("share state pruning failed")
-            await self.clock.sleep(interval)
 
     async def _cleaner_loop(self) -> None:
         while not self.metadata_ready:  # a broker-only node's topic configs may be stale until caught up
