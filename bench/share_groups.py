@@ -346,7 +346,7 @@ async def _in_process(n: int, batch: int) -> dict:
         try:
             _, recs = b.controller.create_topics(b.image, [NewTopic("t", 1)])
             await b.commit_metadata(recs)
-            plog = b.partition_log("t", 0)
+            plog = b.hosted.partition_log("t", 0)
             now = int(time.time() * 1000)
             one = build_batch([(None, os.urandom(100), [], now)] * batch)
             for _ in range(n // batch):

@@ -5,9 +5,9 @@ replicas, the cluster node — is constructed with the few things it uses, named
 they do, so it can be built, tested and simulated without a whole broker:
 
 * :class:`MetadataAccess`: the current metadata image, the controller core, the commit
-  path (``write_metadata``/``commit_metadata``), the node's own topic creations, and
-  putting changed configs in force;
-* :class:`PartitionLogs`: partition log lookup;
+  path (``write_metadata``/``commit_metadata``) and the node's own topic creations;
+* :class:`PartitionLogs`: partition log lookup, and putting changed configs in force
+  on the logs;
 * :class:`BrokerIdentity`: node id, cluster id, advertised address, whether stopping;
 * :class:`ProducerIdSource`: new producer ids;
 * :class:`CoordinatorUnavailable` (and :class:`CoordinatorLoadInProgress`): the error
@@ -88,14 +88,6 @@ class MetadataAccess(Protocol):
         CoordinatorUnavailable when the write fails."""
         ...
 
-    def refresh_topic_config(self, topic: TopicImage) -> None:
-        """Put the topic's effective config (after a change to it) in force on its open logs."""
-        ...
-
-    def apply_dynamic_broker_configs(self) -> None:
-        """Put the image's dynamic broker configs in force (after a change to them)."""
-        ...
-
 
 class ClusterView(Protocol):
     """What ApiVersions and the leadership checks need from a broker-only node
@@ -126,6 +118,15 @@ class PartitionLogs(Protocol):
     def hosted_logs(self) -> list[tuple[tuple[str, int], PartitionLog]]:
         """Every open partition log of this node with its (topic, partition), the
         metadata log excepted (Kafka's ``LogManager.allLogs``)."""
+        ...
+
+    def refresh_topic_config(self, topic: TopicImage) -> None:
+        """Put the topic's effective config (after a change to it) in force on its open logs."""
+        ...
+
+    def apply_dynamic_broker_configs(self) -> None:
+        """Put the image's dynamic broker configs in force on the node's config and on
+        every open log (after a change to them)."""
         ...
 
 

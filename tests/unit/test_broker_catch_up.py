@@ -197,7 +197,7 @@ def test_it_acts_on_the_whole_image_once_caught_up_and_registered(tmp_path):
             assert committed.topics[0].partitions[0].error_code == ErrorCode.none
             resp = await conn.request(0, 9, produce_body("orders"))
             assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
-            assert b.partition_log("orders", 0).leader_epoch == 4  # the epoch the controller gave
+            assert b.hosted.partition_log("orders", 0).leader_epoch == 4  # the epoch the controller gave
         finally:
             await conn.close()
             await b.stop()

@@ -86,7 +86,7 @@ def test_produce_to_a_partition_led_elsewhere_names_the_leader(tmp_path, version
         parts = {p.index: p for p in resp.responses[0].partition_responses}
         assert parts[0].error_code == ErrorCode.none and parts[0].base_offset == 0
         assert parts[1].error_code == NOT_LEADER and parts[2].error_code == NOT_LEADER
-        assert b.partition_log(TOPIC, 1) is None  # never opened: hosted on broker 2
+        assert b.hosted.partition_log(TOPIC, 1) is None  # never opened: hosted on broker 2
         if version >= 10:  # KIP-951
             assert (parts[1].current_leader.leader_id, parts[1].current_leader.leader_epoch) == (2, 3)
             assert (parts[2].current_leader.leader_id, parts[2].current_leader.leader_epoch) == (-1, 5)
@@ -214,13 +214,13 @@ def test_single_node_answers_as_before(tmp_path):
 # -- partition logs ----------------------------------------------------------------------------------
 def test_logs_are_opened_only_for_hosted_partitions_and_kept_when_leadership_moves(tmp_path):
     async def body(b: Broker, conn: BrokerConnection) -> None:
-        assert b.partition_log(TOPIC, 0) is not None
-        assert b.partition_log(TOPIC, 1) is None and b.partition_log(TOPIC, 2) is None
+        assert b.hosted.partition_log(TOPIC, 0) is not None
+        assert b.hosted.partition_log(TOPIC, 1) is None and b.hosted.partition_log(TOPIC, 2) is None
         resp = await conn.request(0, 9, produce_body([0]))
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
-        plog = b.partition_log(TOPIC, 0)
+        plog = b.hosted.partition_log(TOPIC, 0)
         await b.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, -1, 1, (1,))])  # fenced: no leader
-        assert b.partition_log(TOPIC, 0) is plog and plog.log_end_offset == 1  # kept, data intact
+        assert b.hosted.partition_log(TOPIC, 0) is plog and plog.log_end_offset == 1  # kept, data intact
         resp = await conn.request(0, 10, produce_body([0]))
         assert resp.responses[0].partition_responses[0].error_code == NOT_LEADER
         await b.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, 1, 2, (1,))])  # unfenced: leader again

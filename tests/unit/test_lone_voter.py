@@ -58,7 +58,7 @@ def test_a_data_dir_written_before_the_metadata_log_went_through_raft_starts_who
             assert sorted(t for t in b.image.topics if not t.startswith("__")) == ["audit", "events"]
             assert len(b.image.topics["events"].partitions) == 2
             assert b.metadata_runtime is not None and b.metadata_runtime.shell.epoch == 1  # above the old epoch 0
-            assert [b.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
+            assert [b.hosted.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
             await async_wait_until(lambda: asyncio.to_thread(_committed, f"127.0.0.1:{b.port}"), 20,
                                    what="group g's offsets loaded")
             assert await asyncio.to_thread(_committed, f"127.0.0.1:{b.port}") == {0: 4, 1: 2}
@@ -68,7 +68,7 @@ def test_a_data_dir_written_before_the_metadata_log_went_through_raft_starts_who
         async with Broker(data_dir=data_dir, listen=("127.0.0.1", 0)) as b:
             assert sorted(t for t in b.image.topics if not t.startswith("__")) == ["audit", "events", "later"]
             assert b.metadata_runtime is not None and b.metadata_runtime.shell.epoch == 2
-            assert [b.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
+            assert [b.hosted.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
             await async_wait_until(lambda: asyncio.to_thread(_committed, f"127.0.0.1:{b.port}"), 20,
                                    what="group g's offsets loaded")
             assert await asyncio.to_thread(_committed, f"127.0.0.1:{b.port}") == {0: 4, 1: 2}

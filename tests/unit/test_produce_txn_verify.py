@@ -99,7 +99,7 @@ class _Env:
 
     def stored(self, partition: int = 0) -> list[bytes]:
         """The values of every record in the partition, batch by batch."""
-        plog = self.broker.partition_log(TOPIC, partition)
+        plog = self.broker.hosted.partition_log(TOPIC, partition)
         assert plog is not None
         values, offset = [], 0
         while offset < plog.log_end_offset:

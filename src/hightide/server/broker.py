@@ -50,6 +50,7 @@ from .registry import Routes
 from ..node.controller_service import ControllerService
 from ..disk.flusher import Flusher
 from ..disk.cleaner import LogCleaner
+from ..disk.hosted_logs import HostedLogs
 from ..coordinator.runtime import CoordinatorUnavailable
 from ..coordinator.groups import GroupRuntime
 from ..quota.manager import ClientQuotas
@@ -135,10 +136,16 @@ class Broker:
             self.config.security_values, tuple(x.name for x in self.cluster.broker_listeners),
             self.cluster.controller_listener_names), transport)
         self.flusher = Flusher(lambda: self.logs, clock=clock)
-        self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,), clock=clock)
+        self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,), clock=clock,
+                                  ready=lambda: self.metadata_ready)
+        #: The partition logs hosted here, as the metadata image says (opened, deleted,
+        #: configured, retention): the handlers' PartitionLogs.
+        self.hosted = HostedLogs(config=self.config, node_id=self.node_id, data_dir=self.data_dir,
+                                 logs=lambda: self.logs, image=lambda: self.image, ready=lambda: self.metadata_ready,
+                                 wake=self.waiters.wake, clock=clock)
         # the coordinators (hightide.coordinator), built from what they use of this node
         env = CoordinatorEnv(
-            config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.partition_log,
+            config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.hosted.partition_log,
             durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.create_topics,
             cluster=not self.cluster.single_node, acting=lambda: self.metadata_ready, stopping=lambda: self.stopping,
             replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end), clock=clock)
@@ -150,7 +157,7 @@ class Broker:
                                               self.share_persister)
         self.share_manager = SharePartitionManager(  # share partitions, ShareFetch sessions
             max_sessions=self.config["group.share.max.share.sessions"], node_id=self.node_id,
-            partition_log=self.partition_log, wake=self.waiters.wake, groups=self.share_groups,
+            partition_log=self.hosted.partition_log, wake=self.waiters.wake, groups=self.share_groups,
             persister=self.share_persister, state=self.share_state, clock=clock)
         self.share_groups.manager = self.share_manager
         self.txns = TransactionCoordinator(  # transaction coordinator (KIP-890 verifier too)
@@ -181,7 +188,6 @@ class Broker:
         self.stopping = False
         self.stop_step_timeout_s = STOP_STEP_TIMEOUT_S  # each step of stop() (tests shorten it)
         self._bound: tuple[str, int] = listen
-        self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
         self._security: dict[str, ListenerSecurity] = {}  # listener name -> its security (issue 17)
         self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
@@ -226,7 +232,7 @@ class Broker:
             self.metadata_runtime = self._metadata_runtime()
         if self.cluster.single_node:  # the lone voter leads before anything reads its image
             await self._elect_lone_voter()
-        self.apply_dynamic_broker_configs()
+        self.hosted.apply_dynamic_broker_configs()
         if self.controller_only:
             self._start_controller()
             if len(self._voter_addresses()) == 1:
@@ -235,7 +241,7 @@ class Broker:
             # A broker-only node's local copy may be stale: its logs are opened (recovered),
             # but nothing is led, followed, coordinated or deleted before it caught up with
             # the controller (BrokerNode.caught_up, then after_metadata_change).
-            self._open_logs(delete_removed=self.node is None)
+            self.hosted.follow_image(delete_removed=self.node is None)
             if self.node is None:  # the single node leads every partition: its logs take their leader epochs
                 self.replica_manager.apply_image(self.image)
             self.groups.start()  # a broker-only node: nothing loaded before the catch-up
@@ -250,7 +256,7 @@ class Broker:
         if self.controller_service is not None:
             self._tasks.append(asyncio.create_task(self.controller_service.run(), name="controller-timers"))
         else:
-            self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+            self._tasks.append(asyncio.create_task(self.hosted.run_retention_loop(), name="retention"))
             self._tasks.append(asyncio.create_task(self.groups.run_timers(), name="group-timers"))
             self._tasks.append(asyncio.create_task(self.share_state.run_pruning(), name="share-state-pruning"))
             self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
@@ -258,7 +264,8 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.replica_manager.run(), name="isr-expiration"))
         self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"] and not self.controller_only:
-            self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
+            self._tasks.append(asyncio.create_task(self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000),
+                                                   name="log-cleaner"))
         self.started_at = self.clock.monotonic()
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
@@ -570,7 +577,7 @@ class Broker:
         partition logs (not on a controller-only process: it hosts none), wake the
         observers' metadata Fetches long-polling for it, tell the controller service."""
         if not self.controller_only:
-            self._open_logs(scan_dir=False)  # every log of a removed topic is open or retried here
+            self.hosted.follow_image(scan_dir=False)  # every log of a removed topic is open or retried here
             self.replica_manager.apply_image(self.image)  # leader epochs stamped on the logs led here
         self.waiters.wake(METADATA_FETCH_KEY)
         if self.controller_service is not None:
@@ -635,8 +642,8 @@ class Broker:
         once."""
         if not self.metadata_ready:
             return
-        self._open_logs()
-        self.apply_dynamic_broker_configs()
+        self.hosted.follow_image()
+        self.hosted.apply_dynamic_broker_configs()
         self.replica_manager.apply_image(self.image)  # lead / follow each hosted partition
         for runtime in (self.groups, self.share_state, self.share_manager, getattr(self, "txns", None)):
             follow = getattr(runtime, "follow_leadership", None)
@@ -650,103 +657,6 @@ class Broker:
         records = list(records)
         if records:
             await self.write_metadata(lambda image: (None, records))
-
-    def topic_log_config(self, topic: TopicImage) -> LogConfig:
-        """The topic's effective log config. Without ``delete`` in ``cleanup.policy``
-        (compact-only topics) nothing is ever deleted by time or size, as in Kafka."""
-        eff = effective_topic_config(self.config, topic.configs)
-        props = {k: str(v) if not isinstance(v, tuple) else ",".join(v) for k, v in eff.items()}
-        if "delete" not in eff["cleanup.policy"]:
-            props["retention.ms"] = props["retention.bytes"] = "-1"
-        return LogConfig.from_kafka(props)
-
-    def _open_logs(self, *, delete_removed: bool = True, scan_dir: bool = True) -> None:
-        """Open the log of every partition hosted here (this node leads it or holds a
-        replica: on the single node, every partition); delete the logs of partitions no
-        longer in the image (deleted topics) unless ``delete_removed`` is False (a
-        broker-only node's stale local copy at start may lack a topic created since) —
-        never a log just because its partition is led elsewhere now. ``scan_dir``: look
-        for such logs among the data directory's entries (at start, after a catch-up);
-        False: among the open logs and those waiting to be opened (after this node's own
-        metadata writes: a listing and a stat per partition at every write would cost
-        more than the write at thousands of partitions)."""
-        assert self.logs is not None
-        wanted: dict[TopicPartition, TopicImage] = {}
-        existing: set[TopicPartition] = set()
-        node = self.node_id
-        for t in self.image.topics.values():
-            for p, pimg in t.partitions.items():
-                existing.add((t.name, p))
-                if pimg.leader == node or node in pimg.replicas:
-                    wanted[(t.name, p)] = t
-        ts = self.clock.now_ms()
-        for tp, t in wanted.items():
-            plog = self.logs.get(tp)
-            if plog is None:
-                self._try_open_log(tp, t, ts)
-        dropped = [tp for tp in self._unopened if tp not in wanted]
-        for tp in dropped:
-            del self._unopened[tp]  # deleted before it could be opened
-        if not delete_removed:
-            candidates: list[TopicPartition] = []
-        elif scan_dir:
-            candidates = self.logs.existing_dirs()
-        else:
-            candidates = [tp for tp, _ in self.logs] + dropped  # a failed open may have left a directory
-        for tp in candidates:
-            if tp not in existing and tp[0] != METADATA_TOPIC:
-                log.info("deleting log of removed topic partition %s-%d", *tp)
-                self.logs.delete(tp)
-                self.waiters.wake(tp)
-
-    def _try_open_log(self, tp: TopicPartition, topic: TopicImage, ts: int) -> PartitionLog | None:
-        """Open a partition log; if the files cannot be opened (out of file descriptors,
-        I/O error) log it and retry at most once a second from :meth:`partition_log`
-        meanwhile the partition answers KAFKA_STORAGE_ERROR."""
-        assert self.logs is not None
-        try:
-            plog = self.logs.open(tp, self.topic_log_config(topic), ts)
-        except OSError as exc:
-            if tp not in self._unopened:
-                log.error("cannot open the log of %s-%d (will retry): %s", *tp, exc)
-            self._unopened[tp] = self.clock.monotonic() + 1.0
-            return None
-        if self._unopened.pop(tp, None) is not None:
-            log.warning("opened the log of %s-%d after earlier failures", *tp)
-        return plog
-
-    def apply_dynamic_broker_configs(self) -> None:
-        """Put the dynamic broker configs of the metadata image in force (cluster default,
-        then this broker's) and refresh every open log's config from them."""
-        dynamic = self.image.broker_dynamic
-        self.config.apply_dynamic(dynamic.get("", {}), dynamic.get(str(self.node_id), {}))
-        if self.logs is not None:
-            for topic in self.image.topics.values():
-                self.refresh_topic_config(topic)
-
-    def refresh_topic_config(self, topic: TopicImage) -> None:
-        cfg = self.topic_log_config(topic)
-        assert self.logs is not None
-        for p in topic.partitions:
-            plog = self.logs.get((topic.name, p))
-            if plog is not None:
-                plog.config = cfg
-
-    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
-        assert self.logs is not None
-        plog = self.logs.get((topic, partition))
-        if plog is None and self._unopened:
-            tp = (topic, partition)
-            retry_at = self._unopened.get(tp)
-            timg = self.image.topics.get(topic)
-            if (retry_at is not None and self.clock.monotonic() >= retry_at and timg is not None
-                    and partition in timg.partitions):
-                plog = self._try_open_log(tp, timg, self.clock.now_ms())
-        return plog
-
-    def hosted_logs(self) -> list[tuple[TopicPartition, PartitionLog]]:
-        """Every open partition log here (the metadata log is not among them)."""
-        return [(tp, plog) for tp, plog in self.logs or () if tp[0] != METADATA_TOPIC]
 
     async def next_producer_id(self) -> int:
         while self._producer_ids[0] >= self._producer_ids[1]:
@@ -763,12 +673,6 @@ class Broker:
         return nxt
 
     # -- background -----------------------------------------------------------------
-    async def _retention_loop(self) -> None:
-        interval = self.config["log.retention.check.interval.ms"] / 1000
-        while True:
-            await self.clock.sleep(interval)
-            self.run_retention()
-
     async def _watch_descriptors(self) -> None:
         """Once a second: warn (once per episode) when open file descriptors reach the
         limit, and re-open the listener if the event loop gave it up.
@@ -819,40 +723,12 @@ class Broker:
             if i == 0:
                 self.server = server
 
-    async def _cleaner_loop(self) -> None:
-        while not self.metadata_ready:  # a broker-only node's topic configs may be stale until caught up
-            await self.clock.sleep(0.1)
-        await self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000)
-
-    async def run_cleaner(self) -> int:
-        """Compact the logs of compacted topics now: plan, swap and install on the loop,
-        read, rewrite and fsync on the cleaner's worker thread (see :mod:`hightide.disk.cleaner`).
-        Returns how many logs were cleaned."""
-        return await self.cleaner.run_once()
-
-    def run_retention(self) -> None:
-        """Apply retention to every partition log (not before a broker-only node caught up
-        with the controller: its topic configs may be stale)."""
-        assert self.logs is not None
-        if not self.metadata_ready:
-            return
-        ts = self.clock.now_ms()
-        for tp, plog in self.logs:
-            if tp[0] == METADATA_TOPIC:
-                continue
-            try:
-                freed = plog.apply_retention(ts)
-                if freed:
-                    log.info("retention deleted %d bytes from %s-%d", freed, *tp)
-            except OSError:
-                log.exception("retention failed for %s-%d", *tp)
-
 
 def _services_of(broker: Broker, routes: Routes) -> Services:
     """What the handlers of ``routes`` get of ``broker``, by narrow interface: the broker
     object itself is handed out only typed as the four protocols it satisfies
     (MetadataAccess, PartitionLogs, BrokerIdentity, ProducerIdSource)."""
-    return Services(config=broker.config, routes=routes, metadata=broker, logs=broker, identity=broker,
+    return Services(config=broker.config, routes=routes, metadata=broker, logs=broker.hosted, identity=broker,
                     producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
                     share_groups=broker.share_groups, share_state=broker.share_state,
                     share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,

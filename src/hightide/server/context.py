@@ -8,9 +8,10 @@ packages)
 
 * ``metadata`` (:class:`MetadataAccess`): the current metadata image, the controller
   core, ``write_metadata``/``commit_metadata`` to make metadata records durable and
-  applied, and ``refresh_topic_config``/``apply_dynamic_broker_configs`` to put changed
-  configs in force;
-* ``logs`` (:class:`PartitionLogs`): partition log lookup;
+  applied;
+* ``logs`` (:class:`PartitionLogs`): partition log lookup, and
+  ``refresh_topic_config``/``apply_dynamic_broker_configs`` to put changed configs in
+  force on the logs (the node's :class:`~hightide.disk.hosted_logs.HostedLogs`);
 * ``identity`` (:class:`BrokerIdentity`): node id, cluster id, advertised address,
   whether the broker is stopping;
 * ``producer_ids`` (:class:`ProducerIdSource`);
