@@ -57,7 +57,7 @@ async def run(mb: int) -> dict:
         await b.start()
         _, records = b.controller.create_topics(
             b.image, [NewTopic("offsets-like", 1, configs={"cleanup.policy": "compact", "segment.bytes": str(1 << 20)})])
-        done = b.commit_metadata(records)
+        done = b.metadata_writer.commit_metadata(records)
         if inspect.isawaitable(done):
             await done
         plog = b.hosted.partition_log("offsets-like", 0)

@@ -345,7 +345,7 @@ async def _in_process(n: int, batch: int) -> dict:
         await b.start()
         try:
             _, recs = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-            await b.commit_metadata(recs)
+            await b.metadata_writer.commit_metadata(recs)
             plog = b.hosted.partition_log("t", 0)
             now = int(time.time() * 1000)
             one = build_batch([(None, os.urandom(100), [], now)] * batch)

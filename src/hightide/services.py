@@ -16,9 +16,12 @@ they do, so it can be built, tested and simulated without a whole broker:
 * :class:`ClusterView`: a broker-only node's view of the controller (caught up,
   ApiVersions' forwarded ranges, finalized features).
 
-The broker object satisfies the first four itself (see ``server/broker.py``); handing it
-out typed as one of them keeps each user to that interface (the type checker enforces
-it) without a wrapper. This module imports no shell package.
+The node's components satisfy them (``MetadataAccess``: ``node.metadata_writer.MetadataWriter``;
+``PartitionLogs``: ``disk.hosted_logs.HostedLogs``; ``ProducerIdSource``:
+``node.producer_ids.ProducerIdManager``; ``BrokerIdentity``: the broker object, see
+``server/broker.py``); handing one out typed as its interface keeps each user to that
+interface (the type checker enforces it) without a wrapper. This module imports no shell
+package.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class Env:
 
 
 async def _commit(b: Broker, records) -> None:
-    done = b.commit_metadata(records)
+    done = b.metadata_writer.commit_metadata(records)
     if inspect.isawaitable(done):  # the metadata commit is async since its fsync left the loop
         await done
 

@@ -63,7 +63,7 @@ class _Env:
 
     async def __aenter__(self) -> _Env:
         await self.broker.start()
-        await self.broker.create_topics([NewTopic(TOPIC, 2, -1)])
+        await self.broker.metadata_writer.create_topics([NewTopic(TOPIC, 2, -1)])
         self.services = dataclasses.replace(self.broker.services, txn_verifier=self.txns)
         return self
 

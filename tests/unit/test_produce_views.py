@@ -41,7 +41,7 @@ def test_records_are_written_released_and_never_touched_again(tmp_path: Path, ac
         broker = Broker(BrokerConfig(), data_dir=str(tmp_path), listen=("127.0.0.1", 0))
         await broker.start()
         try:
-            await broker.create_topics(TOPICS)
+            await broker.metadata_writer.create_topics(TOPICS)
             frame, sent = _frame(acks)
             view = memoryview(frame)[4:]
             header, off = parse_header(view)
@@ -81,7 +81,7 @@ def test_a_read_only_frame_is_written_too(tmp_path: Path) -> None:
         broker = Broker(BrokerConfig(), data_dir=str(tmp_path), listen=("127.0.0.1", 0))
         await broker.start()
         try:
-            await broker.create_topics(TOPICS[:1])
+            await broker.metadata_writer.create_topics(TOPICS[:1])
             frame, sent = _frame(1)
             held = bytes(frame)
             view = memoryview(held)[4:]

@@ -36,7 +36,7 @@ def env(tmp_path):
 def _topic(loop, b: Broker) -> ShareStateKey:
     if "t" not in b.image.topics:
         _, records = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-        loop.run_until_complete(b.commit_metadata(records))
+        loop.run_until_complete(b.metadata_writer.commit_metadata(records))
     return ShareStateKey("g", b.image.topics["t"].topic_id, 0)
 
 

@@ -34,7 +34,7 @@ def _config() -> BrokerConfig:
 
 async def _create_topic(b: Broker) -> None:
     _, records = b.controller.create_topics(b.image, [NewTopic(TOPIC, 2)])
-    done = b.commit_metadata(records)
+    done = b.metadata_writer.commit_metadata(records)
     if inspect.isawaitable(done):
         await done
 

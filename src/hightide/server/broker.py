@@ -51,6 +51,8 @@ from ..node.controller_service import ControllerService
 from ..disk.flusher import Flusher
 from ..disk.cleaner import LogCleaner
 from ..disk.hosted_logs import HostedLogs
+from ..node.metadata_writer import METADATA_FETCH_KEY, MetadataWriter
+from ..node.producer_ids import ProducerIdManager
 from ..coordinator.runtime import CoordinatorUnavailable
 from ..coordinator.groups import GroupRuntime
 from ..quota.manager import ClientQuotas
@@ -80,10 +82,6 @@ from ..aio.waiters import AppendWaiters
 
 log = logging.getLogger("hightide.broker")
 
-METADATA_FETCH_KEY = (METADATA_TOPIC, 0)  # the observers' long-poll key (handlers.controller_fetch)
-#: How long a broker-only node waits for the controller on its own topic creations before
-#: answering a retriable error (see Broker._create_through_controller).
-OWN_WRITE_WAIT_S = 5.0
 #: Deadline of each step of Broker.stop (``Broker.stop_step_timeout_s``) and of the flush step.
 STOP_STEP_TIMEOUT_S = 5.0
 FLUSH_STOP_TIMEOUT_S = 30.0
@@ -130,6 +128,13 @@ class Broker:
         self.controller_service: ControllerService | None = None  # controller-only: started by start()
         self.controller_services: Services | None = None  # the controller listener's route table
         self.waiters = AppendWaiters()
+        #: The write path to the metadata log and this node's view of it (the handlers'
+        #: MetadataAccess): through this voter's Raft runtime, or the controller.
+        self.metadata_writer = MetadataWriter(
+            metadata=lambda: self.metadata, runtime=lambda: self.metadata_runtime, controller=self.controller,
+            remote=lambda: self.node.remote if self.node is not None else None, wake=self.waiters.wake,
+            follow=None if self.controller_only else self._after_own_write, clock=clock)
+        self.producer_ids = ProducerIdManager(self.metadata_writer.allocate_producer_ids)
         #: Where other brokers are and how to reach them (every component calling them gets
         #: its connections from it).
         self.inter_broker = InterBroker(lambda: self.image, lambda: inter_broker_client(
@@ -146,7 +151,7 @@ class Broker:
         # the coordinators (hightide.coordinator), built from what they use of this node
         env = CoordinatorEnv(
             config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.hosted.partition_log,
-            durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.create_topics,
+            durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.metadata_writer.create_topics,
             cluster=not self.cluster.single_node, acting=lambda: self.metadata_ready, stopping=lambda: self.stopping,
             replicated=lambda topic, p, end: self.replica_manager.wait_replicated(topic, p, end), clock=clock)
         self.groups = GroupRuntime(env)
@@ -161,7 +166,7 @@ class Broker:
             persister=self.share_persister, state=self.share_state, clock=clock)
         self.share_groups.manager = self.share_manager
         self.txns = TransactionCoordinator(  # transaction coordinator (KIP-890 verifier too)
-            env, groups=self.groups, next_producer_id=self.next_producer_id,
+            env, groups=self.groups, next_producer_id=self.producer_ids.next_producer_id,
             peers=self.inter_broker.clients(f"hightide-txn-markers-{self.node_id}"),
             verifier=RemoteTxnVerifier(self.inter_broker.clients(f"hightide-txn-verify-{self.node_id}",
                                                           TXN_VERIFY_TIMEOUT_S), TXN_VERIFY_TIMEOUT_S))
@@ -181,8 +186,6 @@ class Broker:
         self.quotas = ClientQuotas(  # client quota sensors (Produce/Fetch throttling; hightide.quota)
             lambda: self.image.quotas, self.config["quota.window.num"], self.config["quota.window.size.seconds"])
         self._tasks: list[asyncio.Task] = []
-        self._own_creations: dict[tuple[str, ...], asyncio.Future[list[TopicResult]]] = {}
-        self._producer_ids: tuple[int, int] = (0, 0)  # next, end of reserved block
         self.cluster_id = cluster_id
         self.started_at = 0.0
         self.stopping = False
@@ -303,12 +306,13 @@ class Broker:
         self.controller_service = ControllerService(
             node_id=self.node_id, cluster_id=self.cluster_id,
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
-            write=self.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
+            write=self.metadata_writer.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
             committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints, raft=raft,
             voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock)
         self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
         self.controller_services = _services_of(self, handlers.controller_routes(self.controller_service))
-        raft.on_commit, raft.on_activate = self._metadata_committed, self.controller_service.activate
+        self.metadata_writer.on_append = self.controller_service.appended
+        raft.on_commit, raft.on_activate = self.metadata_writer.committed, self.controller_service.activate
         raft.start()
 
     def _voter_addresses(self) -> list[tuple[int, str, int]]:
@@ -549,79 +553,6 @@ class Broker:
         return self.metadata.image
 
     @property
-    def metadata_committed_end(self) -> int:
-        """The committed end of the metadata log (a broker-only node: of its local copy)."""
-        if self.metadata_runtime is not None:
-            return self.metadata_runtime.committed_offset(0)
-        assert self.metadata is not None
-        return self.metadata.log.log_end_offset
-
-    async def write_metadata(self, op: MetadataOp) -> Any:
-        """Run ``op(image) -> (response, records)`` on the metadata log (one write at a
-        time, so ``op`` sees every earlier change), wait until its records are durable
-        (fsynced by the flusher, off the loop), apply them to the image, open/delete
-        partition logs, and return the response. Raises
-        :class:`~.coordinator_runtime.CoordinatorUnavailable` (KAFKA_STORAGE_ERROR) if the
-        append or the fsync fails: nothing is applied then. A broker-only node has no
-        metadata log of its own to write (its writes go to the controller: see
-        :meth:`create_topics`, :meth:`next_producer_id`): CoordinatorUnavailable."""
-        if self.metadata_runtime is None:
-            raise CoordinatorUnavailable("metadata writes go to the controller on a broker-only node")
-        response, records = await self.metadata_runtime.write(0, op, self.clock.now_ms())
-        if records:
-            self._metadata_committed()
-        return response
-
-    def _metadata_committed(self) -> None:
-        """After a metadata write with records is committed and applied: open/delete
-        partition logs (not on a controller-only process: it hosts none), wake the
-        observers' metadata Fetches long-polling for it, tell the controller service."""
-        if not self.controller_only:
-            self.hosted.follow_image(scan_dir=False)  # every log of a removed topic is open or retried here
-            self.replica_manager.apply_image(self.image)  # leader epochs stamped on the logs led here
-        self.waiters.wake(METADATA_FETCH_KEY)
-        if self.controller_service is not None:
-            self.controller_service.appended(self.clock.now_ms())
-
-    async def create_topics(self, topics: list[NewTopic]) -> list[TopicResult]:
-        """Create topics for this node's own use (auto-creation by Metadata, coordinators'
-        internal topics); a topic that exists is answered TOPIC_ALREADY_EXISTS. Returns
-        once the image shows them. A broker-only node asks the controller (and, with
-        acknowledged consistency, returns once every unfenced broker has them). Raises
-        CoordinatorUnavailable when the metadata log (or the controller) fails."""
-        if self.node is not None:
-            return await self._create_through_controller(topics)
-        results: list[TopicResult] = await self.write_metadata(
-            lambda image: self.controller.create_topics(image, topics))
-        return results
-
-    async def _create_through_controller(self, topics: list[NewTopic]) -> list[TopicResult]:
-        """A broker-only node's own creation, shared by concurrent callers asking for the
-        same names and awaited at most OWN_WRITE_WAIT_S: without an active controller
-        (an election, a lost majority) the caller gets CoordinatorUnavailable then — its
-        client gets a retriable error at once, as Kafka answers while its creation goes
-        on — and the creation keeps running in the background (it is idempotent by
-        name: a late or repeated one answers TOPIC_ALREADY_EXISTS)."""
-        assert self.node is not None
-        key = tuple(sorted(t.name for t in topics))
-        task = self._own_creations.get(key)
-        if task is None:
-            task = asyncio.ensure_future(self.node.remote.create_topics(topics))
-            self._own_creations[key] = task
-            task.add_done_callback(lambda t: self._creation_done(key, t))
-        done, _ = await asyncio.wait((task,), timeout=OWN_WRITE_WAIT_S)
-        if not done:
-            raise CoordinatorUnavailable(f"creating {', '.join(key)}: no answer from the controller within "
-                                         f"{OWN_WRITE_WAIT_S:.0f} s (it goes on in the background)")
-        return task.result()
-
-    def _creation_done(self, key: tuple[str, ...], task: asyncio.Future[list[TopicResult]]) -> None:
-        if self._own_creations.get(key) is task:
-            del self._own_creations[key]
-        if not task.cancelled() and task.exception() is not None:
-            log.debug("creating %s failed: %s", ", ".join(key), task.exception())
-
-    @property
     def metadata_ready(self) -> bool:
         """True once this node acts on its metadata image: always on the single node and a
         controller; a broker-only node once caught up with the controller's log (see
@@ -650,27 +581,13 @@ class Broker:
             if follow is not None:
                 follow(self.image)
 
-    async def commit_metadata(self, records: Iterable[MetadataRecord]) -> None:
-        """Commit records computed by the caller (see :meth:`write_metadata`; prefer it when
-        the records depend on the image, so concurrent writers cannot decide from the
-        same image)."""
-        records = list(records)
-        if records:
-            await self.write_metadata(lambda image: (None, records))
-
-    async def next_producer_id(self) -> int:
-        while self._producer_ids[0] >= self._producer_ids[1]:
-            if self.node is not None:  # a block from the controller (AllocateProducerIds)
-                first, count = await self.node.remote.allocate_producer_ids()
-                end = first + count
-            else:
-                first = await self.write_metadata(lambda image: self.controller.allocate_producer_ids(image))
-                end = self.image.next_producer_id
-            if self._producer_ids[0] >= self._producer_ids[1]:  # not refilled by a concurrent call
-                self._producer_ids = (first, end)
-        nxt, end = self._producer_ids
-        self._producer_ids = (nxt + 1, end)
-        return nxt
+    def _after_own_write(self) -> None:
+        """Put this node's own committed metadata write in force on what it hosts: open
+        the logs of new partitions, delete those of removed ones (looking among the open
+        logs only: see :meth:`HostedLogs.follow_image`), stamp leader epochs on the logs
+        led here."""
+        self.hosted.follow_image(scan_dir=False)  # every log of a removed topic is open or retried here
+        self.replica_manager.apply_image(self.image)
 
     # -- background -----------------------------------------------------------------
     async def _watch_descriptors(self) -> None:
@@ -725,11 +642,12 @@ class Broker:
 
 
 def _services_of(broker: Broker, routes: Routes) -> Services:
-    """What the handlers of ``routes`` get of ``broker``, by narrow interface: the broker
-    object itself is handed out only typed as the four protocols it satisfies
-    (MetadataAccess, PartitionLogs, BrokerIdentity, ProducerIdSource)."""
-    return Services(config=broker.config, routes=routes, metadata=broker, logs=broker.hosted, identity=broker,
-                    producer_ids=broker, waiters=broker.waiters, flusher=broker.flusher, groups=broker.groups,
+    """What the handlers of ``routes`` get of ``broker``, by narrow interface: its
+    components (the metadata writer, the hosted logs, the producer ids, ...), and the
+    broker object itself only typed as its identity (BrokerIdentity)."""
+    return Services(config=broker.config, routes=routes, metadata=broker.metadata_writer, logs=broker.hosted,
+                    identity=broker, producer_ids=broker.producer_ids, waiters=broker.waiters,
+                    flusher=broker.flusher, groups=broker.groups,
                     share_groups=broker.share_groups, share_state=broker.share_state,
                     share_manager=broker.share_manager, txn_verifier=broker.txns, txns=broker.txns,
                     cluster_view=getattr(broker, "node", None),  # (set after the first route table)
