@@ -354,7 +354,7 @@ async def _in_process(n: int, batch: int) -> dict:
                 plog.append(buf, validate_batches(buf), now)
             tid = b.image.topics["t"].topic_id
             tr = _FakeTransport()
-            conn = KafkaConnection(b)
+            conn = KafkaConnection(b.listeners, b.services)
             conn.connection_made(tr)  # type: ignore[arg-type]
             corr, client = 0, 0.0
 

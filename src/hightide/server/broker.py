@@ -14,71 +14,60 @@ the data-dir lock; every step bounded and run whatever the one before did
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import errno
-import functools
 import logging
 import os
-import resource
-from collections.abc import MutableSet
-from typing import Any, Iterable
+from typing import Any
 
-from ..cluster.controller import Controller, NewTopic, TopicResult
-from ..cluster.image import MetadataImage, TopicImage
+from ..aio.clock import SYSTEM_CLOCK, Clock
+from ..aio.shutdown import Step, run_steps
+from ..aio.tasks import cancel_and_wait
+from ..aio.transport import LOOP_TRANSPORT, Transport
+from ..aio.waiters import AppendWaiters
+from ..cluster.controller import Controller
+from ..cluster.image import MetadataImage
 from ..cluster.lifecycle import ElectionConfig, LifecycleConfig
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
-from ..cluster.records import MetadataRecord
-from ..cluster.settings import ClusterSettings, Listener
-from ..config import BrokerConfig, ConfigError, effective_topic_config
-from ..log.config import LogConfig
-from ..log.data_dir import (DataDirNotFormatted, check_identity, format_dir, read_meta_properties,
-                            write_meta_properties)
-from ..log.data_dir import new_id as new_cluster_id
-from ..log.dirlock import DirLock
-from ..log.manager import LogManager, TopicPartition
-from ..log.partition_log import PartitionLog
-from ..log.storage import POSIX, Storage
-from ..log.storage_cache import with_descriptor_budget
-from . import handlers
-from ..node.broker_node import BrokerNode
-from .node_routes import broker_node_routes
-from .connection import KafkaConnection
-from .listener_security import (PLAINTEXT, PROTOCOL_IDS, ListenerIdentity, ListenerSecurity, controller_client_security,
-                                inter_broker_client, listener_security)
-from .context import Services
-from .registry import Routes
-from ..node.controller_service import ControllerService
-from ..disk.flusher import Flusher
-from ..disk.cleaner import LogCleaner
-from ..disk.hosted_logs import HostedLogs
-from ..node.metadata_writer import METADATA_FETCH_KEY, MetadataWriter
-from ..node.producer_ids import ProducerIdManager
-from ..coordinator.runtime import CoordinatorUnavailable
+from ..cluster.settings import ClusterSettings
+from ..config import BrokerConfig
+from ..coordinator.env import CoordinatorEnv
 from ..coordinator.groups import GroupRuntime
-from ..quota.manager import ClientQuotas
-from ..replica.leader_offsets import LeaderOffsets
-from ..services import MetadataOp
-from ..node.metadata_runtime import (LONE_VOTER_ELECTION_S, RaftMetadataRuntime, SnapshotPolicy, raft_config,
-                                     raft_metadata_runtime)
-from ..replica.fetcher import REQUEST_TIMEOUT_S as FETCHER_REQUEST_TIMEOUT_S, ReplicaFetcherManager
-from ..replica.manager import ReplicaManager
 from ..coordinator.share_groups import ShareGroupService
 from ..coordinator.share_partitions import SharePartitionManager
 from ..coordinator.share_persister import REQUEST_TIMEOUT_S as SHARE_REQUEST_TIMEOUT_S
 from ..coordinator.share_persister import SharePersisterClient
 from ..coordinator.share_state import ShareStateRuntime
-from ..aio.clock import SYSTEM_CLOCK, Clock
-from ..aio.transport import LOOP_TRANSPORT, Listening, Transport
-from ..aio.shutdown import Step, run_steps
-from ..node.inter_broker import InterBroker
-from ..node.snapshotter import Snapshotter, snapshotter_for
-from ..aio.tasks import cancel_and_wait
-from ..coordinator.env import CoordinatorEnv
 from ..coordinator.transactions import TransactionCoordinator
 from ..coordinator.txn_verify import REQUEST_TIMEOUT_S as TXN_VERIFY_TIMEOUT_S
 from ..coordinator.txn_verify import RemoteTxnVerifier
-from ..aio.ordered import OrderedSet
-from ..aio.waiters import AppendWaiters
+from ..disk.cleaner import LogCleaner
+from ..disk.flusher import Flusher
+from ..disk.hosted_logs import HostedLogs
+from ..log.data_dir import (DataDirNotFormatted, check_identity, format_dir, read_meta_properties,
+                            write_meta_properties)
+from ..log.data_dir import new_id as new_cluster_id
+from ..log.dirlock import DirLock
+from ..log.manager import LogManager
+from ..log.storage import POSIX, Storage
+from ..log.storage_cache import with_descriptor_budget
+from ..node.broker_node import BrokerNode
+from ..node.controller_service import ControllerService
+from ..node.inter_broker import InterBroker
+from ..node.metadata_runtime import (LONE_VOTER_ELECTION_S, RaftMetadataRuntime, SnapshotPolicy, raft_config,
+                                     raft_metadata_runtime)
+from ..node.metadata_writer import METADATA_FETCH_KEY, MetadataWriter
+from ..node.producer_ids import ProducerIdManager
+from ..node.snapshotter import Snapshotter, snapshotter_for
+from ..quota.manager import ClientQuotas
+from ..replica.fetcher import REQUEST_TIMEOUT_S as FETCHER_REQUEST_TIMEOUT_S, ReplicaFetcherManager
+from ..replica.leader_offsets import LeaderOffsets
+from ..replica.manager import ReplicaManager
+from . import handlers
+from .context import Services
+from .listener_security import controller_client_security, inter_broker_client
+from .listeners import Listeners
+from .node_routes import broker_node_routes
+from .registry import Routes
 
 log = logging.getLogger("hightide.broker")
 
@@ -110,10 +99,9 @@ class Broker:
         self.data_dir = os.path.abspath(data_dir)
         self.listen = listen
         self._advertised = advertised
-        self.connections: MutableSet[KafkaConnection] = OrderedSet()
-        self.server: Listening | None = None  # the first listener's (single node: the only one)
-        #: Every listener (cluster mode may have a broker and a controller listener).
-        self.servers: list[tuple[Listener, Listening]] = []
+        #: This node's listeners and the client connections they accepted.
+        self.listeners = Listeners(config=self.config, cluster=self.cluster, listen=listen, image=lambda: self.image,
+                                   stopping=lambda: self.stopping, transport=transport, clock=clock)
         self.logs: LogManager | None = None
         self.metadata: MetadataLog | None = None
         #: Writes to the metadata log, through Raft (the single node and a controller: a
@@ -190,9 +178,7 @@ class Broker:
         self.started_at = 0.0
         self.stopping = False
         self.stop_step_timeout_s = STOP_STEP_TIMEOUT_S  # each step of stop() (tests shorten it)
-        self._bound: tuple[str, int] = listen
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
-        self._security: dict[str, ListenerSecurity] = {}  # listener name -> its security (issue 17)
         self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
         self.services = _services_of(self, self.routes)  # what handlers get, by narrow interface
         #: The cluster side of a broker-only process (process.roles=broker): controller
@@ -203,7 +189,7 @@ class Broker:
             self.node = BrokerNode(
                 self.cluster, security=controller_client_security(self.config.security_values,
                                                                   self.cluster.controller_listener_names),
-                cluster_id=lambda: self.cluster_id, listeners=self._registered_listeners,
+                cluster_id=lambda: self.cluster_id, listeners=self.listeners.registered,
                 on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock,
                 transport=transport)
             self.routes = broker_node_routes(self.routes, self.node)
@@ -250,7 +236,7 @@ class Broker:
             self.groups.start()  # a broker-only node: nothing loaded before the catch-up
             self.share_state.start()
             self.txns.start()
-        await self._start_listeners()
+        await self.listeners.start(self.services, self.controller_services)
         if self.node is not None:
             self.node.start(self.metadata, self.flusher.durable)  # after the listeners: the registration names their ports
         self.snapshotter = self._snapshotter()  # a broker-only node's (a voter's shell snapshots through the core)
@@ -265,7 +251,7 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.share_manager.run_timers(), name="share-lock-expiry"))
             self._tasks.append(asyncio.create_task(self.txns.run_timers(), name="transaction-timers"))
             self._tasks.append(asyncio.create_task(self.replica_manager.run(), name="isr-expiration"))
-        self._tasks.append(asyncio.create_task(self._watch_descriptors(), name="fd-watch"))
+        self._tasks.append(asyncio.create_task(self.listeners.watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"] and not self.controller_only:
             self._tasks.append(asyncio.create_task(self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000),
                                                    name="log-cleaner"))
@@ -273,29 +259,9 @@ class Broker:
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
                  (self.clock.monotonic() - t0) * 1000)
-        if len(self.servers) > 1 or self._security.get(self.servers[0][0].name, PLAINTEXT).protocol != "PLAINTEXT":
-            log.info("listeners: %s", ", ".join(f"{x} ({self.listener_security(x.name).protocol})"
-                                                for x, _ in self.servers))
-
-    def _listeners(self) -> list[tuple[Listener, Services]]:
-        """The listeners this process serves and the services (route table) of each: the
-        single node has one, from ``listen``, serving every API."""
-        if self.cluster.single_node:
-            if "listeners" not in self.config.cluster_values:  # --listen: one PLAINTEXT listener
-                return [(Listener("PLAINTEXT", *self.listen), self.services)]
-            # explicit listeners (e.g. SASL_SSL and PLAINTEXT): each serves every API and advertises itself
-            return [(x, dataclasses.replace(self.services, listener=x.name, identity=ListenerIdentity(self, x)))
-                    for x in self.cluster.listeners]
-        wanted = list(self.cluster.broker_listeners) if self.cluster.is_broker else []
-        if self.cluster.is_controller:
-            wanted += self.cluster.controller_listeners
-        return [(x, dataclasses.replace(self._services_of(x), listener=x.name)) for x in wanted]
-
-    def _services_of(self, listener: Listener) -> Services:
-        """A controller listener's services have the controller's route table."""
-        if listener.name in self.cluster.controller_listener_names and self.controller_services is not None:
-            return self.controller_services
-        return self.services
+        summary = self.listeners.summary()
+        if summary is not None:
+            log.info("listeners: %s", summary)
 
     def _start_controller(self) -> None:
         """A controller-only process: the controller service on the metadata log (see
@@ -307,7 +273,7 @@ class Broker:
             node_id=self.node_id, cluster_id=self.cluster_id,
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
             write=self.metadata_writer.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
-            committed_end=lambda: runtime.committed_offset(0), endpoints=self._controller_endpoints, raft=raft,
+            committed_end=lambda: runtime.committed_offset(0), endpoints=self.listeners.controller_endpoints, raft=raft,
             voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock)
         self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
         self.controller_services = _services_of(self, handlers.controller_routes(self.controller_service))
@@ -346,11 +312,6 @@ class Broker:
             raise OSError(errno.EIO, f"the metadata log did not become writable: {shell.failed or 'no election'}",
                           self.metadata.log.path if self.metadata is not None else self.data_dir)
 
-    def _controller_endpoints(self) -> list[tuple[str, str, int]]:
-        """(name, host, port) of the controller listeners as bound (wildcards as 127.0.0.1)."""
-        return [(x.name, *self.cluster.advertised_for(x, x.port)) for x, _ in self.servers
-                if x.name in self.cluster.controller_listener_names]
-
     def _snapshotter(self) -> Snapshotter | None:
         """A broker-only node's snapshotter of its local copy
         (:func:`~hightide.node.snapshotter.snapshotter_for`); None on a voter (its Raft
@@ -358,52 +319,6 @@ class Broker:
         if self.metadata is None or self.metadata_runtime is not None:
             return None
         return snapshotter_for(self.metadata, self.cluster, clock=self.clock)
-
-    def _registered_listeners(self) -> list[dict[str, Any]]:
-        """A broker-only node's listeners as its registration names them (bound ports,
-        advertised hosts, security protocols); not the controller listeners."""
-        out = []
-        for listener, _ in self.servers:
-            if listener.name not in self.cluster.controller_listener_names:
-                host, port = self.cluster.advertised_for(listener, listener.port)
-                out.append({"name": listener.name, "host": host, "port": port,
-                            "security_protocol": PROTOCOL_IDS[self.listener_security(listener.name).protocol]})
-        return out
-
-    def listener_security(self, name: str) -> ListenerSecurity:
-        """The security (protocol, TLS context, SASL settings) of listener ``name``, built
-        once. Raises ConfigError naming the setting at fault."""
-        security = self._security.get(name)
-        if security is None:
-            try:
-                security = listener_security(name, self.config.security_values, lambda: self.image,
-                                             self.cluster.controller_listener_names)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-            self._security[name] = security
-        return security
-
-    async def _start_listeners(self) -> None:
-        for listener, services in self._listeners():
-            server = await self._listen(listener, services)
-            self.servers.append((Listener(listener.name, listener.host, server.address[1]), server))  # the bound port
-        self.server = self.servers[0][1]
-        self._bound = self.server.address
-
-    async def _listen(self, listener: Listener, services: Services) -> Listening:
-        """Open ``listener`` through the node's transport, serving ``services``."""
-        security = self.listener_security(listener.name)
-        return await self.transport.listen(
-            functools.partial(KafkaConnection, self, services, security, self.clock), listener.host or None,
-            listener.port, reuse_address=True, backlog=1024, ssl=security.ssl_context,
-            ssl_handshake_timeout=security.auth_timeout_ms / 1000 if security.ssl_context else None)
-
-    def bound_port(self, listener_name: str) -> int | None:
-        """The port a listener is bound to (its configured port may be 0), or None."""
-        for listener, _ in self.servers:
-            if listener.name == listener_name:
-                return listener.port
-        return None
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop the node: the ordered steps of :meth:`_stop_steps`, each bounded by
@@ -432,14 +347,14 @@ class Broker:
             # controlled shutdown first, still serving; a leader resigns (EndQuorumEpoch)
             None if node is None else Step("controlled shutdown", lambda: node.stop(shutdown_s, t), shutdown_s + 3 * t),
             None if raft is None or lone else Step("raft shell", raft.close, t),
-            Step("listeners", self._close_listeners, t),
+            Step("listeners", self.listeners.close, t),
             Step("held requests", self.waiters.wake_all, t),  # long-polls answer now with what they have
             Step("group coordinator", self.groups.close, t),  # parked JoinGroup/SyncGroup: NOT_COORDINATOR
             Step("share coordinator", self.share_state.close, t),
             Step("transaction coordinator", self.txns.close, t),  # marker writes stop; the next start resumes
             Step("replica manager", self.replica_manager.close, t),  # acks=all waits: NOT_LEADER_OR_FOLLOWER
-            Step("requests in flight", lambda: self._drain_requests(grace_s), grace_s + t),
-            Step("client connections", self._close_connections, t),
+            Step("requests in flight", lambda: self.listeners.drain_requests(grace_s), grace_s + t),
+            Step("client connections", self.listeners.close_connections, t),
             None if raft is None or not lone else Step("raft shell", raft.close, t),
             Step("share manager", self.share_manager.close, t),  # in-flight share state writes (the flusher runs)
             Step("share persister", self.share_persister.close, t),
@@ -455,19 +370,6 @@ class Broker:
             Step("logs", self._close_logs, t, essential=True),  # flushes; the clean-shutdown marker
             Step("data dir lock", self._release_dir_lock, t, essential=True),
         ]
-
-    def _close_listeners(self) -> None:
-        for _, server in self.servers:
-            server.close()
-
-    async def _drain_requests(self, grace_s: float) -> None:
-        deadline = self.clock.monotonic() + grace_s
-        while any(c.in_flight for c in self.connections) and self.clock.monotonic() < deadline:
-            await self.clock.sleep(0.01)
-
-    def _close_connections(self) -> None:
-        for c in list(self.connections):
-            c.close("broker shutting down", level=logging.DEBUG)
 
     async def _stop_tasks(self) -> None:
         tasks, self._tasks = list(self._tasks), []
@@ -526,11 +428,11 @@ class Broker:
     # -- addresses --------------------------------------------------------------------
     @property
     def host(self) -> str:
-        return self._bound[0]
+        return self.listeners.bound[0]
 
     @property
     def port(self) -> int:
-        return self._bound[1]
+        return self.listeners.bound[1]
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -588,58 +490,6 @@ class Broker:
         led here."""
         self.hosted.follow_image(scan_dir=False)  # every log of a removed topic is open or retried here
         self.replica_manager.apply_image(self.image)
-
-    # -- background -----------------------------------------------------------------
-    async def _watch_descriptors(self) -> None:
-        """Once a second: warn (once per episode) when open file descriptors reach the
-        limit, and re-open the listener if the event loop gave it up.
-
-        Running out of descriptors is otherwise silent under uvloop: libuv accepts and
-        at once closes connections it has no descriptor for, and it closes the whole
-        listener if even that fails. Segment files that cannot be opened meanwhile
-        answer KAFKA_STORAGE_ERROR (see :meth:`_try_open_log`)."""
-        try:
-            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        except (OSError, ValueError):
-            limit = resource.RLIM_INFINITY
-        at_limit = False
-        while True:
-            await self.clock.sleep(1.0)
-            if self.stopping:
-                return
-            try:
-                in_use = len(os.listdir("/proc/self/fd"))
-            except OSError as exc:  # EMFILE itself, or no /proc
-                in_use = limit if exc.errno in (errno.EMFILE, errno.ENFILE) else -1
-            if limit != resource.RLIM_INFINITY and in_use >= 0:
-                if not at_limit and in_use >= limit - max(4, limit // 100):
-                    at_limit = True
-                    log.warning("open file descriptors at the limit (%d of %d, %d connections): new connections "
-                                "are refused and new segments cannot be opened until some close; raise ulimit -n",
-                                in_use, limit, len(self.connections))
-                elif at_limit and in_use < limit * 9 // 10:
-                    at_limit = False
-                    log.warning("open file descriptors back under the limit (%d of %d)", in_use, limit)
-            if not self.stopping:
-                await self._reopen_closed_listeners()
-
-    async def _reopen_closed_listeners(self) -> None:
-        """Re-open any listener the event loop gave up (see :meth:`_watch_descriptors`)."""
-        services = {listener.name: s for listener, s in self._listeners()}
-        for i, (listener, server) in enumerate(self.servers):
-            if server.is_serving():
-                continue
-            log.error("the listener %s on %s:%d was closed by the event loop; reopening it", listener.name,
-                      listener.host, listener.port)
-            try:
-                server = await self._listen(listener, services[listener.name])
-            except OSError as exc:
-                log.error("reopening the listener failed (retrying): %s", exc)
-                continue
-            self.servers[i] = (listener, server)
-            if i == 0:
-                self.server = server
-
 
 def _services_of(broker: Broker, routes: Routes) -> Services:
     """What the handlers of ``routes`` get of ``broker``, by narrow interface: its
