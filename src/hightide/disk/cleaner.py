@@ -51,14 +51,16 @@ class LogCleaner:
     async def _off_loop(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def run(self, interval_s: float) -> None:
-        """Forever: wait ``interval_s``, clean what is due. Nothing before ``ready()``
-        (a broker-only node's topic configs may be stale until it caught up with the
-        controller): until then it looks every ``READY_POLL_S``."""
+    async def run(self, interval_s: Callable[[], float]) -> None:
+        """Forever: wait ``interval_s()`` (read once, when ready), clean what is due.
+        Nothing before ``ready()`` (a broker-only node's topic configs, and its dynamic
+        ``log.cleaner.backoff.ms``, may be stale until it caught up with the controller):
+        until then it looks every ``READY_POLL_S``."""
         while not self._ready():
             await self.clock.sleep(READY_POLL_S)
+        interval = interval_s()
         while True:
-            await self.clock.sleep(interval_s)
+            await self.clock.sleep(interval)
             await self.run_once()
 
     async def run_once(self) -> int:

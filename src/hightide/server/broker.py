@@ -1,14 +1,36 @@
-"""The broker process: wires the metadata log, the partition logs and the listener.
+"""The broker process: the wiring of one node's components, and its start and stop order.
 
 ``Broker`` is an async context manager, so tests and applications can embed it::
 
     async with Broker(BrokerConfig(), data_dir="/tmp/ht", listen=("127.0.0.1", 0)) as b:
         print(b.port)
 
-Shutdown order (``stop``): stop accepting, let in-flight requests finish (bounded),
-close connections, flush and close every log, write the clean-shutdown marker, release
-the data-dir lock; every step bounded and run whatever the one before did
-(:mod:`.shutdown`, docs/durability.md "Shutdown").
+``Broker`` builds each component from the narrow things it uses (callables, small
+collaborators, the Protocols of :mod:`hightide.services`) and never hands itself to one;
+what the components are:
+
+* :class:`~hightide.node.metadata_writer.MetadataWriter` (``metadata_writer``): the
+  metadata image and the write path (this voter's Raft runtime, or the controller), the
+  node's own topic creations; :class:`~hightide.node.producer_ids.ProducerIdManager`
+  (``producer_ids``);
+* :class:`~hightide.disk.hosted_logs.HostedLogs` (``hosted``): the partition logs hosted
+  here following the image (opened, deleted, configured, retention); the flusher and the
+  log cleaner (:mod:`hightide.disk`);
+* the coordinators (:mod:`hightide.coordinator`), the replica manager and fetchers
+  (:mod:`hightide.replica`), a broker-only node's :class:`~hightide.node.broker_node.BrokerNode`
+  and a controller's :class:`~hightide.node.controller_service.ControllerService`;
+* :class:`~.listeners.Listeners` (``listeners``): the listeners and the client
+  connections; the handlers get the components through :class:`~.context.Services`.
+
+What stays here: the order of :meth:`Broker.start` (data-dir lock, logs, metadata log,
+flusher, the metadata runtime, hosted logs and coordinators, listeners, the broker node,
+background tasks) and of :meth:`Broker.stop` (``_stop_steps``: stop accepting, let
+in-flight requests finish (bounded), close connections, flush and close every log, write
+the clean-shutdown marker, release the data-dir lock; every step bounded and run whatever
+the one before did: :mod:`hightide.aio.shutdown`, docs/durability.md "Shutdown"), the
+two hooks that put a metadata change in force on the components (``_after_own_write``,
+``after_metadata_change``), the data directory's identity (cluster id), and thin
+properties (``image``, ``host``, ``port``, ``advertised``, ``metadata_ready``).
 """
 
 from __future__ import annotations
@@ -77,6 +99,10 @@ FLUSH_STOP_TIMEOUT_S = 30.0
 
 
 class Broker:
+    """One hightide node (the single node, a broker or a controller: ``process.roles``),
+    wired from its components (see the module doc). It is the handlers' BrokerIdentity
+    (``node_id``, ``cluster_id``, ``advertised``, ``stopping``)."""
+
     def __init__(self, config: BrokerConfig | None = None, *, data_dir: str = "./hightide-data",
                  listen: tuple[str, int] = ("127.0.0.1", 9092),
                  advertised: tuple[str, int] | None = None, cluster_id: str | None = None,
@@ -253,8 +279,8 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.replica_manager.run(), name="isr-expiration"))
         self._tasks.append(asyncio.create_task(self.listeners.watch_descriptors(), name="fd-watch"))
         if self.config["log.cleaner.enable"] and not self.controller_only:
-            self._tasks.append(asyncio.create_task(self.cleaner.run(self.config["log.cleaner.backoff.ms"] / 1000),
-                                                   name="log-cleaner"))
+            self._tasks.append(asyncio.create_task(
+                self.cleaner.run(lambda: self.config["log.cleaner.backoff.ms"] / 1000), name="log-cleaner"))
         self.started_at = self.clock.monotonic()
         log.info("hightide node %d listening on %s:%d (advertised %s:%d), data dir %s, ready in %.0f ms",
                  self.node_id, self.host, self.port, *self.advertised, self.data_dir,
