@@ -47,13 +47,13 @@ async def _broker(data_dir: str, acls: int, partitions: int, authorized: bool) -
     b = Broker(BrokerConfig.load(overrides=overrides), data_dir=data_dir, listen=("127.0.0.1", 0))
     await b.start()
     _, records = b.controller.create_topics(b.image, [NewTopic(TOPIC, partitions)])
-    await b.commit_metadata(records)
+    await b.metadata_writer.commit_metadata(records)
     if authorized:
         bindings = list(build(acls, random.Random(7)))
         bindings += [AclBinding(ResourceType.TOPIC, TOPIC, PatternType.LITERAL, PRINCIPAL, "*", op,
                                 AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.READ)]
         _, acl_records = create_acls(b.image.security, bindings)
-        await b.commit_metadata(acl_records)
+        await b.metadata_writer.commit_metadata(acl_records)
     return b
 
 

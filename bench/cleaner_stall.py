@@ -57,10 +57,10 @@ async def run(mb: int) -> dict:
         await b.start()
         _, records = b.controller.create_topics(
             b.image, [NewTopic("offsets-like", 1, configs={"cleanup.policy": "compact", "segment.bytes": str(1 << 20)})])
-        done = b.commit_metadata(records)
+        done = b.metadata_writer.commit_metadata(records)
         if inspect.isawaitable(done):
             await done
-        plog = b.partition_log("offsets-like", 0)
+        plog = b.hosted.partition_log("offsets-like", 0)
         ts = int(time.time() * 1000)
         batches = [(x, validate_batches(x, client_origin=False)) for x in _batches(ts)]
         n = 0
@@ -76,7 +76,7 @@ async def run(mb: int) -> dict:
         await asyncio.sleep(0.05)
         stalls.clear()
         t = time.perf_counter()
-        outcome = b.run_cleaner()
+        outcome = b.cleaner.run_once()
         if inspect.isawaitable(outcome):
             await outcome
         elapsed = time.perf_counter() - t

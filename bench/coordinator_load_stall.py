@@ -33,9 +33,9 @@ async def prepare(data_dir: str, mb: int) -> int:
     b = Broker(BrokerConfig.load(overrides=CFG), data_dir=data_dir, listen=("127.0.0.1", 0))
     await b.start()
     _, records = b.controller.create_topics(b.image, [NewTopic("t", 50)])
-    await b.commit_metadata(records)
+    await b.metadata_writer.commit_metadata(records)
     await b.groups.ensure_topic()
-    plog = b.partition_log("__consumer_offsets", 0)
+    plog = b.hosted.partition_log("__consumer_offsets", 0)
     n = 0
     while plog.size_bytes < mb << 20:
         commits = [CommitRequest("t", p, n, -1, "m" * 32) for p in range(50)]

@@ -41,7 +41,7 @@ async def run(topics: int) -> dict:
         t = time.perf_counter()
         for i in range(topics):
             _, records = b.controller.create_topics(b.image, [NewTopic(f"t{i}", 1)])
-            done = b.commit_metadata(records)
+            done = b.metadata_writer.commit_metadata(records)
             if inspect.isawaitable(done):
                 await done
         elapsed = time.perf_counter() - t

@@ -345,8 +345,8 @@ async def _in_process(n: int, batch: int) -> dict:
         await b.start()
         try:
             _, recs = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-            await b.commit_metadata(recs)
-            plog = b.partition_log("t", 0)
+            await b.metadata_writer.commit_metadata(recs)
+            plog = b.hosted.partition_log("t", 0)
             now = int(time.time() * 1000)
             one = build_batch([(None, os.urandom(100), [], now)] * batch)
             for _ in range(n // batch):
@@ -354,7 +354,7 @@ async def _in_process(n: int, batch: int) -> dict:
                 plog.append(buf, validate_batches(buf), now)
             tid = b.image.topics["t"].topic_id
             tr = _FakeTransport()
-            conn = KafkaConnection(b)
+            conn = KafkaConnection(b.listeners, b.services)
             conn.connection_made(tr)  # type: ignore[arg-type]
             corr, client = 0, 0.0
 

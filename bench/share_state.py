@@ -37,7 +37,7 @@ async def _broker(d: str) -> Broker:
     await b.start()
     if "t" not in b.image.topics:
         _, records = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-        await b.commit_metadata(records)
+        await b.metadata_writer.commit_metadata(records)
     await b.share_state.wait_loaded()
     return b
 

@@ -5,9 +5,9 @@ replicas, the cluster node — is constructed with the few things it uses, named
 they do, so it can be built, tested and simulated without a whole broker:
 
 * :class:`MetadataAccess`: the current metadata image, the controller core, the commit
-  path (``write_metadata``/``commit_metadata``), the node's own topic creations, and
-  putting changed configs in force;
-* :class:`PartitionLogs`: partition log lookup;
+  path (``write_metadata``/``commit_metadata``) and the node's own topic creations;
+* :class:`PartitionLogs`: partition log lookup, and putting changed configs in force
+  on the logs;
 * :class:`BrokerIdentity`: node id, cluster id, advertised address, whether stopping;
 * :class:`ProducerIdSource`: new producer ids;
 * :class:`CoordinatorUnavailable` (and :class:`CoordinatorLoadInProgress`): the error
@@ -16,9 +16,12 @@ they do, so it can be built, tested and simulated without a whole broker:
 * :class:`ClusterView`: a broker-only node's view of the controller (caught up,
   ApiVersions' forwarded ranges, finalized features).
 
-The broker object satisfies the first four itself (see ``server/broker.py``); handing it
-out typed as one of them keeps each user to that interface (the type checker enforces
-it) without a wrapper. This module imports no shell package.
+The node's components satisfy them (``MetadataAccess``: ``node.metadata_writer.MetadataWriter``;
+``PartitionLogs``: ``disk.hosted_logs.HostedLogs``; ``ProducerIdSource``:
+``node.producer_ids.ProducerIdManager``; ``BrokerIdentity``: the broker object, see
+``server/broker.py``); handing one out typed as its interface keeps each user to that
+interface (the type checker enforces it) without a wrapper. This module imports no shell
+package.
 """
 
 from __future__ import annotations
@@ -88,14 +91,6 @@ class MetadataAccess(Protocol):
         CoordinatorUnavailable when the write fails."""
         ...
 
-    def refresh_topic_config(self, topic: TopicImage) -> None:
-        """Put the topic's effective config (after a change to it) in force on its open logs."""
-        ...
-
-    def apply_dynamic_broker_configs(self) -> None:
-        """Put the image's dynamic broker configs in force (after a change to them)."""
-        ...
-
 
 class ClusterView(Protocol):
     """What ApiVersions and the leadership checks need from a broker-only node
@@ -126,6 +121,15 @@ class PartitionLogs(Protocol):
     def hosted_logs(self) -> list[tuple[tuple[str, int], PartitionLog]]:
         """Every open partition log of this node with its (topic, partition), the
         metadata log excepted (Kafka's ``LogManager.allLogs``)."""
+        ...
+
+    def refresh_topic_config(self, topic: TopicImage) -> None:
+        """Put the topic's effective config (after a change to it) in force on its open logs."""
+        ...
+
+    def apply_dynamic_broker_configs(self) -> None:
+        """Put the image's dynamic broker configs in force on the node's config and on
+        every open log (after a change to them)."""
         ...
 
 

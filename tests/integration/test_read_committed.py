@@ -96,7 +96,7 @@ def broker(tmp_path: Path):
 
 def _marker(eb: EmbeddedBroker, topic: str, pid: int, commit: bool) -> int:
     def write() -> int:
-        plog = eb.broker.partition_log(topic, 0)
+        plog = eb.broker.hosted.partition_log(topic, 0)
         assert plog is not None
         off = plog.append_marker(pid, 0, commit, 0, int(time.time() * 1000))
         eb.broker.waiters.wake((topic, 0))

@@ -111,9 +111,9 @@ class EmbeddedBroker:
 
         async def die() -> None:
             b.stopping = True
-            if b.server is not None:
-                b.server.close()
-            for c in list(b.connections):
+            if b.listeners.server is not None:
+                b.listeners.server.close()
+            for c in list(b.listeners.connections):
                 if c.transport is not None:
                     c.transport.abort()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]

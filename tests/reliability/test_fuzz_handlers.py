@@ -79,7 +79,7 @@ def broker(tmp_path_factory, memory_limit):
 async def _seed(b: Broker) -> None:
     from hightide.cluster.controller import NewTopic
     _, records = b.controller.create_topics(b.image, [NewTopic("fuzz", 3)])
-    await b.commit_metadata(records)
+    await b.metadata_writer.commit_metadata(records)
 
 
 def run_handler(loop, b, api_key: int, version: int, request) -> None:

@@ -52,7 +52,7 @@ class Env:
         binding = AclBinding.of(int(rtype), name, int(pattern), principal, host, int(op), permission)
         results, records = create_acls(self.b.image.security, [binding])
         assert results == [(E.none, None)]
-        self.run(self.b.commit_metadata(records))
+        self.run(self.b.metadata_writer.commit_metadata(records))
 
     def clear_acls(self) -> None:
         """Delete every ACL (what each test starts from)."""
@@ -60,7 +60,7 @@ class Env:
         from hightide.security.acl import AclBindingFilter
         _, records = delete_acls(self.b.image.security, [AclBindingFilter.of(1, None, 1, None, None, 1, 1)])
         if records:
-            self.run(self.b.commit_metadata(records))
+            self.run(self.b.metadata_writer.commit_metadata(records))
 
     def call(self, api_key: int, version: int, body: dict, principal: str = ALICE, host: str = "10.0.0.1") -> Any:
         header = RequestHeader(api_key, version, 7, "matrix")
@@ -85,7 +85,7 @@ def _env(tmp_path_factory: pytest.TempPathFactory, name: str, **overrides: Any) 
     try:
         _, records = b.controller.create_topics(b.image, [NewTopic("orders", 1), NewTopic("app-events", 1),
                                                           NewTopic("secret", 1)])
-        loop.run_until_complete(b.commit_metadata(records))
+        loop.run_until_complete(b.metadata_writer.commit_metadata(records))
         yield Env(loop, b)
     finally:
         loop.run_until_complete(b.stop())
@@ -713,7 +713,7 @@ def test_controller_rpcs_need_cluster_action_and_unregister_alter(env: Env) -> N
     assert b.metadata is not None
     metadata = b.metadata
     service = ControllerService(node_id=1, cluster_id=b.cluster_id or "c", config=LifecycleConfig(),
-                                write=b.write_metadata, image=lambda: b.image, metadata_log=lambda: metadata.log,
+                                write=b.metadata_writer.write_metadata, image=lambda: b.image, metadata_log=lambda: metadata.log,
                                 committed_end=lambda: b.image.offset + 1)
     routes = controller_routes(service)
 

@@ -60,7 +60,7 @@ async def prepare(data_dir: str, port: int) -> int:
     (``recent``'s records are past it)."""
     cfg = BrokerConfig.load(overrides={"offsets.topic.num.partitions": 1})
     async with Broker(cfg, data_dir=data_dir, listen=("127.0.0.1", port)) as b:
-        await b.commit_metadata([
+        await b.metadata_writer.commit_metadata([
             RegisterBrokerRecord(1, str(uuid.uuid4()), 7, end_points=(("PLAINTEXT", "127.0.0.1", port, 0),), fenced=False),
             TopicRecord("orders", str(ORDERS_ID)), PartitionRecord(str(ORDERS_ID), 0, 1, 3, (1,)),
             TopicRecord("mirrored", str(MIRRORED_ID)), PartitionRecord(str(MIRRORED_ID), 0, 1, 3, (1, 2)),
@@ -73,7 +73,7 @@ async def prepare(data_dir: str, port: int) -> int:
             resp = await conn.request(8, 8, commit_body(5))
             assert resp.topics[0].partitions[0].error_code == ErrorCode.none
             lost_from = b.image.offset + 1
-            await b.commit_metadata([TopicRecord("recent", str(RECENT_ID)),
+            await b.metadata_writer.commit_metadata([TopicRecord("recent", str(RECENT_ID)),
                                      PartitionRecord(str(RECENT_ID), 0, 1, 0, (1,))])
             resp = await conn.request(0, 9, produce_body("recent"))
             assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
@@ -197,7 +197,7 @@ def test_it_acts_on_the_whole_image_once_caught_up_and_registered(tmp_path):
             assert committed.topics[0].partitions[0].error_code == ErrorCode.none
             resp = await conn.request(0, 9, produce_body("orders"))
             assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
-            assert b.partition_log("orders", 0).leader_epoch == 4  # the epoch the controller gave
+            assert b.hosted.partition_log("orders", 0).leader_epoch == 4  # the epoch the controller gave
         finally:
             await conn.close()
             await b.stop()

@@ -78,7 +78,7 @@ async def _scenario(tmp_path, topic: str) -> dict:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, lambda: confluent_create_topic(
             f"127.0.0.1:{broker.port}", topic, 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20)}))
-        plog = broker.partition_log(topic, 0)
+        plog = broker.hosted.partition_log(topic, 0)
         assert plog is not None
         await _fill(plog, int(time.time() * 1000))
         before = plog.size_bytes
@@ -86,7 +86,7 @@ async def _scenario(tmp_path, topic: str) -> dict:
         probe = asyncio.create_task(_longest_stall(stop))
         await asyncio.sleep(0.05)
         t0 = time.monotonic()
-        outcome = broker.run_cleaner()
+        outcome = broker.cleaner.run_once()
         if inspect.isawaitable(outcome):  # the old cleaner ran synchronously
             await outcome
         took = time.monotonic() - t0

@@ -197,7 +197,7 @@ def test_find_coordinator_names_the_leader_of_the_key_partition(tmp_path):
     async def scenario() -> None:
         cfg = BrokerConfig.load(overrides={"offsets.topic.num.partitions": 3})
         async with Broker(cfg, data_dir=str(tmp_path), listen=("127.0.0.1", 0)) as b:
-            await b.commit_metadata([
+            await b.metadata_writer.commit_metadata([
                 RegisterBrokerRecord(1, str(uuid.uuid4()), 101, end_points=(("PLAINTEXT", "127.0.0.1", b.port, 0),),
                                      fenced=False),
                 RegisterBrokerRecord(2, str(uuid.uuid4()), 102, end_points=(("PLAINTEXT", "127.0.0.2", 9092, 0),),

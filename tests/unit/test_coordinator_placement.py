@@ -84,7 +84,7 @@ def test_share_state_in_the_old_partition_is_moved_once(env):
     loop, start, stop, path = env
     b = start()
     _, records = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-    loop.run_until_complete(b.commit_metadata(records))
+    loop.run_until_complete(b.metadata_writer.commit_metadata(records))
     key = _misplaced_key(b.image.topics["t"].topic_id)
     other = ShareStateKey("sg-home", key.topic_id, 0)
     assert loop.run_until_complete(b.share_state.initialize(other, 1, 3)) == 0  # creates the topic

@@ -41,7 +41,7 @@ def register(broker_id: int, port: int, *, fenced: bool = False, listener: str =
 async def cluster_view(b: Broker) -> None:
     """Brokers 1 (this one), 2 and 3 (fenced: its partition has no leader); partitions
     0 led here, 1 led by broker 2 in epoch 3, 2 leaderless in epoch 5."""
-    await b.commit_metadata([
+    await b.metadata_writer.commit_metadata([
         register(1, b.port), register(2, 9092, rack="r2"), register(3, 9092),
         BrokerRegistrationChangeRecord(3, 103, fenced=FENCE),
         TopicRecord(TOPIC, str(TOPIC_ID)),
@@ -86,7 +86,7 @@ def test_produce_to_a_partition_led_elsewhere_names_the_leader(tmp_path, version
         parts = {p.index: p for p in resp.responses[0].partition_responses}
         assert parts[0].error_code == ErrorCode.none and parts[0].base_offset == 0
         assert parts[1].error_code == NOT_LEADER and parts[2].error_code == NOT_LEADER
-        assert b.partition_log(TOPIC, 1) is None  # never opened: hosted on broker 2
+        assert b.hosted.partition_log(TOPIC, 1) is None  # never opened: hosted on broker 2
         if version >= 10:  # KIP-951
             assert (parts[1].current_leader.leader_id, parts[1].current_leader.leader_epoch) == (2, 3)
             assert (parts[2].current_leader.leader_id, parts[2].current_leader.leader_epoch) == (-1, 5)
@@ -116,7 +116,7 @@ def test_fetch_checks_the_client_leader_epoch_against_the_image(tmp_path):
     """A partition led here in epoch 4: the client's epoch 4 is current, 3 is fenced, 5
     unknown (the check used a fixed epoch 0 before)."""
     async def body(b: Broker, conn: BrokerConnection) -> None:
-        await b.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, 1, 4, (1,))])
+        await b.metadata_writer.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, 1, 4, (1,))])
         codes = []
         for epoch in (4, 3, 5):
             req = fetch_body([0], 12)
@@ -177,7 +177,7 @@ def test_metadata_v0_lists_only_available_replicas(tmp_path):
 
 def test_a_leader_without_the_request_listener_is_listener_not_found(tmp_path):
     async def body(b: Broker, conn: BrokerConnection) -> None:
-        await b.commit_metadata([register(2, 9092, listener="INTERNAL")])
+        await b.metadata_writer.commit_metadata([register(2, 9092, listener="INTERNAL")])
         resp = await conn.request(3, 9, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False,
                                          "include_cluster_authorized_operations": False,
                                          "include_topic_authorized_operations": False})
@@ -214,16 +214,16 @@ def test_single_node_answers_as_before(tmp_path):
 # -- partition logs ----------------------------------------------------------------------------------
 def test_logs_are_opened_only_for_hosted_partitions_and_kept_when_leadership_moves(tmp_path):
     async def body(b: Broker, conn: BrokerConnection) -> None:
-        assert b.partition_log(TOPIC, 0) is not None
-        assert b.partition_log(TOPIC, 1) is None and b.partition_log(TOPIC, 2) is None
+        assert b.hosted.partition_log(TOPIC, 0) is not None
+        assert b.hosted.partition_log(TOPIC, 1) is None and b.hosted.partition_log(TOPIC, 2) is None
         resp = await conn.request(0, 9, produce_body([0]))
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
-        plog = b.partition_log(TOPIC, 0)
-        await b.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, -1, 1, (1,))])  # fenced: no leader
-        assert b.partition_log(TOPIC, 0) is plog and plog.log_end_offset == 1  # kept, data intact
+        plog = b.hosted.partition_log(TOPIC, 0)
+        await b.metadata_writer.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, -1, 1, (1,))])  # fenced: no leader
+        assert b.hosted.partition_log(TOPIC, 0) is plog and plog.log_end_offset == 1  # kept, data intact
         resp = await conn.request(0, 10, produce_body([0]))
         assert resp.responses[0].partition_responses[0].error_code == NOT_LEADER
-        await b.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, 1, 2, (1,))])  # unfenced: leader again
+        await b.metadata_writer.commit_metadata([PartitionRecord(str(TOPIC_ID), 0, 1, 2, (1,))])  # unfenced: leader again
         resp = await conn.request(0, 9, produce_body([0]))
         assert resp.responses[0].partition_responses[0].base_offset == 1
     run(with_broker(tmp_path, body))
@@ -255,7 +255,7 @@ def test_producing_to_an_internal_topic_led_elsewhere_is_refused_as_internal(tmp
     """Kafka's order: the internal-topic check comes before the leader check."""
     async def body(b: Broker, conn: BrokerConnection) -> None:
         tid = uuid.uuid4()
-        await b.commit_metadata([TopicRecord("__internal", str(tid)), PartitionRecord(str(tid), 0, 2, 0, (2,))])
+        await b.metadata_writer.commit_metadata([TopicRecord("__internal", str(tid)), PartitionRecord(str(tid), 0, 2, 0, (2,))])
         req = produce_body([0])
         req["topic_data"][0]["name"] = "__internal"
         part = (await conn.request(0, 10, req)).responses[0].partition_responses[0]

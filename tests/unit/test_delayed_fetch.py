@@ -66,7 +66,7 @@ class Env:
 
 
 async def _commit(b: Broker, records) -> None:
-    done = b.commit_metadata(records)
+    done = b.metadata_writer.commit_metadata(records)
     if inspect.isawaitable(done):  # the metadata commit is async since its fsync left the loop
         await done
 
@@ -146,7 +146,7 @@ def test_a_fetch_behind_on_an_older_segment_is_answered_at_once(tmp_path, monkey
         await env.create(partitions=1, **{"segment.bytes": "3000"})
         for _ in range(3):  # ~2 KB batches: a new segment every other one
             await env.produce(0, b"s" * 2000)
-        plog = env.broker.partition_log(TOPIC, 0)
+        plog = env.broker.hosted.partition_log(TOPIC, 0)
         assert len(plog.segments) >= 2
         last_of_first = plog.segments[1].base_offset - 1
         t0 = time.monotonic()
@@ -176,7 +176,7 @@ def test_records_deleted_past_the_fetch_offset_answer_out_of_range(tmp_path, mon
         fetch = env.fetch([(0, 5)], min_bytes=1 << 20)
         await env.parked(fetch, 0, 1)
         await env.produce(0, b"d" * 100, n=5)
-        env.broker.partition_log(TOPIC, 0).delete_records_before(8)
+        env.broker.hosted.partition_log(TOPIC, 0).delete_records_before(8)
         await env.produce(0, b"e" * 100)  # the next append wakes it; positions show the change
         resp = await asyncio.wait_for(fetch, 10)
         assert resp.responses[0].partitions[0].error_code == 1  # OFFSET_OUT_OF_RANGE

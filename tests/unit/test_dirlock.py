@@ -112,7 +112,7 @@ def test_embedded_broker_start_raises_before_touching_the_directory(tmp_path) ->
             with pytest.raises(DataDirLocked) as info:
                 await second.start()
             assert (info.value.path, info.value.pid) == (str(tmp_path), os.getpid())
-            assert second.logs is None and second.metadata is None and second.server is None
+            assert second.logs is None and second.metadata is None and second.listeners.server is None
             assert sorted(os.listdir(tmp_path)) == files
         finally:
             await first.stop()

@@ -37,12 +37,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.Abst
         assert b.metadata is not None
         metadata = b.metadata
         service = ControllerService(node_id=1, cluster_id=b.cluster_id or "c", config=LifecycleConfig(),
-                                    write=b.write_metadata, image=lambda: b.image, metadata_log=lambda: metadata.log,
+                                    write=b.metadata_writer.write_metadata, image=lambda: b.image, metadata_log=lambda: metadata.log,
                                     committed_end=lambda: b.image.offset + 1)
         binding = AclBinding.of(int(ResourceType.CLUSTER), "kafka-cluster", int(PatternType.LITERAL), "User:alice",
                                 "10.1.1.1", int(AclOperation.CREATE), 3)
         _, records = create_acls(b.image.security, [binding])
-        loop.run_until_complete(b.commit_metadata(records))
+        loop.run_until_complete(b.metadata_writer.commit_metadata(records))
         yield loop, b, controller_routes(service)
     finally:
         loop.run_until_complete(b.stop())

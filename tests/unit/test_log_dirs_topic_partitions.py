@@ -54,12 +54,12 @@ class Env:
 
     def acl(self, principal: str, op: AclOperation, rtype: ResourceType, name: str) -> None:
         binding = AclBinding.of(int(rtype), name, int(PatternType.LITERAL), principal, "*", int(op), 3)
-        self.run(self.b.commit_metadata(create_acls(self.b.image.security, [binding])[1]))
+        self.run(self.b.metadata_writer.commit_metadata(create_acls(self.b.image.security, [binding])[1]))
 
     def clear_acls(self) -> None:
         _, records = delete_acls(self.b.image.security, [AclBindingFilter.of(1, None, 1, None, None, 1, 1)])
         if records:
-            self.run(self.b.commit_metadata(records))
+            self.run(self.b.metadata_writer.commit_metadata(records))
 
     def produce(self, topic: str, partition: int, n: int) -> None:
         batch = build_batch([(None, b"v" * 50, [], int(time.time() * 1000)) for _ in range(n)])
@@ -76,7 +76,7 @@ def _env(tmp_path_factory: pytest.TempPathFactory, name: str, **overrides: Any) 
     try:
         _, records = b.controller.create_topics(b.image, [NewTopic("alpha", 3), NewTopic("beta", 2),
                                                           NewTopic("gamma", 1)])
-        loop.run_until_complete(b.commit_metadata(records))
+        loop.run_until_complete(b.metadata_writer.commit_metadata(records))
         env = Env(loop, b)
         env.produce("alpha", 0, 5)
         env.produce("alpha", 2, 1)

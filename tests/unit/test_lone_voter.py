@@ -58,17 +58,17 @@ def test_a_data_dir_written_before_the_metadata_log_went_through_raft_starts_who
             assert sorted(t for t in b.image.topics if not t.startswith("__")) == ["audit", "events"]
             assert len(b.image.topics["events"].partitions) == 2
             assert b.metadata_runtime is not None and b.metadata_runtime.shell.epoch == 1  # above the old epoch 0
-            assert [b.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
+            assert [b.hosted.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
             await async_wait_until(lambda: asyncio.to_thread(_committed, f"127.0.0.1:{b.port}"), 20,
                                    what="group g's offsets loaded")
             assert await asyncio.to_thread(_committed, f"127.0.0.1:{b.port}") == {0: 4, 1: 2}
-            created = await b.create_topics([NewTopic("later", 1, 1)])
+            created = await b.metadata_writer.create_topics([NewTopic("later", 1, 1)])
             assert created[0].error_code == 0
         assert _quorum_state(data_dir)["currentVoters"] == [{"voterId": 1}]
         async with Broker(data_dir=data_dir, listen=("127.0.0.1", 0)) as b:
             assert sorted(t for t in b.image.topics if not t.startswith("__")) == ["audit", "events", "later"]
             assert b.metadata_runtime is not None and b.metadata_runtime.shell.epoch == 2
-            assert [b.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
+            assert [b.hosted.partition_log("events", p).log_end_offset for p in (0, 1)] == [5, 3]
             await async_wait_until(lambda: asyncio.to_thread(_committed, f"127.0.0.1:{b.port}"), 20,
                                    what="group g's offsets loaded")
             assert await asyncio.to_thread(_committed, f"127.0.0.1:{b.port}") == {0: 4, 1: 2}
@@ -112,7 +112,7 @@ def test_the_lone_voter_snapshots_its_image_and_trims_its_log(tmp_path: Path) ->
     async def run() -> None:
         async with Broker(config, data_dir=str(tmp_path), listen=("127.0.0.1", 0)) as b:
             for i in range(3):
-                await b.create_topics([NewTopic(f"t{i}", 1, 1)])
+                await b.metadata_writer.create_topics([NewTopic(f"t{i}", 1, 1)])
             assert b.metadata is not None and b.metadata_runtime is not None
             metadata, shell = b.metadata, b.metadata_runtime.shell
             await async_wait_until(lambda: metadata.snapshot_id is not None

@@ -91,7 +91,7 @@ def test_a_broker_on_the_memory_network_serves_hightides_client_without_a_socket
                                    request_timeout_s=20) as admin:
                 await admin.create_topics([NewTopic("seam", 1, 1)])
                 assert await produce_and_fetch(admin, "seam", values) == values
-                assert {c.peer.split(":")[0] for c in broker.connections} == {"10.0.0.7"}
+                assert {c.peer.split(":")[0] for c in broker.listeners.connections} == {"10.0.0.7"}
         assert not net.listeners and not net.connections
     run(main())
     if storage == "posix":  # the file region was read into bytes, not sent with sendfile

@@ -37,7 +37,7 @@ def test_wait_outcomes_become_partition_errors(tmp_path):
     async def start() -> Broker:
         b = Broker(BrokerConfig(), data_dir=str(tmp_path), listen=("127.0.0.1", 0))
         await b.start()
-        await b.create_topics([NewTopic("t", 1, -1)])
+        await b.metadata_writer.create_topics([NewTopic("t", 1, -1)])
         return b
     broker = asyncio.run(start())
     try:

@@ -63,7 +63,7 @@ class _Env:
 
     async def __aenter__(self) -> _Env:
         await self.broker.start()
-        await self.broker.create_topics([NewTopic(TOPIC, 2, -1)])
+        await self.broker.metadata_writer.create_topics([NewTopic(TOPIC, 2, -1)])
         self.services = dataclasses.replace(self.broker.services, txn_verifier=self.txns)
         return self
 
@@ -99,7 +99,7 @@ class _Env:
 
     def stored(self, partition: int = 0) -> list[bytes]:
         """The values of every record in the partition, batch by batch."""
-        plog = self.broker.partition_log(TOPIC, partition)
+        plog = self.broker.hosted.partition_log(TOPIC, partition)
         assert plog is not None
         values, offset = [], 0
         while offset < plog.log_end_offset:

@@ -33,7 +33,7 @@ def ctx(tmp_path) -> Iterator[RequestContext]:
     async def start() -> Broker:
         b = Broker(BrokerConfig(), data_dir=str(tmp_path), listen=("127.0.0.1", 0))
         await b.start()
-        await b.create_topics(TOPICS)
+        await b.metadata_writer.create_topics(TOPICS)
         return b
     loop = asyncio.new_event_loop()
     broker = loop.run_until_complete(start())

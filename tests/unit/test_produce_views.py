@@ -41,7 +41,7 @@ def test_records_are_written_released_and_never_touched_again(tmp_path: Path, ac
         broker = Broker(BrokerConfig(), data_dir=str(tmp_path), listen=("127.0.0.1", 0))
         await broker.start()
         try:
-            await broker.create_topics(TOPICS)
+            await broker.metadata_writer.create_topics(TOPICS)
             frame, sent = _frame(acks)
             view = memoryview(frame)[4:]
             header, off = parse_header(view)
@@ -61,7 +61,7 @@ def test_records_are_written_released_and_never_touched_again(tmp_path: Path, ac
                 assert hasattr(result, "__await__")
                 assert isinstance(await result, RawResponse)
             for (topic, p), batch in sent.items():
-                plog = broker.partition_log(topic, p)
+                plog = broker.hosted.partition_log(topic, p)
                 assert plog is not None and plog.log_end_offset == 1
                 stored = plog.read(0, 1 << 20).data
                 got = [(r.offset, r.key, r.value) for r in decode_records(stored)]
@@ -81,7 +81,7 @@ def test_a_read_only_frame_is_written_too(tmp_path: Path) -> None:
         broker = Broker(BrokerConfig(), data_dir=str(tmp_path), listen=("127.0.0.1", 0))
         await broker.start()
         try:
-            await broker.create_topics(TOPICS[:1])
+            await broker.metadata_writer.create_topics(TOPICS[:1])
             frame, sent = _frame(1)
             held = bytes(frame)
             view = memoryview(held)[4:]
@@ -91,7 +91,7 @@ def test_a_read_only_frame_is_written_too(tmp_path: Path) -> None:
             assert isinstance(result, RawResponse)
             assert held == bytes(frame)  # never modified
             for p in range(2):
-                stored = broker.partition_log("plain", p).read(0, 1 << 20).data
+                stored = broker.hosted.partition_log("plain", p).read(0, 1 << 20).data
                 assert stored[16:] == sent[("plain", p)][16:]
         finally:
             await broker.stop()

@@ -52,7 +52,7 @@ async def lead(brokers: list[Broker], leader: int, epoch: int, *, first: bool = 
     for b in brokers:
         records = [register(1, brokers[0].port), register(2, brokers[1].port), TopicRecord(TOPIC, str(TOPIC_ID))] \
             if first else []
-        await b.commit_metadata(records + [PartitionRecord(str(TOPIC_ID), 0, leader, epoch, (1, 2))])
+        await b.metadata_writer.commit_metadata(records + [PartitionRecord(str(TOPIC_ID), 0, leader, epoch, (1, 2))])
         b.after_metadata_change()
 
 

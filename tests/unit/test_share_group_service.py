@@ -54,7 +54,7 @@ def env(tmp_path):
                listen=("127.0.0.1", 0))
     loop.run_until_complete(b.start())
     _, records = b.controller.create_topics(b.image, [NewTopic("t", 2)])
-    loop.run_until_complete(b.commit_metadata(records))
+    loop.run_until_complete(b.metadata_writer.commit_metadata(records))
     # the share coordinator replaced by a gated one wherever it is used (as the old
     # broker.share_state lookup did): the persister's local coordinator, the group service's
     # keys; the share partitions do not consult it
@@ -124,7 +124,7 @@ def test_settings_and_delete_state(env) -> None:
         ("share.auto.offset.reset", 0, "By_Duration:PT1H"), ("share.delivery.count.limit", 0, "3"),
         ("share.record.lock.duration.ms", 0, "20000")])
     assert code == 0
-    loop.run_until_complete(b.commit_metadata(records))
+    loop.run_until_complete(b.metadata_writer.commit_metadata(records))
     s = b.share_groups.settings("g")
     assert (s.auto_offset_reset, s.delivery_count_limit, s.record_lock_duration_ms) == ("by_duration:PT1H", 3, 20000)
     assert b.share_groups.settings("other") == ShareGroupSettings()

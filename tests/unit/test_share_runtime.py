@@ -36,7 +36,7 @@ def env(tmp_path):
 def _topic(loop, b: Broker) -> ShareStateKey:
     if "t" not in b.image.topics:
         _, records = b.controller.create_topics(b.image, [NewTopic("t", 1)])
-        loop.run_until_complete(b.commit_metadata(records))
+        loop.run_until_complete(b.metadata_writer.commit_metadata(records))
     return ShareStateKey("g", b.image.topics["t"].topic_id, 0)
 
 
@@ -47,7 +47,7 @@ def test_failed_append_changes_nothing(env, monkeypatch):
     rt = b.share_state
     assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
     assert loop.run_until_complete(rt.write(key, 0, 0, 0, 1, (StateBatch(0, 0, 2, 1),))) == 0
-    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    plog = b.hosted.partition_log(STATE_TOPIC, rt.partition_for(key))
     before = plog.log_end_offset
 
     def broken(*a, **kw):
@@ -66,7 +66,7 @@ def test_flush_messages_waits_for_fsync(env):
     key = _topic(loop, b)
     rt = b.share_state
     assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
-    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    plog = b.hosted.partition_log(STATE_TOPIC, rt.partition_for(key))
     assert plog.unflushed_messages == 0  # answered only once fsynced
     assert loop.run_until_complete(rt.write(key, 0, 0, 0, 0, (StateBatch(0, 3, 0, 1),))) == 0
     assert plog.unflushed_messages == 0
@@ -81,7 +81,7 @@ def test_prune_then_reload(env):
     for i in range(20):
         assert loop.run_until_complete(rt.write(key, 0, 0, i, 1, (StateBatch(i, i, 2, 1),))) == 0
     freed = loop.run_until_complete(rt.prune(int(time.time() * 1000)))
-    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    plog = b.hosted.partition_log(STATE_TOPIC, rt.partition_for(key))
     assert freed == plog.log_start_offset > 0
     before = rt.summary(key)
     loop.run_until_complete(b.stop())
@@ -104,14 +104,14 @@ def test_start_prunes_without_waiting_for_the_interval(env):
     assert loop.run_until_complete(rt.initialize(key, 0, 0)) == 0
     for i in range(20):
         assert loop.run_until_complete(rt.write(key, 0, 0, i, 1, (StateBatch(i, i, 2, 1),))) == 0
-    plog = b.partition_log(STATE_TOPIC, rt.partition_for(key))
+    plog = b.hosted.partition_log(STATE_TOPIC, rt.partition_for(key))
     assert plog.log_start_offset == 0  # the interval never passed: nothing pruned yet
     before = rt.summary(key)
     loop.run_until_complete(b.stop())
     b2 = start(**cfg)
     loop.run_until_complete(b2.share_state.wait_loaded())
     assert b2.share_state.loaded_records > 4  # this start still replays everything...
-    plog = b2.partition_log(STATE_TOPIC, b2.share_state.partition_for(key))
+    plog = b2.hosted.partition_log(STATE_TOPIC, b2.share_state.partition_for(key))
     loop.run_until_complete(async_wait_until(lambda: plog.log_start_offset > 0, 5, what="the prune at start-up"))
     assert b2.share_state.summary(key) == before
     loop.run_until_complete(b2.stop())

@@ -34,13 +34,13 @@ def _config() -> BrokerConfig:
 
 async def _create_topic(b: Broker) -> None:
     _, records = b.controller.create_topics(b.image, [NewTopic(TOPIC, 2)])
-    done = b.commit_metadata(records)
+    done = b.metadata_writer.commit_metadata(records)
     if inspect.isawaitable(done):
         await done
 
 
 def _produce(b: Broker, pid: int, epoch: int, seq: int, partition: int = 0) -> int:
-    plog = b.partition_log(TOPIC, partition)
+    plog = b.hosted.partition_log(TOPIC, partition)
     assert plog is not None
     batch = build_batch([(None, b"v", [], int(time.time() * 1000))], producer_id=pid, producer_epoch=epoch,
                         base_sequence=seq, is_transactional=True)
@@ -81,7 +81,7 @@ def test_decided_transaction_is_completed_after_a_restart(tmp_path, monkeypatch)
             monkeypatch.setattr(b.txns, "write_markers", stuck)
             assert await b.txns.end_txn("tx", pid, epoch, True) == ErrorCode.none
             assert b.txns.describe("tx").state is TxnState.PREPARE_COMMIT
-            plog = b.partition_log(TOPIC, 0)
+            plog = b.hosted.partition_log(TOPIC, 0)
             assert plog.last_stable_offset == 0 < plog.high_watermark  # the transaction holds the LSO
             assert _committed(b) == -1  # pending
             assert b.txns.verify("tx", pid, epoch, TOPIC, 0) == ErrorCode.concurrent_transactions
@@ -91,7 +91,7 @@ def test_decided_transaction_is_completed_after_a_restart(tmp_path, monkeypatch)
             await b.txns.wait_loaded()
             await async_wait_until(lambda: b.txns.describe("tx").state is TxnState.COMPLETE_COMMIT, 10,
                                    what="the decided transaction completed after the restart")
-            plog = b.partition_log(TOPIC, 0)
+            plog = b.hosted.partition_log(TOPIC, 0)
             assert plog.last_stable_offset == plog.high_watermark == 2  # the record and the marker
             await b.groups.wait_loaded()
             assert _committed(b) == 1
@@ -110,7 +110,7 @@ def test_timed_out_transaction_is_aborted_and_fenced(tmp_path):
                                    what="the timed-out transaction aborted")
             meta = b.txns.describe("slow")
             assert (meta.producer_id, meta.producer_epoch) == (pid, epoch + 1)
-            plog = b.partition_log(TOPIC, 0)
+            plog = b.hosted.partition_log(TOPIC, 0)
             assert plog.last_stable_offset == plog.high_watermark
             assert plog.aborted_transactions(0, plog.high_watermark) == [(pid, 0)]
             assert _committed(b) == -1  # the offsets were dropped
@@ -130,7 +130,7 @@ def test_write_txn_markers_reaches_every_partition(tmp_path, commit):
             errors = await b.txns.write_markers(77, 0, commit, 0, [(TOPIC, 1), (TOPIC, 5), ("nope", 0)])
             assert errors == {(TOPIC, 1): ErrorCode.none, (TOPIC, 5): ErrorCode.unknown_topic_or_partition,
                               ("nope", 0): ErrorCode.unknown_topic_or_partition}
-            plog = b.partition_log(TOPIC, 1)
+            plog = b.hosted.partition_log(TOPIC, 1)
             assert plog.last_stable_offset == plog.high_watermark == 2
             assert bool(plog.aborted_transactions(0, 2)) is not commit
             old = await b.txns.write_markers(77, -1, commit, 0, [(TOPIC, 1)])

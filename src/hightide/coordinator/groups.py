@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hightide.group")
 
+#: How often :meth:`GroupRuntime.run_timers` runs the group timers that are due.
+GROUP_TIMER_INTERVAL_S = 0.1
+
 
 class GroupAdapter(AdapterDefaults[GroupCoordinatorShard]):
     """:class:`~.runtime.ShardAdapter` of ``__consumer_offsets``. A failed
@@ -376,6 +379,25 @@ class GroupRuntime(CoordinatorService[GroupCoordinatorShard, str]):
             if due is not None and due <= now_ms:
                 ops.append((p, lambda s: _share_poll(s, now_ms, self.topics())))
         await self._run_all(ops, now_ms)
+
+    async def run_timers(self) -> None:
+        """Forever, on the node's clock: the group timers that are due (:meth:`poll`)
+        every ``GROUP_TIMER_INTERVAL_S``, offsets expiry (:meth:`expire_offsets`) every
+        ``offsets.retention.check.interval.ms``. A failed round is logged; the next one
+        runs."""
+        clock = self.env.clock
+        expiry_interval = self.env.config["offsets.retention.check.interval.ms"]
+        next_expiry = clock.now_ms() + expiry_interval
+        while True:
+            await clock.sleep(GROUP_TIMER_INTERVAL_S)
+            ts = clock.now_ms()
+            try:
+                await self.poll(ts)
+                if ts >= next_expiry:
+                    next_expiry = ts + expiry_interval
+                    await self.expire_offsets(ts)
+            except Exception:
+                log.exception("group timers failed")
 
     async def expire_offsets(self, now_ms: int) -> None:
         """Offsets of groups without members past ``offsets.retention.minutes``."""

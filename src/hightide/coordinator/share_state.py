@@ -273,6 +273,23 @@ class ShareStateRuntime(CoordinatorService[ShareCoordinatorShard, ShareStateKey]
         return [k for shard in self.runtime.active_shards().values() for k in shard.states]
 
     # -- housekeeping -------------------------------------------------------------------------
+    async def run_pruning(self) -> None:
+        """Forever, on the node's clock: :meth:`prune` once right after start-up (a
+        broker that keeps being killed before the interval passes would otherwise never
+        prune, and each start would replay more), then every
+        ``share.coordinator.state.topic.prune.interval.ms``. A failed round is logged;
+        the next one runs."""
+        clock = self.env.clock
+        interval = self.env.config["share.coordinator.state.topic.prune.interval.ms"] / 1000
+        while True:
+            try:
+                freed = await self.prune(clock.now_ms())
+                if freed:
+                    log.info("pruned %d records of %s", freed, STATE_TOPIC)
+            except Exception:
+                log.exception("share state pruning failed")
+            await clock.sleep(interval)
+
     async def prune(self, now_ms: int) -> int:
         """Cold snapshots (through the write path), then delete records below each shard's
         redundant offset. Returns how many records became deletable (for logs and tests)."""

@@ -12,7 +12,8 @@ abandoned at the commit step. One worker thread, and one cleaning at a time per 
 Built from ``logs``: a callable returning the open partition logs as ``(topic-partition,
 log)`` pairs (the broker's :class:`~hightide.log.manager.LogManager`), or None while
 there are none; each pass looks at the compacted ones; ``clock`` (:mod:`hightide.aio.clock`)
-for the pass interval and the cleaning's time.
+for the pass interval and the cleaning's time; ``ready`` (a callable: whether the node
+acts on its metadata image yet; :meth:`LogCleaner.run` cleans nothing before).
 """
 
 from __future__ import annotations
@@ -30,13 +31,17 @@ from .flusher import OpenLogs
 log = logging.getLogger("hightide.broker")
 T = TypeVar("T")
 
+READY_POLL_S = 0.1  # how often run() looks whether the node is ready
+
 
 class LogCleaner:
     """Runs cleanings of the ``logs`` (except those of ``skip_topics``); :meth:`close`
     waits for the worker."""
 
-    def __init__(self, logs: OpenLogs, skip_topics: tuple[str, ...] = (), *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, logs: OpenLogs, skip_topics: tuple[str, ...] = (), *, clock: Clock = SYSTEM_CLOCK,
+                 ready: Callable[[], bool] = lambda: True) -> None:
         self._logs = logs
+        self._ready = ready
         self.clock = clock
         self.skip_topics = skip_topics
         self._executor = background_executor(1, "hightide-cleaner")  # below the loop's priority
@@ -46,10 +51,16 @@ class LogCleaner:
     async def _off_loop(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def run(self, interval_s: float) -> None:
-        """Forever: wait ``interval_s``, clean what is due."""
+    async def run(self, interval_s: Callable[[], float]) -> None:
+        """Forever: wait ``interval_s()`` (read once, when ready), clean what is due.
+        Nothing before ``ready()`` (a broker-only node's topic configs, and its dynamic
+        ``log.cleaner.backoff.ms``, may be stale until it caught up with the controller):
+        until then it looks every ``READY_POLL_S``."""
+        while not self._ready():
+            await self.clock.sleep(READY_POLL_S)
+        interval = interval_s()
         while True:
-            await self.clock.sleep(interval_s)
+            await self.clock.sleep(interval)
             await self.run_once()
 
     async def run_once(self) -> int:

@@ -38,6 +38,11 @@ What runs where
 * every broker: :class:`~.inter_broker.InterBroker` (where the other brokers are, how to
   reach them); each component calling other brokers gets its own
   :class:`~.inter_broker.InterBrokerClients` from it.
+* every node: the :class:`~.metadata_writer.MetadataWriter` (the handlers'
+  ``MetadataAccess``: the image, the commit path through this voter's Raft runtime, the
+  node's own topic creations and producer id blocks, through the controller on a
+  broker-only node) and the :class:`~.producer_ids.ProducerIdManager` (producer ids
+  from those blocks).
 
 Every connection made here (channels, Raft peers, inter-broker clients) is opened through
 the node's :class:`~hightide.aio.transport.Transport`, handed down by the broker's wiring

@@ -83,13 +83,21 @@ from .tls import PrincipalFailure
 from .zero_copy import RegionTruncated, remainder, send_now
 
 class ConnectionOwner(Protocol):
-    """What a connection uses of the node that accepted it (the broker satisfies it): its
-    config, its default route table and services, and the set of open connections."""
+    """What a connection uses of the node that accepted it (its
+    :class:`~.listeners.Listeners` satisfy it): its config, its default route table and
+    services, and the set of open connections."""
 
-    config: BrokerConfig
-    routes: Routes
-    services: Services
-    connections: MutableSet[KafkaConnection]
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def routes(self) -> Routes: ...
+
+    @property
+    def services(self) -> Services: ...
+
+    @property
+    def connections(self) -> MutableSet[KafkaConnection]: ...
 
 log = logging.getLogger("hightide.server")
 _REQUEST_LOG = request_log.REQUEST_LOGGER

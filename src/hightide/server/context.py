@@ -8,9 +8,10 @@ packages)
 
 * ``metadata`` (:class:`MetadataAccess`): the current metadata image, the controller
   core, ``write_metadata``/``commit_metadata`` to make metadata records durable and
-  applied, and ``refresh_topic_config``/``apply_dynamic_broker_configs`` to put changed
-  configs in force;
-* ``logs`` (:class:`PartitionLogs`): partition log lookup;
+  applied;
+* ``logs`` (:class:`PartitionLogs`): partition log lookup, and
+  ``refresh_topic_config``/``apply_dynamic_broker_configs`` to put changed configs in
+  force on the logs (the node's :class:`~hightide.disk.hosted_logs.HostedLogs`);
 * ``identity`` (:class:`BrokerIdentity`): node id, cluster id, advertised address,
   whether the broker is stopping;
 * ``producer_ids`` (:class:`ProducerIdSource`);
@@ -22,9 +23,9 @@ packages)
   that a transactional produce targets a partition of the producer's ongoing
   transaction; without a transaction coordinator every check fails as in Kafka.
 
-The broker object satisfies the four protocols itself; handing it out typed as one of
-them keeps each handler to that interface (the type checker enforces it) without a
-wrapper per request. There is deliberately no way from a context to the broker object:
+The node's components satisfy the four protocols (the broker object only
+``BrokerIdentity``); handing each out typed as its protocol keeps each handler to that
+interface (the type checker enforces it) without a wrapper per request. There is deliberately no way from a context to the broker object:
 a handler that needs something new gets a narrow interface here.
 """
 

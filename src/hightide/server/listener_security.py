@@ -28,6 +28,8 @@ from .tls import peer_principal, server_context
 
 if TYPE_CHECKING:
     from ..cluster.image import MetadataImage
+    from ..cluster.settings import ClusterSettings, Listener
+    from ..services import BrokerIdentity
 
 #: hightide's bound on authentication: a connection on a SASL listener that has not
 #: authenticated this long after connecting is closed, and a TLS handshake must finish
@@ -99,29 +101,34 @@ class ListenerIdentity:
     """The broker's identity as one listener of a single node with several listeners
     advertises it (``BrokerIdentity``): clients are told the address of the listener they
     connected to (its advertised listener, else its bound address), so a client on the
-    SASL_SSL port is not sent to the PLAINTEXT one."""
+    SASL_SSL port is not sent to the PLAINTEXT one. Built from the node's ``identity``,
+    the ``listener``, ``bound_port`` (listener name -> the port bound, or None) and the
+    ``cluster`` settings (the advertised listeners)."""
 
-    def __init__(self, broker: Any, listener: Any) -> None:
-        self._broker = broker
+    def __init__(self, identity: BrokerIdentity, listener: Listener, bound_port: Callable[[str], int | None],
+                 cluster: ClusterSettings) -> None:
+        self._identity = identity
         self._listener = listener
+        self._bound_port = bound_port
+        self._cluster = cluster
 
     @property
     def node_id(self) -> int:
-        return int(self._broker.node_id)
+        return self._identity.node_id
 
     @property
     def cluster_id(self) -> str | None:
-        return self._broker.cluster_id
+        return self._identity.cluster_id
 
     @property
     def stopping(self) -> bool:
-        return bool(self._broker.stopping)
+        return self._identity.stopping
 
     @property
     def advertised(self) -> tuple[str, int]:
         listener = self._listener
-        port = self._broker.bound_port(listener.name) or listener.port
-        host, port = self._broker.cluster.advertised_for(listener, port)
+        port = self._bound_port(listener.name) or listener.port
+        host, port = self._cluster.advertised_for(listener, port)
         return ("127.0.0.1" if host == "localhost" else host), port
 
 

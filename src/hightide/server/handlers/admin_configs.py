@@ -34,7 +34,7 @@ from ...protocol.errors import ErrorCode
 from ...protocol.views import opt
 from ...security.acl import AclOperation
 from ..authorization import config_resource_refused
-from ...services import MetadataAccess
+from ...services import MetadataAccess, PartitionLogs
 from ..context import RequestContext
 from ...coordinator.runtime import CoordinatorUnavailable
 from ..registry import handles
@@ -243,14 +243,16 @@ def alter_broker_configs(image: MetadataImage, name: str, ops: ConfigOps) -> tup
                                   for k in sorted(set(current) | set(old)) if current.get(k) != old.get(k)]
 
 
-async def alter_broker(metadata: MetadataAccess, name: str, ops: ConfigOps | Callable[[MetadataImage], ConfigOps],
+async def alter_broker(metadata: MetadataAccess, logs: PartitionLogs, name: str,
+                       ops: ConfigOps | Callable[[MetadataImage], ConfigOps],
                        validate_only: bool) -> tuple[ErrorCode, str | None]:
-    """Write a BROKER resource's dynamic configs and put them in force. ``ops`` is a list
-    of (name, op, value) or a function of the image returning one."""
+    """Write a BROKER resource's dynamic configs and put them in force (on the node's
+    config and its ``logs``). ``ops`` is a list of (name, op, value) or a function of the
+    image returning one."""
     code, msg = await write_alter(metadata, lambda image: alter_broker_configs(
         image, name, ops(image) if callable(ops) else ops), validate_only)
     if code == ErrorCode.none and not validate_only:
-        metadata.apply_dynamic_broker_configs()
+        logs.apply_dynamic_broker_configs()
     return code, msg
 
 
@@ -269,14 +271,14 @@ async def incremental_alter_configs(ctx: RequestContext, req: IncrementalAlterCo
             code, msg = await write_alter(metadata, partial(metadata.controller.alter_topic_configs,
                                                        name=r.resource_name, ops=ops), req.validate_only)
             if code == ErrorCode.none and not req.validate_only:
-                metadata.refresh_topic_config(metadata.image.topics[r.resource_name])
+                ctx.logs.refresh_topic_config(metadata.image.topics[r.resource_name])
         elif r.resource_type == GROUP_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
             code, msg = await write_alter(metadata, partial(metadata.controller.alter_group_configs,
                                                        group_id=r.resource_name, ops=ops), req.validate_only)
         elif r.resource_type == BROKER_RESOURCE:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            code, msg = await alter_broker(metadata, r.resource_name, ops, req.validate_only)
+            code, msg = await alter_broker(metadata, ctx.logs, r.resource_name, ops, req.validate_only)
         else:
             code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
         responses.append({"error_code": code, "error_message": msg, "resource_type": r.resource_type,

@@ -22,7 +22,7 @@ from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
 from ...security.acl import AclOperation
 from ..authorization import config_resource_refused
-from ...services import MetadataAccess
+from ...services import MetadataAccess, PartitionLogs
 from ..context import RequestContext
 from ..registry import handles
 from .admin_configs import alter_broker, write_alter
@@ -43,7 +43,7 @@ def replace_ops(current: dict[str, str], wanted: dict[str, str | None]) -> list[
     return ops
 
 
-async def _alter_resource(metadata: MetadataAccess, rtype: int, name: str, wanted: dict[str, str | None],
+async def _alter_resource(metadata: MetadataAccess, logs: PartitionLogs, rtype: int, name: str, wanted: dict[str, str | None],
                           validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Replace the dynamic configs of one resource; (error code, message)."""
     if rtype == TOPIC_RESOURCE:
@@ -54,7 +54,7 @@ async def _alter_resource(metadata: MetadataAccess, rtype: int, name: str, wante
             image, name, replace_ops(image.topics[name].configs if name in image.topics else {}, wanted)),
             validate_only)
         if code == ErrorCode.none and not validate_only:
-            metadata.refresh_topic_config(metadata.image.topics[name])
+            logs.refresh_topic_config(metadata.image.topics[name])
         return code, msg
     if rtype == GROUP_RESOURCE:
         return await write_alter(metadata, lambda image: metadata.controller.alter_group_configs(
@@ -63,7 +63,7 @@ async def _alter_resource(metadata: MetadataAccess, rtype: int, name: str, wante
         nulls = [k for k, v in wanted.items() if v is None]
         if nulls:
             return ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}"
-        return await alter_broker(metadata, name, lambda image: replace_ops(image.broker_dynamic.get(name, {}), wanted),
+        return await alter_broker(metadata, logs, name, lambda image: replace_ops(image.broker_dynamic.get(name, {}), wanted),
                                   validate_only)
     if rtype not in _KNOWN_TYPES:
         return ErrorCode.unsupported_version, f"Unknown resource type {rtype}."
@@ -88,7 +88,7 @@ async def handle(ctx: RequestContext, req: AlterConfigsRequest) -> Any:
             code, msg = refused
         else:
             wanted = {c.name: c.value for c in r.configs}  # a name given twice: the last value wins
-            code, msg = await _alter_resource(ctx.metadata, r.resource_type, r.resource_name, wanted, req.validate_only)
+            code, msg = await _alter_resource(ctx.metadata, ctx.logs, r.resource_type, r.resource_name, wanted, req.validate_only)
         responses.append({"error_code": code, "error_message": msg, "resource_type": r.resource_type,
                           "resource_name": r.resource_name})
     return materialize(response_schema(33, ctx.version), {"throttle_time": 0, "responses": responses})
