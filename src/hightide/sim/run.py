@@ -225,7 +225,7 @@ async def _replicas_agree(world: World, partitions: int, within_s: float) -> Non
     deadline = loop.time() + within_s
     for part in range(partitions):
         while True:
-            logs = {n.node_id: n.broker.partition_log(TOPIC, part) for n in world.brokers
+            logs = {n.node_id: n.broker.hosted.partition_log(TOPIC, part) for n in world.brokers
                     if n.broker is not None and n.broker.logs is not None}
             image = next(n.broker.image for n in world.brokers if n.broker is not None)
             p_img = image.topics[TOPIC].partitions[part]
