@@ -191,6 +191,7 @@ class DescriptorCache:
             raise ValueError(f"max_open must be positive, not {max_open}")
         self.inner = inner
         self.max_open = max_open
+        self.budget_line = f"up to {max_open} partition files kept open"  # see with_descriptor_budget
         self._lock = threading.Lock()
         self._lru: OrderedDict[CachedFile, None] = OrderedDict()  # open real handles, least recent first
         self._held: set[CachedFile] = set()  # open real handles the cache never closes (see _hold)
@@ -401,12 +402,14 @@ class DescriptorCache:
 def with_descriptor_budget(storage: Storage, max_open_files: int) -> DescriptorCache:
     """``storage`` behind a :class:`DescriptorCache` (itself if it already is one):
     ``max_open_files`` (``log.max.open.files``), or -1 for :func:`default_max_open_files`
-    after raising the soft ``RLIMIT_NOFILE`` to the hard limit. Logs the limits and the
-    budget (one INFO line)."""
+    after raising the soft ``RLIMIT_NOFILE`` to the hard limit. The cache's
+    ``budget_line`` says the limits and the budget (the broker logs it once its data dir
+    is locked: a refused start prints only its one error line)."""
     if isinstance(storage, DescriptorCache):
         return storage
     before, now = raise_nofile_limit()
     budget = max_open_files if max_open_files > 0 else default_max_open_files(now if now > 0 else None)
-    _log.info("open files: limit %d%s; up to %d partition files kept open (log.max.open.files%s)", now,
-              f" (raised from {before})" if now != before else "", budget, "" if max_open_files > 0 else " default")
-    return DescriptorCache(storage, budget)
+    cache = DescriptorCache(storage, budget)
+    cache.budget_line = (f"open files: limit {now}{f' (raised from {before})' if now != before else ''}; up to "
+                         f"{budget} partition files kept open (log.max.open.files{'' if max_open_files > 0 else ' default'})")
+    return cache

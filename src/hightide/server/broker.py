@@ -233,6 +233,7 @@ class Broker:
         t0 = self.clock.monotonic()
         if self._dir_lock is None:  # first, before anything in the directory is opened or written
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
+            log.info("%s", self.storage.budget_line)
         self.logs = LogManager(self.data_dir, self.storage)
         self.metadata = MetadataLog(self.data_dir, self.clock.now_ms(), self.logs.clean_shutdown,
                                     storage=self.storage,
