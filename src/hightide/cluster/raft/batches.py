@@ -25,7 +25,7 @@ from . import messages as m
 from .voters import VoterNode, VoterSet
 
 __all__ = ["encode_entries", "leader_change_batch", "leader_change_message", "LEADER_CHANGE", "CONTROL_KEY",
-           "KRAFT_VERSION", "KRAFT_VOTERS", "voters_batch", "voters_record", "read_voters_batches",
+           "KRAFT_VERSION", "KRAFT_VOTERS", "voters_batch", "voters_entry", "voters_record", "read_voters_batches",
            "parse_voters_record", "uuid_bytes", "uuid_text"]
 
 _BASE_AND_LENGTH = struct.Struct(">qi")
@@ -143,14 +143,20 @@ def voters_record(voters: VoterSet) -> bytes:
     return bytes(out)
 
 
-def voters_batch(voters: VoterSet, epoch: int) -> bytes:
+def voters_batch(voters: VoterSet, epoch: int, base_offset: int = 0, now_ms: int | None = None) -> bytes:
     """The control batch of a voter set: a KRaftVersionRecord (kraft.version 1) and a
-    VotersRecord, with PartitionLeaderEpoch ``epoch`` (BaseOffset is set on append)."""
-    now = int(time.time() * 1000)
+    VotersRecord, with PartitionLeaderEpoch ``epoch`` (in the log, BaseOffset is set on
+    append; in a snapshot, ``base_offset``)."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     kraft_version = _I16.pack(0) + _I16.pack(1) + b"\x00"
     return build_batch([(CONTROL_KEY.pack(0, KRAFT_VERSION), kraft_version, [], now),
                         (CONTROL_KEY.pack(0, KRAFT_VOTERS), voters_record(voters), [], now)],
-                       is_control=True, partition_leader_epoch=epoch)
+                       base_offset=base_offset, is_control=True, partition_leader_epoch=epoch)
+
+
+def voters_entry(voters: VoterSet, epoch: int) -> tuple[bytes, int]:
+    """The Raft core's voter-set entry: (:func:`voters_batch`, its 2 offsets)."""
+    return voters_batch(voters, epoch), 2
 
 
 class _Reader:

@@ -340,7 +340,7 @@ class RaftCore(Replication):
             # The voter set is only the bootstrap's: write it, so every replica (and every
             # observer that joins later) reads it from the log (Kafka's leader does this
             # in its first epoch).
-            self._append_entries((m.Entry(self.epoch, self._voters_payload(self.voter_set), control=True),))
+            self._append_entries((self._voters_entry(self.voter_set),))
         begin = m.BeginQuorumEpochRequest(self.node_id, self.epoch)
         for v in self.voters:
             if v != self.node_id:
@@ -642,20 +642,23 @@ class RaftCore(Replication):
         read = self.config.read_voters
         return read(data) if read is not None else read_voters(data)
 
-    def _voters_payload(self, voters: VoterSet) -> bytes:
+    def _voters_entry(self, voters: VoterSet) -> m.Entry:
         build = self.config.voters_payload
-        return build(voters, self.epoch) if build is not None else voters_payload(voters)
+        payload, count = build(voters, self.epoch) if build is not None else (voters_payload(voters), 1)
+        return m.Entry(self.epoch, payload, count, control=True)
 
     def _restore_voters(self) -> None:
         held = self._read_voters(self.snapshot_data) if self.snapshot_data else None
         if held is not None:
-            self._base_voters, self._base_in_log = held, True
+            # a snapshot at offset 0 is the bootstrap checkpoint (format --initial-controllers):
+            # its voter set is not in the log yet, the first leader writes it there
+            self._base_voters, self._base_in_log = held, self.log.start_offset > 0
         for offset, entry in self.log.entries():
             if entry.control:
                 vs = self._read_voters(entry.payload)
                 if vs is not None:
                     self._voter_log.append((offset, vs))
-        if self._voter_log or self._base_in_log:
+        if self._voter_log or held is not None:
             self.kraft_version = max(self.kraft_version, 1)
 
     def _voters_changed(self) -> None:
@@ -711,7 +714,7 @@ class RaftCore(Replication):
             raise VoterChangeError(TIMED_OUT, f"Aborted add voter operation for {node.node_id} since it is "
                                               "lagging behind (it must fetch from the leader as a caught-up "
                                               "observer first)")
-        self._append_as_leader(now, (m.Entry(self.epoch, self._voters_payload(voters.adding(node)), control=True),))
+        self._append_as_leader(now, (self._voters_entry(voters.adding(node)),))
 
     def _on_remove_voter(self, now: int, event: RemoveVoter) -> None:
         self._check_voter_change()
@@ -720,5 +723,4 @@ class RaftCore(Replication):
         if node is None or not node.matches(event.node_id, event.directory_id) or len(voters.nodes) == 1:
             raise VoterChangeError(VOTER_NOT_FOUND, f"Cannot remove voter {event.node_id} from the set of voters "
                                                     f"{list(voters.ids)}")
-        self._append_as_leader(now, (m.Entry(self.epoch, self._voters_payload(voters.removing(event.node_id)),
-                                             control=True),))
+        self._append_as_leader(now, (self._voters_entry(voters.removing(event.node_id)),))
