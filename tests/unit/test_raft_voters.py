@@ -252,3 +252,36 @@ def test_simulated_voter_changes_keep_every_invariant(voters: int, observers: in
         committed += sim.stats.committed
     # the runs did commit, and change voters (the leader removing itself too)
     assert committed > 20 * seeds and changes >= seeds // 2 and removals > 0
+
+
+def test_with_kafkas_control_batches_the_voter_entries_are_whole_batches() -> None:
+    """The production hooks: the voter-set entry is one control batch of two records (its
+    count is 2), read back from the log and from a restart."""
+    from hightide.cluster.raft.batches import encode_entries, leader_change_batch, voters_entry
+    from hightide.cluster.raft.wire import decode_entries
+    cfg = RaftConfig(leader_change_payload=leader_change_batch, voters_payload=voters_entry,
+                     read_voters=read_voters_batches)
+    c = RaftCore(1, VOTERS, cfg, random.Random(1), 0, kraft_version=1)
+    elect(c)
+    for v in (2, 3):
+        c.step(5001, fetch(v, 1, c.log.end_offset, 1))
+    c.step(5002, fetch(4, 1, c.log.end_offset, 1, uuid_text(uuid.uuid4().bytes)))
+    c.step(5003, AddVoter(VoterNode(4, c.observer_directory[4], (("CONTROLLER", "h", 1),))))
+    entries = c.log.entries()
+    data = b"".join(encode_entries(base, (e,)) for base, e in entries)   # raises if a count is wrong
+    assert [e.count for _, e in entries] == [1, 2, 2]
+    back = decode_entries(data)
+    restarted = RaftCore(2, VOTERS, cfg, random.Random(2), 0,
+                         log=RaftLog.restore(None, [(b, e) for b, e in zip((0, 1, 3), back)]))
+    assert restarted.voters == (1, 2, 3, 4) and restarted.kraft_version == 1
+    assert restarted.voter_set.get(4) == VoterNode(4, c.observer_directory[4], (("CONTROLLER", "h", 1),))
+
+
+def test_a_fetch_carries_the_fetchers_directory_id_over_the_wire() -> None:
+    from hightide.cluster.raft.wire import from_kio, to_kio
+    text = uuid_text(uuid.uuid4().bytes)
+    buf = io.BytesIO()
+    req = to_kio(m.FetchRequest(3, 7, 120, 6, 0, 500, text))
+    entity_writer(type(req))(buf, req)
+    decoded, _ = entity_reader(type(req))(buf.getvalue(), 0)
+    assert from_kio(decoded) == m.FetchRequest(3, 7, 120, 6, 0, 500, text)
