@@ -9,7 +9,8 @@ fetches the metadata log as an observer. ``hightide metadata-quorum add-controll
 controller itself, which resigns once its removal commits; it is then stopped. The
 quorum keeps serving: DescribeQuorum shows the new voter set with directory ids and
 endpoints, and topics created through the brokers before and after are on every broker,
-which stay unfenced. Kafka's refusals come back as one-line CLI errors (VOTER_NOT_FOUND,
+which stay unfenced; a remaining original controller restarted reads the new voter set
+back from its own log and catches up. Kafka's refusals come back as one-line CLI errors (VOTER_NOT_FOUND,
 DUPLICATE_VOTER).
 """
 
@@ -108,3 +109,16 @@ def test_a_controller_is_replaced_while_the_cluster_serves(cluster: ClusterFacto
     # the quorum keeps serving the brokers
     create_everywhere(h, "after")
     h.wait_unfenced(timeout=30.0)
+
+    # a remaining original voter restarts: its voter set comes back from its own log
+    voters = sorted({3000, 3001, 3002, NEW} - {old})
+    other = next(v for v in voters if v not in (NEW, h.quorum_leader()))
+    h.restart(other)
+
+    def caught_up() -> bool:
+        q = h.quorum(timeout_s=5.0)
+        mine = next((v for v in q.voters if v.node_id == other), None)
+        return sorted(v.node_id for v in q.voters) == voters and mine is not None \
+            and mine.log_end_offset >= q.high_watermark - 1
+    h.wait_until(caught_up, 60.0, what=f"controller {other} back as a caught-up voter")
+    create_everywhere(h, "after-restart")
