@@ -285,3 +285,21 @@ def test_a_fetch_carries_the_fetchers_directory_id_over_the_wire() -> None:
     entity_writer(type(req))(buf, req)
     decoded, _ = entity_reader(type(req))(buf.getvalue(), 0)
     assert from_kio(decoded) == m.FetchRequest(3, 7, 120, 6, 0, 500, text)
+
+
+def test_check_quorum_follows_the_voter_set() -> None:
+    """A leader left alone by a removal does not resign for want of fetches (it is a lone
+    voter now); a lone voter that adds one resigns if the new voter never fetches."""
+    c = committed_leader(voters=(1, 2))
+    c.step(6000, RemoveVoter(2))
+    end = c.log.end_offset
+    c.step(6001, FlushDone(end))
+    assert c.high_watermark == end and c.voters == (1,)
+    c.step(60_000, Tick())
+    assert c.role == "leader"
+    lone = committed_leader(voters=(1,))
+    lone.step(6000, fetch(2, 1, lone.log.end_offset, 1, "dir-2"))
+    lone.step(6001, AddVoter(VoterNode(2, "dir-2")))
+    assert lone.voters == (1, 2)
+    lone.step(6001 + 3 * RaftConfig().fetch_timeout_ms, Tick())
+    assert lone.role == "resigned"

@@ -678,6 +678,8 @@ class RaftCore(Replication):
                 if v not in ids:
                     self.observer_progress[v] = self.progress.pop(v)
             self._fetched_since_check &= set(ids)
+            if not self.progress:
+                self._check_deadline = None   # alone now: no majority to hear from (a lone voter)
 
     def _voters_truncated(self, offset: int) -> None:
         if self._voter_log and self._voter_log[-1][0] >= offset:
@@ -715,6 +717,8 @@ class RaftCore(Replication):
                                               "lagging behind (it must fetch from the leader as a caught-up "
                                               "observer first)")
         self._append_as_leader(now, (self._voters_entry(voters.adding(node)),))
+        if self._check_deadline is None:   # a lone voter has another voter to hear from now
+            self._check_deadline = now + self.config.check_quorum_timeout_ms
 
     def _on_remove_voter(self, now: int, event: RemoveVoter) -> None:
         self._check_voter_change()

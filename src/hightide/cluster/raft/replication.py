@@ -35,6 +35,7 @@ class Replication:
     discovery: tuple[int, ...]
     directory_id: str
     _resign_after_commit: bool
+    _check_deadline: int | None
     is_voter: bool
     can_vote: bool
     majority: int
