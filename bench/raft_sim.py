@@ -6,7 +6,9 @@ and the simulated network printed alongside, not on this machine):
 * ``safety``: 1, 3 and 5 voters (with observers) under every fault (drops, long delays,
   kills with unflushed writes lost, pauses, partitions), a heavy-kill profile and a
   crash-point profile (no pre-vote, a crash right after granting a vote, one entry per
-  Fetch); the failing seeds (each with its replay command) — expected: none.
+  Fetch), and a voter-change profile (KIP-853: every 600 ms a voter is added or removed,
+  the leader too, on top of the faults of the default and heavy profiles); the failing
+  seeds (each with its replay command) — expected: none.
 * ``timing``: a quiet network whose leader is killed every 5 s: the first election from
   a cold start, failover (leader killed -> next leader elected) and commit latency
   (append on the leader -> committed), p50/p90/p99/max, for 1/3/5 voters.
@@ -38,6 +40,8 @@ HEAVY = {"fault_interval_ms": 300, "kill_prob": 0.4, "partition_prob": 0.3, "sna
 # pre-vote: the profile under which two candidates in one epoch meet a voter that forgot
 # its vote, so "vote_without_persist" can show.
 CRASHY = {**HEAVY, "crash_after_vote_prob": 0.3, "pre_vote": False, "fetch_max_entries": 1}
+# KIP-853: dynamic voters, one added or removed through the leader every 600 ms.
+RECONFIG = {"kraft_version": 1, "reconfig_interval_ms": 600}
 QUIET = {"drop_rate": 0.0, "long_delay_rate": 0.0, "kill_prob": 0.0, "pause_prob": 0.0,
          "partition_prob": 0.0, "kill_leader_every_ms": 5000}
 
@@ -66,7 +70,9 @@ def safety(voters: int, observers: int, profile: dict[str, Any], seeds: int) -> 
         s = sim.stats
         totals.update(steps=s.steps, committed=s.committed, appends=s.appends, kills=s.kills,
                       leaders=s.leaders, snapshots_installed=s.snapshots_installed,
-                      truncations=s.truncations)
+                      truncations=s.truncations, voter_changes=s.voter_changes,
+                      leader_removals_asked=s.leader_removals,
+                      voter_changes_refused=sum(s.voter_refusals.values()))
     return {"voters": voters, "observers": observers, "profile": profile, "seeds": seeds,
             "simulated_s": seeds * SimConfig().duration_ms // 1000,
             "wall_s": round(time.perf_counter() - start, 2), "failures": failures,
@@ -121,6 +127,8 @@ def _kind(what: str) -> str:
     for marker, name in (("two leaders", "one leader per epoch"),
                          ("durable on", "committed on a majority"),
                          ("truncates", "committed never truncated"),
+                         ("more than one change", "one voter change at a time"),
+                         ("not in its voter set", "a leader is a voter"),
                          ("committed", "identical committed prefix"),
                          ("went back", "monotonic epoch/HW"),
                          ("snapshot", "snapshot is the committed prefix")):
@@ -143,7 +151,8 @@ def main() -> int:
                       "long_delay": "1% up to 3000 ms", "fsync_ms": [1, 6],
                       "append_interval_ms": 40, "raft": "Kafka defaults: election 1000, "
                       "fetch timeout 2000, long-poll 500, backoff max 1000"},
-        "safety": [safety(v, o, p, args.seeds) for v, o in shapes for p in ({}, HEAVY, CRASHY)],
+        "safety": [safety(v, o, p, args.seeds) for v, o in shapes for p in ({}, HEAVY, CRASHY)]
+        + [safety(v, o, {**p, **RECONFIG}, args.seeds) for v, o in shapes for p in ({}, HEAVY)],
         "timing": [timing(v, args.timing_seeds) for v in (1, 3, 5)],
         "broken": [broken(r, p, args.broken_seeds) for r in sorted(UNSAFE_RULES)
                    for p in (HEAVY, CRASHY)],

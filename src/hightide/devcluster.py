@@ -128,13 +128,18 @@ class NodeSpec:
 def plan(n_brokers: int, base_dir: str | os.PathLike[str], *, n_controllers: int = 1,
          base_port: int | None = None, host: str = HOST, heartbeat_interval_ms: int | None = None,
          session_timeout_ms: int | None = None, read_consistency: str | None = None,
-         settings: Mapping[str, Any] | None = None, log_level: str = "INFO") -> list[NodeSpec]:
+         settings: Mapping[str, Any] | None = None, log_level: str = "INFO",
+         dynamic_voters: bool = False) -> list[NodeSpec]:
     """The layout of a cluster of ``n_controllers`` controllers and ``n_brokers`` brokers.
 
     Ports: ``base_port`` given → brokers ``base_port .. base_port+N-1`` then the
     controllers; None → free ports. Data dirs: ``<base_dir>/broker-<id>`` and
     ``<base_dir>/controller-<id>``. ``settings`` (Kafka names, any value ``str()``-able)
     are added to every node after the layout's own, so they may override them.
+    ``dynamic_voters``: a dynamic quorum (KIP-853): every node finds the controllers
+    through ``controller.quorum.bootstrap.servers`` instead of static
+    ``controller.quorum.voters``, and :func:`format_dirs` formats the controllers with
+    their initial voter set (``--initial-controllers``).
     Raises ValueError on a count below 1 (brokers: 0 allowed) or a port past 65535."""
     if n_controllers < 1 or n_brokers < 0:
         raise ValueError("a cluster needs at least one controller and zero or more brokers")
@@ -146,6 +151,9 @@ def plan(n_brokers: int, base_dir: str | os.PathLike[str], *, n_controllers: int
     controllers = [(CONTROLLER_ID_BASE + i, ports[n_brokers + i]) for i in range(n_controllers)]
     voters = ",".join(f"{cid}@{host}:{port}" for cid, port in controllers)
     common = {"controller.quorum.voters": voters, "controller.listener.names": CONTROLLER_LISTENER}
+    if dynamic_voters:
+        common = {"controller.quorum.bootstrap.servers": ",".join(f"{host}:{port}" for _, port in controllers),
+                  "controller.listener.names": CONTROLLER_LISTENER}
     for name, value in (("broker.heartbeat.interval.ms", heartbeat_interval_ms),
                         ("broker.session.timeout.ms", session_timeout_ms),
                         ("metadata.read.consistency", read_consistency)):
@@ -245,15 +253,40 @@ def format_dirs(specs: Iterable[NodeSpec], cluster_id: str | None = None) -> str
     found, _ = inspect_dirs(specs)
     cid = found or cluster_id or new_id()
     voters = [s.node_id for s in specs if s.is_controller]
+    dynamic = [s for s in specs if is_dynamic_controller(s)]
+    directories = {s.node_id: new_id() for s in dynamic}
+    bootstrap = dynamic_bootstrap(dynamic, directories) if dynamic else None
     for spec in specs:
         if (spec.data_dir / "meta.properties").exists():
             continue
-        if found is None:  # a new cluster: every dir formatted together, controllers with their voter set
+        if found is None and spec in dynamic:  # --initial-controllers: every controller of the layout
+            format_dir(str(spec.data_dir), cluster_id=cid, node_id=spec.node_id, dynamic=True, bootstrap=bootstrap,
+                       directory_id=directories[spec.node_id])
+        elif found is None:  # a new cluster: every dir formatted together, controllers with their voter set
             format_dir(str(spec.data_dir), cluster_id=cid, node_id=spec.node_id,
                        voters=voters if spec.is_controller else None)
+        elif spec in dynamic:  # --no-initial-controllers: it joins as an observer (add-controller)
+            format_dir(str(spec.data_dir), cluster_id=cid, node_id=spec.node_id, dynamic=True)
         else:
             write_meta_properties(str(spec.data_dir), cid, spec.node_id)
     return cid
+
+
+def is_dynamic_controller(spec: NodeSpec) -> bool:
+    """A controller of a dynamic quorum (bootstrap servers, no static voters)."""
+    return (spec.is_controller and not spec.is_broker and "controller.quorum.voters" not in spec.settings
+            and bool(spec.settings.get("controller.quorum.bootstrap.servers")))
+
+
+def dynamic_bootstrap(controllers: Iterable[NodeSpec], directories: Mapping[int, str]) -> bytes:
+    """The bootstrap checkpoint of a dynamic quorum whose initial voters are
+    ``controllers`` (``format --initial-controllers``)."""
+    import time
+    from .cluster.raft import VoterNode, VoterSet
+    from .cluster.snapshot import encode_bootstrap_snapshot
+    voters = VoterSet.of(VoterNode(s.node_id, directories[s.node_id], ((CONTROLLER_LISTENER, s.host, s.port),))
+                         for s in controllers)
+    return encode_bootstrap_snapshot(voters, int(time.time() * 1000))
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

@@ -28,7 +28,8 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ClusterF
     """A factory: ``cluster(n_brokers=3, *, controllers=1, proxied=(), wait=True,
     timeout=60, settings=None, log_level="INFO", **kafka_settings)`` starts ``controllers`` controllers
     (one, or a quorum) and ``n_brokers`` brokers
-    (heartbeat 250 ms, session 3000 ms; ``log_level`` is each node's ``--log-level``,
+    (heartbeat 250 ms, session 3000 ms; ``dynamic_voters``: a dynamic quorum, KIP-853;
+    ``log_level`` is each node's ``--log-level``,
     e.g. ``"hightide.request=debug"``) and, with ``wait``, returns once every broker is
     unfenced on every broker. Keyword settings use ``_`` for ``.``
     (``metadata_read_consistency="local"``). Every node is stopped at teardown, also when
@@ -38,10 +39,10 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ClusterF
 
     def make(n_brokers: int = 3, *, controllers: int = 1, proxied: tuple[int, ...] | list[int] = (),
              wait: bool = True, timeout: float = 60.0, settings: dict[str, Any] | None = None,
-             log_level: str = "INFO", **kafka_settings: Any) -> ClusterHarness:
+             log_level: str = "INFO", dynamic_voters: bool = False, **kafka_settings: Any) -> ClusterHarness:
         merged = {**(settings or {}), **kafka_names(kafka_settings)}
         h = ClusterHarness(tmp_path / f"cluster-{len(made)}", n_brokers, proxied=proxied, settings=merged,
-                           n_controllers=controllers, log_level=log_level)
+                           n_controllers=controllers, log_level=log_level, dynamic_voters=dynamic_voters)
         made.append(h)
         h.start(wait_unfenced=wait, timeout=timeout)
         return h

@@ -5,7 +5,9 @@ and reorders messages within a link and partitions the nodes, in-memory storage 
 power-cut semantics (the quorum-state file and snapshots are written atomically and
 durably; log entries are durable only once a Flush completed, and a killed node loses
 the rest), kills, restarts and pauses (SIGSTOP: the node neither runs nor receives until
-resumed, then sees everything late), and clients appending to whoever is leader.
+resumed, then sees everything late), clients appending to whoever is leader and, with
+``reconfig_interval_ms`` (KIP-853, ``kraft_version`` 1), an operator adding a live
+non-voter as a voter or removing a random voter — the leader too — through the leader.
 
 After every step the invariants are checked; a violation raises
 :class:`InvariantViolation` naming the seed and the command that replays it exactly:
@@ -13,7 +15,10 @@ After every step the invariants are checked; a violation raises
 * at most one leader per epoch;
 * a node's epoch never goes backwards (across restarts: it is persisted), and its high
   watermark never goes backwards while it runs (Kafka does not persist the HW);
-* every committed entry is durable on a majority of voters when it commits;
+* every committed entry is durable on a majority of the committing leader's voter set
+  when it commits;
+* a leader is a voter of its own voter set when elected, and each committed voter set
+  differs from the one committed before it by at most one voter;
 * every node's committed prefix is identical (log matching), and snapshots hold it;
 * a committed entry is never truncated.
 
@@ -37,10 +42,12 @@ from typing import Any
 
 from hightide.cluster.raft.messages import VoteRequest, VoteResponse
 from hightide.cluster.raft import (
-    Append, ClientAppend, Committed, ElectionState, Entry, Flush, FlushDone, InstallSnapshot,
+    AddVoter, Append, ClientAppend, Committed, ElectionState, Entry, Flush, FlushDone, InstallSnapshot,
     NotLeaderError, OffsetAndEpoch, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
-    RoleChanged, Send, SendFailed, SnapshotCreated, Tick, TrimLog, Truncate,
+    RemoveVoter, RoleChanged, Send, SendFailed, SnapshotCreated, Tick, TrimLog, Truncate, VoterChangeError,
+    VoterNode, VoterSet,
 )
+from hightide.cluster.raft.voters import read_voters
 
 
 class InvariantViolation(AssertionError):
@@ -69,6 +76,8 @@ class SimConfig:
     pre_vote: bool = True             # False: Kafka 3's elections (no KIP-996)
     crash_after_vote_prob: float = 0.0  # a crash point: die right after granting a vote
     fetch_max_entries: int = 64       # entries per Fetch response
+    kraft_version: int = 0            # 1: dynamic voters (KIP-853), written to the log
+    reconfig_interval_ms: int = 0     # add or remove a voter this often (kraft_version 1)
     unsafe: frozenset[str] = frozenset()
     raft: RaftConfig = field(default_factory=RaftConfig)
 
@@ -116,6 +125,9 @@ class Stats:
     steps: int = 0
     snapshots_installed: int = 0
     truncations: int = 0
+    voter_changes: int = 0                                      # committed voter-set changes
+    voter_refusals: dict[int, int] = field(default_factory=dict)  # error code -> count
+    leader_removals: int = 0                                    # a leader removed itself (asked)
 
 
 def _key(e: Entry) -> tuple[int, bytes]:
@@ -144,6 +156,7 @@ class Simulation:
         self.committed: list[tuple[int, bytes]] = []      # the global committed log
         self.pending: dict[bytes, int] = {}               # payload -> append time
         self.stats = Stats()
+        self.committed_voters = VoterSet.of(self.voters)  # the latest committed voter set
         self._leaderless_since: int | None = 0
         self._appended = 0
         self._conn: dict[tuple[int, int, int], int] = {}   # (server, client, cid) -> client incarnation
@@ -153,6 +166,8 @@ class Simulation:
         self._push(cfg.fault_interval_ms, "fault", 0, None)
         if cfg.kill_leader_every_ms:
             self._push(cfg.kill_leader_every_ms, "kill_leader", 0, None)
+        if cfg.reconfig_interval_ms:
+            self._push(cfg.reconfig_interval_ms, "reconfig", 0, None)
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -173,7 +188,8 @@ class Simulation:
         log = RaftLog.restore(snap[0] if snap else None, st.entries)
         rng = random.Random(self.seed * 7919 + i * 104729 + n.incarnation)
         n.core = RaftCore(i, self.voters, self.raft, rng, self.now, election=st.election,
-                          log=log, snapshot_data=snap[1] if snap else b"")
+                          log=log, snapshot_data=snap[1] if snap else b"",
+                          kraft_version=self.cfg.kraft_version)
         n.hw = n.core.high_watermark
         self._check_epoch(n)
         self._step(n, Tick())
@@ -230,6 +246,10 @@ class Simulation:
             return
         if kind == "heal":
             self.partition = None
+            return
+        if kind == "reconfig":
+            self._reconfig()
+            self._push(self.now + self.cfg.reconfig_interval_ms, "reconfig", 0, None)
             return
         if kind == "kill_leader":
             for n in self.nodes.values():
@@ -386,6 +406,9 @@ class Simulation:
         other = self.leader_by_epoch.setdefault(a.epoch, n.id)
         if other != n.id:
             self.fail(f"two leaders in epoch {a.epoch}: {other} and {n.id}")
+        assert n.core is not None
+        if n.id not in n.core.voters:
+            self.fail(f"node {n.id} leads epoch {a.epoch} but is not in its voter set {n.core.voters}")
         self.stats.leaders += 1
         if self._leaderless_since is not None:
             self.stats.elections.append(self.now - self._leaderless_since)
@@ -407,16 +430,27 @@ class Simulation:
                     self.fail(f"node {n.id} committed {key} at {off}, others {self.committed[off]}")
             elif off == len(self.committed):
                 self.committed.append(key)
-                self._check_majority(off, key)
+                self._check_majority(off, key, core.voters)
+                self._check_voter_change(off, e)
                 self._acknowledge(e)
             else:
                 self.fail(f"node {n.id} commits {off} past the committed end {len(self.committed)}")
         n.hw = hw
         self._maybe_snapshot(n)
 
-    def _check_majority(self, off: int, key: tuple[int, bytes]) -> None:
+    def _check_voter_change(self, off: int, e: Entry) -> None:
+        new = read_voters(e.payload) if e.control else None
+        if new is None:
+            return
+        if not new.one_change_from(self.committed_voters):
+            self.fail(f"voter set {new.ids} committed at {off} after {self.committed_voters.ids}: more than one change")
+        if new.ids != self.committed_voters.ids:
+            self.stats.voter_changes += 1
+        self.committed_voters = new
+
+    def _check_majority(self, off: int, key: tuple[int, bytes], voters: tuple[int, ...]) -> None:
         holders = 0
-        for v in self.voters:
+        for v in voters:
             st = self.nodes[v].storage
             if st.snapshot is not None and st.snapshot[0].offset > off:
                 holders += 1
@@ -425,9 +459,9 @@ class Simulation:
                 if base == off:
                     holders += _key(e) == key
                     break
-        if holders < len(self.voters) // 2 + 1:
+        if holders < len(voters) // 2 + 1:
             self.fail(f"offset {off} {key} committed but durable on {holders} of "
-                      f"{len(self.voters)} voters")
+                      f"{len(voters)} voters {list(voters)}")
 
     def _acknowledge(self, e: Entry) -> None:
         self.stats.committed += 1
@@ -482,6 +516,28 @@ class Simulation:
                 self.pending[payload] = self.now
                 self.stats.appends += 1
         self._push(self.now + self.cfg.append_interval_ms, "client", 0, None)
+
+    def _reconfig(self) -> None:
+        """The operator: add a live non-voter (AddRaftVoter) or remove a random voter,
+        possibly the leader (RemoveRaftVoter), through the current leader."""
+        n = self.leader()
+        if n is None or n.core is None:
+            return
+        voters = n.core.voter_set
+        others = [i for i, x in self.nodes.items() if i not in voters.ids and x.core is not None]
+        r = self.rng
+        event: AddVoter | RemoveVoter
+        if others and (len(voters.ids) == 1 or r.random() < 0.5):
+            event = AddVoter(VoterNode(r.choice(others)))
+        elif len(voters.ids) > 1:
+            event = RemoveVoter(r.choice(voters.ids))
+            self.stats.leader_removals += event.node_id == n.id
+        else:
+            return
+        try:
+            self._step(n, event)
+        except VoterChangeError as exc:
+            self.stats.voter_refusals[exc.error_code] = self.stats.voter_refusals.get(exc.error_code, 0) + 1
 
     def _fault(self) -> None:
         c, r = self.cfg, self.rng

@@ -151,7 +151,10 @@ def test_error_response_for_every_forwarded_api(api_key: int) -> None:
         46: {"topics": None, "timeout": 1000}, 64: {"broker_id": 3},
         49: {"entries": [{"entity": [{"entity_type": "user", "entity_name": None}],
                           "ops": [{"key": "producer_byte_rate", "value": 1.0, "remove": False}]}],
-             "validate_only": False}}
+             "validate_only": False},
+        80: {"cluster_id": None, "timeout": 1000, "voter_id": 3, "voter_directory_id": uuid.UUID(int=1),
+             "listeners": [{"name": "CONTROLLER", "host": "h", "port": 1}]},
+        81: {"cluster_id": None, "voter_id": 3, "voter_directory_id": uuid.UUID(int=1)}}
     req = materialize(request_schema(api_key, version), bodies[api_key])
     resp = error_response(api_key, version, req, ErrorCode.request_timed_out, "no controller")
     items = (getattr(resp, "topics", None) or getattr(resp, "results", None)

@@ -40,8 +40,11 @@ def _parse_sets(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
               help="A config for every node, e.g. metadata.read.consistency=local (repeatable).")
 @click.option("--log-level", default="INFO", show_default=True, help="The nodes' --log-level.")
+@click.option("--dynamic-voters", is_flag=True,
+              help="A dynamic quorum (KIP-853): controller.quorum.bootstrap.servers, controllers formatted with "
+                   "--initial-controllers; add and remove controllers with `metadata-quorum add-controller`.")
 def dev_cluster(n_brokers: int, n_controllers: int, data_dir: str, base_port: int,
-                overrides: tuple[str, ...], log_level: str) -> None:
+                overrides: tuple[str, ...], log_level: str, dynamic_voters: bool) -> None:
     """Run a controller (or a quorum of them) and N brokers on 127.0.0.1 until Ctrl-C.
 
     Prints the bootstrap string and each broker's state as it changes (registered,
@@ -51,7 +54,7 @@ def dev_cluster(n_brokers: int, n_controllers: int, data_dir: str, base_port: in
     settings = _parse_sets(overrides)
     try:
         specs = plan(n_brokers, data_dir, n_controllers=n_controllers, base_port=base_port or None,
-                     settings=settings, log_level=log_level)
+                     settings=settings, log_level=log_level, dynamic_voters=dynamic_voters)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     cluster = DevCluster(specs, data_dir)

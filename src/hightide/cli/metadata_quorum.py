@@ -1,4 +1,6 @@
-"""``hightide metadata-quorum describe --status | --replication`` (kafka-metadata-quorum.sh).
+"""``hightide metadata-quorum describe --status | --replication``, ``add-controller`` and
+``remove-controller`` (kafka-metadata-quorum.sh; the last two are KIP-853's AddRaftVoter
+and RemoveRaftVoter, for a dynamic quorum).
 
 The same fields and column names as Kafka's tool (DescribeQuorum (55) of
 ``__cluster_metadata-0``, the cluster id from DescribeCluster), plus hightide's view of
@@ -25,7 +27,7 @@ import click
 
 from ..client.cluster import applied_offset
 from ..client.cluster import lowest_acknowledged as _lowest_acknowledged
-from . import main
+from . import main, node_options
 from ._common import Col, client_options, command_config_option, kafka_error_line, print_table, terminal_width, wrap_fields
 
 LAO_SOURCE = ("derived: lowest (observer LogEndOffset - 1) among unfenced brokers, from DescribeQuorum "
@@ -225,3 +227,122 @@ def describe(bootstrap_server: str | None, bootstrap_controller: str | None, sta
     else:
         print_table(REPLICATION_COLS, rows)
 
+
+
+# -- add-controller / remove-controller (KIP-853) ------------------------------------------
+def _target(bootstrap_server: str | None, bootstrap_controller: str | None) -> tuple[str, bool]:
+    given = click.get_current_context().obj or {}
+    bootstrap_server = bootstrap_server or given.get("bootstrap_server")
+    bootstrap_controller = bootstrap_controller or given.get("bootstrap_controller")
+    if bootstrap_server and bootstrap_controller:
+        raise click.UsageError("give only one of --bootstrap-server or --bootstrap-controller")
+    return bootstrap_controller or bootstrap_server or "127.0.0.1:9092", bootstrap_controller is not None
+
+
+async def _on_active(target: str, controller: bool, call: Any, timeout_s: float = 15.0) -> None:
+    """Run ``call(conn)`` on the active controller (``controller``) or on the first
+    reachable broker (it forwards the request to the active controller)."""
+    from ..client import parse_servers
+    from ..client.cluster import active_controller, connect_any
+    security = client_options().get("security")
+    if controller:
+        conn, _ = await active_controller(parse_servers(target), timeout_s=timeout_s, security=security)
+    else:
+        conn = await connect_any(parse_servers(target), timeout_s=timeout_s, security=security)
+    try:
+        await call(conn)
+    finally:
+        await conn.close()
+
+
+def _run(what: str, target: str, controller: bool, call: Any) -> None:
+    from ..client import KafkaError
+    try:
+        asyncio.run(_on_active(target, controller, call))
+    except KafkaError as exc:
+        raise click.ClickException(f"{what} failed: {type(exc).__name__}: {exc}") from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def new_controller(config: Any, data_dir: str) -> tuple[int, uuid.UUID, list[tuple[str, str, int]]]:
+    """(node id, directory id, controller listeners as advertised) of the controller that
+    ``config`` and ``data_dir`` describe (its ``serve`` flags): what add-controller sends,
+    as kafka-metadata-quorum.sh reads them from the controller's properties and log dir.
+    Raises click.ClickException when it is not a formatted dynamic quorum's controller."""
+    from ..log.data_dir import read_meta_properties
+    from ..cluster.raft.batches import uuid_bytes
+    settings = config.cluster_settings()
+    if not settings.dynamic_quorum:
+        raise click.ClickException("add-controller adds a dynamic quorum's controller: its flags must set "
+                                   "process.roles=controller and controller.quorum.bootstrap.servers (no "
+                                   "controller.quorum.voters)")
+    directory = read_meta_properties(data_dir).get("directory.id")
+    if not directory:
+        raise click.ClickException(f"data dir {data_dir} is not formatted (no directory.id in meta.properties): "
+                                   "run `hightide storage format --no-initial-controllers` with its flags first")
+    try:
+        dir_uuid = uuid.UUID(bytes=uuid_bytes(directory))
+    except ValueError:
+        raise click.ClickException(f"data dir {data_dir}: directory.id {directory!r} is not a Uuid") from None
+    listeners = [(x.name, *settings.advertised_for(x, x.port)) for x in settings.controller_listeners]
+    if not listeners or any(port == 0 for _, _, port in listeners):
+        raise click.ClickException("add-controller needs the controller's listener with a fixed port "
+                                   "(listeners, controller.listener.names)")
+    return settings.node_id, dir_uuid, listeners
+
+
+@metadata_quorum.command("add-controller")
+@click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
+              help="HOST:PORT[,...] of brokers (they forward to the active controller).")
+@click.option("--bootstrap-controller", default=None, help="HOST:PORT[,...] of controllers (KIP-919).")
+@command_config_option
+@node_options
+@click.option("--timeout-ms", type=int, default=30_000, show_default=True,
+              help="How long the controller waits for the new voter set to commit.")
+def add_controller(bootstrap_server: str | None, bootstrap_controller: str | None, data_dir: str,
+                   config_file: str | None, node_id: int | None, overrides: tuple[str, ...], timeout_ms: int) -> None:
+    """Add a controller to a dynamic quorum (AddRaftVoter, KIP-853).
+
+    Give the new controller's own flags (--data-dir, --config, --node-id, --set, as it is
+    started with `hightide serve`): its node id, directory id (meta.properties) and
+    controller listener are sent. It must be running and caught up (fetching the metadata
+    log as an observer) first. Returns once the new voter set is committed."""
+    from . import load_node_config
+    from ..client.cluster import add_raft_voter
+    target, controller = _target(bootstrap_server, bootstrap_controller)
+    config = load_node_config(config_file, node_id, overrides)
+    nid, directory, listeners = new_controller(config, data_dir)
+
+    async def call(conn: Any) -> None:
+        await add_raft_voter(conn, nid, directory, listeners, timeout_ms=timeout_ms)
+    _run(f"adding controller {nid}", target, controller, call)
+    click.echo(f"Added controller {nid} with directory id {kafka_uuid(directory)} and endpoints: "
+               + ", ".join(f"{n}://{h}:{p}" for n, h, p in listeners))
+
+
+@metadata_quorum.command("remove-controller")
+@click.option("--bootstrap-server", "-b", envvar="HIGHTIDE_BOOTSTRAP_SERVER", default=None,
+              help="HOST:PORT[,...] of brokers (they forward to the active controller).")
+@click.option("--bootstrap-controller", default=None, help="HOST:PORT[,...] of controllers (KIP-919).")
+@command_config_option
+@click.option("--controller-id", "-i", type=int, required=True, help="The id of the controller to remove.")
+@click.option("--controller-directory-id", "-d", required=True,
+              help="The directory id of the controller to remove (describe --replication shows it).")
+def remove_controller(bootstrap_server: str | None, bootstrap_controller: str | None, controller_id: int,
+                      controller_directory_id: str) -> None:
+    """Remove a controller from a dynamic quorum (RemoveRaftVoter, KIP-853). Returns once
+    the new voter set is committed; stop the removed controller afterwards."""
+    from ..client.cluster import remove_raft_voter
+    from ..cluster.raft.batches import uuid_bytes
+    target, controller = _target(bootstrap_server, bootstrap_controller)
+    try:
+        directory = uuid.UUID(bytes=uuid_bytes(controller_directory_id))
+    except ValueError:
+        raise click.ClickException(f"--controller-directory-id {controller_directory_id!r} is not a Uuid "
+                                   "(22 characters of URL-safe base64)") from None
+
+    async def call(conn: Any) -> None:
+        await remove_raft_voter(conn, controller_id, directory)
+    _run(f"removing controller {controller_id}", target, controller, call)
+    click.echo(f"Removed controller {controller_id} with directory id {controller_directory_id}")

@@ -24,7 +24,8 @@ from .properties import ClientSecurity
 
 __all__ = ["ClusterBroker", "ClusterDescription", "QuorumInfo", "QuorumReplica", "active_controller",
            "applied_offset", "connect_any",
-           "describe_cluster", "describe_quorum", "lowest_acknowledged", "METADATA_TOPIC"]
+           "describe_cluster", "describe_quorum", "lowest_acknowledged", "METADATA_TOPIC", "add_raft_voter",
+           "remove_raft_voter"]
 
 METADATA_TOPIC = "__cluster_metadata"
 _BROKERS, _CONTROLLERS = 1, 2  # DescribeCluster EndpointType (KIP-919)
@@ -257,3 +258,32 @@ def lowest_acknowledged(quorum: QuorumInfo, fenced: Mapping[int, bool] | None) -
     if not offsets or any(x is None for x in offsets):
         return None
     return min(x for x in offsets if x is not None)
+
+
+async def add_raft_voter(conn: BrokerConnection, voter_id: int, directory_id: uuid.UUID,
+                         listeners: list[tuple[str, str, int]], *, cluster_id: str | None = None,
+                         timeout_ms: int = 30_000) -> None:
+    """AddRaftVoter (80, KIP-853) on ``conn`` (the active controller, or a broker that
+    forwards it): add ``voter_id`` (its metadata dir's ``directory_id``) reachable at
+    ``listeners`` (name, host, port); returns once the new voter set is committed. Raises
+    the answer's error as :class:`KafkaError` (UnsupportedVersionError when ``conn`` does
+    not offer the API)."""
+    v = conn.pick_version(80, 0, 0)
+    resp = await conn.request(80, v, {
+        "cluster_id": cluster_id, "timeout": timeout_ms, "voter_id": voter_id, "voter_directory_id": directory_id,
+        "listeners": [{"name": n, "host": h, "port": p} for n, h, p in listeners]},
+        timeout_s=timeout_ms / 1000 + 5)
+    if resp.error_code != ErrorCode.none:
+        raise error_for(resp.error_code, resp.error_message or f"AddRaftVoter of {voter_id}")
+
+
+async def remove_raft_voter(conn: BrokerConnection, voter_id: int, directory_id: uuid.UUID, *,
+                            cluster_id: str | None = None) -> None:
+    """RemoveRaftVoter (81, KIP-853) on ``conn``: remove voter ``voter_id`` whose metadata
+    dir is ``directory_id``; returns once the new voter set is committed. Raises the
+    answer's error as :class:`KafkaError`."""
+    v = conn.pick_version(81, 0, 0)
+    resp = await conn.request(81, v, {"cluster_id": cluster_id, "voter_id": voter_id,
+                                      "voter_directory_id": directory_id}, timeout_s=35.0)
+    if resp.error_code != ErrorCode.none:
+        raise error_for(resp.error_code, resp.error_message or f"RemoveRaftVoter of {voter_id}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..config import ConfigDef, ConfigError, _d, _doc_cell, _doc_default, _nonneg, _pos, did_you_mean
+from .raft.voters import VoterNode, VoterSet
 
 _LISTENER = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:/\s]*):([0-9]{1,5})")
 _VOTER = re.compile(r"([0-9]+)@(\[[0-9A-Fa-f:.]+\]|[^:@\s]+):([0-9]{1,5})")
@@ -160,6 +161,27 @@ def parse_voter(text: str) -> Voter:
     return Voter(int(m.group(1)), _host(m.group(2)), int(m.group(3)))
 
 
+_INITIAL = re.compile(r"([0-9]+)@(\[[0-9A-Fa-f:.]+\]|[^:@\s]+):([0-9]{1,5}):([A-Za-z0-9_-]{22})")
+
+
+def parse_initial_controllers(text: str, listener_name: str) -> VoterSet:
+    """``--initial-controllers`` of ``format`` (Kafka's KIP-853 flag): a comma-separated
+    list of ``id@host:port:directory-id``; each voter's endpoint is ``listener_name``.
+    Raises ConfigError naming the bad entry (a repeated id too)."""
+    nodes: list[VoterNode] = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        m = _INITIAL.fullmatch(item)
+        if m is None or int(m.group(3)) > 65535:
+            raise ConfigError(f"invalid --initial-controllers entry {item!r}: expected id@host:port:directory-id "
+                              "(a directory id is 22 characters: `hightide storage random-uuid`)")
+        if any(n.node_id == int(m.group(1)) for n in nodes):
+            raise ConfigError(f"--initial-controllers names node {m.group(1)} twice")
+        nodes.append(VoterNode(int(m.group(1)), m.group(4), ((listener_name, _host(m.group(2)), int(m.group(3))),)))
+    if not nodes:
+        raise ConfigError("--initial-controllers names no controller")
+    return VoterSet.of(nodes)
+
+
 def parse_hostport(text: str) -> tuple[str, int]:
     m = _HOSTPORT.fullmatch(text)
     if m is None:
@@ -228,13 +250,23 @@ class ClusterSettings:
         return self.is_broker and self.is_controller
 
     @property
+    def dynamic_quorum(self) -> bool:
+        """A controller of a dynamic quorum (KIP-853, ``kraft.version`` 1): a
+        controller-only process with ``controller.quorum.bootstrap.servers`` and no
+        ``controller.quorum.voters``; its voter set is in its metadata log."""
+        return self.is_controller and not self.is_broker and not self.voters and bool(self.bootstrap_servers)
+
+    @property
     def formatted_voters(self) -> tuple[int, ...] | None:
         """The voter set this node's data dir is formatted for and records (its
         quorum-state, :mod:`hightide.log.data_dir`): a controller-only process's voter ids
-        (itself when it has no static voters: it runs alone); None on a broker and on the
-        single node (its dir records no voter set)."""
+        (itself when it has no static voters: it runs alone; none, ``()``, for a dynamic
+        quorum's controller: its log holds them); None on a broker and on the single
+        node (its dir records no voter set)."""
         if not self.is_controller or self.is_broker:
             return None
+        if self.dynamic_quorum:
+            return ()
         return tuple(v.node_id for v in self.voters) or (self.node_id,)
 
     @property

@@ -28,8 +28,13 @@ and the image's ``content_offset`` become ``end offset - 1`` (both only ever com
 with "has the broker applied at least this", so they stay safe), and the legacy merged
 ``broker_configs`` view, which a snapshot rebuilds from the per-broker configs.
 
-What is not in a snapshot (KIP-853): KRaftVersionRecord and VotersRecord (hightide's
-voters are static, ``controller.quorum.voters``).
+The voter set (KIP-853): with dynamic voters (``kraft.version`` 1) the header batch is
+followed by one control batch holding a KRaftVersionRecord and the VotersRecord in
+effect at the snapshot's end (Kafka's layout), so a replica that installs the snapshot
+knows its voters; a static quorum's snapshots have none. ``hightide storage format
+--standalone / --initial-controllers`` writes the *bootstrap* snapshot
+``00000000000000000000-0000000000.checkpoint``: header, voter set, footer and no records
+(:func:`encode_bootstrap_snapshot`, Kafka's bootstrap checkpoint).
 
 API for the Raft shell and the snapshotter (``hightide.node.snapshotter``):
 :func:`copy_image` (on the owning thread: a consistent copy, cheap),
@@ -59,7 +64,9 @@ from ..protocol.records import InvalidRecords, build_batch, decode_records, vali
 from ..protocol.tolerant import read_tolerant
 from .broker_records import BrokerRegistrationChangeRecord, RegisterBrokerRecord
 from .image import MetadataImage, TopicImage
+from .raft.batches import KRAFT_VERSION, KRAFT_VOTERS, voters_batch
 from .raft.messages import OffsetAndEpoch
+from .raft.voters import VoterSet
 from .security_image import SecurityImage
 from .records import (
     BROKER_RESOURCE,
@@ -80,7 +87,7 @@ from .security_records import AccessControlEntryRecord, UserScramCredentialRecor
 __all__ = [
     "SNAPSHOT_SUFFIX", "PARTIAL_SUFFIX", "DELETED_SUFFIX", "SnapshotError", "DecodedSnapshot", "SnapshotStore",
     "snapshot_name", "parse_snapshot_name", "copy_image", "image_records", "encode_snapshot", "decode_snapshot",
-    "image_from_snapshot", "load_latest",
+    "image_from_snapshot", "load_latest", "encode_bootstrap_snapshot", "BOOTSTRAP_SNAPSHOT",
 ]
 
 log = logging.getLogger("hightide.metadata")
@@ -209,13 +216,17 @@ def _chunks(values: Sequence[bytes]) -> Iterator[Sequence[bytes]]:
 
 
 def encode_snapshot(records: Sequence[MetadataRecord], sid: OffsetAndEpoch, last_contained_ms: int,
-                    now_ms: int) -> bytes:
-    """The snapshot file's bytes: header batch, ``records`` in batches, footer batch.
-    ``last_contained_ms`` is the append time of the last log record it covers (Kafka's
-    LastContainedLogTimestamp); ``now_ms`` stamps the batches."""
+                    now_ms: int, voters: VoterSet | None = None) -> bytes:
+    """The snapshot file's bytes: header batch, the voter set (``voters``, a dynamic
+    quorum's), ``records`` in batches, footer batch. ``last_contained_ms`` is the append
+    time of the last log record it covers (Kafka's LastContainedLogTimestamp); ``now_ms``
+    stamps the batches."""
     header = SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(last_contained_ms))
     parts = [_control_batch(SNAPSHOT_HEADER, _entity_bytes(header), 0, sid.epoch, now_ms)]
     offset = 1
+    if voters is not None:
+        parts.append(voters_batch(voters, sid.epoch, offset, now_ms))
+        offset += 2
     for chunk in _chunks([encode(r) for r in records]):
         parts.append(build_batch([(None, v, [], now_ms) for v in chunk], base_offset=offset,
                                  partition_leader_epoch=sid.epoch))
@@ -223,6 +234,15 @@ def encode_snapshot(records: Sequence[MetadataRecord], sid: OffsetAndEpoch, last
     parts.append(_control_batch(SNAPSHOT_FOOTER, _entity_bytes(SnapshotFooterRecord(version=i16(0))), offset,
                                 sid.epoch, now_ms))
     return b"".join(parts)
+
+
+#: The id of the bootstrap snapshot a dynamic quorum's controllers are formatted with.
+BOOTSTRAP_SNAPSHOT = OffsetAndEpoch(0, 0)
+
+
+def encode_bootstrap_snapshot(voters: VoterSet, now_ms: int) -> bytes:
+    """Kafka's bootstrap checkpoint (``0-0``): the initial voter set and no records."""
+    return encode_snapshot((), BOOTSTRAP_SNAPSHOT, -1, now_ms, voters)
 
 
 @dataclass(frozen=True)
@@ -242,8 +262,8 @@ def _control_type(batch: memoryview, what: str) -> tuple[int, bytes]:
 def decode_snapshot(data: bytes | memoryview) -> DecodedSnapshot:
     """Check and decode a whole snapshot file. Raises :class:`SnapshotError` if any batch
     is truncated or fails its CRC, the first batch is not a SnapshotHeader control batch,
-    the last not a SnapshotFooter, a control batch sits in between, or a record does not
-    decode."""
+    the last not a SnapshotFooter, a control batch other than the voter set's
+    (KRaftVersion, Voters) sits in between, or a record does not decode."""
     try:
         headers = validate_batches(data, client_origin=False)
     except InvalidRecords as exc:
@@ -263,7 +283,11 @@ def decode_snapshot(data: bytes | memoryview) -> DecodedSnapshot:
         records: list[MetadataRecord] = []
         for h in headers[1:-1]:
             if h.is_control:
-                raise SnapshotError(f"a control batch at offset {h.base_offset} inside the snapshot")
+                kinds = {_CONTROL_KEY.unpack_from(r.key)[1] for r in decode_records(mv[h.position:h.position + h.size])
+                         if r.key is not None and len(r.key) >= 4}
+                if not kinds or not kinds <= {KRAFT_VERSION, KRAFT_VOTERS}:
+                    raise SnapshotError(f"a control batch at offset {h.base_offset} inside the snapshot")
+                continue
             records.extend(decode(r.value) for r in decode_records(mv[h.position:h.position + h.size])
                            if r.value is not None)
     except SnapshotError:

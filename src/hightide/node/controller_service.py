@@ -54,11 +54,12 @@ from ..cluster.lifecycle import (
     RegistrationReply,
 )
 from ..cluster.records import MetadataRecord
+from ..cluster.raft import AddVoter, RemoveVoter, VoterChangeError
 from ..cluster.raft.describe import describe_quorum
 from ..log.partition_log import PartitionLog
 from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..services import CoordinatorUnavailable
-from .raft_shell import RaftShell
+from .raft_shell import RaftShell, WriteOutcomeUnknown
 
 log = logging.getLogger("hightide.controller")
 
@@ -80,6 +81,7 @@ class ReplicaProgress:
     log_end_offset: int = -1
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    directory_id: str = ""  # KIP-853's replica directory id ("" unknown)
 
 
 class ControllerService:
@@ -101,8 +103,7 @@ class ControllerService:
         self.lifecycle = BrokerLifecycle(cluster_id, config)
         #: The controller quorum's Raft shell (None: the single voter, always active).
         self.raft = raft
-        #: Every voter's controller address (``controller.quorum.voters``): leader hints.
-        self.voter_endpoints = dict(voter_endpoints or {})
+        self._static_endpoints = dict(voter_endpoints or {})
         self._write = write
         self._image = image
         self._metadata_log = metadata_log
@@ -128,6 +129,56 @@ class ControllerService:
         return self._endpoints()
 
     # -- the quorum ----------------------------------------------------------------------
+    @property
+    def voter_endpoints(self) -> dict[int, tuple[str, int]]:
+        """Every voter's controller address, for leader hints: ``controller.quorum.voters``
+        (static), or a dynamic quorum's voter set as this node's log has it (each voter's
+        endpoint of this node's controller listener name, else its first)."""
+        if self.raft is None or not self.raft.core.kraft_version:
+            return self._static_endpoints
+        names = [name for name, _, _ in self.controller_endpoints()]
+        out: dict[int, tuple[str, int]] = {}
+        for node in self.raft.core.voter_set.nodes:
+            named = [e for e in node.endpoints if e[0] in names] or list(node.endpoints)
+            if named:
+                out[node.node_id] = (named[0][1], named[0][2])
+        return out
+
+    def voter_listeners(self) -> list[tuple[int, list[tuple[str, str, int]]]]:
+        """DescribeQuorum's nodes: each voter's endpoints (a dynamic quorum: as its voter
+        set records them; static: this node's listeners as bound, the others' from
+        ``controller.quorum.voters`` under this node's controller listener name)."""
+        own = self.controller_endpoints()
+        if self.raft is not None and self.raft.core.kraft_version:
+            nodes = {n.node_id: list(n.endpoints) for n in self.raft.core.voter_set.nodes}
+            if self.node_id in nodes and not nodes[self.node_id]:
+                nodes[self.node_id] = own
+            return sorted(nodes.items())
+        name = own[0][0] if own else "CONTROLLER"
+        out = [(self.node_id, own)]
+        out += [(v, [(name, host, port)]) for v, (host, port) in sorted(self._static_endpoints.items())
+                if v != self.node_id]
+        return sorted(out)
+
+    async def change_voters(self, change: AddVoter | RemoveVoter, timeout_s: float,
+                            wait_commit: bool = True) -> tuple[ErrorCode, str | None]:
+        """AddRaftVoter / RemoveRaftVoter (KIP-853) through the Raft shell: (error code,
+        message). NOT_LEADER_OR_FOLLOWER on a non-leader, UNSUPPORTED_VERSION without a
+        quorum shell, the core's refusals (:class:`~hightide.cluster.raft.VoterChangeError`),
+        REQUEST_TIMED_OUT when the change was appended but is not known to be committed
+        (leadership lost, or ``timeout_s`` passed: it may still commit)."""
+        if self.raft is None:
+            return ErrorCode.unsupported_version, "This controller's voter set is static (kraft.version 0)."
+        try:
+            await self.raft.change_voters(change, timeout_s, wait_commit=wait_commit)
+        except VoterChangeError as exc:
+            return ErrorCode(exc.error_code), exc.message
+        except (WriteOutcomeUnknown, TimeoutError) as exc:
+            return ErrorCode.request_timed_out, f"The voter change may or may not have been committed: {exc or 'timed out'}"
+        what = (f"added voter {change.node.node_id}" if isinstance(change, AddVoter)
+                else f"removed voter {change.node_id}")
+        log.info("%s: voters are now %s", what, list(self.raft.core.voter_set.ids))
+        return ErrorCode.none, None
     @property
     def is_active(self) -> bool:
         """True if this controller takes metadata writes (the single voter always)."""
@@ -247,9 +298,13 @@ class ControllerService:
         info = describe_quorum(self.raft.core, at_ms)
         if info is None:
             return None
-        voters = [ReplicaProgress(v.replica_id, v.log_end_offset, v.last_fetch_timestamp, v.last_caught_up_timestamp)
-                  for v in info.current_voters]
-        return voters, observers
+        voters = [ReplicaProgress(v.replica_id, v.log_end_offset, v.last_fetch_timestamp, v.last_caught_up_timestamp,
+                                  v.directory_id) for v in info.current_voters]
+        known = {o.replica_id for o in observers}
+        observers += [ReplicaProgress(o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp,
+                                      o.directory_id) for o in info.observers
+                      if o.replica_id not in known and at_ms - o.last_fetch_timestamp <= OBSERVER_SESSION_TIMEOUT_MS]
+        return voters, sorted(observers, key=lambda o: o.replica_id)
 
     # -- the timer -----------------------------------------------------------------------
     async def run(self) -> None:

@@ -85,12 +85,14 @@ log = logging.getLogger("hightide.forwarding")
 #: APIs that hightide's controller serves; ``server/handlers/envelope.py`` reads this
 #: table): the metadata writes (CreateTopics, DeleteTopics, CreatePartitions, the config
 #: and ACL writes, AlterUserScramCredentials, AlterClientQuotas, UpdateFeatures, ElectLeaders, the
-#: partition reassignments, UnregisterBroker) and DescribeQuorum (only the controller knows the quorum, so
-#: ``kafka-metadata-quorum --bootstrap-server`` sees the controller's).
+#: partition reassignments, UnregisterBroker), DescribeQuorum (only the controller knows the quorum, so
+#: ``kafka-metadata-quorum --bootstrap-server`` sees the controller's) and AddRaftVoter / RemoveRaftVoter
+#: (KIP-853: the active controller changes the voter set).
 FORWARDED = {19: "CreateTopics", 20: "DeleteTopics", 30: "CreateAcls", 31: "DeleteAcls", 33: "AlterConfigs",
              37: "CreatePartitions", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments", 51: "AlterUserScramCredentials",
-             49: "AlterClientQuotas", 55: "DescribeQuorum", 57: "UpdateFeatures", 64: "UnregisterBroker"}
+             49: "AlterClientQuotas", 55: "DescribeQuorum", 57: "UpdateFeatures", 64: "UnregisterBroker",
+             80: "AddRaftVoter", 81: "RemoveRaftVoter"}
 ENVELOPE_KEY = 58
 TAG_METADATA_OFFSET = 10000
 #: The deadline of a forwarded request whose API has no timeout field (IncrementalAlterConfigs,

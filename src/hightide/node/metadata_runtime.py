@@ -14,6 +14,7 @@ it is (:func:`raft_metadata_runtime`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +24,8 @@ from ..aio.transport import LOOP_TRANSPORT, Transport
 from ..client.properties import ClientSecurity
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import MetadataLog
-from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig
-from ..cluster.raft.batches import leader_change_batch
+from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig, VoterSet
+from ..cluster.raft.batches import leader_change_batch, read_voters_batches, voters_entry
 from ..cluster.settings import ClusterSettings
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
@@ -115,7 +116,10 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
                           durable: Callable[[PartitionLog], Awaitable[object]], cluster_id: str | None,
                           security: ClientSecurity | None = None, config: RaftConfig | None = None,
                           snapshots: SnapshotPolicy | None = None, storage: Storage = POSIX,
-                          clock: Clock = SYSTEM_CLOCK, transport: Transport = LOOP_TRANSPORT) -> RaftMetadataRuntime:
+                          clock: Clock = SYSTEM_CLOCK, transport: Transport = LOOP_TRANSPORT,
+                          dynamic: bool = False, directory_id: str = "",
+                          bootstrap: Sequence[tuple[str, int]] = (),
+                          listener_name: str = "CONTROLLER") -> RaftMetadataRuntime:
     """The metadata runtime of a voter: ``voters`` are (node id, host, port) of every
     voter's controller listener (this node included; a lone voter: only itself, its
     address unused); the quorum-state file lives in the metadata log's directory, on
@@ -131,14 +135,34 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
     voter always stands: there is no other voter an empty log could win against, and the
     single node's dirs written before its metadata went through Raft have a metadata log
     and no quorum-state (their batches carry leader epoch 0; the first election here
-    starts epoch 1 above them)."""
+    starts epoch 1 above them).
+
+    ``dynamic``: a controller of a dynamic quorum (KIP-853, ``kraft.version`` 1): ``voters``
+    is ignored — the voter set is read from the bootstrap checkpoint and the log — and
+    ``bootstrap`` (``controller.quorum.bootstrap.servers``) are where it finds the leader
+    while it knows no other voter (node ids -2, -3, ... as Kafka numbers bootstrap
+    servers); ``directory_id`` is its replica directory id (``meta.properties``); the
+    voters' addresses are their ``listener_name`` endpoints in the voter set, learned as
+    it changes, and the leader's endpoint from Fetch answers."""
     config = config or RaftConfig(leader_change_payload=leader_change_batch)
-    ids = [v[0] for v in voters]
-    peers = RaftPeers(node_id, {v[0]: (v[1], v[2]) for v in voters if v[0] != node_id}, cluster_id=cluster_id,
+    config = dataclasses.replace(config, voters_payload=voters_entry, read_voters=read_voters_batches)
+    ids = [] if dynamic else [v[0] for v in voters]
+    addresses = {v[0]: (v[1], v[2]) for v in voters if v[0] != node_id and not dynamic}
+    discovery = [-(i + 2) for i in range(len(bootstrap))] if dynamic else []
+    addresses.update({d: bootstrap[i] for i, d in enumerate(discovery)})
+    peers = RaftPeers(node_id, addresses, cluster_id=cluster_id,
                       request_timeout_s=config.request_timeout_ms / 1000, security=security, transport=transport)
     shell = RaftShell(node_id=node_id, voters=ids, metadata=metadata,
-                      store=QuorumStateStore(metadata.log.path, ids, cluster_id or "", storage), transport=peers,
-                      durable=durable, config=config, require_formatted=len(ids) > 1, clock=clock)
+                      store=QuorumStateStore(metadata.log.path, ids, cluster_id or "", storage, dynamic=dynamic),
+                      transport=peers, durable=durable, config=config, require_formatted=len(ids) > 1 or dynamic,
+                      clock=clock, kraft_version=int(dynamic), directory_id=directory_id, discovery=discovery)
+
+    def learn_voters(voter_set: VoterSet) -> None:
+        for n in voter_set.nodes:
+            named = [e for e in n.endpoints if e[0] == listener_name] or list(n.endpoints)
+            if n.node_id != node_id and named:
+                peers.addresses[n.node_id] = (named[0][1], named[0][2])
+    shell.on_voters = learn_voters
 
     async def install(sid: OffsetAndEpoch, data: bytes) -> None:
         await install_snapshot(metadata, sid, data)
@@ -154,7 +178,8 @@ def raft_metadata_runtime(*, node_id: int, voters: Sequence[tuple[int, str, int]
                 raise asyncio.CancelledError()
         snapshotter = Snapshotter(metadata, max_bytes=snapshots.max_bytes, interval_ms=snapshots.interval_ms,
                                   applied_end=lambda: shell.committed_end, wait_commit=wait_commit,
-                                  on_created=shell.snapshot_created, clock=clock)
+                                  on_created=shell.snapshot_created, clock=clock,
+                                  voters_at=lambda end: shell.core.voters_at(end) if shell.core.kraft_version else None)
         shell.on_trim = snapshotter.trim
         shell.snapshotter = snapshotter
     return RaftMetadataRuntime(shell)
@@ -165,7 +190,8 @@ def raft_config(settings: ClusterSettings) -> RaftConfig:
     LeaderChange entry is Kafka's control batch (:mod:`hightide.cluster.raft.batches`)."""
     election, fetch, backoff, request, retry = settings.quorum_timeouts_ms
     return RaftConfig(election_timeout_ms=election, fetch_timeout_ms=fetch, election_backoff_max_ms=backoff,
-                      request_timeout_ms=request, retry_backoff_ms=retry, leader_change_payload=leader_change_batch)
+                      request_timeout_ms=request, retry_backoff_ms=retry, leader_change_payload=leader_change_batch,
+                      voters_payload=voters_entry, read_voters=read_voters_batches)
 
 
 @dataclass(frozen=True)

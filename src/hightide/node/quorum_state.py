@@ -44,10 +44,13 @@ class QuorumStateError(Exception):
 class QuorumStateStore:
     """The quorum-state file in ``directory`` (on ``storage``) for a quorum of ``voters``
     of cluster ``cluster_id`` (both recorded in every write: the data dir's voter set,
-    checked at start by :func:`hightide.log.data_dir.check_identity`)."""
+    checked at start by :func:`hightide.log.data_dir.check_identity`). ``dynamic``: a
+    dynamic quorum's voter (KIP-853): Kafka's version 1 file, no voter set (it is in the
+    log)."""
 
     def __init__(self, directory: str, voters: Sequence[int], cluster_id: str = "",
-                 storage: Storage = POSIX) -> None:
+                 storage: Storage = POSIX, dynamic: bool = False) -> None:
+        self.dynamic = dynamic
         self.directory = directory
         self.path = os.path.join(directory, QUORUM_STATE_FILE)
         self.voters = tuple(sorted(voters))
@@ -69,14 +72,15 @@ class QuorumStateStore:
             stored = sorted(int(v["voterId"]) for v in doc.get("currentVoters") or [])
         except (ValueError, KeyError, TypeError) as exc:
             raise QuorumStateError(f"cannot read {self.path}: {exc}") from None
-        if stored and tuple(stored) != self.voters:
+        if stored and tuple(stored) != self.voters and not self.dynamic:
             log.warning("%s was written for voters %s; controller.quorum.voters now names %s (static voters must be "
                         "the same on every controller and across restarts)", self.path, stored, list(self.voters))
         return state
 
     def encode(self, state: ElectionState) -> bytes:
         """The file's content for ``state`` (Kafka's JSON, version 0)."""
-        return encode_quorum_state(self.cluster_id, self.voters, state.epoch, state.voted_for, state.leader_id)
+        return encode_quorum_state(self.cluster_id, None if self.dynamic else self.voters, state.epoch,
+                                   state.voted_for, state.leader_id)
 
     def write(self, state: ElectionState) -> None:
         """Replace the file with ``state`` atomically and durably (blocking: temporary

@@ -11,6 +11,11 @@ BeginQuorumEpoch must not queue behind a Fetch the leader parks for up to 500 ms
 A connection that fails (refused, closed, timed out) is dropped and opened again on the
 next request, with no backoff of its own: the core retries on its timers
 (``retry_backoff_ms`` after a ``SendFailed``).
+
+A dynamic quorum's addresses change (KIP-853): :attr:`RaftPeers.addresses` is updated
+from the voter set (the runtime's ``on_voters``), bootstrap servers stand under node ids
+-2, -3, ..., and a Fetch answer's NodeEndpoints name the leader's address (an observer
+that knows no voter yet finds the leader so).
 """
 
 from __future__ import annotations
@@ -72,6 +77,9 @@ class RaftPeers:
         except (KafkaError, OSError):
             await self._drop(dest, fetch, conn)
             raise
+        for node in getattr(answer, "node_endpoints", None) or ():   # Fetch v17: the leader's address
+            if int(node.node_id) not in self.addresses and int(node.node_id) != self.node_id and node.port > 0:
+                self.addresses[int(node.node_id)] = (node.host, int(node.port))
         return from_kio(answer)
 
     async def _connection(self, dest: int, fetch: bool, host: str, port: int) -> BrokerConnection:

@@ -45,6 +45,11 @@ is done; it does not resign on close (there is nobody to tell). A leader is **ac
 entry is applied, i.e. the image has everything committed before its epoch
 (``on_activate`` runs then, before any write).
 
+Dynamic voters (KIP-853): :meth:`RaftShell.change_voters` steps an ``AddVoter`` /
+``RemoveVoter`` on the leader and waits, as a write does, until the voter-set entry is
+committed; ``on_voters`` runs whenever the core's voter set changes (appended,
+truncated, installed), so the transport learns the new voters' endpoints.
+
 A timer task steps ``Tick`` at the core's ``next_deadline``. Time is wall-clock ms
 (``clock.now_ms()``, :mod:`hightide.aio.clock`), so DescribeQuorum's timestamps are
 Kafka's epoch milliseconds; the timer waits on the same clock.
@@ -63,9 +68,9 @@ from typing import Protocol
 from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import MetadataLog
 from ..cluster.raft import (
-    Action, Append, ClientAppend, Committed, ElectionState, Entry, Event, Flush, FlushDone,
+    Action, AddVoter, Append, ClientAppend, Committed, ElectionState, Entry, Event, Flush, FlushDone,
     InstallSnapshot, NotLeaderError, PersistElection, RaftConfig, RaftCore, RaftLog, Received,
-    Resign, RoleChanged, Send, SendFailed, Tick, TrimLog, Truncate,
+    RemoveVoter, Resign, RoleChanged, Send, SendFailed, Tick, TrimLog, Truncate, VoterChangeError, VoterSet,
 )
 from ..cluster.raft import OffsetAndEpoch, SnapshotCreated
 from ..cluster.raft.batches import encode_entries
@@ -165,12 +170,15 @@ class RaftShell:
     this node becomes the active controller; ``on_role(role, epoch, leader_id)`` on every
     role change. With ``require_formatted`` a voter whose store holds no quorum-state
     yet neither votes nor stands for election until it follows a leader (RaftCore's
-    ``can_vote``)."""
+    ``can_vote``). ``voters`` are the static voters (or a dynamic quorum's bootstrap set,
+    often empty: the core reads it from the bootstrap checkpoint and the log);
+    ``kraft_version``, ``directory_id`` and ``discovery`` go to the core (KIP-853)."""
 
-    def __init__(self, *, node_id: int, voters: Sequence[int], metadata: MetadataLog, store: ElectionStore,
+    def __init__(self, *, node_id: int, voters: Sequence[int] | VoterSet, metadata: MetadataLog, store: ElectionStore,
                  transport: RaftTransport, durable: Callable[[PartitionLog], Awaitable[object]],
                  config: RaftConfig | None = None, clock: Clock = SYSTEM_CLOCK,
-                 rng: random.Random | None = None, require_formatted: bool = False) -> None:
+                 rng: random.Random | None = None, require_formatted: bool = False, kraft_version: int = 0,
+                 directory_id: str = "", discovery: Sequence[int] = ()) -> None:
         self.node_id = node_id
         self.metadata = metadata
         self.plog = metadata.log
@@ -184,7 +192,14 @@ class RaftShell:
         snapshot_data = metadata.snapshots.read(sid) if sid is not None else b""
         if sid is None and restored.start_offset > 0:
             raise ValueError(f"the metadata log starts at {restored.start_offset} without a snapshot")
-        lone = tuple(voters) == (node_id,)
+        election = store.read()
+        # ``require_formatted``: a voter whose data dir has no quorum-state was not formatted
+        # for this voter set (a new or wiped dir): it votes only once it follows a leader.
+        self.core = RaftCore(node_id, voters, self.config, rng or random.Random(random.getrandbits(64)), clock.now_ms(),
+                             election=election, log=restored, snapshot_data=snapshot_data,
+                             can_vote=election is not None or not require_formatted, kraft_version=kraft_version,
+                             directory_id=directory_id, discovery=discovery)
+        lone = self.core.lone_voter
         #: The image holds every committed entry below this offset.
         self.applied_end = restored.start_offset
         if lone:
@@ -199,12 +214,6 @@ class RaftShell:
             metadata.image = image_from_snapshot(snapshot_data, sid)
         else:
             metadata.image = MetadataImage()
-        election = store.read()
-        # ``require_formatted``: a voter whose data dir has no quorum-state was not formatted
-        # for this voter set (a new or wiped dir): it votes only once it follows a leader.
-        self.core = RaftCore(node_id, voters, self.config, rng or random.Random(random.getrandbits(64)), clock.now_ms(),
-                             election=election, log=restored, snapshot_data=snapshot_data,
-                             can_vote=election is not None or not require_formatted)
         if not self.core.can_vote:
             log.warning("raft: data dir %s is not formatted for voters %s (no quorum-state): node %d will not vote "
                         "or stand for election until it follows a leader the other voters elected (a new quorum's "
@@ -220,6 +229,9 @@ class RaftShell:
         self.on_commit: Callable[[], None] = lambda: None
         self.on_activate: Callable[[int], None] = lambda epoch: None
         self.on_role: Callable[[str, int, int], None] = lambda role, epoch, leader: None
+        #: Called with the core's voter set at start and whenever it changes (KIP-853).
+        self.on_voters: Callable[[VoterSet], None] = lambda voters: None
+        self._voters_seen: VoterSet | None = None
         self.failed: str | None = None
         #: Called with the reason once the shell failed (see :meth:`_fail`); None: halt.
         self.on_fatal: Callable[[str], None] | None = None
@@ -292,6 +304,7 @@ class RaftShell:
                 self.core.role, self.core.epoch, self.core.log.start_offset, self.core.log.end_offset,
                 list(self.core.voters))
         self._step(Tick())
+        self._voters_changed()
         if timer:
             self._timer = asyncio.get_running_loop().create_task(self._run_timer(), name="raft-timer")
         if self.snapshotter is not None:
@@ -357,6 +370,32 @@ class RaftShell:
         await fut
         return end
 
+    async def change_voters(self, change: AddVoter | RemoveVoter, timeout_s: float, *, wait_commit: bool = True) -> int:
+        """AddRaftVoter / RemoveRaftVoter (KIP-853) on the leader: append the new voter
+        set and (``wait_commit``) wait until it is committed. Returns the end offset of
+        the voter-set entry. Raises :class:`VoterChangeError` (refused: nothing appended),
+        :class:`WriteOutcomeUnknown` (leadership lost before the commit) and TimeoutError
+        (not committed within ``timeout_s``: it may still commit)."""
+        if self._closed or self.failed is not None:
+            raise VoterChangeError(int(m.ErrorCode.not_leader_or_follower), f"node {self.node_id} is shutting down")
+        self._step(change)
+        end = self.core.log.end_offset
+        if not wait_commit:
+            return end
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((end, self.core.epoch, fut))
+        async with asyncio.timeout(timeout_s):  # not wait_for
+            await fut
+        return end
+
+    def _voters_changed(self) -> None:
+        voters = self.core.voter_set
+        if voters is not self._voters_seen:
+            if self._voters_seen is not None:
+                log.info("raft: node %d now has voters %s", self.node_id, list(voters.ids))
+            self._voters_seen = voters
+            self.on_voters(voters)
+
     # -- requests from peers ---------------------------------------------------------------
     async def handle(self, source: int, message: m.Message, timeout_s: float | None = None) -> m.Message | None:
         """Step a request from peer ``source`` and return the core's answer (a Fetch may
@@ -391,6 +430,8 @@ class RaftShell:
             return
         actions = self.core.step(self.clock.now_ms(), event)
         self._queue.extend(actions)
+        if self.core.voter_set is not self._voters_seen and self._started:
+            self._voters_changed()
         if not self._persisting:
             self._drain()
         deadline = self.core.next_deadline

@@ -65,6 +65,7 @@ from ..cluster.image import MetadataImage
 from ..cluster.metadata_log import METADATA_TOPIC, MetadataLog
 from ..cluster.raft.messages import OffsetAndEpoch
 from ..cluster.settings import ClusterSettings
+from ..cluster.raft.voters import VoterSet
 from ..cluster.snapshot import (
     SnapshotError,
     SnapshotStore,
@@ -111,12 +112,16 @@ class Snapshotter:
     offset below which every record is committed and applied to the image;
     ``wait_commit(timeout_s)``: resolves at the next metadata commit (or the timeout);
     ``on_created``: what to do with a written snapshot (default: :meth:`trim`);
-    ``clock``: the interval, the retry time and the snapshots' append times."""
+    ``clock``: the interval, the retry time and the snapshots' append times;
+    ``voters_at(end)``: a dynamic quorum's voter set in effect at a snapshot's end, written
+    into it (None: a static quorum, no voter set)."""
 
     def __init__(self, metadata: MetadataLog, *, max_bytes: int, interval_ms: int,
                  applied_end: Callable[[], int], wait_commit: Callable[[float], Awaitable[Any]],
-                 on_created: OnCreated | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 on_created: OnCreated | None = None, clock: Clock = SYSTEM_CLOCK,
+                 voters_at: Callable[[int], VoterSet | None] | None = None) -> None:
         self.metadata = metadata
+        self._voters_at = voters_at
         self.clock = clock
         self.max_bytes = max_bytes
         self.interval_ms = interval_ms
@@ -186,9 +191,10 @@ class Snapshotter:
         if captured is None:
             return None
         sid, last_ms, image = captured
+        voters = self._voters_at(sid.offset) if self._voters_at is not None else None
         t1 = self.clock.monotonic()
         store = self.metadata.snapshots
-        data, count = await asyncio.to_thread(_encode_and_write, store, sid, image, last_ms, self.clock)
+        data, count = await asyncio.to_thread(_encode_and_write, store, sid, image, last_ms, self.clock, voters)
         t2 = self.clock.monotonic()
         self.last_ms = self.clock.now_ms()
         self.created += 1
@@ -215,9 +221,9 @@ class Snapshotter:
 
 
 def _encode_and_write(store: SnapshotStore, sid: OffsetAndEpoch, image: MetadataImage,
-                      last_ms: int, clock: Clock) -> tuple[bytes, int]:
+                      last_ms: int, clock: Clock, voters: VoterSet | None = None) -> tuple[bytes, int]:
     records = image_records(image)
-    data = encode_snapshot(records, sid, last_ms, clock.now_ms())
+    data = encode_snapshot(records, sid, last_ms, clock.now_ms(), voters)
     store.write(sid, data)
     return data, len(records)
 

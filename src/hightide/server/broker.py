@@ -251,7 +251,7 @@ class Broker:
         self.hosted.apply_dynamic_broker_configs()
         if self.controller_only:
             self._start_controller()
-            if len(self._voter_addresses()) == 1:
+            if self.metadata_runtime is not None and self.metadata_runtime.shell.core.lone_voter:
                 await self._elect_lone_voter()
         else:
             # A broker-only node's local copy may be stale: its logs are opened (recovered),
@@ -324,7 +324,9 @@ class Broker:
                 self.config.security_values, self.cluster.controller_listener_names),
             snapshots=SnapshotPolicy(self.cluster.snapshot_max_bytes, self.cluster.snapshot_interval_ms,
                                      lambda timeout_s: self.waiters.wait([METADATA_FETCH_KEY], timeout_s)),
-            config=raft_config(self.cluster), storage=self.storage, clock=self.clock, transport=self.transport)
+            config=raft_config(self.cluster), storage=self.storage, clock=self.clock, transport=self.transport,
+            dynamic=self.cluster.dynamic_quorum, directory_id=self._read_meta_properties().get("directory.id", ""),
+            bootstrap=self.cluster.bootstrap_servers, listener_name=(self.cluster.controller_listener_names or ("",))[0])
 
     async def _elect_lone_voter(self) -> None:
         """Start the lone voter's shell (unless the controller started it) and wait until
@@ -436,10 +438,10 @@ class Broker:
         random id of its own would keep it out of every quorum."""
         voters = self.cluster.formatted_voters
         check_identity(self.data_dir, node_id=self.node_id, cluster_id=self.cluster_id, voters=voters,
-                       storage=self.storage)
+                       storage=self.storage, dynamic=self.cluster.dynamic_quorum)
         props = self._read_meta_properties()
         if "cluster.id" not in props:
-            if voters is not None and len(voters) > 1 and self.cluster_id is None and new_id is None:
+            if voters is not None and len(voters) != 1 and self.cluster_id is None and new_id is None:
                 raise DataDirNotFormatted(
                     f"data dir {self.data_dir} is not formatted for the controller quorum "
                     f"{','.join(map(str, sorted(voters)))}: run `hightide storage format --cluster-id ID` with this "

@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .messages import Entry, Message, OffsetAndEpoch
+from .voters import VoterNode
 
 __all__ = [
     "ElectionState", "Send", "PersistElection", "Append", "Truncate", "Flush",
     "Committed", "InstallSnapshot", "TrimLog", "RoleChanged", "Action",
-    "Received", "Tick", "ClientAppend", "FlushDone", "SnapshotCreated", "SendFailed", "Resign", "Event",
-    "NotLeaderError",
+    "Received", "Tick", "ClientAppend", "FlushDone", "SnapshotCreated", "SendFailed", "Resign", "AddVoter", "RemoveVoter", "Event",
+    "NotLeaderError", "VoterChangeError",
 ]
 
 
@@ -171,7 +172,26 @@ class Resign:
     """Graceful shutdown: a leader resigns with EndQuorumEpoch."""
 
 
-Event = Received | Tick | ClientAppend | FlushDone | SnapshotCreated | SendFailed | Resign
+@dataclass(frozen=True, slots=True)
+class AddVoter:
+    """AddRaftVoter (KIP-853) on the leader: append a voter set with ``node`` added. The
+    core refuses with :class:`VoterChangeError` (nothing appended) or appends the entry;
+    the change is done once the high watermark passes the log end offset after the step."""
+
+    node: VoterNode
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveVoter:
+    """RemoveRaftVoter (KIP-853) on the leader: append a voter set without ``node_id``
+    (whose directory id must be ``directory_id`` when both are known); as :class:`AddVoter`.
+    A leader that removes itself leads until the change commits, then resigns."""
+
+    node_id: int
+    directory_id: str = ""
+
+
+Event = Received | Tick | ClientAppend | FlushDone | SnapshotCreated | SendFailed | Resign | AddVoter | RemoveVoter
 
 
 class NotLeaderError(Exception):
@@ -182,3 +202,14 @@ class NotLeaderError(Exception):
         super().__init__(f"not the leader (leader {leader_id}, epoch {epoch})")
         self.leader_id = leader_id
         self.epoch = epoch
+
+
+class VoterChangeError(Exception):
+    """An AddVoter / RemoveVoter the leader refuses, with Kafka's error code (an int of
+    kio's ErrorCode: NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, UNSUPPORTED_VERSION,
+    DUPLICATE_VOTER, VOTER_NOT_FOUND) and its one-line message."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message

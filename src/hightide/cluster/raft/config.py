@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .voters import VoterSet
+
 __all__ = ["RaftConfig", "UNSAFE_RULES"]
 
 #: Deliberately broken rules, for tests only: each lets the simulator show that its
@@ -34,6 +36,11 @@ class RaftConfig:
     LeaderChange entry a new leader appends (production: a control record batch with
     Kafka's LeaderChangeMessage, as :mod:`hightide.cluster.raft.wire` expects every
     payload to be a record batch); None uses a small JSON document (tests, simulator).
+    ``voters_payload(voters, epoch)`` builds (payload, offset count) of a voter-set control
+    entry (KIP-853; production: a control batch of two records, Kafka's KRaftVersionRecord
+    and VotersRecord, :func:`~.batches.voters_entry`) and ``read_voters(data)`` reads back the last voter set
+    written in ``data`` (a control entry's payload, or a snapshot), None if none; None
+    (both) uses :mod:`.voters`' text form (tests, simulator).
     """
 
     election_timeout_ms: int = 1000
@@ -46,6 +53,8 @@ class RaftConfig:
     snapshot_chunk_bytes: int = 1 << 20
     pre_vote: bool = True
     leader_change_payload: Callable[[int, int, Sequence[int], Sequence[int]], bytes] | None = None
+    voters_payload: Callable[[VoterSet, int], tuple[bytes, int]] | None = None
+    read_voters: Callable[[bytes], VoterSet | None] | None = None
     unsafe: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

@@ -33,6 +33,18 @@ Kafka's KafkaRaftClient and QuorumState:
   a leader (which the other voters elected) it votes normally. So an empty voter never
   wins an election against voters that already have a log, and a majority of empty
   voters elects nobody.
+* **Dynamic voters** (KIP-853, ``kraft_version`` 1): the voter set is a control entry
+  in the log (:mod:`.voters`); a replica uses the latest one in its log, committed or not,
+  from the moment it is appended (a truncation takes it back), and the bootstrap set
+  given at construction only while the log and snapshot hold none — the first leader
+  writes it right after its LeaderChange entry. The leader changes it one voter at a time
+  (:class:`AddVoter`, :class:`RemoveVoter`), only once an entry of its epoch is committed
+  and the previous change is committed; a voter is added only while it fetches as a
+  caught-up observer. The leader counts only the voters of the current set for the high
+  watermark and check quorum (itself only while it is one); a leader that removed
+  itself resigns once that change commits. A replica that is not a voter grants votes as
+  a voter does (its voter set may be behind the candidate's). With ``kraft_version`` 0
+  (static ``controller.quorum.voters``) the set never changes and only voters vote.
 
 Time is the ``now`` argument (ms); randomness (election timeouts) comes from the
 ``rng`` given at construction, so a run is reproducible from its seed.
@@ -46,13 +58,14 @@ from collections.abc import Sequence
 
 from . import messages as m
 from .actions import (
-    Action, Append, ClientAppend, Committed, ElectionState, Event, Flush, FlushDone,
-    InstallSnapshot, NotLeaderError, PersistElection, Received, Resign, RoleChanged, Send,
-    SendFailed, SnapshotCreated, Tick, TrimLog,
+    Action, AddVoter, Append, ClientAppend, Committed, ElectionState, Event, Flush, FlushDone,
+    InstallSnapshot, NotLeaderError, PersistElection, Received, RemoveVoter, Resign, RoleChanged, Send,
+    SendFailed, SnapshotCreated, Tick, TrimLog, VoterChangeError,
 )
 from .config import RaftConfig
 from .log import RaftLog
 from .replication import Replication
+from .voters import VoterSet, read_voters, voters_payload
 
 __all__ = ["RaftCore", "leader_change_payload"]
 
@@ -61,6 +74,13 @@ FENCED = int(m.ErrorCode.fenced_leader_epoch)
 INCONSISTENT_VOTERS = int(m.ErrorCode.inconsistent_voter_set)
 NOT_LEADER = int(m.ErrorCode.not_leader_or_follower)
 UNKNOWN_EPOCH = int(m.ErrorCode.unknown_leader_epoch)
+TIMED_OUT = int(m.ErrorCode.request_timed_out)
+UNSUPPORTED_VERSION = int(m.ErrorCode.unsupported_version)
+DUPLICATE_VOTER = int(m.ErrorCode.duplicate_voter)
+VOTER_NOT_FOUND = int(m.ErrorCode.voter_not_found)
+#: Kafka's LeaderState.isReplicaCaughtUp: an observer that reached the leader's end and
+#: fetched within the last hour may be added as a voter.
+CAUGHT_UP_WINDOW_MS = 3_600_000
 
 
 def leader_change_payload(leader_id: int, voters: Sequence[int]) -> bytes:
@@ -77,20 +97,34 @@ class RaftCore(Replication):
     :meth:`step` with a :class:`Tick` to start its timers.
     """
 
-    def __init__(self, node_id: int, voters: Sequence[int], config: RaftConfig,
+    def __init__(self, node_id: int, voters: Sequence[int] | VoterSet, config: RaftConfig,
                  rng: random.Random, now: int, *, election: ElectionState | None = None,
-                 log: RaftLog | None = None, snapshot_data: bytes = b"", can_vote: bool = True) -> None:
+                 log: RaftLog | None = None, snapshot_data: bytes = b"", can_vote: bool = True,
+                 kraft_version: int = 0, directory_id: str = "", discovery: Sequence[int] = ()) -> None:
         self.node_id = node_id
-        self.voters = tuple(sorted(voters))
-        self.is_voter = node_id in self.voters
+        #: This replica's directory id (KIP-853's replica key; "" for a static voter).
+        self.directory_id = directory_id
+        #: 1: the voter set is dynamic, kept in the log (KIP-853); 0: static.
+        self.kraft_version = kraft_version
+        #: Node ids to find the leader from while no other voter is known (an observer
+        #: started with ``controller.quorum.bootstrap.servers`` and an empty log).
+        self.discovery = tuple(discovery)
         #: False until an unformatted voter follows a leader (see the module doc).
         self.can_vote = can_vote
-        self.majority = len(self.voters) // 2 + 1
         self.config = config
         self.rng = rng
         self.election = election or ElectionState(0)
         self.log = log or RaftLog()
         self.snapshot_data = snapshot_data
+        self._bootstrap = voters if isinstance(voters, VoterSet) else VoterSet.of(voters)
+        self._voter_log: list[tuple[int, VoterSet]] = []   # (base offset, set) of the log's voter entries
+        self._base_voters = self._bootstrap                 # the set before the first of them
+        self._base_in_log = False                           # ... read from a snapshot (not the bootstrap)
+        self._restore_voters()
+        self.voters = self.voter_set.ids
+        self.is_voter = node_id in self.voters
+        self.majority = len(self.voters) // 2 + 1
+        self._resign_after_commit = False
         self.flushed_end = self.log.end_offset
         self.high_watermark = self.log.start_offset
         self._out: list[Action] = []
@@ -138,7 +172,7 @@ class RaftCore(Replication):
         self._out = out
         try:
             self._dispatch(now, event)
-        except (NotLeaderError, ValueError):
+        except (NotLeaderError, ValueError, VoterChangeError):
             self._startup = out     # nothing else was emitted: the checks come first
             raise
         finally:
@@ -146,6 +180,13 @@ class RaftCore(Replication):
         return out
 
     def _dispatch(self, now: int, event: Event) -> None:
+        self._dispatch_event(now, event)
+        if self._resign_after_commit:
+            self._resign_after_commit = False
+            if self.role == "leader":
+                self._resign(now)
+
+    def _dispatch_event(self, now: int, event: Event) -> None:
         if isinstance(event, Received):
             self._cid = event.correlation_id
             self._on_message(now, event.source, event.message)
@@ -162,6 +203,10 @@ class RaftCore(Replication):
         elif isinstance(event, Resign):
             if self.role == "leader":
                 self._resign(now)
+        elif isinstance(event, AddVoter):
+            self._on_add_voter(now, event)
+        elif isinstance(event, RemoveVoter):
+            self._on_remove_voter(now, event)
 
     @property
     def next_deadline(self) -> int | None:
@@ -233,6 +278,7 @@ class RaftCore(Replication):
 
     def _become_prospective(self, now: int) -> None:
         if not self.is_voter:
+            self._become_unattached(now, self.epoch)  # removed from the voters: an observer now
             return
         if not self.can_vote:
             self._become_unattached(now, self.epoch)  # look for the leader instead
@@ -290,6 +336,11 @@ class RaftCore(Replication):
         payload = (build(self.node_id, self.epoch, self.voters, sorted(self._grants)) if build is not None
                    else leader_change_payload(self.node_id, self.voters))
         self._start_leading(now, payload)
+        if self.kraft_version >= 1 and not self._voter_log and not self._base_in_log:
+            # The voter set is only the bootstrap's: write it, so every replica (and every
+            # observer that joins later) reads it from the log (Kafka's leader does this
+            # in its first epoch).
+            self._append_entries((self._voters_entry(self.voter_set),))
         begin = m.BeginQuorumEpochRequest(self.node_id, self.epoch)
         for v in self.voters:
             if v != self.node_id:
@@ -379,7 +430,7 @@ class RaftCore(Replication):
         if req.replica_epoch < self.epoch:
             self._reply(source, self._vote_response(FENCED, False))
             return
-        if not self.is_voter or req.replica_id not in self.voters:
+        if self.kraft_version == 0 and (not self.is_voter or req.replica_id not in self.voters):
             self._reply(source, self._vote_response(INCONSISTENT_VOTERS, False))
             return
         if not req.pre_vote and req.replica_epoch > self.epoch:
@@ -421,7 +472,7 @@ class RaftCore(Replication):
                                           and resp.leader_epoch == self.epoch):
             (self._grants if resp.vote_granted else self._rejects).add(source)
             self._vote_retry_at.pop(source, None)
-            if len(self._grants) >= self.majority and not self._backing_off:
+            if len(self._grants.intersection(self.voters)) >= self.majority and not self._backing_off:
                 if self.role == "prospective":
                     self._become_candidate(now)
                 else:
@@ -512,6 +563,10 @@ class RaftCore(Replication):
             raise ValueError(f"snapshot {sid} does not end at an entry of epoch {sid.epoch}")
         self.log.trim_to_snapshot(sid)
         self.snapshot_data = event.data
+        below = [vs for off, vs in self._voter_log if off < sid.offset]
+        if below:   # the snapshot holds the voter set in effect at its end
+            self._base_voters, self._base_in_log = below[-1], True
+            self._voter_log = [(off, vs) for off, vs in self._voter_log if off >= sid.offset]
         self._out.append(TrimLog(sid))
 
     def _emit_committed(self, hw: int) -> None:
@@ -535,6 +590,12 @@ class RaftCore(Replication):
     def _install_snapshot(self, sid: m.OffsetAndEpoch, data: bytes) -> None:
         self.log.reset_to_snapshot(sid)
         self.snapshot_data = data
+        held = self._read_voters(data)
+        if held is not None:
+            self.kraft_version = max(self.kraft_version, 1)
+        self._base_voters, self._base_in_log = held or self.voter_set, held is not None or self._base_in_log
+        self._voter_log = []
+        self._voters_changed()
         self.flushed_end = self.log.end_offset
         self._pending_flushes = []
         self._out.append(InstallSnapshot(sid, data))
@@ -543,9 +604,127 @@ class RaftCore(Replication):
 
     def _append_entries(self, entries: tuple[m.Entry, ...]) -> int:
         base = self.log.end_offset
+        changed = False
         for e in entries:
-            self.log.append(e)
+            offset = self.log.append(e)
+            if e.control:
+                held = self._read_voters(e.payload)
+                if held is not None:
+                    self._voter_log.append((offset, held))
+                    self.kraft_version = max(self.kraft_version, 1)
+                    changed = True
+        if changed:
+            self._voters_changed()
         self._out.append(Append(base, entries))
         self._out.append(Flush(self.log.end_offset))
         self._pending_flushes.append(self.log.end_offset)
         return base
+
+    # --- the voter set (KIP-853) ---------------------------------------------------------
+
+    @property
+    def voter_set(self) -> VoterSet:
+        """The voter set in effect: the latest in the log (committed or not), else the
+        snapshot's, else the bootstrap set."""
+        return self._voter_log[-1][1] if self._voter_log else self._base_voters
+
+    @property
+    def voter_change_offset(self) -> int:
+        """Base offset of the latest voter-set entry in the log; -1 if the log holds none."""
+        return self._voter_log[-1][0] if self._voter_log else -1
+
+    def voters_at(self, offset: int) -> VoterSet:
+        """The voter set in effect for a snapshot ending at ``offset`` (entries below it)."""
+        below = [vs for off, vs in self._voter_log if off < offset]
+        return below[-1] if below else self._base_voters
+
+    def _read_voters(self, data: bytes) -> VoterSet | None:
+        read = self.config.read_voters
+        return read(data) if read is not None else read_voters(data)
+
+    def _voters_entry(self, voters: VoterSet) -> m.Entry:
+        build = self.config.voters_payload
+        payload, count = build(voters, self.epoch) if build is not None else (voters_payload(voters), 1)
+        return m.Entry(self.epoch, payload, count, control=True)
+
+    def _restore_voters(self) -> None:
+        held = self._read_voters(self.snapshot_data) if self.snapshot_data else None
+        if held is not None:
+            # a snapshot at offset 0 is the bootstrap checkpoint (format --initial-controllers):
+            # its voter set is not in the log yet, the first leader writes it there
+            self._base_voters, self._base_in_log = held, self.log.start_offset > 0
+        for offset, entry in self.log.entries():
+            if entry.control:
+                vs = self._read_voters(entry.payload)
+                if vs is not None:
+                    self._voter_log.append((offset, vs))
+        if self._voter_log or held is not None:
+            self.kraft_version = max(self.kraft_version, 1)
+
+    def _voters_changed(self) -> None:
+        """The voter set changed (an append, a truncation, a snapshot): recount. A leader
+        moves the progress of a new voter from the observers' (and a removed one's back)."""
+        ids = self.voter_set.ids
+        if ids == self.voters:
+            return
+        self.voters = ids
+        self.is_voter = self.node_id in ids
+        self.majority = len(ids) // 2 + 1
+        if self.role == "leader":
+            for v in ids:
+                if v != self.node_id and v not in self.progress:
+                    self.progress[v] = self.observer_progress.pop(v, 0)
+            for v in list(self.progress):
+                if v not in ids:
+                    self.observer_progress[v] = self.progress.pop(v)
+            self._fetched_since_check &= set(ids)
+            if not self.progress:
+                self._check_deadline = None   # alone now: no majority to hear from (a lone voter)
+
+    def _voters_truncated(self, offset: int) -> None:
+        if self._voter_log and self._voter_log[-1][0] >= offset:
+            self._voter_log = [(off, vs) for off, vs in self._voter_log if off < offset]
+            self._voters_changed()
+
+    def _check_voter_change(self) -> None:
+        """Kafka's AddVoterHandler / RemoveVoterHandler preconditions, in their order."""
+        if self.role != "leader":
+            raise VoterChangeError(NOT_LEADER, f"node {self.node_id} is not the leader (leader {self.leader_id}, "
+                                               f"epoch {self.epoch})")
+        if self.high_watermark <= self.epoch_start_offset:
+            raise VoterChangeError(TIMED_OUT, "Request timed out waiting for leader to establish HWM and fence "
+                                              "previous voter changes")
+        if self.kraft_version < 1:
+            raise VoterChangeError(UNSUPPORTED_VERSION, "Cluster doesn't support changing voters because the "
+                                                        "kraft.version feature is 0 (static controller.quorum.voters)")
+        if self.voter_change_offset >= self.high_watermark:
+            raise VoterChangeError(TIMED_OUT, f"Request timed out waiting for voters to commit the latest voter "
+                                              f"change at {self.voter_change_offset} with HWM {self.high_watermark}")
+
+    def _on_add_voter(self, now: int, event: AddVoter) -> None:
+        self._check_voter_change()
+        node = event.node
+        voters = self.voter_set
+        if voters.get(node.node_id) is not None:
+            raise VoterChangeError(DUPLICATE_VOTER, f"The voter id for {node.node_id} is already part of the set "
+                                                    f"of voters {list(voters.ids)}.")
+        fetched = self.last_fetch_ms.get(node.node_id, -1)
+        caught_up = self.last_caught_up_ms.get(node.node_id, -1)
+        known_dir = self.observer_directory.get(node.node_id, "")
+        if (node.node_id not in self.observer_progress or caught_up < 0 or fetched <= now - CAUGHT_UP_WINDOW_MS
+                or (node.directory_id and known_dir and node.directory_id != known_dir)):
+            raise VoterChangeError(TIMED_OUT, f"Aborted add voter operation for {node.node_id} since it is "
+                                              "lagging behind (it must fetch from the leader as a caught-up "
+                                              "observer first)")
+        self._append_as_leader(now, (self._voters_entry(voters.adding(node)),))
+        if self._check_deadline is None:   # a lone voter has another voter to hear from now
+            self._check_deadline = now + self.config.check_quorum_timeout_ms
+
+    def _on_remove_voter(self, now: int, event: RemoveVoter) -> None:
+        self._check_voter_change()
+        voters = self.voter_set
+        node = voters.get(event.node_id)
+        if node is None or not node.matches(event.node_id, event.directory_id) or len(voters.nodes) == 1:
+            raise VoterChangeError(VOTER_NOT_FOUND, f"Cannot remove voter {event.node_id} from the set of voters "
+                                                    f"{list(voters.ids)}")
+        self._append_as_leader(now, (self._voters_entry(voters.removing(event.node_id)),))

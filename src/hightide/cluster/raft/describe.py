@@ -4,7 +4,10 @@ Mirrors the fields of DescribeQuorumResponse's partition data (Kafka's
 ``kafka-metadata-quorum describe --status/--replication``): the leader, its epoch, the
 high watermark and, for each voter and observer, its log end offset (the last offset it
 fetched from, for others; the flushed end, for the leader itself) and the times of its
-last fetch and of its last fetch at the leader's end (-1 when never).
+last fetch and of its last fetch at the leader's end (-1 when never), and (KIP-853) its
+directory id ("" when unknown: a static voter). The observers are the replicas that
+fetched from the leader through the core (controllers that are not voters; brokers
+fetch the committed log outside it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class ReplicaState:
     log_end_offset: int
     last_fetch_timestamp: int = -1
     last_caught_up_timestamp: int = -1
+    directory_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +43,17 @@ def describe_quorum(core: RaftCore, now: int) -> QuorumInfo | None:
     if core.role != "leader":
         return None
 
-    def state(replica: int, offset: int) -> ReplicaState:
-        if replica == core.node_id:
-            return ReplicaState(replica, core.flushed_end, now, now)
-        return ReplicaState(replica, offset, core.last_fetch_ms.get(replica, -1),
-                            core.last_caught_up_ms.get(replica, -1))
+    voter_set = core.voter_set
 
-    voters = tuple(state(v, core.progress[v] if v in core.last_fetch_ms else -1)
+    def state(replica: int, offset: int) -> ReplicaState:
+        node = voter_set.get(replica)
+        directory = node.directory_id if node is not None else core.observer_directory.get(replica, "")
+        if replica == core.node_id:
+            return ReplicaState(replica, core.flushed_end, now, now, core.directory_id or directory)
+        return ReplicaState(replica, offset, core.last_fetch_ms.get(replica, -1),
+                            core.last_caught_up_ms.get(replica, -1), directory)
+
+    voters = tuple(state(v, core.progress.get(v, -1) if v in core.last_fetch_ms else -1)
                    for v in core.voters)
     observers = tuple(state(o, off) for o, off in sorted(core.observer_progress.items()))
     return QuorumInfo(core.node_id, core.epoch, core.high_watermark, voters, observers)

@@ -119,7 +119,8 @@ class EndQuorumEpochResponse:
 class FetchRequest:
     """Fetch (1) on ``__cluster_metadata``: ``fetch_offset`` is the fetcher's *flushed*
     end offset (so the leader learns what it holds durably), ``last_fetched_epoch`` the
-    epoch of the entry before it. ``max_wait_ms`` is the long-poll bound."""
+    epoch of the entry before it. ``max_wait_ms`` is the long-poll bound.
+    ``replica_directory_id``: the fetcher's directory id (KIP-853's ReplicaKey; "" unknown)."""
 
     replica_id: int
     current_leader_epoch: int
@@ -127,6 +128,7 @@ class FetchRequest:
     last_fetched_epoch: int
     log_start_offset: int
     max_wait_ms: int
+    replica_directory_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,10 @@ class Replication:
     # Provided by RaftCore.
     node_id: int
     voters: tuple[int, ...]
+    discovery: tuple[int, ...]
+    directory_id: str
+    _resign_after_commit: bool
+    _check_deadline: int | None
     is_voter: bool
     can_vote: bool
     majority: int
@@ -83,6 +87,13 @@ class Replication:
     def _observe_leader(self, now: int, epoch: int, leader_id: int) -> bool:
         raise NotImplementedError
 
+    def _voters_truncated(self, offset: int) -> None:
+        raise NotImplementedError
+
+    @property
+    def voter_change_offset(self) -> int:
+        raise NotImplementedError
+
     # --- state ---------------------------------------------------------------------------
 
     def _init_replication(self, now: int) -> None:
@@ -100,6 +111,7 @@ class Replication:
         # leader
         self.progress: dict[int, int] = {}
         self.observer_progress: dict[int, int] = {}
+        self.observer_directory: dict[int, str] = {}  # observer -> directory id of its fetch
         self.last_fetch_ms: dict[int, int] = {}       # replica -> time of its last Fetch
         self.last_caught_up_ms: dict[int, int] = {}   # ... of its last Fetch at our end
         self.epoch_start_offset = -1
@@ -111,7 +123,7 @@ class Replication:
         for source, (_, _, cid) in self._parked.items():
             self._reply(source, self._error_response(NOT_LEADER), cid)
         self._parked = {}
-        self.progress, self.observer_progress = {}, {}
+        self.progress, self.observer_progress, self.observer_directory = {}, {}, {}
         self.last_fetch_ms, self.last_caught_up_ms = {}, {}
         self._fetched_since_check = set()
         self._check_deadline = None
@@ -175,13 +187,17 @@ class Replication:
         entry of this epoch. Returns True if it moved."""
         unsafe = self.config.unsafe
         own = self.log.end_offset if "ack_unflushed" in unsafe else self.flushed_end
-        offsets = sorted([own, *self.progress.values()], reverse=True)
+        # the leader counts itself only while it is a voter (KIP-853: it may have removed itself)
+        offsets = sorted([own, *self.progress.values()] if self.is_voter else list(self.progress.values()),
+                         reverse=True)
         candidate = offsets[0] if "hw_any_voter" in unsafe else offsets[self.majority - 1]
         if candidate <= self.high_watermark:
             return False
         if candidate <= self.epoch_start_offset and "hw_any_epoch" not in unsafe:
             return False
         self._emit_committed(candidate)
+        if not self.is_voter and self.voter_change_offset < candidate:
+            self._resign_after_commit = True   # its removal committed: step down (Kafka)
         return True
 
     def _preferred_successors(self) -> tuple[int, ...]:
@@ -240,12 +256,14 @@ class Replication:
         if source in self.progress:
             self.progress[source] = req.fetch_offset
             self._fetched_since_check.add(source)
-            if len(self._fetched_since_check) + 1 >= self.majority:
+            if len(self._fetched_since_check) + int(self.is_voter) >= self.majority:
                 self._fetched_since_check = set()
                 self._check_deadline = now + self.config.check_quorum_timeout_ms
             moved = self._maybe_advance_hw()
         else:
             self.observer_progress[source] = req.fetch_offset
+            if req.replica_directory_id:
+                self.observer_directory[source] = req.replica_directory_id
         if moved:
             self._complete_parked()
         if req.fetch_offset >= self.log.end_offset and not moved and req.max_wait_ms > 0:
@@ -294,7 +312,7 @@ class Replication:
         if self.role == "follower":
             dest = self.election.leader_id
         elif (not self.is_voter or not self.can_vote) and self.role == "unattached":
-            others = [v for v in self.voters if v != self.node_id]
+            others = [v for v in self.voters if v != self.node_id] or [d for d in self.discovery if d != self.node_id]
             if not others:
                 return
             dest = self.rng.choice(others)
@@ -316,7 +334,7 @@ class Replication:
             return
         self._in_flight_cid = self._request(dest, m.FetchRequest(
             self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch,
-            self.log.start_offset, self.config.fetch_max_wait_ms))
+            self.log.start_offset, self.config.fetch_max_wait_ms, self.directory_id))
 
     def _fetch_failed(self, now: int, dest: int, correlation_id: int) -> None:
         if self._in_flight_until is not None and correlation_id == self._in_flight_cid:
@@ -370,6 +388,7 @@ class Replication:
             self.log.truncate_to(offset)
             self.flushed_end = min(self.flushed_end, offset)
             self._pending_flushes = [min(p, offset) for p in self._pending_flushes]
+            self._voters_truncated(offset)
             self._emit(Truncate(offset))
 
     def _on_fetch_snapshot_response(self, now: int, source: int,

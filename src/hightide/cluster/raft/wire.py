@@ -3,8 +3,10 @@
 The core's messages are flat (one ``__cluster_metadata-0`` partition) and carry Kafka's
 field names; here they are wrapped into, and read back from, kio's topic/partition
 nesting: Vote v2 (52), BeginQuorumEpoch v1 (53), EndQuorumEpoch v1 (54), Fetch v17 (1,
-topic id ``Uuid.METADATA_TOPIC_ID``) and FetchSnapshot v1 (59). Fields the core does not
-use (directory ids, endpoints) are left at Kafka's defaults.
+topic id ``Uuid.METADATA_TOPIC_ID``) and FetchSnapshot v1 (59). A Fetch carries the
+fetcher's ReplicaDirectoryId (KIP-853: how the leader knows an observer's replica key);
+the other directory ids and endpoints are left at Kafka's defaults (the shell adds the
+leader's NodeEndpoints to a Fetch answer).
 
 Log entries travel as record batches: every :class:`Entry` payload is one v2 batch. On
 the way out :func:`~.batches.encode_entries` (re-exported here, kio-free in
@@ -37,7 +39,7 @@ from kio.static.primitive import Records, i32, i32Timedelta, i64
 from ...protocol.records import HEADER_SIZE, LOG_OVERHEAD, decode_records, iter_headers
 from ...protocol.tolerant import read_tolerant
 from . import messages as m
-from .batches import CONTROL_KEY, LEADER_CHANGE, encode_entries, leader_change_batch
+from .batches import CONTROL_KEY, LEADER_CHANGE, encode_entries, leader_change_batch, uuid_bytes, uuid_text
 
 __all__ = ["METADATA_TOPIC", "METADATA_TOPIC_ID", "to_kio", "from_kio", "encode_entries",
            "decode_entries", "leader_change_batch", "read_leader_change", "LEADER_CHANGE"]
@@ -161,7 +163,9 @@ def _fetch_request(msg: m.FetchRequest, cluster_id: str | None) -> fetch_req.Fet
             fetch_req.FetchPartition(
                 partition=i32(0), current_leader_epoch=i32(msg.current_leader_epoch),
                 fetch_offset=i64(msg.fetch_offset), last_fetched_epoch=i32(msg.last_fetched_epoch),
-                log_start_offset=i64(msg.log_start_offset), partition_max_bytes=i32(1 << 20)),)),),
+                log_start_offset=i64(msg.log_start_offset), partition_max_bytes=i32(1 << 20),
+                replica_directory_id=uuid.UUID(bytes=uuid_bytes(msg.replica_directory_id))
+                if msg.replica_directory_id else None),)),),
         forgotten_topics_data=())
 
 
@@ -219,9 +223,11 @@ def from_kio(obj: Any) -> m.Message:
         return m.EndQuorumEpochResponse(_error(obj, p), p.leader_id, p.leader_epoch)
     if isinstance(obj, fetch_req.FetchRequest):
         p = _one(obj.topics)
+        directory = p.replica_directory_id
         return m.FetchRequest(obj.replica_state.replica_id, p.current_leader_epoch, p.fetch_offset,
                               p.last_fetched_epoch, p.log_start_offset,
-                              int(obj.max_wait.total_seconds() * 1000))
+                              int(obj.max_wait.total_seconds() * 1000),
+                              uuid_text(directory.bytes) if directory is not None else "")
     if isinstance(obj, fetch_resp.FetchResponse):
         p = _one(obj.responses)
         div = p.diverging_epoch

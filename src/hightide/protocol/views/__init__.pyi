@@ -13,6 +13,7 @@ from typing import Literal, TypeVar, overload
 from . import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    add_raft_voter,
     allocate_producer_ids,
     alter_client_quotas,
     alter_configs,
@@ -72,6 +73,7 @@ from . import (
     produce,
     read_share_group_state,
     read_share_group_state_summary,
+    remove_raft_voter,
     sasl_authenticate,
     sasl_handshake,
     share_acknowledge,
@@ -88,6 +90,9 @@ from . import (
 )
 
 _D = TypeVar("_D")
+
+@overload
+def opt(entity: add_raft_voter.AddRaftVoterRequest, name: Literal["ack_when_committed"], default: _D, /) -> bool | _D: ...
 
 @overload
 def opt(entity: metadata.MetadataRequest, name: Literal["allow_auto_topic_creation"], default: _D, /) -> bool | _D: ...

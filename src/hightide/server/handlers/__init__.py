@@ -42,6 +42,7 @@ from . import (
     produce,
     reassignments,
     raft_rpcs,
+    raft_voters,
     sasl,
     scram_credentials,
     share_fetch,
@@ -63,7 +64,7 @@ MODULES = (admin_configs, admin_topics, alter_configs, api_versions, consumer_gr
            offset_for_leader_epoch, produce, share_fetch, share_group_offsets, share_groups, share_state,
            add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
            describe_quorum, update_features, acls, scram_credentials, sasl, txn_admin, elect_leaders, reassignments,
-           describe_log_dirs, describe_topic_partitions, unregister_broker, client_quotas)
+           describe_log_dirs, describe_topic_partitions, unregister_broker, client_quotas, raft_voters)
 
 
 def routes() -> Routes:
@@ -107,4 +108,8 @@ def controller_routes(service: ControllerService) -> Routes:
                       functools.partial(describe_quorum.controller_describe_quorum, service), quorum.name)
     table[60] = Route(60, 0, 2, functools.partial(describe_quorum.controller_describe_cluster, service),
                       "describe_quorum")
+    voters = build_routes([raft_voters])  # AddRaftVoter / RemoveRaftVoter (KIP-853) through the service
+    for key, fn in ((80, raft_voters.controller_add_raft_voter), (81, raft_voters.controller_remove_raft_voter)):
+        table[key] = Route(key, voters[key].min_version, voters[key].max_version, functools.partial(fn, service),
+                           voters[key].name)
     return MappingProxyType(dict(sorted(table.items())))

@@ -90,7 +90,7 @@ async def fetch(service: ControllerService, ctx: RequestContext, req: FetchReque
         return _respond(service, ctx, found[0], None, error=ErrorCode.inconsistent_cluster_id)
     topic, part = found
     replica_id, replica_epoch = _replica(req, ctx.version)
-    if is_voter_fetch(service, replica_id):
+    if is_voter_fetch(service, replica_id, opt(part, "replica_directory_id", None)):
         return await voter_fetch(service, ctx, req)
     if not service.is_active:
         return _respond(service, ctx, topic, _partition(service, error=ErrorCode.not_leader_or_follower))

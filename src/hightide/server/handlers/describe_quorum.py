@@ -16,7 +16,10 @@ partition (Kafka: the top-level error is NONE, the partition's names it).
 With a controller quorum the answer comes from the leader's Raft state: every voter
 with the offset it last fetched from (the leader: its flushed end) and the times of its
 last fetch and of its last fetch at the leader's end (-1: never, e.g. a voter that is
-down), the epoch, the high watermark, and (v2) every voter's controller endpoint. A
+down), the epoch, the high watermark, and (v2) every voter's controller endpoint and
+ReplicaDirectoryId. A dynamic quorum's (KIP-853) voters, their directory ids and
+endpoints are the voter set in the leader's log, and its observers include the
+controllers that fetch through Raft without being voters (a controller being added). A
 controller that is not the leader answers NOT_LEADER_OR_FOLLOWER for the partition
 (Kafka's answer; a broker forwards DescribeQuorum to the active controller).
 
@@ -27,9 +30,11 @@ and every v0/v1 request) gets UNSUPPORTED_ENDPOINT_TYPE.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from ...cluster.metadata_log import METADATA_TOPIC
+from ...cluster.raft.batches import uuid_bytes
 from ...protocol.build import materialize
 from ...protocol.codec import response_schema
 from ...protocol.errors import ErrorCode
@@ -51,7 +56,8 @@ ENDPOINT_TYPE_BROKERS, ENDPOINT_TYPE_CONTROLLERS = 1, 2
 
 
 def _replica(p: ReplicaProgress) -> dict:
-    return {"replica_id": p.replica_id, "replica_directory_id": None, "log_end_offset": p.log_end_offset,
+    directory = uuid.UUID(bytes=uuid_bytes(p.directory_id)) if p.directory_id else uuid.UUID(int=0)
+    return {"replica_id": p.replica_id, "replica_directory_id": directory, "log_end_offset": p.log_end_offset,
             "last_fetch_timestamp": p.last_fetch_ms, "last_caught_up_timestamp": p.last_caught_up_ms}
 
 
@@ -115,14 +121,8 @@ def controller_describe_quorum(service: ControllerService, ctx: RequestContext, 
 
 
 def _voter_nodes(service: ControllerService) -> Nodes:
-    """Each voter's controller endpoints: this node's as bound, the others' from
-    ``controller.quorum.voters`` (under this node's controller listener name)."""
-    own = service.controller_endpoints()
-    name = own[0][0] if own else "CONTROLLER"
-    nodes: Nodes = [(service.node_id, own)]
-    nodes += [(v, [(name, host, port)]) for v, (host, port) in sorted(service.voter_endpoints.items())
-              if v != service.node_id]
-    return sorted(nodes)
+    """Each voter's controller endpoints (:meth:`ControllerService.voter_listeners`)."""
+    return service.voter_listeners()
 
 
 def controller_describe_cluster(service: ControllerService, ctx: RequestContext, req: DescribeClusterRequest) -> Any:

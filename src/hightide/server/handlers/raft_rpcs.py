@@ -3,6 +3,11 @@ Vote (52) v2, BeginQuorumEpoch (53) v1, EndQuorumEpoch (54) v1, a voter's Fetch 
 v17 of ``__cluster_metadata-0`` (``controller_fetch`` hands over a Fetch whose
 ReplicaId is a voter) and a voter's FetchSnapshot (59) v1.
 
+A dynamic quorum's (KIP-853) controllers that are not voters yet fetch through the core
+too: a Fetch carrying a ReplicaDirectoryId (hightide's brokers send none) and a
+FetchSnapshot from a replica the leader's core knows as such an observer. A Fetch answer
+carries the leader's NodeEndpoints, so an observer that knows no voter finds the leader.
+
 Each request is converted to the core's message (:mod:`hightide.cluster.raft.wire`),
 stepped through the controller's :class:`~..raft_shell.RaftShell` and its answer
 converted back: the core decides everything (epochs, votes, DivergingEpoch, the high
@@ -17,8 +22,13 @@ gives no answer in time (it is stopping, or its quorum-state write is slow).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from kio.schema.fetch.v17 import response as fetch_resp
+from kio.schema.types import BrokerId
+from kio.static.primitive import i32
 
 from ...cluster.raft import messages as m
 from ...protocol.build import materialize
@@ -82,7 +92,16 @@ async def _answer(service: ControllerService, ctx: RequestContext,
     if answer is None:
         return _top_error(api_key, ctx.version, ErrorCode.request_timed_out)
     offset = msg.fetch_offset if isinstance(msg, m.FetchRequest) else 0
-    return to_kio(answer, records_offset=offset)
+    out = to_kio(answer, records_offset=offset)
+    if isinstance(answer, m.FetchResponse) and answer.leader_id >= 0:
+        if answer.leader_id == service.node_id:
+            host, port = ctx.identity.advertised
+        else:
+            host, port = service.voter_endpoints.get(answer.leader_id, ("", -1))
+        if port > 0:
+            out = dataclasses.replace(out, node_endpoints=(fetch_resp.NodeEndpoint(
+                node_id=BrokerId(answer.leader_id), host=host, port=i32(port)),))
+    return out
 
 
 @service_handler(52, VOTE_VERSION, VOTE_VERSION)
@@ -100,10 +119,16 @@ async def end_quorum_epoch(service: ControllerService, ctx: RequestContext, req:
     return await _answer(service, ctx, req, 54, req.cluster_id)
 
 
-def is_voter_fetch(service: ControllerService, replica_id: int) -> bool:
-    """True if a Fetch from ``replica_id`` is Raft replication between voters (rather
-    than a broker observing the log)."""
-    return service.raft is not None and replica_id in service.raft.core.voters and replica_id != service.node_id
+def is_voter_fetch(service: ControllerService, replica_id: int, directory_id: object = None) -> bool:
+    """True if a Fetch from ``replica_id`` is Raft replication (rather than a broker
+    observing the log): from a voter, or (a dynamic quorum) from a replica that names its
+    ``directory_id`` or that the core knows as an observer (a controller not yet a voter)."""
+    raft = service.raft
+    if raft is None or replica_id == service.node_id or replica_id < 0:
+        return False
+    core = raft.core
+    return replica_id in core.voters or (core.kraft_version >= 1 and (
+        directory_id is not None or replica_id in core.observer_directory))
 
 
 async def voter_fetch(service: ControllerService, ctx: RequestContext, req: FetchRequest) -> Any:
