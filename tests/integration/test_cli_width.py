@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from hightide.cli import main
 from hightide.client import AdminClient, NewTopic, TopicPartition
 
+from ..conftest import ServerProcess
 from .clients import Rec, confluent_produce
 
 pytestmark = pytest.mark.integration
@@ -41,6 +42,15 @@ def invoke(*args: str, code: int = 0) -> str:
     r = CliRunner().invoke(main, list(args), env=ENV, catch_exceptions=False)
     assert r.exit_code == code, r.output
     return r.output
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A broker of this module's own: the session's shared broker holds every other test's
+    topics and groups, whose names (up to 60 characters) would be measured here too."""
+    srv = ServerProcess(tmp_path_factory.mktemp("width") / "data").start()
+    yield srv
+    srv.stop()
 
 
 @pytest.fixture(scope="module")
