@@ -24,11 +24,11 @@ def env(tmp_path):
                data_dir=str(tmp_path), listen=("127.0.0.1", 0))
     loop.run_until_complete(b.start())
     _, records = b.controller.create_topics(b.image, [NewTopic("t", 4)])
-    loop.run_until_complete(b.commit_metadata(records))
+    loop.run_until_complete(b.metadata_writer.commit_metadata(records))
     now = int(time.time() * 1000)
     for partition, n in ((0, 900), (1, 30), (2, 30), (3, 40)):  # 90% of the records in partition 0
         batch = bytearray(build_batch([(None, b"v", [], now)] * n))
-        b.partition_log("t", partition).append(batch, validate_batches(batch), now)
+        b.hosted.partition_log("t", partition).append(batch, validate_batches(batch), now)
     yield loop, b
     loop.run_until_complete(b.stop())
     loop.close()
@@ -38,7 +38,7 @@ def _configure(loop, b: Broker, group: str, **configs: str) -> None:
     code, msg, records = b.controller.alter_group_configs(
         b.image, group, [(k.replace("_", "."), 0, v) for k, v in configs.items()])
     assert code == 0, msg
-    loop.run_until_complete(b.commit_metadata(records))
+    loop.run_until_complete(b.metadata_writer.commit_metadata(records))
 
 
 def _holders(loop, b: Broker, group: str, members: int) -> dict[int, int]:
