@@ -193,17 +193,17 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             self._dir_dirty = True
         self._load_producer_state(clean_shutdown)
         self._load_leader_epochs()
-        if loaded.truncated_any and not clean_shutdown:
-            # the cut tail and the segments deleted after a corrupt one must stay gone
-            # before anything is appended past them (else a power cut could bring back
-            # later segments behind a gap)
+        if loaded.recovered_any and not clean_shutdown:
+            # After an unclean stop the recovered segments, the cut tail, and the producer
+            # state snapshot taken above are made durable and the recovery point moves to
+            # the log end before anything is appended. Without it a second unclean start
+            # passes over that snapshot (a control batch lies between it and the old
+            # recovery point) and rebuilds the producer state from the log start, losing
+            # a transaction that began in a deleted segment
+            # (tests/unit/test_txn_log_properties.py found it when this flush was skipped).
+            # A new partition, or one after a clean stop, fsyncs nothing here: its
+            # directory entry rides on the flusher's next round (``_parent_dir_dirty``).
             self.flush(now_ms)
-        # Otherwise no fsync here (it would run on the caller's thread, the event loop,
-        # once per partition: a storm at creation and at start-up). As in Kafka's
-        # LogLoader, the recovery point stays where it was: the flusher's next round
-        # (flush.ms, off the loop) fsyncs the recovered segments (marked dirty) and
-        # advances it; a new partition's directory entry rides on that round too
-        # (``_parent_dir_dirty``).
         return self
 
     # ================================================================== properties
