@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Self
@@ -185,6 +186,8 @@ class BrokerConnection:
                     server_hostname=self.host if tls is not None else None)
         except TimeoutError:
             raise KafkaTimeoutError(f"connect to {self.host}:{self.port} timed out") from None
+        except ssl.SSLError as exc:  # the handshake failed: its reason (CERTIFICATE_VERIFY_FAILED ...) as it is
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         except OSError as exc:  # "connection refused", not "[Errno 111] Connect call failed ('h', p)"
             reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
             reason = reason[:1].lower() + reason[1:]

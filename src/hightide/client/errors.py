@@ -73,11 +73,16 @@ class KafkaConnectionError(KafkaError):
         super().__init__(ErrorCode.network_exception, message)
 
 
-def unreachable(failures: list[tuple[str, KafkaError]]) -> KafkaConnectionError:
+def unreachable(failures: list[tuple[str, KafkaError]]) -> KafkaError:
     """The one error for "none of these servers answered": each ``(HOST:PORT, error)``
     named once, servers that failed the same way together, e.g. ``cannot reach
     127.0.0.1:1, 127.0.0.1:2 (connection refused)`` (the connection's own "cannot connect
-    to HOST:PORT:" prefix and error code are not repeated)."""
+    to HOST:PORT:" prefix and error code are not repeated). A server that did answer,
+    refusing (SASL_AUTHENTICATION_FAILED, an unsupported version, ...), is not a network
+    error: its error is raised as it is, with its code."""
+    for where, exc in failures:
+        if not isinstance(exc, (KafkaConnectionError, KafkaTimeoutError)):
+            return exc
     reasons: dict[str, list[str]] = {}
     for where, exc in failures:
         reason = (exc.message or str(exc)).removeprefix(f"cannot connect to {where}: ")
