@@ -13,7 +13,7 @@ from hightide.sim.run import simulate
 SEEDS = range(1, 13)
 DURATION_S = 12.0
 #: Seeds tried per planted bug before the test gives up (each run ~20 simulated seconds).
-PLANTED_SEEDS = 10
+PLANTED_SEEDS = 12
 PLANTED_DURATION_S = 15.0
 
 

@@ -143,11 +143,12 @@ _PRODUCE_RETRY = frozenset({6, 7, 8, 19, 20, 3, 5, 13, 14, 15, 56, 74})
 
 
 class Committer(_Client):
-    """See the module doc."""
+    """See the module doc. It commits for several ``groups`` (their coordinators are on
+    different ``__consumer_offsets`` partitions, so a fault of any broker hits one)."""
 
-    def __init__(self, *args: Any, group: str, topic: str, partitions: int, **kw: Any) -> None:
+    def __init__(self, *args: Any, groups: tuple[str, ...], topic: str, partitions: int, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.group, self.topic, self.partitions = group, topic, partitions
+        self.groups, self.topic, self.partitions = groups, topic, partitions
         self.offset = 0
         self.commits = 0
 
@@ -155,21 +156,22 @@ class Committer(_Client):
         while True:
             try:
                 admin = await self._connected()
+                group = self.rng.choice(self.groups)
                 part = self.rng.randrange(self.partitions)
                 tp = TopicPartition(self.topic, part)
                 key = (self.topic, part)
                 if self.rng.random() < 0.7:
                     self.offset += self.rng.randint(1, 10)
-                    errors = await admin.alter_consumer_group_offsets(self.group, {tp: self.offset})
+                    errors = await admin.alter_consumer_group_offsets(group, {tp: self.offset})
                     if errors.get(tp) is None:
-                        self.checker.committed(self.group, key, self.offset)
-                        self.trace(f"{self.name} committed {self.group} {self.topic}-{part}={self.offset}")
+                        self.checker.committed(group, key, self.offset)
+                        self.trace(f"{self.name} committed {group} {self.topic}-{part}={self.offset}")
                         self.commits += 1
                         self.progress_at = self.now()
                 else:
-                    floor = self.checker.commit_floor(self.group, key)
-                    got = await admin.list_consumer_group_offsets(self.group, [tp])
-                    self.checker.fetched(self.group, key, got[tp].offset, since=floor)
+                    floor = self.checker.commit_floor(group, key)
+                    got = await admin.list_consumer_group_offsets(group, [tp])
+                    self.checker.fetched(group, key, got[tp].offset, since=floor)
                 await asyncio.sleep(self.rng.uniform(0.0, 0.1))
             except Anomaly:
                 raise

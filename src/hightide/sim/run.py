@@ -151,7 +151,8 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
             return name, world.bootstrap, world.net, checker, random.Random(rng.getrandbits(64)), note, loop.time
         for i in range(producers):
             clients.append(Producer(*base(f"p{i}"), topic=TOPIC, partitions=partitions))
-        clients.append(Committer(*base("c0"), group="g0", topic=TOPIC, partitions=partitions))
+        # three groups, one per __consumer_offsets partition (offsets.topic.num.partitions=3)
+        clients.append(Committer(*base("c0"), groups=("g0", "g1", "g2"), topic=TOPIC, partitions=partitions))
         reader = Reader(*base("r0"), topic=TOPIC, partitions=partitions)
         clients.append(reader)
         tasks = [asyncio.ensure_future(c.run()) for c in clients]
