@@ -126,6 +126,8 @@ def noop_cadence(idle_ms: int, seconds: float) -> dict:
             data = bytes(part.records or b"")
             stamps = []
             for h in validate_batches(data, client_origin=False):
+                if h.is_control:  # Raft's LeaderChange / voter batches: not metadata records
+                    continue
                 for rec in decode_records(memoryview(data)[h.position:h.position + h.size]):
                     if rec.value is not None and isinstance(R.decode(rec.value), NoOpRecord):
                         stamps.append(rec.timestamp)
