@@ -42,7 +42,6 @@ class LoadedSegments(NamedTuple):
     recovery_point: int
     recovered_any: bool
     created: bool  # the partition directory did not exist (its parent was fsynced)
-    truncated_any: bool = False  # recovery cut a torn tail or deleted segments after a corrupt one
 
 
 def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutdown: bool) -> LoadedSegments:
@@ -80,7 +79,7 @@ def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutd
     if not bases:
         bases = [start_ckpt or 0]
     segments: list[LogSegment] = []
-    recovered_any = truncated_any = False
+    recovered_any = False
     for i, base in enumerate(bases):
         seg = LogSegment(storage, path, base, interval)
         segments.append(seg)
@@ -96,7 +95,6 @@ def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutd
         truncated, reason = seg.recover()
         recovered_any = True
         if truncated:
-            truncated_any = True
             log.warning(
                 "truncated %d invalid bytes (%s) at offset %d of %s",
                 truncated,
@@ -110,4 +108,4 @@ def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutd
                     log.warning("deleting segment %s after the corrupt one", dropped.log_path)
                     dropped.delete()
                 break
-    return LoadedSegments(segments, start_ckpt, recovery_point, recovered_any, created, truncated_any)
+    return LoadedSegments(segments, start_ckpt, recovery_point, recovered_any, created)
