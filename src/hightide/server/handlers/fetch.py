@@ -23,6 +23,14 @@ answer. Fetch sessions
 (KIP-227) are answered the way Kafka answers when its session cache is full: session
 id 0, i.e. every fetch is a full fetch, which every client supports.
 
+A consumer's fetch of a partition whose leader is new here and whose high watermark
+has not yet reached the start of its leader epoch gets OFFSET_NOT_AVAILABLE (retriable;
+the Java client, librdkafka, kafka-python and aiokafka retry it) until it has: the new
+leader learns the HW from its followers' next fetches, and until then its own HW may be
+below one the old leader answered. Kafka answers ListOffsets this way and Fetch with the
+lower HW; hightide's promise is that a high watermark never goes back (issue 28's
+simulation found it going back across a controlled shutdown).
+
 A follower's fetch (replica id >= 0, from ``ReplicaState`` in v15+; CLUSTER_ACTION when
 authorization is on) reads up to the log end offset, not the high watermark, and never
 waits on the HW: it parks until the LEO moves. Each partition it read without error is
@@ -142,6 +150,10 @@ def _read_topics(ctx: RequestContext, req: FetchRequest, read_committed: bool, r
                 pd.error_code = err
                 errors = True
                 continue
+            if replica is None and not _offsets_available(ctx, timg.name, p.partition):
+                pd.error_code = ErrorCode.offset_not_available
+                errors = True
+                continue
             if replica is not None and _diverged(plog, p, pd):
                 errors = True  # answered at once, as Kafka answers a diverging follower
                 continue
@@ -203,6 +215,13 @@ def _read_regions(topics: list[TopicData]) -> None:
     except BaseException:
         _close_records(topics)
         raise
+
+
+def _offsets_available(ctx: RequestContext, topic: str, partition: int) -> bool:
+    """False while this node is a new leader of the partition whose HW has not reached the
+    start of its leader epoch (see the module doc)."""
+    replicas = ctx.services.replicas
+    return replicas is None or replicas.offsets_available(topic, partition)
 
 
 def _diverged(plog: PartitionLog, p: FetchPartition, pd: PartitionData) -> bool:
