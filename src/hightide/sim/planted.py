@@ -15,6 +15,10 @@ Each is a context manager that patches one rule while a run goes, and undoes it 
   (``ReplicaLog.diverging_epoch``) and a follower does not truncate where the leader's
   epochs say (``ReplicaFetcher._truncate``): a deposed leader keeps records its
   successor never had and appends the new leader's after them, at other offsets.
+- ``ack-on-fetch``: the controller counts a broker's metadata Fetch as acknowledging
+  everything committed (what the answer will carry), not what the broker applied before
+  it sent the Fetch (``BrokerLifecycle.observe_fetch``): the lowest acknowledged offset
+  runs ahead of a broker that has not applied it yet (seed 004's read-after-write gone).
 - ``unclean-election``: when a partition's leader goes, the controller elects any live
   replica, one out of the ISR first (``partition_change.elect``): a replica missing
   acknowledged records becomes leader.
@@ -76,11 +80,24 @@ def _unclean_election() -> contextlib.AbstractContextManager[None]:
     return _patch(pc, "elect", elect)
 
 
+def _ack_on_fetch() -> contextlib.AbstractContextManager[None]:
+    from ..cluster.lifecycle import BrokerLifecycle
+
+    def observe_fetch(self: Any, image: Any, broker_id: int, fetch_offset: int, now_ms: int,
+                      committed_offset: int, broker_epoch: int | None = None) -> None:
+        reg = image.brokers.get(broker_id)
+        if reg is None or (broker_epoch is not None and broker_epoch != reg.epoch):
+            return
+        self.heartbeats.session(reg, now_ms).acknowledge(committed_offset, committed_offset)
+    return _patch(BrokerLifecycle, "observe_fetch", observe_fetch)
+
+
 PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "acks-before-hw": _acks_before_hw,
     "coordinator-unreplicated": _coordinator_unreplicated,
     "no-truncation": _no_truncation,
     "unclean-election": _unclean_election,
+    "ack-on-fetch": _ack_on_fetch,
 }
 
 

@@ -39,6 +39,7 @@ from .clock import EPOCH_MS
 from .faults import FAULT_KINDS, FaultSchedule
 from .loop import NODE, SimLoop, SimulationStuck
 from .planted import planted
+from .whitebox import MetadataWatch
 from .world import World
 
 __all__ = ["RunResult", "simulate", "deterministic"]
@@ -139,6 +140,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
     saved_halt = _halt_module.halt_process
     _halt_module.halt_process = world.halt  # type: ignore[assignment]  # a halting node is killed, not the process
     checker = Checker()
+    watch = loop.step_hook = MetadataWatch(world)
     faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds, counts=fault_counts)
     clients: list[Any] = []
     tasks: list[asyncio.Task[None]] = []
@@ -210,6 +212,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
             took = await world.stop(node)
             note(f"{node} stopped in {took:.2f}s")
         counts = dict(checker.counts)
+        counts["white-box checks"] = watch.checks
         counts.update({f"net {k}": v for k, v in world.net.stats.items()})
         return counts, world.net.digest.hexdigest()
     except TimeoutError as exc:
@@ -220,6 +223,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
         for c in clients:
             with contextlib.suppress(Exception):
                 await c.close()
+        loop.step_hook = None
         await world.close()
         _halt_module.halt_process = saved_halt
 
