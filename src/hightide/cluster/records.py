@@ -10,7 +10,7 @@ the log is a regular partition log readable by any tool that reads record batche
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, ClassVar
 
 from .broker_records import BROKER_RECORD_TYPES, BrokerRecord
@@ -115,8 +115,29 @@ _TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, PartitionChang
                                     *SECURITY_RECORD_TYPES, *QUOTA_RECORD_TYPES)}
 
 
+#: Each record type's field names (``dataclasses.fields`` builds them anew per call).
+_FIELDS: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in _TYPES.values()}
+_FIELD_SETS: dict[type, frozenset[str]] = {cls: frozenset(names) for cls, names in _FIELDS.items()}
+
+
+def _nested(value: Any) -> bool:
+    """True if ``value`` holds a dataclass instance (which ``asdict`` turns into a dict)."""
+    if isinstance(value, (list, tuple)):
+        return any(_nested(v) for v in value)
+    return is_dataclass(value) or isinstance(value, dict)
+
+
 def encode(record: MetadataRecord) -> bytes:
-    body = asdict(record)
+    """The record's JSON value (``asdict``'s form: fields by name, nested dataclasses as
+    objects; a record of plain values is read field by field, without ``asdict``'s deep
+    copy)."""
+    names = _FIELDS.get(type(record))
+    if names is None:
+        body = asdict(record)
+    else:
+        body = {n: getattr(record, n) for n in names}
+        if any(_nested(v) for v in body.values()):
+            body = asdict(record)
     body["type"] = record.type
     body["v"] = 0
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
@@ -129,6 +150,6 @@ def decode(value: bytes) -> MetadataRecord:
     if cls is None:
         raise ValueError(f"unknown metadata record {value[:80]!r}")
     body.pop("v", None)
-    names = {f.name for f in fields(cls)}
+    names = _FIELD_SETS[cls]
     kwargs: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in body.items() if k in names}
     return cls(**kwargs)
