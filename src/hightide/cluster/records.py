@@ -10,8 +10,9 @@ the log is a regular partition log readable by any tool that reads record batche
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, is_dataclass
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass, fields
+from types import UnionType
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
 from .broker_records import BROKER_RECORD_TYPES, BrokerRecord
 from .quota_records import QUOTA_RECORD_TYPES, ClientQuotaRecord
@@ -118,26 +119,33 @@ _TYPES = {cls.type: cls for cls in (TopicRecord, PartitionRecord, PartitionChang
 #: Each record type's field names (``dataclasses.fields`` builds them anew per call).
 _FIELDS: dict[type, tuple[str, ...]] = {cls: tuple(f.name for f in fields(cls)) for cls in _TYPES.values()}
 _FIELD_SETS: dict[type, frozenset[str]] = {cls: frozenset(names) for cls, names in _FIELDS.items()}
+_SCALARS = (int, str, bool, float, type(None))
 
 
-def _nested(value: Any) -> bool:
-    """True if ``value`` holds a dataclass instance (which ``asdict`` turns into a dict)."""
-    if isinstance(value, (list, tuple)):
-        return any(_nested(v) for v in value)
-    return is_dataclass(value) or isinstance(value, dict)
+def _plain_type(tp: Any) -> bool:
+    """True if values of annotation ``tp`` are JSON scalars or tuples of them (what
+    ``asdict`` leaves as they are): no dataclass, dict or named tuple inside."""
+    if tp in _SCALARS:
+        return True
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is tuple:
+        return all(a is Ellipsis or _plain_type(a) for a in args)
+    if origin in (Union, UnionType):
+        return all(_plain_type(a) for a in args)
+    return False
+
+
+#: The record types whose fields are all plain (:func:`_plain_type`): encoded field by
+#: field; the others go through ``asdict``.
+_PLAIN: frozenset[type] = frozenset(cls for cls in _TYPES.values()
+                                    if all(_plain_type(get_type_hints(cls)[n]) for n in _FIELDS[cls]))
 
 
 def encode(record: MetadataRecord) -> bytes:
-    """The record's JSON value (``asdict``'s form: fields by name, nested dataclasses as
-    objects; a record of plain values is read field by field, without ``asdict``'s deep
-    copy)."""
-    names = _FIELDS.get(type(record))
-    if names is None:
-        body = asdict(record)
-    else:
-        body = {n: getattr(record, n) for n in names}
-        if any(_nested(v) for v in body.values()):
-            body = asdict(record)
+    """The record's JSON value, as ``asdict`` gives it (a record of plain fields is read
+    field by field, without ``asdict``'s recursive copy)."""
+    cls = type(record)
+    body = {n: getattr(record, n) for n in _FIELDS[cls]} if cls in _PLAIN else asdict(record)
     body["type"] = record.type
     body["v"] = 0
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
