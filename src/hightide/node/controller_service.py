@@ -108,7 +108,7 @@ class ControllerService:
         self._image = image
         self._metadata_log = metadata_log
         self._committed_end = committed_end
-        self.last_append_ms = self.clock.now_ms()
+        self.last_append_ms = self._now()
         self.observers: dict[int, ReplicaProgress] = {}
         self.noops = 0  # NoOp records written (for tests and metrics)
 
@@ -199,7 +199,7 @@ class ControllerService:
         state, a fresh session for every unfenced broker, no observers known yet."""
         self.lifecycle = dataclasses.replace(self.lifecycle)  # same settings, no sessions or acknowledgements
         self.observers = {}
-        started = self.last_append_ms = self.clock.now_ms()
+        started = self.last_append_ms = self._now()
         for reg in self.image.brokers.values():
             if not reg.fenced:
                 self.lifecycle.heartbeats.session(reg, started)
@@ -207,15 +207,22 @@ class ControllerService:
                  len(self.image.brokers))
 
     def appended(self, at_ms: int) -> None:
-        """The broker committed a metadata write with records (any writer)."""
-        self.last_append_ms = at_ms
+        """The broker committed a metadata write with records (any writer; ``at_ms``, its
+        wall-clock time, is not used: the idle timer runs on :meth:`_now`)."""
+        self.last_append_ms = self._now()
+
+    def _now(self) -> int:
+        """Milliseconds on the monotonic clock: the lifecycle's time (sessions, timers),
+        as Kafka's BrokerHeartbeatManager uses ``time.nanoseconds()``: a step of the wall
+        clock neither fences a live broker nor keeps a silent one alive."""
+        return int(self.clock.monotonic() * 1000)
 
     # -- lifecycle RPCs ------------------------------------------------------------------
     async def register(self, req: Registration) -> RegistrationReply:
         """BrokerRegistration as a metadata write; a failed append answers its error code
         (KAFKA_STORAGE_ERROR) and registers nothing."""
         def op(image: MetadataImage) -> tuple[RegistrationReply, list[MetadataRecord]]:
-            return self.lifecycle.register(image, req, self.clock.now_ms(), self.metadata_log.log_end_offset)
+            return self.lifecycle.register(image, req, self._now(), self.metadata_log.log_end_offset)
         try:
             reply: RegistrationReply = await self._write(op)
         except CoordinatorUnavailable as exc:
@@ -233,7 +240,7 @@ class ControllerService:
         leadership moves; a heartbeat that changes nothing appends nothing)."""
         def op(image: MetadataImage) -> tuple[tuple[HeartbeatReply, list[MetadataRecord]], list[MetadataRecord]]:
             end = self.metadata_log.log_end_offset
-            reply, records = self.lifecycle.heartbeat(image, req, self.clock.now_ms(), end, end - 1)
+            reply, records = self.lifecycle.heartbeat(image, req, self._now(), end, end - 1)
             return (reply, records), records
         try:
             reply, records = await self._write(op)
@@ -282,7 +289,7 @@ class ControllerService:
         p.last_fetch_ms = at_ms
         if fetch_offset >= end:
             p.last_caught_up_ms = at_ms
-        self.lifecycle.observe_fetch(self.image, replica_id, fetch_offset, at_ms, end - 1, replica_epoch)
+        self.lifecycle.observe_fetch(self.image, replica_id, fetch_offset, self._now(), end - 1, replica_epoch)
 
     def quorum(self, at_ms: int) -> tuple[list[ReplicaProgress], list[ReplicaProgress]] | None:
         """(voters, observers) for DescribeQuorum: the voters (the single voter: this
@@ -319,9 +326,9 @@ class ControllerService:
                 await self.clock.sleep(TIMER_MAX_SLEEP_S)
                 continue
             deadline = self.lifecycle.next_deadline_ms(self.image, self.last_append_ms)
-            wait_ms = TIMER_MAX_SLEEP_S * 1000 if deadline is None else deadline - self.clock.now_ms()
+            wait_ms = TIMER_MAX_SLEEP_S * 1000 if deadline is None else deadline - self._now()
             await self.clock.sleep(max(0.0, min(wait_ms / 1000, TIMER_MAX_SLEEP_S)))
-            if deadline is None or self.clock.now_ms() < deadline:
+            if deadline is None or self._now() < deadline:
                 continue
             try:
                 await self.tick()
@@ -339,7 +346,7 @@ class ControllerService:
         """One timer step as a metadata write: the fencing records of expired sessions,
         else a NoOp if the log has been idle long enough. Returns the records written."""
         def op(image: MetadataImage) -> tuple[list[MetadataRecord], list[MetadataRecord]]:
-            at = self.clock.now_ms()
+            at = self._now()
             records = self.lifecycle.fence_expired(image, at)
             if not records:
                 records = self.lifecycle.election_records(image, at)  # Kafka's periodic elections
