@@ -276,6 +276,12 @@ class BrokerLifecycleManager:
         #: registration with INCONSISTENT_CLUSTER_ID (it belongs to another cluster).
         self.on_foreign_cluster: Callable[[str], None] = lambda where: None
 
+    def _now(self) -> int:
+        """Milliseconds on the monotonic clock: the core's time (heartbeat interval,
+        backoffs), as Kafka's BrokerLifecycleManager schedules on ``time.nanoseconds()``:
+        a step of the wall clock never holds a heartbeat back."""
+        return int(self.clock.monotonic() * 1000)
+
     @property
     def broker_epoch(self) -> int:
         return self.core.broker_epoch
@@ -292,18 +298,18 @@ class BrokerLifecycleManager:
         self._wake.set()
 
     def applied(self, applied_offset: int, content_offset: int) -> None:
-        self.core.on_applied(applied_offset, content_offset, self.clock.now_ms())
+        self.core.on_applied(applied_offset, content_offset, self._now())
         self.poke()
 
     def caught_up(self) -> None:
-        self.core.on_caught_up(self.clock.now_ms())
+        self.core.on_caught_up(self._now())
         self.poke()
 
     async def shutdown(self, timeout_s: float, stop_wait_s: float = STOP_WAIT_S) -> bool:
         """Controlled shutdown: heartbeat with WantShutDown until the controller answers
         ShouldShutDown or ``timeout_s`` passes; True if it did. Stops the task (waited
         for up to ``stop_wait_s``)."""
-        self.core.begin_shutdown(self.clock.now_ms())
+        self.core.begin_shutdown(self._now())
         self.poke()
         deadline = self.clock.monotonic() + timeout_s
         while self.core.state is not LifecycleState.SHUT_DOWN and self.clock.monotonic() < deadline:
@@ -322,7 +328,7 @@ class BrokerLifecycleManager:
 
     async def _run(self) -> None:
         while True:
-            action = self.core.next_request(self.clock.now_ms())
+            action = self.core.next_request(self._now())
             if action is None and self.core.state is LifecycleState.SHUT_DOWN:
                 return
             if isinstance(action, Register):
@@ -330,7 +336,7 @@ class BrokerLifecycleManager:
             elif isinstance(action, Heartbeat):
                 await self._heartbeat(action)
             else:
-                delay = 1.0 if action is None else max(0.0, (action.until_ms - self.clock.now_ms()) / 1000)
+                delay = 1.0 if action is None else max(0.0, (action.until_ms - self._now()) / 1000)
                 self._wake.clear()
                 await wait_event_on(self.clock, self._wake, delay)
 
@@ -341,7 +347,7 @@ class BrokerLifecycleManager:
             resp = await self.channel.request(
                 62, lambda c: c.pick_version(62, REGISTRATION_VERSION_MAX), body)
         except (ControllerUnavailable, KafkaError) as exc:
-            self.core.on_failure(self.clock.now_ms())
+            self.core.on_failure(self._now())
             log.debug("registration failed: %s", exc)
             return
         if resp.error_code == ErrorCode.inconsistent_cluster_id:
@@ -354,7 +360,7 @@ class BrokerLifecycleManager:
             log.info("broker %d registered with the controller: epoch %d, incarnation %s", self.settings.node_id,
                      resp.broker_epoch, action.incarnation_id)
             self.registered.set()
-        self.core.on_registered(resp.error_code, resp.broker_epoch, self.clock.now_ms())
+        self.core.on_registered(resp.error_code, resp.broker_epoch, self._now())
 
     async def _heartbeat(self, action: Heartbeat) -> None:
         body = {"broker_id": self.settings.node_id, "broker_epoch": action.broker_epoch,
@@ -368,7 +374,7 @@ class BrokerLifecycleManager:
                 63, version, body, decoder=lambda frame: decode_broker_heartbeat_response(version, frame)[1],
                 timeout_s=self._timeout_s)
         except (ControllerUnavailable, KafkaError) as exc:
-            self.core.on_failure(self.clock.now_ms())
+            self.core.on_failure(self._now())
             if isinstance(exc, KafkaTimeoutError):  # a paused or stuck controller: reconnect
                 log.warning("the controller did not answer a heartbeat within %.1f s; reconnecting", self._timeout_s)
                 self.channel.reset()
@@ -376,7 +382,7 @@ class BrokerLifecycleManager:
             return
         self._note_controller()
         before = self.core.lowest_acknowledged
-        self.core.on_heartbeat(resp, self.clock.now_ms())
+        self.core.on_heartbeat(resp, self._now())
         if resp.error_code == ErrorCode.stale_broker_epoch:
             log.warning("the controller does not know broker epoch %d (STALE_BROKER_EPOCH): registering again",
                         action.broker_epoch)
