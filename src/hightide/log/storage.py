@@ -36,7 +36,7 @@ import itertools
 import os
 import threading
 from collections.abc import Sequence
-from typing import Protocol, Union
+from typing import Any, Protocol, Union
 
 __all__ = [
     "Buffer",
@@ -44,6 +44,7 @@ __all__ = [
     "RegionTruncated",
     "Storage",
     "StorageFile",
+    "StorageWrapper",
     "PosixStorage",
     "PosixFile",
     "POSIX",
@@ -124,6 +125,48 @@ class Storage(Protocol):
 
     def set_mtime_ns(self, path: str, mtime_ns: int) -> None:
         """Set a file's modification time (the cleaner keeps a segment's)."""
+
+
+class StorageWrapper:
+    """A :class:`Storage` engine around another (``inner``): every operation is passed to
+    it, and so is any other attribute (``crash()`` of a wrapped in-memory engine). The
+    wrappers (the descriptor budget, the fault injector) override what they change."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+
+    def open(self, path: str, *, create: bool = True, truncate: bool = False) -> StorageFile:
+        return self.inner.open(path, create=create, truncate=truncate)
+
+    def replace(self, src: str, dst: str) -> None:
+        self.inner.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        self.inner.unlink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return self.inner.listdir(path)
+
+    def mkdir(self, path: str) -> None:
+        self.inner.mkdir(path)
+
+    def rmdir(self, path: str) -> None:
+        self.inner.rmdir(path)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return self.inner.is_dir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        self.inner.fsync_dir(path)
+
+    def set_mtime_ns(self, path: str, mtime_ns: int) -> None:
+        self.inner.set_mtime_ns(path, mtime_ns)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 # ---------------------------------------------------------------------------- POSIX

@@ -46,7 +46,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from .storage import Buffer, FileRegion, Storage, StorageFile
+from .storage import Buffer, FileRegion, Storage, StorageFile, StorageWrapper
 
 __all__ = ["CachedFile", "CachedRegionFile", "DescriptorCache", "default_max_open_files", "raise_nofile_limit",
            "with_descriptor_budget"]
@@ -182,7 +182,7 @@ class CachedRegionFile(CachedFile):
             self._cache._unpin(self)
 
 
-class DescriptorCache:
+class DescriptorCache(StorageWrapper):
     """``inner`` with at most ``max_open`` of its files open (see the module doc). Any
     other attribute of the inner engine (``crash()``, ``check()``) is passed through."""
 
@@ -199,9 +199,6 @@ class DescriptorCache:
         self._by_name: dict[str, CachedFile | list[CachedFile]] = {}  # every live handle by its current name
         self.evictions = 0  # real handles closed to stay in the budget (tests, metrics)
         self.reopens = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     @property
     def open_files(self) -> int:
@@ -241,27 +238,6 @@ class DescriptorCache:
             for f in self._named(path):
                 self._hold(f)
             self.inner.unlink(path)
-
-    def listdir(self, path: str) -> list[str]:
-        return self.inner.listdir(path)
-
-    def mkdir(self, path: str) -> None:
-        self.inner.mkdir(path)
-
-    def rmdir(self, path: str) -> None:
-        self.inner.rmdir(path)
-
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
-
-    def is_dir(self, path: str) -> bool:
-        return self.inner.is_dir(path)
-
-    def fsync_dir(self, path: str) -> None:
-        self.inner.fsync_dir(path)
-
-    def set_mtime_ns(self, path: str, mtime_ns: int) -> None:
-        self.inner.set_mtime_ns(path, mtime_ns)
 
     def __repr__(self) -> str:
         return f"DescriptorCache({self.inner!r}, max_open={self.max_open}, open={self.open_files})"

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .storage import Buffer, Storage, StorageFile
+from .storage import Buffer, Storage, StorageFile, StorageWrapper
 
 __all__ = ["Fault", "FaultyStorage", "FaultyFile"]
 
@@ -57,7 +57,7 @@ class Fault:
         return OSError(code, f"{os.strerror(code)} (injected)", path)
 
 
-class FaultyStorage:
+class FaultyStorage(StorageWrapper):
     """``inner`` with faults injected per the current rules. ``crash()`` (and any other
     attribute the inner engine has) is passed through."""
 
@@ -110,36 +110,9 @@ class FaultyStorage:
         self._raise_if("open", path)
         return FaultyFile(self, self.inner.open(path, create=create, truncate=truncate))
 
-    def replace(self, src: str, dst: str) -> None:
-        self.inner.replace(src, dst)
-
-    def unlink(self, path: str) -> None:
-        self.inner.unlink(path)
-
-    def listdir(self, path: str) -> list[str]:
-        return self.inner.listdir(path)
-
-    def mkdir(self, path: str) -> None:
-        self.inner.mkdir(path)
-
-    def rmdir(self, path: str) -> None:
-        self.inner.rmdir(path)
-
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
-
-    def is_dir(self, path: str) -> bool:
-        return self.inner.is_dir(path)
-
     def fsync_dir(self, path: str) -> None:
         self._raise_if("fsync", path.rstrip("/") + "/")
         self.inner.fsync_dir(path)
-
-    def set_mtime_ns(self, path: str, mtime_ns: int) -> None:
-        self.inner.set_mtime_ns(path, mtime_ns)
-
-    def __getattr__(self, name: str) -> Any:  # crash() of a wrapped MemoryStorage, ...
-        return getattr(self.inner, name)
 
     def __repr__(self) -> str:
         return f"FaultyStorage({self.inner!r})"
