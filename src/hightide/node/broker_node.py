@@ -127,7 +127,12 @@ class BrokerNode:
 
     # -- what the other parts read ---------------------------------------------------
     def _lao(self) -> int:
-        return self.lifecycle.lowest_acknowledged
+        """The lowest acknowledged offset the read gate goes by: -1 (unknown) while the
+        controller may no longer count this broker (:meth:`BrokerLifecycleManager.counted`),
+        so a gated read waits for the lease to come back (at most
+        ``metadata.read.max.wait.ms``) rather than answer from an image other brokers
+        may have passed."""
+        return self.lifecycle.lowest_acknowledged if self.lifecycle.counted() else -1
 
     def _applied(self) -> int:
         return self.metadata.image.offset if self.metadata is not None else -1

@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -272,6 +273,9 @@ class BrokerLifecycleManager:
         self._timeout_s = max(1.0, settings.session_timeout_ms / 2000)
         self.registered = asyncio.Event()
         self.unfenced = asyncio.Event()
+        #: Until when (monotonic s) the controller surely still counts this broker in the
+        #: lowest acknowledged offset (see :meth:`counted`).
+        self._counted_until = -math.inf
         #: Called with the controller's address when the active controller refuses the
         #: registration with INCONSISTENT_CLUSTER_ID (it belongs to another cluster).
         self.on_foreign_cluster: Callable[[str], None] = lambda where: None
@@ -289,6 +293,19 @@ class BrokerLifecycleManager:
     @property
     def lowest_acknowledged(self) -> int:
         return self.core.lowest_acknowledged
+
+    def counted(self) -> bool:
+        """True while the active controller surely counts this broker among those whose
+        applied offset makes the lowest acknowledged offset (seed 004): its last answered
+        heartbeat said unfenced (or in controlled shutdown, whose heartbeats come every
+        catch-up interval), and that heartbeat was sent less than
+        ``broker.session.timeout.ms`` ago. The controller times the session from when it
+        received the heartbeat, on its monotonic clock, so it cannot have fenced this
+        broker before then (a lease). A broker cut off from the controllers stops being
+        counted here at most when the controller stops counting it: its reads then wait
+        for the lease to come back instead of answering from an image the others may
+        have passed."""
+        return self.clock.monotonic() < self._counted_until
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-lifecycle")
@@ -363,6 +380,7 @@ class BrokerLifecycleManager:
         self.core.on_registered(resp.error_code, resp.broker_epoch, self._now())
 
     async def _heartbeat(self, action: Heartbeat) -> None:
+        sent = self.clock.monotonic()
         body = {"broker_id": self.settings.node_id, "broker_epoch": action.broker_epoch,
                 "current_metadata_offset": action.current_metadata_offset, "want_fence": action.want_fence,
                 "want_shut_down": action.want_shut_down}
@@ -381,8 +399,12 @@ class BrokerLifecycleManager:
             log.debug("heartbeat failed: %s", exc)
             return
         self._note_controller()
-        before = self.core.lowest_acknowledged
+        before, was_counted = self.core.lowest_acknowledged, self.counted()
         self.core.on_heartbeat(resp, self._now())
+        if resp.error_code == ErrorCode.none and (not resp.is_fenced or self.core.shutting_down):
+            self._counted_until = max(self._counted_until, sent + self.settings.session_timeout_ms / 1000)
+        elif resp.error_code in (ErrorCode.none, ErrorCode.stale_broker_epoch):  # fenced, or not registered
+            self._counted_until = -math.inf
         if resp.error_code == ErrorCode.stale_broker_epoch:
             log.warning("the controller does not know broker epoch %d (STALE_BROKER_EPOCH): registering again",
                         action.broker_epoch)
@@ -393,7 +415,7 @@ class BrokerLifecycleManager:
             log.warning("heartbeat answered %s (retrying)", ErrorCode(resp.error_code).name.upper())
         else:
             self._note_fencing(resp.is_fenced)
-        if self.core.lowest_acknowledged > before:
+        if self.core.lowest_acknowledged > before or (self.counted() and not was_counted):
             self._on_lao(self.core.lowest_acknowledged)
 
     def _note_controller(self) -> None:
