@@ -8,6 +8,8 @@ takes the names (``clients=``; ``python -m hightide.sim --clients``):
   KIP-848 members of group ``gk`` (:mod:`.group_clients`); both record who answered as
   the group's coordinator in which epoch (:class:`~.group_clients.CoordinatorWitness`);
 - ``share``: two share-group members of group ``gs`` (:mod:`.share_client`);
+- ``admin``: an admin creating and deleting topics and altering their configs, and
+  reading metadata from every broker (:mod:`.admin_client`).
 
 The producers, the offset committer and the reader (:mod:`.clients`) always run.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .admin_client import AdminWorker, MetadataLedger
 from .group_clients import ClassicMember, ConsumerMember, CoordinatorWitness
 from .share_client import ShareLedger, ShareMember
 from .txn_client import TxnLedger, TxnProducer, TxnReader
@@ -24,7 +27,7 @@ from .world import World
 
 __all__ = ["CLIENT_KINDS", "ClientSet"]
 
-CLIENT_KINDS = ("txn", "classic", "consumer", "share")
+CLIENT_KINDS = ("txn", "classic", "consumer", "share", "admin")
 TXN_TOPIC = "sim-tx"
 TXN_PARTITIONS = 2
 
@@ -40,6 +43,8 @@ class ClientSet:
         self.kinds, self.source = kinds, source
         self.ledger = TxnLedger()
         self.shares = ShareLedger()
+        self.metadata = MetadataLedger()
+        self.world = world
         self.clients: list[Any] = []
         self._txn: tuple[TxnProducer, TxnReader] | None = None
         self.witness = CoordinatorWitness(lambda node_id, group: group_epoch_of(world, node_id, group))
@@ -78,6 +83,11 @@ class ClientSet:
         if "share" in self.kinds:
             self.clients += [ShareMember(*base(f"gs{i}"), group="gs", topic=topic, partitions=partitions,
                                          witness=self.witness, ledger=self.shares) for i in range(2)]
+        if "admin" in self.kinds:
+            brokers = [n.node_id for n in self.world.brokers]
+            self.clients.append(AdminWorker(*base("ad0"), ledger=self.metadata, brokers=brokers,
+                                            replicas=min(3, len(brokers)),
+                                            gate_of=lambda node_id: gate_of(self.world, node_id)))
         return self.clients
 
     async def final_check(self, deadline: float) -> None:
@@ -90,11 +100,22 @@ class ClientSet:
         out = dict(self.ledger.counts) if self._txn is not None else {}
         if "share" in self.kinds:
             out.update(self.shares.counts)
+        if "admin" in self.kinds:
+            out.update(self.metadata.counts)
         if {"classic", "consumer", "share"} & set(self.kinds):
             out["coordinator answers witnessed"] = self.witness.count
             out["member commits acked"] = sum(getattr(c, "commits", 0) for c in self.clients
                                               if isinstance(c, (ClassicMember, ConsumerMember)))
         return out
+
+
+def gate_of(world: World, node_id: int) -> tuple[int, int] | None:
+    """White-box: (incarnation, read-gate timeouts so far) of broker ``node_id`` if it runs."""
+    node = world.nodes.get(node_id)
+    broker = node.broker if node is not None else None
+    if broker is None or broker.node is None:
+        return None
+    return node.incarnations, broker.node.gate.timeouts
 
 
 def group_epoch_of(world: World, node_id: int, group: str) -> tuple[int, int] | None:
