@@ -158,3 +158,15 @@ def test_a_seed_with_every_client_holds_and_replays_exactly():
     assert c["admin writes acked"] > 3 and c["metadata reads checked"] > 3
     again = simulate(4, duration_s=8, clients=CLIENT_KINDS)
     assert again.trace == first.trace and again.digest == first.digest
+
+
+def test_a_broker_behind_the_lao_does_not_answer_metadata_from_its_stale_copy():
+    """Seed 8 (found by the admin client): broker 0's local metadata copy failed an fsync
+    at 11.7 s, so it stopped applying metadata (image at offset 81) but kept running and
+    answering; the controller fenced it and the lowest acknowledged offset went on
+    without it (126, 147, ...). A topic deleted through broker 2 (answered at 16.6 s)
+    then still showed in a Metadata answer of broker 0: its read gate only checked that
+    the LAO covered what broker 0 held, which a broker behind always passes."""
+    r = simulate(8, duration_s=12, clients=CLIENT_KINDS)
+    assert r.ok, (f"{r.anomaly}\nreplay: python -m hightide.sim --seed 8 --duration 12 --clients all --trace --logs\n"
+                  + "\n".join(r.trace[-30:]))

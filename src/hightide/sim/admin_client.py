@@ -2,7 +2,8 @@
 seed 004): :class:`AdminWorker` creates topics (``adm-<n>``, one partition), deletes some
 of them and raises their ``retention.ms`` (IncrementalAlterConfigs), each request sent to
 a broker of its seeded choice (which forwards it to the controller), and reads Metadata
-and DescribeConfigs from brokers of its choice.
+and DescribeConfigs from brokers of its choice, about one operation every 0.6 s (two to
+four of its topics exist at a time: each topic is more work for every broker).
 
 Invariant (:class:`MetadataLedger`) — **metadata reads never go backwards across brokers**
 (docs/cluster.md, "Brokers and read-after-write", ``metadata.read.consistency=
@@ -66,7 +67,7 @@ class MetadataLedger:
     def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
         return dict(self.stage), dict(self.retention)
 
-    def read_topics(self, node: int, shown: set[str], before: tuple[dict[str, int], dict[str, int]],
+    def read_topics(self, node: int | str, shown: set[str], before: tuple[dict[str, int], dict[str, int]],
                     guarded: bool) -> None:
         """A Metadata read on broker ``node``, sent when the floors were ``before``,
         showed the ``adm-`` topics ``shown``."""
@@ -86,7 +87,7 @@ class MetadataLedger:
                               f"{STAGES[floor]} in an answer before the read was sent (read-after-write)")
             self.stage[topic] = max(seen, self.stage.get(topic, 0))
 
-    def read_retention(self, node: int, topic: str, value: int, before: tuple[dict[str, int], dict[str, int]],
+    def read_retention(self, node: int | str, topic: str, value: int, before: tuple[dict[str, int], dict[str, int]],
                        guarded: bool) -> None:
         if not guarded:
             return
@@ -107,23 +108,26 @@ class AdminWorker(_Client):
         self.ledger, self.gate_of, self.brokers, self.replicas = ledger, gate_of, brokers, replicas
         self.created = 0
         self.creating: str | None = None  # a create whose answer never came: tried again
+        self.answered_by = ""
         self.live: list[str] = []  # created (acknowledged or found existing), not deleted
         self.retention: dict[str, int] = {}
 
     async def _send(self, node: int, api: int, wanted: int, low: int, body: dict[str, Any]) -> tuple[Any, bool]:
-        """The answer of broker ``node`` and whether it is guarded (see the module doc)."""
+        """The answer of broker ``node`` and whether it is guarded (see the module doc);
+        :attr:`answered_by` names the broker and its incarnation."""
         admin = await self._connected()
         conn = await admin._conn_for_node(node)
         before = self.gate_of(node)
         resp = await conn.request(api, conn.pick_version(api, wanted, low), body)
         after = self.gate_of(node)
+        self.answered_by = f"{node}#{after[0]}" if after is not None else f"{node}"
         return resp, before is not None and before == after
 
     async def run(self) -> None:
         while True:
             try:
                 await self._step(self.rng.choice(self.brokers))
-                await asyncio.sleep(self.rng.uniform(0.05, 0.3))
+                await asyncio.sleep(self.rng.uniform(0.2, 1.0))
             except Anomaly:
                 raise
             except (KafkaError, OSError, TimeoutError) as exc:
@@ -133,9 +137,9 @@ class AdminWorker(_Client):
         """One seeded operation; a write is read back through a broker of its choice at
         once half the time (as a client reading its own write elsewhere)."""
         roll = self.rng.random()
-        if roll < 0.25 or not self.live:
+        if len(self.live) < 2 or (roll < 0.2 and len(self.live) < 4):
             await self._create(node)
-        elif roll < 0.35 and len(self.live) > 1:
+        elif roll < 0.4 and len(self.live) > 2:
             await self._delete(node, self.live[0])
         elif roll < 0.55:
             topic = self.rng.choice(self.live)
@@ -170,7 +174,7 @@ class AdminWorker(_Client):
         self.live.append(topic)
         if guarded:
             self.ledger.wrote(topic, stage=1)
-        self.trace(f"{self.name} created {topic} through broker {node}{'' if guarded else ' (unguarded)'}")
+        self.trace(f"{self.name} created {topic} through broker {self.answered_by}{'' if guarded else ' (unguarded)'}")
         self.progress_at = self.now()
 
     async def _delete(self, node: int, topic: str) -> None:
@@ -185,7 +189,7 @@ class AdminWorker(_Client):
         self.live.remove(topic)
         if guarded:
             self.ledger.wrote(topic, stage=2)
-        self.trace(f"{self.name} deleted {topic} through broker {node}{'' if guarded else ' (unguarded)'}")
+        self.trace(f"{self.name} deleted {topic} through broker {self.answered_by}{'' if guarded else ' (unguarded)'}")
         self.progress_at = self.now()
 
     async def _alter(self, node: int, topic: str) -> None:
@@ -208,7 +212,7 @@ class AdminWorker(_Client):
             "include_cluster_authorized_operations": False})
         md = _parse_metadata(resp)
         shown = {t for t, m in md.topics.items() if t.startswith(PREFIX) and m.error == ErrorCode.none}
-        self.ledger.read_topics(node, shown, before, guarded)
+        self.ledger.read_topics(self.answered_by, shown, before, guarded)
 
     async def _read_retention(self, node: int, topic: str) -> None:
         before = self.ledger.snapshot()
@@ -217,10 +221,10 @@ class AdminWorker(_Client):
             "include_synonyms": False, "include_documentation": False})
         res = resp.results[0]
         if res.error_code == ErrorCode.unknown_topic_or_partition:
-            self.ledger.read_topics(node, set(), ({topic: before[0].get(topic, 0)}, {}), guarded)
+            self.ledger.read_topics(self.answered_by, set(), ({topic: before[0].get(topic, 0)}, {}), guarded)
             return
         if res.error_code != ErrorCode.none:
             raise error_for(res.error_code, f"DescribeConfigs {topic} on broker {node}")
         value = next((int(c.value) for c in res.configs if c.name == RETENTION and c.value is not None), None)
         if value is not None:
-            self.ledger.read_retention(node, topic, value, before, guarded)
+            self.ledger.read_retention(self.answered_by, topic, value, before, guarded)

@@ -52,15 +52,19 @@ class ClientSet:
     @staticmethod
     def settings(kinds: tuple[str, ...]) -> dict[str, Any]:
         """Broker settings the clients need (none unless they run: the trace of a run
-        without them stays as it was): group heartbeats every second, sessions of 10 s."""
+        without them stays as it was): group heartbeats every second, sessions of 10 s,
+        share locks of 5 s, 3 share-state partitions."""
         if not {"consumer", "share"} & set(kinds):
             return {}
         out: dict[str, Any] = {}
         for kind in ("consumer", "share"):
             out |= {f"group.{kind}.heartbeat.interval.ms": 1000, f"group.{kind}.min.heartbeat.interval.ms": 1000,
                     f"group.{kind}.session.timeout.ms": 10_000, f"group.{kind}.min.session.timeout.ms": 10_000}
-        # acquisition locks of 5 s: unacknowledged records come back within a run
-        out |= {"group.share.record.lock.duration.ms": 5000, "group.share.min.record.lock.duration.ms": 1000}
+        # acquisition locks of 5 s: unacknowledged records come back within a run;
+        # __share_group_state with 3 partitions, as __consumer_offsets (Kafka's 50 would
+        # make every replica fetch carry 150 more partitions)
+        out |= {"group.share.record.lock.duration.ms": 5000, "group.share.min.record.lock.duration.ms": 1000,
+                "share.coordinator.state.topic.num.partitions": 3}
         return out
 
     def topics(self) -> list[tuple[str, int]]:
@@ -112,10 +116,9 @@ class ClientSet:
 def gate_of(world: World, node_id: int) -> tuple[int, int] | None:
     """White-box: (incarnation, read-gate timeouts so far) of broker ``node_id`` if it runs."""
     node = world.nodes.get(node_id)
-    broker = node.broker if node is not None else None
-    if broker is None or broker.node is None:
+    if node is None or node.broker is None or node.broker.node is None:
         return None
-    return node.incarnations, broker.node.gate.timeouts
+    return node.incarnations, node.broker.node.gate.timeouts
 
 
 def group_epoch_of(world: World, node_id: int, group: str) -> tuple[int, int] | None:
