@@ -48,20 +48,19 @@ def _no_aborted_list() -> contextlib.AbstractContextManager[None]:
 
 def _share_ack_unpersisted() -> contextlib.AbstractContextManager[None]:
     from ..coordinator.share_partitions import SharePartitionManager
-    from ..share.partition import AckError
+    acknowledge = SharePartitionManager.acknowledge
 
-    async def acknowledge(self: Any, key: Any, topic: str, member_id: str, batches: Any) -> tuple[int, str | None]:
-        e, code, msg = await self._entry(key, topic)
-        if e is None:
-            return code, msg
+    async def unpersisted(e: Any) -> tuple[int, str | None]:
+        return 0, None
+
+    async def answered_at_once(self: Any, *args: Any) -> tuple[int, str | None]:
+        self._persist = unpersisted  # the bug: (0, None) instead of the persisted outcome
         try:
-            e.core.acknowledge(member_id, list(batches), self.clock.now_ms())
-        except AckError as exc:
-            return exc.error_code, exc.message
-        e.version += 1
-        self._wake(key)
-        return 0, None  # the bug: answered, not persisted (until the next write of the partition)
-    return _patch(SharePartitionManager, "acknowledge", acknowledge)
+            result: tuple[int, str | None] = await acknowledge(self, *args)
+            return result
+        finally:
+            self.__dict__.pop("_persist", None)
+    return _patch(SharePartitionManager, "acknowledge", answered_at_once)
 
 
 @contextlib.contextmanager

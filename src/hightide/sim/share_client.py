@@ -91,6 +91,7 @@ class ShareMember(_Member):
         self.next_heartbeat = 0.0
         self.sessions: dict[int, int] = {}  # leader -> next share-session epoch
         self.pending: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # partition -> acks to send
+        self.sent_at = 0  # the ledger's event number of the last request sent
 
     async def run(self) -> None:
         while True:
@@ -153,26 +154,12 @@ class ShareMember(_Member):
             for p in parts:
                 self.pending.pop(p, None)  # a new session carries no acknowledgements
         sent_acks = {p: list(self.pending.get(p, [])) for p in parts}
-        conn = await admin._conn_for_node(node)
-        sent = self.ledger.tick()
-        try:
-            resp = await conn.request(78, conn.pick_version(78, 1, 1), {
-                "group_id": self.group, "member_id": self.member_id, "share_session_epoch": epoch, "max_wait": 100,
-                "min_bytes": 1, "max_bytes": 1 << 16, "max_records": 20, "batch_size": 20,
-                "topics": [{"topic_id": self.topic_id, "partitions": [
-                    {"partition_index": p, "acknowledgement_batches": self._ack_batches(p)} for p in parts]}],
-                "forgotten_topics_data": []})
-        except (KafkaError, OSError, TimeoutError):
-            self.sessions.pop(node, None)
-            raise
-        for p in parts:
-            self.pending.pop(p, None)
-        if resp.error_code != ErrorCode.none:
-            self.sessions.pop(node, None)
-            if resp.error_code in _NEW_SESSION:
-                return
-            raise error_for(resp.error_code, f"ShareFetch of {self.name} on broker {node}")
-        self.sessions[node] = epoch + 1
+        resp = await self._session_call(admin, node, epoch, parts, 78, "ShareFetch", {
+            "max_wait": 100, "min_bytes": 1, "max_bytes": 1 << 16, "max_records": 20, "batch_size": 20,
+            "forgotten_topics_data": []})
+        if resp is None:
+            return
+        sent = self.sent_at
         for t in resp.responses:
             for pd in t.partitions:
                 part = int(pd.partition_index)
@@ -190,26 +177,40 @@ class ShareMember(_Member):
                         self.pending[part].append((first, last, kind))
                     self.progress_at = self.now()
 
-    async def _acknowledge(self, admin: Any, node: int, parts: list[int]) -> None:
-        epoch = self.sessions[node]
-        acks = {p: list(self.pending.get(p, [])) for p in parts if self.pending.get(p)}
+    async def _session_call(self, admin: Any, node: int, epoch: int, parts: list[int], api: int, what: str,
+                            extra: dict[str, Any]) -> Any:
+        """ShareFetch or ShareAcknowledge in the share session on broker ``node`` (epoch
+        ``epoch``), carrying the pending acknowledgements of ``parts`` (dropped now: sent).
+        Returns the response, or None when the session must be opened again; a lost
+        session or connection ends the session (raised). :attr:`sent_at` is the ledger's
+        event number when it was sent."""
         conn = await admin._conn_for_node(node)
-        try:
-            resp = await conn.request(79, conn.pick_version(79, 1, 1), {
-                "group_id": self.group, "member_id": self.member_id, "share_session_epoch": epoch,
+        body = {"group_id": self.group, "member_id": self.member_id, "share_session_epoch": epoch,
                 "topics": [{"topic_id": self.topic_id, "partitions": [
-                    {"partition_index": p, "acknowledgement_batches": self._ack_batches(p)} for p in acks]}]})
+                    {"partition_index": p, "acknowledgement_batches": self._ack_batches(p)} for p in parts]}],
+                **extra}
+        self.sent_at = self.ledger.tick()
+        try:
+            resp = await conn.request(api, conn.pick_version(api, 1, 1), body)
         except (KafkaError, OSError, TimeoutError):
             self.sessions.pop(node, None)
             raise
-        for p in acks:
+        for p in parts:
             self.pending.pop(p, None)
         if resp.error_code != ErrorCode.none:
             self.sessions.pop(node, None)
             if resp.error_code in _NEW_SESSION:
-                return
-            raise error_for(resp.error_code, f"ShareAcknowledge of {self.name} on broker {node}")
+                return None
+            raise error_for(resp.error_code, f"{what} of {self.name} on broker {node}")
         self.sessions[node] = epoch + 1
+        return resp
+
+    async def _acknowledge(self, admin: Any, node: int, parts: list[int]) -> None:
+        epoch = self.sessions[node]
+        acks = {p: list(self.pending.get(p, [])) for p in parts if self.pending.get(p)}
+        resp = await self._session_call(admin, node, epoch, list(acks), 79, "ShareAcknowledge", {})
+        if resp is None:
+            return
         for t in resp.responses:
             for pd in t.partitions:
                 part = int(pd.partition_index)
