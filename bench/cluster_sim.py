@@ -4,14 +4,18 @@ Three parts, in simulated time (the numbers of faults and steps do not depend on
 machine; steps per second do):
 
 * ``safety``: ``--seeds`` seeds of the default run (3 controllers, 3 brokers, 2 idempotent
-  producers, a committer, a reader; every fault kind for ``--duration`` simulated seconds,
-  then healing, liveness and the final check): seeds, anomalies (each with its replay
-  command), simulated hours, faults by kind, steps and steps per second.
-* ``planted``: each deliberately broken variant (hightide.sim.planted) run on seeds from 1
-  until one finds it (at most ``--planted-seeds``): the first failing seed, the simulated
-  time of the run, and the anomaly.
+  producers, a committer, a reader, and the optional clients ``--clients`` names —
+  default all: transactions, classic and KIP-848 group members, share consumers, an
+  admin; every fault kind for ``--duration`` simulated seconds, then healing, liveness
+  and the final check): seeds, anomalies (each with its replay command), simulated
+  hours, faults by kind, steps and steps per second, the clients' counts.
+* ``planted``: each deliberately broken variant (hightide.sim.planted, and
+  hightide.sim.planted_clients with the clients that find it) run on seeds from 1 until
+  one finds it (at most ``--planted-seeds``): the first failing seed, the simulated time
+  of the run, and the anomaly.
 * ``scaling``: steps per second (and real seconds per simulated second) as the number of
-  nodes and clients grows, on the same fault schedule kinds.
+  nodes and clients grows, on the same fault schedule kinds; the last rows add the
+  optional clients.
 
     .venv/bin/python bench/cluster_sim.py --seeds 500 > bench/results/DATE-cluster_sim.json
 """
@@ -29,45 +33,63 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from hightide.sim.client_set import CLIENT_KINDS  # noqa: E402
 from hightide.sim.planted import PLANTED  # noqa: E402
+from hightide.sim.planted_clients import PLANTED_CLIENTS  # noqa: E402
 from hightide.sim.run import simulate  # noqa: E402
 
-SCALES = [  # (controllers, brokers, producers)
-    (1, 1, 1), (3, 3, 2), (3, 5, 2), (5, 5, 2), (3, 3, 6),
+SCALES = [  # (controllers, brokers, producers, optional clients)
+    (1, 1, 1, ()), (3, 3, 2, ()), (3, 5, 2, ()), (5, 5, 2, ()), (3, 3, 6, ()),
+    (3, 3, 2, ("txn",)), (3, 3, 2, ("classic", "consumer")), (3, 3, 2, ("share",)), (3, 3, 2, ("admin",)),
+    (3, 3, 2, CLIENT_KINDS),
 ]
 
 
-def safety(seeds: int, first: int, duration_s: float) -> dict[str, Any]:
+def _flag(clients: tuple[str, ...]) -> str:
+    return f" --clients {','.join(clients)}" if clients else ""
+
+
+def safety(seeds: int, first: int, duration_s: float, clients: tuple[str, ...]) -> dict[str, Any]:
     faults: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     anomalies = []
     simulated = steps = 0.0
     started = time.perf_counter()
     for seed in range(first, first + seeds):
-        r = simulate(seed, duration_s=duration_s)
+        r = simulate(seed, duration_s=duration_s, clients=clients)
         faults.update(r.faults)
+        counts.update(r.counts)
         simulated += r.simulated_s
         steps += r.steps
         if not r.ok:
             anomalies.append({"seed": seed, "anomaly": r.anomaly,
-                              "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g} --trace --logs"})
+                              "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g}"
+                                        f"{_flag(clients)} --trace --logs"})
         print(f"safety seed {seed}: {'ok' if r.ok else 'ANOMALY ' + str(r.anomaly)}", file=sys.stderr, flush=True)
     real = time.perf_counter() - started
-    return {"seeds": seeds, "first": first, "duration_s": duration_s, "anomalies": anomalies,
+    return {"seeds": seeds, "first": first, "duration_s": duration_s, "clients": list(clients), "anomalies": anomalies,
             "simulated_hours": round(simulated / 3600, 3), "faults": dict(faults), "steps": int(steps),
-            "real_s": round(real, 1), "steps_per_s": round(steps / real), "sim_s_per_real_s": round(simulated / real, 2)}
+            "real_s": round(real, 1), "steps_per_s": round(steps / real), "sim_s_per_real_s": round(simulated / real, 2),
+            "counts": dict(counts)}
 
 
 def planted(max_seeds: int, duration_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in sorted(PLANTED):
+    variants = [(name, None, ()) for name in sorted(PLANTED)] + [
+        (name, patch, kinds) for name, (patch, kinds) in sorted(PLANTED_CLIENTS.items())]
+    for name, patch, kinds in variants:
         found = None
         started = time.perf_counter()
         for seed in range(1, max_seeds + 1):
-            r = simulate(seed, duration_s=duration_s, plant=name)
+            if patch is None:
+                r = simulate(seed, duration_s=duration_s, plant=name)
+            else:
+                with patch():
+                    r = simulate(seed, duration_s=duration_s, clients=kinds)
             if not r.ok:
                 found = {"seed": seed, "simulated_s": round(r.simulated_s, 1), "anomaly": r.anomaly,
-                         "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g} --plant {name} "
-                                   "--trace --logs"}
+                         "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g} --plant {name}"
+                                   f"{_flag(kinds)} --trace --logs"}
                 break
         out[name] = {"found": found, "seeds_tried": seed, "real_s": round(time.perf_counter() - started, 1)}
         print(f"planted {name}: {'seed ' + str(found['seed']) if found else 'NOT FOUND'}", file=sys.stderr, flush=True)
@@ -76,16 +98,17 @@ def planted(max_seeds: int, duration_s: float) -> dict[str, Any]:
 
 def scaling(seeds: int, duration_s: float) -> list[dict[str, Any]]:
     rows = []
-    for controllers, brokers, producers in SCALES:
+    for controllers, brokers, producers, clients in SCALES:
         steps = simulated = 0.0
         started = time.perf_counter()
         for seed in range(1, seeds + 1):
             r = simulate(seed, duration_s=duration_s, controllers=controllers, brokers=brokers, producers=producers,
-                         partitions=max(3, brokers))
+                         partitions=max(3, brokers), clients=clients)
             steps += r.steps
             simulated += r.simulated_s
         real = time.perf_counter() - started
-        rows.append({"controllers": controllers, "brokers": brokers, "producers": producers, "seeds": seeds,
+        rows.append({"controllers": controllers, "brokers": brokers, "producers": producers,
+                     "clients": list(clients), "seeds": seeds,
                      "steps_per_s": round(steps / real), "steps_per_sim_s": round(steps / simulated),
                      "real_s_per_sim_s": round(real / simulated, 3)})
         print(f"scaling {rows[-1]}", file=sys.stderr, flush=True)
@@ -100,12 +123,16 @@ def main() -> None:
     p.add_argument("--planted-seeds", type=int, default=40)
     p.add_argument("--scaling-seeds", type=int, default=3)
     p.add_argument("--parts", default="safety,planted,scaling")
+    p.add_argument("--clients", default="all",
+                   help=f"optional clients of the safety part ({','.join(CLIENT_KINDS)}, all or none)")
     args = p.parse_args()
     parts = set(args.parts.split(","))
     out: dict[str, Any] = {"bench": "cluster_sim", "date": time.strftime("%Y-%m-%d"),
                            "python": sys.version.split()[0]}
     if "safety" in parts:
-        out["safety"] = safety(args.seeds, args.first, args.duration)
+        clients = CLIENT_KINDS if args.clients == "all" else tuple(
+            k for k in args.clients.split(",") if k and k != "none")
+        out["safety"] = safety(args.seeds, args.first, args.duration, clients)
     if "planted" in parts:
         out["planted"] = planted(args.planted_seeds, 15.0)
     if "scaling" in parts:

@@ -179,3 +179,21 @@ def test_api_versions_narrowed_to_the_controller() -> None:
     channel.api_versions = {19: (0, 5), 3: (0, 1)}
     assert fwd.narrow(ranges) == [{"api_key": 19, "min_version": 2, "max_version": 5},
                                   {"api_key": 3, "min_version": 0, "max_version": 12}]  # 57: not at the controller
+
+
+def test_a_read_waits_while_the_broker_is_behind_the_lao() -> None:
+    """A broker the LAO does not count (fenced, or its metadata copy stopped) holds less
+    than writes answered elsewhere: its reads wait until it has applied the LAO."""
+    async def main() -> None:
+        o = Offsets()
+        o.lao = 50  # every unfenced broker applied 50; this one stopped at 10
+        gate = o.gate()
+        task = asyncio.ensure_future(gate.wait_read("Metadata"))
+        await asyncio.sleep(0.01)
+        assert not task.done()
+        o.applied = o.content = 50
+        gate.advance()
+        assert await asyncio.wait_for(task, 1) is True
+        o.lao = 60
+        assert await o.gate(max_wait_ms=50).wait_read("Metadata") is False
+    asyncio.run(main())

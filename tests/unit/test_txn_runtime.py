@@ -7,6 +7,7 @@ transaction past its timeout is aborted with the producer fenced."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 
@@ -153,5 +154,39 @@ def test_idle_transactional_ids_expire(tmp_path):
         async with Broker(cfg, data_dir=str(tmp_path), listen=("127.0.0.1", 0)) as b:
             await b.txns.wait_loaded()
             assert b.txns.describe("idle") is None  # the tombstone is in the log
+
+    asyncio.run(run())
+
+
+def test_a_data_marker_is_answered_only_once_replicated(tmp_path, monkeypatch):
+    """WriteTxnMarkers is a write with acks=all (Kafka appends markers with
+    requiredAcks=-1): the marker is answered once the partition's high watermark passed it.
+    A leader answering at its append (sim seed 21 --clients all: a paused leader, deposed
+    meanwhile, appended the COMMIT marker on resuming and answered; the coordinator
+    completed the transaction; the new leader never got the marker and the producer's
+    next transaction's ABORT aborted the committed one there) loses a commit."""
+    async def run() -> None:
+        async with Broker(_config(), data_dir=str(tmp_path), listen=("127.0.0.1", 0)) as b:
+            await _create_topic(b)
+            _produce(b, 77, 0, 0, partition=1)
+            pending: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            asked = []
+
+            def replicated(topic: str, partition: int, end: int) -> asyncio.Future[ErrorCode]:
+                asked.append((topic, partition, end))
+                return pending
+            monkeypatch.setattr(b.txns, "env", dataclasses.replace(b.txns.env, replicated=replicated))
+            task = asyncio.ensure_future(b.txns.write_markers(77, 0, True, 0, [(TOPIC, 1)]))
+            await asyncio.sleep(0.05)
+            assert not task.done()  # the followers do not have the marker yet
+            assert asked == [(TOPIC, 1, 2)]  # the record at 0, the marker at 1
+            pending.set_result(ErrorCode.none)
+            assert await task == {(TOPIC, 1): ErrorCode.none}
+            deposed: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            deposed.set_result(ErrorCode.not_leader_or_follower)
+            monkeypatch.setattr(b.txns, "env", dataclasses.replace(b.txns.env, replicated=lambda *a: deposed))
+            _produce(b, 78, 0, 0, partition=1)
+            lost = await b.txns.write_markers(78, 0, True, 0, [(TOPIC, 1)])
+            assert lost == {(TOPIC, 1): ErrorCode.not_leader_or_follower}  # the coordinator retries at the new leader
 
     asyncio.run(run())

@@ -56,7 +56,7 @@ from ..txn.records import STATE_TOPIC, TxnRecordError, decode_key, decode_value,
 from ..txn.records import partition_for as txn_partition_for
 from ..txn.state import TopicPartition, TxnMetadata, TxnState
 from .internal_topic import CoordinatorUnavailable
-from .runtime import fsync_due
+from .runtime import _HW_REACHED, fsync_due
 from .service import AdapterDefaults, CoordinatorService, returning
 from .env import NoPeers, PeerClients
 from .txn_verify import RemoteTxnVerifier
@@ -69,6 +69,10 @@ log = logging.getLogger("hightide.txn")
 
 END_TXN_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering anyway
 MARKER_RETRY_MAX_S = 1.0  # backoff cap of a marker that could not be written
+#: How long a data marker waits for its replication before answering REQUEST_TIMED_OUT
+#: (below the inter-broker request timeout, so the coordinator hears the answer).
+MARKER_REPLICATION_TIMEOUT_S = 5.0
+
 #: a marker error that means "do not retry": the partition is gone, or a newer epoch or
 #: coordinator already wrote there (the producer was fenced)
 _FINAL = frozenset({ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_producer_epoch,
@@ -394,7 +398,9 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
                             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """Write a COMMIT/ABORT marker of the producer to each partition led here
         (WriteTxnMarkers); the error of each (UNKNOWN_TOPIC_OR_PARTITION: no such
-        partition; NOT_LEADER_OR_FOLLOWER: another broker leads it, or none does)."""
+        partition; NOT_LEADER_OR_FOLLOWER: another broker leads it, or none does, or
+        this one lost the leadership before the marker was replicated). A data marker is
+        answered once replicated, like an acks=all write (:meth:`_marker_replicated`)."""
         out: dict[TopicPartition, ErrorCode] = {}
         me = self.env.node_id
         acting = self.env.acting()  # a broker that has not caught up leads nothing
@@ -439,7 +445,8 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
         if plog is None:
             return ErrorCode.kafka_storage_error
         try:
-            plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, self.env.clock.now_ms())
+            offset = plog.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                        self.env.clock.now_ms())
         except ProducerStateError as exc:
             log.warning("marker of producer %d (epoch %d) to %s-%d refused: %s", producer_id, producer_epoch,
                         topic, partition, exc)
@@ -454,7 +461,24 @@ class TransactionCoordinator(CoordinatorService[TxnShard, str]):
             except OSError as exc:
                 log.error("fsync of the marker to %s-%d failed: %s", topic, partition, exc)
                 return ErrorCode.kafka_storage_error
-        return ErrorCode.none
+        return await self._marker_replicated(topic, partition, offset + 1)
+
+    async def _marker_replicated(self, topic: str, partition: int, end: int) -> ErrorCode:
+        """Wait until the high watermark passes a marker (acks=all, as Kafka appends
+        markers with requiredAcks=-1), at most :data:`MARKER_REPLICATION_TIMEOUT_S`: a
+        leader deposed meanwhile answers NOT_LEADER_OR_FOLLOWER and a timeout
+        REQUEST_TIMED_OUT, and the coordinator writes the marker again at the leader."""
+        if self.env.replicated is None:
+            return ErrorCode.none  # the single node: nothing to replicate to
+        fut = self.env.replicated(topic, partition, end)
+        done, _ = await asyncio.wait((fut,), timeout=MARKER_REPLICATION_TIMEOUT_S)
+        if not done:
+            fut.cancel()
+            return ErrorCode.request_timed_out
+        if fut.cancelled() or fut.exception() is not None:
+            return ErrorCode.not_leader_or_follower
+        code = fut.result()
+        return ErrorCode.none if code in _HW_REACHED else code
 
     # -- timers ------------------------------------------------------------------------------------
     async def run_timers(self) -> None:

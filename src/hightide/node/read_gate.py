@@ -9,10 +9,14 @@ lowest metadata offset applied by all unfenced brokers (the LAO). With
   offset of the write's last record (the EnvelopeResponse's MetadataOffset tag): once it
   is answered, the write is visible on every unfenced broker;
 * a **metadata read** (Metadata, DescribeConfigs, DescribeCluster, DescribeAcls,
-  DescribeClientQuotas, DescribeUserScramCredentials, DescribeTopicPartitions) until the LAO reaches the offset of the last *content* record
-  (anything but NoOp) this broker has applied, re-checked right before the handler runs:
-  so every read answered anywhere is at an offset every unfenced broker has applied, and
-  a later read on any broker never goes backwards.
+  DescribeClientQuotas, DescribeUserScramCredentials, DescribeTopicPartitions) until the
+  LAO reaches the offset of the last *content* record (anything but NoOp) this broker has
+  applied *and* this broker has applied the LAO, re-checked right before the handler
+  runs: every read answered anywhere is at an offset every unfenced broker has applied
+  and at least as new as every write answered before. A broker the LAO counts has always
+  applied it; one it does not count (fenced, or its copy stopped: a restarted broker's
+  stale copy, a local copy whose fsync failed) is behind it and waits, so a later read on
+  any broker never goes backwards.
 
 Each wait is bounded by ``metadata.read.max.wait.ms``: past it the request is answered
 anyway and a WARNING (at most one per ``WARN_INTERVAL_S``, with the count of the others)
@@ -103,10 +107,16 @@ class ReadGate:
             return True
         deadline = self.clock.monotonic() + self.max_wait_ms / 1000
         while True:
-            target = self._content()
-            if self.covered(target):
+            target, lao = self._content(), self._lao()
+            if self.covered(target) and self._applied() >= lao:
                 return True
-            if not await self._wait(target, what, deadline):
+            if not self.covered(target):
+                if not await self._wait(target, what, deadline):
+                    return False
+            elif not await self.wait_applied(lao, deadline - self.clock.monotonic()):
+                # behind what every unfenced broker applied: this broker is not counted
+                # (fenced, or its copy stopped), so writes answered elsewhere may be missing here
+                self._timed_out(lao, what)
                 return False
 
     async def _wait(self, offset: int, what: str, deadline: float) -> bool:

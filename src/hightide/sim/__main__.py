@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 
+from .client_set import CLIENT_KINDS
 from .faults import FAULT_KINDS
 from .planted import PLANTED
 from .run import RunResult, simulate
@@ -36,6 +37,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--faults", default=",".join(FAULT_KINDS),
                    help=f"fault kinds, comma-separated (default all: {','.join(FAULT_KINDS)})")
+    p.add_argument("--clients", default="",
+                   help=f"optional clients to run too, comma-separated ({','.join(CLIENT_KINDS)}, or all; "
+                        "default none)")
     p.add_argument("--plant", choices=sorted(PLANTED), help="run a deliberately broken variant (hightide.sim.planted)")
     p.add_argument("--trace", action="store_true", help="print the whole trace of every seed")
     p.add_argument("--logs", action="store_true", help="put the nodes' warnings in the trace")
@@ -49,6 +53,8 @@ def _replay(args: argparse.Namespace, seed: int) -> str:
         extra += f" --faults {args.faults}"
     if args.plant:
         extra += f" --plant {args.plant}"
+    if args.clients:
+        extra += f" --clients {args.clients}"
     if (args.controllers, args.brokers) != (3, 3):
         extra += f" --controllers {args.controllers} --brokers {args.brokers}"
     return f"python -m hightide.sim --seed {seed}{extra} --trace --logs"
@@ -64,12 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown fault kind(s) {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})", file=sys.stderr)
         return 2
+    clients = CLIENT_KINDS if args.clients == "all" else tuple(k for k in args.clients.split(",") if k)
+    unknown = sorted(set(clients) - set(CLIENT_KINDS))
+    if unknown:
+        print(f"error: unknown client kind(s) {', '.join(unknown)} (known: {', '.join(CLIENT_KINDS)})",
+              file=sys.stderr)
+        return 2
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
     results: list[RunResult] = []
     started = time.monotonic()
     for seed in seeds:
         r = simulate(seed, duration_s=args.duration, controllers=args.controllers, brokers=args.brokers,
-                     kinds=kinds, log_lines=args.logs, plant=args.plant)
+                     kinds=kinds, log_lines=args.logs, plant=args.plant, clients=clients)
         results.append(r)
         faults = " ".join(f"{k}={v}" for k, v in sorted(r.faults.items()))
         status = "ok" if r.ok else "ANOMALY"
@@ -96,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             "simulated_hours": simulated / 3600, "real_s": elapsed, "steps": steps,
             "steps_per_s": steps / max(elapsed, 1e-9), "faults": dict(faults_total),
             "controllers": args.controllers, "brokers": args.brokers, "duration_s": args.duration,
+            "clients": list(clients),
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

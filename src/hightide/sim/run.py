@@ -34,6 +34,7 @@ from ..aio import halt as _halt_module
 from ..client import AdminClient, NewTopic
 from ..client.errors import KafkaError
 from .checker import Anomaly, Checker
+from .client_set import ClientSet
 from .clients import Committer, Producer, Reader, append_values
 from .clock import EPOCH_MS
 from .faults import FAULT_KINDS, FaultSchedule
@@ -109,14 +110,14 @@ class _TraceLog(logging.Handler):
                           f"{record.getMessage()}")
 
 
-async def _create_topic(world: World, partitions: int) -> None:
+async def _create_topic(world: World, partitions: int, name: str = TOPIC) -> None:
     admin = AdminClient(world.bootstrap, client_id="sim-admin", request_timeout_s=10.0, transport=world.net)
     try:
         deadline = asyncio.get_running_loop().time() + 120
         while True:
             try:
                 await admin.start()
-                await admin.create_topics([NewTopic(TOPIC, partitions, min(3, len(world.brokers)))])
+                await admin.create_topics([NewTopic(name, partitions, min(3, len(world.brokers)))])
                 return
             except KafkaError as exc:
                 if exc.code == 36:  # TOPIC_ALREADY_EXISTS: an earlier attempt's answer was lost
@@ -130,13 +131,15 @@ async def _create_topic(world: World, partitions: int) -> None:
 
 async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float, liveness_s: float,
                controllers: int, brokers: int, partitions: int, producers: int,
-               kinds: tuple[str, ...], fault_counts: Counter[str]) -> tuple[dict[str, int], str]:
+               kinds: tuple[str, ...], fault_counts: Counter[str],
+               client_kinds: tuple[str, ...] = ()) -> tuple[dict[str, int], str]:
     rng = random.Random(seed)
 
     def note(text: str) -> None:
         trace.append(f"[{loop.time() - 1000:9.3f}] {text}")
 
-    world = World(loop, random.Random(rng.getrandbits(64)), controllers=controllers, brokers=brokers)
+    world = World(loop, random.Random(rng.getrandbits(64)), controllers=controllers, brokers=brokers,
+                  settings=ClientSet.settings(client_kinds))
     saved_halt = _halt_module.halt_process
     _halt_module.halt_process = world.halt  # type: ignore[assignment]  # a halting node is killed, not the process
     checker = Checker()
@@ -144,11 +147,15 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
     faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds, counts=fault_counts)
     clients: list[Any] = []
     tasks: list[asyncio.Task[None]] = []
+    extra = ClientSet(client_kinds, (TOPIC, partitions), world)
     try:
         await world.start()
         note("cluster started")
         await _create_topic(world, partitions)
         note(f"topic {TOPIC} created")
+        for name, count in extra.topics():
+            await _create_topic(world, count, name)
+            note(f"topic {name} created")
         def base(name: str) -> tuple[Any, ...]:
             return name, world.bootstrap, world.net, checker, random.Random(rng.getrandbits(64)), note, loop.time
         for i in range(producers):
@@ -157,6 +164,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
         clients.append(Committer(*base("c0"), groups=("g0", "g1", "g2"), topic=TOPIC, partitions=partitions))
         reader = Reader(*base("r0"), topic=TOPIC, partitions=partitions)
         clients.append(reader)
+        clients += extra.make(base)
         tasks = [asyncio.ensure_future(c.run()) for c in clients]
         fault_task = asyncio.ensure_future(faults.run(duration_s))
         while not fault_task.done():
@@ -204,6 +212,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
                 if loop.time() > final_deadline:
                     raise Anomaly(f"{TOPIC}-{part}: acknowledged offsets {lost[:10]} lost (final end {hw})")
                 await asyncio.sleep(0.5)
+        await extra.final_check(final_deadline)
         await _replicas_agree(world, partitions, liveness_s)
         note("replicas agree")
         for c in clients:
@@ -213,6 +222,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
             note(f"{node} stopped in {took:.2f}s")
         counts = dict(checker.counts)
         counts["white-box checks"] = watch.checks
+        counts.update(extra.counts())
         counts.update({f"net {k}": v for k, v in world.net.stats.items()})
         return counts, world.net.digest.hexdigest()
     except TimeoutError as exc:
@@ -297,11 +307,13 @@ def _bury(loop: SimLoop) -> None:
 def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, controllers: int = 3,
              brokers: int = 3, partitions: int = 3, producers: int = 2,
              kinds: tuple[str, ...] = FAULT_KINDS, log_lines: bool = False,
-             echo: Callable[[str], None] | None = None, plant: str | None = None) -> RunResult:
+             echo: Callable[[str], None] | None = None, plant: str | None = None,
+             clients: tuple[str, ...] = ()) -> RunResult:
     """Run seed ``seed`` (see the module doc). Never raises for an anomaly: the result
     carries it. ``log_lines``: the nodes' WARNING+ log lines go into the trace too;
     ``echo`` gets each trace line as it is written (progress of a long run); ``plant``
-    names a deliberately broken variant (:mod:`.planted`) to run instead of the real code."""
+    names a deliberately broken variant (:mod:`.planted`) to run instead of the real code;
+    ``clients`` names the optional clients to run too (:mod:`.client_set`)."""
     loop = SimLoop(disk_delay=None)
     loop.set_exception_handler(lambda _loop, _ctx: None)  # zombie tasks of killed nodes
     trace: list[str] = _Trace(echo) if echo is not None else []
@@ -321,7 +333,8 @@ def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, c
         try:
             counts, digest = loop.run_until_complete(_run(
                 seed, loop, trace, duration_s=duration_s, liveness_s=liveness_s, controllers=controllers,
-                brokers=brokers, partitions=partitions, producers=producers, kinds=kinds, fault_counts=faults))
+                brokers=brokers, partitions=partitions, producers=producers, kinds=kinds, fault_counts=faults,
+                client_kinds=clients))
         except Anomaly as exc:
             anomaly = str(exc)
         except SimulationStuck as exc:
