@@ -21,6 +21,7 @@ import pytest
 from hightide.cluster.broker_records import RegisterBrokerRecord
 from hightide.cluster.image import MetadataImage
 from hightide.cluster.records import ConfigRecord, PartitionChangeRecord, PartitionRecord, TopicRecord
+from hightide.cluster.snapshot import copy_image
 from hightide.coordinator.runtime import CoordinatorUnavailable
 from hightide.node.metadata_runtime import RaftMetadataRuntime
 from hightide.protocol.errors import ErrorCode
@@ -110,14 +111,14 @@ def test_a_leader_losing_its_role_fails_the_pending_writes_by_what_they_appended
     asyncio.run(run())
 
 
-def test_an_image_copy_is_independent_of_the_original() -> None:
+def test_the_speculative_images_copy_is_independent_of_the_committed_image() -> None:
     image = MetadataImage()
     tid = uuid.uuid4()
     image.apply(TopicRecord("orders", str(tid)), 0)
     image.apply(PartitionRecord(str(tid), 0, 1, 0, (1, 2), (1, 2)), 1)
     image.apply(ConfigRecord(2, "orders", "retention.ms", "1000"), 2)
     image.apply(RegisterBrokerRecord(1, str(uuid.uuid4()), 3), 3)
-    copy = image.copy()
+    copy = copy_image(image)
     assert copy == image
     copy.apply(PartitionChangeRecord(str(tid), 0, leader=2), 4)
     copy.apply(ConfigRecord(2, "orders", "retention.ms", "2000"), 5)

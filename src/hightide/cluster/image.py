@@ -6,8 +6,6 @@ so replaying the metadata log at start-up rebuilds exactly the state that was se
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import uuid
 from dataclasses import dataclass, field
 
@@ -189,24 +187,3 @@ class MetadataImage:
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         return self.topics_by_id.get(topic_id)
-
-    def copy(self) -> MetadataImage:
-        """An independent copy: applying records to either leaves the other as it was
-        (the active controller's speculative image, :mod:`hightide.node.metadata_runtime`).
-        Partition images are shared: :meth:`apply` replaces them, never changes one."""
-        copied: dict[int, TopicImage] = {}  # by id() of the original: both maps share them
-
-        def twin(t: TopicImage) -> TopicImage:
-            c = copied.get(id(t))
-            if c is None:
-                c = copied[id(t)] = TopicImage(t.name, t.topic_id, dict(t.partitions), dict(t.configs))
-            return c
-        return MetadataImage(
-            topics={name: twin(t) for name, t in self.topics.items()},
-            topics_by_id={tid: twin(t) for tid, t in self.topics_by_id.items()},
-            broker_configs=dict(self.broker_configs),
-            broker_dynamic={k: dict(v) for k, v in self.broker_dynamic.items()},
-            group_configs={k: dict(v) for k, v in self.group_configs.items()},
-            next_producer_id=self.next_producer_id, offset=self.offset, content_offset=self.content_offset,
-            features=dict(self.features), brokers={b: dataclasses.replace(r) for b, r in self.brokers.items()},
-            security=copy.deepcopy(self.security), quotas=copy.deepcopy(self.quotas))

@@ -27,6 +27,7 @@ from ..cluster.metadata_log import MetadataLog
 from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig, VoterSet
 from ..cluster.raft.batches import leader_change_batch, read_voters_batches, voters_entry
 from ..cluster.settings import ClusterSettings
+from ..cluster.snapshot import copy_image
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
 from ..protocol.errors import ErrorCode
@@ -47,7 +48,7 @@ class RaftMetadataRuntime:
     Writes are **pipelined** (Kafka's QuorumController): each ``op(image)`` runs in
     arrival order, alone, and decides from an image that has every earlier write applied
     — committed or not: the active controller keeps a *speculative* image (a
-    :meth:`~hightide.cluster.image.MetadataImage.copy` of the committed one made at its
+    :func:`~hightide.cluster.snapshot.copy_image` of the committed one made at its
     first write in a leader epoch, then every batch it appends applied to it at once) —
     and its records are appended through the core as one batch without waiting for the
     batches before it to commit (the core replicates and fsyncs whatever is appended by
@@ -138,7 +139,7 @@ class RaftMetadataRuntime:
         content in its epoch, and its LeaderChange and voter entries change no image)."""
         shell = self.shell
         if self._speculative is None or self._speculative_epoch != shell.epoch:
-            self._speculative, self._speculative_epoch = shell.metadata.image.copy(), shell.epoch
+            self._speculative, self._speculative_epoch = copy_image(shell.metadata.image), shell.epoch
         return self._speculative
 
     def _check_storage(self) -> None:
