@@ -58,13 +58,13 @@ def _fetch(c: RawClient, cluster_id: str, offset: int) -> object:
              "log_start_offset": -1, "partition_max_bytes": 1 << 24, "replica_directory_id": None}]}]})
 
 
-def _register_fake_broker(c: RawClient, cluster_id: str) -> None:
+def _register_fake_broker(c: RawClient, cluster_id: str, broker_id: int = 900) -> None:
     reply = c.request(62, 4, {
-        "broker_id": 900, "cluster_id": cluster_id, "incarnation_id": uuid.uuid4(),
+        "broker_id": broker_id, "cluster_id": cluster_id, "incarnation_id": uuid.uuid4(),
         "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1, "security_protocol": 0}],
         "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": 25}],
         "rack": None})
-    req = materialize(load_request_schema(63, 2), {"broker_id": 900, "broker_epoch": reply.broker_epoch,
+    req = materialize(load_request_schema(63, 2), {"broker_id": broker_id, "broker_epoch": reply.broker_epoch,
                                                     "current_metadata_offset": reply.broker_epoch,
                                                     "want_fence": False, "want_shut_down": False})
     c.corr += 1

@@ -110,15 +110,20 @@ def admin_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def run_admin(bootstrap: str, fn: Callable[[Any], Awaitable[Any]], *, use_extensions: bool = True) -> Any:
     """Run ``fn(admin)`` with a connected AdminClient (TLS/SASL from ``--command-config``);
-    Kafka errors become click errors."""
+    Kafka errors become click errors. The result is handed back beside the event loop's
+    main task, never as its result: Python 3.11's ``asyncio.run`` formats the repr of its
+    main task, result included, when it restores the SIGINT handler at exit — seconds
+    for a describe of 10,000 partitions."""
     from ..client import AdminClient, KafkaError
     options = {"request_timeout_s": 15.0, **client_options()}
+    out: list[Any] = []
 
-    async def go() -> Any:
+    async def go() -> None:
         async with AdminClient(bootstrap, use_extensions=use_extensions, **options) as admin:
-            return await fn(admin)
+            out.append(await fn(admin))
     try:
-        return asyncio.run(go())
+        asyncio.run(go())
+        return out[0]
     except KafkaError as exc:
         raise click.ClickException(kafka_error_line(exc)) from None
     except ValueError as exc:

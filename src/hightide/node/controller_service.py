@@ -5,11 +5,14 @@ Theory of operation
 -------------------
 Every lifecycle call (BrokerRegistration, BrokerHeartbeat, UnregisterBroker, the timer)
 runs as a metadata write (``write(op)``: the broker's ``write_metadata``), so it is
-serialized with every other metadata write and decides from an image that has every
-earlier write applied; the records it returns are appended as one batch, fsynced and
-applied before the answer leaves (a call with no records appends nothing and answers at
-once). Inside the op the log end offset is the offset its first record will get (the
-broker epoch of a registration) and everything below it is committed.
+ordered with every other metadata write and decides from an image that has every
+earlier write applied; the records it returns are appended as one batch, and the answer
+leaves once they are committed and applied (a call with no records appends nothing and
+answers once everything appended before it is committed). Writes are pipelined (see
+:class:`~.metadata_runtime.RaftMetadataRuntime`): the image an op sees may hold records
+not committed yet. Inside the op the log end offset is the offset its first record will
+get (the broker epoch of a registration); below ``committed_end`` is what a broker can
+have applied (a heartbeat's acknowledged offset is capped there).
 
 A timer task (:meth:`ControllerService.run`) wakes at the core's ``next_deadline_ms``
 (at least every ``TIMER_MAX_SLEEP_S``) and writes the records of ``fence_expired`` (session
@@ -239,8 +242,8 @@ class ControllerService:
         """BrokerHeartbeat as a metadata write (state changes are written with the
         leadership moves; a heartbeat that changes nothing appends nothing)."""
         def op(image: MetadataImage) -> tuple[tuple[HeartbeatReply, list[MetadataRecord]], list[MetadataRecord]]:
-            end = self.metadata_log.log_end_offset
-            reply, records = self.lifecycle.heartbeat(image, req, self._now(), end, end - 1)
+            reply, records = self.lifecycle.heartbeat(image, req, self._now(), self.metadata_log.log_end_offset,
+                                                      self.committed_end() - 1)
             return (reply, records), records
         try:
             reply, records = await self._write(op)

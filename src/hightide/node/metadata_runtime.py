@@ -27,6 +27,7 @@ from ..cluster.metadata_log import MetadataLog
 from ..cluster.raft import NotLeaderError, OffsetAndEpoch, RaftConfig, VoterSet
 from ..cluster.raft.batches import leader_change_batch, read_voters_batches, voters_entry
 from ..cluster.settings import ClusterSettings
+from ..cluster.snapshot import copy_image
 from ..log.partition_log import PartitionLog
 from ..log.storage import POSIX, Storage
 from ..protocol.errors import ErrorCode
@@ -44,36 +45,69 @@ LONE_VOTER_ELECTION_S = 30.0
 class RaftMetadataRuntime:
     """Metadata writes through Raft: ``write(0, op, now_ms)`` / ``committed_offset(0)``.
 
-    Writes are serial (one at a time, each deciding from an image that has every earlier
-    write applied). A write runs only on the active controller (the Raft leader once its
-    epoch's LeaderChange entry is applied; a new leader is waited for up to
-    ``activation_wait_s``): ``op(image)``, its records encoded as one batch, appended
-    through the core, and the result returned once the high watermark passed the batch
-    (on a lone voter: once its own fsync is done) and its records are applied to the
-    image. Raises :class:`~hightide.services.CoordinatorUnavailable` with NOT_CONTROLLER
-    when this controller is not the active one (nothing was appended: the caller may send
-    it to the active controller), and with REQUEST_TIMED_OUT when leadership was lost
-    after the append (the write may or may not commit under the next leader: never
-    re-send it blindly). On a lone voter whose log failed (an append or fsync error: the
-    shell stops, as Kafka's controller does) every write gets KAFKA_STORAGE_ERROR, the
-    answer the single node always gave for a failed metadata write. An op with no
-    records appends nothing and returns at once (still behind the earlier writes). The
-    write is shielded: a caller that goes away does not cut it off between the append
-    and the commit."""
+    Writes are **pipelined** (Kafka's QuorumController): each ``op(image)`` runs in
+    arrival order, alone, and decides from an image that has every earlier write applied
+    — committed or not: the active controller keeps a *speculative* image (a
+    :func:`~hightide.cluster.snapshot.copy_image` of the committed one made at its
+    first write in a leader epoch, then every batch it appends applied to it at once) —
+    and its records are appended through the core as one batch without waiting for the
+    batches before it to commit (the core replicates and fsyncs whatever is appended by
+    then together; followers fetch the batches in one Fetch). The answer is **parked**
+    until the high watermark passed the batch and its records are applied to the
+    committed image (on a lone voter: once its own fsync is done). An op with no records
+    appends nothing and is answered once everything appended before it is committed
+    (its answer may rest on those: Kafka does the same); at once when nothing is pending.
+    So a caller never sees an answer decided from state that is not committed, and the
+    committed image (what the node serves) holds only committed records.
+
+    A write runs only on the active controller (the Raft leader once its epoch's
+    LeaderChange entry is applied; a new leader is waited for up to
+    ``activation_wait_s``). Raises :class:`~hightide.services.CoordinatorUnavailable` with
+    NOT_CONTROLLER when this controller is not the active one (nothing was appended: the
+    caller may send it to the active controller), and with REQUEST_TIMED_OUT when
+    leadership was lost after the append (the write may or may not commit under the next
+    leader: never re-send it blindly); the speculative image is dropped with the epoch.
+    On a lone voter whose log failed (an append or fsync error: the shell stops, as
+    Kafka's controller does) every write gets KAFKA_STORAGE_ERROR, the answer the single
+    node always gave for a failed metadata write. The wait is shielded: a caller that
+    goes away does not cut a write off between the append and the commit."""
 
     def __init__(self, shell: RaftShell, activation_wait_s: float = 2.0) -> None:
         self.shell = shell
         self.activation_wait_s = activation_wait_s
         self._lock = asyncio.Lock()
+        #: The committed image plus every batch this leader appended (None: not made yet
+        #: in ``_speculative_epoch``).
+        self._speculative: MetadataImage | None = None
+        self._speculative_epoch = -1
+        #: Writes appended and not yet answered (for tests and metrics).
+        self.in_flight = 0
 
     def committed_offset(self, partition: int) -> int:
         """The offset below which the metadata log is committed and applied."""
         return self.shell.committed_end
 
     async def write(self, partition: int, op: Callable[[MetadataImage], Any], now_ms: int) -> Any:
-        return await asyncio.shield(asyncio.ensure_future(self._write(op, now_ms)))
+        result, committed, appended = await self._decide(op, now_ms)
+        if committed is None:
+            return result
+        self.in_flight += 1
+        try:
+            await asyncio.shield(committed)
+        except WriteOutcomeUnknown as exc:
+            self._check_storage()
+            if not appended:  # nothing of its own was written: the caller may ask the next controller
+                raise CoordinatorUnavailable(_not_controller(self.shell), ErrorCode.not_controller) from None
+            raise CoordinatorUnavailable(f"the metadata write may or may not have been applied: {exc}",
+                                         ErrorCode.request_timed_out) from None
+        finally:
+            self.in_flight -= 1
+        return result
 
-    async def _write(self, op: Callable[[MetadataImage], Any], now_ms: int) -> Any:
+    async def _decide(self, op: Callable[[MetadataImage], Any],
+                      now_ms: int) -> tuple[Any, asyncio.Future[None] | None, bool]:
+        """Run ``op`` on the speculative image and append its records: (result, the future
+        of the commit it waits for — None when nothing is pending —, whether it appended)."""
         async with self._lock:
             shell = self.shell
             self._check_storage()
@@ -82,21 +116,31 @@ class RaftMetadataRuntime:
                 raise CoordinatorUnavailable(_not_controller(shell), ErrorCode.not_controller)
             if shell.plog.log_end_offset != shell.core.log.end_offset:  # an action still queued (never while active)
                 raise CoordinatorUnavailable(_not_controller(shell), ErrorCode.not_controller)
-            result = op(shell.metadata.image)
+            image = self._image()
+            result = op(image)
             records = list(result[1])
             if not records:
-                return result
+                end = shell.core.log.end_offset
+                return result, None if shell.committed_end >= end else shell.committed_future(end), False
+            base = shell.core.log.end_offset
             payload = build_batch([(k, v, [], now_ms) for k, v in MetadataLog.encode_records(records)])
             try:
-                await shell.append(payload)
+                _, committed = shell.append_nowait(payload)
             except NotLeaderError:
                 self._check_storage()
                 raise CoordinatorUnavailable(_not_controller(shell), ErrorCode.not_controller) from None
-            except WriteOutcomeUnknown as exc:
-                self._check_storage()
-                raise CoordinatorUnavailable(f"the metadata write may or may not have been applied: {exc}",
-                                             ErrorCode.request_timed_out) from None
-            return result
+            for i, record in enumerate(records):
+                image.apply(record, base + i)
+            return result, committed, True
+
+    def _image(self) -> MetadataImage:
+        """The speculative image: made at this leader's first write of its epoch, a copy
+        of the committed image (nothing of this leader's is pending then: only it writes
+        content in its epoch, and its LeaderChange and voter entries change no image)."""
+        shell = self.shell
+        if self._speculative is None or self._speculative_epoch != shell.epoch:
+            self._speculative, self._speculative_epoch = copy_image(shell.metadata.image), shell.epoch
+        return self._speculative
 
     def _check_storage(self) -> None:
         """A lone voter whose metadata log failed: KAFKA_STORAGE_ERROR (nobody else

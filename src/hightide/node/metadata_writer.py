@@ -4,8 +4,9 @@
 
 Theory of operation. A voter (the single node, a controller) writes through its own
 Raft runtime (:class:`~.metadata_runtime.RaftMetadataRuntime`): :meth:`MetadataWriter.write_metadata`
-runs ``op(image) -> (response, records)`` there, one write at a time, and returns once
-the records are durable and applied to the image; then :meth:`MetadataWriter.committed`
+runs ``op(image) -> (response, records)`` there, in order (each op decides from an image
+with every earlier write applied; writes are pipelined: see the runtime), and returns once
+the records are committed and applied to the image; then :meth:`MetadataWriter.committed`
 puts the change in force here (``follow``: the hosted logs and the replica roles follow
 the image; the observers' metadata Fetches long-polling on ``METADATA_FETCH_KEY`` are
 woken; ``on_append``, the controller service's timers, is told). A controller's Raft
@@ -94,8 +95,9 @@ class MetadataWriter:
         return metadata.log.log_end_offset
 
     async def write_metadata(self, op: MetadataOp) -> Any:
-        """Run ``op(image) -> (response, records)`` on the metadata log (one write at a
-        time, so ``op`` sees every earlier change), wait until its records are durable
+        """Run ``op(image) -> (response, records)`` on the metadata log (in order, so
+        ``op`` sees every earlier change, committed or not: decide from the ``image``
+        given, never from :attr:`image`), wait until its records are committed
         (fsynced by the flusher, off the loop), apply them to the image, put them in force
         (:meth:`committed`), and return the response. Raises
         :class:`~hightide.services.CoordinatorUnavailable` (KAFKA_STORAGE_ERROR) if the

@@ -361,14 +361,32 @@ class RaftShell:
         committed and applied to the image. Raises :class:`NotLeaderError` (nothing
         appended) on a non-leader, :class:`WriteOutcomeUnknown` if leadership is lost
         before it commits."""
+        end, fut = self.append_nowait(payload)
+        await fut
+        return end
+
+    def append_nowait(self, payload: bytes) -> tuple[int, asyncio.Future[None]]:
+        """Append one record batch as the leader, without waiting (pipelining: the next
+        append need not wait for this one's commit): (its end offset, a future resolved
+        once the batch is committed and applied to the image — or failed with
+        :class:`WriteOutcomeUnknown` if leadership is lost first). Raises
+        :class:`NotLeaderError` (nothing appended) on a non-leader."""
         if self._closed or self.failed is not None:
             raise NotLeaderError(self.core.leader_id, self.core.epoch)
         self._step(ClientAppend((payload,), (parse_header(payload).last_offset_delta + 1,)))
         end = self.core.log.end_offset
+        return end, self.committed_future(end)
+
+    def committed_future(self, end: int) -> asyncio.Future[None]:
+        """A future resolved once the log below ``end`` is committed and applied (at once
+        if it is), failed with :class:`WriteOutcomeUnknown` if this leader loses its
+        role before that."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((end, self.core.epoch, fut))
-        await fut
-        return end
+        if self.applied_end >= end:
+            fut.set_result(None)
+        else:
+            self._waiters.append((end, self.core.epoch, fut))
+        return fut
 
     async def change_voters(self, change: AddVoter | RemoveVoter, timeout_s: float, *, wait_commit: bool = True) -> int:
         """AddRaftVoter / RemoveRaftVoter (KIP-853) on the leader: append the new voter
