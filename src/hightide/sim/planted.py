@@ -84,6 +84,13 @@ PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 }
 
 
+def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]]]:
+    """Every broken variant ``--plant`` runs: the planted bugs and the issue-26 defects
+    put back (:mod:`.regressions`)."""
+    from .regressions import REGRESSIONS
+    return {**PLANTED, **REGRESSIONS}
+
+
 def planted(name: str | None) -> contextlib.AbstractContextManager[None]:
-    """The planted bug ``name`` (None: none). Raises KeyError for an unknown name."""
-    return contextlib.nullcontext() if name is None else PLANTED[name]()
+    """The planted bug or regression ``name`` (None: none). Raises KeyError for an unknown name."""
+    return contextlib.nullcontext() if name is None else variants()[name]()
