@@ -29,8 +29,10 @@ __all__ = ["FAULT_KINDS", "FaultSchedule"]
 
 FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow", "clock", "slow-disk", "fsync-fail")
 #: Kinds a run takes only when named (``--faults``): ``pause-leader`` pauses the active
-#: controller (the drawn node is ignored), as a SIGSTOP of the quorum's leader.
-EXTRA_KINDS = ("pause-leader",)
+#: controller (the drawn node is ignored), as a SIGSTOP of the quorum's leader;
+#: ``quorum-loss`` pauses every controller but one (no quorum: metadata writes cannot
+#: commit until they resume).
+EXTRA_KINDS = ("pause-leader", "quorum-loss")
 
 
 @dataclass
@@ -85,6 +87,12 @@ class FaultSchedule:
                 if leader is None:
                     continue
                 node, kind = leader, "pause"
+            if kind == "quorum-loss":
+                if self._down or any(not n.up for n in self.world.controllers):
+                    continue
+                self.applied.append(index)
+                await self._quorum_loss(hold_s, param, index)
+                continue
             if kind in ("kill", "stop", "pause", "fsync-fail"):
                 if node.node_id in self._down or len(self._down) >= self.max_down or not node.up:
                     continue
@@ -129,6 +137,20 @@ class FaultSchedule:
             node.disk.set_rules(Fault("fsync", "EIO", count=1))
             self._disk_faulted.add(node.node_id)
             self._later(hold_s, self._operator_restart(node))
+
+    async def _quorum_loss(self, hold_s: float, param: float, index: int) -> None:
+        """Fault ``index``: pause every controller but one (``param`` picks it) for ``hold_s``."""
+        controllers = sorted(self.world.controllers, key=lambda n: n.node_id)
+        spared = controllers[int(param * len(controllers))]
+        paused = [n for n in controllers if n is not spared]
+        self.counts["quorum-loss"] += 1
+        self.trace(f"fault #{index} quorum-loss: pause {', '.join(map(str, paused))} for {hold_s:.2f}s")
+        now = asyncio.get_running_loop().time()
+        for node in paused:
+            self._down.add(node.node_id)
+            self.world.pause(node)
+            self.windows.append([node.node_id, now, float("inf")])
+            self._later(hold_s, self._resume(node))
 
     def _later(self, delay_s: float, action: Coroutine[Any, Any, None]) -> None:
         window = self.windows[-1] if self.windows and self.windows[-1][2] == float("inf") else None

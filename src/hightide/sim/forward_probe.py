@@ -122,7 +122,7 @@ class ForwardProbe:
                 try:
                     resp = await conn.request(19, v, {
                         "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [],
-                                    "configs": []}], "timeout_ms": TIMEOUT_MS, "validate_only": False})
+                                    "configs": []}], "timeout": TIMEOUT_MS, "validate_only": False})
                     code = int(resp.topics[0].error_code)
                 except KafkaTimeoutError:
                     code = -1  # no answer long past the deadline
