@@ -10,7 +10,8 @@ passes on the real code. Run one with ``python -m hightide.sim --plant NAME``.
   leads alone.
 - ``shutdown-swallowed-cancel`` (item 3, fixed by 042d485): requests wait with
   ``asyncio.wait_for`` (on 3.11 it swallows a cancellation that arrives in the loop step
-  of the answer) and stopping a task waits for it without a bound.
+  of the answer), stopping a task waits for it without a bound, and a node's stop runs
+  its steps in turn without a bound, ending at the first that fails.
 - ``channel-stays-on-paused-leader`` (item 4, fixed by 361057f): a controller channel
   stays on its connection to the old leader when a new leader is heard of (it leaves only
   when that connection breaks).
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+import inspect
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .planted import _patch
@@ -64,13 +66,15 @@ def _stale_coordinator() -> Iterator[None]:
 def _shutdown_swallowed_cancel() -> Iterator[None]:
     """042d485 replaced ``asyncio.wait_for`` in the client connection's request (used by
     the metadata follower's and the replica fetchers' endless loops) by
-    ``asyncio.timeout``, and bounded ``cancel_and_wait`` and the fetchers' stop. Before
-    it: ``wait_for`` (a cancel in the answer's loop step is swallowed, so the loop goes on)
-    and an unbounded wait for every cancelled task."""
+    ``asyncio.timeout``, bounded ``cancel_and_wait`` and the fetchers' stop, and made
+    ``Broker.stop`` / ``BrokerNode.stop`` ordered bounded steps (``run_steps``) that run
+    whatever a step raised. Before it: ``wait_for`` (a cancel in the answer's loop step
+    is swallowed, so the loop goes on), an unbounded wait for every cancelled task, and
+    the stop's awaits one after the other, unbounded, the first exception ending it."""
     from ..aio import tasks
     from ..client.connection import BrokerConnection
     from ..client.errors import KafkaTimeoutError
-    from ..node import lifecycle, metadata_follower
+    from ..node import broker_node, lifecycle, metadata_follower
     from ..replica import fetcher
     from ..server import broker
 
@@ -112,7 +116,17 @@ def _shutdown_swallowed_cancel() -> Iterator[None]:
     async def wait_stopped(self: Any, timeout_s: float = 0.0) -> bool:
         return await cancel_and_wait(self._task)
 
+    async def run_steps(what: str, steps: Iterable[Any], log: Any) -> list[str]:
+        for step in steps:  # in turn, each without a bound; the first failure ends the stop
+            if step is not None:
+                result = step.run()
+                if inspect.isawaitable(result):
+                    await result
+        return []
+
     with contextlib.ExitStack() as stack:
+        for module in (broker, broker_node):
+            stack.enter_context(_patch(module, "run_steps", run_steps))
         for module in (tasks, lifecycle, metadata_follower, fetcher, broker):
             stack.enter_context(_patch(module, "cancel_and_wait", cancel_and_wait))
         stack.enter_context(_patch(BrokerConnection, "request", request))

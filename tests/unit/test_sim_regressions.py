@@ -1,0 +1,85 @@
+"""The shell defects of issue 26 as seeds of the whole-cluster simulation (issue 28 item
+6): each defect, put back into today's code by its variant in hightide.sim.regressions
+(the code before the fixes predates the simulator's seams), is found on its seed with an
+anomaly of the kind it causes, and the same seed holds every invariant on the real code.
+And shrinking (item 5): a failing seed shrinks to fewer faults that still fail.
+
+A seed here is a whole replay command: ``python -m hightide.sim --seed S --duration D
+--faults K --probes P --only-faults I --plant NAME`` (without ``--plant``: the real code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from hightide.sim.run import simulate
+from hightide.sim.shrink import anomaly_kind, shrink
+
+
+@dataclass(frozen=True)
+class Case:
+    variant: str
+    seed: int
+    duration_s: float
+    kinds: tuple[str, ...]
+    probes: tuple[str, ...]
+    only: frozenset[int] | None
+    expected: frozenset[str]  # anomaly kinds (hightide.sim.shrink.anomaly_kind) the defect shows as
+
+    def run(self, plant: str | None) -> tuple[str | None, str]:
+        r = simulate(self.seed, duration_s=self.duration_s, kinds=self.kinds, probes=self.probes, only=self.only,
+                     plant=plant)
+        return r.anomaly, "\n".join(r.trace[-25:])
+
+    @property
+    def replay(self) -> str:
+        only = "" if self.only is None else f" --only-faults {','.join(map(str, sorted(self.only))) or 'none'}"
+        probes = f" --probes {','.join(self.probes)}" if self.probes else ""
+        return (f"python -m hightide.sim --seed {self.seed} --duration {self.duration_s:g} --faults "
+                f"{','.join(self.kinds)}{probes}{only} --trace --logs")
+
+
+CASES = [
+    # item 1: kill -9 a broker; restarted, it leads and coordinates from its pre-crash metadata
+    Case("stale-coordinator", 4, 15.0, ("kill",), (), None,
+         frozenset({"commit-lost", "producer-refused", "hw-back", "record-lost", "replicas-differ"})),
+    # item 3: a SIGTERM on a loaded machine (the node runs in bursts while it stops)
+    # item 4: SIGSTOP of the active controller; forwarded writes fail after a new one leads
+    Case("channel-stays-on-paused-leader", 3, 12.0, ("pause-leader",), ("forward",), None,
+         frozenset({"controller-failover"})),
+    # item 5: two of three controllers paused: forwarded writes answered past their timeout
+    Case("forwarded-write-overruns-deadline", 1, 12.0, ("quorum-loss",), ("forward",), None,
+         frozenset({"deadline"})),
+    # item 6: no fault at all: TxnOffsetCommit with the transaction coordinator on another broker
+    Case("txn-offset-commit-unverified", 1, 1.0, ("kill",), ("txn",), frozenset(),
+         frozenset({"txn-offset-commit"})),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.variant for c in CASES])
+def test_defect_found_on_its_seed_and_not_after_the_fix(case: Case) -> None:
+    anomaly, trace = case.run(case.variant)
+    assert anomaly_kind(anomaly) in case.expected, (
+        f"{case.variant}: expected an anomaly of kind {sorted(case.expected)}, got {anomaly!r}\n"
+        f"replay: {case.replay} --plant {case.variant}\n{trace}")
+    anomaly, trace = case.run(None)
+    assert anomaly is None, f"the real code fails the seed: {anomaly}\nreplay: {case.replay}\n{trace}"
+
+
+def test_shrinking_keeps_the_anomaly_with_fewer_faults() -> None:
+    """A planted bug's failing seed shrinks to a smaller schedule (and no longer run)
+    that fails with the same kind of anomaly; replaying the shrunk schedule fails again."""
+    seed, duration, kinds = SHRINK_SEED
+    got = shrink(seed, duration_s=duration, kinds=kinds, plant=SHRINK_PLANT)
+    assert got is not None
+    full = len(got.result.applied) if got.faults == got.result.applied and got.runs == 1 else None
+    assert full is None
+    assert got.duration_s <= duration
+    r = simulate(seed, duration_s=got.duration_s, kinds=kinds, plant=SHRINK_PLANT, only=frozenset(got.faults))
+    assert anomaly_kind(r.anomaly) == got.kind, got.replay()
+
+
+SHRINK_PLANT = "acks-before-hw"
+SHRINK_SEED = (1, 15.0, ("kill", "pause", "partition"))
