@@ -31,10 +31,8 @@ FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow",
 #: Kinds a run takes only when named (``--faults``): ``pause-leader`` pauses the active
 #: controller (the drawn node is ignored), as a SIGSTOP of the quorum's leader;
 #: ``quorum-loss`` pauses every controller but one (no quorum: metadata writes cannot
-#: commit until they resume); ``stop-loaded`` is ``stop`` on a loaded machine: while the
-#: node stops each of its callbacks takes 5-50 ms (:attr:`.loop.NodeRun.cpu_s`), so
-#: answers from the network arrive between the steps of its own chains, as on a real loop.
-EXTRA_KINDS = ("pause-leader", "quorum-loss", "stop-loaded")
+#: commit until they resume).
+EXTRA_KINDS = ("pause-leader", "quorum-loss")
 
 
 @dataclass
@@ -95,7 +93,7 @@ class FaultSchedule:
                 self.applied.append(index)
                 await self._quorum_loss(hold_s, param, index)
                 continue
-            if kind in ("kill", "stop", "pause", "fsync-fail", "stop-loaded"):
+            if kind in ("kill", "stop", "pause", "fsync-fail"):
                 if node.node_id in self._down or len(self._down) >= self.max_down or not node.up:
                     continue
                 self._down.add(node.node_id)
@@ -117,17 +115,6 @@ class FaultSchedule:
         elif kind == "stop":
             took = await world.stop(node)
             self.trace(f"{node} stopped in {took:.2f}s")
-            self._later(hold_s, self._restart(node))
-        elif kind == "stop-loaded":
-            run = node.run
-            assert run is not None
-            run.cpu_s = cpu_s = 0.005 + 0.045 * param
-            try:
-                took = await world.stop(node)
-            finally:
-                run.cpu_s = 0.0
-                self.world.loop._release(run)
-            self.trace(f"{node} stopped in {took:.2f}s (each step {1000 * cpu_s:.1f} ms)")
             self._later(hold_s, self._restart(node))
         elif kind == "pause":
             world.pause(node)

@@ -16,10 +16,6 @@ it. Before running a ready callback the loop looks at that run's state:
 - ``running``: run it;
 - ``paused`` (SIGSTOP): hold it, in order; :meth:`SimLoop.resume` puts the held
   callbacks back (SIGCONT: every timer that fell due meanwhile fires at once);
-- ``running`` with a CPU cost (:attr:`NodeRun.cpu_s`, a loaded machine): run one
-  callback per ``cpu_s`` of simulated time, holding the rest in order meanwhile (what
-  arrives from the network in between runs between the node's own steps, as on a real
-  loop whose every iteration takes time);
 - ``dead`` (kill -9): drop it. The node's tasks never run again; they are kept
   referenced (:attr:`SimLoop.zombies`) so that garbage collection never closes their
   coroutines, which would run ``finally`` blocks a killed process never runs.
@@ -54,9 +50,6 @@ class NodeRun:
     incarnation: int
     state: str = "running"  # running | paused | dead
     held: collections.deque[asyncio.Handle] = field(default_factory=collections.deque)
-    #: Simulated seconds each callback of the node takes (0: none; see the module doc).
-    cpu_s: float = 0.0
-    busy_until_ns: int = 0
 
     def __repr__(self) -> str:
         return f"NodeRun(node={self.node_id}#{self.incarnation}, {self.state})"
@@ -69,10 +62,6 @@ _MAX_JUMP_S = 24 * 3600.0
 #: Callbacks at one instant after which the loop reports a livelock (a busy loop that
 #: never lets time move: on a real clock it would burn a core).
 LIVELOCK_STEPS = 1_000_000
-
-
-#: The context of the loop's own bookkeeping callbacks (no node).
-_OUTSIDE = contextvars.Context()
 
 
 def node_of(handle: asyncio.Handle) -> NodeRun | None:
@@ -259,23 +248,10 @@ class SimLoop(asyncio.BaseEventLoop):
                 if run.state == "paused":
                     run.held.append(handle)
                 continue
-            if run is not None and run.cpu_s:
-                if self._now_ns < run.busy_until_ns:  # its CPU is busy: after the callbacks before it
-                    if not run.held:
-                        self.call_at(run.busy_until_ns / 1e9, self._release, run, context=_OUTSIDE)
-                    run.held.append(handle)
-                    continue
-                run.busy_until_ns = self._now_ns + max(1, round(run.cpu_s * 1e9))
             self.steps += 1
             handle._run()
             if self.step_hook is not None:
                 self.step_hook()
-
-    def _release(self, run: NodeRun) -> None:
-        """A node with a CPU cost may run its next held callback (see the module doc)."""
-        if run.state == "running" and run.held:
-            held, run.held = run.held, collections.deque()
-            self._ready.extend(held)
 
     def jump(self, seconds: float) -> None:
         """Move time on by ``seconds`` at once (timers due meanwhile fire on the next step)."""

@@ -9,8 +9,8 @@ so a smaller schedule is a set of indices, ``--only-faults 3,7`` on the command 
 1. leaves out halves, then quarters, ... then single faults (delta debugging's
    complement steps), keeping each removal after which the run still ends with an
    anomaly of the same kind (:func:`anomaly_kind`);
-2. then cuts the fault phase to just after the last fault left (the faults' start times
-   do not move), keeping it if the anomaly's kind is still the same.
+2. then cuts the fault phase to just after the last fault left has ended (the faults'
+   start times do not move), keeping it if the anomaly's kind is still the same.
 
 Every step is a whole simulated run, so shrinking is as deterministic as a run: one
 failing seed shrinks to one answer.
@@ -110,14 +110,16 @@ def shrink(seed: int, *, duration_s: float, first: RunResult | None = None,
                 break
             chunks = min(chunks * 2, len(best))
     shortest = duration_s
-    starts = _fault_starts(best_result)
-    if best and len(starts) == len(best):
-        cut = math.ceil(max(starts) + 0.5)
+    ends = _fault_ends(best_result)
+    if best and len(ends) == len(best):
+        cut = math.ceil(max(ends) + 0.5)
         if cut < duration_s:
             r = run(best, cut)
             if anomaly_kind(r.anomaly) == kind:
                 say(f"  duration {cut:g}: still {kind}")
                 shortest, best_result = float(cut), r
+            else:
+                say(f"  duration {cut:g}: {anomaly_kind(r.anomaly) or 'ok'}")
     elif not best and duration_s > 1:
         r = run(best, 1.0)
         if anomaly_kind(r.anomaly) == kind:
@@ -125,8 +127,15 @@ def shrink(seed: int, *, duration_s: float, first: RunResult | None = None,
     return Shrunk(seed, kind, best, shortest, best_result, runs)
 
 
-def _fault_starts(result: RunResult) -> list[float]:
-    """The start times (seconds into the fault phase) of the faults the run applied, from
-    its trace (``[   t] fault #i ...``; the fault phase starts with the clients)."""
-    origin = next((float(line[1:10]) for line in result.trace if line.endswith(f"topic sim created")), 0.0)
-    return [float(line[1:10]) - origin for line in result.trace if "] fault #" in line]
+def _fault_ends(result: RunResult) -> list[float]:
+    """When (seconds into the fault phase) each fault the run applied ends — its start
+    plus its hold time, from its trace line (``[   t] fault #i KIND ... for H.HHs``; the
+    fault phase starts as the topic is created): a run cut before a fault's end would
+    heal it early."""
+    origin = next((float(line[1:10]) for line in result.trace if line.endswith("topic sim created")), 0.0)
+    ends = []
+    for line in result.trace:
+        if "] fault #" in line:
+            hold = re.search(r" for ([0-9.]+)s$", line)
+            ends.append(float(line[1:10]) - origin + (float(hold.group(1)) if hold else 0.0))
+    return ends
