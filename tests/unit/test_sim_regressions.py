@@ -86,3 +86,11 @@ SHRINK_PLANT = "acks-before-hw"
 SHRINK_SEED = 3
 SHRINK_DURATION_S = 15.0
 SHRINK_KINDS = ("kill", "pause", "partition", "one-way")
+
+
+def test_command_line_refuses_bad_fault_indices_and_probes(capsys: pytest.CaptureFixture[str]) -> None:
+    from hightide.sim.__main__ import main
+    assert main(["--seed", "1", "--only-faults", "1,x"]) == 2
+    assert "--only-faults takes fault indices" in capsys.readouterr().err
+    assert main(["--seed", "1", "--probes", "nosuch"]) == 2
+    assert "unknown probe(s) nosuch" in capsys.readouterr().err
