@@ -15,6 +15,9 @@ import tokenize
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+#: The one module that uses it on purpose: the simulator's variant that puts the defect
+#: back into the code to show the simulator finds it (never run by the product).
+DEFECT_ON_PURPOSE = {SRC / "hightide" / "sim" / "regressions.py"}
 
 
 def wait_for_uses(source: str) -> list[int]:
@@ -47,7 +50,7 @@ def test_the_checker_finds_code_and_ignores_comments_and_strings():
 
 def test_src_never_uses_asyncio_wait_for():
     found = [f"{path.relative_to(SRC.parent)}:{line}"
-             for path in sorted(SRC.rglob("*.py"))
+             for path in sorted(SRC.rglob("*.py")) if path not in DEFECT_ON_PURPOSE
              for line in wait_for_uses(path.read_text(encoding="utf-8"))]
     assert not found, ("asyncio.wait_for swallows a cancellation on Python 3.11; use asyncio.timeout() "
                        "or asyncio.wait((task,), timeout=...): " + ", ".join(found))

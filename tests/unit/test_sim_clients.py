@@ -186,7 +186,7 @@ def _holds(seed: int) -> None:
                   "--logs\n" + "\n".join(r.trace[-30:]))
 
 
-#: Seeds searched per planted bug (each ~5-15 s); stale-coordinator (found by liveness,
+#: Seeds searched per planted bug (each ~5-15 s); coordinator-not-unloaded (found by liveness,
 #: a minute of simulated waiting) runs in bench/cluster_sim.py only.
 PLANTED_SEEDS = range(1, 5)
 

@@ -15,14 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
 
 from .client_set import CLIENT_KINDS
-from .faults import FAULT_KINDS
-from .planted import PLANTED
-from .run import RunResult, simulate
+from .faults import EXTRA_KINDS, FAULT_KINDS
+from .planted import variants
+from .run import PROBES, RunResult, simulate
+from .shrink import shrink
 
 HASH_SEED = "0"
 
@@ -36,11 +38,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--controllers", type=int, default=3)
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--faults", default=",".join(FAULT_KINDS),
-                   help=f"fault kinds, comma-separated (default all: {','.join(FAULT_KINDS)})")
+                   help=f"fault kinds, comma-separated (default all: {','.join(FAULT_KINDS)}; "
+                        f"also {','.join(EXTRA_KINDS)})")
+    p.add_argument("--plant", choices=sorted(variants()),
+                   help="run a deliberately broken variant (hightide.sim.planted, hightide.sim.regressions)")
     p.add_argument("--clients", default="",
                    help=f"optional clients to run too, comma-separated ({','.join(CLIENT_KINDS)}, or all; "
                         "default none)")
-    p.add_argument("--plant", choices=sorted(PLANTED), help="run a deliberately broken variant (hightide.sim.planted)")
+    p.add_argument("--probes", default="", help=f"optional clients, comma-separated ({','.join(PROBES)})")
+    p.add_argument("--only-faults", metavar="I,J,...",
+                   help="apply only these faults of the seeded schedule (indices from 0; 'none': no fault)")
+    p.add_argument("--shrink", action="store_true",
+                   help="shrink each failing seed (fewer faults, a shorter run) and print its replay command")
     p.add_argument("--trace", action="store_true", help="print the whole trace of every seed")
     p.add_argument("--logs", action="store_true", help="put the nodes' warnings in the trace")
     p.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")
@@ -55,9 +64,30 @@ def _replay(args: argparse.Namespace, seed: int) -> str:
         extra += f" --plant {args.plant}"
     if args.clients:
         extra += f" --clients {args.clients}"
+    if args.probes:
+        extra += f" --probes {args.probes}"
+    if args.only_faults is not None:
+        extra += f" --only-faults {args.only_faults}"
     if (args.controllers, args.brokers) != (3, 3):
         extra += f" --controllers {args.controllers} --brokers {args.brokers}"
     return f"python -m hightide.sim --seed {seed}{extra} --trace --logs"
+
+
+def _shrink(args: argparse.Namespace, first: RunResult, kinds: tuple[str, ...], probes: tuple[str, ...],
+            only: frozenset[int] | None, clients: tuple[str, ...] = ()) -> None:
+    """Shrink a failing seed (:mod:`.shrink`) and print its minimal replay command."""
+    if only is not None:
+        print("    (not shrunk: --only-faults already names the faults)")
+        return
+    got = shrink(first.seed, duration_s=args.duration, first=first, progress=lambda line: print("   ", line, flush=True),
+                 controllers=args.controllers, brokers=args.brokers, kinds=kinds, plant=args.plant, probes=probes,
+                 clients=clients)
+    if got is None:
+        return
+    extra = _replay(args, first.seed).split(f"--seed {first.seed}", 1)[1].replace(" --trace --logs", "")
+    extra = re.sub(r" --duration \S+", "", extra)
+    print(f"    shrunk in {got.runs} runs: {len(got.faults)} of {len(first.applied)} faults, "
+          f"{got.duration_s:g} s of faults; {got.result.anomaly}\n    minimal replay: {got.replay(extra)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,9 +96,21 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "hightide.sim", *sys.argv[1:]])
     args = _args(argv)
     kinds = tuple(k for k in args.faults.split(",") if k)
-    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    unknown = sorted(set(kinds) - set(FAULT_KINDS) - set(EXTRA_KINDS))
     if unknown:
-        print(f"error: unknown fault kind(s) {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})", file=sys.stderr)
+        print(f"error: unknown fault kind(s) {', '.join(unknown)} (known: {', '.join(FAULT_KINDS + EXTRA_KINDS)})",
+              file=sys.stderr)
+        return 2
+    probes = tuple(p for p in args.probes.split(",") if p)
+    if set(probes) - set(PROBES):
+        print(f"error: unknown probe(s) {', '.join(sorted(set(probes) - set(PROBES)))} (known: {', '.join(PROBES)})",
+              file=sys.stderr)
+        return 2
+    try:
+        only = None if args.only_faults is None else frozenset(
+            int(i) for i in args.only_faults.split(",") if i and i != "none")
+    except ValueError:
+        print(f"error: --only-faults takes fault indices, comma-separated (got {args.only_faults!r})", file=sys.stderr)
         return 2
     clients = CLIENT_KINDS if args.clients == "all" else tuple(k for k in args.clients.split(",") if k)
     unknown = sorted(set(clients) - set(CLIENT_KINDS))
@@ -81,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for seed in seeds:
         r = simulate(seed, duration_s=args.duration, controllers=args.controllers, brokers=args.brokers,
-                     kinds=kinds, log_lines=args.logs, plant=args.plant, clients=clients)
+                     kinds=kinds, log_lines=args.logs, plant=args.plant, clients=clients,
+                     probes=probes, only=only)
         results.append(r)
         faults = " ".join(f"{k}={v}" for k, v in sorted(r.faults.items()))
         status = "ok" if r.ok else "ANOMALY"
@@ -92,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("   ", line)
         if not r.ok:
             print(f"    {r.anomaly}\n    replay: {_replay(args, seed)}", flush=True)
+            if args.shrink:
+                _shrink(args, r, kinds, probes, only, clients)
     elapsed = time.monotonic() - started
     failed = [r.seed for r in results if not r.ok]
     simulated = sum(r.simulated_s for r in results)

@@ -28,6 +28,11 @@ from .world import SimNode, World
 __all__ = ["FAULT_KINDS", "FaultSchedule"]
 
 FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow", "clock", "slow-disk", "fsync-fail")
+#: Kinds a run takes only when named (``--faults``): ``pause-leader`` pauses the active
+#: controller (the drawn node is ignored), as a SIGSTOP of the quorum's leader;
+#: ``quorum-loss`` pauses every controller but one (no quorum: metadata writes cannot
+#: commit until they resume).
+EXTRA_KINDS = ("pause-leader", "quorum-loss")
 
 
 @dataclass
@@ -37,31 +42,73 @@ class FaultSchedule:
     trace: Callable[[str], None]
     kinds: tuple[str, ...] = FAULT_KINDS
     max_down: int = 1
+    #: The indices of the faults to apply (None: all); see :meth:`run`.
+    only: frozenset[int] | None = None
+    #: The indices of the faults applied so far.
+    applied: list[int] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     #: Undo steps that failed (a restart past its bound): the run reports them as anomalies.
     failures: list[str] = field(default_factory=list)
     _down: set[int] = field(default_factory=set)
     _disk_faulted: set[int] = field(default_factory=set)
     _undo: list[asyncio.Task[None]] = field(default_factory=list)
+    #: [node id (None: every node), start, end] of each fault that slows or silences a
+    #: node (end: inf while in effect): what excuses a late answer (:meth:`disturbed`).
+    windows: list[list[Any]] = field(default_factory=list)
+
+    def disturbed(self, node_id: int, start: float, end: float) -> bool:
+        """True if a fault that slows or silences ``node_id`` (pause, partition, kill,
+        stop, slow disk or network, a disk error) was in effect at some time in
+        [``start``, ``end``]."""
+        return any((w[0] is None or w[0] == node_id) and w[1] <= end and w[2] >= start for w in self.windows)
 
     async def run(self, duration_s: float) -> None:
-        """Start faults for ``duration_s`` (simulated) seconds."""
+        """Start faults for ``duration_s`` (simulated) seconds.
+
+        The schedule is a function of the seed alone: fault ``i`` (counted from 0) draws
+        its gap, kind, node, hold time and parameter whether or not it is applied, so
+        leaving faults out (``only``: the indices to apply) keeps the others as they were
+        (what shrinking needs). A kill, stop, pause or disk error of a node that is down,
+        or while ``max_down`` nodes are down, is skipped."""
         loop = asyncio.get_running_loop()
         end = loop.time() + duration_s
+        index = -1
         while loop.time() < end:
-            await asyncio.sleep(self.rng.uniform(0.5, 4.0))
+            index += 1
+            gap = self.rng.uniform(0.5, 4.0)
             kind = self.rng.choice(self.kinds)
             node = self.rng.choice(sorted(self.world.nodes.values(), key=lambda n: n.node_id))
+            hold_s, param = self.rng.uniform(0.5, 8.0), self.rng.random()
+            await asyncio.sleep(gap)
+            if self.only is not None and index not in self.only:
+                continue
+            if kind == "pause-leader":
+                leader = self.world.active_controller()
+                if leader is None:
+                    continue
+                node, kind = leader, "pause"
+            if kind == "quorum-loss":
+                if self._down or any(not n.up for n in self.world.controllers):
+                    continue
+                self.applied.append(index)
+                await self._quorum_loss(hold_s, param, index)
+                continue
             if kind in ("kill", "stop", "pause", "fsync-fail"):
                 if node.node_id in self._down or len(self._down) >= self.max_down or not node.up:
                     continue
                 self._down.add(node.node_id)
-            await self._start(kind, node, self.rng.uniform(0.5, 8.0))
+            self.applied.append(index)
+            await self._start(kind, node, hold_s, param, index)
 
-    async def _start(self, kind: str, node: SimNode, hold_s: float) -> None:
+    async def _start(self, kind: str, node: SimNode, hold_s: float, param: float, index: int) -> None:
+        """Fault ``index``: ``kind`` on ``node`` for ``hold_s``; ``param`` (in [0, 1)) sets
+        its size (the network's slowness, the clock step, the disk's slowness)."""
         world, net = self.world, self.world.net
         self.counts[kind] += 1
-        self.trace(f"fault {kind} {node} for {hold_s:.2f}s")
+        if kind not in ("sever", "clock"):
+            window = [None if kind == "slow" else node.node_id, asyncio.get_running_loop().time(), float("inf")]
+            self.windows.append(window)
+        self.trace(f"fault #{index} {kind} {node} for {hold_s:.2f}s")
         if kind == "kill":
             world.kill(node)
             self._later(hold_s, self._restart(node))
@@ -79,19 +126,35 @@ class FaultSchedule:
         elif kind == "sever":
             net.sever(node.node_id)
         elif kind == "slow":
-            net.slow(self.rng.uniform(0.02, 0.3))
+            net.slow(0.02 + 0.28 * param)
             self._later(hold_s, self._unslow())
         elif kind == "clock" and node.clock is not None:
-            node.clock.jump(self.rng.randint(-2000, 2000))
+            node.clock.jump(int(-2000 + 4001 * param))
         elif kind == "slow-disk":
-            node.disk_slow_s = self.rng.uniform(0.05, 0.5)
+            node.disk_slow_s = 0.05 + 0.45 * param
             self._later(hold_s, self._fast_disk(node))
         elif kind == "fsync-fail":
             node.disk.set_rules(Fault("fsync", "EIO", count=1))
             self._disk_faulted.add(node.node_id)
             self._later(hold_s, self._operator_restart(node))
 
+    async def _quorum_loss(self, hold_s: float, param: float, index: int) -> None:
+        """Fault ``index``: pause every controller but one (``param`` picks it) for ``hold_s``."""
+        controllers = sorted(self.world.controllers, key=lambda n: n.node_id)
+        spared = controllers[int(param * len(controllers))]
+        paused = [n for n in controllers if n is not spared]
+        self.counts["quorum-loss"] += 1
+        self.trace(f"fault #{index} quorum-loss: pause {', '.join(map(str, paused))} for {hold_s:.2f}s")
+        now = asyncio.get_running_loop().time()
+        for node in paused:
+            self._down.add(node.node_id)
+            self.world.pause(node)
+            self.windows.append([node.node_id, now, float("inf")])
+            self._later(hold_s, self._resume(node))
+
     def _later(self, delay_s: float, action: Coroutine[Any, Any, None]) -> None:
+        window = self.windows[-1] if self.windows and self.windows[-1][2] == float("inf") else None
+
         async def after() -> None:
             try:
                 await asyncio.sleep(delay_s)
@@ -102,6 +165,9 @@ class FaultSchedule:
                 await action
             except Exception as exc:  # noqa: BLE001 - a restart that failed is the run's verdict
                 self.failures.append(f"{exc.__class__.__name__}: {exc}")
+            finally:
+                if window is not None:
+                    window[2] = asyncio.get_running_loop().time()
         self._undo.append(asyncio.ensure_future(after()))
 
     async def _restart(self, node: SimNode) -> None:
@@ -155,4 +221,7 @@ class FaultSchedule:
                 self.trace(f"restart {node}")
                 await self.world.launch(node)
         self._down.clear()
+        now = asyncio.get_running_loop().time()
+        for window in self.windows:
+            window[2] = min(window[2], now)
         self.trace("healed")

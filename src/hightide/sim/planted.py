@@ -101,6 +101,15 @@ PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 }
 
 
+def variants() -> dict[str, Callable[[], contextlib.AbstractContextManager[None]]]:
+    """Every broken variant ``--plant`` runs: the planted bugs, those of the optional
+    clients' invariants (:mod:`.planted_clients`: run them with the clients they name)
+    and the issue-26 defects put back (:mod:`.regressions`)."""
+    from .planted_clients import PLANTED_CLIENTS
+    from .regressions import REGRESSIONS
+    return {**PLANTED, **{name: make for name, (make, _kinds) in PLANTED_CLIENTS.items()}, **REGRESSIONS}
+
+
 def planted(name: str | None) -> contextlib.AbstractContextManager[None]:
-    """The planted bug ``name`` (None: none). Raises KeyError for an unknown name."""
-    return contextlib.nullcontext() if name is None else PLANTED[name]()
+    """The planted bug or regression ``name`` (None: none). Raises KeyError for an unknown name."""
+    return contextlib.nullcontext() if name is None else variants()[name]()

@@ -13,7 +13,7 @@ clients that find it (``python -m hightide.sim --plant NAME --clients KINDS``).
   partition's state, for a release or a lock expiry, carries it): a new leader of the
   partition reads the state back without it and hands acknowledged records out again
   (``share``).
-- ``stale-coordinator``: a broker keeps serving the coordinator partitions whose
+- ``coordinator-not-unloaded``: a broker keeps serving the coordinator partitions whose
   leadership moved away (``CoordinatorService.follow_leadership`` never unloads): two
   brokers act as a group's coordinator in one epoch (``classic``, ``consumer``).
 - ``read-gate-open``: metadata reads and forwarded writes are answered at once, without
@@ -85,6 +85,6 @@ PLANTED_CLIENTS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[
     "lso-is-hw": (_lso_is_hw, ("txn",)),
     "no-aborted-list": (_no_aborted_list, ("txn",)),
     "share-ack-unpersisted": (_share_ack_unpersisted, ("share",)),
-    "stale-coordinator": (_stale_coordinator, ("classic", "consumer")),
+    "coordinator-not-unloaded": (_stale_coordinator, ("classic", "consumer")),
     "read-gate-open": (_read_gate_open, ("admin",)),
 }

@@ -38,14 +38,21 @@ from .client_set import ClientSet
 from .clients import Committer, Producer, Reader, append_values
 from .clock import EPOCH_MS
 from .faults import FAULT_KINDS, FaultSchedule
+from .forward_probe import ForwardProbe
 from .loop import NODE, SimLoop, SimulationStuck
 from .planted import planted
 from .whitebox import MetadataWatch
+from .txn_probe import TxnProbe
 from .world import World
 
 __all__ = ["RunResult", "simulate", "deterministic"]
 
 TOPIC = "sim"
+#: Optional clients (``probes=``): forwarded metadata writes (.forward_probe) and
+#: transactional offset commits (.txn_probe).
+PROBES = ("forward", "txn")
+#: How long after healing the cluster has to settle before the quiet phase's checks.
+QUIET_S = 5.0
 
 
 @dataclass
@@ -60,6 +67,8 @@ class RunResult:
     real_s: float = 0.0
     #: Digest of every byte the network carried (with times and ends): the determinism check.
     digest: str = ""
+    #: The indices of the seeded schedule's faults that were applied (see ``only``).
+    applied: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -131,8 +140,9 @@ async def _create_topic(world: World, partitions: int, name: str = TOPIC) -> Non
 
 async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float, liveness_s: float,
                controllers: int, brokers: int, partitions: int, producers: int,
-               kinds: tuple[str, ...], fault_counts: Counter[str],
-               client_kinds: tuple[str, ...] = ()) -> tuple[dict[str, int], str]:
+               kinds: tuple[str, ...], fault_counts: Counter[str], client_kinds: tuple[str, ...] = (),
+               probes: tuple[str, ...] = (), only: frozenset[int] | None = None,
+               applied: list[int] | None = None) -> tuple[dict[str, int], str]:
     rng = random.Random(seed)
 
     def note(text: str) -> None:
@@ -144,7 +154,8 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
     _halt_module.halt_process = world.halt  # type: ignore[assignment]  # a halting node is killed, not the process
     checker = Checker()
     watch = loop.step_hook = MetadataWatch(world)
-    faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds, counts=fault_counts)
+    faults = FaultSchedule(world, random.Random(rng.getrandbits(64)), note, kinds=kinds, counts=fault_counts,
+                           only=only, applied=applied if applied is not None else [])
     clients: list[Any] = []
     tasks: list[asyncio.Task[None]] = []
     extra = ClientSet(client_kinds, (TOPIC, partitions), world)
@@ -165,6 +176,12 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
         reader = Reader(*base("r0"), topic=TOPIC, partitions=partitions)
         clients.append(reader)
         clients += extra.make(base)
+        healed: list[float] = []
+        if "forward" in probes:
+            clients.append(ForwardProbe("f0", world, faults, random.Random(rng.getrandbits(64)), note, loop.time))
+        if "txn" in probes:
+            clients.append(TxnProbe(*base("t0"), topic=TOPIC,
+                                    quiet=lambda: bool(healed) and loop.time() >= healed[0] + QUIET_S))
         tasks = [asyncio.ensure_future(c.run()) for c in clients]
         fault_task = asyncio.ensure_future(faults.run(duration_s))
         while not fault_task.done():
@@ -176,6 +193,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
         if faults.failures:
             raise Anomaly("; ".join(faults.failures))
         healed_at = loop.time()
+        healed.append(healed_at)
         note("liveness check")
         workers = [c for c in clients if not isinstance(c, Reader)]
         deadline = healed_at + liveness_s
@@ -308,11 +326,14 @@ def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, c
              brokers: int = 3, partitions: int = 3, producers: int = 2,
              kinds: tuple[str, ...] = FAULT_KINDS, log_lines: bool = False,
              echo: Callable[[str], None] | None = None, plant: str | None = None,
-             clients: tuple[str, ...] = ()) -> RunResult:
+             clients: tuple[str, ...] = (), probes: tuple[str, ...] = (),
+             only: frozenset[int] | None = None) -> RunResult:
     """Run seed ``seed`` (see the module doc). Never raises for an anomaly: the result
     carries it. ``log_lines``: the nodes' WARNING+ log lines go into the trace too;
     ``echo`` gets each trace line as it is written (progress of a long run); ``plant``
-    names a deliberately broken variant (:mod:`.planted`) to run instead of the real code;
+    names a deliberately broken variant (:mod:`.planted`, :mod:`.regressions`) to run
+    instead of the real code; ``probes`` adds optional clients (:data:`PROBES`); ``only``:
+    the indices of the seeded schedule's faults to apply (None: all; see :mod:`.shrink`);
     ``clients`` names the optional clients to run too (:mod:`.client_set`)."""
     loop = SimLoop(disk_delay=None)
     loop.set_exception_handler(lambda _loop, _ctx: None)  # zombie tasks of killed nodes
@@ -329,12 +350,13 @@ def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, c
     faults: Counter[str] = Counter()
     counts: dict[str, int] = {}
     digest = ""
+    applied: list[int] = []
     with deterministic(seed, loop), planted(plant):
         try:
             counts, digest = loop.run_until_complete(_run(
                 seed, loop, trace, duration_s=duration_s, liveness_s=liveness_s, controllers=controllers,
                 brokers=brokers, partitions=partitions, producers=producers, kinds=kinds, fault_counts=faults,
-                client_kinds=clients))
+                client_kinds=clients, probes=probes, only=only, applied=applied))
         except Anomaly as exc:
             anomaly = str(exc)
         except SimulationStuck as exc:
@@ -348,4 +370,5 @@ def simulate(seed: int, *, duration_s: float = 30.0, liveness_s: float = 60.0, c
             _bury(loop)
     if anomaly is not None:
         trace.append(f"[{simulated:9.3f}] ANOMALY {anomaly}")
-    return RunResult(seed, anomaly, trace, simulated, steps, faults, counts, time.monotonic() - started, digest)
+    return RunResult(seed, anomaly, trace, simulated, steps, faults, counts, time.monotonic() - started, digest,
+                     applied)

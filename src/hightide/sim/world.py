@@ -154,6 +154,15 @@ class World:
     def controllers(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.controller]
 
+    def active_controller(self) -> SimNode | None:
+        """The controller whose Raft core leads now and runs (white-box), if any."""
+        for node in self.controllers:
+            runtime = getattr(node.broker, "metadata_runtime", None) if node.up else None
+            if runtime is not None and node.run is not None and node.run.state == "running" \
+                    and runtime.shell.core.role == "leader":
+                return node
+        return None
+
     @property
     def bootstrap(self) -> list[str]:
         return [f"{n.host}:{n.port}" for n in self.brokers]

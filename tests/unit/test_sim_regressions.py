@@ -1,0 +1,96 @@
+"""The shell defects of issue 26 as seeds of the whole-cluster simulation (issue 28 item
+6): each defect, put back into today's code by its variant in hightide.sim.regressions
+(the code before the fixes predates the simulator's seams), is found on its seed with an
+anomaly of the kind it causes, and the same seed holds every invariant on the real code.
+And shrinking (item 5): a failing seed shrinks to fewer faults that still fail.
+
+A seed here is a whole replay command: ``python -m hightide.sim --seed S --duration D
+--faults K --probes P --only-faults I --plant NAME`` (without ``--plant``: the real code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from hightide.sim.run import simulate
+from hightide.sim.shrink import anomaly_kind, shrink
+
+
+@dataclass(frozen=True)
+class Case:
+    variant: str
+    seed: int
+    duration_s: float
+    kinds: tuple[str, ...]
+    probes: tuple[str, ...]
+    only: frozenset[int] | None
+    expected: frozenset[str]  # anomaly kinds (hightide.sim.shrink.anomaly_kind) the defect shows as
+
+    def run(self, plant: str | None) -> tuple[str | None, str]:
+        r = simulate(self.seed, duration_s=self.duration_s, kinds=self.kinds, probes=self.probes, only=self.only,
+                     plant=plant)
+        return r.anomaly, "\n".join(r.trace[-25:])
+
+    @property
+    def replay(self) -> str:
+        only = "" if self.only is None else f" --only-faults {','.join(map(str, sorted(self.only))) or 'none'}"
+        probes = f" --probes {','.join(self.probes)}" if self.probes else ""
+        return (f"python -m hightide.sim --seed {self.seed} --duration {self.duration_s:g} --faults "
+                f"{','.join(self.kinds)}{probes}{only} --trace --logs")
+
+
+CASES = [
+    # item 1: kill -9 of a broker; restarted, it leads and coordinates from its pre-crash image
+    Case("stale-coordinator", 4, 8.0, ("kill",), (), frozenset({0}),
+         frozenset({"commit-lost", "producer-refused", "hw-back", "record-lost", "replicas-differ"})),
+    # item 4: SIGSTOP of the active controller; forwarded writes fail after a new one leads
+    Case("channel-stays-on-paused-leader", 3, 11.0, ("pause-leader",), ("forward",), frozenset({0}),
+         frozenset({"controller-failover"})),
+    # item 5: two of three controllers paused: forwarded writes answered past their timeout
+    Case("forwarded-write-overruns-deadline", 1, 12.0, ("quorum-loss",), ("forward",), frozenset({0}),
+         frozenset({"deadline"})),
+    # item 6: no fault at all: TxnOffsetCommit with the transaction coordinator on another broker
+    Case("txn-offset-commit-unverified", 1, 1.0, ("kill",), ("txn",), frozenset(),
+         frozenset({"txn-offset-commit"})),
+]
+# Item 3 (shutdown-swallowed-cancel) has no seed: see docs/durability.md, "The whole
+# cluster in one simulation".
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.variant for c in CASES])
+def test_defect_found_on_its_seed_and_not_after_the_fix(case: Case) -> None:
+    anomaly, trace = case.run(case.variant)
+    assert anomaly_kind(anomaly) in case.expected, (
+        f"{case.variant}: expected an anomaly of kind {sorted(case.expected)}, got {anomaly!r}\n"
+        f"replay: {case.replay} --plant {case.variant}\n{trace}")
+    anomaly, trace = case.run(None)
+    assert anomaly is None, f"the real code fails the seed: {anomaly}\nreplay: {case.replay}\n{trace}"
+
+
+def test_shrinking_keeps_the_anomaly_with_fewer_faults() -> None:
+    """A planted bug's failing seed shrinks to fewer faults and a shorter run that fail
+    with the same kind of anomaly, and replaying the shrunk schedule fails the same way."""
+    first = simulate(SHRINK_SEED, duration_s=SHRINK_DURATION_S, kinds=SHRINK_KINDS, plant=SHRINK_PLANT)
+    got = shrink(SHRINK_SEED, duration_s=SHRINK_DURATION_S, kinds=SHRINK_KINDS, plant=SHRINK_PLANT, first=first)
+    assert got is not None, "the planted bug's seed no longer fails: pick another"
+    assert len(got.faults) < len(first.applied) and got.duration_s < SHRINK_DURATION_S, got.replay()
+    r = simulate(SHRINK_SEED, duration_s=got.duration_s, kinds=SHRINK_KINDS, plant=SHRINK_PLANT,
+                 only=frozenset(got.faults))
+    assert anomaly_kind(r.anomaly) == got.kind == anomaly_kind(first.anomaly), got.replay()
+    assert r.trace == got.result.trace  # the replay command replays it exactly
+
+
+SHRINK_PLANT = "acks-before-hw"
+SHRINK_SEED = 3
+SHRINK_DURATION_S = 15.0
+SHRINK_KINDS = ("kill", "pause", "partition", "one-way")
+
+
+def test_command_line_refuses_bad_fault_indices_and_probes(capsys: pytest.CaptureFixture[str]) -> None:
+    from hightide.sim.__main__ import main
+    assert main(["--seed", "1", "--only-faults", "1,x"]) == 2
+    assert "--only-faults takes fault indices" in capsys.readouterr().err
+    assert main(["--seed", "1", "--probes", "nosuch"]) == 2
+    assert "unknown probe(s) nosuch" in capsys.readouterr().err
