@@ -31,8 +31,10 @@ FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow",
 #: Kinds a run takes only when named (``--faults``): ``pause-leader`` pauses the active
 #: controller (the drawn node is ignored), as a SIGSTOP of the quorum's leader;
 #: ``quorum-loss`` pauses every controller but one (no quorum: metadata writes cannot
-#: commit until they resume).
-EXTRA_KINDS = ("pause-leader", "quorum-loss")
+#: commit until they resume); ``cut-off`` partitions a broker from every controller,
+#: both ways, while clients and the other brokers still reach it (it is fenced when its
+#: session expires, and must not answer metadata reads from its stale image meanwhile).
+EXTRA_KINDS = ("pause-leader", "quorum-loss", "cut-off")
 
 
 @dataclass
@@ -87,6 +89,9 @@ class FaultSchedule:
                 if leader is None:
                     continue
                 node, kind = leader, "pause"
+            if kind == "cut-off":
+                brokers = sorted(self.world.brokers, key=lambda n: n.node_id)
+                node = node if not node.controller else brokers[int(param * len(brokers))]
             if kind == "quorum-loss":
                 if self._down or any(not n.up for n in self.world.controllers):
                     continue
@@ -123,6 +128,9 @@ class FaultSchedule:
             others = {n for n in world.nodes if n != node.node_id} | set(range(1000, 1100))
             net.partition({node.node_id}, others, both_ways=kind == "partition")
             self._later(hold_s, self._heal())
+        elif kind == "cut-off":  # held past the session timeout (6 s) half the time
+            net.partition({node.node_id}, {c.node_id for c in world.controllers})
+            self._later(2 * hold_s, self._heal())
         elif kind == "sever":
             net.sever(node.node_id)
         elif kind == "slow":
