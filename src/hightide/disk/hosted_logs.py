@@ -77,7 +77,8 @@ class HostedLogs:
             props["retention.ms"] = props["retention.bytes"] = "-1"
         return LogConfig.from_kafka(props)
 
-    def follow_image(self, *, delete_removed: bool = True, scan_dir: bool = True) -> None:
+    def follow_image(self, *, delete_removed: bool = True, scan_dir: bool = True,
+                     topics: set[str] | None = None) -> None:
         """Open the log of every partition hosted here (this node leads it or holds a
         replica: on the single node, every partition); delete the logs of partitions no
         longer in the image (deleted topics) unless ``delete_removed`` is False (a
@@ -86,7 +87,12 @@ class HostedLogs:
         for such logs among the data directory's entries (at start, after a catch-up);
         False: among the open logs and those waiting to be opened (after this node's own
         metadata writes: a listing and a stat per partition at every write would cost
-        more than the write at thousands of partitions)."""
+        more than the write at thousands of partitions). ``topics``: only these topics
+        changed (:meth:`MetadataImage.take_changes`): the work is that of the change,
+        not of every partition (``scan_dir`` does not apply); None: the whole image."""
+        if topics is not None:
+            self._follow_topics(topics, delete_removed)
+            return
         logs = self._manager()
         wanted: dict[TopicPartition, TopicImage] = {}
         existing: set[TopicPartition] = set()
@@ -110,6 +116,33 @@ class HostedLogs:
             candidates = logs.existing_dirs()
         else:
             candidates = [tp for tp, _ in logs] + dropped  # a failed open may have left a directory
+        self._delete_removed(candidates, existing)
+
+    def _follow_topics(self, topics: set[str], delete_removed: bool) -> None:
+        """:meth:`follow_image` for the changed ``topics`` only."""
+        logs = self._manager()
+        image = self._image()
+        node = self.node_id
+        ts = self.clock.now_ms()
+        existing: set[TopicPartition] = set()
+        candidates: list[TopicPartition] = []
+        for name in topics:
+            t = image.topics.get(name)
+            if t is not None:
+                for p, pimg in t.partitions.items():
+                    tp = (name, p)
+                    existing.add(tp)
+                    if (pimg.leader == node or node in pimg.replicas) and logs.get(tp) is None:
+                        self._try_open(tp, t, ts)
+            candidates.extend(logs.open_partitions_of(name))
+        dropped = [tp for tp in self._unopened if tp[0] in topics and tp not in existing]
+        for tp in dropped:
+            del self._unopened[tp]  # deleted before it could be opened
+        if delete_removed:
+            self._delete_removed(candidates + dropped, existing)
+
+    def _delete_removed(self, candidates: list[TopicPartition], existing: set[TopicPartition]) -> None:
+        logs = self._manager()
         for tp in candidates:
             if tp not in existing and tp[0] != METADATA_TOPIC:
                 log.info("deleting log of removed topic partition %s-%d", *tp)

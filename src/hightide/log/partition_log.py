@@ -174,7 +174,9 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         interval = config.index_interval_bytes
         self = cls(storage, path, config, segments, now_ms)
         self._parent_dir_dirty = loaded.created
-        self._log_start_on_disk = start_ckpt
+        # without the file a reload starts at the first segment's base: nothing to write
+        # while the log start is that (a new log)
+        self._log_start_on_disk = start_ckpt if start_ckpt is not None else segments[0].base_offset
         self._recovery_point = min(recovery_point, self._leo)
         start = max(start_ckpt or 0, segments[0].base_offset)
         if start > self._leo:
@@ -193,7 +195,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             self._dir_dirty = True
         self._load_producer_state(clean_shutdown)
         self._load_leader_epochs()
-        if loaded.recovered_any and not clean_shutdown:
+        if loaded.recovered_any and not clean_shutdown and not loaded.created:
             # After an unclean stop the recovered segments, the cut tail, and the producer
             # state snapshot taken above are made durable and the recovery point moves to
             # the log end before anything is appended. Without it a second unclean start
@@ -202,7 +204,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             # a transaction that began in a deleted segment
             # (tests/unit/test_txn_log_properties.py found it when this flush was skipped).
             # A new partition, or one after a clean stop, fsyncs nothing here: its
-            # directory entry rides on the flusher's next round (``_parent_dir_dirty``).
+            # directory entries ride on its first flush (``_parent_dir_dirty``; lost in
+            # a crash before, the empty log is created again when its partition opens).
             self.flush(now_ms)
         return self
 
@@ -607,15 +610,19 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
     def _metadata_dirty(self) -> bool:
         # a changed leader-epoch checkpoint rides on the next flush: nothing below the
         # recovery point needs it before (see ReplicaLog._load_leader_epochs)
-        return self._log_start_on_disk != self._log_start or self._parent_dir_dirty or self._recovery_point_lowered
+        # a new directory's entry matters once the log holds something (an empty log lost
+        # in a crash is created again when its partition opens)
+        return (self._log_start_on_disk != self._log_start or (self._parent_dir_dirty and self._leo > self._log_start)
+                or self._recovery_point_lowered)
 
     def needs_flush(self, now_ms: int) -> bool:
         """True when flush.messages or flush.ms says unflushed data must be fsynced, or
         a new log start offset or lowered recovery point (or a new partition
         directory) is not durable yet. Never
         after a failed fsync: retrying it could report success for pages the kernel
-        already dropped (Linux clears the error once reported)."""
-        if self.offline_reason is not None:
+        already dropped (Linux clears the error once reported). Never for a closed
+        (deleted) log."""
+        if self.offline_reason is not None or self._closed:
             return False
         return self._flush_due(now_ms) or self._metadata_dirty()
 

@@ -257,6 +257,7 @@ class Broker:
             # A broker-only node's local copy may be stale: its logs are opened (recovered),
             # but nothing is led, followed, coordinated or deleted before it caught up with
             # the controller (BrokerNode.caught_up, then after_metadata_change).
+            self.image.take_changes()  # looked at whole here
             self.hosted.follow_image(delete_removed=self.node is None)
             if self.node is None:  # the single node leads every partition: its logs take their leader epochs
                 self.replica_manager.apply_image(self.image)
@@ -504,6 +505,7 @@ class Broker:
         once."""
         if not self.metadata_ready:
             return
+        self.image.take_changes()  # (a broker-only node looks at the whole image after each change)
         self.hosted.follow_image()
         self.hosted.apply_dynamic_broker_configs()
         self.replica_manager.apply_image(self.image)  # lead / follow each hosted partition
@@ -517,8 +519,9 @@ class Broker:
         the logs of new partitions, delete those of removed ones (looking among the open
         logs only: see :meth:`HostedLogs.follow_image`), stamp leader epochs on the logs
         led here."""
-        self.hosted.follow_image(scan_dir=False)  # every log of a removed topic is open or retried here
-        self.replica_manager.apply_image(self.image)
+        changed = self.image.take_changes()  # the work is that of the change (None: the whole image)
+        self.hosted.follow_image(scan_dir=False, topics=changed)  # every log of a removed topic is open or retried here
+        self.replica_manager.apply_image(self.image, changed)
 
 def _services_of(broker: Broker, routes: Routes) -> Services:
     """What the handlers of ``routes`` get of ``broker``, by narrow interface: its
