@@ -48,7 +48,7 @@ TICK_S = 0.05
 FSYNC_THREADS = 4  # a round's logs are fsynced on this many threads at once
 #: At most this many logs are checked by the periodic policy in one round (a round runs at
 #: least every TICK_S): with more partitions each is looked at once per sweep of
-#: N / SWEEP_SLICE rounds (about 2.5 s at 100,000 partitions when idle).
+#: N / SWEEP_SLICE ticks (2.5 s at 100,000 partitions).
 SWEEP_SLICE = 2000
 
 OpenLogs = Callable[[], "Iterable[tuple[tuple[str, int], PartitionLog]] | None"]
@@ -68,6 +68,7 @@ class Flusher:
         self._periodic_logs: set[int] = set()  # the logs in it
         self._sweep: list["PartitionLog"] = []  # the periodic policy's sweep over the logs
         self._sweep_pos = 0
+        self._next_slice_at = 0.0
 
     def durable(self, plog: "PartitionLog") -> asyncio.Future:
         """A future resolved once everything appended to ``plog`` so far is fsynced
@@ -131,8 +132,12 @@ class Flusher:
         """The logs the periodic policy looks at this round: all of them when there are at
         most ``SWEEP_SLICE``, else the next ``SWEEP_SLICE`` of a sweep over a list taken
         when the last sweep ended (logs opened since wait for the next sweep; closed ones
-        never need a flush), so a round costs at most that many checks whatever the
-        number of partitions."""
+        never need a flush), at most one slice per ``TICK_S`` (rounds asked for by
+        :meth:`durable` come more often), so the policy costs at most that many checks
+        per tick whatever the number of partitions."""
+        now = self.clock.monotonic()
+        if now < self._next_slice_at:  # a big sweep advances once per TICK_S, not per round
+            return []
         if self._sweep_pos >= len(self._sweep):
             logs = self._logs()
             self._sweep = [plog for _, plog in logs] if logs is not None else []
@@ -140,6 +145,7 @@ class Flusher:
             if len(self._sweep) <= SWEEP_SLICE:
                 out, self._sweep = self._sweep, []
                 return out
+        self._next_slice_at = now + TICK_S
         out = self._sweep[self._sweep_pos:self._sweep_pos + SWEEP_SLICE]
         self._sweep_pos += SWEEP_SLICE
         return out

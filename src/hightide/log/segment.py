@@ -383,6 +383,8 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.max_timestamp_offset)
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.offset_index.create()
+        self.time_index.create()
 
     def take_dirty_files(self) -> list[StorageFile]:
         """Dups of the handles (log, indexes) that need an fsync; marks them clean. The
