@@ -9,6 +9,21 @@ elsewhere now. A log whose files cannot be opened (out of file descriptors, an I
 error) is logged once and retried at most once a second from :meth:`partition_log`;
 meanwhile its partition answers KAFKA_STORAGE_ERROR (the lookup returns None).
 
+**Loading at start-up** (issue 33; Kafka loads every log before it serves, which at
+100,000 partitions is minutes): :meth:`open_at_start` opens the internal topics' logs
+(the coordinators load from them) and returns the rest (none when they are fewer than
+``BACKGROUND_LOAD_MIN``: those open before the node listens, as in Kafka), which :meth:`load_in_background`
+opens after the listeners are up, ``LOAD_BATCH`` at a time on a loader thread (the
+recovery after an unclean stop, and its flush, run there, off the loop), each batch put
+among the open logs on the loop and announced through ``on_loaded(topics)`` (the
+replica roles follow). Until its log is loaded a partition is :meth:`loading`: the data
+handlers answer NOT_LEADER_OR_FOLLOWER, retriable, as Kafka answers for a partition in
+the metadata that is not online on the broker yet (``ReplicaManager.getPartitionOrError``);
+the metadata image lists it as led here meanwhile. The logs of removed topics are looked
+for among the directory's entries once loading is done. :attr:`loaded` says whether
+every log was loaded (a stop before that writes no clean-shutdown marker after an
+unclean start: the logs not loaded were never recovered).
+
 Each log's :class:`~hightide.log.config.LogConfig` is the topic's effective config
 (broker defaults, dynamic broker configs from the image, topic overrides):
 :meth:`apply_dynamic_broker_configs` and :meth:`refresh_topic_config` put a changed one
@@ -28,6 +43,7 @@ partition whose log was deleted) and ``clock``. It satisfies
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -38,11 +54,18 @@ from ..config import BrokerConfig, effective_topic_config
 from ..log.config import LogConfig
 from ..log.manager import LogManager, TopicPartition
 from ..log.partition_log import PartitionLog
+from ..aio.threads import background_executor
 
 log = logging.getLogger("hightide.broker")
 
 #: How long a log that failed to open is left alone before a lookup retries it.
 OPEN_RETRY_S = 1.0
+#: Logs opened per loader-thread call at start-up (between two, the loop serves).
+LOAD_BATCH = 100
+#: With fewer partitions to load at start-up, all are loaded before the node listens.
+BACKGROUND_LOAD_MIN = 1000
+#: How long a stop waits for the loader thread's batch in progress.
+LOAD_STOP_WAIT_S = 2.0
 
 
 class HostedLogs:
@@ -62,6 +85,9 @@ class HostedLogs:
         self._wake = wake
         self.clock = clock
         self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
+        self._loading: set[TopicPartition] = set()  # logs the start-up loader has still to open
+        #: False while the start-up loader has logs left to open (see the module doc).
+        self.loaded = True
 
     def _manager(self) -> LogManager:
         logs = self._logs()
@@ -105,7 +131,7 @@ class HostedLogs:
         ts = self.clock.now_ms()
         for tp, t in wanted.items():
             plog = logs.get(tp)
-            if plog is None:
+            if plog is None and tp not in self._loading:  # (the loader opens those)
                 self._try_open(tp, t, ts)
         dropped = [tp for tp in self._unopened if tp not in wanted]
         for tp in dropped:
@@ -132,7 +158,8 @@ class HostedLogs:
                 for p, pimg in t.partitions.items():
                     tp = (name, p)
                     existing.add(tp)
-                    if (pimg.leader == node or node in pimg.replicas) and logs.get(tp) is None:
+                    if ((pimg.leader == node or node in pimg.replicas) and logs.get(tp) is None
+                            and tp not in self._loading):
                         self._try_open(tp, t, ts)
             candidates.extend(logs.open_partitions_of(name))
         dropped = [tp for tp in self._unopened if tp[0] in topics and tp not in existing]
@@ -148,6 +175,104 @@ class HostedLogs:
                 log.info("deleting log of removed topic partition %s-%d", *tp)
                 logs.delete(tp)
                 self._wake(tp)
+
+    def open_at_start(self, *, background_min: int = BACKGROUND_LOAD_MIN) -> list[tuple[TopicPartition, TopicImage]]:
+        """At start-up: open the logs of the internal topics hosted here now (the
+        coordinators load from them); return the other hosted partitions whose logs are
+        not open, now :meth:`loading`, for :meth:`load_in_background` — unless there are
+        fewer than ``background_min``: then open them now as well (as Kafka, which
+        serves once every log is loaded) and return none."""
+        logs = self._manager()
+        node = self.node_id
+        ts = self.clock.now_ms()
+        later: list[tuple[TopicPartition, TopicImage]] = []
+        for t in self._image().topics.values():
+            for p, pimg in t.partitions.items():
+                tp = (t.name, p)
+                if (pimg.leader == node or node in pimg.replicas) and logs.get(tp) is None:
+                    if t.internal:
+                        self._try_open(tp, t, ts)
+                    else:
+                        later.append((tp, t))
+        if len(later) < background_min:
+            for tp, t in later:
+                self._try_open(tp, t, ts)
+            later = []
+        self._loading = {tp for tp, _ in later}
+        self.loaded = not later
+        return later
+
+    def loading(self, topic: str, partition: int) -> bool:
+        """True while the start-up loader has still to open this partition's log."""
+        return bool(self._loading) and (topic, partition) in self._loading
+
+    async def load_in_background(self, pending: list[tuple[TopicPartition, TopicImage]],
+                                 on_loaded: Callable[[set[str]], None], *, delete_removed: bool) -> None:
+        """Open the logs :meth:`open_at_start` left (``LOAD_BATCH`` per loader-thread call),
+        put each batch among the open logs and call ``on_loaded`` with its topics; then,
+        with ``delete_removed``, delete the logs of topics no longer in the image (found
+        among the directory's entries, listed on the thread). A log that cannot be opened
+        is retried as :meth:`partition_log` retries; a partition removed meanwhile is
+        closed again. Cancelled (a stop), it waits for the batch in progress (bounded),
+        keeps what it opened, and leaves :attr:`loaded` False."""
+        loop = asyncio.get_running_loop()
+        executor = background_executor(1, "hightide-log-loader")
+        t0 = self.clock.monotonic()
+        try:
+            for i in range(0, len(pending), LOAD_BATCH):
+                batch = [(tp, self.topic_log_config(t)) for tp, t in pending[i:i + LOAD_BATCH]]
+                job = loop.run_in_executor(executor, self._open_batch, batch, self.clock.now_ms())
+                try:
+                    opened = await asyncio.shield(job)
+                except asyncio.CancelledError:
+                    done, _ = await asyncio.wait((job,), timeout=LOAD_STOP_WAIT_S)
+                    if done and not job.cancelled() and job.exception() is None:
+                        self._add_loaded(job.result())
+                    raise
+                on_loaded(self._add_loaded(opened))
+            self.loaded = True
+            log.info("loaded the logs of %d partitions in the background in %.1f s", len(pending),
+                     self.clock.monotonic() - t0)
+            if delete_removed:
+                logs = self._manager()
+                dirs = await loop.run_in_executor(executor, logs.existing_dirs)
+                image = self._image()
+                self._delete_removed([tp for tp in dirs if logs.get(tp) is None], {
+                    tp for tp in dirs if (t := image.topics.get(tp[0])) is not None and tp[1] in t.partitions})
+        finally:
+            executor.shutdown(wait=False)
+
+    def _open_batch(self, batch: list[tuple[TopicPartition, LogConfig]],
+                    now_ms: int) -> list[tuple[TopicPartition, PartitionLog | OSError]]:
+        """(On the loader thread.) Open each log, or the OSError that kept it closed."""
+        logs = self._manager()
+        out: list[tuple[TopicPartition, PartitionLog | OSError]] = []
+        for tp, cfg in batch:
+            try:
+                out.append((tp, logs.open_detached(tp, cfg, now_ms)))
+            except OSError as exc:
+                out.append((tp, exc))
+        return out
+
+    def _add_loaded(self, opened: list[tuple[TopicPartition, PartitionLog | OSError]]) -> set[str]:
+        """(On the loop.) Put the loaded logs among the open ones; the topics they belong to."""
+        logs = self._logs()
+        image = self._image()
+        topics: set[str] = set()
+        for tp, result in opened:
+            self._loading.discard(tp)
+            if isinstance(result, OSError):
+                log.error("cannot open the log of %s-%d (will retry): %s", *tp, result)
+                self._unopened[tp] = self.clock.monotonic() + OPEN_RETRY_S
+                continue
+            t = image.topics.get(tp[0])
+            if logs is None or t is None or tp[1] not in t.partitions:
+                result.abandon()  # removed meanwhile (its directory goes with the removed ones)
+                continue
+            if logs.add(tp, result) is not result:
+                result.abandon()  # opened meanwhile by a metadata change
+            topics.add(tp[0])
+        return topics
 
     def _try_open(self, tp: TopicPartition, topic: TopicImage, ts: int) -> PartitionLog | None:
         """Open a partition log; if the files cannot be opened (out of file descriptors,
@@ -187,7 +312,7 @@ class HostedLogs:
         """The open log of a partition, or None (not hosted here, unknown, or its files
         cannot be opened: then retried here once its retry time has come)."""
         plog = self._manager().get((topic, partition))
-        if plog is None and self._unopened:
+        if plog is None and self._unopened and (topic, partition) not in self._loading:
             tp = (topic, partition)
             retry_at = self._unopened.get(tp)
             timg = self._image().topics.get(topic)

@@ -70,12 +70,18 @@ class LogManager:
     def path_of(self, tp: TopicPartition) -> str:
         return os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}")
 
+    def open_detached(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open (recovering) or create the log for ``tp`` without putting it among the
+        open logs (safe on a loader thread: it touches nothing shared but the storage;
+        :meth:`add` it on the owner's thread)."""
+        return PartitionLog.open(self.path_of(tp), config, now_ms, clean_shutdown=self.clean_shutdown,
+                                 storage=self.storage)
+
     def open(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> PartitionLog:
         """Open (recovering) or create the log for ``tp``."""
         plog = self.logs.get(tp)
         if plog is None:
-            plog = self.add(tp, PartitionLog.open(self.path_of(tp), config, now_ms, clean_shutdown=self.clean_shutdown,
-                                                  storage=self.storage))
+            plog = self.add(tp, self.open_detached(tp, config, now_ms))
         return plog
 
     def delete(self, tp: TopicPartition) -> None:
@@ -96,9 +102,10 @@ class LogManager:
     def __iter__(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))
 
-    def close(self) -> None:
-        """Flush and close every log, then write the clean-shutdown marker."""
-        failed = False
+    def close(self, *, mark_clean: bool = True) -> None:
+        """Flush and close every log, then write the clean-shutdown marker (not when
+        ``mark_clean`` is False: logs recovered after an unclean stop were left unopened)."""
+        failed = not mark_clean
         for tp, plog in list(self.logs.items()):
             try:
                 plog.close()
