@@ -63,7 +63,7 @@ OPEN_RETRY_S = 1.0
 #: Logs opened per loader-thread call at start-up (between two, the loop serves).
 LOAD_BATCH = 100
 #: With fewer partitions to load at start-up, all are loaded before the node listens.
-BACKGROUND_LOAD_MIN = 1000
+BACKGROUND_LOAD_MIN = 2000
 #: How long a stop waits for the loader thread's batch in progress.
 LOAD_STOP_WAIT_S = 2.0
 
