@@ -13,7 +13,7 @@ meanwhile its partition answers KAFKA_STORAGE_ERROR (the lookup returns None).
 100,000 partitions is minutes): :meth:`open_at_start` opens the internal topics' logs
 (the coordinators load from them) and returns the rest (none when they are fewer than
 ``BACKGROUND_LOAD_MIN``: those open before the node listens, as in Kafka), which :meth:`load_in_background`
-opens after the listeners are up, ``LOAD_BATCH`` at a time on a loader thread (the
+opens after the listeners are up, ``LOAD_BATCH`` at a time on ``LOADER_THREADS`` threads (the
 recovery after an unclean stop, and its flush, run there, off the loop), each batch put
 among the open logs on the loop and announced through ``on_loaded(topics)`` (the
 replica roles follow). Until its log is loaded a partition is :meth:`loading`: the data
@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor
 
 from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..cluster.image import MetadataImage, TopicImage
@@ -62,6 +63,9 @@ log = logging.getLogger("hightide.broker")
 OPEN_RETRY_S = 1.0
 #: Logs opened per loader-thread call at start-up (between two, the loop serves).
 LOAD_BATCH = 100
+#: Threads opening logs at start-up (a log recovered after an unclean stop is flushed:
+#: its fsyncs overlap).
+LOADER_THREADS = 4
 #: With fewer partitions to load at start-up, all are loaded before the node listens.
 BACKGROUND_LOAD_MIN = 2000
 #: How long a stop waits for the loader thread's batch in progress.
@@ -216,12 +220,12 @@ class HostedLogs:
         closed again. Cancelled (a stop), it waits for the batch in progress (bounded),
         keeps what it opened, and leaves :attr:`loaded` False."""
         loop = asyncio.get_running_loop()
-        executor = background_executor(1, "hightide-log-loader")
+        executor = background_executor(LOADER_THREADS, "hightide-log-loader")
         t0 = self.clock.monotonic()
         try:
             for i in range(0, len(pending), LOAD_BATCH):
                 batch = [(tp, self.topic_log_config(t)) for tp, t in pending[i:i + LOAD_BATCH]]
-                job = loop.run_in_executor(executor, self._open_batch, batch, self.clock.now_ms())
+                job = asyncio.ensure_future(self._open_on_threads(loop, executor, batch))
                 try:
                     opened = await asyncio.shield(job)
                 except asyncio.CancelledError:
@@ -241,6 +245,16 @@ class HostedLogs:
                     tp for tp in dirs if (t := image.topics.get(tp[0])) is not None and tp[1] in t.partitions})
         finally:
             executor.shutdown(wait=False)
+
+    async def _open_on_threads(self, loop: asyncio.AbstractEventLoop, executor: Executor,
+                               batch: list[tuple[TopicPartition, LogConfig]]) -> list[tuple[TopicPartition, PartitionLog | OSError]]:
+        """:meth:`_open_batch` on ``LOADER_THREADS`` threads at once (a recovered log's
+        flush waits on fsyncs, which release the GIL), share i holding logs i mod n."""
+        n = min(LOADER_THREADS, len(batch))
+        now = self.clock.now_ms()
+        shares = await asyncio.gather(*(loop.run_in_executor(executor, self._open_batch, batch[i::n], now)
+                                        for i in range(n)))
+        return [opened for share in shares for opened in share]
 
     def _open_batch(self, batch: list[tuple[TopicPartition, LogConfig]],
                     now_ms: int) -> list[tuple[TopicPartition, PartitionLog | OSError]]:
