@@ -185,3 +185,27 @@ async def _ok(conn: BrokerConnection, topic: str, partitions: range) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def test_logs_recovered_in_the_background_are_flushed_before_they_are_served(tmp_path):
+    """After an unclean stop a recovered log is flushed when it opens again (the loader
+    flushes a batch after one sync): every loaded log's recovery point is its end."""
+    data_dir = str(tmp_path)
+
+    async def main() -> None:
+        await _fill(data_dir)
+        os.unlink(os.path.join(data_dir, CLEAN_SHUTDOWN))  # as if killed
+        b = Broker(_config(), data_dir=data_dir, listen=("127.0.0.1", 0))
+        b.background_load_min = 0
+        await b.start()
+        try:
+            await _until(lambda: _true(b.hosted.loaded), "loading done")
+            loaded = {tp: plog for tp, plog in b.hosted.hosted_logs() if not tp[0].startswith("__")}
+            assert set(loaded) == {(t, p) for t in ("fast", "slow") for p in range(3)}
+            for plog in loaded.values():
+                assert not plog.recovery_flush_pending
+                assert plog.recovery_point == plog.log_end_offset == 1
+        finally:
+            await b.stop()
+
+    asyncio.run(main())

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -159,12 +160,14 @@ class HostedLogs:
         for name in topics:
             t = image.topics.get(name)
             if t is not None:
+                cfg: LogConfig | None = None  # the topic's, worked out once
                 for p, pimg in t.partitions.items():
                     tp = (name, p)
                     existing.add(tp)
                     if ((pimg.leader == node or node in pimg.replicas) and logs.get(tp) is None
                             and tp not in self._loading):
-                        self._try_open(tp, t, ts)
+                        cfg = cfg or self.topic_log_config(t)
+                        self._try_open(tp, t, ts, cfg)
             candidates.extend(logs.open_partitions_of(name))
         dropped = [tp for tp in self._unopened if tp[0] in topics and tp not in existing]
         for tp in dropped:
@@ -224,7 +227,9 @@ class HostedLogs:
         t0 = self.clock.monotonic()
         try:
             for i in range(0, len(pending), LOAD_BATCH):
-                batch = [(tp, self.topic_log_config(t)) for tp, t in pending[i:i + LOAD_BATCH]]
+                configs: dict[str, LogConfig] = {}  # each topic's, worked out once
+                batch = [(tp, configs.get(tp[0]) or configs.setdefault(tp[0], self.topic_log_config(t)))
+                         for tp, t in pending[i:i + LOAD_BATCH]]
                 job = asyncio.ensure_future(self._open_on_threads(loop, executor, batch))
                 try:
                     opened = await asyncio.shield(job)
@@ -254,7 +259,36 @@ class HostedLogs:
         now = self.clock.now_ms()
         shares = await asyncio.gather(*(loop.run_in_executor(executor, self._open_batch, batch[i::n], now)
                                         for i in range(n)))
-        return [opened for share in shares for opened in share]
+        opened = [result for share in shares for result in share]
+        recovered = [i for i, (_, result) in enumerate(opened)
+                     if isinstance(result, PartitionLog) and result.recovery_flush_pending]
+        if recovered:
+            # the recovery flushes of the batch: one sync(2) writes everything back at once,
+            # then each log's flush (its fsyncs find little left to write) runs as before
+            await loop.run_in_executor(executor, os.sync)
+            m = min(LOADER_THREADS, len(recovered))
+            flushed = await asyncio.gather(*(loop.run_in_executor(
+                executor, self._flush_recovered, [opened[i] for i in recovered[k::m]], now) for k in range(m)))
+            for k in range(m):
+                for i, result in zip(recovered[k::m], flushed[k]):
+                    opened[i] = result
+        return opened
+
+    @staticmethod
+    def _flush_recovered(logs: list[tuple[TopicPartition, PartitionLog | OSError]],
+                         now_ms: int) -> list[tuple[TopicPartition, PartitionLog | OSError]]:
+        """(On a loader thread.) The recovery flush of each log (see
+        :meth:`PartitionLog.open`); a log whose flush fails is closed and given as its error."""
+        out: list[tuple[TopicPartition, PartitionLog | OSError]] = []
+        for tp, plog in logs:
+            assert isinstance(plog, PartitionLog)
+            try:
+                plog.flush(now_ms)
+                out.append((tp, plog))
+            except OSError as exc:
+                plog.abandon()
+                out.append((tp, exc))
+        return out
 
     def _open_batch(self, batch: list[tuple[TopicPartition, LogConfig]],
                     now_ms: int) -> list[tuple[TopicPartition, PartitionLog | OSError]]:
@@ -263,7 +297,7 @@ class HostedLogs:
         out: list[tuple[TopicPartition, PartitionLog | OSError]] = []
         for tp, cfg in batch:
             try:
-                out.append((tp, logs.open_detached(tp, cfg, now_ms)))
+                out.append((tp, logs.open_detached(tp, cfg, now_ms, defer_recovery_flush=True)))
             except OSError as exc:
                 out.append((tp, exc))
         return out
@@ -288,12 +322,13 @@ class HostedLogs:
             topics.add(tp[0])
         return topics
 
-    def _try_open(self, tp: TopicPartition, topic: TopicImage, ts: int) -> PartitionLog | None:
+    def _try_open(self, tp: TopicPartition, topic: TopicImage, ts: int,
+                  config: LogConfig | None = None) -> PartitionLog | None:
         """Open a partition log; if the files cannot be opened (out of file descriptors,
         I/O error) log it and retry at most once every ``OPEN_RETRY_S`` from
         :meth:`partition_log`; meanwhile the partition answers KAFKA_STORAGE_ERROR."""
         try:
-            plog = self._manager().open(tp, self.topic_log_config(topic), ts)
+            plog = self._manager().open(tp, config or self.topic_log_config(topic), ts)
         except OSError as exc:
             if tp not in self._unopened:
                 log.error("cannot open the log of %s-%d (will retry): %s", *tp, exc)

@@ -70,12 +70,14 @@ class LogManager:
     def path_of(self, tp: TopicPartition) -> str:
         return os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}")
 
-    def open_detached(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> PartitionLog:
+    def open_detached(self, tp: TopicPartition, config: LogConfig, now_ms: int, *,
+                      defer_recovery_flush: bool = False) -> PartitionLog:
         """Open (recovering) or create the log for ``tp`` without putting it among the
         open logs (safe on a loader thread: it touches nothing shared but the storage;
-        :meth:`add` it on the owner's thread)."""
+        :meth:`add` it on the owner's thread). ``defer_recovery_flush``: see
+        :meth:`PartitionLog.open`."""
         return PartitionLog.open(self.path_of(tp), config, now_ms, clean_shutdown=self.clean_shutdown,
-                                 storage=self.storage)
+                                 storage=self.storage, defer_recovery_flush=defer_recovery_flush)
 
     def open(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> PartitionLog:
         """Open (recovering) or create the log for ``tp``."""

@@ -152,12 +152,14 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self._leader_epoch: int | None = None
         #: the recovery point dropped (a truncation): the next flush writes the file durably
         self._recovery_point_lowered = False
+        #: opened with ``defer_recovery_flush`` and not flushed yet (see :meth:`open`)
+        self.recovery_flush_pending = False
 
     # ================================================================== opening
 
     @classmethod
     def open(cls, path: str, config: LogConfig, now_ms: int, *, clean_shutdown: bool,
-             storage: Storage = POSIX) -> PartitionLog:
+             storage: Storage = POSIX, defer_recovery_flush: bool = False) -> PartitionLog:
         """Open (creating if needed) the partition directory ``path`` and recover it.
 
         The last segment is always scanned with CRC checks; after an unclean shutdown so
@@ -167,7 +169,10 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         comes from the newest usable snapshot at or below the recovered LEO plus the
         batches after it (all batch headers without one); after replaying any, a
         snapshot at the LEO is written so the next start begins there. All file access
-        goes through ``storage``.
+        goes through ``storage``. ``defer_recovery_flush``: the flush of a log recovered
+        after an unclean stop (below) is left to the caller, who must :meth:`flush` the
+        log before anything uses it (``recovery_flush_pending``): a loader that flushes
+        many at once (after one ``sync``).
         """
         loaded = load_segments(storage, path, config, clean_shutdown=clean_shutdown)
         segments, start_ckpt, recovery_point = loaded.segments, loaded.log_start_checkpoint, loaded.recovery_point
@@ -206,7 +211,10 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             # A new partition, or one after a clean stop, fsyncs nothing here: its
             # directory entries ride on its first flush (``_parent_dir_dirty``; lost in
             # a crash before, the empty log is created again when its partition opens).
-            self.flush(now_ms)
+            if defer_recovery_flush:
+                self.recovery_flush_pending = True
+            else:
+                self.flush(now_ms)
         return self
 
     # ================================================================== properties
@@ -638,6 +646,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             self.end_flush(job, ok=False)
             raise
         self.end_flush(job, ok=True)
+        self.recovery_flush_pending = False
         return self._recovery_point
 
     def begin_due_flush(self, now_ms: int) -> FlushJob:
