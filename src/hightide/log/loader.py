@@ -61,7 +61,8 @@ def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutd
         make_dirs_durable(storage, os.path.dirname(os.path.abspath(path)))
         storage.mkdir(path)
         # nothing to read, complete, clean up or recover in a new directory
-        return LoadedSegments([LogSegment(storage, path, 0, config.index_interval_bytes)], None, 0, False, True)
+        return LoadedSegments([LogSegment(storage, path, 0, config.index_interval_bytes, new=True)], None, 0, False,
+                              True)
     start_ckpt = read_int_file(storage, os.path.join(path, LOG_START_OFFSET_FILE))
     recovery_point = read_int_file(storage, os.path.join(path, RECOVERY_POINT_FILE)) or 0
     complete_swaps(storage, path)

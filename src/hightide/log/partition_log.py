@@ -196,6 +196,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self._delete_segments_below_start()
         if self._segments[-1].size:
             self._segments[-1].first_append_ms = now_ms
+        if loaded.created:  # an empty new directory: no aborted transactions, snapshots or epochs to read
+            return self
         if self.txn_index.load(self._bases):
             self._dir_dirty = True
         self._load_producer_state(clean_shutdown)
