@@ -350,11 +350,12 @@ class HostedLogs:
 
     def refresh_topic_config(self, topic: TopicImage) -> None:
         """Put the topic's effective config (after a change to it) in force on its open logs."""
-        cfg = self.topic_log_config(topic)
         logs = self._manager()
+        cfg: LogConfig | None = None  # worked out once a log of the topic is open (none at start-up)
         for p in topic.partitions:
             plog = logs.get((topic.name, p))
             if plog is not None:
+                cfg = cfg or self.topic_log_config(topic)
                 plog.config = cfg
 
     def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
