@@ -162,8 +162,9 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
              storage: Storage = POSIX, defer_recovery_flush: bool = False) -> PartitionLog:
         """Open (creating if needed) the partition directory ``path`` and recover it.
 
-        The last segment is always scanned with CRC checks; after an unclean shutdown so
-        is every segment past the recovery point. Invalid tails are truncated (WARNING
+        After an unclean shutdown the last segment, and every segment past the recovery
+        point, is scanned with CRC checks; after a clean one none is (see
+        :func:`~.loader.load_segments`). Invalid tails are truncated (WARNING
         on ``hightide.log``); an invalid batch inside an older segment also deletes all
         later segments. Missing or inconsistent index files are rebuilt. Producer state
         comes from the newest usable snapshot at or below the recovered LEO plus the
