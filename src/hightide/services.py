@@ -118,6 +118,11 @@ class PartitionLogs(Protocol):
         """The open log of a partition, or None (unknown, or its files cannot be opened)."""
         ...
 
+    def loading(self, topic: str, partition: int) -> bool:
+        """True while the partition's log is still being loaded at start-up (its data
+        requests answer NOT_LEADER_OR_FOLLOWER, retriable, until then)."""
+        ...
+
     def hosted_logs(self) -> list[tuple[tuple[str, int], PartitionLog]]:
         """Every open partition log of this node with its (topic, partition), the
         metadata log excepted (Kafka's ``LogManager.allLogs``)."""

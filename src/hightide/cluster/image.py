@@ -118,6 +118,23 @@ class MetadataImage:
     security: SecurityImage = field(default_factory=SecurityImage)
     #: Client quotas by entity (ClientQuotaRecord; see hightide.cluster.quota_image).
     quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
+    #: The names of the topics that records applied since the last :meth:`take_changes`
+    #: touched (created, removed, a partition added or changed, a config); None: anything
+    #: may have changed (a fresh image, replayed or loaded from a snapshot; a change of
+    #: the brokers or of broker configs), so whoever follows the image looks at all of it.
+    #: Not part of the image's value (not compared).
+    changed_topics: set[str] | None = field(default=None, compare=False, repr=False)
+
+    def take_changes(self) -> set[str] | None:
+        """The topics changed since the last call (None: look at everything; see
+        ``changed_topics``), and start collecting afresh. One consumer per image: the
+        node's hook that puts metadata changes in force on what it hosts."""
+        changed, self.changed_topics = self.changed_topics, set()
+        return changed
+
+    def _touch(self, topic: str) -> None:
+        if self.changed_topics is not None:
+            self.changed_topics.add(topic)
 
     def apply(self, record: MetadataRecord, offset: int) -> None:
         """Apply one record (the only mutator)."""
@@ -126,18 +143,22 @@ class MetadataImage:
                 t = TopicImage(name, uuid.UUID(tid))
                 self.topics[name] = t
                 self.topics_by_id[t.topic_id] = t
+                self._touch(name)
             case PartitionRecord():
                 t = self.topics_by_id[uuid.UUID(record.topic_id)]
                 t.partitions[record.partition] = PartitionImage.of(record)
+                self._touch(t.name)
             case PartitionChangeRecord():
                 changed = self.topics_by_id.get(uuid.UUID(record.topic_id))
                 current = changed.partitions.get(record.partition) if changed is not None else None
                 if changed is not None and current is not None:  # a change of a deleted topic: nothing left
                     changed.partitions[record.partition] = current.merge(record)
+                    self._touch(changed.name)
             case RemoveTopicRecord(topic_id=tid):
                 removed = self.topics_by_id.pop(uuid.UUID(tid), None)
                 if removed is not None:
                     self.topics.pop(removed.name, None)
+                    self._touch(removed.name)
             case ConfigRecord(resource_type=rt, resource_name=rn, name=n, value=v):
                 target = self._config_target(rt, rn)
                 if target is not None:
@@ -149,6 +170,9 @@ class MetadataImage:
                         self.group_configs.pop(rn, None)
                 if rt == BROKER_RESOURCE:
                     self._apply_broker_config(rn, n, v)
+                    self.changed_topics = None
+                elif rt == TOPIC_RESOURCE:
+                    self._touch(rn)
             case ProducerIdsRecord(next_producer_id=nxt):
                 self.next_producer_id = max(self.next_producer_id, nxt)
             case FeatureLevelRecord(name=name, feature_level=level):
@@ -158,6 +182,8 @@ class MetadataImage:
                     self.features.pop(name, None)
             case _ if isinstance(record, BROKER_RECORD_TYPES):
                 apply_broker_record(self.brokers, record, offset)
+                if not isinstance(record, NoOpRecord):  # who may lead changed
+                    self.changed_topics = None
             case ClientQuotaRecord():
                 self.quotas.apply(record)
             case _ if isinstance(record, SECURITY_RECORD_TYPES):

@@ -21,7 +21,9 @@ somebody waits for meanwhile is flushed again once the batch ends.
 Built from ``logs``: a callable returning the open partition logs (the broker's
 :class:`~hightide.log.manager.LogManager`, iterated as ``(topic-partition, log)`` pairs),
 or None while there are none (before start, after stop); the periodic policy looks at
-them each round, at ``clock.now_ms()`` (:mod:`hightide.aio.clock`). Durability is asked for
+them each round, at ``clock.now_ms()`` (:mod:`hightide.aio.clock`) — with more than
+``SWEEP_SLICE`` logs at that many per round, so ``flush.ms`` is checked once per sweep
+(Kafka checks it every ``log.flush.scheduler.interval.ms``). Durability is asked for
 per log (:meth:`Flusher.durable`).
 """
 
@@ -44,6 +46,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("hightide.flush")
 TICK_S = 0.05
 FSYNC_THREADS = 4  # a round's logs are fsynced on this many threads at once
+#: At most this many logs are checked by the periodic policy in one round (a round runs at
+#: least every TICK_S): with more partitions each is looked at once per sweep of
+#: N / SWEEP_SLICE ticks (2.5 s at 100,000 partitions).
+SWEEP_SLICE = 2000
 
 OpenLogs = Callable[[], "Iterable[tuple[tuple[str, int], PartitionLog]] | None"]
 """The open partition logs as (topic-partition, log) pairs, or None when there are none."""
@@ -60,6 +66,9 @@ class Flusher:
         self._round: asyncio.Future | None = None
         self._periodic: asyncio.Task | None = None  # the periodic batch running, if any
         self._periodic_logs: set[int] = set()  # the logs in it
+        self._sweep: list["PartitionLog"] = []  # the periodic policy's sweep over the logs
+        self._sweep_pos = 0
+        self._next_slice_at = 0.0
 
     def durable(self, plog: "PartitionLog") -> asyncio.Future:
         """A future resolved once everything appended to ``plog`` so far is fsynced
@@ -108,17 +117,38 @@ class Flusher:
             self._requested.setdefault(key, (plog, []))[1].extend(futures)
         now = self.clock.now_ms()
         waited = [(key, plog, plog.begin_flush(now)) for key, (plog, _) in requested.items()]
-        logs = self._logs()
-        if periodic and logs is not None and (self._periodic is None or self._periodic.done()):
+        if periodic and (self._periodic is None or self._periodic.done()):
             # what the policy says: maybe only a new log start offset and directory
             # entries, without fsyncing segments
-            due = [(id(plog), plog, plog.begin_due_flush(now)) for _, plog in logs
+            due = [(id(plog), plog, plog.begin_due_flush(now)) for plog in self._next_slice()
                    if id(plog) not in requested and plog.needs_flush(now)]
             if due:
                 self._periodic_logs = {key for key, _, _ in due}
                 self._periodic = asyncio.ensure_future(self._complete(due, {}, self._background))
                 self._periodic.add_done_callback(self._periodic_done)
         await self._complete(waited, requested, self._executor)
+
+    def _next_slice(self) -> list["PartitionLog"]:
+        """The logs the periodic policy looks at this round: all of them when there are at
+        most ``SWEEP_SLICE``, else the next ``SWEEP_SLICE`` of a sweep over a list taken
+        when the last sweep ended (logs opened since wait for the next sweep; closed ones
+        never need a flush), at most one slice per ``TICK_S`` (rounds asked for by
+        :meth:`durable` come more often), so the policy costs at most that many checks
+        per tick whatever the number of partitions."""
+        now = self.clock.monotonic()
+        if now < self._next_slice_at:  # a big sweep advances once per TICK_S, not per round
+            return []
+        if self._sweep_pos >= len(self._sweep):
+            logs = self._logs()
+            self._sweep = [plog for _, plog in logs] if logs is not None else []
+            self._sweep_pos = 0
+            if len(self._sweep) <= SWEEP_SLICE:
+                out, self._sweep = self._sweep, []
+                return out
+        self._next_slice_at = now + TICK_S
+        out = self._sweep[self._sweep_pos:self._sweep_pos + SWEEP_SLICE]
+        self._sweep_pos += SWEEP_SLICE
+        return out
 
     def _periodic_done(self, task: asyncio.Task) -> None:
         self._periodic_logs = set()

@@ -11,6 +11,9 @@ without preallocation:
   so far and the (last) offset of the batch that first reached it.
 
 Index files are disposable: when missing or inconsistent, the segment rebuilds them.
+A file is created lazily (as Kafka's ``LazyIndex``): when the first entry is written,
+or when its segment rolls (:meth:`_IndexFile.create`) — a new partition's empty segment
+has only its ``.log``.
 """
 
 from __future__ import annotations
@@ -37,17 +40,28 @@ class _IndexFile:
     def __init__(self, storage: Storage, path: str, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
+        self._storage = storage
         self._pending = bytearray()
         self._written_entries = 0
-        self._file: StorageFile | None = storage.open(path)
+        self._file: StorageFile | None = None  # opened (created) on first use
+        self._closed = False
         self._dirty = False
 
     @property
     def _f(self) -> StorageFile:
         f = self._file
         if f is None:
-            raise ValueError(f"index {self.path} is closed")
+            if self._closed:
+                raise ValueError(f"index {self.path} is closed")
+            f = self._file = self._storage.open(self.path)
         return f
+
+    def create(self) -> None:
+        """Make sure the file exists (a rolled segment keeps its index files, so the next
+        start loads instead of rebuilding them)."""
+        if self._file is None and not self._closed:
+            self._f
+            self._dirty = True  # its directory entry and (empty) contents go with the next flush
 
     def _read_raw(self) -> list[tuple[int, int]]:
         size = self._f.size()
@@ -78,7 +92,8 @@ class _IndexFile:
         return dup
 
     def mark_dirty(self) -> None:
-        self._dirty = True
+        if self._file is not None:  # a file never opened holds nothing to fsync
+            self._dirty = True
 
     def fsync(self) -> None:
         self.write_pending()
@@ -87,6 +102,10 @@ class _IndexFile:
             self._dirty = False
 
     def _rewrite(self, n_entries: int, data: bytes) -> None:
+        if not data and self._file is None and not self._storage.exists(self.path):
+            self._written_entries = 0  # nothing to write: the file stays uncreated
+            self._pending.clear()
+            return
         self._f.truncate(0)
         if data:
             self._f.pwrite(data, 0)
@@ -95,10 +114,13 @@ class _IndexFile:
         self._dirty = True
 
     def close(self) -> None:
-        if self._file is not None:
-            try:
-                self.write_pending()
-            finally:
+        if self._closed:
+            return
+        try:
+            self.write_pending()
+        finally:
+            self._closed = True
+            if self._file is not None:
                 self._file.close()
                 self._file = None
 

@@ -49,10 +49,10 @@ def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutd
 
     First completes log-cleaner swaps interrupted by a crash (``<base>.log.<end>.swap``,
     see :mod:`.cleaner_files`), then removes stray ``.deleted``/``.cleaned``/``.swap``/
-    ``.tmp`` files and orphan index files. The last segment is always recovered (CRC
-    scan, torn tail truncated, indexes rebuilt); after an unclean shutdown so is every segment that ends past the
-    recovery point. Other segments are loaded from their index files, rebuilt when
-    those are missing or inconsistent. A truncated segment that is not the last one
+    ``.tmp`` files and orphan index files. After an unclean shutdown the last segment,
+    and every segment that ends past the recovery point, is recovered (CRC scan, torn
+    tail truncated, indexes rebuilt); after a clean one none is. Other segments are
+    loaded from their index files, rebuilt when those are missing or inconsistent. A truncated segment that is not the last one
     causes all later segments to be deleted. Truncations are logged as WARNINGs.
     There is always at least one segment.
     """
@@ -60,6 +60,9 @@ def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutd
     if created:  # the new entry in the parent is made durable by the log's first flush
         make_dirs_durable(storage, os.path.dirname(os.path.abspath(path)))
         storage.mkdir(path)
+        # nothing to read, complete, clean up or recover in a new directory
+        return LoadedSegments([LogSegment(storage, path, 0, config.index_interval_bytes, new=True)], None, 0, False,
+                              True)
     start_ckpt = read_int_file(storage, os.path.join(path, LOG_START_OFFSET_FILE))
     recovery_point = read_int_file(storage, os.path.join(path, RECOVERY_POINT_FILE)) or 0
     complete_swaps(storage, path)
@@ -85,7 +88,9 @@ def load_segments(storage: Storage, path: str, config: LogConfig, *, clean_shutd
         segments.append(seg)
         is_last = i == len(bases) - 1
         next_base = bases[i + 1] if not is_last else None
-        must_recover = is_last or (not clean_shutdown and (next_base is None or next_base > recovery_point))
+        # after a clean shutdown nothing is recovered (Kafka's LogLoader): every segment,
+        # the active one too, loads from its indexes (rebuilt if missing or inconsistent)
+        must_recover = not clean_shutdown and (is_last or next_base is None or next_base > recovery_point)
         if not must_recover:
             try:
                 seg.load()

@@ -40,6 +40,7 @@ class LogManager:
             storage.unlink(marker)
             storage.fsync_dir(data_dir)  # a crash from now on must not look clean
         self.logs: dict[TopicPartition, PartitionLog] = {}
+        self._by_topic: dict[str, set[int]] = {}  # the open logs' partitions by topic
 
     def existing_dirs(self) -> list[TopicPartition]:
         out = []
@@ -52,28 +53,61 @@ class LogManager:
     def get(self, tp: TopicPartition) -> PartitionLog | None:
         return self.logs.get(tp)
 
+    def open_partitions_of(self, topic: str) -> list[TopicPartition]:
+        """The topic-partitions of ``topic`` whose logs are open here."""
+        return [(topic, p) for p in self._by_topic.get(topic, ())]
+
+    def add(self, tp: TopicPartition, plog: PartitionLog) -> PartitionLog:
+        """Put a log opened elsewhere (:meth:`PartitionLog.open` on a loader thread) among
+        the open logs; if one is open for ``tp`` already, that one stays (returned)."""
+        current = self.logs.get(tp)
+        if current is not None:
+            return current
+        self.logs[tp] = plog
+        self._by_topic.setdefault(tp[0], set()).add(tp[1])
+        return plog
+
+    def path_of(self, tp: TopicPartition) -> str:
+        return os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}")
+
+    def open_detached(self, tp: TopicPartition, config: LogConfig, now_ms: int, *,
+                      defer_recovery_flush: bool = False) -> PartitionLog:
+        """Open (recovering) or create the log for ``tp`` without putting it among the
+        open logs (safe on a loader thread: it touches nothing shared but the storage;
+        :meth:`add` it on the owner's thread). ``defer_recovery_flush``: see
+        :meth:`PartitionLog.open`."""
+        return PartitionLog.open(self.path_of(tp), config, now_ms, clean_shutdown=self.clean_shutdown,
+                                 storage=self.storage, defer_recovery_flush=defer_recovery_flush)
+
     def open(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> PartitionLog:
         """Open (recovering) or create the log for ``tp``."""
         plog = self.logs.get(tp)
         if plog is None:
-            path = os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}")
-            plog = PartitionLog.open(path, config, now_ms, clean_shutdown=self.clean_shutdown, storage=self.storage)
-            self.logs[tp] = plog
+            plog = self.add(tp, self.open_detached(tp, config, now_ms))
         return plog
 
     def delete(self, tp: TopicPartition) -> None:
         plog = self.logs.pop(tp, None)
         if plog is not None:
+            self._forget(tp)
             plog.delete()
         else:
-            remove_tree(self.storage, os.path.join(self.data_dir, f"{tp[0]}-{tp[1]}"))
+            remove_tree(self.storage, self.path_of(tp))
+
+    def _forget(self, tp: TopicPartition) -> None:
+        parts = self._by_topic.get(tp[0])
+        if parts is not None:
+            parts.discard(tp[1])
+            if not parts:
+                del self._by_topic[tp[0]]
 
     def __iter__(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))
 
-    def close(self) -> None:
-        """Flush and close every log, then write the clean-shutdown marker."""
-        failed = False
+    def close(self, *, mark_clean: bool = True) -> None:
+        """Flush and close every log, then write the clean-shutdown marker (not when
+        ``mark_clean`` is False: logs recovered after an unclean stop were left unopened)."""
+        failed = not mark_clean
         for tp, plog in list(self.logs.items()):
             try:
                 plog.close()
@@ -81,6 +115,7 @@ class LogManager:
                 failed = True
                 log.exception("closing log %s-%d failed", *tp)
         self.logs.clear()
+        self._by_topic.clear()
         if not failed:
             self.storage.open(os.path.join(self.data_dir, CLEAN_SHUTDOWN)).close()
             self.storage.fsync_dir(self.data_dir)
@@ -91,3 +126,4 @@ class LogManager:
         for plog in self.logs.values():
             plog.abandon()
         self.logs.clear()
+        self._by_topic.clear()

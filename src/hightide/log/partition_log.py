@@ -152,29 +152,37 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self._leader_epoch: int | None = None
         #: the recovery point dropped (a truncation): the next flush writes the file durably
         self._recovery_point_lowered = False
+        #: opened with ``defer_recovery_flush`` and not flushed yet (see :meth:`open`)
+        self.recovery_flush_pending = False
 
     # ================================================================== opening
 
     @classmethod
     def open(cls, path: str, config: LogConfig, now_ms: int, *, clean_shutdown: bool,
-             storage: Storage = POSIX) -> PartitionLog:
+             storage: Storage = POSIX, defer_recovery_flush: bool = False) -> PartitionLog:
         """Open (creating if needed) the partition directory ``path`` and recover it.
 
-        The last segment is always scanned with CRC checks; after an unclean shutdown so
-        is every segment past the recovery point. Invalid tails are truncated (WARNING
+        After an unclean shutdown the last segment, and every segment past the recovery
+        point, is scanned with CRC checks; after a clean one none is (see
+        :func:`~.loader.load_segments`). Invalid tails are truncated (WARNING
         on ``hightide.log``); an invalid batch inside an older segment also deletes all
         later segments. Missing or inconsistent index files are rebuilt. Producer state
         comes from the newest usable snapshot at or below the recovered LEO plus the
         batches after it (all batch headers without one); after replaying any, a
         snapshot at the LEO is written so the next start begins there. All file access
-        goes through ``storage``.
+        goes through ``storage``. ``defer_recovery_flush``: the flush of a log recovered
+        after an unclean stop (below) is left to the caller, who must :meth:`flush` the
+        log before anything uses it (``recovery_flush_pending``): a loader that flushes
+        many at once (after one ``sync``).
         """
         loaded = load_segments(storage, path, config, clean_shutdown=clean_shutdown)
         segments, start_ckpt, recovery_point = loaded.segments, loaded.log_start_checkpoint, loaded.recovery_point
         interval = config.index_interval_bytes
         self = cls(storage, path, config, segments, now_ms)
         self._parent_dir_dirty = loaded.created
-        self._log_start_on_disk = start_ckpt
+        # without the file a reload starts at the first segment's base: nothing to write
+        # while the log start is that (a new log)
+        self._log_start_on_disk = start_ckpt if start_ckpt is not None else segments[0].base_offset
         self._recovery_point = min(recovery_point, self._leo)
         start = max(start_ckpt or 0, segments[0].base_offset)
         if start > self._leo:
@@ -189,11 +197,13 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self._delete_segments_below_start()
         if self._segments[-1].size:
             self._segments[-1].first_append_ms = now_ms
+        if loaded.created:  # an empty new directory: no aborted transactions, snapshots or epochs to read
+            return self
         if self.txn_index.load(self._bases):
             self._dir_dirty = True
         self._load_producer_state(clean_shutdown)
         self._load_leader_epochs()
-        if loaded.recovered_any and not clean_shutdown:
+        if loaded.recovered_any and not clean_shutdown and not loaded.created:
             # After an unclean stop the recovered segments, the cut tail, and the producer
             # state snapshot taken above are made durable and the recovery point moves to
             # the log end before anything is appended. Without it a second unclean start
@@ -202,8 +212,12 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             # a transaction that began in a deleted segment
             # (tests/unit/test_txn_log_properties.py found it when this flush was skipped).
             # A new partition, or one after a clean stop, fsyncs nothing here: its
-            # directory entry rides on the flusher's next round (``_parent_dir_dirty``).
-            self.flush(now_ms)
+            # directory entries ride on its first flush (``_parent_dir_dirty``; lost in
+            # a crash before, the empty log is created again when its partition opens).
+            if defer_recovery_flush:
+                self.recovery_flush_pending = True
+            else:
+                self.flush(now_ms)
         return self
 
     # ================================================================== properties
@@ -607,15 +621,19 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
     def _metadata_dirty(self) -> bool:
         # a changed leader-epoch checkpoint rides on the next flush: nothing below the
         # recovery point needs it before (see ReplicaLog._load_leader_epochs)
-        return self._log_start_on_disk != self._log_start or self._parent_dir_dirty or self._recovery_point_lowered
+        # a new directory's entry matters once the log holds something (an empty log lost
+        # in a crash is created again when its partition opens)
+        return (self._log_start_on_disk != self._log_start or (self._parent_dir_dirty and self._leo > self._log_start)
+                or self._recovery_point_lowered)
 
     def needs_flush(self, now_ms: int) -> bool:
         """True when flush.messages or flush.ms says unflushed data must be fsynced, or
         a new log start offset or lowered recovery point (or a new partition
         directory) is not durable yet. Never
         after a failed fsync: retrying it could report success for pages the kernel
-        already dropped (Linux clears the error once reported)."""
-        if self.offline_reason is not None:
+        already dropped (Linux clears the error once reported). Never for a closed
+        (deleted) log."""
+        if self.offline_reason is not None or self._closed:
             return False
         return self._flush_due(now_ms) or self._metadata_dirty()
 
@@ -631,6 +649,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             self.end_flush(job, ok=False)
             raise
         self.end_flush(job, ok=True)
+        self.recovery_flush_pending = False
         return self._recovery_point
 
     def begin_due_flush(self, now_ms: int) -> FlushJob:

@@ -79,7 +79,8 @@ class LogSegment:
     (wall-clock time of the first append, for ``segment.ms``).
     """
 
-    def __init__(self, storage: Storage, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, storage: Storage, directory: str, base_offset: int, index_interval_bytes: int, *,
+                 new: bool = False) -> None:
         self.storage = storage
         self.directory = directory
         self.base_offset = base_offset
@@ -88,7 +89,7 @@ class LogSegment:
         self.log_path = stem + ".log"
         self.file: StorageFile | None = storage.open(self.log_path)
         try:  # out of file descriptors (EMFILE) half-way: do not leak the first ones
-            self.index_files_missing = not (storage.exists(stem + ".index") and storage.exists(stem + ".timeindex"))
+            self.index_files_missing = new or not (storage.exists(stem + ".index") and storage.exists(stem + ".timeindex"))
             self.offset_index = OffsetIndex(storage, stem + ".index", base_offset)
             try:
                 self.time_index = TimeIndex(storage, stem + ".timeindex", base_offset)
@@ -383,6 +384,8 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.max_timestamp_offset)
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.offset_index.create()
+        self.time_index.create()
 
     def take_dirty_files(self) -> list[StorageFile]:
         """Dups of the handles (log, indexes) that need an fsync; marks them clean. The

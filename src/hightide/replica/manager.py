@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -163,9 +163,11 @@ class ReplicaManager:
         return int(self._config["replica.lag.time.max.ms"])
 
     # -- roles from the image -----------------------------------------------------------------
-    def apply_image(self, image: MetadataImage) -> None:
+    def apply_image(self, image: MetadataImage, topics: Iterable[str] | None = None) -> None:
         """Put the image's leadership in force for every partition hosted here (its log must
-        be open): lead, follow, or neither. Idempotent; cheap when nothing changed."""
+        be open): lead, follow, or neither. Idempotent. ``topics``: only these topics
+        changed (see :meth:`MetadataImage.take_changes`; a change of the brokers is never
+        such a change): only their partitions are looked at; None: every partition."""
         logs = self._logs()
         if logs is None or self._closed:
             return
@@ -174,7 +176,12 @@ class ReplicaManager:
         eligible = {bid: reg.epoch for bid, reg in image.brokers.items()
                     if not reg.fenced and not reg.in_controlled_shutdown}
         hosted: set[TopicPartition] = set()
-        for t in image.topics.values():
+        if topics is None:
+            looked_at: Iterable[TopicImage] = image.topics.values()
+        else:
+            names = set(topics)
+            looked_at = [t for name in names if (t := image.topics.get(name)) is not None]
+        for t in looked_at:
             for p, pimg in t.partitions.items():
                 if pimg.leader != node and node not in pimg.replicas:
                     continue
@@ -187,9 +194,9 @@ class ReplicaManager:
                     self._lead(t, pimg, plog, eligible, ts)
                 else:
                     self._follow(tp, pimg, plog)
-        for tp in [tp for tp in self.leaders if tp not in hosted]:
+        for tp in [tp for tp in self.leaders if tp not in hosted and (topics is None or tp[0] in names)]:
             self._resign(tp)
-        for tp in [tp for tp in self.following if tp not in hosted]:
+        for tp in [tp for tp in self.following if tp not in hosted and (topics is None or tp[0] in names)]:
             self._stop_following(tp)
 
     def _lead(self, t: TopicImage, pimg: PartitionImage, plog: PartitionLog, eligible: dict[int, int],

@@ -36,9 +36,12 @@ properties (``image``, ``host``, ``port``, ``advertised``, ``metadata_ready``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import gc
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from ..aio.clock import SYSTEM_CLOCK, Clock
@@ -64,7 +67,7 @@ from ..coordinator.txn_verify import REQUEST_TIMEOUT_S as TXN_VERIFY_TIMEOUT_S
 from ..coordinator.txn_verify import RemoteTxnVerifier
 from ..disk.cleaner import LogCleaner
 from ..disk.flusher import Flusher
-from ..disk.hosted_logs import HostedLogs
+from ..disk.hosted_logs import BACKGROUND_LOAD_MIN, HostedLogs
 from ..log.data_dir import (DataDirNotFormatted, check_identity, format_dir, read_meta_properties,
                             write_meta_properties)
 from ..log.data_dir import new_id as new_cluster_id
@@ -204,6 +207,9 @@ class Broker:
         self.started_at = 0.0
         self.stopping = False
         self.stop_step_timeout_s = STOP_STEP_TIMEOUT_S  # each step of stop() (tests shorten it)
+        #: From this many partitions on, their logs load in the background once listening
+        #: (HostedLogs: "Loading at start-up"; tests lower it).
+        self.background_load_min = BACKGROUND_LOAD_MIN
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
         self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
         self.services = _services_of(self, self.routes)  # what handlers get, by narrow interface
@@ -235,10 +241,11 @@ class Broker:
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
             log.info("%s", self.storage.budget_line)
         self.logs = LogManager(self.data_dir, self.storage)
-        self.metadata = MetadataLog(self.data_dir, self.clock.now_ms(), self.logs.clean_shutdown,
-                                    storage=self.storage,
-                                    segment_bytes=self.cluster.metadata_segment_bytes,
-                                    refetchable=self.node is not None)  # a broker's copy may be fetched again
+        with _gc_paused():  # the image is built from every metadata record at once (issue 33)
+            self.metadata = MetadataLog(self.data_dir, self.clock.now_ms(), self.logs.clean_shutdown,
+                                        storage=self.storage,
+                                        segment_bytes=self.cluster.metadata_segment_bytes,
+                                        refetchable=self.node is not None)  # a broker's copy may be fetched again
         if self.node is not None and self.cluster_id is None and self._read_meta_properties().get("cluster.id") is None:
             self._load_cluster_id(await self.node.adopt_cluster_id())  # written to meta.properties
         self.cluster_id = self.cluster_id or self._load_cluster_id()
@@ -246,6 +253,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self.flusher.run(), name="flusher"))
         if self.node is None:  # a voter (a broker-only node's metadata log is a copy of the controller's)
             self.metadata_runtime = self._metadata_runtime()
+        pending: list = []  # the logs left to the background loader
         if self.cluster.single_node:  # the lone voter leads before anything reads its image
             await self._elect_lone_voter()
         self.hosted.apply_dynamic_broker_configs()
@@ -257,13 +265,20 @@ class Broker:
             # A broker-only node's local copy may be stale: its logs are opened (recovered),
             # but nothing is led, followed, coordinated or deleted before it caught up with
             # the controller (BrokerNode.caught_up, then after_metadata_change).
-            self.hosted.follow_image(delete_removed=self.node is None)
+            # The internal topics' logs now, the others in the background once listening
+            # (HostedLogs: "Loading at start-up"); the logs of removed topics are deleted
+            # after that.
+            self.image.take_changes()  # looked at whole here
+            pending = self.hosted.open_at_start(background_min=self.background_load_min)
             if self.node is None:  # the single node leads every partition: its logs take their leader epochs
                 self.replica_manager.apply_image(self.image)
             self.groups.start()  # a broker-only node: nothing loaded before the catch-up
             self.share_state.start()
             self.txns.start()
         await self.listeners.start(self.services, self.controller_services)
+        if not self.controller_only:
+            self._tasks.append(asyncio.create_task(self.hosted.load_in_background(
+                pending, self._after_loading, delete_removed=self.node is None), name="log-loader"))
         if self.node is not None:
             self.node.start(self.metadata, self.flusher.durable)  # after the listeners: the registration names their ports
         self.snapshotter = self._snapshotter()  # a broker-only node's (a voter's shell snapshots through the core)
@@ -418,7 +433,8 @@ class Broker:
     def _close_logs(self) -> None:
         if self.logs is not None:
             logs, self.logs = self.logs, None
-            logs.close()
+            # after an unclean start, logs the loader never opened were never recovered
+            logs.close(mark_clean=self.hosted.loaded or logs.clean_shutdown)
 
     def _release_dir_lock(self) -> None:
         if self._dir_lock is not None:
@@ -504,6 +520,7 @@ class Broker:
         once."""
         if not self.metadata_ready:
             return
+        self.image.take_changes()  # (a broker-only node looks at the whole image after each change)
         self.hosted.follow_image()
         self.hosted.apply_dynamic_broker_configs()
         self.replica_manager.apply_image(self.image)  # lead / follow each hosted partition
@@ -512,13 +529,34 @@ class Broker:
             if follow is not None:
                 follow(self.image)
 
+    def _after_loading(self, topics: set[str]) -> None:
+        """Logs of ``topics`` were loaded in the background: their replica roles follow
+        the image (once this node acts on it; before, the catch-up puts all of it in force)."""
+        if self.metadata_ready:
+            self.replica_manager.apply_image(self.image, topics)
+
     def _after_own_write(self) -> None:
         """Put this node's own committed metadata write in force on what it hosts: open
         the logs of new partitions, delete those of removed ones (looking among the open
         logs only: see :meth:`HostedLogs.follow_image`), stamp leader epochs on the logs
         led here."""
-        self.hosted.follow_image(scan_dir=False)  # every log of a removed topic is open or retried here
-        self.replica_manager.apply_image(self.image)
+        changed = self.image.take_changes()  # the work is that of the change (None: the whole image)
+        self.hosted.follow_image(scan_dir=False, topics=changed)  # every log of a removed topic is open or retried here
+        self.replica_manager.apply_image(self.image, changed)
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the metadata image is built: each collection of
+    the oldest generation walks every object made so far, and the image of 100,000
+    partitions is a million of them (loading it took ~80% longer with collections on)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
 
 def _services_of(broker: Broker, routes: Routes) -> Services:
     """What the handlers of ``routes`` get of ``broker``, by narrow interface: its

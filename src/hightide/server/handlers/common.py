@@ -31,7 +31,8 @@ def check_leader_epoch(current_leader_epoch: int, partition_epoch: int = LEADER_
 
 def resolve_partition(ctx: RequestContext, topic: str, partition: int) -> tuple[PartitionLog | None, ErrorCode]:
     """(log, error). The error is UNKNOWN_TOPIC_OR_PARTITION when the topic or the
-    partition does not exist, NOT_LEADER_OR_FOLLOWER when another broker (or none) leads it."""
+    partition does not exist, NOT_LEADER_OR_FOLLOWER when another broker (or none) leads it
+    or its log is still loading (:func:`missing_log_error`)."""
     t = ctx.image.topics.get(topic)
     if t is None or partition not in t.partitions:
         return None, ErrorCode.unknown_topic_or_partition
@@ -39,8 +40,16 @@ def resolve_partition(ctx: RequestContext, topic: str, partition: int) -> tuple[
         return None, ErrorCode.not_leader_or_follower
     plog = ctx.logs.partition_log(topic, partition)
     if plog is None:
-        return None, ErrorCode.unknown_topic_or_partition
+        return None, missing_log_error(ctx, topic, partition, ErrorCode.unknown_topic_or_partition)
     return plog, ErrorCode.none
+
+
+def missing_log_error(ctx: RequestContext, topic: str, partition: int, otherwise: ErrorCode) -> ErrorCode:
+    """The answer for a partition led here (in the image) whose log is not open:
+    NOT_LEADER_OR_FOLLOWER while it is still loading at start-up (retriable: Kafka's
+    ``ReplicaManager`` answers so for a partition in the metadata that is not online on
+    the broker yet), else ``otherwise`` (its files could not be opened)."""
+    return ErrorCode.not_leader_or_follower if ctx.logs.loading(topic, partition) else otherwise
 
 
 INT32_MIN = -2**31  # authorized operations not requested

@@ -63,7 +63,7 @@ from ..quotas import fetch_max_bytes, fetch_throttle, record_request_time
 from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from ..request_log import REQUEST_LOGGER
-from .common import check_leader_epoch
+from .common import check_leader_epoch, missing_log_error
 
 if TYPE_CHECKING:
     from ...protocol.views.fetch import FetchPartition, FetchRequest
@@ -135,8 +135,8 @@ def _read_topics(ctx: RequestContext, req: FetchRequest, read_committed: bool, r
                 errors = True
                 continue
             plog = partition_log(timg.name, p.partition)
-            if plog is None:  # in the metadata but its log could not be opened
-                pd.error_code = ErrorCode.kafka_storage_error
+            if plog is None:  # in the metadata but its log could not be opened (or is loading)
+                pd.error_code = missing_log_error(ctx, timg.name, p.partition, ErrorCode.kafka_storage_error)
                 errors = True
                 continue
             epoch = timg.partitions[p.partition].leader_epoch

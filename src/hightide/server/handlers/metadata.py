@@ -18,7 +18,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...protocol.codec import response_schema
+from ...protocol.codec import encode_response, response_schema
+from ...protocol.metadata_response import TopicEntryCache, splice_topics
+from ...protocol.server_connection import RawResponse
 
 from ...cluster.controller import NewTopic, topic_name_error
 from ...cluster.image import TopicImage
@@ -110,6 +112,8 @@ async def handle(ctx: RequestContext, req: MetadataRequest) -> Any:
         if a is not None:  # topics the principal may not describe are not listed at all
             listed = [t for t in listed if a.authorize(ctx.principal, ctx.client_host, AclOperation.DESCRIBE,
                                                        ResourceType.TOPIC, t.name)]
+        if cluster is None and not opt(req, "include_topic_authorized_operations", False):
+            return _all_topics_raw(ctx, req, listed)
         topics = [topic_entry(t, cluster) for t in listed]
     elif ctx.version >= 12 and (ids := _requested_ids(requested)):
         topics = [_by_id(ctx, a, cluster, tid) for tid in ids]
@@ -156,6 +160,26 @@ async def handle(ctx: RequestContext, req: MetadataRequest) -> Any:
         "throttle_time": 0, "brokers": brokers, "cluster_id": ctx.identity.cluster_id,
         "controller_id": controller_id, "topics": topics, "cluster_authorized_operations": cluster_ops,
     })
+
+
+def _all_topics_raw(ctx: RequestContext, req: MetadataRequest, listed: list[TopicImage]) -> RawResponse:
+    """Every topic on the single node (issue 33): the entries of :func:`topic_entry`
+    written from the bytes :data:`_ENTRIES` keeps per topic, into a response kio encodes
+    around an empty topics array (:mod:`hightide.protocol.metadata_response`)."""
+    entries = [_ENTRIES.entry(t, ctx.version) for t in listed]
+    _ENTRIES.prune(len(ctx.image.topics))
+    cluster_ops = (authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+                   if opt(req, "include_cluster_authorized_operations", False) else OMITTED)
+    brokers, controller_id = _brokers(ctx)
+    frame = encode_response(3, ctx.version, ctx.header.correlation_id, materialize(response_schema(3, ctx.version), {
+        "throttle_time": 0, "brokers": brokers, "cluster_id": ctx.identity.cluster_id,
+        "controller_id": controller_id, "topics": [], "cluster_authorized_operations": cluster_ops,
+    }))
+    return RawResponse([memoryview(b) for b in splice_topics(frame[4:], ctx.version, entries)])
+
+
+#: Encoded topic entries of the single node's answers for every topic (see _all_topics_raw).
+_ENTRIES = TopicEntryCache()
 
 
 def _requested_ids(requested: Sequence[MetadataRequestTopic]) -> list[uuid.UUID]:

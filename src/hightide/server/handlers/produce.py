@@ -49,6 +49,7 @@ from ...protocol.records import Buffer, BatchHeader, InvalidRecords
 from ...security.acl import AclOperation, ResourceType
 from ..authorization import authorizer
 from ..context import RequestContext
+from .common import missing_log_error
 from ..leadership import NotLeader, node_endpoints, not_leader
 from ..registry import CloseConnection, RawResponse, handles
 from ..quotas import produce_throttle, record_request_time
@@ -178,8 +179,8 @@ def _append_partition(ctx: RequestContext, topic: str, partition: int, records: 
     plog = ctx.logs.partition_log(topic, partition)
     if plog is None:
         # A partition whose log could not be opened (e.g. out of file descriptors) is a
-        # storage problem, not an unknown partition.
-        resp["error_code"] = ErrorCode.kafka_storage_error
+        # storage problem, not an unknown partition; one still loading is not led yet.
+        resp["error_code"] = missing_log_error(ctx, topic, partition, ErrorCode.kafka_storage_error)
         return resp, None, None
     if records is None:
         resp["error_code"] = ErrorCode.invalid_record
