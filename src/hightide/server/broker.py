@@ -165,7 +165,41 @@ class Broker:
         self.hosted = HostedLogs(config=self.config, node_id=self.node_id, data_dir=self.data_dir,
                                  logs=lambda: self.logs, image=lambda: self.image, ready=lambda: self.metadata_ready,
                                  wake=self.waiters.wake, clock=clock)
-        # the coordinators (hightide.coordinator), built from what they use of this node
+        self._wire_coordinators(clock)
+        self._wire_replication(clock)
+        self.quotas = ClientQuotas(  # client quota sensors (Produce/Fetch throttling; hightide.quota)
+            lambda: self.image.quotas, self.config["quota.window.num"], self.config["quota.window.size.seconds"])
+        self._tasks: list[asyncio.Task] = []
+        self.cluster_id = cluster_id
+        self.started_at = 0.0
+        self.stopping = False
+        self.stop_step_timeout_s = STOP_STEP_TIMEOUT_S  # each step of stop() (tests shorten it)
+        #: From this many partitions on, their logs load in the background once listening
+        #: (HostedLogs: "Loading at start-up"; tests lower it).
+        self.background_load_min = BACKGROUND_LOAD_MIN
+        self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
+        self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
+        self.services = _services_of(self, self.routes)  # what handlers get, by narrow interface
+        self._wire_broker_node(clock, transport)
+
+    def _wire_broker_node(self, clock: Clock, transport: Transport) -> None:
+        """A broker-only process's cluster side (see ``self.node``)."""
+        #: The cluster side of a broker-only process (process.roles=broker): controller
+        #: channels, registration and heartbeats, the metadata follower, forwarding and the
+        #: read gate. None on the single node and on a controller.
+        self.node: BrokerNode | None = None
+        if self.cluster.is_broker and not self.cluster.is_controller:
+            self.node = BrokerNode(
+                self.cluster, security=controller_client_security(self.config.security_values,
+                                                                  self.cluster.controller_listener_names),
+                cluster_id=lambda: self.cluster_id, listeners=self.listeners.registered,
+                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock,
+                transport=transport)
+            self.routes = broker_node_routes(self.routes, self.node)
+            self.services = _services_of(self, self.routes)
+
+    def _wire_coordinators(self, clock: Clock) -> None:
+        """The coordinators (hightide.coordinator), built from what they use of this node."""
         env = CoordinatorEnv(
             config=self.config, node_id=self.node_id, image=lambda: self.image, partition_log=self.hosted.partition_log,
             durable=self.flusher.durable, wake=self.waiters.wake, create_topics=self.metadata_writer.create_topics,
@@ -187,6 +221,10 @@ class Broker:
             peers=self.inter_broker.clients(f"hightide-txn-markers-{self.node_id}"),
             verifier=RemoteTxnVerifier(self.inter_broker.clients(f"hightide-txn-verify-{self.node_id}",
                                                           TXN_VERIFY_TIMEOUT_S), TXN_VERIFY_TIMEOUT_S))
+
+    def _wire_replication(self, clock: Clock) -> None:
+        """Replication roles, the followers' fetchers, and the leaders' offsets asked of
+        other brokers (hightide.replica)."""
         self.replica_manager = ReplicaManager(  # replication roles, ISR, HW, acks=all (issue 15)
             node_id=self.node_id, config=self.config, logs=lambda: self.logs, waiters=self.waiters,
             image=lambda: self.image, metadata_ready=lambda: self.metadata_ready,
@@ -200,32 +238,6 @@ class Broker:
         self.leader_offsets = LeaderOffsets(  # OffsetFetch's HW tags of partitions led elsewhere
             self.inter_broker.clients(f"hightide-offsets-{self.node_id}"), self.node_id,  # addresses, TLS/SASL
             clock=clock)
-        self.quotas = ClientQuotas(  # client quota sensors (Produce/Fetch throttling; hightide.quota)
-            lambda: self.image.quotas, self.config["quota.window.num"], self.config["quota.window.size.seconds"])
-        self._tasks: list[asyncio.Task] = []
-        self.cluster_id = cluster_id
-        self.started_at = 0.0
-        self.stopping = False
-        self.stop_step_timeout_s = STOP_STEP_TIMEOUT_S  # each step of stop() (tests shorten it)
-        #: From this many partitions on, their logs load in the background once listening
-        #: (HostedLogs: "Loading at start-up"; tests lower it).
-        self.background_load_min = BACKGROUND_LOAD_MIN
-        self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
-        self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
-        self.services = _services_of(self, self.routes)  # what handlers get, by narrow interface
-        #: The cluster side of a broker-only process (process.roles=broker): controller
-        #: channels, registration and heartbeats, the metadata follower, forwarding and the
-        #: read gate. None on the single node and on a controller.
-        self.node: BrokerNode | None = None
-        if self.cluster.is_broker and not self.cluster.is_controller:
-            self.node = BrokerNode(
-                self.cluster, security=controller_client_security(self.config.security_values,
-                                                                  self.cluster.controller_listener_names),
-                cluster_id=lambda: self.cluster_id, listeners=self.listeners.registered,
-                on_metadata_change=self.after_metadata_change, data_dir=self.data_dir, clock=clock,
-                transport=transport)
-            self.routes = broker_node_routes(self.routes, self.node)
-            self.services = _services_of(self, self.routes)
 
     # -- lifecycle ------------------------------------------------------------------
     async def __aenter__(self) -> "Broker":
