@@ -48,15 +48,14 @@ CASES = [
     # item 4: SIGSTOP of the active controller; forwarded writes fail after a new one leads
     Case("channel-stays-on-paused-leader", 3, 11.0, ("pause-leader",), ("forward",), frozenset({0}),
          frozenset({"controller-failover"})),
-    # item 5: two of three controllers paused: forwarded writes answered past their timeout
-    Case("forwarded-write-overruns-deadline", 1, 12.0, ("quorum-loss",), ("forward",), frozenset({0}),
-         frozenset({"deadline"})),
     # item 6: no fault at all: TxnOffsetCommit with the transaction coordinator on another broker
     Case("txn-offset-commit-unverified", 1, 1.0, ("kill",), ("txn",), frozenset(),
          frozenset({"txn-offset-commit"})),
 ]
-# Item 3 (shutdown-swallowed-cancel) has no seed: see docs/durability.md, "The whole
-# cluster in one simulation".
+# Item 3 (shutdown-swallowed-cancel) has no seed, and item 5 (forwarded-write-overruns-
+# deadline) has had none since the controller pipelines its writes (seed 1 found it
+# before; seeds 1-40 with quorum-loss do not now): see docs/durability.md, "The whole
+# cluster in one simulation". Open for both.
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.variant for c in CASES])
