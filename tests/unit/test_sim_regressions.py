@@ -49,7 +49,7 @@ CASES = [
     Case("channel-stays-on-paused-leader", 3, 11.0, ("pause-leader",), ("forward",), frozenset({0}),
          frozenset({"controller-failover"})),
     # item 6: no fault at all: TxnOffsetCommit with the transaction coordinator on another broker
-    Case("txn-offset-commit-unverified", 1, 1.0, ("kill",), ("txn",), frozenset(),
+    Case("txn-offset-commit-unverified", 2, 1.0, ("kill",), ("txn",), frozenset(),
          frozenset({"txn-offset-commit"})),
 ]
 # Item 3 (shutdown-swallowed-cancel) has no seed, and item 5 (forwarded-write-overruns-

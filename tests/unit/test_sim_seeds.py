@@ -27,6 +27,7 @@ AIMED: dict[str, tuple[str, ...]] = {
     "coordinator-unreplicated": ("one-way", "pause"),
     "no-truncation": ("kill", "pause", "partition", "one-way"),
     "unclean-election": ("kill", "pause", "partition", "one-way"),
+    "ack-on-fetch": FAULT_KINDS,  # found by the white-box check with no fault at all
 }
 
 
