@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 
 from ..aio.clock import SYSTEM_CLOCK, Clock
@@ -90,6 +90,8 @@ class HostedLogs:
         self._wake = wake
         self.clock = clock
         self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
+        #: Topics with a log opened after earlier failures since the last :meth:`retry_topics`.
+        self._reopened: set[str] = set()
         self._loading: set[TopicPartition] = set()  # logs the start-up loader has still to open
         #: False while the start-up loader has logs left to open (see the module doc).
         self.loaded = True
@@ -336,7 +338,17 @@ class HostedLogs:
             return None
         if self._unopened.pop(tp, None) is not None:
             log.warning("opened the log of %s-%d after earlier failures", *tp)
+            self._reopened.add(tp[0])
         return plog
+
+    def retry_topics(self) -> set[str]:
+        """The topics a follower of metadata changes looks at after any change, besides
+        those the change touched: those with a log that failed to open (retried then), and
+        those with a log opened after earlier failures since the last call (by
+        :meth:`partition_log`: its replica role is still to be put in force). Few: empty
+        unless opening logs failed."""
+        reopened, self._reopened = self._reopened, set()
+        return reopened | {tp[0] for tp in self._unopened}
 
     def apply_dynamic_broker_configs(self) -> None:
         """Put the dynamic broker configs of the metadata image in force (cluster default,
@@ -347,6 +359,16 @@ class HostedLogs:
         if self._logs() is not None:
             for topic in image.topics.values():
                 self.refresh_topic_config(topic)
+
+    def refresh_topic_configs(self, topics: Iterable[str]) -> None:
+        """:meth:`refresh_topic_config` for each of ``topics`` still in the image (after a
+        change that touched them only: the broker's configs did not change)."""
+        if self._logs() is not None:
+            image = self._image()
+            for name in topics:
+                topic = image.topics.get(name)
+                if topic is not None:
+                    self.refresh_topic_config(topic)
 
     def refresh_topic_config(self, topic: TopicImage) -> None:
         """Put the topic's effective config (after a change to it) in force on its open logs."""
