@@ -158,6 +158,7 @@ class HostedLogs:
         node = self.node_id
         ts = self.clock.now_ms()
         existing: set[TopicPartition] = set()
+        wanted: set[TopicPartition] = set()
         candidates: list[TopicPartition] = []
         for name in topics:
             t = image.topics.get(name)
@@ -166,14 +167,15 @@ class HostedLogs:
                 for p, pimg in t.partitions.items():
                     tp = (name, p)
                     existing.add(tp)
-                    if ((pimg.leader == node or node in pimg.replicas) and logs.get(tp) is None
-                            and tp not in self._loading):
-                        cfg = cfg or self.topic_log_config(t)
-                        self._try_open(tp, t, ts, cfg)
+                    if pimg.leader == node or node in pimg.replicas:
+                        wanted.add(tp)
+                        if logs.get(tp) is None and tp not in self._loading:
+                            cfg = cfg or self.topic_log_config(t)
+                            self._try_open(tp, t, ts, cfg)
             candidates.extend(logs.open_partitions_of(name))
-        dropped = [tp for tp in self._unopened if tp[0] in topics and tp not in existing]
+        dropped = [tp for tp in self._unopened if tp[0] in topics and tp not in wanted]
         for tp in dropped:
-            del self._unopened[tp]  # deleted before it could be opened
+            del self._unopened[tp]  # deleted or moved away before it could be opened
         if delete_removed:
             self._delete_removed(candidates + dropped, existing)
 
