@@ -35,7 +35,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..protocol.errors import ErrorCode
@@ -141,14 +141,16 @@ class CoordinatorService(abc.ABC, Generic[S, K]):
             self.runtime.release(exclude=failed)
 
     # -- cluster mode: leadership -----------------------------------------------------------
-    def follow_leadership(self, image: MetadataImage) -> None:
+    def follow_leadership(self, image: MetadataImage, topics: Collection[str] | None = None) -> None:
         """Cluster mode: load the partitions of the topic whose leader in ``image`` is this
         node and are not loaded yet (they answer COORDINATOR_LOAD_IN_PROGRESS until
         replayed), unload the loaded ones led elsewhere or by nobody (their pending
         writes and parked requests answer NOT_COORDINATOR); nothing is led here before
         the broker caught up with the controller. Does nothing on the single node, which
-        leads every partition."""
-        if not self._cluster:
+        leads every partition. ``topics``: only these topics changed since the last call
+        (see :meth:`MetadataImage.take_changes`): nothing to do unless the coordinator's
+        topic is among them; None: look."""
+        if not self._cluster or (topics is not None and self.topic not in topics):
             return
         topic = image.topics.get(self.topic)
         node = self.env.node_id

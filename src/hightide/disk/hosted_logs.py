@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 
 from ..aio.clock import SYSTEM_CLOCK, Clock
@@ -90,6 +90,8 @@ class HostedLogs:
         self._wake = wake
         self.clock = clock
         self._unopened: dict[TopicPartition, float] = {}  # logs that failed to open -> retry time
+        #: Topics with a log opened after earlier failures since the last :meth:`retry_topics`.
+        self._reopened: set[str] = set()
         self._loading: set[TopicPartition] = set()  # logs the start-up loader has still to open
         #: False while the start-up loader has logs left to open (see the module doc).
         self.loaded = True
@@ -156,6 +158,7 @@ class HostedLogs:
         node = self.node_id
         ts = self.clock.now_ms()
         existing: set[TopicPartition] = set()
+        wanted: set[TopicPartition] = set()
         candidates: list[TopicPartition] = []
         for name in topics:
             t = image.topics.get(name)
@@ -164,14 +167,15 @@ class HostedLogs:
                 for p, pimg in t.partitions.items():
                     tp = (name, p)
                     existing.add(tp)
-                    if ((pimg.leader == node or node in pimg.replicas) and logs.get(tp) is None
-                            and tp not in self._loading):
-                        cfg = cfg or self.topic_log_config(t)
-                        self._try_open(tp, t, ts, cfg)
+                    if pimg.leader == node or node in pimg.replicas:
+                        wanted.add(tp)
+                        if logs.get(tp) is None and tp not in self._loading:
+                            cfg = cfg or self.topic_log_config(t)
+                            self._try_open(tp, t, ts, cfg)
             candidates.extend(logs.open_partitions_of(name))
-        dropped = [tp for tp in self._unopened if tp[0] in topics and tp not in existing]
+        dropped = [tp for tp in self._unopened if tp[0] in topics and tp not in wanted]
         for tp in dropped:
-            del self._unopened[tp]  # deleted before it could be opened
+            del self._unopened[tp]  # deleted or moved away before it could be opened
         if delete_removed:
             self._delete_removed(candidates + dropped, existing)
 
@@ -336,7 +340,17 @@ class HostedLogs:
             return None
         if self._unopened.pop(tp, None) is not None:
             log.warning("opened the log of %s-%d after earlier failures", *tp)
+            self._reopened.add(tp[0])
         return plog
+
+    def retry_topics(self) -> set[str]:
+        """The topics a follower of metadata changes looks at after any change, besides
+        those the change touched: those with a log that failed to open (retried then), and
+        those with a log opened after earlier failures since the last call (by
+        :meth:`partition_log`: its replica role is still to be put in force). Few: empty
+        unless opening logs failed."""
+        reopened, self._reopened = self._reopened, set()
+        return reopened | {tp[0] for tp in self._unopened}
 
     def apply_dynamic_broker_configs(self) -> None:
         """Put the dynamic broker configs of the metadata image in force (cluster default,
@@ -347,6 +361,16 @@ class HostedLogs:
         if self._logs() is not None:
             for topic in image.topics.values():
                 self.refresh_topic_config(topic)
+
+    def refresh_topic_configs(self, topics: Iterable[str]) -> None:
+        """:meth:`refresh_topic_config` for each of ``topics`` still in the image (after a
+        change that touched them only: the broker's configs did not change)."""
+        if self._logs() is not None:
+            image = self._image()
+            for name in topics:
+                topic = image.topics.get(name)
+                if topic is not None:
+                    self.refresh_topic_config(topic)
 
     def refresh_topic_config(self, topic: TopicImage) -> None:
         """Put the topic's effective config (after a change to it) in force on its open logs."""

@@ -180,6 +180,8 @@ class Broker:
         self._dir_lock: DirLock | None = None  # exclusive .lock on data_dir, held from start to stop
         self.routes = handlers.routes()  # the route table; ApiVersions is computed from it
         self.services = _services_of(self, self.routes)  # what handlers get, by narrow interface
+        #: The next :meth:`after_metadata_change` walks the whole image (see there).
+        self._follow_whole = True
         self._wire_broker_node(clock, transport)
 
     def _wire_broker_node(self, clock: Clock, transport: Transport) -> None:
@@ -529,17 +531,34 @@ class Broker:
         topic configs, and let the coordinators follow leadership (load the partitions of
         their internal topics led here, unload lost ones). Nothing before the node has
         caught up with the controller (:attr:`metadata_ready`): then the whole image at
-        once."""
+        once.
+
+        The work is that of the change: the topics its records touched
+        (:meth:`MetadataImage.take_changes`) and those whose logs failed to open
+        (:meth:`HostedLogs.retry_topics`). The whole image (the data directory listed for
+        logs of removed topics, every open log's config, every hosted partition's role)
+        when the change is unknown — a change of the brokers (who may lead: fenced,
+        unfenced, registered) or of broker configs, an image loaded from a snapshot or
+        rebuilt after a truncation — and at the catch-up, and after each change while the
+        start-up loader opens logs and the first one after it finished (it leaves the
+        directories of topics removed meanwhile to this walk)."""
         if not self.metadata_ready:
             return
-        self.image.take_changes()  # (a broker-only node looks at the whole image after each change)
-        self.hosted.follow_image()
-        self.hosted.apply_dynamic_broker_configs()
-        self.replica_manager.apply_image(self.image)  # lead / follow each hosted partition
-        for runtime in (self.groups, self.share_state, self.share_manager, getattr(self, "txns", None)):
-            follow = getattr(runtime, "follow_leadership", None)
-            if follow is not None:
-                follow(self.image)
+        changed = self.image.take_changes()
+        if self._follow_whole:
+            changed = None
+        self._follow_whole = not self.hosted.loaded
+        if changed is not None:
+            changed |= self.hosted.retry_topics()
+        self.hosted.follow_image(topics=changed)
+        if changed is None:
+            self.hosted.apply_dynamic_broker_configs()
+        else:
+            self.hosted.refresh_topic_configs(changed)
+        self.replica_manager.apply_image(self.image, changed)  # lead / follow each hosted partition
+        for coordinator in (self.groups, self.share_state, self.txns):
+            coordinator.follow_leadership(self.image, changed)
+        self.share_manager.follow_leadership(self.image)  # (its share partitions only)
 
     def _after_loading(self, topics: set[str]) -> None:
         """Logs of ``topics`` were loaded in the background: their replica roles follow
