@@ -9,6 +9,7 @@ MB = 10**6 bytes.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 MiB = 1 << 20
 MB = 1_000_000
@@ -200,3 +202,11 @@ def git_revision() -> str | None:
         return (rev + ("+dirty" if dirty else "")) or None
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def emit(out: dict, path: str | None) -> None:
+    """Print a bench's JSON result and, with ``--out``, write it to ``path`` too."""
+    text = json.dumps(out, indent=2)
+    print(text)
+    if path:
+        Path(path).write_text(text + "\n")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from hightide.client.cluster import active_controller  # noqa: E402
 from hightide.devcluster import DevCluster  # noqa: E402
 from tests.rawkafka import RawClient  # noqa: E402
 
-from _limits import git_revision, log, machine  # noqa: E402
+from _limits import emit, git_revision, log, machine  # noqa: E402
 from controller_writes import _pct, _register_fake_broker, small_fsync_ms  # noqa: E402
 
 HEARTBEAT_MS, SESSION_MS = 250, 3000
@@ -183,10 +182,7 @@ def main() -> None:
         fsync = small_fsync_ms(d)
     out = {"machine": machine(), "revision": git_revision(), "small_write_fdatasync": fsync,
            "commit_latency": commits, "failover": fo}
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

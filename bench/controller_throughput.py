@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hightide.devcluster import DevCluster  # noqa: E402
 from tests.rawkafka import RawClient  # noqa: E402
 
-from _limits import git_revision, log, machine  # noqa: E402
+from _limits import emit, git_revision, log, machine  # noqa: E402
 from controller_quorum import leader_address, wait_leader  # noqa: E402
 from controller_writes import _pct, _register_fake_broker  # noqa: E402
 
@@ -176,10 +176,7 @@ def main() -> None:
         log(json.dumps(results[-1]))
     out = {"machine": machine(), "revision": git_revision(), "controllers": 3, "brokers": 3,
            "results": results}
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import time
 import tracemalloc
@@ -43,7 +42,7 @@ from hightide.cluster.records import (  # noqa: E402
 from hightide.cluster.snapshot import copy_image, encode_snapshot, image_from_snapshot, image_records  # noqa: E402
 from hightide.protocol.records import build_batch  # noqa: E402
 
-from _limits import git_revision, machine  # noqa: E402
+from _limits import emit, git_revision, machine  # noqa: E402
 
 
 def _topic_records(i: int, per_topic: int, brokers: int) -> list[Any]:
@@ -118,10 +117,7 @@ def main() -> None:
            "image_copy_s": round(copy_s, 3), "image_copy_us_per_partition": round(copy_s / n * 1e6, 3),
            "apply_create_us_per_partition": round(t_apply / n * 1e6, 2),
            "apply_us_per_partition_change": round(change_s / len(changes) * 1e6, 2)}
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from confluent_kafka import Producer  # noqa: E402
 from hightide.client import AdminClient, NewTopic  # noqa: E402
 from hightide.devcluster import DevCluster  # noqa: E402
 
-from _limits import git_revision, log, machine, measure  # noqa: E402
+from _limits import emit, git_revision, log, machine, measure  # noqa: E402
 
 HEARTBEAT_MS, SESSION_MS = 250, 3000
 MODES = (("acks=all RF=3", "all", 3), ("acks=1 RF=1", "1", 1), ("acks=all RF=1", "all", 1))
@@ -255,10 +254,7 @@ def main() -> None:
         log(f"failover: {args.kills} leader kills")
         out["failover"] = {**failover(cluster, "failover", args.kills), "loadavg_end": load()}
     out["loadavg_end"] = load()
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""A broker knows when the controller surely still counts it in the lowest acknowledged
+"""The broker's lifecycle manager against a fake controller channel.
+
+A broker knows when the controller surely still counts it in the lowest acknowledged
 offset (``BrokerLifecycleManager.counted``): until ``broker.session.timeout.ms`` after
 it sent its last heartbeat answered unfenced. Cut off from the controllers, it stops
 being counted here no later than the controller stops counting it, and its gated reads
@@ -25,6 +27,7 @@ class _Controller:
 
     def __init__(self) -> None:
         self.up, self.fenced, self.lao = True, False, 5
+        self.heartbeats = 0
 
     async def connection(self) -> Any:
         return self
@@ -40,6 +43,7 @@ class _Controller:
             raise ControllerUnavailable("cut off")
         if api == 62:
             return type("Reply", (), {"error_code": 0, "broker_epoch": 7})()
+        self.heartbeats += 1
         return BrokerHeartbeatResponse(is_caught_up=True, is_fenced=self.fenced, lowest_acknowledged_offset=self.lao)
 
 
@@ -91,6 +95,36 @@ def test_a_fenced_broker_is_not_counted() -> None:
             controller.fenced = True
             await _advance(clock, 0.5)
             assert not manager.counted()
+        finally:
+            await manager.close()
+    asyncio.run(run())
+
+
+class SteppedClock(ManualClock):
+    """A ManualClock whose wall clock can be stepped on its own."""
+
+    def step_wall(self, ms: int) -> None:
+        self._wall0 += ms
+
+
+def test_a_backward_step_of_the_wall_clock_does_not_hold_heartbeats_back() -> None:
+    """Registration and heartbeats run on the monotonic clock, as Kafka's
+    BrokerLifecycleManager: a backward step of the broker's wall clock must not hold its
+    heartbeats back (the controller would fence it when its session expires)."""
+    async def run() -> None:
+        clock, controller = SteppedClock(), _Controller()
+        settings = ClusterSettings(roles=frozenset({"broker"}), node_id=1, heartbeat_interval_ms=250,
+                                   session_timeout_ms=SESSION_MS)
+        manager = BrokerLifecycleManager(settings, controller, lambda: "c", dict, lambda lao: None,  # type: ignore[arg-type]
+                                         clock=clock)
+        manager.start()
+        try:
+            await _advance(clock, 1.0)
+            before = controller.heartbeats
+            assert before >= 3
+            clock.step_wall(-10_000)  # NTP steps the broker's wall clock back by 10 s
+            await _advance(clock, 1.0)
+            assert controller.heartbeats - before >= 3, "no heartbeat for 1 s after the wall clock stepped back"
         finally:
             await manager.close()
     asyncio.run(run())
