@@ -16,6 +16,7 @@ import socket
 import ssl
 import struct
 import time
+from collections.abc import Callable
 
 import pytest
 from kio.index import load_request_schema, load_response_schema
@@ -47,6 +48,16 @@ def produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> 
     recs = [Rec(p, None, v, (), 1_700_000_000_000 + i) for p in range(partitions) for i, v in enumerate(sent[p])]
     confluent_produce(bootstrap, topic, recs, extra={"linger.ms": 5, "batch.size": 100_000})
     return sent
+
+
+def _sampled(read: Callable[[], int], seconds: float) -> list[int]:
+    """``read()`` every 50 ms for ``seconds``."""
+    out, deadline = [], time.monotonic() + seconds
+    while True:
+        out.append(read())
+        if time.monotonic() >= deadline:
+            return out
+        time.sleep(0.05)
 
 
 def fetch_frame(version: int, corr: int, topic: str, topic_id, parts: list[tuple[int, int]], *,
@@ -238,7 +249,9 @@ def test_answer_held_behind_a_parked_fetch_keeps_the_bytes_of_a_deleted_segment(
         pid = srv.proc.pid
         pdir = srv.data_dir / f"{topic_name}-0"
         with socket.create_connection(("127.0.0.1", srv.port), timeout=15) as s:
-            idle = fds_on(pid, pdir)
+            # the steady count: the flusher holds a descriptor of a dirty file for a moment
+            # (every log.flush.interval.ms), which a single sample may catch
+            idle = min(_sampled(lambda: fds_on(pid, pdir), 1.2))
             # slot 1 parks (nothing past offset 0 of partition 1); slot 2 is answered at once and held behind it
             s.sendall(fetch_frame(12, 1, topic_name, None, [(1, 0)], max_wait=2500)
                       + fetch_frame(12, 2, topic_name, None, [(0, 0)]))
