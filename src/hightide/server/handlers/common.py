@@ -52,6 +52,15 @@ def missing_log_error(ctx: RequestContext, topic: str, partition: int, otherwise
     return ErrorCode.not_leader_or_follower if ctx.logs.loading(topic, partition) else otherwise
 
 
+def offsets_available(ctx: RequestContext, topic: str, partition: int) -> bool:
+    """False while this node is a new leader of the partition whose high watermark has
+    not reached the start of its leader epoch (ListOffsets, Fetch and OffsetFetch's tags
+    then answer without the end of the log, so it never goes back across a leader
+    change)."""
+    replicas = ctx.services.replicas
+    return replicas is None or replicas.offsets_available(topic, partition)
+
+
 INT32_MIN = -2**31  # authorized operations not requested
 
 

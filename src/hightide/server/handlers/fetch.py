@@ -63,7 +63,7 @@ from ..quotas import fetch_max_bytes, fetch_throttle, record_request_time
 from ..leadership import node_endpoints, not_leader
 from ..registry import RawResponse, handles
 from ..request_log import REQUEST_LOGGER
-from .common import check_leader_epoch, missing_log_error
+from .common import check_leader_epoch, missing_log_error, offsets_available
 
 if TYPE_CHECKING:
     from ...protocol.views.fetch import FetchPartition, FetchRequest
@@ -150,7 +150,7 @@ def _read_topics(ctx: RequestContext, req: FetchRequest, read_committed: bool, r
                 pd.error_code = err
                 errors = True
                 continue
-            if replica is None and not _offsets_available(ctx, timg.name, p.partition):
+            if replica is None and not offsets_available(ctx, timg.name, p.partition):
                 pd.error_code = ErrorCode.offset_not_available
                 errors = True
                 continue
@@ -215,13 +215,6 @@ def _read_regions(topics: list[TopicData]) -> None:
     except BaseException:
         _close_records(topics)
         raise
-
-
-def _offsets_available(ctx: RequestContext, topic: str, partition: int) -> bool:
-    """False while this node is a new leader of the partition whose HW has not reached the
-    start of its leader epoch (see the module doc)."""
-    replicas = ctx.services.replicas
-    return replicas is None or replicas.offsets_available(topic, partition)
 
 
 def _diverged(plog: PartitionLog, p: FetchPartition, pd: PartitionData) -> bool:

@@ -34,6 +34,7 @@ from ..authorization import authorize, refused_names
 from ..context import RequestContext
 from ..leadership import coordinator_endpoint
 from ..registry import RawResponse, handles
+from .common import offsets_available
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -229,8 +230,7 @@ class _Bounds:
         plog = ctx.logs.partition_log(topic, partition)
         if plog is None:
             return None
-        replicas = ctx.services.replicas
-        if replicas is not None and not replicas.offsets_available(topic, partition):
+        if not offsets_available(ctx, topic, partition):
             return None
         return plog.high_watermark, plog.log_start_offset, plog.last_stable_offset
 

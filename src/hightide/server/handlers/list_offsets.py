@@ -33,7 +33,7 @@ from ..authorization import refused_names
 from ..context import RequestContext
 from ..leadership import leader_epoch
 from ..registry import handles
-from .common import check_leader_epoch, resolve_partition
+from .common import check_leader_epoch, offsets_available, resolve_partition
 
 if TYPE_CHECKING:
     from ...protocol.views.list_offsets import ListOffsetsRequest
@@ -83,7 +83,6 @@ def _epoch_of(plog: PartitionLog, timestamp: int, offset: int, current: int) -> 
 def handle(ctx: RequestContext, req: ListOffsetsRequest) -> Any:
     read_committed = opt(req, "isolation_level", 0) == 1
     denied = refused_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
-    replicas = ctx.services.replicas
     topics = []
     for t in req.topics:
         seen: dict[int, int] = {}
@@ -104,7 +103,7 @@ def handle(ctx: RequestContext, req: ListOffsetsRequest) -> Any:
                 epoch = leader_epoch(ctx.image, t.name, p.partition_index)
                 err = check_leader_epoch(opt(p, "current_leader_epoch", -1), epoch)
             if plog is not None and err == ErrorCode.none:
-                available = replicas is None or replicas.offsets_available(t.name, p.partition_index)
+                available = offsets_available(ctx, t.name, p.partition_index)
                 err, ts, off = lookup(plog, p.timestamp, ctx.version, read_committed, available)
                 if err == ErrorCode.none:
                     entry.update(timestamp=ts, offset=off, leader_epoch=_epoch_of(plog, p.timestamp, off, epoch))
