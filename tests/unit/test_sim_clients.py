@@ -148,6 +148,36 @@ def test_config_reads_never_go_backwards():
         ledger.read_retention(1, "adm-1", 110, ledger.snapshot(), guarded=True)
 
 
+def test_a_config_change_after_one_in_doubt_still_raises_the_value():
+    """Seed 34 (``--faults cut-off --clients admin``): a forwarded IncrementalAlterConfigs
+    lost its answer but was applied (retention.ms=864001933); the admin's next change was
+    computed from the last *answered* value and set 864001420, so a read of it was taken
+    for a read going backwards. Every value sent must be above every value sent before."""
+    import asyncio
+    import random
+    from types import SimpleNamespace
+
+    from hightide.client.errors import KafkaTimeoutError
+    from hightide.sim.admin_client import AdminWorker
+    from hightide.sim.checker import Checker
+
+    sent: list[int] = []
+
+    async def send(node, api, wanted, low, body):
+        sent.append(int(body["resources"][0]["configs"][0]["value"]))
+        if len(sent) == 1:
+            raise KafkaTimeoutError("the answer was lost")
+        return SimpleNamespace(responses=[SimpleNamespace(error_code=0)]), True
+
+    w = AdminWorker("ad0", [], None, Checker(), random.Random(0), lambda _: None, lambda: 0.0,
+                    ledger=MetadataLedger(), gate_of=lambda _: None, brokers=[0], replicas=1)
+    w._send = send  # type: ignore[method-assign]
+    with pytest.raises(KafkaTimeoutError):
+        asyncio.run(w._alter(0, "adm-1"))
+    asyncio.run(w._alter(0, "adm-1"))
+    assert sent[1] > sent[0]  # Random(0) draws 865, then 395
+
+
 # --- the whole run ---------------------------------------------------------------------------
 def test_a_seed_with_every_client_holds_and_replays_exactly():
     first = simulate(4, duration_s=8, clients=CLIENT_KINDS)

@@ -193,16 +193,21 @@ class AdminWorker(_Client):
         self.progress_at = self.now()
 
     async def _alter(self, node: int, topic: str) -> None:
+        """Each value is above every value sent before, answered or not: a change whose
+        answer was lost (in doubt) may have been applied, and the next must still raise
+        the topic's ``retention.ms`` for the ledger's "only grows" to hold."""
         value = self.retention.get(topic, BASE_RETENTION_MS) + self.rng.randint(1, 1000)
+        self.retention[topic] = value
         resp, guarded = await self._send(node, 44, 1, 0, {"resources": [{
             "resource_type": 2, "resource_name": topic,
             "configs": [{"name": RETENTION, "config_operation": 0, "value": str(value)}]}], "validate_only": False})
         code = resp.responses[0].error_code
         if code != ErrorCode.none:
             raise error_for(code, f"IncrementalAlterConfigs {topic} on broker {node}")
-        self.retention[topic] = value
         if guarded:
             self.ledger.wrote(topic, retention=value)
+        self.trace(f"{self.name} set {topic} {RETENTION}={value} through broker {self.answered_by}"
+                   f"{'' if guarded else ' (unguarded)'}")
         self.progress_at = self.now()
 
     async def _read_topics(self, node: int) -> None:
@@ -227,4 +232,6 @@ class AdminWorker(_Client):
             raise error_for(res.error_code, f"DescribeConfigs {topic} on broker {node}")
         value = next((int(c.value) for c in res.configs if c.name == RETENTION and c.value is not None), None)
         if value is not None:
+            self.trace(f"{self.name} read {topic} {RETENTION}={value} on broker {self.answered_by}"
+                       f"{'' if guarded else ' (unguarded)'}")
             self.ledger.read_retention(self.answered_by, topic, value, before, guarded)
