@@ -159,15 +159,19 @@ class Snapshotter:
 
     async def run(self) -> None:
         """Snapshot whenever due, forever (cancel to stop)."""
+        wrote = False
         while True:
-            timeout = MAX_SLEEP_S
-            if self.interval_ms > 0:
-                timeout = min(timeout, max(0.01, (self.last_ms + self.interval_ms - self.clock.now_ms()) / 1000))
-            await self._wait_commit(timeout)
-            if not self.due(self.clock.now_ms()):
-                continue
+            # Commits while a snapshot was written woke nobody: one still due is taken now.
+            if not (wrote and self.due(self.clock.now_ms())):
+                timeout = MAX_SLEEP_S
+                if self.interval_ms > 0:
+                    timeout = min(timeout, max(0.01, (self.last_ms + self.interval_ms - self.clock.now_ms()) / 1000))
+                await self._wait_commit(timeout)
+                if not self.due(self.clock.now_ms()):
+                    continue
+            wrote = False
             try:
-                await self.create()
+                wrote = await self.create() is not None
             except Exception as exc:  # a full disk must not stop the controller: try again later
                 self._retry_at = self.clock.monotonic() + RETRY_S
                 log.error("metadata snapshot failed (retrying in %.0f s): %s", RETRY_S, exc)
