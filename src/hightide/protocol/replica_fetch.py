@@ -27,7 +27,7 @@ import uuid
 from typing import NamedTuple
 
 from .codec import EncodedBody
-from .primitives import read_compact_array_len, read_uvarint, skip_tags, uvarint
+from .primitives import read_compact_array_len, read_tags, read_uvarint, skip_tags, uvarint
 
 VERSION = 17
 
@@ -155,15 +155,12 @@ def decode_replica_fetch_response(frame: bytes) -> FetchAnswer:
                 records = view[pos:end]
                 pos = end
             diverging = None
-            count, pos = read_uvarint(frame, pos)
-            for _ in range(count):
-                tag, pos = read_uvarint(frame, pos)
-                length, pos = read_uvarint(frame, pos)
-                if pos + length > len(frame):
-                    raise ValueError(f"tagged field {tag} runs past the end of the frame")
-                if tag == 0:
-                    diverging = EpochEndOffset(*_EPOCH_END.unpack_from(frame, pos))
-                pos += length
+            if frame[pos] == 0:  # no tagged fields: the usual case
+                pos += 1
+            else:
+                tags, pos = read_tags(frame, pos)
+                if 0 in tags:
+                    diverging = EpochEndOffset(*_EPOCH_END.unpack_from(tags[0]))
             parts.append(FetchedPartition(index, code, hw, lso, log_start, aborted, preferred, records, diverging))
         pos = skip_tags(frame, pos)
         topics.append(FetchedTopic(topic_id, parts))
