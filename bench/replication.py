@@ -13,7 +13,15 @@ failover takes, on 3 brokers + 1 controller on loopback, in one run.
   keeps writing sees), and kill → the controller names a new leader. The killed broker is
   restarted and back in the ISR before the next kill. p50/p99/max.
 
-    .venv/bin/python bench/replication.py [--mb 64] [--kills 20] [--out FILE]
+    .venv/bin/python bench/replication.py [--mb 64] [--kills 20] [--parts throughput,latency,failover]
+                                          [--out FILE]
+
+``--parts`` runs only some of the three parts (``--kills 0`` skips the failover too).
+Each throughput size also reports ``rf3_vs_acks1_rf1``: acks=all RF=3 MB/s over acks=1
+RF=1 MB/s in the same run. Every throughput and latency row carries the CPU time the
+three broker processes used during it (``broker_cpu_s_per_gb``,
+``broker_cpu_ms_per_record``, all threads, from ``/proc``): unlike the wall-clock
+numbers it hardly depends on what else the machine runs.
 
 Prints JSON (and writes it to ``--out``) with the machine's physical limits and its load
 average during each part (the machine is shared: other jobs run at the same time).
@@ -55,6 +63,17 @@ def pct(xs: list[float], p: float) -> float:
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def cpu_s(cluster: DevCluster) -> float:
+    """CPU seconds (user + system, all threads) the cluster's broker processes used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for n in cluster.brokers:
+        with open(f"/proc/{n.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / tick
 
 
 def create(bootstrap: str, topics: list[NewTopic]) -> None:
@@ -223,9 +242,16 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=64, help="bytes per throughput case, MB")
     ap.add_argument("--rate", type=int, default=500, help="records/s of the latency runs")
     ap.add_argument("--latency-s", type=float, default=10.0)
-    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--kills", type=int, default=20, help="leader kills of the failover part (0: no failover part)")
+    ap.add_argument("--parts", default="throughput,latency,failover",
+                    help="comma-separated parts to run: throughput, latency, failover")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if not parts <= {"throughput", "latency", "failover"}:
+        ap.error(f"unknown part(s) in --parts: {', '.join(sorted(parts - {'throughput', 'latency', 'failover'}))}")
+    if args.kills <= 0:
+        parts.discard("failover")
     out: dict[str, Any] = {"machine": machine(), "revision": git_revision(), "loadavg_start": load()}
     with tempfile.TemporaryDirectory() as d, DevCluster.create(
             3, d, heartbeat_interval_ms=HEARTBEAT_MS, session_timeout_ms=SESSION_MS) as cluster:
@@ -236,23 +262,34 @@ def main() -> None:
         topics += [NewTopic(f"lat-{i}", 1, rf, topic_config(rf)) for i, (_, _, rf) in enumerate(MODES)]
         topics.append(NewTopic("failover", 1, 3, topic_config(3)))
         create(cluster.bootstrap, topics)
-        results = []
-        for size in (1000, 10_000):
-            for i, (name, acks, rf) in enumerate(MODES):
-                log(f"throughput {name}, {size} B records, {args.mb} MB")
-                r = throughput(cluster.bootstrap, f"tput-{i}-{size}", acks, size, args.mb * 1_000_000)
-                results.append({"mode": name, "loadavg": load(), **r})
-                log(f"  {r['mb_per_s']} MB/s")
-        out["throughput"] = results
-        lats = []
-        for i, (name, acks, _) in enumerate(MODES):
-            log(f"latency {name} at {args.rate}/s")
-            r = latency(cluster.bootstrap, f"lat-{i}", acks, args.rate, args.latency_s)
-            lats.append({"mode": name, "loadavg": load(), **r})
-            log(f"  p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms")
-        out["latency"] = lats
-        log(f"failover: {args.kills} leader kills")
-        out["failover"] = {**failover(cluster, "failover", args.kills), "loadavg_end": load()}
+        if "throughput" in parts:
+            results = []
+            for size in (1000, 10_000):
+                for i, (name, acks, rf) in enumerate(MODES):
+                    log(f"throughput {name}, {size} B records, {args.mb} MB")
+                    cpu0 = cpu_s(cluster)
+                    r = throughput(cluster.bootstrap, f"tput-{i}-{size}", acks, size, args.mb * 1_000_000)
+                    results.append({"mode": name, "loadavg": load(), **r,
+                                    "broker_cpu_s_per_gb": round((cpu_s(cluster) - cpu0) / (r["mb"] / 1000), 2)})
+                    log(f"  {r['mb_per_s']} MB/s in {r['seconds']} s")
+            out["throughput"] = results
+            out["rf3_vs_acks1_rf1"] = {
+                str(size): round(by["acks=all RF=3"] / by["acks=1 RF=1"], 3)
+                for size in (1000, 10_000)
+                if (by := {r["mode"]: r["mb_per_s"] for r in results if r["record_bytes"] == size})}
+        if "latency" in parts:
+            lats = []
+            for i, (name, acks, _) in enumerate(MODES):
+                log(f"latency {name} at {args.rate}/s")
+                cpu0 = cpu_s(cluster)
+                r = latency(cluster.bootstrap, f"lat-{i}", acks, args.rate, args.latency_s)
+                lats.append({"mode": name, "loadavg": load(), **r,
+                             "broker_cpu_ms_per_record": round((cpu_s(cluster) - cpu0) * 1000 / r["records"], 3)})
+                log(f"  p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms, broker CPU {lats[-1]['broker_cpu_ms_per_record']} ms/record")
+            out["latency"] = lats
+        if "failover" in parts:
+            log(f"failover: {args.kills} leader kills")
+            out["failover"] = {**failover(cluster, "failover", args.kills), "loadavg_end": load()}
     out["loadavg_end"] = load()
     emit(out, args.out)
 

@@ -83,9 +83,10 @@ class InterBrokerClients:
         ep = None if reg is None or reg.fenced else reg.endpoint(self.inter_broker()[0])
         return None if ep is None else (ep[1], ep[2])
 
-    async def request(self, node_id: int, host: str, port: int, api_key: int, version: int, body: Any) -> Any:
+    async def request(self, node_id: int, host: str, port: int, api_key: int, version: int, body: Any, *,
+                      decoder: Callable[[bytes], Any] | None = None) -> Any:
         """Send one request to broker ``node_id`` at ``host:port`` and return the decoded
-        response. Concurrent callers share one connection (opened once, under a lock per
+        response (``decoder``: in place of kio, see :meth:`BrokerConnection.request`). Concurrent callers share one connection (opened once, under a lock per
         broker). Raises KafkaError or OSError (the connection is then dropped)."""
         async with self._connecting.setdefault(node_id, asyncio.Lock()):  # one connect at a time per broker
             conn = self._conns.get(node_id)
@@ -103,7 +104,7 @@ class InterBrokerClients:
                     await conn.close()
                     raise
         try:
-            return await conn.request(api_key, version, body)
+            return await conn.request(api_key, version, body, decoder=decoder)
         except (KafkaError, OSError):
             if self._conns.get(node_id) is conn:
                 del self._conns[node_id]

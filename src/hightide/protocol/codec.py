@@ -45,6 +45,15 @@ _CORR = struct.Struct(">ii")
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A request body encoded by hand (the bytes after the request header), for
+    :func:`encode_request` in place of a kio entity; ``flexible``: the version uses
+    request header v2 (a tag section after the client id)."""
+    data: bytes
+    flexible: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RequestHeader:
     api_key: int
     api_version: int
@@ -169,8 +178,12 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     ``tags``: top-level tagged fields kio does not know (hightide's request-side
     extensions, e.g. OffsetFetch's IncludeLogOffsets), written in tag order as the
     request's top-level tag section. Only for flexible versions of requests without a
-    known top-level tagged field (ValueError otherwise)."""
-    flexible = type(request).__flexible__
+    known top-level tagged field (ValueError otherwise). ``request`` may be an
+    :class:`EncodedBody` (then ``tags`` must be None), written as it is."""
+    encoded = type(request) is EncodedBody
+    if encoded and tags:
+        raise ValueError("extension tags on a request encoded by hand")
+    flexible = request.flexible if encoded else type(request).__flexible__
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
     cid = b"" if client_id is None else client_id.encode()
@@ -178,7 +191,10 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     buf.write(cid)
     if flexible:
         buf.write(b"\x00")
-    entity_writer(type(request))(buf, request)
+    if encoded:
+        buf.write(request.data)
+    else:
+        entity_writer(type(request))(buf, request)
     if tags:
         _replace_top_level_tags(buf, request, tags)
     out = buf.getbuffer()

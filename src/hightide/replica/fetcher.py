@@ -9,7 +9,9 @@ broker, each fetching all the partitions it follows from that leader in one Fetc
 ReplicaState = this node's id and broker epoch, per partition CurrentLeaderEpoch,
 FetchOffset = the local log end, LastFetchedEpoch = the local log's latest epoch, the
 follower's log start offset; MaxWaitMs ``replica.fetch.wait.max.ms`` 500, MinBytes 1,
-1 MiB per partition, 10 MiB per response).
+1 MiB per partition, 10 MiB per response), packed and its answer decoded by hand
+(:mod:`hightide.protocol.replica_fetch`: no kio on this path, the records are views of
+the answer's frame).
 
 Per partition, each answer is one of:
 
@@ -61,6 +63,7 @@ from ..log.leader_epochs import truncation_point
 from ..log.partition_log import LogOffline, PartitionLog, UnexpectedAppendOffset
 from ..protocol.errors import ErrorCode
 from ..protocol.records import InvalidRecords, validate_batches
+from ..protocol.replica_fetch import FetchPartitionRequest, decode_replica_fetch_response, encode_replica_fetch
 from ..aio.clock import SYSTEM_CLOCK, Clock
 from ..aio.tasks import STOP_WAIT_S, cancel_and_wait, wait_event
 from ..aio.waiters import AppendWaiters
@@ -74,7 +77,7 @@ log = logging.getLogger("hightide.replica_fetcher")
 
 TopicPartition = tuple[str, int]
 FETCH = 1
-FETCH_VERSION = 17
+FETCH_VERSION = 17  # the version :mod:`hightide.protocol.replica_fetch` encodes and decodes by hand
 OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 REPLICA_FETCH_WAIT_MAX_MS = 500  # replica.fetch.wait.max.ms
@@ -262,7 +265,7 @@ class ReplicaFetcher:
 
     # -- Fetch --------------------------------------------------------------------------------
     async def _fetch(self, addr: tuple[str, int], ready: list[PartitionFetchState]) -> None:
-        by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        by_topic: dict[uuid.UUID, list[FetchPartitionRequest]] = {}
         sent: dict[tuple[uuid.UUID, int], tuple[PartitionFetchState, PartitionLog, int]] = {}
         for st in ready:
             plog, tid = self._log(st.tp), self._topic_id(st.tp[0])
@@ -273,19 +276,16 @@ class ReplicaFetcher:
                 st.truncating = True  # data without any epoch: ask the leader first
                 continue
             last = plog.epochs.latest_epoch
-            by_topic.setdefault(tid, []).append({
-                "partition": st.tp[1], "current_leader_epoch": st.leader_epoch,
-                "fetch_offset": plog.log_end_offset, "last_fetched_epoch": -1 if last is None else last,
-                "log_start_offset": plog.log_start_offset, "partition_max_bytes": REPLICA_FETCH_MAX_BYTES})
+            by_topic.setdefault(tid, []).append(FetchPartitionRequest(
+                st.tp[1], st.leader_epoch, plog.log_end_offset, -1 if last is None else last, plog.log_start_offset,
+                REPLICA_FETCH_MAX_BYTES))
             sent[(tid, st.tp[1])] = (st, plog, plog.log_end_offset)
         if not sent:
             return
-        body = {"replica_state": {"replica_id": self._manager.node_id, "replica_epoch": self._manager.broker_epoch()},
-                "max_wait": REPLICA_FETCH_WAIT_MAX_MS, "min_bytes": REPLICA_FETCH_MIN_BYTES,
-                "max_bytes": REPLICA_FETCH_RESPONSE_MAX_BYTES, "isolation_level": 0, "session_id": 0,
-                "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
-                "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()]}
-        resp = await self._manager.peers.request(self.leader_id, addr[0], addr[1], FETCH, FETCH_VERSION, body)
+        body = encode_replica_fetch(self._manager.node_id, self._manager.broker_epoch(), REPLICA_FETCH_WAIT_MAX_MS,
+                                    REPLICA_FETCH_MIN_BYTES, REPLICA_FETCH_RESPONSE_MAX_BYTES, list(by_topic.items()))
+        resp = await self._manager.peers.request(self.leader_id, addr[0], addr[1], FETCH, FETCH_VERSION, body,
+                                                 decoder=decode_replica_fetch_response)
         if resp.error_code != ErrorCode.none:
             self._backoff([s for s, _, _ in sent.values()], "leader %d answered Fetch with %s", self.leader_id,
                           ErrorCode(resp.error_code).name.upper())
@@ -345,7 +345,7 @@ class ReplicaFetcher:
         st.delay()
         return False
 
-    def _append(self, st: PartitionFetchState, plog: PartitionLog, records: bytes) -> bool:
+    def _append(self, st: PartitionFetchState, plog: PartitionLog, records: bytes | memoryview) -> bool:
         """Append fetched records; True if the flush policy wants them fsynced now."""
         try:
             headers = validate_batches(records, None, client_origin=False)

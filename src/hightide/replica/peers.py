@@ -5,6 +5,7 @@ broker's wiring builds one per component and passes it in).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..aio.transport import Transport
@@ -32,9 +33,11 @@ class PeerDirectory(Protocol):
 class PeerClients(PeerDirectory, Protocol):
     """Requests to other brokers over connections kept per broker id."""
 
-    async def request(self, node_id: int, host: str, port: int, api_key: int, version: int, body: Any) -> Any:
-        """Send one request to broker ``node_id`` at ``host:port``; the decoded response.
-        Raises KafkaError or OSError."""
+    async def request(self, node_id: int, host: str, port: int, api_key: int, version: int, body: Any, *,
+                      decoder: Callable[[bytes], Any] | None = None) -> Any:
+        """Send one request to broker ``node_id`` at ``host:port``; the decoded response
+        (``decoder``: in place of kio, as :meth:`BrokerConnection.request`). Raises
+        KafkaError or OSError."""
         ...
 
     async def close(self) -> None:
