@@ -10,10 +10,12 @@ A seed here is a whole replay command: ``python -m hightide.sim --seed S --durat
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
 
+from hightide.sim.loop import SimLoop
 from hightide.sim.run import simulate
 from hightide.sim.shrink import anomaly_kind, shrink
 
@@ -71,6 +73,49 @@ def test_defect_found_on_its_seed_and_not_after_the_fix(case: Case) -> None:
         f"replay: {case.replay} --plant {case.variant}\n{trace}")
     anomaly, trace = case.run(None)
     assert anomaly is None, f"the real code fails the seed: {anomaly}\nreplay: {case.replay}\n{trace}"
+
+
+def _answer_then_cancel(wait: str, slice_s: float) -> str:
+    """A node's task awaits an answer (``wait``: by ``wait_for`` or under
+    ``asyncio.timeout``); the answer arrives at 10 ms, a cancel of the task at 20 ms, the
+    node running in time slices of ``slice_s`` (0: none). What became of the task."""
+    loop = SimLoop(start_s=0.0)
+
+    async def main() -> str:
+        run, ctx = loop.node_context(1)
+        loop.slice(run, slice_s)
+        answer: asyncio.Future[str] = loop.create_future()
+
+        async def request() -> str:
+            if wait == "wait_for":
+                return await asyncio.wait_for(answer, 10)
+            async with asyncio.timeout(10):
+                return await answer
+
+        task = loop.create_task(request(), context=ctx)
+        loop.call_later(0.010, answer.set_result, "answered", context=ctx)
+        loop.call_later(0.020, task.cancel, context=ctx)
+        await asyncio.wait((task,), timeout=1.0)
+        if task.cancelled():
+            return "cancelled"
+        return f"{task.result()}, cancel swallowed" if task.cancelling() else task.result()
+
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_a_node_in_time_slices_handles_what_fell_due_meanwhile_in_one_iteration() -> None:
+    """The loop model item 3's seed rests on (``SimLoop.slice``, the ``stop-busy`` fault):
+    an answer and a cancel that fall due 10 ms apart between two slices are handled in one
+    iteration, where ``wait_for`` returns the answer and swallows the cancel and
+    ``asyncio.timeout`` lets the cancel through; without slices the answer is in before
+    the cancel, either way."""
+    assert _answer_then_cancel("wait_for", 0.05) == "answered, cancel swallowed"
+    assert _answer_then_cancel("timeout", 0.05) == "cancelled"
+    assert _answer_then_cancel("wait_for", 0.0) == "answered"
+    assert _answer_then_cancel("timeout", 0.0) == "answered"
 
 
 def test_shrinking_keeps_the_anomaly_with_fewer_faults() -> None:
