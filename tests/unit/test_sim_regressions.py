@@ -10,10 +10,12 @@ A seed here is a whole replay command: ``python -m hightide.sim --seed S --durat
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
 
+from hightide.sim.loop import SimLoop
 from hightide.sim.run import simulate
 from hightide.sim.shrink import anomaly_kind, shrink
 
@@ -45,17 +47,22 @@ CASES = [
     # item 1: kill -9 of a broker; restarted, it leads and coordinates from its pre-crash image
     Case("stale-coordinator", 4, 8.0, ("kill",), (), frozenset({0}),
          frozenset({"commit-lost", "producer-refused", "hw-back", "record-lost", "replicas-differ"})),
+    # item 3: SIGTERM to broker 2 on a loaded machine (CPU every 47 ms): the answer to the
+    # metadata follower's fetch is handled in the slice whose next step cancels it; wait_for
+    # swallows the cancel and the follower runs on (the unbounded stop would hang)
+    Case("shutdown-swallowed-cancel", 50, 5.0, ("stop-busy",), (), frozenset({0}), frozenset({"bound"})),
     # item 4: SIGSTOP of the active controller; forwarded writes fail after a new one leads
     Case("channel-stays-on-paused-leader", 3, 11.0, ("pause-leader",), ("forward",), frozenset({0}),
          frozenset({"controller-failover"})),
+    # item 5: two controllers paused (no quorum), brokers cut off from the controllers: a
+    # CreateTopics through broker 0 waits behind its channel's connect lock for an attempt
+    # on a paused voter (2 s handshake), answered 4.33 s after it was sent (timeout 3 s)
+    Case("forwarded-write-overruns-deadline", 9, 22.0, ("cut-off", "quorum-loss"), ("forward",),
+         frozenset({1, 3, 5, 6}), frozenset({"deadline"})),
     # item 6: no fault at all: TxnOffsetCommit with the transaction coordinator on another broker
     Case("txn-offset-commit-unverified", 2, 1.0, ("kill",), ("txn",), frozenset(),
          frozenset({"txn-offset-commit"})),
 ]
-# Item 3 (shutdown-swallowed-cancel) has no seed, and item 5 (forwarded-write-overruns-
-# deadline) has had none since the controller pipelines its writes (seed 1 found it
-# before; seeds 1-40 with quorum-loss do not now): see docs/durability.md, "The whole
-# cluster in one simulation". Open for both.
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.variant for c in CASES])
@@ -66,6 +73,49 @@ def test_defect_found_on_its_seed_and_not_after_the_fix(case: Case) -> None:
         f"replay: {case.replay} --plant {case.variant}\n{trace}")
     anomaly, trace = case.run(None)
     assert anomaly is None, f"the real code fails the seed: {anomaly}\nreplay: {case.replay}\n{trace}"
+
+
+def _answer_then_cancel(wait: str, slice_s: float) -> str:
+    """A node's task awaits an answer (``wait``: by ``wait_for`` or under
+    ``asyncio.timeout``); the answer arrives at 10 ms, a cancel of the task at 20 ms, the
+    node running in time slices of ``slice_s`` (0: none). What became of the task."""
+    loop = SimLoop(start_s=0.0)
+
+    async def main() -> str:
+        run, ctx = loop.node_context(1)
+        loop.slice(run, slice_s)
+        answer: asyncio.Future[str] = loop.create_future()
+
+        async def request() -> str:
+            if wait == "wait_for":
+                return await asyncio.wait_for(answer, 10)
+            async with asyncio.timeout(10):
+                return await answer
+
+        task = loop.create_task(request(), context=ctx)
+        loop.call_later(0.010, answer.set_result, "answered", context=ctx)
+        loop.call_later(0.020, task.cancel, context=ctx)
+        await asyncio.wait((task,), timeout=1.0)
+        if task.cancelled():
+            return "cancelled"
+        return f"{task.result()}, cancel swallowed" if task.cancelling() else task.result()
+
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_a_node_in_time_slices_handles_what_fell_due_meanwhile_in_one_iteration() -> None:
+    """The loop model item 3's seed rests on (``SimLoop.slice``, the ``stop-busy`` fault):
+    an answer and a cancel that fall due 10 ms apart between two slices are handled in one
+    iteration, where ``wait_for`` returns the answer and swallows the cancel and
+    ``asyncio.timeout`` lets the cancel through; without slices the answer is in before
+    the cancel, either way."""
+    assert _answer_then_cancel("wait_for", 0.05) == "answered, cancel swallowed"
+    assert _answer_then_cancel("timeout", 0.05) == "cancelled"
+    assert _answer_then_cancel("wait_for", 0.0) == "answered"
+    assert _answer_then_cancel("timeout", 0.0) == "answered"
 
 
 def test_shrinking_keeps_the_anomaly_with_fewer_faults() -> None:

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..log.storage_faulty import Fault
-from .world import SimNode, World
+from ..aio.tasks import STOP_WAIT_S
+from .loop import NodeRun
+from .world import STOP_BOUND_S, SimNode, World
 
 __all__ = ["FAULT_KINDS", "FaultSchedule"]
 
@@ -33,8 +35,12 @@ FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow",
 #: ``quorum-loss`` pauses every controller but one (no quorum: metadata writes cannot
 #: commit until they resume); ``cut-off`` partitions a broker from every controller,
 #: both ways, while clients and the other brokers still reach it (it is fenced when its
-#: session expires, and must not answer metadata reads from its stale image meanwhile).
-EXTRA_KINDS = ("pause-leader", "quorum-loss", "cut-off")
+#: session expires, and must not answer metadata reads from its stale image meanwhile);
+#: ``stop-busy`` is ``stop`` on a loaded machine: while the node stops, it gets the CPU
+#: in time slices of 5-50 ms (:meth:`.loop.SimLoop.slice`), so what falls due for it
+#: between two slices — its timers, the answers on every connection — is handled in one
+#: loop iteration, as on a real busy loop (or after SIGCONT).
+EXTRA_KINDS = ("pause-leader", "quorum-loss", "cut-off", "stop-busy")
 
 
 @dataclass
@@ -98,7 +104,7 @@ class FaultSchedule:
                 self.applied.append(index)
                 await self._quorum_loss(hold_s, param, index)
                 continue
-            if kind in ("kill", "stop", "pause", "fsync-fail"):
+            if kind in ("kill", "stop", "pause", "fsync-fail", "stop-busy"):
                 if node.node_id in self._down or len(self._down) >= self.max_down or not node.up:
                     continue
                 self._down.add(node.node_id)
@@ -120,6 +126,14 @@ class FaultSchedule:
         elif kind == "stop":
             took = await world.stop(node)
             self.trace(f"{node} stopped in {took:.2f}s")
+            self._later(hold_s, self._restart(node))
+        elif kind == "stop-busy":
+            run = node.run
+            assert run is not None
+            slice_s = 0.005 + 0.045 * param
+            world.loop.slice(run, slice_s)  # a new incarnation runs unsliced
+            took = await self._watched_stop(node, run)
+            self.trace(f"{node} stopped in {took:.2f}s (CPU every {1000 * slice_s:.1f} ms)")
             self._later(hold_s, self._restart(node))
         elif kind == "pause":
             world.pause(node)
@@ -145,6 +159,32 @@ class FaultSchedule:
             node.disk.set_rules(Fault("fsync", "EIO", count=1))
             self._disk_faulted.add(node.node_id)
             self._later(hold_s, self._operator_restart(node))
+
+    async def _watched_stop(self, node: SimNode, run: NodeRun) -> float:
+        """``world.stop(node)``, and every task of the node the stop cancels must end
+        within :data:`~hightide.aio.tasks.STOP_WAIT_S` of its cancellation (the bound
+        ``cancel_and_wait`` gives it: a loop that honours its cancellation ends within a
+        step or two). One that does not swallowed its cancel: the node is killed (as the
+        operator or the exit watchdog would) and the run fails. Raises TimeoutError then,
+        or when the stop overruns its bound."""
+        loop = self.world.loop
+        stopping = asyncio.ensure_future(self.world.stop(node))
+        cancelled_at: dict[asyncio.Task[Any], float] = {}
+        while not stopping.done():
+            await asyncio.wait((stopping,), timeout=0.05)
+            now = loop.time()
+            for task in loop.tasks_of(run) if not stopping.done() else ():
+                if task.cancelling():
+                    since = cancelled_at.setdefault(task, now)
+                    if now - since > STOP_WAIT_S:
+                        self.world.kill(node)
+                        stopping.cancel()
+                        raise TimeoutError(f"{node}'s stop: task {task.get_name()} still runs {now - since:.1f} s "
+                                           f"after its cancellation (swallowed), at {since - 1000:.3f}")
+        try:
+            return stopping.result()
+        except TimeoutError:
+            raise TimeoutError(f"{node} did not stop within {STOP_BOUND_S:.0f} s") from None
 
     async def _quorum_loss(self, hold_s: float, param: float, index: int) -> None:
         """Fault ``index``: pause every controller but one (``param`` picks it) for ``hold_s``."""

@@ -16,6 +16,12 @@ it. Before running a ready callback the loop looks at that run's state:
 - ``running``: run it;
 - ``paused`` (SIGSTOP): hold it, in order; :meth:`SimLoop.resume` puts the held
   callbacks back (SIGCONT: every timer that fell due meanwhile fires at once);
+- ``running`` in time slices (:meth:`SimLoop.slice`, a loaded machine whose scheduler
+  gives the process the CPU every ``slice_s``): a callback that falls due between two
+  slices is held, in order; at the next slice every held callback is put back at once,
+  so what fell due meanwhile — timers, bytes from every connection — is handled in one
+  loop iteration, as a busy loop's ``epoll`` returns every ready socket together. Within
+  a slice the node runs every callback of that instant (its own chains take no time);
 - ``dead`` (kill -9): drop it. The node's tasks never run again; they are kept
   referenced (:attr:`SimLoop.zombies`) so that garbage collection never closes their
   coroutines, which would run ``finally`` blocks a killed process never runs.
@@ -50,6 +56,11 @@ class NodeRun:
     incarnation: int
     state: str = "running"  # running | paused | dead
     held: collections.deque[asyncio.Handle] = field(default_factory=collections.deque)
+    #: Time slices (see the module doc): their period in ns (0: none), the instant of the
+    #: current slice, and the timer of the next one while callbacks wait for it.
+    slice_ns: int = 0
+    slice_at_ns: int = -1
+    next_slice: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return f"NodeRun(node={self.node_id}#{self.incarnation}, {self.state})"
@@ -62,6 +73,10 @@ _MAX_JUMP_S = 24 * 3600.0
 #: Callbacks at one instant after which the loop reports a livelock (a busy loop that
 #: never lets time move: on a real clock it would burn a core).
 LIVELOCK_STEPS = 1_000_000
+
+
+#: The context of the loop's own bookkeeping callbacks (no node: never held).
+_OUTSIDE = contextvars.Context()
 
 
 def node_of(handle: asyncio.Handle) -> NodeRun | None:
@@ -137,11 +152,35 @@ class SimLoop(asyncio.BaseEventLoop):
         held, run.held = run.held, collections.deque()
         self._ready.extend(held)
 
+    def slice(self, run: NodeRun, slice_s: float) -> None:
+        """Run ``run`` in time slices of period ``slice_s`` from now on (0: no longer;
+        what was held is put back at once). See the module doc."""
+        run.slice_ns = max(0, round(slice_s * 1e9))
+        if run.slice_ns == 0:
+            if run.next_slice is not None:
+                run.next_slice.cancel()
+                run.next_slice = None
+            self._next_slice(run)
+
+    def _next_slice(self, run: NodeRun) -> None:
+        """A slice of ``run`` begins: what it held while waiting for the CPU runs now."""
+        run.next_slice = None
+        if run.state != "running":  # paused: held until resumed (then until the next slice)
+            return
+        run.slice_at_ns = self._now_ns
+        held, run.held = run.held, collections.deque()
+        self._ready.extend(held)
+
     def kill(self, run: NodeRun) -> None:
         """kill -9: the run's callbacks never run again (see the module doc)."""
         run.state = "dead"
         run.held.clear()
         self.zombies.extend(t for t in asyncio.all_tasks(self) if self._task_nodes.get(t) is run)
+
+    def tasks_of(self, run: NodeRun) -> list[asyncio.Task[Any]]:
+        """The tasks of ``run`` that have not ended, by name."""
+        return sorted((t for t in asyncio.all_tasks(self) if self._task_nodes.get(t) is run and not t.done()),
+                      key=lambda t: t.get_name())
 
     def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
                     context: contextvars.Context | None = None) -> asyncio.Task[Any]:
@@ -247,6 +286,12 @@ class SimLoop(asyncio.BaseEventLoop):
             if run is not None and run.state != "running":
                 if run.state == "paused":
                     run.held.append(handle)
+                continue
+            if run is not None and run.slice_ns and self._now_ns != run.slice_at_ns:  # waits for its slice
+                run.held.append(handle)
+                if run.next_slice is None:
+                    at_ns = (self._now_ns // run.slice_ns + 1) * run.slice_ns
+                    run.next_slice = self.call_at(at_ns / 1e9, self._next_slice, run, context=_OUTSIDE)
                 continue
             self.steps += 1
             handle._run()

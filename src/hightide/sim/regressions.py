@@ -11,10 +11,10 @@ passes on the real code. Run one with ``python -m hightide.sim --plant NAME``.
 - ``shutdown-swallowed-cancel`` (item 3, fixed by 042d485): requests wait with
   ``asyncio.wait_for`` (on 3.11 it swallows a cancellation that arrives in the loop step
   of the answer), stopping a task waits for it without a bound, and a node's stop runs
-  its steps in turn without a bound, ending at the first that fails. The simulator does
-  not find this one: the cancel and the answer must be handled in the same loop
-  iteration, and on simulated time two independent deliveries never are (see
-  docs/durability.md, "The whole cluster in one simulation").
+  its steps in turn without a bound, ending at the first that fails. Found with the
+  ``stop-busy`` fault (a stop on a loaded machine: the node runs in time slices, so the
+  answer to the metadata follower's fetch and the stop's step that cancels the follower
+  are handled in one slice; ``wait_for`` swallows the cancel and the follower runs on).
 - ``channel-stays-on-paused-leader`` (item 4, fixed by 361057f): a controller channel
   stays on its connection to the old leader when a new leader is heard of (it leaves only
   when that connection breaks).
