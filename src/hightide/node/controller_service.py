@@ -279,7 +279,7 @@ class ControllerService:
         self._acknowledged()
         _log_changes(records)  # once they are committed
         if settled and self._parks(req, reply):
-            return await self._lao_rises(req.broker_id, reply)
+            return await self._lao_rises(reply)
         return reply
 
     def _parks(self, req: Heartbeat, reply: HeartbeatReply) -> bool:
@@ -290,7 +290,7 @@ class ControllerService:
         session = self.lifecycle.heartbeats.sessions.get(req.broker_id)
         return session is not None and 0 <= reply.lowest_acknowledged_offset < session.acked_offset
 
-    async def _lao_rises(self, broker_id: int, reply: HeartbeatReply) -> HeartbeatReply:
+    async def _lao_rises(self, reply: HeartbeatReply) -> HeartbeatReply:
         """Wait (at most ``LAO_WAIT_MS``) until the LAO is above the one in ``reply`` and
         return ``reply`` with the LAO as of then (the one it had if none rose, or when this
         controller is no longer active)."""
