@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from hightide.aio.clock import ManualClock
@@ -33,6 +32,7 @@ from hightide.node.broker_node import BrokerNode
 from hightide.node import controller_service as cs
 from hightide.node.controller_service import ControllerService
 from hightide.node.metadata_runtime import RaftMetadataRuntime
+from tests.unit.test_controller_session_clock import _service as controller_service_on
 from tests.unit.test_raft_shell import FakeFsync, Recorder, create, make_shell
 from tests.waiting import async_wait_until
 
@@ -110,19 +110,8 @@ def test_a_heartbeat_waits_for_a_pending_change_of_the_brokers(tmp_path: Path) -
 # -- the LAO wait (a write function that commits at once; the controller's clock is manual) --
 
 def _service() -> tuple[ControllerService, MetadataImage, ManualClock]:
-    image, clock = MetadataImage(), ManualClock()
-    log = SimpleNamespace(log_end_offset=0)
-
-    async def write(op: Any) -> Any:
-        result, records = op(image)
-        for r in records:
-            image.apply(r, log.log_end_offset)
-            log.log_end_offset += 1
-        return result
-    service = ControllerService(node_id=3000, cluster_id="c", config=LifecycleConfig(60_000, 0), write=write,
-                                image=lambda: image, metadata_log=lambda: log,  # type: ignore[arg-type,return-value]
-                                committed_end=lambda: log.log_end_offset, clock=clock)
-    service.activate(0)
+    clock = ManualClock()
+    service, image = controller_service_on(clock)
     return service, image, clock
 
 
