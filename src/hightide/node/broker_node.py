@@ -4,8 +4,13 @@ parts :class:`BrokerNode` names; it never sees the broker).
 
 It wires, in Kafka's shape (``BrokerServer``):
 
-* two :class:`~.controller_channel.ControllerChannel` s to the active controller (lifecycle
-  requests and forwarded writes on one, the metadata long-poll Fetch on the other);
+* three :class:`~.controller_channel.ControllerChannel` s to the active controller, as
+  Kafka's broker keeps its heartbeat, forwarding and Raft channels apart: registration and
+  heartbeats on one, forwarded writes (and the broker's own: topic creations, producer
+  ids, AlterPartition) on another, the metadata long-poll Fetch on the third. The
+  controller answers a connection's requests in order, so a heartbeat must queue neither
+  behind a Fetch parked for 500 ms nor behind forwarded writes waiting for their commit
+  (its answer carries the lowest acknowledged offset those writes wait for);
 * the :class:`~.lifecycle.BrokerLifecycleManager` (register, heartbeat, controlled
   shutdown, the lowest acknowledged offset);
 * the :class:`~.metadata_follower.MetadataFollower` (the local copy of
@@ -96,10 +101,13 @@ class BrokerNode:
         self.fetch_channel = ControllerChannel(addresses, client_id=client, name="metadata-fetch", security=security,
                                                locator=self.channel.locator, clock=clock,  # one view of the controller
                                                transport=transport)
+        self.heartbeat_channel = ControllerChannel(addresses, client_id=client, name="heartbeat", security=security,
+                                                   locator=self.channel.locator, clock=clock, transport=transport)
         self.gate = ReadGate(settings.read_consistency, settings.read_max_wait_ms, lao=self._lao,
                              applied=self._applied, content=self._content, clock=clock)
-        self.forwarder = Forwarder(self.channel, self.gate)
-        self.lifecycle = BrokerLifecycleManager(settings, self.channel, self._cluster_id, self._registration,
+        self.forwarder = Forwarder(self.channel, self.gate,
+                                   versions=lambda: self.channel.api_versions or self.heartbeat_channel.api_versions)
+        self.lifecycle = BrokerLifecycleManager(settings, self.heartbeat_channel, self._cluster_id, self._registration,
                                                 self._on_lao, clock=clock)
         self.remote = RemoteMetadataWrites(self.forwarder, settings.node_id, lambda: self.lifecycle.broker_epoch)
         self.follower: MetadataFollower | None = None
@@ -285,5 +293,6 @@ class BrokerNode:
                                                step_timeout_s + 1),
             Step("held metadata reads", self.gate.wake_all, step_timeout_s),
             Step("controller channel", self.channel.close, step_timeout_s),
+            Step("heartbeat channel", self.heartbeat_channel.close, step_timeout_s),
             Step("metadata fetch channel", self.fetch_channel.close, step_timeout_s),
         ], log)

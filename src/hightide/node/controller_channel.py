@@ -44,10 +44,12 @@ next candidate, until the request's timeout; after it the NOT_CONTROLLER answer 
 returned to the caller. Any other retrying is the caller's decision (heartbeats, the
 metadata fetch and forwarded writes retry differently).
 
-A broker uses two channels: one for lifecycle requests and forwarded writes, one for the
-metadata long-poll Fetch, because the controller answers a connection's requests in
-order and a heartbeat must not queue behind a Fetch parked for up to 500 ms (Kafka also
-keeps the Raft fetch and the lifecycle requests on separate channels).
+A broker uses three channels: one for lifecycle requests (registration, heartbeats), one
+for forwarded writes, one for the metadata long-poll Fetch, because the controller
+answers a connection's requests in order and a heartbeat must queue neither behind a
+Fetch parked for up to 500 ms nor behind forwarded writes waiting for their commit (Kafka
+also keeps the Raft fetch, the heartbeats and the forwarded requests on separate
+channels).
 """
 
 from __future__ import annotations

@@ -29,6 +29,18 @@ every registered unfenced broker gets a fresh session (a broker is not fenced be
 the controller changed), the acknowledged offsets start unknown (the lowest
 acknowledged offset is -1 until every unfenced broker has fetched or heartbeated).
 
+**Heartbeats answered at once, and parked for the LAO** (hightide, seed 004; issue 33):
+a heartbeat that changes nothing (no records) while no pending write touches the brokers
+(the speculative image's brokers are the committed image's) rests on committed state
+only, so it is answered without waiting for the writes appended before it to commit
+(:class:`~.metadata_runtime.Settled`; Kafka's controller waits for them, as every
+read-only op: its brokers do not wait on the answer). One from an unfenced broker whose
+acknowledged offset the lowest acknowledged offset (LAO) has not reached yet is then
+parked until the LAO rises (another broker's Fetch or heartbeat acknowledged more), at
+most ``LAO_WAIT_MS``, and answered with the LAO as of then: the broker's held writes and
+reads learn of it the moment the last broker has applied, instead of at its next
+heartbeat (which would wait a commit round again under write load).
+
 Observers: every metadata Fetch from a broker (ReplicaId >= 0) is recorded
 (:meth:`observe_fetch`): its fetch offset is the replica's log end offset for
 DescribeQuorum, with the fetch time and the last time it was caught up, and the core
@@ -38,6 +50,7 @@ batch before they fetch again; see docs/cluster.md).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -60,13 +73,17 @@ from ..cluster.records import MetadataRecord
 from ..cluster.raft import AddVoter, RemoveVoter, VoterChangeError
 from ..cluster.raft.describe import describe_quorum
 from ..log.partition_log import PartitionLog
-from ..aio.clock import SYSTEM_CLOCK, Clock
+from ..aio.clock import SYSTEM_CLOCK, Clock, wait_event_on
 from ..services import CoordinatorUnavailable
+from .metadata_runtime import Settled
 from .raft_shell import RaftShell, WriteOutcomeUnknown
 
 log = logging.getLogger("hightide.controller")
 
 TIMER_MAX_SLEEP_S = 0.5
+#: How long a heartbeat that changes nothing waits at most for the lowest acknowledged
+#: offset to rise towards what its broker applied (see the module doc).
+LAO_WAIT_MS = 200
 #: Kafka's LeaderState.OBSERVER_SESSION_TIMEOUT_MS: an observer not heard from for this
 #: long is dropped from DescribeQuorum.
 OBSERVER_SESSION_TIMEOUT_MS = 300_000
@@ -92,13 +109,15 @@ class ControllerService:
     ``write_metadata``; ``metadata_log`` and ``committed_end`` give the metadata log and
     the offset below which it is committed (the high watermark a Fetch is served to);
     ``endpoints`` the controller listeners (DescribeQuorum's nodes, DescribeCluster);
-    ``clock`` the sessions' and the timers' time."""
+    ``clock`` the sessions' and the timers' time; ``latest_image`` the image writes
+    decide from (the runtime's speculative image; default: ``image``)."""
 
     def __init__(self, *, node_id: int, cluster_id: str, config: LifecycleConfig, write: WriteMetadata,
                  image: Callable[[], MetadataImage], metadata_log: Callable[[], PartitionLog],
                  committed_end: Callable[[], int],
                  endpoints: Callable[[], list[tuple[str, str, int]]] = list, raft: RaftShell | None = None,
-                 voter_endpoints: dict[int, tuple[str, int]] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 voter_endpoints: dict[int, tuple[str, int]] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 latest_image: Callable[[], MetadataImage] | None = None) -> None:
         self.node_id = node_id
         self.clock = clock
         self._endpoints = endpoints
@@ -109,6 +128,8 @@ class ControllerService:
         self._static_endpoints = dict(voter_endpoints or {})
         self._write = write
         self._image = image
+        self._latest_image = latest_image or image
+        self._acked = asyncio.Event()  # set (and replaced) when a broker acknowledged more
         self._metadata_log = metadata_log
         self._committed_end = committed_end
         self.last_append_ms = self._now()
@@ -240,17 +261,54 @@ class ControllerService:
 
     async def heartbeat(self, req: Heartbeat) -> HeartbeatReply:
         """BrokerHeartbeat as a metadata write (state changes are written with the
-        leadership moves; a heartbeat that changes nothing appends nothing)."""
-        def op(image: MetadataImage) -> tuple[tuple[HeartbeatReply, list[MetadataRecord]], list[MetadataRecord]]:
+        leadership moves; a heartbeat that changes nothing appends nothing and, while no
+        pending write touches the brokers, is answered at once and may be parked for the
+        LAO: see the module doc)."""
+        def op(image: MetadataImage) -> tuple[Any, list[MetadataRecord]]:
             reply, records = self.lifecycle.heartbeat(image, req, self._now(), self.metadata_log.log_end_offset,
                                                       self.committed_end() - 1)
+            if not records and image.brokers == self.image.brokers:
+                return Settled((reply, records)), records
             return (reply, records), records
         try:
-            reply, records = await self._write(op)
+            out = await self._write(op)
         except CoordinatorUnavailable as exc:
             return HeartbeatReply(exc.error_code, message=str(exc))
+        settled = isinstance(out, Settled)
+        reply, records = out.response if settled else out
+        self._acknowledged()
         _log_changes(records)  # once they are committed
+        if settled and self._parks(req, reply):
+            return await self._lao_rises(reply)
         return reply
+
+    def _parks(self, req: Heartbeat, reply: HeartbeatReply) -> bool:
+        """True for the heartbeat of an unfenced broker, not shutting down, whose own
+        acknowledged offset the LAO it was given has not reached."""
+        if reply.error_code != ErrorCode.none or reply.is_fenced or reply.should_shut_down or req.want_shut_down:
+            return False
+        session = self.lifecycle.heartbeats.sessions.get(req.broker_id)
+        return session is not None and 0 <= reply.lowest_acknowledged_offset < session.acked_offset
+
+    async def _lao_rises(self, reply: HeartbeatReply) -> HeartbeatReply:
+        """Wait (at most ``LAO_WAIT_MS``) until the LAO is above the one in ``reply`` and
+        return ``reply`` with the LAO as of then (the one it had if none rose, or when this
+        controller is no longer active)."""
+        deadline = self.clock.monotonic() + LAO_WAIT_MS / 1000
+        lowest = reply.lowest_acknowledged_offset
+        while self.is_active:
+            left = deadline - self.clock.monotonic()
+            if left <= 0 or not await wait_event_on(self.clock, self._acked, left) or not self.is_active:
+                break
+            now = self.lifecycle.lowest_acknowledged_offset(self._latest_image(), self._now())
+            if now > lowest:
+                return dataclasses.replace(reply, lowest_acknowledged_offset=now)
+        return reply
+
+    def _acknowledged(self) -> None:
+        """A broker may have acknowledged more: wake the parked heartbeats."""
+        acked, self._acked = self._acked, asyncio.Event()
+        acked.set()
 
     async def unregister(self, broker_id: int) -> tuple[ErrorCode, str | None]:
         """UnregisterBroker as a metadata write."""
@@ -293,6 +351,7 @@ class ControllerService:
         if fetch_offset >= end:
             p.last_caught_up_ms = at_ms
         self.lifecycle.observe_fetch(self.image, replica_id, fetch_offset, self._now(), end - 1, replica_epoch)
+        self._acknowledged()
 
     def quorum(self, at_ms: int) -> tuple[list[ReplicaProgress], list[ReplicaProgress]] | None:
         """(voters, observers) for DescribeQuorum: the voters (the single voter: this

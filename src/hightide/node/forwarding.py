@@ -216,10 +216,14 @@ def error_response(api_key: int, version: int, req: object, code: int, message: 
 
 class Forwarder:
     """Forwards requests over ``channel`` and holds their answers at ``gate``; deadlines
-    are on the gate's clock (``gate.clock``: the channel's too, see BrokerNode)."""
+    are on the gate's clock (``gate.clock``: the channel's too, see BrokerNode).
+    ``versions`` gives the controller's ApiVersions (default: ``channel``'s, known once it
+    connected; a broker also learns them from its heartbeat channel, connected from start)."""
 
-    def __init__(self, channel: ControllerChannel, gate: ReadGate) -> None:
+    def __init__(self, channel: ControllerChannel, gate: ReadGate,
+                 versions: Callable[[], dict[int, tuple[int, int]]] | None = None) -> None:
         self.channel = channel
+        self._versions = versions or (lambda: channel.api_versions)
         self.clock = gate.clock
         self.gate = gate
         self.forwarded = 0
@@ -303,7 +307,7 @@ class Forwarder:
     # -- ApiVersions ---------------------------------------------------------------------
     def narrow(self, ranges: list[dict[str, int]]) -> list[dict[str, int]]:
         """ApiVersions' ranges with the forwarded APIs narrowed to the controller's."""
-        theirs = self.channel.api_versions
+        theirs = self._versions()
         if not theirs:
             return ranges
         out = []

@@ -56,7 +56,9 @@ class RaftMetadataRuntime:
     until the high watermark passed the batch and its records are applied to the
     committed image (on a lone voter: once its own fsync is done). An op with no records
     appends nothing and is answered once everything appended before it is committed
-    (its answer may rest on those: Kafka does the same); at once when nothing is pending.
+    (its answer may rest on those: Kafka does the same); at once when nothing is pending,
+    or when the op says its answer rests on committed state only (its response is a
+    :class:`Settled`, handed back as it is).
     So a caller never sees an answer decided from state that is not committed, and the
     committed image (what the node serves) holds only committed records.
 
@@ -86,6 +88,15 @@ class RaftMetadataRuntime:
     def committed_offset(self, partition: int) -> int:
         """The offset below which the metadata log is committed and applied."""
         return self.shell.committed_end
+
+    def latest_image(self) -> MetadataImage:
+        """The newest image this controller decides from: the speculative image while this
+        leader has one in its epoch (every batch it appended applied, committed or not),
+        else the committed image. Never makes a copy."""
+        shell = self.shell
+        if self._speculative is not None and self._speculative_epoch == shell.epoch:
+            return self._speculative
+        return shell.metadata.image
 
     async def write(self, partition: int, op: Callable[[MetadataImage], Any], now_ms: int) -> Any:
         result, committed, appended = await self._decide(op, now_ms)
@@ -121,6 +132,8 @@ class RaftMetadataRuntime:
             records = list(result[1])
             if not records:
                 end = shell.core.log.end_offset
+                if isinstance(result[0], Settled):  # rests on nothing pending: answered now
+                    return result, None, False
                 return result, None if shell.committed_end >= end else shell.committed_future(end), False
             base = shell.core.log.end_offset
             payload = build_batch([(k, v, [], now_ms) for k, v in MetadataLog.encode_records(records)])
@@ -148,6 +161,16 @@ class RaftMetadataRuntime:
         shell = self.shell
         if shell.failed is not None and shell.core.lone_voter:
             raise CoordinatorUnavailable(f"the metadata log failed: {shell.failed}", ErrorCode.kafka_storage_error)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The response of an op with no records that rests on committed state only (e.g. a
+    broker heartbeat that changes nothing while no write pending touches the brokers):
+    :meth:`RaftMetadataRuntime.write` answers it at once instead of after the writes
+    appended before it commit (the caller unwraps ``response``)."""
+
+    response: Any
 
 
 def _not_controller(shell: RaftShell) -> str:

@@ -330,7 +330,8 @@ class Broker:
             config=LifecycleConfig(self.cluster.session_timeout_ms, self.cluster.max_idle_interval_ms),
             write=self.metadata_writer.write_metadata, image=lambda: metadata.image, metadata_log=lambda: metadata.log,
             committed_end=lambda: runtime.committed_offset(0), endpoints=self.listeners.controller_endpoints, raft=raft,
-            voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock)
+            voter_endpoints={v.node_id: (v.host, v.port) for v in self.cluster.voters}, clock=self.clock,
+            latest_image=runtime.latest_image)
         self.controller_service.lifecycle.elections = lambda: ElectionConfig.from_config(self.config)
         self.controller_services = _services_of(self, handlers.controller_routes(self.controller_service))
         self.metadata_writer.on_append = self.controller_service.appended
