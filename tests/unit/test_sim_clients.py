@@ -4,11 +4,13 @@ seed with every client holds every invariant and replays exactly."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from hightide.sim.admin_client import MetadataLedger
 from hightide.sim.checker import Anomaly
-from hightide.sim.client_set import CLIENT_KINDS
+from hightide.sim.client_set import CLIENT_KINDS, group_epoch_of
 from hightide.sim.group_clients import CoordinatorWitness, assigned_partitions, assignment
 from hightide.sim.planted_clients import PLANTED_CLIENTS
 from hightide.sim.run import simulate
@@ -108,14 +110,32 @@ def test_an_acknowledged_record_acquired_again_is_an_anomaly():
 
 # --- coordinators ----------------------------------------------------------------------------
 def test_two_coordinators_in_one_epoch_is_an_anomaly():
-    epochs = {(1, "g"): (0, 4), (2, "g"): (0, 5), (3, "g"): (0, 5), (4, "g"): None}
+    epochs = {(1, "g"): (0, 4, 1), (2, "g"): (0, 5, 2), (3, "g"): (0, 5, 3), (4, "g"): None}
     witness = CoordinatorWitness(lambda node, group: epochs[(node, group)])
-    witness.answer(1, "g", "Heartbeat")
+    witness.answer(1, "g", "Heartbeat")  # its image lags (epoch 4): not flagged, as in Kafka
     witness.answer(2, "g", "Heartbeat")
     witness.answer(2, "g", "OffsetCommit")
     witness.answer(4, "g", "OffsetCommit")  # no longer serving it when the answer came: not recorded
     with pytest.raises(Anomaly, match="broker 2 answered Heartbeat and broker 3"):
         witness.answer(3, "g", "JoinGroup")
+
+
+def test_a_broker_serving_a_partition_its_own_image_gives_to_another_is_a_second_coordinator():
+    """The check could not fire before: a broker was looked up only if its own image named
+    it leader, and two images never name two leaders in one leader epoch (one metadata
+    log). A broker that keeps a coordinator partition loaded after applying the metadata
+    that moved it away (the ``coordinator-not-unloaded`` planted bug) answers in the new
+    leader's epoch."""
+    offsets = SimpleNamespace(partitions={0: SimpleNamespace(leader=2, leader_epoch=7)})
+    broker = SimpleNamespace(groups=SimpleNamespace(partition_for=lambda group: 0,
+                                                    runtime=SimpleNamespace(partitions={0: object()})),
+                             image=SimpleNamespace(topics={"__consumer_offsets": offsets}))
+    world = SimpleNamespace(nodes={1: SimpleNamespace(broker=broker)})
+    assert group_epoch_of(world, 1, "g") == (0, 7, 2)  # type: ignore[arg-type]
+    witness = CoordinatorWitness(lambda node, group: group_epoch_of(world, node, group))  # type: ignore[arg-type]
+    with pytest.raises(Anomaly, match="broker 1 answered Heartbeat .* in leader epoch 7, whose leader in its own "
+                                      "image is broker 2"):
+        witness.answer(1, "g", "Heartbeat")
 
 
 def test_consumer_protocol_assignment_round_trips():

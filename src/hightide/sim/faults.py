@@ -33,8 +33,13 @@ FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow",
 #: ``quorum-loss`` pauses every controller but one (no quorum: metadata writes cannot
 #: commit until they resume); ``cut-off`` partitions a broker from every controller,
 #: both ways, while clients and the other brokers still reach it (it is fenced when its
-#: session expires, and must not answer metadata reads from its stale image meanwhile).
-EXTRA_KINDS = ("pause-leader", "quorum-loss", "cut-off")
+#: session expires, and must not answer metadata reads from its stale image meanwhile);
+#: ``split`` partitions a broker from the other brokers, both ways, while the controllers
+#: and clients still reach it: it falls out of the ISR of every partition it follows
+#: (``replica.lag.time.max.ms``) yet stays registered and unfenced, so a leader that goes
+#: meanwhile is succeeded by a replica with all the acknowledged records, or by nobody
+#: (Kafka's ISR rule), never by it.
+EXTRA_KINDS = ("pause-leader", "quorum-loss", "cut-off", "split")
 
 
 @dataclass
@@ -89,7 +94,7 @@ class FaultSchedule:
                 if leader is None:
                     continue
                 node, kind = leader, "pause"
-            if kind == "cut-off":
+            if kind in ("cut-off", "split"):
                 brokers = sorted(self.world.brokers, key=lambda n: n.node_id)
                 node = node if not node.controller else brokers[int(param * len(brokers))]
             if kind == "quorum-loss":
@@ -131,6 +136,9 @@ class FaultSchedule:
         elif kind == "cut-off":  # held past the session timeout (6 s) half the time
             net.partition({node.node_id}, {c.node_id for c in world.controllers})
             self._later(2 * hold_s, self._heal())
+        elif kind == "split":
+            net.partition({node.node_id}, {b.node_id for b in world.brokers if b is not node})
+            self._later(hold_s, self._heal())
         elif kind == "sever":
             net.sever(node.node_id)
         elif kind == "slow":
