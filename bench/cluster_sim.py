@@ -47,7 +47,11 @@ SCALES = [  # (controllers, brokers, producers, optional clients)
 ]
 
 
-def safety(seeds: int, first: int, duration_s: float, clients: tuple[str, ...], jobs: int) -> dict[str, Any]:
+def safety(seeds: int, first: int, duration_s: float, clients: tuple[str, ...], jobs: int,
+           budget_s: float | None = None) -> dict[str, Any]:
+    """``seeds`` seeds from ``first``; with ``budget_s``, no seed starts after that many
+    real seconds (the seeds run are counted and are the first ones, in order, but for
+    those in flight)."""
     faults: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     anomalies = []
@@ -63,10 +67,11 @@ def safety(seeds: int, first: int, duration_s: float, clients: tuple[str, ...], 
         if not o.ok:
             anomalies.append({"seed": o.seed, "anomaly": o.anomaly, "replay": o.job.replay()})
         print(f"safety seed {o.seed}: {'ok' if o.ok else 'ANOMALY ' + str(o.anomaly)}", file=sys.stderr, flush=True)
-    run_jobs([Job(seed, duration_s, clients=clients) for seed in range(first, first + seeds)], jobs, done=done)
+    ran = run_jobs([Job(seed, duration_s, clients=clients) for seed in range(first, first + seeds)], jobs, done=done,
+                   skip=None if budget_s is None else lambda _job: time.perf_counter() - started > budget_s)
     real = time.perf_counter() - started
     anomalies.sort(key=lambda a: a["seed"])
-    return {"seeds": seeds, "first": first, "duration_s": duration_s, "clients": list(clients), "jobs": jobs,
+    return {"seeds": len(ran), "seeds_asked": seeds, "budget_s": budget_s, "first": first, "duration_s": duration_s, "clients": list(clients), "jobs": jobs,
             "anomalies": anomalies, "simulated_hours": round(simulated / 3600, 3), "faults": dict(faults),
             "steps": int(steps), "real_s": round(real, 1), "steps_per_s": round(steps / real),
             "sim_s_per_real_s": round(simulated / real, 2), "counts": dict(counts)}
@@ -126,6 +131,7 @@ def main() -> None:
     p.add_argument("--planted-seeds", type=int, default=40)
     p.add_argument("--scaling-seeds", type=int, default=3)
     p.add_argument("--parts", default="safety,planted,scaling")
+    p.add_argument("--budget-s", type=float, help="safety part: start no seed after this many real seconds")
     p.add_argument("--jobs", type=int, default=default_workers(),
                    help="worker processes of the safety and planted parts (default: one per core)")
     p.add_argument("--clients", default="all",
@@ -137,7 +143,7 @@ def main() -> None:
     if "safety" in parts:
         clients = CLIENT_KINDS if args.clients == "all" else tuple(
             k for k in args.clients.split(",") if k and k != "none")
-        out["safety"] = safety(args.seeds, args.first, args.duration, clients, args.jobs)
+        out["safety"] = safety(args.seeds, args.first, args.duration, clients, args.jobs, args.budget_s)
     if "planted" in parts:
         out["planted"] = planted(args.planted_seeds, 15.0, args.jobs)
     if "scaling" in parts:

@@ -1,6 +1,7 @@
 """The whole-cluster simulation's optional clients (issue 28, items 2 and 4): each
 invariant's ledger rejects what it exists to reject and accepts what Kafka allows; a
-seed with every client holds every invariant and replays exactly."""
+seed with every client holds every invariant and replays exactly. (Their planted bugs
+are searched with the others' in tests/unit/test_sim_seeds.py, in worker processes.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from hightide.sim.admin_client import MetadataLedger
 from hightide.sim.checker import Anomaly
 from hightide.sim.client_set import CLIENT_KINDS, group_epoch_of
 from hightide.sim.group_clients import CoordinatorWitness, assigned_partitions, assignment
-from hightide.sim.planted_clients import PLANTED_CLIENTS
 from hightide.sim.run import simulate
 from hightide.sim.share_client import ACCEPT, RELEASE, REJECT, ShareLedger
 from hightide.sim.txn_client import TxnLedger
@@ -204,19 +204,3 @@ def _holds(seed: int) -> None:
     r = simulate(seed, duration_s=12, clients=CLIENT_KINDS)
     assert r.ok, (f"{r.anomaly}\nreplay: python -m hightide.sim --seed {seed} --duration 12 --clients all --trace "
                   "--logs\n" + "\n".join(r.trace[-30:]))
-
-
-#: Seeds searched per planted bug (each ~5-15 s); coordinator-not-unloaded (found by liveness,
-#: a minute of simulated waiting) runs in bench/cluster_sim.py only.
-PLANTED_SEEDS = range(1, 5)
-
-
-@pytest.mark.parametrize("name", ["lso-is-hw", "no-aborted-list", "share-ack-unpersisted", "read-gate-open"])
-def test_planted_bug_is_found(name: str) -> None:
-    patch, kinds = PLANTED_CLIENTS[name]
-    for seed in PLANTED_SEEDS:
-        with patch():
-            r = simulate(seed, duration_s=12, clients=kinds)
-        if not r.ok:
-            return
-    pytest.fail(f"planted bug {name} not found in seeds {list(PLANTED_SEEDS)}")

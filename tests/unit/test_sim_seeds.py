@@ -52,12 +52,15 @@ def _holding_jobs() -> list[Job]:
 
 
 #: The optional clients' planted bugs (hightide.sim.planted_clients), each run with the
-#: clients that find it, on seeds 1-4 of 12 s; what the anomaly must say, where one check
-#: exists for the bug (the zombie coordinator was found by liveness only, and late, while
-#: the coordinator check could not fire).
+#: clients that find it, on seeds 1-4 of 12 s, and what the anomaly must say where one
+#: check exists for the bug (the one-coordinator-per-epoch check could not fire before
+#: it looked at brokers serving a partition their own image gives to another).
+#: ``coordinator-not-unloaded`` (its zombie's writes hang, so it answers nothing; found
+#: by liveness, rarely) runs in bench/cluster_sim.py only.
 CLIENT_SEEDS = 4
 CLIENT_S = 12.0
-CLIENT_FINDS = {"coordinator-not-unloaded": "two coordinators in one epoch"}
+CLIENT_PLANTED = sorted(set(PLANTED_CLIENTS) - {"coordinator-not-unloaded"})
+CLIENT_FINDS = {"coordinator-zombie": "two coordinators in one epoch"}
 
 
 def _planted_jobs() -> list[Job]:
@@ -66,8 +69,7 @@ def _planted_jobs() -> list[Job]:
         jobs += [Job(seed, PLANTED_S, kinds=kinds, plant=name)
                  for name in sorted(PLANTED) for kinds in dict.fromkeys((FAULT_KINDS, AIMED[name]))]
         if seed <= CLIENT_SEEDS:
-            jobs += [Job(seed, CLIENT_S, clients=kinds, plant=name)
-                     for name, (_patch, kinds) in sorted(PLANTED_CLIENTS.items())]
+            jobs += [Job(seed, CLIENT_S, clients=PLANTED_CLIENTS[name][1], plant=name) for name in CLIENT_PLANTED]
     return jobs
 
 
@@ -82,7 +84,7 @@ def _planted() -> dict[str, list[Outcome]]:
     """Each planted bug's search, all in one batch of workers: a bug's remaining runs are
     skipped once one of its runs found it."""
     found: set[str] = set()
-    tried: dict[str, list[Outcome]] = {name: [] for name in [*PLANTED, *PLANTED_CLIENTS]}
+    tried: dict[str, list[Outcome]] = {name: [] for name in [*PLANTED, *CLIENT_PLANTED]}
 
     def done(outcome: Outcome) -> None:
         assert outcome.job.plant is not None
@@ -108,7 +110,7 @@ def test_the_short_seeds_cover_every_fault_kind_and_client() -> None:
     assert clients == {"txn", "classic", "consumer", "share", "admin"}
 
 
-@pytest.mark.parametrize("name", sorted([*PLANTED, *PLANTED_CLIENTS]))
+@pytest.mark.parametrize("name", sorted([*PLANTED, *CLIENT_PLANTED]))
 def test_planted_bug_is_found(name: str) -> None:
     tried = _planted()[name]
     assert all(o.hash_seed == HASH_SEED for o in tried)

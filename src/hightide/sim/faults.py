@@ -59,6 +59,9 @@ class FaultSchedule:
     _down: set[int] = field(default_factory=set)
     _disk_faulted: set[int] = field(default_factory=set)
     _undo: list[asyncio.Task[None]] = field(default_factory=list)
+    #: Undo steps whose action has begun (healing lets them finish rather than cut a
+    #: restart off between its stop and its start).
+    _undoing: set[asyncio.Task[None]] = field(default_factory=set)
     #: [node id (None: every node), start, end] of each fault that slows or silences a
     #: node (end: inf while in effect): what excuses a late answer (:meth:`disturbed`).
     windows: list[list[Any]] = field(default_factory=list)
@@ -177,6 +180,7 @@ class FaultSchedule:
             except asyncio.CancelledError:
                 action.close()
                 raise
+            self._undoing.add(task)
             try:
                 await action
             except Exception as exc:  # noqa: BLE001 - a restart that failed is the run's verdict
@@ -184,7 +188,8 @@ class FaultSchedule:
             finally:
                 if window is not None:
                     window[2] = asyncio.get_running_loop().time()
-        self._undo.append(asyncio.ensure_future(after()))
+        task = asyncio.ensure_future(after())
+        self._undo.append(task)
 
     async def _restart(self, node: SimNode) -> None:
         if not node.up:
@@ -217,11 +222,15 @@ class FaultSchedule:
         self.world.net.slow(0.0)
 
     async def heal(self) -> None:
-        """Undo every fault still in effect (see the module doc)."""
+        """Undo every fault still in effect (see the module doc). An undo step already
+        under way (an operator restart between its stop and its start) finishes first:
+        cut off, it would leave the node stopped for good."""
         for task in self._undo:
-            task.cancel()
-        await asyncio.gather(*self._undo, return_exceptions=True)
+            if task not in self._undoing:  # still waiting: its action never starts
+                task.cancel()
+        await asyncio.gather(*self._undo, return_exceptions=True)  # begun: each bounded (restart, stop)
         self._undo.clear()
+        self._undoing.clear()
         self.world.net.heal()
         self.world.net.slow(0.0)
         for node in self.world.nodes.values():
