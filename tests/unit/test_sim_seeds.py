@@ -42,7 +42,7 @@ AIMED: dict[str, tuple[str, ...]] = {
     "acks-before-hw": ("kill", "pause", "partition", "one-way"),
     "coordinator-unreplicated": ("one-way", "pause"),
     "no-truncation": ("kill", "pause", "partition", "one-way"),
-    "unclean-election": ("split", "kill", "pause", "partition", "one-way"),
+    "unclean-election": ("split", "kill"),
     "ack-on-fetch": FAULT_KINDS,  # found by the white-box check with no fault at all
 }
 
