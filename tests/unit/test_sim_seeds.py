@@ -74,13 +74,24 @@ def _planted_jobs() -> list[Job]:
 
 
 @functools.cache
-def _holding() -> dict[Job, Outcome]:
-    """Every seed that must hold, run once (in worker processes) for all the tests below."""
-    return {o.job: o for o in run_jobs(_holding_jobs())}
+def _holding() -> dict[Job, Outcome] | BaseException:
+    """Every seed that must hold, run once (in worker processes) for all the tests below
+    (a broken pool too is kept, not run again for each test)."""
+    try:
+        return {o.job: o for o in run_jobs(_holding_jobs())}
+    except Exception as exc:  # noqa: BLE001 - each test re-raises it
+        return exc
+
+
+def _held() -> dict[Job, Outcome]:
+    got = _holding()
+    if isinstance(got, BaseException):
+        raise got
+    return got
 
 
 @functools.cache
-def _planted() -> dict[str, list[Outcome]]:
+def _planted() -> dict[str, list[Outcome]] | BaseException:
     """Each planted bug's search, all in one batch of workers: a bug's remaining runs are
     skipped once one of its runs found it."""
     found: set[str] = set()
@@ -91,19 +102,22 @@ def _planted() -> dict[str, list[Outcome]]:
         tried[outcome.job.plant].append(outcome)
         if not outcome.ok:
             found.add(outcome.job.plant)
-    run_jobs(_planted_jobs(), skip=lambda job: job.plant in found, done=done)
+    try:
+        run_jobs(_planted_jobs(), skip=lambda job: job.plant in found, done=done)
+    except Exception as exc:  # noqa: BLE001 - each test re-raises it
+        return exc
     return tried
 
 
 @pytest.mark.parametrize("job", _holding_jobs(), ids=lambda job: f"seed{job.seed}-{job.duration_s:g}s")
 def test_seed_holds_every_invariant(job: Job) -> None:
-    outcome = _holding()[job]
+    outcome = _held()[job]
     assert outcome.hash_seed == HASH_SEED
     assert outcome.ok, outcome.report()
 
 
 def test_the_short_seeds_cover_every_fault_kind_and_client() -> None:
-    outcomes = [o for o in _holding().values() if o.job.duration_s == SHORT_S]
+    outcomes = [o for o in _held().values() if o.job.duration_s == SHORT_S]
     faults = {kind for o in outcomes for kind, n in o.faults.items() if n}
     clients = {kind for o in outcomes for kind in o.job.clients}
     assert faults >= set(FAULT_KINDS) | {"pause", "quorum-loss", "split"}, faults
@@ -112,7 +126,10 @@ def test_the_short_seeds_cover_every_fault_kind_and_client() -> None:
 
 @pytest.mark.parametrize("name", sorted([*PLANTED, *CLIENT_PLANTED]))
 def test_planted_bug_is_found(name: str) -> None:
-    tried = _planted()[name]
+    searched = _planted()
+    if isinstance(searched, BaseException):
+        raise searched
+    tried = searched[name]
     assert all(o.hash_seed == HASH_SEED for o in tried)
     found = [o for o in tried if not o.ok]
     assert found, (f"planted bug {name} not found in (seed, fault mix, clients) "

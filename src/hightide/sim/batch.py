@@ -23,6 +23,8 @@ import contextlib
 import multiprocessing
 import os
 import random
+import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -74,17 +76,20 @@ class Job:
     def run(self) -> Outcome:
         """Run it here (in this process, with this process's hash seed)."""
         from .run import simulate
+        cpu = time.process_time()
         r = simulate(self.seed, duration_s=self.duration_s, kinds=self.kinds, clients=self.clients,
                      probes=self.probes, plant=self.plant, controllers=self.controllers, brokers=self.brokers,
                      only=self.only, log_lines=self.log_lines)
         return Outcome(self, r.anomaly, r.trace[-TRACE_TAIL:] if r.anomaly else [], r.simulated_s, r.steps,
-                       dict(r.faults), dict(r.counts), r.real_s, r.digest, os.environ.get("PYTHONHASHSEED"))
+                       dict(r.faults), dict(r.counts), r.real_s, r.digest, os.environ.get("PYTHONHASHSEED"),
+                       time.process_time() - cpu)
 
 
 @dataclass
 class Outcome:
     """What a run of ``job`` found (``trace``: the last lines of a failing run's trace;
-    ``hash_seed``: the ``PYTHONHASHSEED`` of the process that ran it)."""
+    ``hash_seed``: the ``PYTHONHASHSEED`` of the process that ran it; ``real_s`` depends
+    on the machine's load, ``cpu_s`` much less)."""
 
     job: Job
     anomaly: str | None
@@ -96,6 +101,8 @@ class Outcome:
     real_s: float = 0.0
     digest: str = ""
     hash_seed: str | None = None
+    #: CPU seconds the run took (its process's; what it costs on a machine of its own).
+    cpu_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -112,7 +119,14 @@ class Outcome:
 
 
 def _run(index: int, job: Job) -> tuple[int, Outcome]:
-    return index, job.run()
+    """Run ``job`` in a worker. A run that raises (a defect of the simulator, not an
+    anomaly of the cluster) is a failing outcome too, with the traceback as its trace."""
+    try:
+        return index, job.run()
+    except Exception as exc:  # noqa: BLE001 - reported as the seed's failure, with its replay command
+        lines = traceback.format_exception(exc)
+        return index, Outcome(job, f"the simulator raised {exc!r}", "".join(lines).splitlines()[-TRACE_TAIL:],
+                              0.0, 0, hash_seed=os.environ.get("PYTHONHASHSEED"))
 
 
 @contextlib.contextmanager
@@ -142,8 +156,8 @@ def run_jobs(jobs: Iterable[Job], workers: int | None = None, *,
     at a time, started in the order given; return their outcomes in that order.
     ``skip(job)`` is asked just before a job would start (True: it is not run, e.g. a
     search that already found what it looked for); ``done(outcome)`` is told of each
-    outcome as it arrives. A job that raises (a bug of the simulator, not an anomaly)
-    raises here, after the jobs in flight finished."""
+    outcome as it arrives. A job that raises is a failing outcome (see :func:`_run`); a
+    worker that dies (the pool broken) raises here, after the jobs in flight finished."""
     pending = list(jobs)
     workers = workers or default_workers()
     outcomes: dict[int, Outcome] = {}
