@@ -109,6 +109,11 @@ def _planted() -> dict[str, list[Outcome]] | BaseException:
     return tried
 
 
+#: The first test to ask for a batch runs all of it (pytest-timeout's 120 s is per test).
+BATCH_TIMEOUT_S = 1800
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
 @pytest.mark.parametrize("job", _holding_jobs(), ids=lambda job: f"seed{job.seed}-{job.duration_s:g}s")
 def test_seed_holds_every_invariant(job: Job) -> None:
     outcome = _held()[job]
@@ -116,6 +121,7 @@ def test_seed_holds_every_invariant(job: Job) -> None:
     assert outcome.ok, outcome.report()
 
 
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
 def test_the_short_seeds_cover_every_fault_kind_and_client() -> None:
     outcomes = [o for o in _held().values() if o.job.duration_s == SHORT_S]
     faults = {kind for o in outcomes for kind, n in o.faults.items() if n}
@@ -124,6 +130,7 @@ def test_the_short_seeds_cover_every_fault_kind_and_client() -> None:
     assert clients == {"txn", "classic", "consumer", "share", "admin"}
 
 
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
 @pytest.mark.parametrize("name", sorted([*PLANTED, *CLIENT_PLANTED]))
 def test_planted_bug_is_found(name: str) -> None:
     searched = _planted()
