@@ -21,12 +21,13 @@ import sys
 import time
 from collections import Counter
 
+from .batch import HASH_SEED, Job, Outcome, run_jobs
 from .client_set import CLIENT_KINDS
 from .faults import EXTRA_KINDS, FAULT_KINDS
-from .batch import HASH_SEED, Job, Outcome, run_jobs
 from .planted import variants
 from .run import PROBES, RunResult, simulate
 from .shrink import shrink
+
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m hightide.sim", description=__doc__.split("\n\n")[0])
@@ -53,8 +54,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--logs", action="store_true", help="put the nodes' warnings in the trace")
     p.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")
     p.add_argument("--jobs", type=int, default=1,
-                   help="run seeds in this many worker processes (default 1: in this process; a failing "
-                        "seed then prints the last 40 lines of its trace)")
+                   help="run seeds in this many worker processes (default 1: in this process); with more, "
+                        "a trace is printed only as its last 40 lines")
     return p.parse_args(argv)
 
 
