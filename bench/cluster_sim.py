@@ -8,7 +8,8 @@ machine; steps per second do):
   default all: transactions, classic and KIP-848 group members, share consumers, an
   admin; every fault kind for ``--duration`` simulated seconds, then healing, liveness
   and the final check): seeds, anomalies (each with its replay command), simulated
-  hours, faults by kind, steps and steps per second, the clients' counts.
+  hours, faults by kind, steps and steps per second (over all ``--jobs`` worker
+  processes), the clients' counts.
 * ``planted``: each deliberately broken variant (hightide.sim.planted, and
   hightide.sim.planted_clients with the clients that find it) run on seeds from 1 until
   one finds it (at most ``--planted-seeds``): the first failing seed, the simulated time
@@ -33,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from hightide.sim.batch import Job, Outcome, default_workers, run_jobs  # noqa: E402
 from hightide.sim.client_set import CLIENT_KINDS  # noqa: E402
 from hightide.sim.planted import PLANTED  # noqa: E402
 from hightide.sim.planted_clients import PLANTED_CLIENTS  # noqa: E402
@@ -45,54 +47,60 @@ SCALES = [  # (controllers, brokers, producers, optional clients)
 ]
 
 
-def _flag(clients: tuple[str, ...]) -> str:
-    return f" --clients {','.join(clients)}" if clients else ""
-
-
-def safety(seeds: int, first: int, duration_s: float, clients: tuple[str, ...]) -> dict[str, Any]:
+def safety(seeds: int, first: int, duration_s: float, clients: tuple[str, ...], jobs: int,
+           budget_s: float | None = None) -> dict[str, Any]:
+    """``seeds`` seeds from ``first``; with ``budget_s``, no seed starts after that many
+    real seconds (the seeds run are counted and are the first ones, in order, but for
+    those in flight)."""
     faults: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     anomalies = []
     simulated = steps = 0.0
     started = time.perf_counter()
-    for seed in range(first, first + seeds):
-        r = simulate(seed, duration_s=duration_s, clients=clients)
-        faults.update(r.faults)
-        counts.update(r.counts)
-        simulated += r.simulated_s
-        steps += r.steps
-        if not r.ok:
-            anomalies.append({"seed": seed, "anomaly": r.anomaly,
-                              "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g}"
-                                        f"{_flag(clients)} --trace --logs"})
-        print(f"safety seed {seed}: {'ok' if r.ok else 'ANOMALY ' + str(r.anomaly)}", file=sys.stderr, flush=True)
+
+    def done(o: Outcome) -> None:
+        nonlocal simulated, steps
+        faults.update(o.faults)
+        counts.update(o.counts)
+        simulated += o.simulated_s
+        steps += o.steps
+        if not o.ok:
+            anomalies.append({"seed": o.seed, "anomaly": o.anomaly, "replay": o.job.replay()})
+        print(f"safety seed {o.seed}: {'ok' if o.ok else 'ANOMALY ' + str(o.anomaly)}", file=sys.stderr, flush=True)
+    ran = run_jobs([Job(seed, duration_s, clients=clients) for seed in range(first, first + seeds)], jobs, done=done,
+                   skip=None if budget_s is None else lambda _job: time.perf_counter() - started > budget_s)
     real = time.perf_counter() - started
-    return {"seeds": seeds, "first": first, "duration_s": duration_s, "clients": list(clients), "anomalies": anomalies,
-            "simulated_hours": round(simulated / 3600, 3), "faults": dict(faults), "steps": int(steps),
-            "real_s": round(real, 1), "steps_per_s": round(steps / real), "sim_s_per_real_s": round(simulated / real, 2),
-            "counts": dict(counts)}
+    anomalies.sort(key=lambda a: a["seed"])
+    return {"seeds": len(ran), "seeds_asked": seeds, "budget_s": budget_s, "first": first, "duration_s": duration_s, "clients": list(clients), "jobs": jobs,
+            "anomalies": anomalies, "simulated_hours": round(simulated / 3600, 3), "faults": dict(faults),
+            "steps": int(steps), "real_s": round(real, 1), "steps_per_s": round(steps / real),
+            "sim_s_per_real_s": round(simulated / real, 2), "counts": dict(counts)}
 
 
-def planted(max_seeds: int, duration_s: float) -> dict[str, Any]:
+def planted(max_seeds: int, duration_s: float, jobs: int) -> dict[str, Any]:
+    """Each variant on seeds 1, 2, ... until one finds it (in ``jobs`` workers: a few
+    seeds past the first finding may run; the first finding is reported)."""
+    variants = [(name, ()) for name in sorted(PLANTED)] + [
+        (name, kinds) for name, (_patch, kinds) in sorted(PLANTED_CLIENTS.items())]
+    started = time.perf_counter()
+    found: dict[str, Outcome] = {}
+    tried: Counter[str] = Counter()
+
+    def done(o: Outcome) -> None:
+        assert o.job.plant is not None
+        tried[o.job.plant] += 1
+        if not o.ok and (o.job.plant not in found or o.seed < found[o.job.plant].seed):
+            found[o.job.plant] = o
+    run_jobs([Job(seed, duration_s, clients=kinds, plant=name) for seed in range(1, max_seeds + 1)
+              for name, kinds in variants], jobs, skip=lambda job: job.plant in found, done=done)
     out: dict[str, Any] = {}
-    variants = [(name, None, ()) for name in sorted(PLANTED)] + [
-        (name, patch, kinds) for name, (patch, kinds) in sorted(PLANTED_CLIENTS.items())]
-    for name, patch, kinds in variants:
-        found = None
-        started = time.perf_counter()
-        for seed in range(1, max_seeds + 1):
-            if patch is None:
-                r = simulate(seed, duration_s=duration_s, plant=name)
-            else:
-                with patch():
-                    r = simulate(seed, duration_s=duration_s, clients=kinds)
-            if not r.ok:
-                found = {"seed": seed, "simulated_s": round(r.simulated_s, 1), "anomaly": r.anomaly,
-                         "replay": f"python -m hightide.sim --seed {seed} --duration {duration_s:g} --plant {name}"
-                                   f"{_flag(kinds)} --trace --logs"}
-                break
-        out[name] = {"found": found, "seeds_tried": seed, "real_s": round(time.perf_counter() - started, 1)}
-        print(f"planted {name}: {'seed ' + str(found['seed']) if found else 'NOT FOUND'}", file=sys.stderr, flush=True)
+    for name, _kinds in variants:
+        o = found.get(name)
+        out[name] = {"found": None if o is None else {
+            "seed": o.seed, "simulated_s": round(o.simulated_s, 1), "anomaly": o.anomaly, "replay": o.job.replay()},
+            "seeds_tried": tried[name]}
+        print(f"planted {name}: {'seed ' + str(o.seed) if o else 'NOT FOUND'}", file=sys.stderr, flush=True)
+    out["real_s"] = round(time.perf_counter() - started, 1)
     return out
 
 
@@ -123,6 +131,9 @@ def main() -> None:
     p.add_argument("--planted-seeds", type=int, default=40)
     p.add_argument("--scaling-seeds", type=int, default=3)
     p.add_argument("--parts", default="safety,planted,scaling")
+    p.add_argument("--budget-s", type=float, help="safety part: start no seed after this many real seconds")
+    p.add_argument("--jobs", type=int, default=default_workers(),
+                   help="worker processes of the safety and planted parts (default: one per core)")
     p.add_argument("--clients", default="all",
                    help=f"optional clients of the safety part ({','.join(CLIENT_KINDS)}, all or none)")
     args = p.parse_args()
@@ -132,9 +143,9 @@ def main() -> None:
     if "safety" in parts:
         clients = CLIENT_KINDS if args.clients == "all" else tuple(
             k for k in args.clients.split(",") if k and k != "none")
-        out["safety"] = safety(args.seeds, args.first, args.duration, clients)
+        out["safety"] = safety(args.seeds, args.first, args.duration, clients, args.jobs, args.budget_s)
     if "planted" in parts:
-        out["planted"] = planted(args.planted_seeds, 15.0)
+        out["planted"] = planted(args.planted_seeds, 15.0, args.jobs)
     if "scaling" in parts:
         out["scaling"] = scaling(args.scaling_seeds, 10.0)
     json.dump(out, sys.stdout, indent=2)

@@ -4,6 +4,7 @@ failing seed its trace and the one-line command that replays it.
     python -m hightide.sim --seeds 20             # seeds 1..20
     python -m hightide.sim --seed 1234 --trace    # replay one seed, print its trace
     python -m hightide.sim --seeds 200 --json out.json
+    python -m hightide.sim --seeds 200 --jobs 2    # in two worker processes
 
 Exit status: 0 when every seed held every invariant, 1 otherwise. ``PYTHONHASHSEED`` is
 fixed (the process re-executes itself once if it is not), so a seed replays byte for
@@ -20,13 +21,12 @@ import sys
 import time
 from collections import Counter
 
+from .batch import HASH_SEED, Job, Outcome, run_jobs
 from .client_set import CLIENT_KINDS
 from .faults import EXTRA_KINDS, FAULT_KINDS
 from .planted import variants
 from .run import PROBES, RunResult, simulate
 from .shrink import shrink
-
-HASH_SEED = "0"
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -53,40 +53,34 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trace", action="store_true", help="print the whole trace of every seed")
     p.add_argument("--logs", action="store_true", help="put the nodes' warnings in the trace")
     p.add_argument("--json", metavar="FILE", help="write a JSON summary to FILE")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run seeds in this many worker processes (default 1: in this process); with more, "
+                        "a trace is printed only as its last 40 lines")
     return p.parse_args(argv)
 
 
-def _replay(args: argparse.Namespace, seed: int) -> str:
-    extra = "" if args.duration == 30.0 else f" --duration {args.duration:g}"
-    if args.faults != ",".join(FAULT_KINDS):
-        extra += f" --faults {args.faults}"
-    if args.plant:
-        extra += f" --plant {args.plant}"
-    if args.clients:
-        extra += f" --clients {args.clients}"
-    if args.probes:
-        extra += f" --probes {args.probes}"
-    if args.only_faults is not None:
-        extra += f" --only-faults {args.only_faults}"
-    if (args.controllers, args.brokers) != (3, 3):
-        extra += f" --controllers {args.controllers} --brokers {args.brokers}"
-    return f"python -m hightide.sim --seed {seed}{extra} --trace --logs"
+def _job(args: argparse.Namespace, seed: int, kinds: tuple[str, ...], clients: tuple[str, ...],
+         probes: tuple[str, ...], only: frozenset[int] | None) -> Job:
+    return Job(seed, args.duration, kinds=kinds, clients=clients, probes=probes, plant=args.plant,
+               controllers=args.controllers, brokers=args.brokers, only=only, log_lines=args.logs)
 
 
-def _shrink(args: argparse.Namespace, first: RunResult, kinds: tuple[str, ...], probes: tuple[str, ...],
-            only: frozenset[int] | None, clients: tuple[str, ...] = ()) -> None:
-    """Shrink a failing seed (:mod:`.shrink`) and print its minimal replay command."""
+def _shrink(args: argparse.Namespace, first: RunResult | None, seed: int, kinds: tuple[str, ...],
+            probes: tuple[str, ...], only: frozenset[int] | None, clients: tuple[str, ...] = ()) -> None:
+    """Shrink failing seed ``seed`` (:mod:`.shrink`; ``first``: its failing run, if it ran
+    here) and print its minimal replay command."""
     if only is not None:
         print("    (not shrunk: --only-faults already names the faults)")
         return
-    got = shrink(first.seed, duration_s=args.duration, first=first, progress=lambda line: print("   ", line, flush=True),
+    got = shrink(seed, duration_s=args.duration, first=first, progress=lambda line: print("   ", line, flush=True),
                  controllers=args.controllers, brokers=args.brokers, kinds=kinds, plant=args.plant, probes=probes,
                  clients=clients)
     if got is None:
         return
-    extra = _replay(args, first.seed).split(f"--seed {first.seed}", 1)[1].replace(" --trace --logs", "")
+    extra = _job(args, seed, kinds, clients, probes, only).replay().split(
+        f"--seed {seed}", 1)[1].replace(" --trace --logs", "")
     extra = re.sub(r" --duration \S+", "", extra)
-    print(f"    shrunk in {got.runs} runs: {len(got.faults)} of {len(first.applied)} faults, "
+    print(f"    shrunk in {got.runs} runs: {len(got.faults)} of {got.first_faults} faults, "
           f"{got.duration_s:g} s of faults; {got.result.anomaly}\n    minimal replay: {got.replay(extra)}", flush=True)
 
 
@@ -119,24 +113,32 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
-    results: list[RunResult] = []
+    results: list[RunResult | Outcome] = []
     started = time.monotonic()
-    for seed in seeds:
-        r = simulate(seed, duration_s=args.duration, controllers=args.controllers, brokers=args.brokers,
-                     kinds=kinds, log_lines=args.logs, plant=args.plant, clients=clients,
-                     probes=probes, only=only)
+
+    def report(r: RunResult | Outcome) -> None:
         results.append(r)
         faults = " ".join(f"{k}={v}" for k, v in sorted(r.faults.items()))
         status = "ok" if r.ok else "ANOMALY"
-        print(f"seed {seed}: {status} {r.simulated_s:.0f} s simulated, {r.steps} steps, {r.real_s:.1f} s; {faults}",
-              flush=True)
+        print(f"seed {r.seed}: {status} {r.simulated_s:.0f} s simulated, {r.steps} steps, {r.real_s:.1f} s; "
+              f"{faults}", flush=True)
         if args.trace or not r.ok:
             for line in r.trace if args.trace else r.trace[-40:]:
                 print("   ", line)
         if not r.ok:
-            print(f"    {r.anomaly}\n    replay: {_replay(args, seed)}", flush=True)
+            print(f"    {r.anomaly}\n    replay: {_job(args, r.seed, kinds, clients, probes, only).replay()}",
+                  flush=True)
             if args.shrink:
-                _shrink(args, r, kinds, probes, only, clients)
+                _shrink(args, r if isinstance(r, RunResult) else None, r.seed, kinds, probes, only, clients)
+
+    if args.jobs > 1:
+        run_jobs([_job(args, seed, kinds, clients, probes, only) for seed in seeds], args.jobs, done=report)
+    else:
+        for seed in seeds:
+            report(simulate(seed, duration_s=args.duration, controllers=args.controllers, brokers=args.brokers,
+                            kinds=kinds, log_lines=args.logs, plant=args.plant, clients=clients,
+                            probes=probes, only=only))
+    results.sort(key=lambda r: r.seed)
     elapsed = time.monotonic() - started
     failed = [r.seed for r in results if not r.ok]
     simulated = sum(r.simulated_s for r in results)

@@ -121,9 +121,12 @@ def gate_of(world: World, node_id: int) -> tuple[int, int] | None:
     return node.incarnations, node.broker.node.gate.timeouts
 
 
-def group_epoch_of(world: World, node_id: int, group: str) -> tuple[int, int] | None:
-    """White-box: (``__consumer_offsets`` partition, its leader epoch in the broker's own
-    image) if broker ``node_id`` serves ``group``'s partition now, else None."""
+def group_epoch_of(world: World, node_id: int, group: str) -> tuple[int, int, int] | None:
+    """White-box: (``__consumer_offsets`` partition, its leader epoch and its leader in the
+    broker's own image) if broker ``node_id`` serves ``group``'s partition now (its
+    coordinator runtime has it loaded), else None. Whoever the image names as leader:
+    a broker serving a partition its own image gives to another is what the witness
+    exists to catch."""
     node = world.nodes.get(node_id)
     broker = node.broker if node is not None else None
     if broker is None or broker.groups is None:
@@ -133,6 +136,6 @@ def group_epoch_of(world: World, node_id: int, group: str) -> tuple[int, int] | 
         return None
     topic = broker.image.topics.get("__consumer_offsets")
     info = topic.partitions.get(part) if topic is not None else None
-    if info is None or info.leader != node_id:
+    if info is None:
         return None
-    return part, info.leader_epoch
+    return part, info.leader_epoch, info.leader

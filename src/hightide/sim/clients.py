@@ -9,7 +9,8 @@ protocol over the simulated network, driven in loops that report what they saw t
   values are ``b"<producer>:<seq>"``.
 - :class:`Committer`: commits growing offsets for its group (an admin "simple" commit:
   OffsetCommit with no member) and fetches them back; every acknowledged commit must
-  still be there (:meth:`~.checker.Checker.fetched`).
+  still be there (:meth:`~.checker.Checker.fetched`), as the run goes and, for every
+  group and partition, once more after the faults (:meth:`Committer.final_check`).
 - :class:`Reader`: reads whole partitions from offset 0 up to the high watermark and
   hands the values to the checker (no loss, no change, no duplicate, no reorder; the
   high watermark never goes back).
@@ -177,6 +178,27 @@ class Committer(_Client):
                 raise
             except (KafkaError, OSError, TimeoutError) as exc:
                 await self._failed(exc)
+
+    async def final_check(self, deadline: float) -> None:
+        """After the faults healed and the clients stopped: each group's committed offset
+        of every partition is at least its highest acknowledged commit. An acknowledged
+        commit that no later one overwrote is checked here even if the run never fetched
+        it back (as the final read checks every acknowledged record). Retried until
+        ``deadline`` (simulated time), then an anomaly."""
+        tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        for group in self.groups:
+            while True:
+                floors = {tp: self.checker.commit_floor(group, (tp.topic, tp.partition)) for tp in tps}
+                try:
+                    admin = await self._connected()
+                    got = await admin.list_consumer_group_offsets(group, tps)
+                    break
+                except (KafkaError, OSError, TimeoutError) as exc:
+                    if self.now() > deadline:
+                        raise Anomaly(f"final offset fetch of group {group} failed: {exc}") from exc
+                    await self._failed(exc)
+            for tp in tps:
+                self.checker.fetched(group, (tp.topic, tp.partition), got[tp].offset, since=floors[tp])
 
 
 class Reader(_Client):

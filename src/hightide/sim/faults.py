@@ -36,11 +36,16 @@ FAULT_KINDS = ("kill", "stop", "pause", "partition", "one-way", "sever", "slow",
 #: commit until they resume); ``cut-off`` partitions a broker from every controller,
 #: both ways, while clients and the other brokers still reach it (it is fenced when its
 #: session expires, and must not answer metadata reads from its stale image meanwhile);
+#: ``split`` partitions a broker from the other brokers, both ways, while the controllers
+#: and clients still reach it: it falls out of the ISR of every partition it follows
+#: (``replica.lag.time.max.ms``) yet stays registered and unfenced, so a leader that goes
+#: meanwhile is succeeded by a replica with all the acknowledged records, or by nobody
+#: (Kafka's ISR rule), never by it.
 #: ``stop-busy`` is ``stop`` on a loaded machine: while the node stops, it gets the CPU
 #: in time slices of 5-50 ms (:meth:`.loop.SimLoop.slice`), so what falls due for it
 #: between two slices — its timers, the answers on every connection — is handled in one
 #: loop iteration, as on a real busy loop (or after SIGCONT).
-EXTRA_KINDS = ("pause-leader", "quorum-loss", "cut-off", "stop-busy")
+EXTRA_KINDS = ("pause-leader", "quorum-loss", "cut-off", "split", "stop-busy")
 
 
 @dataclass
@@ -60,6 +65,9 @@ class FaultSchedule:
     _down: set[int] = field(default_factory=set)
     _disk_faulted: set[int] = field(default_factory=set)
     _undo: list[asyncio.Task[None]] = field(default_factory=list)
+    #: Undo steps whose action has begun (healing lets them finish rather than cut a
+    #: restart off between its stop and its start).
+    _undoing: set[asyncio.Task[None]] = field(default_factory=set)
     #: [node id (None: every node), start, end] of each fault that slows or silences a
     #: node (end: inf while in effect): what excuses a late answer (:meth:`disturbed`).
     windows: list[list[Any]] = field(default_factory=list)
@@ -95,7 +103,7 @@ class FaultSchedule:
                 if leader is None:
                     continue
                 node, kind = leader, "pause"
-            if kind == "cut-off":
+            if kind in ("cut-off", "split"):
                 brokers = sorted(self.world.brokers, key=lambda n: n.node_id)
                 node = node if not node.controller else brokers[int(param * len(brokers))]
             if kind == "quorum-loss":
@@ -145,6 +153,9 @@ class FaultSchedule:
         elif kind == "cut-off":  # held past the session timeout (6 s) half the time
             net.partition({node.node_id}, {c.node_id for c in world.controllers})
             self._later(2 * hold_s, self._heal())
+        elif kind == "split":
+            net.partition({node.node_id}, {b.node_id for b in world.brokers if b is not node})
+            self._later(hold_s, self._heal())
         elif kind == "sever":
             net.sever(node.node_id)
         elif kind == "slow":
@@ -209,6 +220,7 @@ class FaultSchedule:
             except asyncio.CancelledError:
                 action.close()
                 raise
+            self._undoing.add(task)
             try:
                 await action
             except Exception as exc:  # noqa: BLE001 - a restart that failed is the run's verdict
@@ -216,7 +228,8 @@ class FaultSchedule:
             finally:
                 if window is not None:
                     window[2] = asyncio.get_running_loop().time()
-        self._undo.append(asyncio.ensure_future(after()))
+        task = asyncio.ensure_future(after())
+        self._undo.append(task)
 
     async def _restart(self, node: SimNode) -> None:
         if not node.up:
@@ -249,11 +262,15 @@ class FaultSchedule:
         self.world.net.slow(0.0)
 
     async def heal(self) -> None:
-        """Undo every fault still in effect (see the module doc)."""
+        """Undo every fault still in effect (see the module doc). An undo step already
+        under way (an operator restart between its stop and its start) finishes first:
+        cut off, it would leave the node stopped for good."""
         for task in self._undo:
-            task.cancel()
-        await asyncio.gather(*self._undo, return_exceptions=True)
+            if task not in self._undoing:  # still waiting: its action never starts
+                task.cancel()
+        await asyncio.gather(*self._undo, return_exceptions=True)  # begun: each bounded (restart, stop)
         self._undo.clear()
+        self._undoing.clear()
         self.world.net.heal()
         self.world.net.slow(0.0)
         for node in self.world.nodes.values():

@@ -23,8 +23,14 @@ Invariants:
   a coordinator gives without an error is recorded with the epoch it answered in — the
   leader epoch of the ``__consumer_offsets`` partition in the answering broker's own
   metadata image, looked up (white-box) when the answer arrives, if that broker still
-  serves the partition then. Two different brokers answering for the same partition in
-  the same epoch is an anomaly.
+  serves the partition then (its coordinator runtime has it loaded). The epoch's
+  coordinator is the leader that image names: an answer from another broker in that
+  epoch, or two different brokers answering for the same partition in the same epoch,
+  is an anomaly. A broker unloads a partition in the same step as it applies the
+  metadata that moves its leadership away (``CoordinatorService.follow_leadership``), so
+  a broker that still serves it then acts as a second coordinator of an epoch it knows
+  is another's; one whose image lags (it has not heard of the new leader yet) answers
+  in its old epoch, as Kafka's may, and is not flagged.
 """
 
 from __future__ import annotations
@@ -42,9 +48,9 @@ from .clients import _Client
 
 __all__ = ["ClassicMember", "ConsumerMember", "CoordinatorWitness"]
 
-#: (node id, group id) -> (``__consumer_offsets`` partition, leader epoch) if that broker
-#: serves the group's partition now, else None.
-EpochOf = Callable[[int, str], "tuple[int, int] | None"]
+#: (node id, group id) -> (``__consumer_offsets`` partition, its leader epoch and leader
+#: in that broker's own image) if that broker serves the group's partition now, else None.
+EpochOf = Callable[[int, str], "tuple[int, int, int] | None"]
 
 SESSION_TIMEOUT_MS = 10_000
 REBALANCE_TIMEOUT_MS = 5_000
@@ -63,10 +69,16 @@ class CoordinatorWitness:
         """Node ``node_id`` answered ``what`` for ``group`` without an error."""
         if node_id is None:
             return
-        where = self.epoch_of(node_id, group)
-        if where is None:
+        served = self.epoch_of(node_id, group)
+        if served is None:
             return
+        part, epoch, leader = served
+        where = (part, epoch)
         self.count += 1
+        if leader != node_id:
+            raise Anomaly(f"two coordinators in one epoch: broker {node_id} answered {what} (group {group}) as "
+                          f"coordinator of __consumer_offsets-{part} in leader epoch {epoch}, whose leader in its "
+                          f"own image is broker {leader}")
         before = self.answered.setdefault(where, (node_id, what))
         if before[0] != node_id:
             raise Anomaly(f"two coordinators in one epoch: broker {before[0]} answered {before[1]} and broker "

@@ -16,6 +16,12 @@ clients that find it (``python -m hightide.sim --plant NAME --clients KINDS``).
 - ``coordinator-not-unloaded``: a broker keeps serving the coordinator partitions whose
   leadership moved away (``CoordinatorService.follow_leadership`` never unloads): two
   brokers act as a group's coordinator in one epoch (``classic``, ``consumer``).
+- ``coordinator-zombie``: a broker keeps acting as the coordinator of the partitions whose
+  leadership moved away, and answers writes without waiting for their replication
+  (``coordinator-not-unloaded`` and ``coordinator-unreplicated`` together): after it
+  applied the metadata naming another leader it still answers heartbeats, joins and
+  commits, in the new leader's epoch (``classic``, ``consumer``; found by the
+  one-coordinator-per-epoch check).
 - ``read-gate-open``: metadata reads and forwarded writes are answered at once, without
   waiting for the lowest acknowledged offset (``ReadGate``): a read on one broker right
   after a write through another misses it (``admin``).
@@ -71,6 +77,13 @@ def _stale_coordinator() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _coordinator_zombie() -> Iterator[None]:
+    from .planted import PLANTED
+    with _stale_coordinator(), PLANTED["coordinator-unreplicated"]():
+        yield
+
+
+@contextlib.contextmanager
 def _read_gate_open() -> Iterator[None]:
     from ..node.read_gate import ReadGate
 
@@ -86,5 +99,6 @@ PLANTED_CLIENTS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[
     "no-aborted-list": (_no_aborted_list, ("txn",)),
     "share-ack-unpersisted": (_share_ack_unpersisted, ("share",)),
     "coordinator-not-unloaded": (_stale_coordinator, ("classic", "consumer")),
+    "coordinator-zombie": (_coordinator_zombie, ("classic", "consumer")),
     "read-gate-open": (_read_gate_open, ("admin",)),
 }

@@ -5,7 +5,8 @@ create the topic; start the clients (producers, a committer, a reader); run the 
 schedule for ``duration_s``; heal every fault; **liveness**: every producer and the
 committer must acknowledge something new within ``liveness_s``; **final check**: every
 partition read in full from its leader (no acknowledged record lost, changed, duplicated
-or reordered); **shutdown**: every node stops within its bound.
+or reordered), every group's committed offsets fetched (no acknowledged commit lost);
+**shutdown**: every node stops within its bound.
 
 Determinism: everything random comes from ``random.Random(seed)``; while the run goes
 the process's ``uuid.uuid4``, ``random`` module functions and ``time.time`` /
@@ -172,7 +173,8 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
         for i in range(producers):
             clients.append(Producer(*base(f"p{i}"), topic=TOPIC, partitions=partitions))
         # three groups, one per __consumer_offsets partition (offsets.topic.num.partitions=3)
-        clients.append(Committer(*base("c0"), groups=("g0", "g1", "g2"), topic=TOPIC, partitions=partitions))
+        committer = Committer(*base("c0"), groups=("g0", "g1", "g2"), topic=TOPIC, partitions=partitions)
+        clients.append(committer)
         reader = Reader(*base("r0"), topic=TOPIC, partitions=partitions)
         clients.append(reader)
         clients += extra.make(base)
@@ -230,6 +232,7 @@ async def _run(seed: int, loop: SimLoop, trace: list[str], *, duration_s: float,
                 if loop.time() > final_deadline:
                     raise Anomaly(f"{TOPIC}-{part}: acknowledged offsets {lost[:10]} lost (final end {hw})")
                 await asyncio.sleep(0.5)
+        await committer.final_check(final_deadline)
         await extra.final_check(final_deadline)
         await _replicas_agree(world, partitions, liveness_s)
         note("replicas agree")

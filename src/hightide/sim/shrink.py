@@ -65,6 +65,7 @@ class Shrunk:
     duration_s: float
     result: RunResult
     runs: int  # simulated runs it took
+    first_faults: int = 0  # faults the failing run applied before shrinking
 
     def replay(self, extra: str = "") -> str:
         """The one-line command that replays it (``extra``: the run's other options)."""
@@ -124,7 +125,7 @@ def shrink(seed: int, *, duration_s: float, first: RunResult | None = None,
         r = run(best, 1.0)
         if anomaly_kind(r.anomaly) == kind:
             shortest, best_result = 1.0, r
-    return Shrunk(seed, kind, best, shortest, best_result, runs)
+    return Shrunk(seed, kind, best, shortest, best_result, runs, len(first.applied))
 
 
 def _fault_ends(result: RunResult) -> list[float]:
