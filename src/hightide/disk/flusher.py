@@ -21,8 +21,8 @@ somebody waits for meanwhile is flushed again once the batch ends.
 Built from ``logs``: a callable returning the open partition logs (the broker's
 :class:`~hightide.log.manager.LogManager`, iterated as ``(topic-partition, log)`` pairs),
 or None while there are none (before start, after stop); the periodic policy looks at
-them each round, at ``clock.now_ms()`` (:mod:`hightide.aio.clock`) — with more than
-``SWEEP_SLICE`` logs at that many per round, so ``flush.ms`` is checked once per sweep
+them at most once per ``TICK_S``, at ``clock.now_ms()`` (:mod:`hightide.aio.clock`) —
+with more than ``SWEEP_SLICE`` logs at that many per tick, so ``flush.ms`` is checked once per sweep
 (Kafka checks it every ``log.flush.scheduler.interval.ms``). Durability is asked for
 per log (:meth:`Flusher.durable`).
 """
@@ -132,12 +132,14 @@ class Flusher:
         """The logs the periodic policy looks at this round: all of them when there are at
         most ``SWEEP_SLICE``, else the next ``SWEEP_SLICE`` of a sweep over a list taken
         when the last sweep ended (logs opened since wait for the next sweep; closed ones
-        never need a flush), at most one slice per ``TICK_S`` (rounds asked for by
-        :meth:`durable` come more often), so the policy costs at most that many checks
-        per tick whatever the number of partitions."""
+        never need a flush); either way at most once per ``TICK_S``: rounds asked for by
+        :meth:`durable` come more often (after every applied metadata batch, every
+        acks=all write), and the policy must cost at most that many checks per tick
+        whatever the number of partitions and of rounds."""
         now = self.clock.monotonic()
-        if now < self._next_slice_at:  # a big sweep advances once per TICK_S, not per round
+        if now < self._next_slice_at:  # the policy looks once per TICK_S, not per round
             return []
+        self._next_slice_at = now + TICK_S
         if self._sweep_pos >= len(self._sweep):
             logs = self._logs()
             self._sweep = [plog for _, plog in logs] if logs is not None else []
@@ -145,7 +147,6 @@ class Flusher:
             if len(self._sweep) <= SWEEP_SLICE:
                 out, self._sweep = self._sweep, []
                 return out
-        self._next_slice_at = now + TICK_S
         out = self._sweep[self._sweep_pos:self._sweep_pos + SWEEP_SLICE]
         self._sweep_pos += SWEEP_SLICE
         return out
