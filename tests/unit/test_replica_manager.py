@@ -250,3 +250,54 @@ def test_min_isr_holds_the_hw_and_a_late_wait_answers_after_append(setup):
         late = rm.wait_replicated("t", 0, end)  # e.g. a coordinator asking after the fact
         assert late.result() == ErrorCode.not_enough_replicas_after_append
     asyncio.run(run())
+
+
+class _CountingDict(dict):
+    """A dict that counts the keys its iterations yield."""
+
+    walked = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for k in super().__iter__():
+            type(self).walked += 1
+            yield k
+
+
+def test_a_change_of_one_topic_looks_at_that_topics_roles_only(tmp_path):
+    """apply_image(topics=...) after a batch that touched one topic: the work is that of
+    the topic, not of every partition led or followed here (issue 33: at thousands of
+    partitions each metadata batch walked them all); a topic removed from the image is
+    still resigned and no longer followed."""
+    broker = Fakes(tmp_path)
+    rm = broker.replica_manager()
+    rm.fetchers = FakeFetchers()
+    img = image(ME, (0, 1, 2), (0, 1, 2))
+    logs: list[PartitionLog] = []
+    for i in range(60):
+        tid = uuid.UUID(int=1000 + i)
+        leader = ME if i % 2 == 0 else 1
+        t = TopicImage(f"a{i}", tid, {0: PartitionImage(0, leader, 3, (0, 1, 2), (0, 1, 2), 5)})
+        img.topics[t.name], img.topics_by_id[tid] = t, t
+        lg = PartitionLog.open(str(tmp_path / f"a{i}-0"), LogConfig(), 0, clean_shutdown=True)
+        broker.logs[(t.name, 0)] = lg
+        logs.append(lg)
+
+    async def run() -> None:
+        apply(broker, rm, img)
+        assert len(rm.leaders) == 31 and len(rm.following) == 30  # "t" and a0, a2, ...
+        rm.leaders, rm.following = _CountingDict(rm.leaders), _CountingDict(rm.following)
+        _CountingDict.walked = 0
+        rm.apply_image(img, topics={"a4", "a5"})
+        assert _CountingDict.walked == 0
+        del img.topics["a4"], img.topics["a5"]  # deleted topics
+        rm.apply_image(img, topics={"a4", "a5"})
+        assert ("a4", 0) not in rm.leaders and ("a5", 0) not in rm.following
+        assert ("stop", ("a5", 0)) in rm.fetchers.calls  # type: ignore[union-attr]
+        assert len(rm.leaders) == 30 and len(rm.following) == 29
+        assert _CountingDict.walked <= 2
+    try:
+        asyncio.run(run())
+    finally:
+        broker.log.close()
+        for lg in logs:
+            lg.close()

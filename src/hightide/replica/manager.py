@@ -152,6 +152,9 @@ class ReplicaManager:
         self.leaders: dict[TopicPartition, LeaderPartition] = {}
         #: Partitions followed here: (leader id, leader epoch) last handed to the fetchers.
         self.following: dict[TopicPartition, tuple[int, int]] = {}
+        #: The partitions of each topic in :attr:`leaders` or :attr:`following`: a change of
+        #: some topics looks at theirs, not at every partition led or followed here.
+        self._roles_of: dict[str, set[int]] = {}
         #: The follower side (set by the broker's wiring when it exists).
         self.fetchers: ReplicaFetching | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -194,10 +197,26 @@ class ReplicaManager:
                     self._lead(t, pimg, plog, eligible, ts)
                 else:
                     self._follow(tp, pimg, plog)
-        for tp in [tp for tp in self.leaders if tp not in hosted and (topics is None or tp[0] in names)]:
-            self._resign(tp)
-        for tp in [tp for tp in self.following if tp not in hosted and (topics is None or tp[0] in names)]:
-            self._stop_following(tp)
+        if topics is None:
+            had: list[TopicPartition] = [*self.leaders, *self.following]
+        else:
+            had = [(name, p) for name in names for p in self._roles_of.get(name, ())]
+        for tp in had:
+            if tp not in hosted:
+                self._resign(tp)
+                self._stop_following(tp)
+
+    def _noted(self, tp: TopicPartition) -> None:
+        self._roles_of.setdefault(tp[0], set()).add(tp[1])
+
+    def _unnoted(self, tp: TopicPartition) -> None:
+        if tp in self.leaders or tp in self.following:
+            return
+        parts = self._roles_of.get(tp[0])
+        if parts is not None:
+            parts.discard(tp[1])
+            if not parts:
+                del self._roles_of[tp[0]]
 
     def _lead(self, t: TopicImage, pimg: PartitionImage, plog: PartitionLog, eligible: dict[int, int],
               ts: int) -> None:
@@ -235,6 +254,7 @@ class ReplicaManager:
         state.own_broker_epoch = self._own_broker_epoch()
         led = LeaderPartition(t.name, pimg.partition, t.topic_id, state, plog)
         self.leaders[tp] = led
+        self._noted(tp)
         plog.after_append = self._append_hook(led)
         log.info("leading %s in leader epoch %d: replicas %s, ISR %s, high watermark %d, log end %d", led.name,
                  state.leader_epoch, list(state.replicas), list(state.isr), state.high_watermark,
@@ -260,6 +280,7 @@ class ReplicaManager:
         if self.following.get(tp) == target:
             return
         self.following[tp] = target
+        self._noted(tp)
         if self.fetchers is None:
             return
         if pimg.leader < 0:
@@ -268,7 +289,9 @@ class ReplicaManager:
             self.fetchers.follow(tp, pimg.leader, pimg.leader_epoch)
 
     def _stop_following(self, tp: TopicPartition) -> None:
-        self.following.pop(tp, None)
+        if self.following.pop(tp, None) is None:
+            return
+        self._unnoted(tp)
         if self.fetchers is not None:
             self.fetchers.stop_following(tp)
 
@@ -278,6 +301,7 @@ class ReplicaManager:
         led = self.leaders.pop(tp, None)
         if led is None:
             return
+        self._unnoted(tp)
         for fut in led.waits.drain():
             if not fut.done():
                 fut.set_result(ErrorCode.not_leader_or_follower)
