@@ -15,7 +15,11 @@ Files in ``<data-dir>/<topic>-<partition>/``:
   takes ``max(file, first segment's base)`` as the start, which is never above the
   true one and only shows records a not-yet-durable deletion had hidden (never loses
   a record above the log start offset);
-* ``recovery-point``: text, the offset up to which everything was fsynced;
+* ``recovery-point``: text, an offset up to which everything was fsynced: checkpointed
+  by a flush at most once per :data:`RECOVERY_POINT_CHECKPOINT_MS` (Kafka's
+  ``log.flush.offset.checkpoint.interval.ms``, 60 s) and by ``close()``, not at every
+  flush (a stale one only costs recovery work after a crash; a lowered one, after a
+  truncation, is written durably by the next flush);
 * ``<20-digit offset>.snapshot``: producer state built from the batches below that
   offset (:mod:`.snapshots`), written at every roll (at the new segment's base offset),
   after an unclean start that replayed batches and by ``close()`` (at the LEO); the
@@ -89,6 +93,10 @@ _INT32_MAX = 2**31 - 1
 
 # Append failures that leave nothing behind and may go away by themselves (space or
 # descriptors freed): the log stays writable. Any other error takes it offline.
+#: The recovery-point file is written by a flush at most this often (Kafka's
+#: ``log.flush.offset.checkpoint.interval.ms`` default), and at close.
+RECOVERY_POINT_CHECKPOINT_MS = 60_000
+
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN,
                               errno.EINTR})
 
@@ -123,7 +131,11 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self.txn_index = TxnIndex(storage, path)
         self.unflushed_messages = 0
         self._last_flush_ms = now_ms
-        self._recovery_file_written = False
+        #: The recovery point the file holds (None: not written by this process), and when
+        #: it was written (wall ms): the file is checkpointed at most once per
+        #: ``RECOVERY_POINT_CHECKPOINT_MS``.
+        self._rp_on_disk: int | None = None
+        self._rp_written_ms = 0
         self._dir_dirty = True  # new segment files may have been created by the load
         self._parent_dir_dirty = False  # the partition directory itself is new
         self._log_start_on_disk: int | None = None  # the value the file holds durably
@@ -691,14 +703,22 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         if not full:
             return FlushJob(self.storage, [], tuple(dirs), self._recovery_point, None,
                             snapshot_files=snapshot_files, small_files=small, log_start=log_start)
-        write_rp = (self._recovery_point != self._leo or not self._recovery_file_written) and not any(
-            p.endswith(RECOVERY_POINT_FILE) for p, _ in small)
+        write_rp = (self._rp_on_disk != self._leo and self._rp_checkpoint_due(now_ms)
+                    and not any(p.endswith(RECOVERY_POINT_FILE) for p, _ in small))
         self.unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
         return FlushJob(self.storage, files, tuple(dirs), self._leo,
                         os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None,
                         snapshot_files=snapshot_files, small_files=small, log_start=log_start)
+
+    def _rp_checkpoint_due(self, now_ms: int | None) -> bool:
+        """Whether a full flush at ``now_ms`` writes the recovery-point file: never written
+        yet, a blocking flush without a time (close), or ``RECOVERY_POINT_CHECKPOINT_MS``
+        since the last write (or the clock went back)."""
+        if self._rp_on_disk is None or now_ms is None:
+            return True
+        return not 0 <= now_ms - self._rp_written_ms < RECOVERY_POINT_CHECKPOINT_MS
 
     def end_flush(self, job: FlushJob, *, ok: bool) -> None:
         """On the owning thread, after :func:`run_flush`: advance the recovery point and
@@ -712,7 +732,10 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         if ok:
             self._recovery_point = max(self._recovery_point, min(job.offset, self._leo))
             if job.recovery_file is not None:
-                self._recovery_file_written = True
+                self._rp_on_disk = job.offset
+                self._rp_written_ms = self._last_flush_ms
+            elif any(p.endswith(RECOVERY_POINT_FILE) for p, _ in job.small_files):
+                self._rp_on_disk = None  # a lowered one, written durably
             if job.log_start is not None and job.small_files_ok:
                 self._log_start_on_disk = job.log_start
             if not job.small_files_ok:
