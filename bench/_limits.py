@@ -210,3 +210,14 @@ def emit(out: dict, path: str | None) -> None:
     print(text)
     if path:
         Path(path).write_text(text + "\n")
+
+
+def process_cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system, all threads) the processes ``pids`` used so far (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / tick

@@ -16,7 +16,10 @@ applied it: seed 004's read-after-write):
 * ``quorum-batched``, ``quorum-pipelined``: the same with no broker process (3 brokers
   registered by hand): the 3-voter quorum alone.
 
-Per case: topics/s, the request latency p50/p99/max, and how many answers took longer
+Per case: topics/s, the request latency p50/p99/max, the CPU the controller and the
+broker processes used per topic (``cpu_ms_per_topic``, all threads, from ``/proc``, to the
+last answer or, for ``direct-*``, to every broker showing every topic: the wall-clock rate
+moves with the machine's load, this much less), and how many answers took longer
 than 1 s (the read gate's ``metadata.read.max.wait.ms`` is 2 s: a slow answer means the
 lowest acknowledged offset did not cover the write in time), plus the number of
 ``read_gate`` warnings the brokers logged (answers given without read-after-write).
@@ -48,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hightide.devcluster import DevCluster  # noqa: E402
 from tests.rawkafka import RawClient  # noqa: E402
 
-from _limits import emit, git_revision, log, machine  # noqa: E402
+from _limits import emit, git_revision, log, machine, process_cpu_s  # noqa: E402
 from controller_quorum import leader_address, wait_leader  # noqa: E402
 from controller_writes import _pct, _register_fake_broker  # noqa: E402
 
@@ -111,6 +114,9 @@ def run_case(case: str, topics: int, batches: int, in_flight: int, logs: str | N
                 for b in range(3):
                     _register_fake_broker(c, cluster.cluster_id or "", 900 + b)
         lat: list[float] = []
+        controller_pids = [n.pid for n in cluster.controllers]
+        broker_pids = [n.pid for n in cluster.brokers]
+        cpu0 = (process_cpu_s(controller_pids), process_cpu_s(broker_pids))
         t0 = time.perf_counter()
         if case.endswith("batched"):
             size = -(-topics // batches)
@@ -145,6 +151,8 @@ def run_case(case: str, topics: int, batches: int, in_flight: int, logs: str | N
         if case.startswith("direct"):
             _wait_visible(brokers, set(names))
         elapsed_visible = time.perf_counter() - t0
+        cpu_ms = {"controllers": round((process_cpu_s(controller_pids) - cpu0[0]) * 1000 / topics, 3),
+                  "brokers": round((process_cpu_s(broker_pids) - cpu0[1]) * 1000 / topics, 3)}
         visible = [_visible(a, set(names)) for a in brokers]
         warnings = _gate_warnings(cluster)
         if logs:
@@ -157,7 +165,8 @@ def run_case(case: str, topics: int, batches: int, in_flight: int, logs: str | N
             "visible_on_every_broker_after_s": round(elapsed_visible, 3),
             "request_ms": {"p50": _pct(lat_ms, 0.5), "p99": _pct(lat_ms, 0.99), "max": round(max(lat_ms), 1)},
             "answers_over_1s": sum(1 for x in lat_ms if x > 1000),
-            "read_gate_warnings": warnings, "visible_on_each_broker": visible}
+            "read_gate_warnings": warnings, "visible_on_each_broker": visible,
+            "cpu_ms_per_topic": cpu_ms}
 
 
 def main() -> None:

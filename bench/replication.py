@@ -48,7 +48,7 @@ from confluent_kafka import Producer  # noqa: E402
 from hightide.client import AdminClient, NewTopic  # noqa: E402
 from hightide.devcluster import DevCluster  # noqa: E402
 
-from _limits import emit, git_revision, log, machine, measure  # noqa: E402
+from _limits import emit, git_revision, log, machine, measure, process_cpu_s  # noqa: E402
 
 HEARTBEAT_MS, SESSION_MS = 250, 3000
 MODES = (("acks=all RF=3", "all", 3), ("acks=1 RF=1", "1", 1), ("acks=all RF=1", "all", 1))
@@ -67,13 +67,7 @@ def load() -> list[float]:
 
 def cpu_s(cluster: DevCluster) -> float:
     """CPU seconds (user + system, all threads) the cluster's broker processes used so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for n in cluster.brokers:
-        with open(f"/proc/{n.pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / tick
+    return process_cpu_s([n.pid for n in cluster.brokers])
 
 
 def create(bootstrap: str, topics: list[NewTopic]) -> None:
