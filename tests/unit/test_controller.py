@@ -504,3 +504,51 @@ def test_replaying_encoded_records_rebuilds_the_image(script: list) -> None:
         assert sorted(t.partitions) == list(range(len(t.partitions))) and t.partitions
     norm = [n.replace(".", "_") for n in ctx.image.topics]
     assert len(norm) == len(set(norm))
+
+
+def test_collisions_follow_deletes_copies_and_snapshots() -> None:
+    """The image's collision index (built at the first lookup, then kept by apply) says
+    the same as a pass over every topic: after a delete the name is free again, a copy
+    (snapshot capture, speculative image) answers for its own topics."""
+    from hightide.cluster.records import RemoveTopicRecord
+    from hightide.cluster.snapshot import copy_image
+    ctx = ControllerTestContext()
+    ctx.create("metrics.cpu")
+    ctx.create("plain")
+    assert ctx.image.colliding_topic("metrics_cpu") == "metrics.cpu"  # builds the index
+    assert ctx.image.colliding_topic("metrics.cpu") is None  # itself
+    assert ctx.image.colliding_topic("plain") is None
+    copy = copy_image(ctx.image)
+    ctx.create("logs_app")  # kept by apply once built
+    assert ctx.image.colliding_topic("logs.app") == "logs_app"
+    assert copy.colliding_topic("logs.app") is None  # the copy has its own
+    tid = str(ctx.image.topics["metrics.cpu"].topic_id)
+    ctx.image.apply(RemoveTopicRecord(tid), ctx.image.offset + 1)
+    assert ctx.image.colliding_topic("metrics_cpu") is None
+    (res,) = ctx.create_topics(NewTopic("metrics_cpu"))
+    assert res.error_code == ErrorCode.none
+    assert copy.colliding_topic("metrics_cpu") == "metrics.cpu"
+
+
+def test_a_create_does_not_look_at_every_topic_name() -> None:
+    """Issue 33: CreateTopics compared the new name with every topic's (a replace per
+    topic: O(topics) per create, 7.5 % of the active controller's time at 2,500 topics);
+    now a name is looked up. A name with no "." or "_" is not compared at all."""
+    ctx = ControllerTestContext()
+    for i in range(50):
+        ctx.create(f"t-{i}")
+        ctx.create(f"u.{i}")
+
+    class Counting(dict):
+        walked = 0
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            for k in super().__iter__():
+                type(self).walked += 1
+                yield k
+    ctx.image.colliding_topic("warm.up")  # the index exists from here on
+    ctx.image.topics = Counting(ctx.image.topics)
+    (res,) = ctx.create_topics(NewTopic("v-1"))
+    (res2,) = ctx.create_topics(NewTopic("u_7"))
+    assert res.error_code == ErrorCode.none and res2.error_code == ErrorCode.invalid_topic_exception
+    assert Counting.walked == 0

@@ -176,7 +176,7 @@ class Controller:
             return TopicResult(t.name, ErrorCode.invalid_topic_exception, err), []
         if t.name in image.topics:
             return TopicResult(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."), []
-        collision = _collision(t.name, list(image.topics) + list(created))
+        collision = image.colliding_topic(t.name) or _collision(t.name, created)
         if collision:
             return TopicResult(t.name, ErrorCode.invalid_topic_exception,
                                f"Topic '{t.name}' collides with existing topic: {collision}"), []
@@ -422,6 +422,8 @@ class Controller:
 
 
 def _collision(name: str, existing: Iterable[str]) -> str | None:
+    """A name among ``existing`` (the topics created earlier in the same request, not in
+    the image yet: few) that differs from ``name`` only in "." and "_"."""
     norm = name.replace(".", "_")
     for other in existing:
         if other != name and other.replace(".", "_") == norm:
