@@ -147,6 +147,37 @@ class MetadataImage:
             self._collision_index = index
         return next((other for other in sorted(index.get(norm, ())) if other != name), None)
 
+    #: What Kafka's periodic elections look for, as (topic, partition) pairs: the
+    #: leaderless partitions that have replicas, and the partitions with replicas not led
+    #: by their first one (the leaderless among them). Built at the first
+    #: :meth:`election_candidates` and kept by :meth:`apply` from then on (a copy builds
+    #: its own), so the controller's timer does not walk every partition at each wake.
+    _elections: tuple[set[tuple[str, int]], set[tuple[str, int]]] | None = field(
+        default=None, init=False, compare=False, repr=False)
+
+    def election_candidates(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+        """(leaderless partitions with replicas, partitions with replicas not led by the
+        first one): see ``_elections``. The sets are the image's: read them, never change them."""
+        if self._elections is None:
+            self._elections = (set(), set())
+            for t in self.topics.values():
+                for p, pimg in t.partitions.items():
+                    self._index_partition(t.name, p, pimg)
+        return self._elections
+
+    def _index_partition(self, name: str, partition: int, pimg: PartitionImage | None) -> None:
+        """Put a partition's new state (None: gone) in the election index, if built."""
+        if self._elections is None:
+            return
+        leaderless, unpreferred = self._elections
+        key = (name, partition)
+        if pimg is not None and pimg.replicas:
+            (leaderless.add if pimg.leader == -1 else leaderless.discard)(key)
+            (unpreferred.add if pimg.leader != pimg.replicas[0] else unpreferred.discard)(key)
+        else:
+            leaderless.discard(key)
+            unpreferred.discard(key)
+
     def _index_topic(self, name: str, present: bool) -> None:
         index, key = self._collision_index, _collision_key(name)
         if index is None or key is None:
@@ -175,6 +206,9 @@ class MetadataImage:
         """Apply one record (the only mutator)."""
         match record:
             case TopicRecord(name=name, topic_id=tid):
+                if (old := self.topics.get(name)) is not None:  # (a name is removed before it is reused)
+                    for p in old.partitions:
+                        self._index_partition(name, p, None)
                 t = TopicImage(name, uuid.UUID(tid))
                 self.topics[name] = t
                 self.topics_by_id[t.topic_id] = t
@@ -182,19 +216,23 @@ class MetadataImage:
                 self._touch(name)
             case PartitionRecord():
                 t = self.topics_by_id[uuid.UUID(record.topic_id)]
-                t.partitions[record.partition] = PartitionImage.of(record)
+                t.partitions[record.partition] = pimg = PartitionImage.of(record)
+                self._index_partition(t.name, record.partition, pimg)
                 self._touch(t.name)
             case PartitionChangeRecord():
                 changed = self.topics_by_id.get(uuid.UUID(record.topic_id))
                 current = changed.partitions.get(record.partition) if changed is not None else None
                 if changed is not None and current is not None:  # a change of a deleted topic: nothing left
-                    changed.partitions[record.partition] = current.merge(record)
+                    changed.partitions[record.partition] = pimg = current.merge(record)
+                    self._index_partition(changed.name, record.partition, pimg)
                     self._touch(changed.name)
             case RemoveTopicRecord(topic_id=tid):
                 removed = self.topics_by_id.pop(uuid.UUID(tid), None)
                 if removed is not None:
                     self.topics.pop(removed.name, None)
                     self._index_topic(removed.name, False)
+                    for p in removed.partitions:
+                        self._index_partition(removed.name, p, None)
                     self._touch(removed.name)
             case ConfigRecord(resource_type=rt, resource_name=rn, name=n, value=v):
                 target = self._config_target(rt, rn)

@@ -122,14 +122,15 @@ MAX_ELECTIONS_PER_RUN = 1000
 
 
 def imbalanced(image: MetadataImage) -> bool:
-    """True if some partition is not led by its preferred (first) replica."""
-    return any(p.replicas and p.leader != p.replicas[0] for t in image.topics.values() for p in t.partitions.values())
+    """True if some partition is not led by its preferred (first) replica (the image's
+    election index: no walk over every partition at each timer wake)."""
+    return bool(image.election_candidates()[1])
 
 
 def leaderless_unclean(image: MetadataImage, unclean: Unclean) -> bool:
     """True if some leaderless partition's topic allows unclean leader election."""
-    return any(p.leader == NO_LEADER and p.replicas and unclean(t)
-               for t in image.topics.values() for p in t.partitions.values())
+    names = {name for name, _ in image.election_candidates()[0]}
+    return any((t := image.topics.get(name)) is not None and unclean(t) for name in names)
 
 
 def balance_leaders(changes: PartitionChanges, limit: int = MAX_ELECTIONS_PER_RUN) -> list[PartitionChangeRecord]:
