@@ -117,3 +117,40 @@ def test_negative_size_raises() -> None:
         feed(reader, (-1).to_bytes(4, "big", signed=True), [4])
     assert not isinstance(info.value, FrameTooLarge)
     assert "negative" in str(info.value)
+
+
+def _deliver(reader: FrameReader, data: bytes, piece: int) -> list[memoryview]:
+    """Like :func:`feed`, but the frames are returned as the reader's views (not copied)."""
+    out: list[memoryview] = []
+    pos = 0
+    while pos < len(data):
+        buf = reader.get_buffer(-1)
+        n = min(piece, len(buf), len(data) - pos)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        out.extend(reader.buffer_updated(n))
+    return out
+
+
+def test_large_frames_handed_over_stay_intact() -> None:
+    """reuse_large=False: a large frame's buffer is never written again (later large and
+    small frames land elsewhere); small frames are transient (the rolling buffer)."""
+    reader = FrameReader(1 << 20, chunk_bytes=64, reuse_large=False)
+    big1, big2, small = bytes(range(256)) * 4, b"\xee" * 700, b"tiny"
+    got = _deliver(reader, frame(big1), 50)
+    assert [bytes(f) for f in got] == [big1] and not reader.is_transient(got[0])
+    later = _deliver(reader, frame(big2) + frame(small) + frame(big1[::-1]), 37)
+    assert [bytes(f) for f in later] == [big2, small, big1[::-1]]
+    assert [reader.is_transient(f) for f in later] == [False, True, False]
+    assert bytes(got[0]) == big1  # untouched by the two large frames received after it
+    assert len({id(f.obj) for f in (got[0], later[0], later[2])}) == 3
+
+
+def test_large_frame_buffers_are_reused_by_default() -> None:
+    """The default (the server side): the spare large-frame buffer is reused, so every
+    frame is transient."""
+    reader = FrameReader(1 << 20, chunk_bytes=64)
+    first = _deliver(reader, frame(b"\x01" * 500), 64)
+    second = _deliver(reader, frame(b"\x02" * 400) + frame(b"s"), 64)
+    assert reader.is_transient(first[0]) and all(reader.is_transient(f) for f in second)
+    assert first[0].obj is second[0].obj  # the same spare buffer, overwritten

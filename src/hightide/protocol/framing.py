@@ -12,7 +12,12 @@ between frames (:meth:`FrameReader.set_limit`: a SASL listener holds connections
 have not authenticated to ``sasl.server.max.receive.size``); it applies to every size
 field read after the change.
 Frames are returned as ``memoryview`` objects valid until the next
-:meth:`FrameReader.get_buffer` call: decode (or copy) them before receiving more.
+:meth:`FrameReader.get_buffer` call: decode (or copy) them before receiving more --
+unless :meth:`FrameReader.is_transient` says otherwise: a reader built with
+``reuse_large=False`` hands each large frame's dedicated buffer over to the caller and
+never writes into it again (the client side does this, so a 1 MiB Fetch answer is not
+copied once more to outlive the next receive: allocating a fresh buffer costs less than
+that copy).
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ class FrameReader:
     more, and :class:`PeerProtocolError` for a negative size.
     """
 
-    def __init__(self, max_frame_bytes: int, chunk_bytes: int = _DEFAULT_CHUNK) -> None:
+    def __init__(self, max_frame_bytes: int, chunk_bytes: int = _DEFAULT_CHUNK, *, reuse_large: bool = True) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self._reuse_large = reuse_large  # False: a large frame's buffer is the caller's once returned
         self.limit_name = "socket.request.max.bytes"  # the config the bound comes from, for the error
         self._chunk = chunk_bytes
         self._buf = bytearray(chunk_bytes)
@@ -73,7 +79,7 @@ class FrameReader:
             if self._big_filled < self._big_size:
                 return []
             frame = memoryview(self._big)[:self._big_size]
-            self._spare = self._big if self._big_size <= _SPARE_MAX else None
+            self._spare = self._big if self._reuse_large and self._big_size <= _SPARE_MAX else None
             self._big = None
             return [frame]
         self._end += nbytes
@@ -106,6 +112,14 @@ class FrameReader:
             start = end = 0  # frames returned stay intact: new data lands at 0 later
         self._start, self._end = start, end
         return frames
+
+    def is_transient(self, frame: memoryview) -> bool:
+        """True if ``frame`` (returned by :meth:`buffer_updated`) lives in a buffer this
+        reader writes into again (the rolling buffer; with ``reuse_large`` also a large
+        frame's): copy it before the next :meth:`get_buffer` if it must outlive that.
+        False: a large frame of a reader built with ``reuse_large=False``, the caller's
+        for good."""
+        return self._reuse_large or frame.obj is self._buf
 
     def _compact(self) -> None:
         if self._start:
