@@ -29,7 +29,8 @@ the events into its callers' results.
   whose correlation id is not pending (its request was forgotten) is dropped. Decoders
   may keep slices of the frame: one that fit the receive buffer is copied out of it
   (bytes); a larger one (a follower's Fetch answer) has a buffer of its own, handed over
-  as a read-only view and never written again, so it is not copied.
+  as a read-only view and written again only once no view of it is left, so it is not
+  copied (:class:`~.framing.FrameReader`'s ``hand_over_large``).
 * **Broken.** A frame size that cannot be right (negative, below the 4 bytes of the
   correlation id, above ``max_frame_bytes``) breaks the connection: a :class:`Broken`
   event, and from then on nothing is decoded or sent (:meth:`~ClientConnection.send_request`
@@ -170,7 +171,7 @@ class ClientConnection:
         self.requests_sent: collections.Counter[int] = collections.Counter()
         #: Why the connection is broken (None while it is usable).
         self.broken: str | None = None
-        self._frames = FrameReader(max_frame_bytes, receive_chunk, reuse_large=False)
+        self._frames = FrameReader(max_frame_bytes, receive_chunk, hand_over_large=True)
         self._pending: dict[int, tuple[int, int, Unknown | None, Decoder | None]] = {}
         self._corr = itertools.count(1)
         self._out: list[bytes] = []
@@ -230,7 +231,7 @@ class ClientConnection:
                 events.append(self._break(f"bad response frame size {len(frame)}"))
                 break
             # decoders may keep slices: a frame in the reader's rolling buffer is copied (that
-            # buffer is reused); a large one has a buffer of its own, handed over read-only
+            # buffer is reused); a large one has a buffer of its own, reused only once unviewed
             event = self._answer(bytes(frame) if self._frames.is_transient(frame) else frame.toreadonly())
             if event is not None:
                 events.append(event)
