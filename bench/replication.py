@@ -20,8 +20,18 @@ failover takes, on 3 brokers + 1 controller on loopback, in one run.
 Each throughput size also reports ``rf3_vs_acks1_rf1``: acks=all RF=3 MB/s over acks=1
 RF=1 MB/s in the same run. Every throughput and latency row carries the CPU time the
 three broker processes used during it (``broker_cpu_s_per_gb``,
-``broker_cpu_ms_per_record``, all threads, from ``/proc``): unlike the wall-clock
+``broker_cpu_ms_per_record``, all threads, from ``/proc``; a throughput row also the
+producer's, ``client_cpu_s_per_gb``: all share the machine's cores): unlike the wall-clock
 numbers it hardly depends on what else the machine runs.
+
+Before every throughput and latency row the cluster's files are fsynced and dropped
+from the page cache (``POSIX_FADV_DONTNEED`` on this run's files only; the brokers keep
+running and lose nothing): each row then writes into page cache the earlier rows freed.
+Without that the page cache of the earlier rows piles up, and on this VM memory beyond
+about 7 GB of page cache costs ~10x more system CPU per page written (the first touch
+of guest memory the host has not backed: ``bench/_limits.py``), so whichever row crossed
+that line (an RF=3 row writes three times the bytes) paid for it. Each row reports
+``memfree_mb`` (MemFree before it) so the regime is visible.
 
 Prints JSON (and writes it to ``--out``) with the machine's physical limits and its load
 average during each part (the machine is shared: other jobs run at the same time).
@@ -68,6 +78,39 @@ def load() -> list[float]:
 def cpu_s(cluster: DevCluster) -> float:
     """CPU seconds (user + system, all threads) the cluster's broker processes used so far."""
     return process_cpu_s([n.pid for n in cluster.brokers])
+
+
+def memfree_mb() -> int:
+    """MemFree from /proc/meminfo, MB."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemFree:"):
+                return int(line.split()[1]) >> 10
+    return -1
+
+
+def drop_page_cache(directory: str) -> None:
+    """fsync every file under ``directory`` and drop it from the page cache (clean pages
+    only; the data stays on disk and the files stay open in the brokers)."""
+    for root, _, files in os.walk(directory):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except OSError:
+                continue  # deleted meanwhile
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+
+def process_cpu_s() -> float:
+    """CPU seconds this process (the producer, librdkafka's threads included) used so far."""
+    t = os.times()
+    return t.user + t.system
 
 
 def create(bootstrap: str, topics: list[NewTopic]) -> None:
@@ -261,10 +304,13 @@ def main() -> None:
             for size in (1000, 10_000):
                 for i, (name, acks, rf) in enumerate(MODES):
                     log(f"throughput {name}, {size} B records, {args.mb} MB")
-                    cpu0 = cpu_s(cluster)
+                    drop_page_cache(d)
+                    free = memfree_mb()
+                    cpu0, client0 = cpu_s(cluster), process_cpu_s()
                     r = throughput(cluster.bootstrap, f"tput-{i}-{size}", acks, size, args.mb * 1_000_000)
-                    results.append({"mode": name, "loadavg": load(), **r,
-                                    "broker_cpu_s_per_gb": round((cpu_s(cluster) - cpu0) / (r["mb"] / 1000), 2)})
+                    results.append({"mode": name, "loadavg": load(), "memfree_mb": free, **r,
+                                    "broker_cpu_s_per_gb": round((cpu_s(cluster) - cpu0) / (r["mb"] / 1000), 2),
+                                    "client_cpu_s_per_gb": round((process_cpu_s() - client0) / (r["mb"] / 1000), 2)})
                     log(f"  {r['mb_per_s']} MB/s in {r['seconds']} s")
             out["throughput"] = results
             out["rf3_vs_acks1_rf1"] = {
@@ -275,9 +321,11 @@ def main() -> None:
             lats = []
             for i, (name, acks, _) in enumerate(MODES):
                 log(f"latency {name} at {args.rate}/s")
+                drop_page_cache(d)
+                free = memfree_mb()
                 cpu0 = cpu_s(cluster)
                 r = latency(cluster.bootstrap, f"lat-{i}", acks, args.rate, args.latency_s)
-                lats.append({"mode": name, "loadavg": load(), **r,
+                lats.append({"mode": name, "loadavg": load(), "memfree_mb": free, **r,
                              "broker_cpu_ms_per_record": round((cpu_s(cluster) - cpu0) * 1000 / r["records"], 3)})
                 log(f"  p50 {r['p50_ms']} ms p99 {r['p99_ms']} ms, broker CPU {lats[-1]['broker_cpu_ms_per_record']} ms/record")
             out["latency"] = lats

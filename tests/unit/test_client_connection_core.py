@@ -200,3 +200,24 @@ def test_connection_lost_empties_the_pending_table():
     corr = core.send_request(FIND_COORDINATOR, 3, find_coordinator("x"))
     assert core.connection_lost("closed by broker") == Broken("closed by broker")
     assert core.pending == 0 and core.receive_data(answer(corr, "x")) == []
+
+
+def test_a_large_answer_is_handed_to_its_decoder_without_a_copy_and_stays_valid():
+    """An answer larger than the receive chunk gets a buffer of its own that the
+    connection never writes again: the decoder gets it read-only (no copy) and may keep
+    it; a small answer is copied out of the receive buffer (bytes)."""
+    core = ClientConnection("cid", receive_chunk=64)
+    kept: list[bytes | memoryview] = []
+    big, small, big2 = (core.send_request(FIND_COORDINATOR, 3, find_coordinator(k), decoder=kept.append)
+                        for k in ("a", "b", "c"))
+    frames = [answer(big, "h" * 300), answer(small, "x"), answer(big2, "g" * 200)]
+    events = []
+    for f in frames:
+        for i in range(0, len(f), 29):
+            buf = core.get_buffer(29)
+            n = min(29, len(buf), len(f) - i)
+            buf[:n] = f[i:i + n]
+            events += core.buffer_updated(n)
+    assert [e.correlation_id for e in events] == [big, small, big2]
+    assert isinstance(kept[0], memoryview) and kept[0].readonly and isinstance(kept[1], bytes)
+    assert [bytes(k) for k in kept] == [f[4:] for f in frames]  # the first still intact after the others

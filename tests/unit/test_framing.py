@@ -117,3 +117,84 @@ def test_negative_size_raises() -> None:
         feed(reader, (-1).to_bytes(4, "big", signed=True), [4])
     assert not isinstance(info.value, FrameTooLarge)
     assert "negative" in str(info.value)
+
+
+def _deliver(reader: FrameReader, data: bytes, piece: int) -> list[memoryview]:
+    """Like :func:`feed`, but the frames are returned as the reader's views (not copied)."""
+    out: list[memoryview] = []
+    pos = 0
+    while pos < len(data):
+        buf = reader.get_buffer(-1)
+        n = min(piece, len(buf), len(data) - pos)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        out.extend(reader.buffer_updated(n))
+    return out
+
+
+def test_large_frames_handed_over_stay_intact() -> None:
+    """hand_over_large: a large frame's buffer is not written again while the frame is
+    held (later large and small frames land elsewhere); small frames are transient (the
+    rolling buffer)."""
+    reader = FrameReader(1 << 20, chunk_bytes=64, hand_over_large=True)
+    big1, big2, small = bytes(range(256)) * 4, b"\xee" * 700, b"tiny"
+    got = _deliver(reader, frame(big1), 50)
+    assert [bytes(f) for f in got] == [big1] and not reader.is_transient(got[0])
+    later = _deliver(reader, frame(big2) + frame(small) + frame(big1[::-1]), 37)
+    assert [bytes(f) for f in later] == [big2, small, big1[::-1]]
+    assert [reader.is_transient(f) for f in later] == [False, True, False]
+    assert bytes(got[0]) == big1  # untouched by the two large frames received after it
+    assert len({id(f.obj) for f in (got[0], later[0], later[2])}) == 3
+
+
+def test_large_frame_buffers_are_reused_by_default() -> None:
+    """The default (the server side): the spare large-frame buffer is reused, so every
+    frame is transient."""
+    reader = FrameReader(1 << 20, chunk_bytes=64)
+    first = _deliver(reader, frame(b"\x01" * 500), 64)
+    second = _deliver(reader, frame(b"\x02" * 400) + frame(b"s"), 64)
+    assert reader.is_transient(first[0]) and all(reader.is_transient(f) for f in second)
+    assert first[0].obj is second[0].obj  # the same spare buffer, overwritten
+
+
+def test_a_handed_over_buffer_is_reused_once_no_view_of_it_is_left() -> None:
+    reader = FrameReader(1 << 20, chunk_bytes=64, hand_over_large=True)
+    first = _deliver(reader, frame(b"\x01" * 500), 40)[0]
+    owner = first.obj
+    records = first[10:20]  # a decoder's slice keeps the buffer viewed after the frame is dropped
+    del first
+    second = _deliver(reader, frame(b"\x02" * 450), 40)[0]
+    assert second.obj is not owner and bytes(records) == b"\x01" * 10
+    del records
+    third = _deliver(reader, frame(b"\x03" * 480), 40)[0]
+    assert third.obj is owner and bytes(third) == b"\x03" * 480  # nothing viewed it: reused
+    fourth = _deliver(reader, frame(b"\x04" * 300), 40)[0]
+    assert fourth.obj is not owner and bytes(third) == b"\x03" * 480  # third still held
+    assert len(owner) >= 480 and bytes(owner[:480]) == b"\x03" * 480  # the probe left it as it was
+
+
+@settings(max_examples=100, deadline=None)
+@given(payloads=st.lists(st.binary(min_size=0, max_size=700), max_size=12),
+       chunks=st.lists(st.integers(1, 200), min_size=1, max_size=8), keep=st.lists(st.booleans(), max_size=12))
+def test_handed_over_frames_in_random_chunks(payloads: list[bytes], chunks: list[int], keep: list[bool]) -> None:
+    """hand_over_large: any payloads in any pieces give the same frames; every frame a
+    caller still holds keeps its bytes while later ones arrive."""
+    reader = FrameReader(1 << 20, chunk_bytes=64, hand_over_large=True)
+    data = b"".join(frame(p) for p in payloads)
+    held: list[tuple[memoryview, bytes]] = []
+    got: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(data):
+        buf = reader.get_buffer(-1)
+        n = min(chunks[i % len(chunks)], len(buf), len(data) - pos)
+        i += 1
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        del buf
+        for f in reader.buffer_updated(n):
+            got.append(bytes(f))
+            if not reader.is_transient(f) and keep[len(got) % len(keep)] if keep else False:
+                held.append((f, bytes(f)))
+            del f
+        assert all(bytes(v) == b for v, b in held)
+    assert got == payloads

@@ -357,7 +357,7 @@ def _partition_errors(topics: Any, group_id: str) -> dict[TopicPartition, KafkaE
     return out
 
 
-def _offset_fetch_decoder(version: int) -> Callable[[bytes], Any]:
+def _offset_fetch_decoder(version: int) -> Callable[[bytes | memoryview], Any]:
     """OffsetFetch responses are decoded by hand (struct-based, extension tags included):
     a lag scrape reads tens of thousands of partitions from them."""
     return lambda frame: decode_offset_fetch_response(version, frame)

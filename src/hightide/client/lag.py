@@ -164,7 +164,7 @@ async def _offset_fetch_rows(client: AdminClient, group_ids: list[str], read_com
         body: dict[str, Any] = {"group_id": gs[0], "topics": None, "require_stable": False,
                                 "groups": [{"group_id": g, "topics": None} for g in gs]}
 
-        def decode(frame: bytes) -> list[GroupRows]:
+        def decode(frame: bytes | memoryview) -> list[GroupRows]:
             return decode_offset_fetch_rows(v, frame, keys, TopicPartition, read_committed=read_committed,
                                             use_extensions=use_ext, source="extension", none=ErrorCode.none)[1]
         groups = await conn.request(9, v, body, decoder=decode,

@@ -26,7 +26,11 @@ the events into its callers' results.
   anything is allocated). Each complete frame is matched to its pending request by
   correlation id — answers may come in any order — and decoded at once, into a
   :class:`Response` or, when it does not decode, a :class:`Failed` event. A frame
-  whose correlation id is not pending (its request was forgotten) is dropped.
+  whose correlation id is not pending (its request was forgotten) is dropped. Decoders
+  may keep slices of the frame: one that fit the receive buffer is copied out of it
+  (bytes); a larger one (a follower's Fetch answer) has a buffer of its own, handed over
+  as a read-only view and written again only once no view of it is left, so it is not
+  copied (:class:`~.framing.FrameReader`'s ``hand_over_large``).
 * **Broken.** A frame size that cannot be right (negative, below the 4 bytes of the
   correlation id, above ``max_frame_bytes``) breaks the connection: a :class:`Broken`
   event, and from then on nothing is decoded or sent (:meth:`~ClientConnection.send_request`
@@ -65,7 +69,7 @@ RECEIVE_CHUNK = 64 * 1024
 _SIZE = struct.Struct(">i")
 _HANDSHAKE = -1  # the api key recorded for the connection's own ApiVersions requests
 
-Decoder = Callable[[bytes], Any]
+Decoder = Callable[[bytes | memoryview], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +171,7 @@ class ClientConnection:
         self.requests_sent: collections.Counter[int] = collections.Counter()
         #: Why the connection is broken (None while it is usable).
         self.broken: str | None = None
-        self._frames = FrameReader(max_frame_bytes, receive_chunk)
+        self._frames = FrameReader(max_frame_bytes, receive_chunk, hand_over_large=True)
         self._pending: dict[int, tuple[int, int, Unknown | None, Decoder | None]] = {}
         self._corr = itertools.count(1)
         self._out: list[bytes] = []
@@ -226,7 +230,9 @@ class ClientConnection:
             if len(frame) < 4:
                 events.append(self._break(f"bad response frame size {len(frame)}"))
                 break
-            event = self._answer(bytes(frame))  # a copy: the reader's buffer is reused, decoders may keep slices
+            # decoders may keep slices: a frame in the reader's rolling buffer is copied (that
+            # buffer is reused); a large one has a buffer of its own, reused only once unviewed
+            event = self._answer(bytes(frame) if self._frames.is_transient(frame) else frame.toreadonly())
             if event is not None:
                 events.append(event)
         return events
@@ -269,7 +275,7 @@ class ClientConnection:
         self._out.clear()
         return Broken(reason)
 
-    def _answer(self, frame: bytes) -> Event | None:
+    def _answer(self, frame: bytes | memoryview) -> Event | None:
         corr = _SIZE.unpack_from(frame, 0)[0]
         entry = self._pending.pop(corr, None)
         if entry is None:
@@ -288,7 +294,7 @@ class ClientConnection:
         except Exception as exc:  # noqa: BLE001 - a custom decoder refused the frame
             return Failed(corr, ErrorCode.corrupt_message, f"malformed response to api {api_key} v{version}: {exc!r}")
 
-    def _handshake_answer(self, version: int, frame: bytes) -> Event | None:
+    def _handshake_answer(self, version: int, frame: bytes | memoryview) -> Event | None:
         try:
             resp = decode_response(API_VERSIONS_KEY, version, frame)[1]
         except PeerProtocolError as exc:

@@ -7,7 +7,9 @@ then the schema writer) and decoding the answer cost ~160 µs of Python per roun
 machine, and the answer's records were copied once more by kio's bytes reader. Here
 the request is packed with ``struct`` and the answer is walked into NamedTuples with
 kio's field names (the fetcher reads either); each partition's records are a read-only
-view of the frame, never copied (the follower's log appends them as they are).
+view of the frame, never copied (the follower's log appends them as they are; an answer
+larger than the connection's receive chunk is itself not copied either, see
+:mod:`.client_connection`).
 
 Contract (unit tests compare both directions with kio on random values): the request
 bytes equal kio's encoding of the same FetchRequest v17 (ReplicaState in tag 1, no
@@ -114,9 +116,9 @@ class FetchAnswer(NamedTuple):
     responses: list[FetchedTopic]
 
 
-def decode_replica_fetch_response(frame: bytes) -> FetchAnswer:
-    """Decode a FetchResponse v17 frame (correlation id first, no size prefix; see the
-    module doc)."""
+def decode_replica_fetch_response(frame: bytes | memoryview) -> FetchAnswer:
+    """Decode a FetchResponse v17 frame (correlation id first, no size prefix; bytes or a
+    read-only view, see the module doc)."""
     view = memoryview(frame).toreadonly()
     pos = skip_tags(frame, 4)  # correlation id, response header v1 tags
     throttle, error, session = _ANSWER_HEAD.unpack_from(frame, pos)
@@ -124,7 +126,7 @@ def decode_replica_fetch_response(frame: bytes) -> FetchAnswer:
     n_topics, pos = read_compact_array_len(frame, pos, _MIN_TOPIC)
     topics = []
     for _ in range(n_topics):
-        raw = frame[pos:pos + 16]
+        raw = bytes(frame[pos:pos + 16])
         if len(raw) != 16:
             raise ValueError("topic id runs past the end of the frame")
         topic_id = None if raw == _ZERO_UUID else uuid.UUID(bytes=raw)
@@ -168,7 +170,7 @@ def decode_replica_fetch_response(frame: bytes) -> FetchAnswer:
     return FetchAnswer(throttle, error, session, topics)
 
 
-def _compact_len(buf: bytes, pos: int) -> tuple[int, int]:
+def _compact_len(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A compact nullable length: (-1 for null, next position)."""
     n = buf[pos]
     if n < 0x80:
