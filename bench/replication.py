@@ -107,7 +107,7 @@ def drop_page_cache(directory: str) -> None:
                 os.close(fd)
 
 
-def process_cpu_s() -> float:
+def own_cpu_s() -> float:
     """CPU seconds this process (the producer, librdkafka's threads included) used so far."""
     t = os.times()
     return t.user + t.system
@@ -306,11 +306,11 @@ def main() -> None:
                     log(f"throughput {name}, {size} B records, {args.mb} MB")
                     drop_page_cache(d)
                     free = memfree_mb()
-                    cpu0, client0 = cpu_s(cluster), process_cpu_s()
+                    cpu0, client0 = cpu_s(cluster), own_cpu_s()
                     r = throughput(cluster.bootstrap, f"tput-{i}-{size}", acks, size, args.mb * 1_000_000)
                     results.append({"mode": name, "loadavg": load(), "memfree_mb": free, **r,
                                     "broker_cpu_s_per_gb": round((cpu_s(cluster) - cpu0) / (r["mb"] / 1000), 2),
-                                    "client_cpu_s_per_gb": round((process_cpu_s() - client0) / (r["mb"] / 1000), 2)})
+                                    "client_cpu_s_per_gb": round((own_cpu_s() - client0) / (r["mb"] / 1000), 2)})
                     log(f"  {r['mb_per_s']} MB/s in {r['seconds']} s")
             out["throughput"] = results
             out["rf3_vs_acks1_rf1"] = {
