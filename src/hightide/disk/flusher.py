@@ -30,6 +30,7 @@ per log (:meth:`Flusher.durable`).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from concurrent.futures import Executor, ThreadPoolExecutor
 from collections.abc import Callable, Iterable
@@ -50,14 +51,23 @@ FSYNC_THREADS = 4  # a round's logs are fsynced on this many threads at once
 #: least every TICK_S): with more partitions each is looked at once per sweep of
 #: N / SWEEP_SLICE ticks (2.5 s at 100,000 partitions).
 SWEEP_SLICE = 2000
+#: With a feed of the logs that changed (``dirty_feed``), the sweep over every log is only
+#: a backstop: this many logs per tick (a sweep of 100,000 logs in 25 s).
+BACKSTOP_SLICE = 200
 
 OpenLogs = Callable[[], "Iterable[tuple[tuple[str, int], PartitionLog]] | None"]
 """The open partition logs as (topic-partition, log) pairs, or None when there are none."""
 
 
 class Flusher:
-    def __init__(self, logs: OpenLogs, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, logs: OpenLogs, *, clock: Clock = SYSTEM_CLOCK, dirty_feed: bool = False) -> None:
         self._logs = logs
+        #: True: the logs report when they may need a flush (:meth:`note_dirty`, their
+        #: ``on_dirty``); the periodic policy looks at those, plus a slow backstop sweep
+        #: of ``BACKSTOP_SLICE`` logs per tick over all of them. False: the sweep of
+        #: ``SWEEP_SLICE`` logs per tick over all of them.
+        self._dirty_feed = dirty_feed
+        self._dirty: dict[int, "PartitionLog"] = {}  # reported, in order; looked at SWEEP_SLICE per tick
         self.clock = clock  # the flush policy's now (the round tick waits on the loop's time)
         self._requested: dict[int, tuple["PartitionLog", list[asyncio.Future]]] = {}
         self._wakeup: asyncio.Event | None = None
@@ -69,6 +79,11 @@ class Flusher:
         self._sweep: list["PartitionLog"] = []  # the periodic policy's sweep over the logs
         self._sweep_pos = 0
         self._next_slice_at = 0.0
+
+    def note_dirty(self, plog: "PartitionLog") -> None:
+        """(A log's ``on_dirty``, on the loop.) ``plog`` may need a flush: the periodic
+        policy looks at it from its next tick until it is flushed. Cheap: an append calls it."""
+        self._dirty[id(plog)] = plog
 
     def durable(self, plog: "PartitionLog") -> asyncio.Future:
         """A future resolved once everything appended to ``plog`` so far is fsynced
@@ -120,8 +135,19 @@ class Flusher:
         if periodic and (self._periodic is None or self._periodic.done()):
             # what the policy says: maybe only a new log start offset and directory
             # entries, without fsyncing segments
-            due = [(id(plog), plog, plog.begin_due_flush(now)) for plog in self._next_slice()
-                   if id(plog) not in requested and plog.needs_flush(now)]
+            due = []
+            seen: set[int] = set()
+            for plog in self._next_slice():
+                key = id(plog)
+                if key in requested or key in seen:
+                    continue
+                seen.add(key)
+                if plog.needs_flush(now):
+                    due.append((key, plog, plog.begin_due_flush(now)))
+                    if self._dirty_feed:  # looked at again after the batch: a job without the
+                        self._dirty[key] = plog  # segments (flush.ms not reached) leaves data unflushed
+                elif self._dirty_feed and plog.flush_pending():
+                    self._dirty[key] = plog  # flush.ms not reached yet: looked at again
             if due:
                 self._periodic_logs = {key for key, _, _ in due}
                 self._periodic = asyncio.ensure_future(self._complete(due, {}, self._background))
@@ -129,26 +155,40 @@ class Flusher:
         await self._complete(waited, requested, self._executor)
 
     def _next_slice(self) -> list["PartitionLog"]:
-        """The logs the periodic policy looks at this round: all of them when there are at
-        most ``SWEEP_SLICE``, else the next ``SWEEP_SLICE`` of a sweep over a list taken
-        when the last sweep ended (logs opened since wait for the next sweep; closed ones
-        never need a flush); either way at most once per ``TICK_S``: rounds asked for by
-        :meth:`durable` come more often (after every applied metadata batch, every
-        acks=all write), and the policy must cost at most that many checks per tick
-        whatever the number of partitions and of rounds."""
+        """The logs the periodic policy looks at this round, at most once per ``TICK_S``:
+        rounds asked for by :meth:`durable` come more often (after every applied metadata
+        batch, every acks=all write), and the policy must cost at most a slice of checks
+        per tick whatever the number of partitions and of rounds.
+
+        Without a dirty feed: all the logs when there are at most ``SWEEP_SLICE``, else
+        the next ``SWEEP_SLICE`` of a sweep over a list taken when the last sweep ended
+        (logs opened since wait for the next sweep; closed ones never need a flush). With
+        one: up to ``SWEEP_SLICE`` of the logs reported by :meth:`note_dirty` (those not
+        flushed this round are reported again, at the end), and ``BACKSTOP_SLICE`` of
+        the sweep: idle logs cost nothing but the backstop (issue 33: at 30,000
+        partitions the sweep was a quarter of a node's Python time while it created
+        topics)."""
         now = self.clock.monotonic()
         if now < self._next_slice_at:  # the policy looks once per TICK_S, not per round
             return []
         self._next_slice_at = now + TICK_S
+        if not self._dirty_feed:
+            return self._sweep_slice(SWEEP_SLICE)
+        keys = list(itertools.islice(self._dirty, SWEEP_SLICE))
+        reported = [self._dirty.pop(k) for k in keys]
+        return reported + self._sweep_slice(BACKSTOP_SLICE)
+
+    def _sweep_slice(self, size: int) -> list["PartitionLog"]:
+        """The next ``size`` logs of the sweep over every open log (see :meth:`_next_slice`)."""
         if self._sweep_pos >= len(self._sweep):
             logs = self._logs()
             self._sweep = [plog for _, plog in logs] if logs is not None else []
             self._sweep_pos = 0
-            if len(self._sweep) <= SWEEP_SLICE:
+            if len(self._sweep) <= size:
                 out, self._sweep = self._sweep, []
                 return out
-        out = self._sweep[self._sweep_pos:self._sweep_pos + SWEEP_SLICE]
-        self._sweep_pos += SWEEP_SLICE
+        out = self._sweep[self._sweep_pos:self._sweep_pos + size]
+        self._sweep_pos += size
         return out
 
     def _periodic_done(self, task: asyncio.Task) -> None:

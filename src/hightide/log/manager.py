@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Iterator
 
 from .config import LogConfig
@@ -41,6 +42,9 @@ class LogManager:
             storage.fsync_dir(data_dir)  # a crash from now on must not look clean
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self._by_topic: dict[str, set[int]] = {}  # the open logs' partitions by topic
+        #: Given to every log put among the open ones as its ``on_dirty``, and called
+        #: with it then (the flusher's feed of logs that may need a flush).
+        self.on_dirty: Callable[[PartitionLog], None] | None = None
 
     def existing_dirs(self) -> list[TopicPartition]:
         out = []
@@ -65,6 +69,9 @@ class LogManager:
             return current
         self.logs[tp] = plog
         self._by_topic.setdefault(tp[0], set()).add(tp[1])
+        if self.on_dirty is not None:
+            plog.on_dirty = self.on_dirty
+            self.on_dirty(plog)  # opened: a recovered or new log may need a flush
         return plog
 
     def path_of(self, tp: TopicPartition) -> str:

@@ -166,6 +166,11 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self._recovery_point_lowered = False
         #: opened with ``defer_recovery_flush`` and not flushed yet (see :meth:`open`)
         self.recovery_flush_pending = False
+        #: Called with this log whenever it may come to need a flush: an append, a new log
+        #: start offset, a truncation, a failed flush's leftovers (the flusher's periodic
+        #: policy looks at such logs, not at every log; see :mod:`hightide.disk.flusher`).
+        #: None: nobody listens.
+        self.on_dirty: Callable[[PartitionLog], None] | None = None
 
     # ================================================================== opening
 
@@ -372,6 +377,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             seg.first_append_ms = now_ms
         self._leo = offset
         self.unflushed_messages += count
+        if self.on_dirty is not None:
+            self.on_dirty(self)
         if not verbatim and epoch >= 0 and epoch != self.epochs.latest_epoch:
             self.epochs.assign(epoch, first)
         if self.after_append is None:
@@ -453,6 +460,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         """Raise the log start offset; the file follows with the next flush."""
         if new_start > self._log_start:
             self._log_start = new_start
+            self._dirtied()
             self.epochs.truncate_from_start(new_start)
             for off in [o for o in self._snapshots if o < new_start]:
                 self._remove_snapshot(off)
@@ -557,6 +565,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self._hw = min(self._hw, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
         self._recovery_point_lowered = True  # durable with the next flush (see _load_leader_epochs)
+        self._dirtied()
         self.epochs.truncate_from_end(self._leo)
         truncate_cleaner_checkpoint(self.storage, self.path, self._leo)
         self.cleaner_checkpoint = None
@@ -577,6 +586,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         self._bases = [offset]
         self._log_start = self._leo = self._hw = self._recovery_point = offset
         self._recovery_point_lowered = True
+        self._dirtied()
         self.epochs.clear()
         self._persist_log_start()
         self._delete_all_snapshots()
@@ -637,6 +647,15 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
         # in a crash is created again when its partition opens)
         return (self._log_start_on_disk != self._log_start or (self._parent_dir_dirty and self._leo > self._log_start)
                 or self._recovery_point_lowered)
+
+    def flush_pending(self) -> bool:
+        """Something a flush would make durable is not yet (unflushed batches, a new log
+        start offset, a lowered recovery point, a new directory's entry): the flusher's
+        periodic policy keeps looking at the log until it is flushed. Never for an
+        offline or closed log."""
+        if self.offline_reason is not None or self._closed:
+            return False
+        return self.unflushed_messages > 0 or self._recovery_point < self._leo or self._metadata_dirty()
 
     def needs_flush(self, now_ms: int) -> bool:
         """True when flush.messages or flush.ms says unflushed data must be fsynced, or
@@ -712,6 +731,10 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
                         os.path.join(self.path, RECOVERY_POINT_FILE) if write_rp else None,
                         snapshot_files=snapshot_files, small_files=small, log_start=log_start)
 
+    def _dirtied(self) -> None:
+        if self.on_dirty is not None:
+            self.on_dirty(self)
+
     def _rp_checkpoint_due(self, now_ms: int | None) -> bool:
         """Whether a full flush at ``now_ms`` writes the recovery-point file: never written
         yet, a blocking flush without a time (close), or ``RECOVERY_POINT_CHECKPOINT_MS``
@@ -741,6 +764,7 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
             if not job.small_files_ok:
                 self._dir_dirty = True
                 self._small_files_lost(job)
+                self._dirtied()
         else:
             self._small_files_lost(job)
             for seg in self._segments:
@@ -750,6 +774,8 @@ class PartitionLog(TransactionalLog, ProducerSnapshots, ReplicaLog):
                 self._parent_dir_dirty = True
             if job.error is None:
                 self.go_offline("an fsync failed")
+            else:
+                self._dirtied()  # nothing was captured: everything waits for the next flush
 
     def close(self) -> None:
         """Flush, write the producer state snapshot and close all files."""

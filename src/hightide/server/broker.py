@@ -157,7 +157,7 @@ class Broker:
         self.inter_broker = InterBroker(lambda: self.image, lambda: inter_broker_client(
             self.config.security_values, tuple(x.name for x in self.cluster.broker_listeners),
             self.cluster.controller_listener_names), transport)
-        self.flusher = Flusher(lambda: self.logs, clock=clock)
+        self.flusher = Flusher(lambda: self.logs, clock=clock, dirty_feed=True)
         self.cleaner = LogCleaner(lambda: self.logs, skip_topics=(METADATA_TOPIC,), clock=clock,
                                   ready=lambda: self.metadata_ready)
         #: The partition logs hosted here, as the metadata image says (opened, deleted,
@@ -255,6 +255,7 @@ class Broker:
             self._dir_lock = DirLock.acquire(self.data_dir)  # raises log.dirlock.DataDirLocked
             log.info("%s", self.storage.budget_line)
         self.logs = LogManager(self.data_dir, self.storage)
+        self.logs.on_dirty = self.flusher.note_dirty  # the flush policy looks at the logs that changed
         with _gc_paused():  # the image is built from every metadata record at once (issue 33)
             self.metadata = MetadataLog(self.data_dir, self.clock.now_ms(), self.logs.clean_shutdown,
                                         storage=self.storage,
