@@ -24,6 +24,7 @@ from hightide.cluster.controller import (
 )
 from hightide.cluster.image import MetadataImage
 from hightide.config import BrokerConfig
+from tests.counting import CountingDict
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -538,17 +539,9 @@ def test_a_create_does_not_look_at_every_topic_name() -> None:
     for i in range(50):
         ctx.create(f"t-{i}")
         ctx.create(f"u.{i}")
-
-    class Counting(dict):
-        walked = 0
-
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            for k in super().__iter__():
-                type(self).walked += 1
-                yield k
     ctx.image.colliding_topic("warm.up")  # the index exists from here on
-    ctx.image.topics = Counting(ctx.image.topics)
+    ctx.image.topics = topics = CountingDict(ctx.image.topics)
     (res,) = ctx.create_topics(NewTopic("v-1"))
     (res2,) = ctx.create_topics(NewTopic("u_7"))
     assert res.error_code == ErrorCode.none and res2.error_code == ErrorCode.invalid_topic_exception
-    assert Counting.walked == 0
+    assert topics.walked == 0

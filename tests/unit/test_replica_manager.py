@@ -21,6 +21,7 @@ from hightide.protocol.records import build_batch, validate_batches
 from hightide.replica.manager import ReplicaManager
 from hightide.aio.clock import ManualClock
 from hightide.aio.waiters import AppendWaiters
+from tests.counting import CountingDict
 
 TOPIC_ID = uuid.UUID(int=7)
 ME = 0
@@ -252,17 +253,6 @@ def test_min_isr_holds_the_hw_and_a_late_wait_answers_after_append(setup):
     asyncio.run(run())
 
 
-class _CountingDict(dict):
-    """A dict that counts the keys its iterations yield."""
-
-    walked = 0
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        for k in super().__iter__():
-            type(self).walked += 1
-            yield k
-
-
 def test_a_change_of_one_topic_looks_at_that_topics_roles_only(tmp_path):
     """apply_image(topics=...) after a batch that touched one topic: the work is that of
     the topic, not of every partition led or followed here (issue 33: at thousands of
@@ -285,16 +275,16 @@ def test_a_change_of_one_topic_looks_at_that_topics_roles_only(tmp_path):
     async def run() -> None:
         apply(broker, rm, img)
         assert len(rm.leaders) == 31 and len(rm.following) == 30  # "t" and a0, a2, ...
-        rm.leaders, rm.following = _CountingDict(rm.leaders), _CountingDict(rm.following)
-        _CountingDict.walked = 0
+        rm.leaders = leaders = CountingDict(rm.leaders)
+        rm.following = following = CountingDict(rm.following)
         rm.apply_image(img, topics={"a4", "a5"})
-        assert _CountingDict.walked == 0
+        assert leaders.walked + following.walked == 0
         del img.topics["a4"], img.topics["a5"]  # deleted topics
         rm.apply_image(img, topics={"a4", "a5"})
         assert ("a4", 0) not in rm.leaders and ("a5", 0) not in rm.following
         assert ("stop", ("a5", 0)) in rm.fetchers.calls  # type: ignore[union-attr]
         assert len(rm.leaders) == 30 and len(rm.following) == 29
-        assert _CountingDict.walked <= 2
+        assert leaders.walked + following.walked <= 2
     try:
         asyncio.run(run())
     finally:

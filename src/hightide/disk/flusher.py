@@ -23,8 +23,11 @@ Built from ``logs``: a callable returning the open partition logs (the broker's
 or None while there are none (before start, after stop); the periodic policy looks at
 them at most once per ``TICK_S``, at ``clock.now_ms()`` (:mod:`hightide.aio.clock`) —
 with more than ``SWEEP_SLICE`` logs at that many per tick, so ``flush.ms`` is checked once per sweep
-(Kafka checks it every ``log.flush.scheduler.interval.ms``). Durability is asked for
-per log (:meth:`Flusher.durable`).
+(Kafka checks it every ``log.flush.scheduler.interval.ms``). With ``dirty_feed`` (the
+broker: each log's ``on_dirty`` calls :meth:`Flusher.note_dirty` on an append, a new log
+start offset or a truncation) it looks at the logs written since their last flush
+instead, plus a backstop sweep of ``BACKSTOP_SLICE`` logs per tick. Durability is asked
+for per log (:meth:`Flusher.durable`).
 """
 
 from __future__ import annotations
